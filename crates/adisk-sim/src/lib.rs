@@ -1,1 +1,79 @@
-//! adisk-sim
+//! # adisk-sim — the ActiveDisk architecture simulator
+//!
+//! A deterministic discrete-event simulator of the architectures evaluated by the five
+//! papers behind ActiveDisk (acharya-…, uysal-…, memik-…, riedel-…, chiu-…): single hosts
+//! with conventional disks, SMPs, clusters, active disks, smart-disk clusters and
+//! distributed smart-disk groups, with every experiment of the papers as a runnable file.
+//!
+//! Design goals: a seed and the commit reproduce a run byte for byte (integer nanosecond
+//! time, `(time, sequence)` event order, a seeded PRNG, no wall clock); every cost has a
+//! documented source (`costs`, `docs/simulator.md`); model code is separate from the
+//! assembly of a configuration; fast enough to re-run all papers in seconds.
+//!
+//! ```text
+//!   experiments/<paper>/*.toml ──► config (devices, systems, workload, sweep, report)
+//!                                      │
+//!            ┌─────────────────────────┼───────────────────────────┐
+//!            ▼                         ▼                           ▼
+//!     arch::build               workload::compile              costs::Costs
+//!  (model::{disk,ssd,cpu,     (select … fft, TPC plans,      (cycles/byte, OS µs,
+//!   link,memory} wired        Algorithm 1 bundling)           each with a source)
+//!   into a Topology)                  │
+//!            └──────────► engine::Engine ◄─── Plan (phases, flows)
+//!                          │  des::EventQueue (time, seq) · rng · SimTime
+//!                          ▼
+//!                  report::RunReport ──► experiment (CSV, SVG, tables) ──► cli (`adisk sim`)
+//! ```
+//!
+//! ```no_run
+//! use adisk_sim::cli::{run, SimCommand};
+//! run(SimCommand::Run { file: "experiments/acharya/select.toml".into(), out: None,
+//!                       format: "table".into(), seed: Some(1) }).unwrap();
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod arch;
+pub mod cli;
+pub mod config;
+pub mod costs;
+pub mod des;
+pub mod embedded;
+pub mod engine;
+pub mod experiment;
+pub mod model;
+pub mod report;
+pub mod rng;
+pub mod svg;
+pub mod time;
+pub mod workload;
+
+/// Errors of the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    /// A configuration problem: file, dotted key and reason.
+    #[error("{file}: {key}: {reason}")]
+    Config {
+        /// File.
+        file: String,
+        /// Dotted key (with line when known).
+        key: String,
+        /// Reason.
+        reason: String,
+    },
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// Path.
+        path: String,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Bad command-line usage.
+    #[error("{0}")]
+    Usage(String),
+    /// An internal invariant failed.
+    #[error("internal error: {0}")]
+    Internal(String),
+}

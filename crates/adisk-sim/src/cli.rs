@@ -1,0 +1,205 @@
+//! The `adisk sim …` commands.
+
+use crate::experiment::{self, Loaded};
+use crate::SimError;
+use std::path::{Path, PathBuf};
+
+/// Simulator subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum SimCommand {
+    /// Run one experiment file
+    Run {
+        /// Experiment file (TOML).
+        file: PathBuf,
+        /// Write the report here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// table|json|csv
+        #[arg(long, default_value = "table")]
+        format: String,
+        /// Seed (default: the file's `experiment.seed`).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Sweep an experiment file over its [sweep] axes
+    Sweep {
+        /// Experiment file (TOML).
+        file: PathBuf,
+        /// Output directory for CSV/SVG/table (default: print the table only).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Seed.
+        #[arg(long)]
+        seed: Option<u64>,
+    },
+    /// Re-run the experiments of a paper (acharya|uysal|memik|riedel|chiu|all)
+    Reproduce {
+        /// Paper key or `all`.
+        paper: String,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+        /// Directory holding `<paper>/*.toml` (default: ./experiments, then the source tree, then the built-in copies).
+        #[arg(long)]
+        experiments: Option<PathBuf>,
+    },
+    /// Benchmark the event loop (events/s) and the time of `reproduce all`
+    Bench {
+        /// Events to process.
+        #[arg(long, default_value_t = 10_000_000)]
+        events: u64,
+    },
+}
+
+/// Paper keys.
+pub const PAPERS: [&str; 5] = ["acharya", "uysal", "memik", "riedel", "chiu"];
+
+/// Run a subcommand.
+pub fn run(cmd: SimCommand) -> Result<(), SimError> {
+    match cmd {
+        SimCommand::Run { file, out, format, seed } => {
+            let l = experiment::load(&file)?;
+            let pts = experiment::points(&l, false)?;
+            let p = pts.first().ok_or_else(|| SimError::Internal("no point".into()))?;
+            let r = experiment::run_point(&file, p, seed)?;
+            let text = match format.as_str() {
+                "table" => r.to_table(),
+                "json" => serde_json::to_string_pretty(&r).map_err(|e| SimError::Internal(e.to_string()))? + "\n",
+                "csv" => r.resources_csv(),
+                other => return Err(SimError::Usage(format!("--format must be table, json or csv, got `{other}`"))),
+            };
+            emit(out.as_deref(), &text)
+        }
+        SimCommand::Sweep { file, out, seed } => {
+            let l = experiment::load(&file)?;
+            let pts = experiment::points(&l, true)?;
+            let reports = experiment::run_points(&file, &pts, seed, true)?;
+            match out {
+                Some(dir) => {
+                    let table = experiment::write_outputs(&l, &reports, &dir)?;
+                    print!("{table}");
+                    Ok(())
+                }
+                None => {
+                    let ratios = experiment::baseline_ratios(&reports, &l.exp.report.baseline);
+                    print!("{}", experiment::summary_table(&l.exp.experiment.name, &l.exp.experiment.recreates, &reports, &ratios));
+                    Ok(())
+                }
+            }
+        }
+        SimCommand::Reproduce { paper, out, experiments } => {
+            let t = reproduce(&paper, &out, experiments.as_deref(), true)?;
+            eprintln!("reproduce {paper}: {} experiment files, {} runs", t.files, t.runs);
+            Ok(())
+        }
+        SimCommand::Bench { events } => {
+            let start = std::time::Instant::now();
+            let r = crate::des::bench_event_loop(events);
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "event loop: {} events in {:.3} s = {:.2} M events/s (checksum {:016x})",
+                r.events,
+                secs,
+                r.events as f64 / secs / 1e6,
+                r.checksum
+            );
+            let dir = std::env::temp_dir().join(format!("adisk-sim-bench-{}", std::process::id()));
+            let start = std::time::Instant::now();
+            let t = reproduce("all", &dir, None, false)?;
+            let secs = start.elapsed().as_secs_f64();
+            println!(
+                "reproduce all: {} files, {} runs, {} simulated events in {:.2} s ({:.2} M events/s)",
+                t.files,
+                t.runs,
+                t.events,
+                secs,
+                t.events as f64 / secs / 1e6
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            Ok(())
+        }
+    }
+}
+
+fn emit(out: Option<&Path>, text: &str) -> Result<(), SimError> {
+    match out {
+        Some(p) => std::fs::write(p, text).map_err(|e| SimError::Io { path: p.display().to_string(), source: e }),
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+    }
+}
+
+/// Totals of a reproduce run.
+#[derive(Clone, Debug, Default)]
+pub struct ReproduceTotals {
+    /// Experiment files run.
+    pub files: usize,
+    /// Runs (sweep points).
+    pub runs: usize,
+    /// Simulated events.
+    pub events: u64,
+}
+
+/// Experiment files of `paper` (or all): from `dir`, ./experiments, the source tree, or the built-in copies.
+pub fn experiment_sources(paper: &str, dir: Option<&Path>) -> Result<Vec<(PathBuf, String)>, SimError> {
+    let papers: Vec<&str> = if paper == "all" {
+        PAPERS.to_vec()
+    } else if PAPERS.contains(&paper) {
+        vec![paper]
+    } else {
+        return Err(SimError::Usage(format!("unknown paper `{paper}`: expected one of {} or all", PAPERS.join(", "))));
+    };
+    let candidates: Vec<PathBuf> = match dir {
+        Some(d) => vec![d.to_path_buf()],
+        None => vec![PathBuf::from("experiments"), Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")],
+    };
+    let root = candidates.iter().find(|c| papers.iter().any(|p| c.join(p).is_dir())).cloned();
+    let mut out = Vec::new();
+    match root {
+        Some(root) => {
+            for p in &papers {
+                let d = root.join(p);
+                let Ok(rd) = std::fs::read_dir(&d) else { continue };
+                let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+                files.sort();
+                for f in files {
+                    let text = std::fs::read_to_string(&f).map_err(|e| SimError::Io { path: f.display().to_string(), source: e })?;
+                    out.push((f, text));
+                }
+            }
+        }
+        None => {
+            if let Some(d) = dir {
+                return Err(SimError::Usage(format!("no <paper>/*.toml under {}", d.display())));
+            }
+            for (path, text) in crate::embedded::EXPERIMENTS {
+                if papers.iter().any(|p| path.starts_with(&format!("{p}/"))) {
+                    out.push((PathBuf::from("experiments").join(path), text.to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Run every experiment file of `paper`, writing outputs to `out/<paper>/`.
+pub fn reproduce(paper: &str, out: &Path, dir: Option<&Path>, print: bool) -> Result<ReproduceTotals, SimError> {
+    let sources = experiment_sources(paper, dir)?;
+    let mut totals = ReproduceTotals::default();
+    for (path, text) in sources {
+        let l: Loaded = experiment::load_str(&path, &text)?;
+        let pts = experiment::points(&l, true)?;
+        let reports = experiment::run_points(&path, &pts, None, false)?;
+        let sub = out.join(&l.exp.experiment.paper);
+        let table = experiment::write_outputs(&l, &reports, &sub)?;
+        if print {
+            print!("{table}");
+        }
+        totals.files += 1;
+        totals.runs += reports.len();
+        totals.events += reports.iter().map(|r| r.events).sum::<u64>();
+    }
+    Ok(totals)
+}

@@ -1,0 +1,143 @@
+//! Workloads at the level the papers describe them: data sizes, selectivities, passes,
+//! communication patterns and memory use as parameters. Each workload compiles, for a given
+//! topology, into a [`Plan`] of phases that the engine executes.
+//!
+//! Conventions: sizes are bytes; "per worker" quantities divide totals evenly (the papers
+//! assume perfect load balance); memory-dependent behaviour uses [`crate::model::memory`].
+
+pub mod apps;
+pub mod chiu;
+pub mod riedel;
+pub mod tpc;
+
+use crate::config::{ArchKind, WorkloadConfig};
+use crate::costs::Costs;
+use crate::engine::{Phase, Plan, Topology};
+
+/// Error: (dotted key, reason).
+pub type KeyError = (String, String);
+
+/// What a workload needs to know about the system it is compiled for.
+pub struct Wctx<'a> {
+    /// Workers.
+    pub n: usize,
+    /// Memory a worker can use for its algorithm, bytes.
+    pub mem_per_worker: f64,
+    /// Coordinator memory, bytes.
+    pub coord_mem: f64,
+    /// All workers run on the coordinator's node (single host).
+    pub single_node: bool,
+    /// Architecture.
+    pub kind: ArchKind,
+    /// Costs.
+    pub costs: &'a Costs,
+    /// I/O request size, bytes.
+    pub request_bytes: f64,
+    /// Workers are disks (active/smart disks).
+    pub worker_disks: bool,
+    /// Peer traffic is forwarded by the coordinator.
+    pub via_host: bool,
+}
+
+/// OS memory footprint of a full-function host OS: 24 MB (uysal-… §4, from Acharya & Setia).
+pub const HOST_OS_FOOTPRINT_BYTES: f64 = 24e6;
+/// DiskOS + disklet code footprint (assumption: 1 MB).
+pub const DISKOS_FOOTPRINT_BYTES: f64 = 1e6;
+
+impl<'a> Wctx<'a> {
+    /// Derive from a topology.
+    pub fn new(topo: &Topology, kind: ArchKind, costs: &'a Costs, request_bytes: f64) -> Wctx<'a> {
+        let n = topo.workers.len();
+        let worker_disks = matches!(kind, ArchKind::ActiveDisks | ArchKind::SmartDisks | ArchKind::SdGroups);
+        let footprint = if worker_disks { DISKOS_FOOTPRINT_BYTES } else { HOST_OS_FOOTPRINT_BYTES };
+        let mem_per_worker = topo
+            .workers
+            .first()
+            .map(|w| {
+                let node = &topo.nodes[w.node];
+                let per = node.mem_bytes / node.cpus.len().max(1) as f64;
+                let fp = footprint / node.cpus.len().max(1) as f64;
+                (per - fp - topo.buffers_per_worker as f64 * request_bytes).max(per * 0.1)
+            })
+            .unwrap_or(0.0);
+        let coord = &topo.nodes[topo.coordinator];
+        let single_node = topo.workers.iter().all(|w| w.node == topo.coordinator);
+        Wctx {
+            n,
+            mem_per_worker,
+            coord_mem: (coord.mem_bytes - footprint).max(coord.mem_bytes * 0.1),
+            single_node,
+            kind,
+            costs,
+            request_bytes,
+            worker_disks,
+            via_host: topo.via_host,
+        }
+    }
+    /// Cost parameter.
+    pub fn c(&self, name: &str) -> f64 {
+        self.costs.get(name)
+    }
+    /// Mark a phase as dispatched by the coordinator and synchronised at its end (multi-node only).
+    pub fn protocol(&self, mut ph: Phase) -> Phase {
+        if !self.single_node {
+            ph.command = true;
+            ph.sync = true;
+        }
+        ph
+    }
+}
+
+/// Required numeric parameter.
+pub fn req(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
+    let x = v.ok_or_else(|| (format!("workload.{key}"), format!("required for kind {kind}")))?;
+    if !x.is_finite() || x < 0.0 {
+        return Err((format!("workload.{key}"), format!("must be a non-negative number, got {x}")));
+    }
+    Ok(x)
+}
+
+/// Required positive parameter.
+pub fn pos(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
+    let x = req(v, key, kind)?;
+    if x <= 0.0 {
+        return Err((format!("workload.{key}"), format!("must be > 0, got {x}")));
+    }
+    Ok(x)
+}
+
+/// A fraction in [0, 1].
+pub fn frac(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
+    let x = req(v, key, kind)?;
+    if x > 1.0 {
+        return Err((format!("workload.{key}"), format!("must be a fraction in [0, 1], got {x}")));
+    }
+    Ok(x)
+}
+
+/// Compile `cfg` for the system described by `ctx`.
+pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
+    match cfg.kind.as_str() {
+        "select" => apps::select(cfg, ctx),
+        "aggregate" => apps::aggregate(cfg, ctx),
+        "group_by" => apps::group_by(cfg, ctx),
+        "sort" => apps::sort(cfg, ctx),
+        "join" => apps::join(cfg, ctx),
+        "datacube" => apps::datacube(cfg, ctx),
+        "dmine" => apps::dmine(cfg, ctx),
+        "conv" => apps::conv(cfg, ctx),
+        "earth" => apps::earth(cfg, ctx),
+        "tpc" => tpc::memik_query(cfg, ctx),
+        "tpch_sd" => chiu::tpch(cfg, ctx),
+        "fsc" => chiu::fsc(cfg, ctx),
+        "clustering" => chiu::clustering(cfg, ctx),
+        "fft" => chiu::fft(cfg, ctx),
+        "riedel_select" | "riedel_aggregate" | "riedel_join" | "riedel_join5" | "riedel_query" => riedel::compile(cfg, ctx),
+        other => Err((
+            "workload.kind".into(),
+            format!(
+                "unknown workload `{other}` (select, aggregate, group_by, sort, join, datacube, dmine, conv, earth, tpc, tpch_sd, fsc, clustering, fft, riedel_select, riedel_aggregate, riedel_join, riedel_join5, riedel_query)"
+            ),
+        )),
+    }
+}
