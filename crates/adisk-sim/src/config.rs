@@ -355,7 +355,7 @@ fn default_request_kb() -> f64 {
     256.0
 }
 fn default_max_chunks() -> u64 {
-    32_768
+    16_384
 }
 
 /// A named variation.

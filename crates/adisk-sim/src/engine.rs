@@ -20,6 +20,7 @@ use crate::model::ssd::SsdModel;
 use crate::time::{SimDuration, SimTime};
 use serde::Serialize;
 use std::collections::HashMap;
+use std::rc::Rc;
 
 /// Index of a resource.
 pub type ResId = usize;
@@ -270,7 +271,7 @@ pub enum Amount {
 }
 
 /// One output of a phase.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Flow {
     /// Destination.
     pub dest: Dest,
@@ -420,10 +421,11 @@ pub struct RunOutcome {
 
 #[derive(Clone, Debug)]
 enum Step {
-    Leg(Vec<Hop>),
+    Leg(Rc<Vec<Hop>>),
     Cpu { res: ResId, ns: u64, ctx_ns: u64 },
     Read { drive: usize, addr: u64, len: u64 },
     Write { drive: usize, file: u32 },
+    Release(u32),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -484,7 +486,7 @@ struct WState {
     input_done: bool,
     end_emitted: bool,
     ended: bool,
-    acc: Vec<Vec<f64>>,
+    acc: Vec<f64>,
 }
 
 /// The simulator for one run.
@@ -502,13 +504,15 @@ pub struct Engine<'p> {
     phase: usize,
     phase_start: SimTime,
     chunk_bytes: u64,
+    msg_bytes: u64,
     k_chunks: u32,
     outstanding: u64,
     ended_workers: usize,
     coord_end_started: bool,
     coord_writes_issued: bool,
     timings: Vec<PhaseTiming>,
-    routes: HashMap<(usize, usize), Vec<Hop>>,
+    routes: HashMap<(usize, usize), Rc<Vec<Rc<Vec<Hop>>>>>,
+    drive_routes: HashMap<(usize, usize), Rc<Vec<Hop>>>,
     write_rr: Vec<usize>,
 }
 
@@ -531,6 +535,7 @@ impl<'p> Engine<'p> {
             phase: 0,
             phase_start: SimTime::ZERO,
             chunk_bytes: 0,
+            msg_bytes: 1,
             k_chunks: 2,
             outstanding: 0,
             ended_workers: 0,
@@ -538,6 +543,7 @@ impl<'p> Engine<'p> {
             coord_writes_issued: false,
             timings: Vec::new(),
             routes: HashMap::new(),
+            drive_routes: HashMap::new(),
             write_rr: vec![0; nvol],
         };
         e.place_base_files();
@@ -636,8 +642,25 @@ impl<'p> Engine<'p> {
                 }
             };
             let nflows = ph.flows.len();
-            self.ws[w] = WState { cursor: idx, acc: vec![vec![0.0; nw + 1]; nflows], ..WState::default() };
+            self.ws[w] = WState { cursor: idx, acc: vec![0.0; nflows], ..WState::default() };
         }
+        // Messages: the stream-buffer size, coarsened (in whole buffers) when a phase would
+        // move more than `max_chunks_per_phase` of them; per-message costs stay per buffer.
+        let mut flow_bytes = 0.0f64;
+        for fl in &ph.flows {
+            let fan = match fl.dest {
+                Dest::AllPeers => nw.saturating_sub(1) as f64,
+                _ => 1.0,
+            };
+            flow_bytes += fan
+                * match fl.amount {
+                    Amount::Ratio(r) => r * total_input,
+                    Amount::Bytes(b) => b * nw as f64,
+                };
+        }
+        let base_msg = self.gran.message_bytes.max(1);
+        let needed_msg = (flow_bytes / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
+        self.msg_bytes = base_msg.max(needed_msg.div_ceil(base_msg) * base_msg);
         let req = self.gran.request_bytes.max(512);
         let min_chunk = req.max(self.gran.message_bytes.min(256 << 10)).div_ceil(req) * req;
         let needed = (total_input / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
@@ -792,7 +815,7 @@ impl<'p> Engine<'p> {
         let bytes = self.chunks[c as usize].bytes as f64;
         let nflows = self.plan.phases[self.phase].flows.len();
         for f in 0..nflows {
-            let flow = self.plan.phases[self.phase].flows[f].clone();
+            let flow = self.plan.phases[self.phase].flows[f];
             if let Amount::Ratio(r) = flow.amount {
                 self.accumulate(w, f, &flow, r * bytes, Some(c), false);
             }
@@ -813,29 +836,49 @@ impl<'p> Engine<'p> {
         self.check_worker_end(w);
     }
 
-    /// Add `bytes` of output of flow `f` at worker `w`; emit full messages (or everything when `flush`).
+    /// Add `bytes` of output of flow `f` at worker `w`; emit full messages (or everything when
+    /// `flush`). Shuffles accumulate one total and emit a message to every destination once each
+    /// destination's even share fills a message (the same as per-destination buffers under an
+    /// even split, at O(1) cost per chunk).
     fn accumulate(&mut self, w: usize, f: usize, flow: &Flow, bytes: f64, chunk: Option<u32>, flush: bool) {
         let nw = self.topo.workers.len();
-        let msg = self.gran.message_bytes.max(1) as f64;
-        let targets: Vec<(usize, f64)> = match flow.dest {
-            Dest::Coordinator => vec![(nw, bytes)],
-            Dest::Local => vec![(w, bytes)],
-            Dest::Shuffle => (0..nw).map(|d| (d, bytes / nw as f64)).collect(),
-            Dest::AllPeers => (0..nw).filter(|d| *d != w).map(|d| (d, bytes)).collect(),
+        let msg = self.msg_bytes.max(1) as f64;
+        self.ws[w].acc[f] += bytes;
+        let (fanout, share): (usize, f64) = match flow.dest {
+            Dest::Coordinator | Dest::Local => (1, 1.0),
+            Dest::Shuffle => (nw, 1.0 / nw as f64),
+            Dest::AllPeers => (nw.saturating_sub(1), 1.0),
         };
-        for (d, b) in targets {
-            self.ws[w].acc[f][d] += b;
-            loop {
-                let have = self.ws[w].acc[f][d];
-                let send = if have >= msg {
-                    msg
-                } else if flush && have >= 0.5 {
-                    have
-                } else {
-                    break;
-                };
-                self.ws[w].acc[f][d] -= send;
-                self.send(w, d, flow, send.round() as u64, chunk);
+        if fanout == 0 {
+            self.ws[w].acc[f] = 0.0;
+            return;
+        }
+        loop {
+            let per_dest = self.ws[w].acc[f] * share;
+            let send = if per_dest >= msg {
+                msg
+            } else if flush && per_dest >= 0.5 {
+                per_dest
+            } else {
+                break;
+            };
+            self.ws[w].acc[f] -= send / share;
+            let bytes = send.round() as u64;
+            match flow.dest {
+                Dest::Coordinator => self.send(w, nw, flow, bytes, chunk),
+                Dest::Local => self.send(w, w, flow, bytes, chunk),
+                Dest::Shuffle => {
+                    for d in 0..nw {
+                        self.send(w, d, flow, bytes, chunk);
+                    }
+                }
+                Dest::AllPeers => {
+                    for d in 0..nw {
+                        if d != w {
+                            self.send(w, d, flow, bytes, chunk);
+                        }
+                    }
+                }
             }
         }
     }
@@ -850,10 +893,15 @@ impl<'p> Engine<'p> {
             let wk = &self.topo.workers[dest];
             (wk.node, wk.cpu, wk.vols[self.plan.phases[self.phase].write_vol])
         };
-        let mut steps = Vec::with_capacity(4);
+        let mut steps = Vec::with_capacity(5);
         self.push_route(&mut steps, src, dst_node, bytes);
+        if let Some(c) = chunk {
+            // The sender's buffer is free once the message has left the network.
+            steps.push(Step::Release(c));
+        }
         let node = &self.topo.nodes[dst_node];
-        let os = if src == dst_node { 0.0 } else { node.os.per_message_us() * 1e3 };
+        let buffers = (bytes as f64 / self.gran.message_bytes.max(1) as f64).ceil().max(1.0);
+        let os = if src == dst_node { 0.0 } else { node.os.per_message_us() * 1e3 * buffers };
         let ns = flow.recv_cycles_per_byte * bytes as f64 / node.mhz * 1e3 + os;
         if ns > 0.0 {
             steps.push(Step::Cpu { res: dst_cpu, ns: ns.round() as u64, ctx_ns: 0 });
@@ -867,11 +915,11 @@ impl<'p> Engine<'p> {
                 steps.push(Step::Write { drive, file });
             }
         }
-        match chunk {
-            Some(c) => self.chunks[c as usize].pending += 1,
-            None => self.outstanding += 1,
+        if let Some(c) = chunk {
+            self.chunks[c as usize].pending += 1;
         }
-        self.start_xfer(steps, bytes, Done::Msg(chunk));
+        self.outstanding += 1;
+        self.start_xfer(steps, bytes, Done::Msg(None));
     }
 
     fn check_worker_end(&mut self, w: usize) {
@@ -913,38 +961,48 @@ impl<'p> Engine<'p> {
 
     // ----- routes -------------------------------------------------------------------
 
-    fn net_hops(&mut self, a: usize, b: usize) -> Vec<Hop> {
+    /// Legs from node `a` to node `b`. Shared loops are one leg; switched networks and SMP
+    /// fabrics are store-and-forward, one leg per hop (switches buffer whole messages).
+    fn net_legs(&mut self, a: usize, b: usize) -> Rc<Vec<Rc<Vec<Hop>>>> {
         if let Some(h) = self.routes.get(&(a, b)) {
             return h.clone();
         }
-        let hops = match &self.topo.net {
+        let legs: Vec<Vec<Hop>> = match &self.topo.net {
             Net::Local => Vec::new(),
-            Net::Loops { loops } => vec![Hop::AnyOf(loops.clone())],
+            Net::Loops { loops } => vec![vec![Hop::AnyOf(loops.clone())]],
             Net::Switched { tx, rx, switch_of, up, down, bus } => {
                 let mut h = Vec::new();
                 if let Some(b0) = bus[a] {
-                    h.push(Hop::One(b0));
+                    h.push(vec![Hop::One(b0)]);
                 }
-                h.push(Hop::One(tx[a]));
+                h.push(vec![Hop::One(tx[a])]);
                 let (sa, sb) = (switch_of[a], switch_of[b]);
                 if sa != sb {
                     if sa != usize::MAX {
-                        h.push(Hop::One(up[sa]));
+                        h.push(vec![Hop::One(up[sa])]);
                     }
                     if sb != usize::MAX {
-                        h.push(Hop::One(down[sb]));
+                        h.push(vec![Hop::One(down[sb])]);
                     }
                 }
-                h.push(Hop::One(rx[b]));
+                h.push(vec![Hop::One(rx[b])]);
                 if let Some(b1) = bus[b] {
-                    h.push(Hop::One(b1));
+                    h.push(vec![Hop::One(b1)]);
                 }
                 h
             }
-            Net::Smp { bte, link_in } => vec![Hop::One(bte[a]), Hop::One(link_in[b])],
+            Net::Smp { bte, link_in } => vec![vec![Hop::One(bte[a])], vec![Hop::One(link_in[b])]],
         };
-        self.routes.insert((a, b), hops.clone());
-        hops
+        let legs = Rc::new(legs.into_iter().map(Rc::new).collect::<Vec<_>>());
+        self.routes.insert((a, b), legs.clone());
+        legs
+    }
+
+    fn push_legs(&mut self, steps: &mut Vec<Step>, a: usize, b: usize) {
+        let legs = self.net_legs(a, b);
+        for l in legs.iter() {
+            steps.push(Step::Leg(l.clone()));
+        }
     }
 
     fn push_route(&mut self, steps: &mut Vec<Step>, a: usize, b: usize, bytes: u64) {
@@ -953,36 +1011,28 @@ impl<'p> Engine<'p> {
         }
         let coord = self.topo.coordinator;
         if self.topo.via_host && a != coord && b != coord {
-            let l1 = self.net_hops(a, coord);
-            steps.push(Step::Leg(l1));
+            self.push_legs(steps, a, coord);
             let node = &self.topo.nodes[coord];
             let ns = self.gran.copy_cycles_per_byte * bytes as f64 / node.mhz * 1e3 + 2.0 * node.os.per_message_us() * 1e3;
             steps.push(Step::Cpu { res: node.cpus[0], ns: ns.round() as u64, ctx_ns: 0 });
-            let l2 = self.net_hops(coord, b);
-            steps.push(Step::Leg(l2));
+            self.push_legs(steps, coord, b);
         } else {
-            let l = self.net_hops(a, b);
-            steps.push(Step::Leg(l));
+            self.push_legs(steps, a, b);
         }
     }
 
     fn push_drive_to_node(&mut self, steps: &mut Vec<Step>, drive: usize, node: usize, bytes: u64) {
         let d = &self.topo.drives[drive];
         match d.owner {
-            Some(o) if o == node => {
+            Some(o) if o != node => {
                 if !d.hops.is_empty() {
-                    steps.push(Step::Leg(d.hops.clone()));
-                }
-            }
-            Some(o) => {
-                if !d.hops.is_empty() {
-                    steps.push(Step::Leg(d.hops.clone()));
+                    let h = self.local_hops(drive, usize::MAX);
+                    steps.push(Step::Leg(h));
                 }
                 self.push_route(steps, o, node, bytes);
             }
-            None => {
-                let mut h = d.hops.clone();
-                h.extend(self.topo.nodes[node].io_hops.iter().cloned());
+            _ => {
+                let h = self.local_hops(drive, node);
                 if !h.is_empty() {
                     steps.push(Step::Leg(h));
                 }
@@ -990,24 +1040,35 @@ impl<'p> Engine<'p> {
         }
     }
 
+    /// Hops between a drive and a node's memory when no other node is involved
+    /// (`node = usize::MAX`: the drive's own hops only).
+    fn local_hops(&mut self, drive: usize, node: usize) -> Rc<Vec<Hop>> {
+        if let Some(h) = self.drive_routes.get(&(drive, node)) {
+            return h.clone();
+        }
+        let d = &self.topo.drives[drive];
+        let mut h = d.hops.clone();
+        if d.owner.is_none() && node != usize::MAX {
+            h.extend(self.topo.nodes[node].io_hops.iter().cloned());
+        }
+        let h = Rc::new(h);
+        self.drive_routes.insert((drive, node), h.clone());
+        h
+    }
+
     fn push_node_to_drive(&mut self, steps: &mut Vec<Step>, node: usize, drive: usize, bytes: u64) {
         let d = &self.topo.drives[drive];
         match d.owner {
-            Some(o) if o == node => {
-                if !d.hops.is_empty() {
-                    steps.push(Step::Leg(d.hops.clone()));
-                }
-            }
-            Some(o) => {
-                let hops = d.hops.clone();
+            Some(o) if o != node => {
+                let has = !d.hops.is_empty();
                 self.push_route(steps, node, o, bytes);
-                if !hops.is_empty() {
-                    steps.push(Step::Leg(hops));
+                if has {
+                    let h = self.local_hops(drive, usize::MAX);
+                    steps.push(Step::Leg(h));
                 }
             }
-            None => {
-                let mut h = self.topo.nodes[node].io_hops.clone();
-                h.extend(d.hops.iter().cloned());
+            _ => {
+                let h = self.local_hops(drive, node);
                 if !h.is_empty() {
                     steps.push(Step::Leg(h));
                 }
@@ -1049,7 +1110,14 @@ impl<'p> Engine<'p> {
             return;
         }
         let bytes = x.bytes;
+        if let Step::Release(c) = x.steps[x.pos] {
+            x.pos += 1;
+            self.release_chunk(c);
+            self.run_step(id);
+            return;
+        }
         let finish = match &x.steps[x.pos] {
+            Step::Release(_) => unreachable!("handled above"),
             Step::Cpu { res, ns, ctx_ns } => {
                 let r = &mut self.topo.resources[*res];
                 let idle = r.next_free < now;
@@ -1090,7 +1158,7 @@ impl<'p> Engine<'p> {
             Step::Leg(hops) => {
                 let mut chosen = std::mem::take(&mut x.chosen);
                 chosen.clear();
-                for h in hops {
+                for h in hops.iter() {
                     let id = match h {
                         Hop::One(r) => *r,
                         Hop::AnyOf(rs) => {
@@ -1146,6 +1214,7 @@ impl<'p> Engine<'p> {
             Done::Chunk(c) => self.chunk_computed(c),
             Done::Msg(Some(c)) => self.release_chunk(c),
             Done::Msg(None) => {
+                debug_assert!(self.outstanding > 0);
                 self.outstanding -= 1;
                 self.check_phase_end();
             }

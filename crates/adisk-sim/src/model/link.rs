@@ -7,10 +7,12 @@
 //! loops are several servers and a transfer takes the one that frees first. A switched
 //! network gives each port a transmit and a receive server (full duplex), the switch
 //! fabric itself is non-blocking, and an uplink between switches is one more server per
-//! direction whose bandwidth is the sum of its trunked links. Multi-hop transfers are
-//! cut-through: all hops of a leg start together when all are free, each is busy for its
-//! own serialisation time, and the message arrives when the slowest hop has finished plus
-//! the sum of the hop latencies.
+//! direction whose bandwidth is the sum of its trunked links. Switched networks and the SMP
+//! fabric are store-and-forward at message granularity: each hop is its own FIFO stage and
+//! the switch buffers whole messages. Within one leg (the I/O path of a shared-fabric drive:
+//! loop, XIO, board link) the hops are cut-through: they start together when all are free,
+//! each is busy for its own serialisation time, and the data arrives when the slowest has
+//! finished plus the sum of the latencies.
 
 use serde::{Deserialize, Serialize};
 
