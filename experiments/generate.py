@@ -481,3 +481,158 @@ baseline = {{ "run.system" = "active_disks" }}
 {UYSAL_DEVICES}
 {UYSAL_SYSTEMS.replace("SPLIT", "false")}
 """)
+
+# ---------------------------------------------------------------- memik
+MEMIK_DEVICES = """
+# memik-… Table 3. Media rate, cylinders, heads, overhead and cache are not given: the drive
+# geometry and zoned media rate are assumed equal to the Cheetah 9LP of uysal-… (same
+# 10,000 rpm generation); the seek times are the paper's.
+[devices.disks.memik]
+rpm = 10000              # Table 3
+seek_ms_min = 1.62       # Table 3
+seek_ms_mean = 8.46      # Table 3
+seek_ms_max = 21.77      # Table 3
+media_mbps_outer = 21.3  # assumption
+media_mbps_inner = 14.5  # assumption
+zones = 8
+cylinders = 6962
+heads = 12
+controller_overhead_us = 300.0
+cache_bytes = 1048576
+
+[devices.cpus.host500]
+mhz = 500.0              # Table 3: single host
+[devices.cpus.host400]
+mhz = 400.0              # Table 3: cluster hosts
+[devices.cpus.sd200]
+mhz = 200.0              # Table 3: smart disk
+[devices.cpus.host1000]
+mhz = 1000.0             # Table 4 variation
+[devices.cpus.host800]
+mhz = 800.0              # Table 4 variation
+[devices.cpus.sd350]
+mhz = 350.0              # Table 4 variation
+
+[devices.links.io200]
+bandwidth_mbps = 200.0   # Table 3: I/O interconnect
+latency_us = 1.0
+[devices.links.io400]
+bandwidth_mbps = 400.0   # Table 4 variation
+latency_us = 1.0
+[devices.links.atm155]
+bandwidth_mbps = 19.375  # §6.1: 155 Mbps ATM
+latency_us = 20.0        # assumption
+[devices.links.oc12]
+bandwidth_mbps = 77.75   # assumption: OC-12 uplinks between the per-4-host ATM switches
+latency_us = 20.0
+[devices.links.tb3]
+bandwidth_mbps = 50.9    # §6.1: SP-2 TrailBlazer3 switch, 50.9 MB/s peak
+latency_us = 40.0        # assumption
+"""
+
+MEMIK_SYSTEMS = """
+[systems.single_host]
+kind = "single_host"
+disks = 8
+disk = "memik"
+host_cpu = "host500"
+host_memory_mb = 256
+io_link = "io200"
+queue_depth = 8
+
+[systems.cluster2]
+kind = "cluster"
+disks = 8
+hosts = 2                # Table 3 / §6.1: 2 hosts with 4 disks each
+disk = "memik"
+host_cpu = "host400"
+host_memory_mb = 128
+host_bus = "io200"
+net_link = "atm155"
+nodes_per_switch = 4     # §6.5: an ATM switch per 4 machines
+uplink = "oc12"
+queue_depth = 8
+
+[systems.cluster4]
+kind = "cluster"
+disks = 8
+hosts = 4                # 4 hosts with 2 disks each
+disk = "memik"
+host_cpu = "host400"
+host_memory_mb = 128
+host_bus = "io200"
+net_link = "atm155"
+nodes_per_switch = 4
+uplink = "oc12"
+queue_depth = 8
+
+[systems.smart_disks]
+kind = "smart_disks"
+disks = 8                # one of them is the central unit
+disk = "memik"
+disk_cpu = "sd200"
+disk_memory_mb = 32
+net_link = "tb3"
+buffers_per_stream = 2
+"""
+
+MEMIK_QUERIES = '["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"]'
+
+def memik_file(name, recreates, sweep, extra, report, systems=MEMIK_SYSTEMS):
+    w("memik", name, f"""
+[experiment]
+name = "memik-{name}"
+paper = "memik"
+recreates = "{recreates}"
+
+[workload]
+kind = "tpc"
+query = "Q1"
+size_class = "medium"          # Table 5
+selectivity_class = "medium"   # Table 6
+bundling = "paper"             # §4.2.1 relation
+page_kb = 8.0                  # Table 3: 8 KB pages (the I/O request size)
+
+[run]
+system = "smart_disks"
+
+[sweep]
+{sweep}
+{extra}
+[report]
+{report}
+{MEMIK_DEVICES}
+{systems}
+""")
+
+memik_file("base", "memik-… Fig. 6: six TPC-D queries, base configuration (Table 3), normalized to the single host",
+           f'"workload.query" = {MEMIK_QUERIES}\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
+           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host" }')
+
+var = [
+    ("base", "{}"),
+    ("faster CPU", '{ "systems.single_host.host_cpu" = "host1000", "systems.cluster2.host_cpu" = "host800", "systems.cluster4.host_cpu" = "host800", "systems.smart_disks.disk_cpu" = "sd350" }'),
+    ("page 4K", '{ "workload.page_kb" = 4.0 }'),
+    ("page 16K", '{ "workload.page_kb" = 16.0 }'),
+    ("more memory", '{ "systems.single_host.host_memory_mb" = 512.0, "systems.cluster2.host_memory_mb" = 256.0, "systems.cluster4.host_memory_mb" = 256.0, "systems.smart_disks.disk_memory_mb" = 64.0 }'),
+    ("faster I/O interconnect", '{ "systems.single_host.io_link" = "io400", "systems.cluster2.host_bus" = "io400", "systems.cluster4.host_bus" = "io400" }'),
+    ("4 disks", '{ "systems.single_host.disks" = 4, "systems.cluster2.disks" = 4, "systems.cluster4.disks" = 4, "systems.smart_disks.disks" = 4 }'),
+    ("16 disks", '{ "systems.single_host.disks" = 16, "systems.cluster2.disks" = 16, "systems.cluster4.disks" = 16, "systems.smart_disks.disks" = 16 }'),
+    ("small database", '{ "workload.size_class" = "small" }'),
+    ("large database", '{ "workload.size_class" = "large" }'),
+    ("low selectivity", '{ "workload.selectivity_class" = "small" }'),
+    ("high selectivity", '{ "workload.selectivity_class" = "large" }'),
+]
+vtext = "\n".join(f'[[variants]]\nlabel = "{l}"\nset = {s}\n' for l, s in var)
+memik_file("variations", "memik-… Table 4 variations (Figs. 7-17) with Tables 5-7 sizes, summary averaged over queries (Table 8)",
+           f'"workload.query" = {MEMIK_QUERIES}\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
+           vtext, 'x = "variant"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host", "variant" = "base" }\naverage_over = "workload.query"')
+
+SCAL_SYSTEMS = MEMIK_SYSTEMS.replace('hosts = 2                # Table 3 / §6.1: 2 hosts with 4 disks each', 'disks_per_host = 4       # §6.5: hosts with 4 disks').replace('hosts = 4                # 4 hosts with 2 disks each', 'disks_per_host = 2       # §6.5: hosts with 2 disks')
+memik_file("scalability", "memik-… §6.5 Figs. 18-20: speed-up from 4 to 8/16/32 disks (hosts with 4 or 2 disks; smart disks)",
+           f'"workload.query" = {MEMIK_QUERIES}\n"run.system" = ["cluster2", "cluster4", "smart_disks"]\n"run.disks" = [4, 8, 16, 32]',
+           "", 'x = "run.disks"\ny = "speedup"\nbaseline = { "run.disks" = 4 }', SCAL_SYSTEMS)
+
+memik_file("bundling", "memik-… §6.2 Figs. 4-5: no bundling / paper relation / excessive bundling at 4 and 8 disks, with distinct bundles and operations per bundle",
+           f'"workload.query" = {MEMIK_QUERIES}\n"workload.bundling" = ["none", "paper", "excessive"]\n"run.disks" = [4, 8]',
+           "", 'x = "workload.query"\ny = "normalized"\nbaseline = { "workload.bundling" = "none" }')

@@ -96,10 +96,18 @@ pub enum Storage {
 }
 
 impl Storage {
-    fn serve(&mut self, now: SimTime, op: DiskOp, addr: u64, len: u64) -> (SimTime, SimTime) {
+    /// Serve a request: (start, finish, busy ns including read-ahead done while idle).
+    fn serve(&mut self, now: SimTime, op: DiskOp, addr: u64, len: u64) -> (SimTime, SimTime, u64) {
         match self {
-            Storage::Disk(d) => d.serve(now, op, addr, len),
-            Storage::Ssd(s) => s.serve(now, op, len),
+            Storage::Disk(d) => {
+                let before = d.readahead_ns;
+                let (s, e) = d.serve(now, op, addr, len);
+                (s, e, (e - s).0 + (d.readahead_ns - before))
+            }
+            Storage::Ssd(sd) => {
+                let (s, e) = sd.serve(now, op, len);
+                (s, e, (e - s).0)
+            }
         }
     }
     /// Capacity, bytes.
@@ -1131,9 +1139,9 @@ impl<'p> Engine<'p> {
             }
             Step::Read { drive, addr, len } => {
                 let d = &mut self.topo.drives[*drive];
-                let (s, e) = d.storage.serve(now, DiskOp::Read, *addr, *len);
+                let (_, e, busy) = d.storage.serve(now, DiskOp::Read, *addr, *len);
                 let r = &mut self.topo.resources[d.res];
-                r.busy_ns += (e - s).0;
+                r.busy_ns += busy;
                 r.bytes_in += *len;
                 r.ops += 1;
                 r.next_free = e;
@@ -1147,9 +1155,9 @@ impl<'p> Engine<'p> {
                 if let Some(ext) = d.files.get_mut(file) {
                     ext.1 += bytes;
                 }
-                let (s, e) = d.storage.serve(now, DiskOp::Write, addr, bytes);
+                let (_, e, busy) = d.storage.serve(now, DiskOp::Write, addr, bytes);
                 let r = &mut self.topo.resources[d.res];
-                r.busy_ns += (e - s).0;
+                r.busy_ns += busy;
                 r.bytes_in += bytes;
                 r.ops += 1;
                 r.next_free = e;

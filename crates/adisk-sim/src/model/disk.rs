@@ -188,6 +188,8 @@ pub struct DiskModel {
     last_done: SimTime,
     /// Time the mechanism becomes free.
     pub next_free: SimTime,
+    /// Media time spent reading ahead while otherwise idle, ns (counted as busy time).
+    pub readahead_ns: u64,
 }
 
 impl DiskModel {
@@ -227,6 +229,7 @@ impl DiskModel {
             last_op: DiskOp::Read,
             last_done: SimTime::ZERO,
             next_free: SimTime::ZERO,
+            readahead_ns: 0,
         })
     }
 
@@ -299,7 +302,9 @@ impl DiskModel {
             let idle = (start.0 - self.last_done.0) as f64;
             let rate = self.zone_rate[self.zone_of(addr % self.capacity.max(1))];
             let buffered = (idle * rate).min(self.spec.cache_bytes as f64).min(len as f64);
-            overhead + media * (1.0 - buffered / len.max(1) as f64)
+            let ahead = media * (buffered / len.max(1) as f64);
+            self.readahead_ns += ahead.round() as u64;
+            overhead + media - ahead
         } else {
             let (cyl, angle) = self.locate(addr);
             let dist = cyl.abs_diff(self.head_cylinder);

@@ -1,8 +1,697 @@
-//! TPC-D queries of memik-… as plan trees, operation bundling (Algorithm 1).
+//! TPC-D/TPC-H queries as plan trees of the operations of memik-… Table 1 (sequential and
+//! indexed scan, nested-loop / merge / hash join, sort, group-by, aggregate), operation
+//! bundling by memik-… Algorithm 1, and their compilation into phases for each architecture.
+//!
+//! Plan shapes are reconstructed from memik-… Table 1 (which operations each query uses),
+//! §4.2.2 (the Q12 walk-through) and the standard TPC-D plans; sizes come from memik-…
+//! Tables 5–7 (chiu-…: TPC-H scale factors). Assumptions are listed in docs/simulator.md.
+
 use super::{KeyError, Wctx};
-use crate::config::WorkloadConfig;
-use crate::engine::Plan;
+use crate::config::{Bundling, WorkloadConfig};
+use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
+
+/// Plan operations (memik-… Table 1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// Sequential scan with selection/projection.
+    SeqScan,
+    /// Indexed scan.
+    IndexScan,
+    /// Nested-loop join (the inner is replicated; index nested loop).
+    NestedLoop,
+    /// Merge join.
+    MergeJoin,
+    /// Hash join.
+    HashJoin,
+    /// Sort.
+    Sort,
+    /// Group-by.
+    Group,
+    /// Aggregate.
+    Agg,
+}
+
+impl Op {
+    fn short(self) -> &'static str {
+        match self {
+            Op::SeqScan => "SS",
+            Op::IndexScan => "IS",
+            Op::NestedLoop => "NL",
+            Op::MergeJoin => "M",
+            Op::HashJoin => "H",
+            Op::Sort => "Sort",
+            Op::Group => "Group",
+            Op::Agg => "Agg",
+        }
+    }
+    fn is_join(self) -> bool {
+        matches!(self, Op::NestedLoop | Op::MergeJoin | Op::HashJoin)
+    }
+    fn is_scan(self) -> bool {
+        matches!(self, Op::SeqScan | Op::IndexScan)
+    }
+}
+
+/// A plan-tree node.
+#[derive(Clone, Debug)]
+pub struct PlanNode {
+    /// Operation.
+    pub op: Op,
+    /// Scanned table (scans only).
+    pub table: Option<usize>,
+    /// Selectivity of a scan (fraction of the table's tuples kept).
+    pub selectivity: f64,
+    /// Children (joins: [probe / many side, build / one side]).
+    pub children: Vec<usize>,
+}
+
+/// A query: tables (name, tuples), tuple size, plan tree, result groups.
+#[derive(Clone, Debug)]
+pub struct Query {
+    /// Name.
+    pub name: String,
+    /// (table, tuples).
+    pub tables: Vec<(String, f64)>,
+    /// Bytes per base tuple.
+    pub tuple_bytes: f64,
+    /// Nodes; `root` is the last.
+    pub nodes: Vec<PlanNode>,
+    /// Distinct groups of the group-by (if any).
+    pub groups: f64,
+}
+
+impl Query {
+    /// Root node index.
+    pub fn root(&self) -> usize {
+        self.nodes.len() - 1
+    }
+}
+
+struct B {
+    nodes: Vec<PlanNode>,
+}
+impl B {
+    fn add(&mut self, op: Op, table: Option<usize>, sel: f64, children: Vec<usize>) -> usize {
+        self.nodes.push(PlanNode { op, table, selectivity: sel, children });
+        self.nodes.len() - 1
+    }
+}
+
+/// memik-… size class scaling of Table 7 (small = 0.3×, large = 3× the medium tuple counts).
+fn class_factor(c: &str) -> Option<f64> {
+    match c {
+        "small" => Some(0.3),
+        "medium" => Some(1.0),
+        "large" => Some(3.0),
+        _ => None,
+    }
+}
+
+/// Table 6 selectivities (fraction) of the query's main selection.
+fn memik_selectivity(q: &str, class: &str) -> Option<f64> {
+    let row: [f64; 3] = match q {
+        "Q1" => [83.0, 88.0, 93.0],
+        "Q3" => [44.0, 54.0, 63.0],
+        "Q6" => [2.0, 3.0, 4.0],
+        "Q12" => [0.4, 0.8, 1.6],
+        "Q13" => [100.0, 100.0, 100.0],
+        "Q16" => [12.0, 15.0, 18.0],
+        _ => return None,
+    };
+    let i = match class {
+        "small" => 0,
+        "medium" => 1,
+        "large" => 2,
+        _ => return None,
+    };
+    Some(row[i] / 100.0)
+}
+
+/// Table 5 total sizes (medium), bytes.
+fn memik_size(q: &str) -> Option<f64> {
+    Some(
+        match q {
+            "Q1" | "Q6" => 8.0,
+            "Q3" | "Q12" => 10.0,
+            "Q13" => 2.5,
+            "Q16" => 2.0,
+            _ => return None,
+        } * 1e9,
+    )
+}
+
+/// Build a query plan. `tuples` scales Table 7's medium counts; `total_bytes` sets tuple size;
+/// `sel` is the main selectivity.
+pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Query> {
+    let mut b = B { nodes: Vec::new() };
+    let m = 1e6 * scale;
+    let (tables, groups): (Vec<(&str, f64)>, f64) = match q {
+        // Q1: SS lineitem → group (returnflag, linestatus) → aggregate → sort.
+        "Q1" => {
+            let s = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let g = b.add(Op::Group, None, 1.0, vec![s]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (vec![("lineitem", 60.0 * m)], 4.0)
+        }
+        // Q3: IS customer (segment, 1/5) ⋈NL IS orders (date, 1/2) ⋈NL IS lineitem (date) → group → agg → sort.
+        "Q3" => {
+            let c = b.add(Op::IndexScan, Some(2), 0.2, vec![]);
+            let o = b.add(Op::IndexScan, Some(1), 0.5, vec![]);
+            let j1 = b.add(Op::NestedLoop, None, 1.0, vec![o, c]);
+            let l = b.add(Op::IndexScan, Some(0), sel, vec![]);
+            let j2 = b.add(Op::NestedLoop, None, 1.0, vec![l, j1]);
+            let g = b.add(Op::Group, None, 1.0, vec![j2]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (vec![("lineitem", 60.0 * m), ("orders", 15.0 * m), ("customer", 1.5 * m)], 0.1 * 15.0 * m * 0.5 * 0.2)
+        }
+        // Q6: SS lineitem → aggregate.
+        "Q6" => {
+            let s = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            b.add(Op::Agg, None, 1.0, vec![s]);
+            (vec![("lineitem", 60.0 * m)], 1.0)
+        }
+        // Q12 (memik-… Fig. 3): SS lineitem → sort; ⋈M IS orders → sort → group → agg → sort.
+        "Q12" => {
+            let s = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let s1 = b.add(Op::Sort, None, 1.0, vec![s]);
+            let o = b.add(Op::IndexScan, Some(1), 1.0, vec![]);
+            let j = b.add(Op::MergeJoin, None, 1.0, vec![o, s1]);
+            let s2 = b.add(Op::Sort, None, 1.0, vec![j]);
+            let g = b.add(Op::Group, None, 1.0, vec![s2]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (vec![("lineitem", 60.0 * m), ("orders", 15.0 * m)], 2.0)
+        }
+        // Q13: SS orders (all) ⋈NL IS customer → group → agg → sort.
+        "Q13" => {
+            let o = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let c = b.add(Op::IndexScan, Some(1), 1.0, vec![]);
+            let j = b.add(Op::NestedLoop, None, 1.0, vec![o, c]);
+            let g = b.add(Op::Group, None, 1.0, vec![j]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (vec![("orders", 15.0 * m), ("customer", 1.5 * m)], 1.5 * m)
+        }
+        // Q16: IS partsupp ⋈H IS part (brand/type/size) ⋈H IS supplier (complaints, 1/2000) → group → agg → sort.
+        "Q16" => {
+            let ps = b.add(Op::IndexScan, Some(0), 1.0, vec![]);
+            let p = b.add(Op::IndexScan, Some(1), sel, vec![]);
+            let j1 = b.add(Op::HashJoin, None, 1.0, vec![ps, p]);
+            let s = b.add(Op::IndexScan, Some(2), 0.0005, vec![]);
+            let j2 = b.add(Op::HashJoin, None, 1.0, vec![j1, s]);
+            let g = b.add(Op::Group, None, 1.0, vec![j2]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (vec![("partsupp", 8.0 * m), ("part", 2.0 * m), ("supplier", 0.1 * m)], 18_000.0 * scale.min(1.0))
+        }
+        _ => return None,
+    };
+    let total_tuples: f64 = tables.iter().map(|t| t.1).sum();
+    Some(Query {
+        name: q.to_string(),
+        tables: tables.into_iter().map(|(n, t)| (n.to_string(), t)).collect(),
+        tuple_bytes: total_bytes / total_tuples,
+        nodes: b.nodes,
+        groups,
+    })
+}
+
+/// The relation of bindable operations (child, parent).
+pub fn relation(b: Bundling) -> Vec<(Op, Op)> {
+    use Op::*;
+    let paper = vec![
+        (IndexScan, NestedLoop),
+        (SeqScan, NestedLoop),
+        (IndexScan, MergeJoin),
+        (SeqScan, MergeJoin),
+        (IndexScan, HashJoin),
+        (SeqScan, HashJoin),
+        (IndexScan, Group),
+        (SeqScan, Group),
+        (Group, Agg),
+    ];
+    match b {
+        Bundling::None => Vec::new(),
+        Bundling::Paper => paper,
+        Bundling::Excessive => {
+            let mut r = paper;
+            r.extend([(IndexScan, Sort), (SeqScan, Sort), (Sort, Group), (Sort, Agg), (Agg, Sort), (Agg, Group)]);
+            r
+        }
+    }
+}
+
+/// memik-… Algorithm 1 (with the root's bundle included, as in the original algorithm).
+/// Returns bundles in execution order (every bundle after the bundles it depends on).
+pub fn find_bundles(q: &Query, rel: &[(Op, Op)]) -> Vec<Vec<usize>> {
+    fn rec(q: &Query, rel: &[(Op, Op)], node: usize, current: &mut Vec<usize>, list: &mut Vec<Vec<usize>>) {
+        for &child in &q.nodes[node].children {
+            if rel.contains(&(q.nodes[child].op, q.nodes[node].op)) {
+                current.push(child);
+                rec(q, rel, child, current, list);
+            } else {
+                let mut nb = vec![child];
+                rec(q, rel, child, &mut nb, list);
+                list.push(nb);
+            }
+        }
+    }
+    let root = q.root();
+    let mut list = Vec::new();
+    let mut rb = vec![root];
+    rec(q, rel, root, &mut rb, &mut list);
+    list.push(rb);
+    list
+}
+
+/// Bundle statistics over a set of queries: (distinct bundles, average operations per bundle, bundles per query).
+pub fn bundle_stats(queries: &[Query], rel: &[(Op, Op)]) -> (usize, f64, f64) {
+    let mut distinct: Vec<String> = Vec::new();
+    let (mut ops, mut bundles) = (0usize, 0usize);
+    for q in queries {
+        for b in find_bundles(q, rel) {
+            let key: Vec<&str> = b.iter().map(|i| q.nodes[*i].op.short()).collect();
+            let key = key.join("+");
+            if !distinct.contains(&key) {
+                distinct.push(key);
+            }
+            ops += b.len();
+            bundles += 1;
+        }
+    }
+    (distinct.len(), ops as f64 / bundles.max(1) as f64, bundles as f64 / queries.len().max(1) as f64)
+}
+
+/// Per-node output estimates.
+#[derive(Clone, Debug, Default)]
+struct Est {
+    tuples: f64,
+    bytes_per: f64,
+    key_tuples: f64,
+}
+
+fn estimate(q: &Query) -> Vec<Est> {
+    let mut e = vec![Est::default(); q.nodes.len()];
+    for i in 0..q.nodes.len() {
+        let n = &q.nodes[i];
+        e[i] = match n.op {
+            Op::SeqScan | Op::IndexScan => {
+                let t = q.tables[n.table.unwrap_or(0)].1;
+                // Selection + projection keep half of each tuple's bytes (assumption).
+                Est { tuples: t * n.selectivity, bytes_per: q.tuple_bytes * 0.5, key_tuples: t }
+            }
+            Op::NestedLoop | Op::MergeJoin | Op::HashJoin => {
+                let (p, b) = (&e[n.children[0]], &e[n.children[1]]);
+                let matched = if b.key_tuples > 0.0 { (b.tuples / b.key_tuples).min(1.0) } else { 1.0 };
+                Est { tuples: p.tuples * matched, bytes_per: p.bytes_per + b.bytes_per * 0.5, key_tuples: p.key_tuples }
+            }
+            Op::Sort => e[n.children[0]].clone(),
+            Op::Group => {
+                let c = &e[n.children[0]];
+                Est { tuples: q.groups.min(c.tuples), bytes_per: 32.0, key_tuples: q.groups }
+            }
+            Op::Agg => {
+                let c = &e[n.children[0]];
+                let t = if q.nodes[n.children[0]].op == Op::Group { c.tuples } else { 1.0 };
+                Est { tuples: t, bytes_per: 32.0, key_tuples: t }
+            }
+        };
+    }
+    e
+}
+
+/// How a query is executed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// memik-…: the central unit / front-end coordinates; smart disks use bundles with a
+    /// synchronisation per bundle; joins replicate one input.
+    Memik,
+    /// chiu-…: the whole plan is shipped once; sort/join/group redistribute among the disks.
+    Chiu,
+}
+
+/// Compile a query for an architecture.
+pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) -> Plan {
+    let est = estimate(q);
+    let n = ctx.n as f64;
+    let mut plan = Plan::default();
+    let files: Vec<u32> = q.tables.iter().map(|(name, _)| plan.file(name)).collect();
+    for (i, (_, t)) in q.tables.iter().enumerate() {
+        plan.base_files.push((files[i], t * q.tuple_bytes));
+    }
+    let c = |k: &str| ctx.c(k);
+    let log2 = |x: f64| x.max(2.0).log2();
+    // Where each node's output lives after its bundle: in memory, on disk (file), or at the coordinator.
+    let mut loc: Vec<Option<LocView>> = vec![None; q.nodes.len()];
+    let copy = c("copy_cycles_per_byte");
+    let nb = bundles.len();
+    for (bi, bundle) in bundles.iter().enumerate() {
+        let last = bi + 1 == nb;
+        // Operations of this bundle in plan order (children first).
+        let mut ops: Vec<usize> = bundle.clone();
+        ops.sort_unstable();
+        // Top of the bundle: the op whose parent is outside.
+        let top = *ops.iter().max().unwrap_or(&0);
+        // If the bundle's data already sits at the coordinator (after a group/agg), it runs there.
+        let feeds_from_coord = ops.iter().all(|&i| {
+            q.nodes[i].children.iter().all(|ch| bundle.contains(ch) || loc[*ch] == Some(LocView::Coord)) && !q.nodes[i].op.is_scan()
+        }) && ops.iter().any(|&i| q.nodes[i].children.iter().any(|ch| loc[*ch] == Some(LocView::Coord)));
+        if feeds_from_coord {
+            let mut ph = Phase::new(format!("{} bundle {} [{}] at coordinator", q.name, bi + 1, names(q, &ops)));
+            let t = est[top].tuples;
+            ph.coord_end_cycles = ops
+                .iter()
+                .map(|&i| match q.nodes[i].op {
+                    Op::Sort => t * log2(t) * c("sort_compare_cycles"),
+                    Op::Group => t * c("hash_group_cycles_per_tuple"),
+                    _ => t * c("agg_cycles_per_tuple"),
+                })
+                .sum();
+            if mode == Mode::Memik && !ctx.single_node {
+                ph.command = bi == 0;
+            }
+            plan.phases.push(ph);
+            loc[top] = Some(LocView::Coord);
+            continue;
+        }
+        // Build sides of joins inside this bundle (the smaller input is replicated / hashed).
+        let mut pre_phases: Vec<Phase> = Vec::new();
+        let mut broadcast = 0.0;
+        let mut build_cycles = 0.0;
+        // The probe path: start from the top, follow the larger child.
+        let mut path: Vec<usize> = Vec::new();
+        let mut cur = top;
+        let main_input: Input;
+        let main_bytes_per_worker: f64;
+        loop {
+            path.push(cur);
+            let node = &q.nodes[cur];
+            if node.op.is_scan() {
+                let tb = q.tables[node.table.unwrap_or(0)].1 * q.tuple_bytes;
+                let frac = if node.op == Op::IndexScan { node.selectivity.max(1e-6).min(1.0) } else { 1.0 };
+                main_input = Input::FilePart(files[node.table.unwrap_or(0)], frac);
+                main_bytes_per_worker = tb * frac / n;
+                break;
+            }
+            let kids = &node.children;
+            let (probe, build) = if node.op.is_join() {
+                let (a, b) = (kids[0], kids[1]);
+                let (sa, sb) = (est[a].tuples * est[a].bytes_per, est[b].tuples * est[b].bytes_per);
+                if sa >= sb { (a, Some(b)) } else { (b, Some(a)) }
+            } else {
+                (kids[0], None)
+            };
+            if let Some(bd) = build {
+                let bytes = est[bd].tuples * est[bd].bytes_per;
+                let tuples = est[bd].tuples;
+                let mut ph = Phase::new(format!("{} bundle {} [{}]: build/replicate {}", q.name, bi + 1, names(q, &ops), q.nodes[bd].op.short()));
+                let (inp, per) = input_of(q, &est, bd, &loc, &files, n, bundle);
+                ph.input = inp;
+                ph.cycles_per_byte = scan_cycles(q, bd, ctx) + if per > 0.0 { copy } else { 0.0 };
+                let out_ratio = if per > 0.0 { bytes / n / per } else { 0.0 };
+                let replicate = !ctx.single_node && (mode == Mode::Memik || q.nodes[cur].op != Op::NestedLoop);
+                if replicate {
+                    match (mode, q.nodes[cur].op) {
+                        (Mode::Chiu, _) => {
+                            // Hash-redistribute the build side (and later the probe side).
+                            ph.flows.push(flow_of(Dest::Shuffle, out_ratio, per, bytes / n, c("hash_build_cycles_per_tuple") / est[bd].bytes_per));
+                        }
+                        (Mode::Memik, Op::HashJoin) => {
+                            ph.flows.push(flow_of(Dest::AllPeers, out_ratio, per, bytes / n, c("hash_build_cycles_per_tuple") / est[bd].bytes_per));
+                        }
+                        (Mode::Memik, _) => {
+                            if ctx.worker_disks {
+                                // The central unit selects/merges the inner, then broadcasts it.
+                                ph.flows.push(flow_of(Dest::Coordinator, out_ratio, per, bytes / n, copy));
+                                if q.nodes[cur].op == Op::MergeJoin {
+                                    ph.coord_end_cycles = tuples * log2(n) * c("sort_compare_cycles");
+                                }
+                                broadcast += bytes;
+                            } else {
+                                ph.flows.push(flow_of(Dest::AllPeers, out_ratio, per, bytes / n, copy));
+                            }
+                        }
+                    }
+                }
+                build_cycles += tuples * c("hash_build_cycles_per_tuple");
+                pre_phases.push(ph);
+            }
+            if !bundle.contains(&probe) {
+                let (inp, per) = input_of(q, &est, probe, &loc, &files, n, bundle);
+                main_input = inp;
+                main_bytes_per_worker = per;
+                break;
+            }
+            cur = probe;
+        }
+        // CPU per main-input byte along the probe path.
+        let leaf = *path.last().unwrap_or(&top);
+        let in_tuples_total = if q.nodes[leaf].op.is_scan() && bundle.contains(&leaf) {
+            q.tables[q.nodes[leaf].table.unwrap_or(0)].1 * if q.nodes[leaf].op == Op::IndexScan { q.nodes[leaf].selectivity } else { 1.0 }
+        } else {
+            est[q.nodes[leaf].children.first().copied().unwrap_or(leaf)].tuples.max(est[leaf].tuples)
+        };
+        let in_bytes_total = main_bytes_per_worker * n;
+        let mut cycles = 0.0;
+        let mut extra_io = 0.0; // bytes per worker written and read back (spills)
+        for &i in path.iter().rev() {
+            let node = &q.nodes[i];
+            let tin = node.children.first().map(|ch| est[*ch].tuples).unwrap_or(in_tuples_total) / n;
+            let tout = est[i].tuples / n;
+            cycles += match node.op {
+                Op::SeqScan => in_bytes_total / n * c("select_cycles_per_byte"),
+                Op::IndexScan => in_bytes_total / n * c("select_cycles_per_byte") + tout * c("index_probe_cycles"),
+                Op::NestedLoop => tin.max(tout) * c("hash_probe_cycles_per_tuple"),
+                Op::HashJoin => tin.max(tout) * c("hash_probe_cycles_per_tuple"),
+                Op::MergeJoin => (tin + tout) * c("join_merge_cycles_per_tuple"),
+                Op::Sort => {
+                    let bytes = tin * est[i].bytes_per;
+                    if bytes > ctx.mem_per_worker {
+                        extra_io += bytes;
+                    }
+                    tin * log2(tin) * c("sort_compare_cycles")
+                }
+                Op::Group => tin * c("hash_group_cycles_per_tuple"),
+                Op::Agg => tin * c("agg_cycles_per_tuple"),
+            };
+        }
+        let mut ph = Phase::new(format!("{} bundle {} [{}]", q.name, bi + 1, names(q, &ops)));
+        ph.input = main_input;
+        ph.cycles_per_byte = if main_bytes_per_worker > 0.0 { cycles / main_bytes_per_worker } else { 0.0 };
+        if main_bytes_per_worker <= 0.0 {
+            ph.end_cycles = cycles;
+        }
+        // Replicated build sides are built in full at every worker; redistributed ones in part.
+        ph.end_cycles += if mode == Mode::Chiu && !ctx.single_node { build_cycles / n } else { build_cycles };
+        ph.broadcast_bytes = broadcast;
+        let out_bytes_per_worker = est[top].tuples * est[top].bytes_per / n;
+        let has_group = ops.iter().any(|&i| matches!(q.nodes[i].op, Op::Group | Op::Agg));
+        let to_coord = last || has_group;
+        if extra_io > 0.0 {
+            // External sort spill: runs written and read back once.
+            let f = plan.file(&format!("{}_spill{}", q.name, bi));
+            ph.flows.push(Flow { dest: Dest::Local, amount: Amount::Bytes(extra_io), recv_cycles_per_byte: 0.0, write: Some(f) });
+            ph.write_estimates.push((f, extra_io * n));
+            plan.note(format!("bundle{}_sort_spill_bytes_per_worker", bi + 1), format!("{extra_io:.0}"));
+        }
+        if to_coord && !ctx.single_node {
+            let dest = if mode == Mode::Chiu && has_group && !last { Dest::Shuffle } else { Dest::Coordinator };
+            let recv = if has_group { c("merge_partial_cycles_per_entry") / 32.0 } else { copy };
+            ph.flows.push(Flow { dest, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: recv, write: None });
+            if q.nodes[top].op == Op::Sort {
+                let t = est[top].tuples;
+                ph.coord_end_cycles += t * log2(n) * c("sort_compare_cycles");
+            }
+            loc[top] = Some(LocView::Coord);
+        } else if out_bytes_per_worker > ctx.mem_per_worker && !last {
+            let f = plan.file(&format!("{}_b{}", q.name, bi));
+            ph.flows.push(Flow { dest: Dest::Local, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: 0.0, write: Some(f) });
+            ph.write_estimates.push((f, out_bytes_per_worker * n));
+            loc[top] = Some(LocView::Disk(f));
+        } else {
+            loc[top] = Some(LocView::Memory);
+        }
+        if mode == Mode::Chiu && q.nodes[top].op == Op::Sort && !last && !ctx.single_node {
+            // Parallel bucket sort: redistribute by key range.
+            ph.flows.push(Flow { dest: Dest::Shuffle, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: copy, write: None });
+        }
+        if mode == Mode::Chiu && ops.iter().any(|&i| q.nodes[i].op.is_join()) && !ctx.single_node {
+            // Redistribute the probe side by the join key.
+            ph.flows.push(Flow { dest: Dest::Shuffle, amount: Amount::Ratio(1.0), recv_cycles_per_byte: copy, write: None });
+        }
+        // Protocol.
+        let mut all: Vec<Phase> = pre_phases;
+        all.push(ph);
+        if !ctx.single_node {
+            for p in all.iter_mut() {
+                match mode {
+                    Mode::Memik => {
+                        p.command = true;
+                        p.sync = true;
+                    }
+                    Mode::Chiu => {}
+                }
+            }
+        }
+        plan.phases.extend(all);
+    }
+    if mode == Mode::Chiu && !ctx.single_node {
+        if let Some(p) = plan.phases.first_mut() {
+            p.command = true;
+        }
+        if let Some(p) = plan.phases.last_mut() {
+            p.sync = true;
+        }
+    }
+    plan.note("bundles", nb);
+    plan.note("ops", q.nodes.len());
+    plan.note("bundle_list", bundles.iter().map(|b| names(q, b)).collect::<Vec<_>>().join(" | "));
+    plan
+}
+
+fn flow_of(dest: Dest, ratio: f64, per: f64, bytes: f64, recv: f64) -> Flow {
+    let amount = if per > 0.0 { Amount::Ratio(ratio) } else { Amount::Bytes(bytes) };
+    Flow { dest, amount, recv_cycles_per_byte: recv, write: None }
+}
+
+fn names(q: &Query, ops: &[usize]) -> String {
+    let mut v: Vec<usize> = ops.to_vec();
+    v.sort_unstable();
+    v.iter().rev().map(|i| q.nodes[*i].op.short()).collect::<Vec<_>>().join("+")
+}
+
+fn scan_cycles(q: &Query, i: usize, ctx: &Wctx) -> f64 {
+    match q.nodes[i].op {
+        Op::SeqScan | Op::IndexScan => ctx.c("select_cycles_per_byte"),
+        _ => 0.0,
+    }
+}
+
+/// Input of a sub-tree rooted at `i`: a scan inside the bundle reads its table; otherwise the
+/// stored result of an earlier bundle. Returns (input, bytes per worker).
+#[allow(clippy::too_many_arguments)]
+fn input_of(
+    q: &Query,
+    est: &[Est],
+    i: usize,
+    loc: &[Option<LocView>],
+    files: &[u32],
+    n: f64,
+    bundle: &[usize],
+) -> (Input, f64) {
+    let node = &q.nodes[i];
+    if node.op.is_scan() && bundle.contains(&i) {
+        let t = node.table.unwrap_or(0);
+        let frac = if node.op == Op::IndexScan { node.selectivity.max(1e-6).min(1.0) } else { 1.0 };
+        return (Input::FilePart(files[t], frac), q.tables[t].1 * q.tuple_bytes * frac / n);
+    }
+    let bytes = est[i].tuples * est[i].bytes_per / n;
+    match loc[i] {
+        Some(LocView::Disk(f)) => (Input::File(f), bytes),
+        Some(LocView::Coord) => (Input::None, 0.0),
+        _ => (Input::Memory(bytes), bytes),
+    }
+}
+
+/// A view of where a result lives (used by [`input_of`]).
+#[derive(Clone, Copy, PartialEq)]
+pub enum LocView {
+    /// In worker memory.
+    Memory,
+    /// In a file.
+    Disk(u32),
+    /// At the coordinator.
+    Coord,
+}
+
 /// memik-… query on any architecture.
-pub fn memik_query(_cfg: &WorkloadConfig, _ctx: &Wctx) -> Result<Plan, KeyError> {
-    Err(("workload.kind".into(), "tpc: in progress".into()))
+pub fn memik_query(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
+    let qn = cfg.query.clone().ok_or_else(|| ("workload.query".to_string(), "required for kind tpc (Q1, Q3, Q6, Q12, Q13, Q16)".to_string()))?;
+    let size = cfg.size_class.clone().unwrap_or_else(|| "medium".into());
+    let selc = cfg.selectivity_class.clone().unwrap_or_else(|| "medium".into());
+    let scale = class_factor(&size).ok_or_else(|| ("workload.size_class".to_string(), format!("must be small, medium or large, got `{size}`")))?;
+    let sel = memik_selectivity(&qn, &selc)
+        .ok_or_else(|| ("workload.selectivity_class".to_string(), format!("query `{qn}` / class `{selc}` not in memik-… Table 6")))?;
+    let bytes = memik_size(&qn).ok_or_else(|| ("workload.query".to_string(), format!("`{qn}` is not one of Q1, Q3, Q6, Q12, Q13, Q16")))? * scale;
+    let q = build_query(&qn, scale, bytes, sel).ok_or_else(|| ("workload.query".to_string(), format!("unknown query `{qn}`")))?;
+    let bundling = cfg.bundling.unwrap_or_default();
+    let rel = relation(bundling);
+    let bundles = if ctx.worker_disks {
+        find_bundles(&q, &rel)
+    } else if ctx.single_node {
+        // A host DBMS pipelines the whole plan (blocking operators spill when memory is short).
+        vec![(0..q.nodes.len()).collect()]
+    } else {
+        // Clusters run operators back to back and synchronise only at joins.
+        let rel2: Vec<(Op, Op)> = all_pairs().into_iter().filter(|(ch, _)| !ch.is_join()).collect();
+        find_bundles(&q, &rel2)
+    };
+    let mut plan = compile_query(&q, &bundles, ctx, Mode::Memik);
+    let all_q: Vec<Query> = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"]
+        .iter()
+        .filter_map(|n| build_query(n, 1.0, memik_size(n).unwrap_or(1e9), memik_selectivity(n, "medium").unwrap_or(0.5)))
+        .collect();
+    let (distinct, avg_ops, per_query) = bundle_stats(&all_q, &rel);
+    plan.note("relation", format!("{bundling:?}"));
+    plan.note("distinct_bundles_six_queries", distinct);
+    plan.note("avg_ops_per_bundle_six_queries", format!("{avg_ops:.2}"));
+    plan.note("avg_bundles_per_query", format!("{per_query:.2}"));
+    Ok(plan)
+}
+
+fn all_pairs() -> Vec<(Op, Op)> {
+    use Op::*;
+    let ops = [SeqScan, IndexScan, NestedLoop, MergeJoin, HashJoin, Sort, Group, Agg];
+    let mut v = Vec::new();
+    for a in ops {
+        for b in ops {
+            v.push((a, b));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q12_bundles_match_the_papers_walk_through() {
+        let q = build_query("Q12", 1.0, 10e9, 0.008).unwrap();
+        let b = find_bundles(&q, &relation(Bundling::Paper));
+        let shapes: Vec<String> = b.iter().map(|x| names(&q, x)).collect();
+        // memik-… §4.2.2: select lineitem; sort; join + select orders; sort; group+aggregate; sort.
+        assert_eq!(shapes, vec!["SS", "Sort", "M+IS", "Sort", "Agg+Group", "Sort"]);
+        let none = find_bundles(&q, &relation(Bundling::None));
+        assert_eq!(none.len(), q.nodes.len());
+        let exc = find_bundles(&q, &relation(Bundling::Excessive));
+        assert!(exc.len() < b.len());
+        // Every operation in exactly one bundle, and bundles come after their inputs.
+        for bundles in [&b, &none, &exc] {
+            let mut all: Vec<usize> = bundles.iter().flatten().copied().collect();
+            all.sort_unstable();
+            assert_eq!(all, (0..q.nodes.len()).collect::<Vec<_>>());
+            for (bi, bun) in bundles.iter().enumerate() {
+                for &i in bun {
+                    for ch in &q.nodes[i].children {
+                        let cb = bundles.iter().position(|x| x.contains(ch)).unwrap();
+                        assert!(cb <= bi);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn more_bindable_pairs_mean_fewer_larger_bundles() {
+        let qs: Vec<Query> = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"].iter().map(|n| build_query(n, 1.0, 5e9, 0.1).unwrap()).collect();
+        let (_, a0, p0) = bundle_stats(&qs, &relation(Bundling::None));
+        let (_, a1, p1) = bundle_stats(&qs, &relation(Bundling::Paper));
+        let (_, a2, p2) = bundle_stats(&qs, &relation(Bundling::Excessive));
+        assert_eq!(a0, 1.0);
+        assert!(a1 > a0 && a2 > a1);
+        assert!(p0 > p1 && p1 > p2);
+    }
 }
