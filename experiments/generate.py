@@ -636,3 +636,234 @@ memik_file("scalability", "memik-… §6.5 Figs. 18-20: speed-up from 4 to 8/16/
 memik_file("bundling", "memik-… §6.2 Figs. 4-5: no bundling / paper relation / excessive bundling at 4 and 8 disks, with distinct bundles and operations per bundle",
            f'"workload.query" = {MEMIK_QUERIES}\n"workload.bundling" = ["none", "paper", "excessive"]\n"run.disks" = [4, 8]',
            "", 'x = "workload.query"\ny = "normalized"\nbaseline = { "workload.bundling" = "none" }')
+
+# ---------------------------------------------------------------- riedel
+RIEDEL_DEVICES = """
+# riedel-… §5: server AlphaStation 500/500 (500 MHz, 256 MB) with Seagate Cheetah 4.5 GB disks
+# (11 MB/s each) on two Ultra-Wide SCSI buses; Active Disks are AXP 3000/400 (133 MHz, 64 MB)
+# whose two Medalist disks deliver 6.5 MB/s together, on a 155 Mb/s ATM switch (10.5 MB/s
+# measured, Table 8). Seek times, rpm of the Medalist, geometry: assumptions.
+[devices.disks.cheetah_4gb]
+rpm = 10033
+seek_ms_min = 0.98       # assumption
+seek_ms_mean = 7.7       # assumption
+seek_ms_max = 18.0       # assumption
+media_mbps_outer = 11.0  # §5 footnote: 11 MB/s per server disk
+media_mbps_inner = 11.0
+zones = 1
+cylinders = 6526         # assumption
+heads = 8                # assumption
+controller_overhead_us = 300.0
+cache_bytes = 524288
+
+[devices.disks.medalist_pair]
+rpm = 5400               # assumption (Seagate Medalist ST52160)
+seek_ms_min = 1.5        # assumption
+seek_ms_mean = 10.0      # assumption
+seek_ms_max = 20.0       # assumption
+media_mbps_outer = 6.5   # §5 footnote / Table 8: 6.5 MB/s from the two disks on narrow SCSI
+media_mbps_inner = 6.5
+zones = 1
+cylinders = 4000         # assumption
+heads = 8                # assumption
+controller_overhead_us = 300.0
+cache_bytes = 262144
+
+[devices.cpus.alpha500]
+mhz = 500.0              # §5: AlphaStation 500/500
+[devices.cpus.alpha133]
+mhz = 133.0              # §5: AXP 3000/400
+
+[devices.links.uw_scsi]
+bandwidth_mbps = 40.0    # §5: Ultra-Wide SCSI bus
+latency_us = 1.0
+[devices.links.atm_measured]
+bandwidth_mbps = 10.5    # Table 8: network bandwidth of the 'alpha' prototype
+latency_us = 20.0        # assumption
+[devices.links.atm155]
+bandwidth_mbps = 19.375  # 155 Mb/s OC-3 at the server (assumption: full line rate)
+latency_us = 20.0
+"""
+
+RIEDEL_SYSTEMS = """
+[systems.server]
+kind = "single_host"
+disks = 4
+disk = "cheetah_4gb"
+host_cpu = "alpha500"
+host_memory_mb = 256
+io_link = "uw_scsi"
+io_loops = 2             # two Ultra-Wide SCSI buses
+queue_depth = 4
+
+[systems.active_disks]
+kind = "sd_groups"
+groups = 1
+disks = 4
+disk = "medalist_pair"
+disk_cpu = "alpha133"
+disk_memory_mb = 64
+host_cpu = "alpha500"
+host_memory_mb = 256
+net_link = "atm_measured"
+frontend_link = "atm155"
+communication = "direct"
+buffers_per_stream = 2
+"""
+
+def riedel_file(name, recreates, wl, sweep, report):
+    w("riedel", name, f"""
+[experiment]
+name = "riedel-{name}"
+paper = "riedel"
+recreates = "{recreates}"
+
+[workload]
+{wl}
+
+[run]
+system = "active_disks"
+request_kb = 64.0        # assumption: 64 KB requests
+
+[sweep]
+{sweep}
+
+[report]
+{report}
+{RIEDEL_DEVICES}
+{RIEDEL_SYSTEMS}
+""")
+
+for name, wl, rec in [
+        ("select", 'kind = "riedel_select"\nscale_factor = 1.0', "riedel-… §5.1 Fig. 6: select (Q6-like), server vs Active Disks, 1-10 disks"),
+        ("aggregate", 'kind = "riedel_aggregate"\nscale_factor = 1.0', "riedel-… §5.2 Fig. 7: aggregation (Q1-like), 1-10 disks"),
+        ("join", 'kind = "riedel_join"\nscale_factor = 1.0\nbloom_bytes = 1.0e6', "riedel-… §5.3 Fig. 8: 2-way join with a Bloom-filter semi-join, 1-10 disks"),
+        ("join5", 'kind = "riedel_join5"\nscale_factor = 1.0\nbloom_bytes = 1.0e6', "riedel-… §5.3 Fig. 9: the 5-way join of Q9, 1-10 disks")]:
+    riedel_file(name, rec, wl, '"run.system" = ["server", "active_disks"]\n"run.disks" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]',
+                'x = "run.disks"\nseries = "run.system"\ny = "throughput_mbps"')
+
+riedel_file("summary", "riedel-… §5.4 query summary (Table 5 queries), 10 disks, normalized to the server",
+            'kind = "riedel_query"\nquery = "Q1"\nscale_factor = 1.0\nbloom_bytes = 1.0e6',
+            '"workload.query" = ["Q1", "Q3", "Q4", "Q5", "Q6", "Q9", "Q10", "Q13", "Q17"]\n"run.system" = ["server", "active_disks"]\n"run.disks" = [10]',
+            'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "server" }')
+
+# ---------------------------------------------------------------- chiu
+CHIU_DEVICES = """
+# chiu-… §5: 500 MHz Pentium III nodes emulate the smart disks; DiskSim 2.0 drive parameters
+# are not given, so the drive is assumed to be the Cheetah 9LP of uysal-…; InfiniBand 1x
+# links (2.5 Gb/s signalling, 250 MB/s data) to the group switch; 4x uplinks to the router.
+[devices.disks.cheetah9lp]
+rpm = 10025
+seek_ms_min = 0.6
+seek_ms_mean = 5.4
+seek_ms_max = 12.2
+media_mbps_outer = 21.3
+media_mbps_inner = 14.5
+zones = 8
+cylinders = 6962
+heads = 12
+controller_overhead_us = 300.0
+cache_bytes = 1048576
+
+[devices.cpus.sd500]
+mhz = 500.0              # §2.2 / §5: 300-500 MHz embedded processor; 500 MHz platform
+[devices.cpus.client500]
+mhz = 500.0
+
+[devices.links.ib1x]
+bandwidth_mbps = 250.0   # InfiniBand 1x data rate (IBA spec 1.0a)
+latency_us = 5.0         # assumption
+[devices.links.ib4x]
+bandwidth_mbps = 1000.0  # assumption: 4x uplinks between group switches and the router
+latency_us = 5.0
+"""
+
+def chiu_systems(mem):
+    two = "".join(
+        f"""
+[systems.{name}_2g]
+kind = "sd_groups"
+groups = 2                   # two groups behind the router
+disks = 8
+disk = "cheetah9lp"
+disk_cpu = "sd500"
+disk_memory_mb = {mem}
+host_cpu = "client500"
+host_memory_mb = 64
+net_link = "ib1x"
+uplink = "ib4x"
+communication = "{comm}"
+buffers_per_stream = 2
+""" for name, comm in [("sd_full", "direct"), ("sd_partial", "via_host")])
+    return two + f"""
+[systems.sd_full]
+kind = "sd_groups"
+groups = 1
+disks = 8
+disk = "cheetah9lp"
+disk_cpu = "sd500"
+disk_memory_mb = {mem}
+host_cpu = "client500"
+host_memory_mb = 64
+net_link = "ib1x"
+uplink = "ib4x"
+communication = "direct"     # fully distributed: disk-to-disk
+buffers_per_stream = 2
+
+[systems.sd_partial]
+kind = "sd_groups"
+groups = 1
+disks = 8
+disk = "cheetah9lp"
+disk_cpu = "sd500"
+disk_memory_mb = {mem}
+host_cpu = "client500"
+host_memory_mb = 64
+net_link = "ib1x"
+uplink = "ib4x"
+communication = "via_host"   # partially distributed: data between disks goes through the client
+buffers_per_stream = 2
+"""
+
+def chiu_file(name, recreates, wl, sweep, report, mem, system="sd_full"):
+    w("chiu", name, f"""
+[experiment]
+name = "chiu-{name}"
+paper = "chiu"
+recreates = "{recreates}"
+
+[workload]
+{wl}
+
+[run]
+system = "{system}"
+
+[sweep]
+{sweep}
+
+[report]
+{report}
+{CHIU_DEVICES}
+{chiu_systems(mem)}
+""")
+
+chiu_file("tpch", "chiu-… §5.1 Fig. 5: Q1, Q6, Q12 partially vs fully distributed, 4-32 smart disks, SF 0.1 and 1",
+          'kind = "tpch_sd"\nquery = "Q1"\nscale_factor = 1.0\npage_kb = 8.0',
+          '"workload.query" = ["Q1", "Q6", "Q12"]\n"workload.scale_factor" = [0.1, 1.0]\n"run.system" = ["sd_partial", "sd_full"]\n"run.disks" = [4, 8, 16, 32]',
+          'x = "run.disks"\ny = "total_s"\nlog_y = true', 32)
+chiu_file("tpch-two-groups", "chiu-… §3/§4.1.2: Q12 on one vs two smart-disk groups behind a router (tables spread over both groups)",
+          'kind = "tpch_sd"\nquery = "Q12"\nscale_factor = 1.0\npage_kb = 8.0',
+          '"run.system" = ["sd_partial", "sd_full", "sd_partial_2g", "sd_full_2g"]\n"run.disks" = [8, 16, 32]',
+          'x = "run.disks"\ny = "total_s"', 32)
+chiu_file("fsc", "chiu-… §5.2 Figs. 6-7: frequent-set counting, count vs hybrid distribution, 2-32 disks, 4-64 KB pages",
+          'kind = "fsc"\ntransactions_per_disk = 100000.0\nitems_per_transaction = 20.0\ndistribution = "count"\npage_kb = 8.0',
+          '"workload.distribution" = ["count", "hybrid"]\n"run.disks" = [2, 4, 8, 16, 32]\n"workload.page_kb" = [4.0, 8.0, 16.0, 32.0, 64.0]',
+          'x = "run.disks"\ny = "total_s"', 64)
+chiu_file("clustering", "chiu-… §5.3: subspace clustering of 2,234,961 20-dimensional records, 1-32 disks, 8-64 KB pages",
+          'kind = "clustering"\nrecords = 2234961.0\ndimensions = 20.0\npage_kb = 8.0',
+          '"run.disks" = [1, 2, 4, 8, 16, 32]\n"workload.page_kb" = [8.0, 16.0, 32.0, 64.0]',
+          'x = "run.disks"\ny = "total_s"', 64)
+chiu_file("fft", "chiu-… §5.4: out-of-core 2-D FFT of a 2048x2048 complex matrix, 1-32 disks, 4-64 KB pages, normalized to 1 disk with 4 KB pages",
+          'kind = "fft"\nfft_n = 2048.0\nelement_bytes = 16.0\npage_kb = 4.0',
+          '"run.disks" = [1, 2, 4, 8, 16, 32]\n"workload.page_kb" = [4.0, 8.0, 16.0, 32.0, 64.0]',
+          'x = "run.disks"\ny = "normalized"\nbaseline = { "run.disks" = 1, "workload.page_kb" = 4.0 }', 64)

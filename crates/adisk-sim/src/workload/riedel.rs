@@ -1,8 +1,162 @@
-//! riedel-… workloads.
-use super::{KeyError, Wctx};
+//! riedel-…: a database server with conventional disks vs the same server with Active Disks
+//! running scans, qualifications, aggregation and Bloom-filter semi-joins at the drives.
+//!
+//! Costs are riedel-… Table 7 (cycles/byte of select, aggregation, join on the prototype);
+//! the network data reduction of each operation is Table 7's "selectivity factor"; the
+//! per-query reductions of the summary are Table 5's factors (scan, qualification, join,
+//! semi-join with a 1 MB Bloom filter, aggregation). As Table 5's note says, the factors are
+//! not cumulative: the reduction of steps done together at the drives is their product.
+//! On the server (a single host) the same cycles per byte are spent by the host processor.
+
+use super::{pos, KeyError, Wctx};
 use crate::config::WorkloadConfig;
-use crate::engine::Plan;
-/// Riedel queries.
-pub fn compile(_cfg: &WorkloadConfig, _ctx: &Wctx) -> Result<Plan, KeyError> {
-    Err(("workload.kind".into(), "in progress".into()))
+use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
+
+/// (query, tables accessed by scan: lineitem?, orders?, scan factor, qualification factor,
+/// number of joins, join factor, semi-join factor, aggregation factor) — riedel-… Table 5.
+/// A table accessed through an index is read by the host in both systems (Active Disk
+/// processing is not used for index scans, §5.5); the index is assumed to select the
+/// qualifying fraction (1 / qualification factor) of it.
+pub const TABLE5: &[(&str, bool, bool, f64, f64, u32, f64, f64, f64)] = &[
+    ("Q1", true, false, 2.3, 1.1, 0, 1.0, 1.0, 6104.0),
+    ("Q3", false, true, 3.8, 2.1, 2, 5.7, 1.9, 81.0),
+    ("Q4", false, true, 2.9, 30.5, 0, 1.0, 1.0, 41.0),
+    ("Q5", true, true, 3.6, 1.0, 5, 490.7, 736.0, 9.0),
+    ("Q6", true, false, 3.2, 68.6, 0, 1.0, 1.0, 73.0),
+    ("Q9", true, true, 2.8, 1.0, 6, 13.8, 24.9, 75.0),
+    ("Q10", true, true, 3.2, 4.6, 3, 1.0, 1.0, 1088.0),
+    ("Q13", false, true, 2.9, 1250.0, 1, 1.0, 1.0, 1.0),
+    ("Q17", true, false, 3.6, 1.0, 1, 1051.8, 255.5, 5.8),
+];
+
+fn flow(dest: Dest, amount: Amount, recv: f64) -> Flow {
+    Flow { dest, amount, recv_cycles_per_byte: recv, write: None }
+}
+
+/// Compile a riedel-… workload.
+pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
+    let kind = cfg.kind.as_str();
+    // TPC-D scale factor 1 (assumption for the validation data set): lineitem 6 M rows of
+    // ~125 bytes, orders 1.5 M rows of ~113 bytes, part 200 K rows of ~155 bytes.
+    let sf = cfg.scale_factor.unwrap_or(1.0);
+    if !(sf.is_finite() && sf > 0.0) {
+        return Err(("workload.scale_factor".into(), format!("must be > 0, got {sf}")));
+    }
+    let lineitem = cfg.dataset_bytes.unwrap_or(750e6 * sf);
+    let orders = 170e6 * sf;
+    let part = 31e6 * sf;
+    let lt = 125.0;
+    let mut plan = Plan::default();
+    let li = plan.file("lineitem");
+    let c = |k: &str| ctx.c(k);
+    let active = !ctx.single_node;
+    let copy = c("copy_cycles_per_byte");
+    match kind {
+        "riedel_select" | "riedel_aggregate" => {
+            let (cpb, factor) = if kind == "riedel_select" {
+                (c("select_cycles_per_byte"), 52.0) // Table 7
+            } else {
+                (c("sort_aggregate_cycles_per_byte"), 31.9) // Table 7
+            };
+            plan.base_files.push((li, lineitem));
+            let mut ph = Phase::new(kind.trim_start_matches("riedel_"));
+            ph.input = Input::File(li);
+            ph.cycles_per_byte = cpb;
+            if active {
+                ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / factor), copy));
+            }
+            plan.phases.push(ctx.protocol(ph));
+        }
+        "riedel_join" => {
+            // Simplified Q9 (§5.3): part ⋈ lineitem with p_name like '%green%' (10% of parts).
+            let bloom = cfg.bloom_bytes.unwrap_or(1e6);
+            let pf = plan.file("part");
+            plan.base_files.push((li, lineitem));
+            plan.base_files.push((pf, part));
+            let mut p1 = Phase::new("join: scan part, build Bloom filter");
+            p1.input = Input::File(pf);
+            p1.cycles_per_byte = c("select_cycles_per_byte");
+            let keys = part / 155.0 * 0.1 * 4.0;
+            if active {
+                p1.flows.push(flow(Dest::Coordinator, Amount::Ratio(keys / part), c("hash_build_cycles_per_tuple") / 4.0));
+            } else {
+                p1.end_cycles = keys / 4.0 / ctx.n as f64 * c("hash_build_cycles_per_tuple");
+            }
+            plan.phases.push(ctx.protocol(p1));
+            let mut p2 = Phase::new("join: semi-join lineitem with the Bloom filter");
+            p2.input = Input::File(li);
+            p2.cycles_per_byte = c("bloom_probe_cycles_per_byte");
+            if active {
+                p2.broadcast_bytes = bloom;
+                p2.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / 4.3), c("hash_probe_cycles_per_tuple") / lt));
+            } else {
+                p2.cycles_per_byte += c("hash_probe_cycles_per_tuple") / lt / 4.3;
+            }
+            plan.phases.push(ctx.protocol(p2));
+            plan.note("bloom_filter_bytes", bloom);
+        }
+        "riedel_join5" | "riedel_query" => {
+            let qn = if kind == "riedel_join5" { "Q9".to_string() } else { cfg.query.clone().unwrap_or_default() };
+            let Some(&(_, li_scan, or_scan, scan_f, qual_f, joins, _join_f, semi_f, agg_f)) = TABLE5.iter().find(|r| r.0 == qn) else {
+                return Err(("workload.query".into(), format!("`{qn}` is not in riedel-… Table 5 (Q1 Q3 Q4 Q5 Q6 Q9 Q10 Q13 Q17)")));
+            };
+            let of = plan.file("orders");
+            // Tables read by scan stream through the drives; index-accessed tables are read
+            // (their qualifying part) by the host in both systems.
+            let mut scanned = 0.0;
+            if li_scan {
+                plan.base_files.push((li, lineitem));
+                scanned += lineitem;
+            }
+            if or_scan {
+                plan.base_files.push((of, orders));
+                scanned += orders;
+            }
+            let ix = plan.file("indexed");
+            let indexed = if !li_scan { lineitem / qual_f } else { 0.0 };
+            // Reduction at the drives: scan × qualification × (semi-join if joins, else aggregation).
+            let at_disk = scan_f * qual_f * if joins > 0 { semi_f } else { agg_f };
+            let disk_cpb = c("select_cycles_per_byte")
+                + if joins > 0 { c("bloom_probe_cycles_per_byte") } else { c("sort_aggregate_cycles_per_byte") / (scan_f * qual_f) };
+            // Host work per byte that reaches it: joins (hash probes per tuple) and aggregation.
+            let host_per_byte_after = joins as f64 * c("hash_probe_cycles_per_tuple") / lt + if joins > 0 { c("sort_aggregate_cycles_per_byte") } else { 0.0 };
+            for (f, bytes, name) in [(li, lineitem, "lineitem"), (of, orders, "orders")] {
+                let is_scanned = (f == li && li_scan) || (f == of && or_scan);
+                if !is_scanned {
+                    continue;
+                }
+                let mut ph = Phase::new(format!("{qn}: {name} scan at the {}", if active { "drives" } else { "host" }));
+                ph.input = Input::File(f);
+                if active {
+                    ph.cycles_per_byte = disk_cpb;
+                    if joins > 0 {
+                        ph.broadcast_bytes = cfg.bloom_bytes.unwrap_or(1e6);
+                    }
+                    ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / at_disk), host_per_byte_after + copy));
+                } else {
+                    ph.cycles_per_byte = disk_cpb + host_per_byte_after / at_disk;
+                }
+                plan.phases.push(ctx.protocol(ph));
+                let _ = bytes;
+            }
+            if indexed > 0.0 {
+                plan.base_files.push((ix, indexed));
+                let mut ph = Phase::new(format!("{qn}: index scan of lineitem (host)"));
+                ph.input = Input::File(ix);
+                let host_cpb = c("select_cycles_per_byte") + host_per_byte_after;
+                if active {
+                    ph.cycles_per_byte = 0.0;
+                    ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0), host_cpb));
+                } else {
+                    ph.cycles_per_byte = host_cpb;
+                }
+                plan.phases.push(ctx.protocol(ph));
+            }
+            plan.note("scanned_bytes", format!("{scanned:.0}"));
+            plan.note("reduction_at_drives", format!("{at_disk:.1}"));
+        }
+        other => return Err(("workload.kind".into(), format!("unknown riedel workload `{other}`"))),
+    }
+    let _ = pos;
+    Ok(plan)
 }
