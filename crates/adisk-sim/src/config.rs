@@ -393,20 +393,39 @@ pub struct ReportConfig {
     pub log_y: bool,
 }
 
+/// The dotted key written at byte `pos` of `src` (table header + key), and its line.
+fn key_at(src: &str, pos: usize) -> (String, usize) {
+    let pos = pos.min(src.len());
+    let line_start = src[..pos].rfind('\n').map(|i| i + 1).unwrap_or(0);
+    let line_end = src[pos..].find('\n').map(|i| pos + i).unwrap_or(src.len());
+    let line = &src[line_start..line_end];
+    let line_no = src[..line_start].lines().count() + 1;
+    let trimmed = line.trim();
+    if trimmed.starts_with('[') {
+        return (trimmed.trim_matches(|c| c == '[' || c == ']').to_string(), line_no);
+    }
+    let key = line.split('=').next().unwrap_or(line).trim().trim_matches('"').to_string();
+    let header = src[..line_start]
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('['))
+        .map(|l| l.trim().trim_matches(|c| c == '[' || c == ']').to_string());
+    match header {
+        Some(h) if !h.is_empty() => (format!("{h}.{key}"), line_no),
+        _ => (key, line_no),
+    }
+}
+
 /// Map a TOML deserialisation error to a [`SimError::Config`] naming file, key and reason.
 pub fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> SimError {
-    let key = err
-        .span()
-        .and_then(|s| src.get(s))
-        .map(|k| k.split('=').next().unwrap_or(k).trim().trim_matches('"').to_string())
-        .filter(|k| !k.is_empty() && k.len() < 80)
-        .unwrap_or_else(|| "?".to_string());
-    let line = err.span().map(|s| src[..s.start.min(src.len())].lines().count().max(1)).unwrap_or(0);
-    SimError::Config {
-        file: file.display().to_string(),
-        key: if line > 0 { format!("{key} (line {line})") } else { key },
-        reason: err.message().to_string(),
-    }
+    let key = match err.span() {
+        Some(span) => {
+            let (k, line) = key_at(src, span.start);
+            format!("{k} (line {line})")
+        }
+        None => "?".to_string(),
+    };
+    SimError::Config { file: file.display().to_string(), key, reason: err.message().to_string() }
 }
 
 /// Parse an experiment from text.
@@ -427,14 +446,21 @@ pub fn from_value(file: &Path, src: &str, value: toml::Value) -> Result<Experime
     match toml::from_str::<ExperimentFile>(&text) {
         Ok(e) => Ok(e),
         Err(e) => {
-            // Prefer the original text's location when the key exists there.
+            // Point at the original text's line when the same key is written there.
             let mut err = toml_error(file, &text, &e);
             if let SimError::Config { key, .. } = &mut err
-                && let Some(k) = key.split(" (line").next()
-                && let Some(pos) = src.find(k)
+                && let Some(k) = key.split(" (line").next().map(str::to_string)
             {
-                let line = src[..pos].lines().count() + usize::from(src[..pos].ends_with('\n'));
-                *key = format!("{k} (line {})", line.max(1));
+                let last = k.rsplit('.').next().unwrap_or(&k).to_string();
+                let needle = format!("\n{last}");
+                let found = src.find(&needle).map(|p| p + 1).or_else(|| if src.starts_with(&last) { Some(0) } else { None });
+                *key = match found {
+                    Some(pos) => {
+                        let (_, line) = key_at(src, pos);
+                        format!("{k} (line {line})")
+                    }
+                    None => k,
+                };
             }
             Err(err)
         }
