@@ -1,1 +1,27 @@
-//! adisk-core
+//! Shared vocabulary of ActiveDisk: what the host and the disks say to each other.
+//!
+//! ```text
+//!   host ──JobSpec (JSON in a Flight ticket)──► disk ──RecordBatches──► host
+//!                                                 └──JobStats (Flight action "job_stats")──► host
+//! ```
+//!
+//! * [`config`]: the `cluster.toml` a host reads (disks, addresses, memory) — validated, typed errors.
+//! * [`protocol`]: job specifications (input stream, disklet pipeline, output sink), action names.
+//! * [`stats`]: per-job, per-stage statistics (bytes read / skipped / shipped, rows, CPU, memory).
+//! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
+//!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
+//! * [`bloom`]: the Bloom filter the host builds and the disks probe.
+//!
+//! Nothing here does I/O except reading/writing `cluster.toml`.
+#![warn(missing_docs)]
+
+pub mod bloom;
+pub mod config;
+pub mod hash;
+pub mod protocol;
+pub mod stats;
+
+/// Bytes in a KiB.
+pub const KIB: u64 = 1024;
+/// Bytes in a MiB.
+pub const MIB: u64 = 1024 * 1024;

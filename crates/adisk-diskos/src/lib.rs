@@ -1,1 +1,125 @@
-//! adisk-diskos
+//! DiskOS: the small operating system of one ActiveDisk disk.
+//!
+//! ```text
+//!            JobSpec ──► admit: MemoryBudget grants buffers + scratch (or queue / refuse)
+//!                           │
+//!   ┌── source ─────────────▼──────────────┐   pipe     ┌─ stage 1 ─┐  pipe   ┌─ stage k ─┐
+//!   │ table: Parquet partitions, zone maps │──[N bufs]─►│ disklet   │─[N]─► … │ disklet   │──► sink
+//!   │ file: byte ranges                    │            └───────────┘         └───────────┘   host /
+//!   │ pipe: DoPut from other disks         │   ▲ skip requests             compute slots:   other
+//!   │ host: DoExchange                     │   └──────────────────         FIFO, per buffer  disks
+//!   └──────────────────────────────────────┘
+//! ```
+//!
+//! * [`memory`]: the fixed memory budget and per-job grants; buffers in flight are accounted.
+//! * [`stream`]: fixed-size stream buffers and the stream readers (table, file).
+//! * [`disklet`]: the disklet interface — `init` (construction with params and scratch),
+//!   `process(buffer, emit)`, `finish(emit)` — and the [`disklet::Emitter`].
+//! * [`disklets`]: the built-in disklets (select, aggregate/group-by, bloom_probe, partition, sort_runs).
+//! * [`exchange`]: inboxes of disk-to-disk pipe streams.
+//! * [`job`]: wiring a [`adisk_core::protocol::JobSpec`] into tasks, scheduling, statistics.
+//!
+//! Jobs of several host programs run at once. Every buffer a disklet processes needs a
+//! compute slot; slots are handed out first-come-first-served, so jobs share the processor
+//! buffer by buffer instead of running to completion one after another.
+#![warn(missing_docs)]
+
+pub mod disklet;
+pub mod disklets;
+pub mod exchange;
+pub mod expr;
+pub mod job;
+pub mod memory;
+pub mod stream;
+
+pub use job::{DiskOs, DiskOsConfig};
+
+use adisk_storage::StorageError;
+
+/// Errors of DiskOS. Each maps to one Flight status code at the disk server.
+#[derive(Debug, thiserror::Error)]
+pub enum DiskOsError {
+    /// Storage layer error (unknown table, corrupt partition, I/O).
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// The job specification is malformed or inconsistent.
+    #[error("invalid job: {0}")]
+    InvalidJob(String),
+    /// A job asks for more memory than the whole budget.
+    #[error("job needs {requested_bytes} bytes of memory but the disk's budget is {budget_bytes} bytes")]
+    GrantTooLarge {
+        /// Bytes asked for.
+        requested_bytes: u64,
+        /// The disk's budget.
+        budget_bytes: u64,
+    },
+    /// Too many jobs already wait for memory.
+    #[error("admission queue full: {waiting} jobs already wait for memory")]
+    AdmissionQueueFull {
+        /// Jobs waiting.
+        waiting: u32,
+    },
+    /// The grant did not come in time.
+    #[error("no memory grant within {waited_ms} ms ({requested_bytes} bytes requested, {granted_bytes} of {budget_bytes} in use)")]
+    AdmissionTimeout {
+        /// How long the job waited.
+        waited_ms: u64,
+        /// Bytes asked for.
+        requested_bytes: u64,
+        /// Bytes granted to others.
+        granted_bytes: u64,
+        /// Budget.
+        budget_bytes: u64,
+    },
+    /// A disklet would need more scratch than it was granted (final-mode group-by, sort).
+    #[error("disklet `{disklet}` needs more scratch than granted ({granted_bytes} bytes): {detail}")]
+    ScratchExceeded {
+        /// Disklet.
+        disklet: &'static str,
+        /// Scratch granted.
+        granted_bytes: u64,
+        /// What overflowed.
+        detail: String,
+    },
+    /// DataFusion planning or evaluation error.
+    #[error("{context}: {source}")]
+    DataFusion {
+        /// What was being done.
+        context: String,
+        /// Underlying error.
+        source: datafusion::error::DataFusionError,
+    },
+    /// Arrow / Parquet decode error.
+    #[error("{context}: {message}")]
+    Decode {
+        /// What was being done.
+        context: String,
+        /// Error text.
+        message: String,
+    },
+    /// A pipe stream failed (sender died, exchange timed out).
+    #[error("pipe stream: {0}")]
+    Pipe(String),
+    /// The job was cancelled (the host went away).
+    #[error("job cancelled")]
+    Cancelled,
+}
+
+/// Result alias.
+pub type Result<T, E = DiskOsError> = std::result::Result<T, E>;
+
+pub(crate) fn df_err(context: impl Into<String>) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError {
+    let context = context.into();
+    move |source| DiskOsError::DataFusion { context, source }
+}
+
+/// CPU time of the calling thread, in ns.
+pub fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_THREAD_CPUTIME_ID is always valid on Linux.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -147,6 +147,7 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 net: Net::Local,
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / cpus.len() as u32).max(2),
+                message_window: 16,
                 description: format!("single host {} MHz, {n} disks on {}×{} MB/s", cpu.mhz, sys.io_loops, io.bandwidth_mbps),
             }
         }
@@ -199,6 +200,7 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 net: Net::Smp { bte, link_in },
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / total_cpus as u32).max(2),
+                message_window: 16,
                 description: format!("SMP {boards} boards × {} CPUs at {} MHz, {n} disks", sys.cpus_per_board, cpu.mhz),
             }
         }
@@ -256,6 +258,7 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 net,
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_host as u32 / cpu.count).max(2),
+                message_window: 16,
                 description: format!("cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each", cpu.mhz),
             }
         }
@@ -289,6 +292,7 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 net: Net::Loops { loops },
                 via_host,
                 buffers_per_worker: sys.buffers_per_stream,
+                message_window: sys.buffers_per_stream,
                 description: format!(
                     "{n} active disks ({} MHz, {} MB) on {}×{} MB/s loops, {} communication",
                     dcpu.mhz,
@@ -360,6 +364,7 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 net,
                 via_host,
                 buffers_per_worker: sys.buffers_per_stream,
+                message_window: sys.buffers_per_stream,
                 description: if smart {
                     format!("{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports", dcpu.mhz, dmem / 1e6)
                 } else {

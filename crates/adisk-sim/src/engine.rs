@@ -252,6 +252,9 @@ pub struct Topology {
     pub via_host: bool,
     /// Requests in flight per worker stream, counted in I/O requests.
     pub buffers_per_worker: u32,
+    /// Messages a worker may have in flight for output produced at the end of its input
+    /// (hosts: 16 asynchronous message buffers, uysal-… §5; disks: their stream buffers).
+    pub message_window: u32,
     /// One line describing the system.
     pub description: String,
 }
@@ -434,6 +437,8 @@ enum Step {
     Read { drive: usize, addr: u64, len: u64 },
     Write { drive: usize, file: u32 },
     Release(u32),
+    /// A paced message of sender slot `.0` has left the network: its window slot is free.
+    SlotRelease(u32),
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -518,6 +523,9 @@ pub struct Engine<'p> {
     ended_workers: usize,
     coord_end_started: bool,
     coord_writes_issued: bool,
+    /// Paced sends per sender slot (workers, then the coordinator): queued steps and bytes.
+    slot_queue: Vec<std::collections::VecDeque<(Vec<Step>, u64)>>,
+    slot_inflight: Vec<u32>,
     timings: Vec<PhaseTiming>,
     routes: HashMap<(usize, usize), Rc<Vec<Rc<Vec<Hop>>>>>,
     drive_routes: HashMap<(usize, usize), Rc<Vec<Hop>>>,
@@ -549,6 +557,8 @@ impl<'p> Engine<'p> {
             ended_workers: 0,
             coord_end_started: false,
             coord_writes_issued: false,
+            slot_queue: (0..=nw).map(|_| std::collections::VecDeque::new()).collect(),
+            slot_inflight: vec![0; nw + 1],
             timings: Vec::new(),
             routes: HashMap::new(),
             drive_routes: HashMap::new(),
@@ -746,6 +756,7 @@ impl<'p> Engine<'p> {
                     continue;
                 }
                 let mut left = total.max(0.0) as u64;
+                let msg = msg.max((left / 4096).div_ceil(msg) * msg);
                 for d in &drives {
                     self.topo.drives[*d].reserve(file, left / drives.len() as u64 + (4 << 20));
                 }
@@ -757,10 +768,14 @@ impl<'p> Engine<'p> {
                     let mut steps = Vec::new();
                     self.push_node_to_drive(&mut steps, coord, drive, bytes);
                     steps.push(Step::Write { drive, file });
+                    steps.push(Step::SlotRelease(self.topo.workers.len() as u32));
                     self.outstanding += 1;
-                    self.start_xfer(steps, bytes, Done::Msg(None));
+                    let slot = self.topo.workers.len();
+                    self.slot_queue[slot].push_back((steps, bytes));
                 }
             }
+            let slot = self.topo.workers.len();
+            self.pump(slot);
             if self.outstanding > 0 {
                 return;
             }
@@ -903,9 +918,11 @@ impl<'p> Engine<'p> {
         };
         let mut steps = Vec::with_capacity(5);
         self.push_route(&mut steps, src, dst_node, bytes);
-        if let Some(c) = chunk {
+        match chunk {
             // The sender's buffer is free once the message has left the network.
-            steps.push(Step::Release(c));
+            Some(c) => steps.push(Step::Release(c)),
+            // End-of-input output goes through the same bounded window of buffers.
+            None => steps.push(Step::SlotRelease(w as u32)),
         }
         let node = &self.topo.nodes[dst_node];
         let buffers = (bytes as f64 / self.gran.message_bytes.max(1) as f64).ceil().max(1.0);
@@ -923,11 +940,27 @@ impl<'p> Engine<'p> {
                 steps.push(Step::Write { drive, file });
             }
         }
-        if let Some(c) = chunk {
-            self.chunks[c as usize].pending += 1;
-        }
         self.outstanding += 1;
-        self.start_xfer(steps, bytes, Done::Msg(None));
+        match chunk {
+            Some(c) => {
+                self.chunks[c as usize].pending += 1;
+                self.start_xfer(steps, bytes, Done::Msg(None));
+            }
+            None => {
+                self.slot_queue[w].push_back((steps, bytes));
+                self.pump(w);
+            }
+        }
+    }
+
+    /// Start queued sends of `slot` while fewer than the window are in flight.
+    fn pump(&mut self, slot: usize) {
+        let window = if slot == self.topo.workers.len() { 16 } else { self.topo.message_window.max(2) };
+        while self.slot_inflight[slot] < window {
+            let Some((steps, bytes)) = self.slot_queue[slot].pop_front() else { break };
+            self.slot_inflight[slot] += 1;
+            self.start_xfer(steps, bytes, Done::Msg(None));
+        }
     }
 
     fn check_worker_end(&mut self, w: usize) {
@@ -1124,8 +1157,15 @@ impl<'p> Engine<'p> {
             self.run_step(id);
             return;
         }
+        if let Step::SlotRelease(slot) = x.steps[x.pos] {
+            x.pos += 1;
+            self.slot_inflight[slot as usize] -= 1;
+            self.pump(slot as usize);
+            self.run_step(id);
+            return;
+        }
         let finish = match &x.steps[x.pos] {
-            Step::Release(_) => unreachable!("handled above"),
+            Step::Release(_) | Step::SlotRelease(_) => unreachable!("handled above"),
             Step::Cpu { res, ns, ctx_ns } => {
                 let r = &mut self.topo.resources[*res];
                 let idle = r.next_free < now;

@@ -1,0 +1,228 @@
+//! `cluster.toml`: which disks form a cluster, where they listen, and their DiskOS limits.
+//!
+//! ```toml
+//! [cluster]
+//! name = "local"
+//! host_link_mbps = 0          # 0: unthrottled
+//!
+//! [[disk]]
+//! id = 0
+//! address = "127.0.0.1:50051"
+//! dir = "/abs/path/disk-0"    # informational for remote disks; used by `adisk up/down`
+//! memory_mib = 64
+//! buffer_kib = 256
+//! buffers_per_stream = 2
+//! pid = 12345                 # written by `adisk up`, absent for remote disks
+//! ```
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Errors reading or validating a cluster configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read cluster config {path}: {source}")]
+    Read {
+        /// File that was being read.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML or does not match the schema.
+    #[error("malformed cluster config {path}: {message}")]
+    Parse {
+        /// File that was being parsed.
+        path: PathBuf,
+        /// What the parser said (includes line/column and key).
+        message: String,
+    },
+    /// The file parsed but a value is not acceptable.
+    #[error("invalid cluster config {path}: key `{key}`: {reason}")]
+    Invalid {
+        /// File.
+        path: PathBuf,
+        /// Offending key, e.g. `disk[2].memory_mib`.
+        key: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// The file could not be written.
+    #[error("cannot write cluster config {path}: {source}")]
+    Write {
+        /// File.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// The `[cluster]` table.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSection {
+    /// Free-form name.
+    #[serde(default = "default_name")]
+    pub name: String,
+    /// Limit on what all disks together may send the host, in Mbit/s (0: unlimited).
+    #[serde(default)]
+    pub host_link_mbps: u64,
+}
+
+fn default_name() -> String {
+    "local".to_string()
+}
+
+/// One `[[disk]]` entry.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DiskConfig {
+    /// Disk number, 0..N-1, unique.
+    pub id: u32,
+    /// `host:port` the disk's Flight server listens on.
+    pub address: String,
+    /// Data directory of the disk (used by local clusters).
+    #[serde(default)]
+    pub dir: Option<PathBuf>,
+    /// DiskOS memory budget.
+    #[serde(default = "default_memory_mib")]
+    pub memory_mib: u64,
+    /// Size of one stream buffer.
+    #[serde(default = "default_buffer_kib")]
+    pub buffer_kib: u64,
+    /// Buffers per stream (2 = double buffering).
+    #[serde(default = "default_buffers_per_stream")]
+    pub buffers_per_stream: u32,
+    /// Process id when started by `adisk up`.
+    #[serde(default)]
+    pub pid: Option<u32>,
+}
+
+fn default_memory_mib() -> u64 {
+    64
+}
+fn default_buffer_kib() -> u64 {
+    256
+}
+fn default_buffers_per_stream() -> u32 {
+    2
+}
+
+/// A whole `cluster.toml`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// `[cluster]`.
+    pub cluster: ClusterSection,
+    /// `[[disk]]` entries, ordered by id.
+    #[serde(rename = "disk")]
+    pub disks: Vec<DiskConfig>,
+}
+
+/// Upper bound on disks in one cluster (a declared limit, not a tuning knob).
+pub const MAX_DISKS: usize = 1024;
+
+impl ClusterConfig {
+    /// Reads and validates `path`.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`], [`ConfigError::Parse`] (with line and key), [`ConfigError::Invalid`].
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses and validates TOML text; `path` is only used in messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
+        let config: ClusterConfig = toml::from_str(text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string().trim().to_string(),
+        })?;
+        config.validate(path)?;
+        Ok(config)
+    }
+
+    /// Checks ids, addresses and limits.
+    pub fn validate(&self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |key: String, reason: String| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key,
+            reason,
+        };
+        if self.disks.is_empty() {
+            return Err(invalid("disk".into(), "a cluster needs at least one [[disk]]".into()));
+        }
+        if self.disks.len() > MAX_DISKS {
+            return Err(invalid("disk".into(), format!("at most {MAX_DISKS} disks")));
+        }
+        for (i, disk) in self.disks.iter().enumerate() {
+            if disk.id as usize != i {
+                return Err(invalid(
+                    format!("disk[{i}].id"),
+                    format!("ids must be 0..N-1 in order; found {} at position {i}", disk.id),
+                ));
+            }
+            if disk.address.parse::<std::net::SocketAddr>().is_err()
+                && !disk.address.contains(':')
+            {
+                return Err(invalid(
+                    format!("disk[{i}].address"),
+                    format!("`{}` is not host:port", disk.address),
+                ));
+            }
+            if disk.memory_mib == 0 || disk.memory_mib > 1 << 20 {
+                return Err(invalid(format!("disk[{i}].memory_mib"), "must be 1..=1048576".into()));
+            }
+            if disk.buffer_kib == 0 || disk.buffer_kib * 1024 * u64::from(disk.buffers_per_stream.max(1)) > disk.memory_mib * 1024 * 1024 {
+                return Err(invalid(
+                    format!("disk[{i}].buffer_kib"),
+                    "must be > 0 and a stream's buffers must fit in memory_mib".into(),
+                ));
+            }
+            if disk.buffers_per_stream == 0 || disk.buffers_per_stream > 64 {
+                return Err(invalid(format!("disk[{i}].buffers_per_stream"), "must be 1..=64".into()));
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes the config as TOML, via a temporary file and a rename.
+    pub fn save(&self, path: &Path) -> Result<(), ConfigError> {
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let tmp = path.with_extension("toml.tmp");
+        std::fs::write(&tmp, text)
+            .and_then(|()| std::fs::rename(&tmp, path))
+            .map_err(|source| ConfigError::Write {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_rejects() {
+        let ok = "[cluster]\nname='x'\n[[disk]]\nid=0\naddress='127.0.0.1:1'\n";
+        let c = ClusterConfig::parse(ok, Path::new("c.toml")).unwrap();
+        assert_eq!(c.disks[0].memory_mib, 64);
+        let unknown = "[cluster]\n[[disk]]\nid=0\naddress='127.0.0.1:1'\nmemory_mb=3\n";
+        let e = ClusterConfig::parse(unknown, Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("memory_mb"), "{e}");
+        let bad_id = "[cluster]\n[[disk]]\nid=3\naddress='127.0.0.1:1'\n";
+        let e = ClusterConfig::parse(bad_id, Path::new("c.toml")).unwrap_err();
+        assert!(e.to_string().contains("disk[0].id"), "{e}");
+        let garbage = "[cluster\n";
+        assert!(matches!(
+            ClusterConfig::parse(garbage, Path::new("c.toml")),
+            Err(ConfigError::Parse { .. })
+        ));
+    }
+}

@@ -1,0 +1,343 @@
+//! What travels between host and disks.
+//!
+//! * A job is a [`JobSpec`] — JSON in a Flight `Ticket` (`DoGet`, results stream back) or in
+//!   the descriptor of the first message of a `DoExchange` (host-resident input).
+//! * Disk-to-disk pipe streams are Flight `DoPut`s whose descriptor command is a [`PutCommand`].
+//! * Control is Flight actions named in [`action`], with JSON bodies.
+//!
+//! Expressions travel as DataFusion logical expressions encoded with `datafusion-proto`
+//! ([`ExprBytes`]); they reference the columns of the stage's input by name. The host plans and
+//! type-checks them, the disk turns them into DataFusion physical expressions.
+use crate::bloom::BloomFilter;
+use arrow_schema::Schema;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+/// A `datafusion-proto`-encoded logical expression.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExprBytes(pub Vec<u8>);
+
+impl Serialize for ExprBytes {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(&self.0))
+    }
+}
+
+impl<'de> Deserialize<'de> for ExprBytes {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map(ExprBytes)
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// An expression with the name of the column it produces.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct NamedExpr {
+    /// Output column name.
+    pub name: String,
+    /// The expression.
+    pub expr: ExprBytes,
+}
+
+/// Where a job's input stream comes from. The host chooses; the disklet never does.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Disk-resident: chosen columns of the local partitions of a table.
+    Table {
+        /// Table name.
+        table: String,
+        /// Columns to read (empty: all).
+        columns: Vec<String>,
+        /// Predicate used only to skip partitions / row groups / pages by their statistics
+        /// (zone maps). Rows are still filtered by a `select` stage.
+        prune: Option<ExprBytes>,
+    },
+    /// Disk-resident: a byte range of a local file under the disk's `files/` directory,
+    /// delivered as batches of one `Binary` column `bytes` and a `UInt64` column `offset`.
+    File {
+        /// Path relative to the disk's `files/` directory.
+        path: String,
+        /// First byte.
+        offset: u64,
+        /// Bytes to read (None: to the end).
+        length: Option<u64>,
+    },
+    /// Pipe: the output of disklets on other disks (or this one), sent with `DoPut`.
+    Pipe {
+        /// Exchange identifier shared by the senders and this receiver.
+        exchange_id: String,
+        /// Number of senders; the stream ends when all of them have finished.
+        senders: u32,
+        /// Schema of the piped batches.
+        schema: Schema,
+    },
+    /// Host-resident: the host sends the batches over the same `DoExchange` call.
+    Host {
+        /// Schema of the batches the host sends.
+        schema: Schema,
+    },
+}
+
+/// Where a job's output goes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Sink {
+    /// Back to the host over the job's own Flight call.
+    Host,
+    /// To other disks: output `i` of the last stage (a `partition` disklet) goes to `targets[i]`.
+    Exchange {
+        /// Exchange identifier (the receivers' [`Source::Pipe`]).
+        exchange_id: String,
+        /// Addresses (`host:port`) of the receiving disks, one per output.
+        targets: Vec<String>,
+        /// This sender's number, 0..senders-1.
+        sender: u32,
+    },
+}
+
+/// Aggregation mode of the `aggregate` disklet.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum AggregateMode {
+    /// Input rows → partial states. When scratch fills, the partial groups are shipped and the
+    /// table starts again (memory stays within the grant whatever the number of groups).
+    Partial,
+    /// Partial states → final values. All groups must fit in scratch.
+    Final,
+    /// Input rows → final values. All groups must fit in scratch.
+    Single,
+}
+
+/// One sort key of `sort_runs`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct SortKey {
+    /// Expression to sort by.
+    pub expr: ExprBytes,
+    /// Descending order.
+    pub descending: bool,
+    /// NULLs before non-NULLs.
+    pub nulls_first: bool,
+}
+
+/// A built-in disklet and its parameters.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case", tag = "disklet")]
+pub enum DiskletSpec {
+    /// Keep rows matching `predicate`, then compute `projection` (empty: all input columns).
+    Select {
+        /// Row predicate.
+        predicate: Option<ExprBytes>,
+        /// Output columns.
+        projection: Vec<NamedExpr>,
+        /// Stop after this many output rows; the rest of the input stream is skipped.
+        #[serde(default)]
+        limit: Option<u64>,
+    },
+    /// Hash aggregation; no `group_by` = a plain aggregate (one group).
+    Aggregate {
+        /// Grouping expressions.
+        group_by: Vec<NamedExpr>,
+        /// Aggregate function calls (`sum(x)`, `count(*)`, `avg(y)`, …).
+        aggregates: Vec<NamedExpr>,
+        /// See [`AggregateMode`].
+        mode: AggregateMode,
+        /// Final mode: the schema the Partial aggregation read (types of the arguments).
+        #[serde(default)]
+        raw_input: Option<Schema>,
+    },
+    /// Keep rows whose key may be in the Bloom filter.
+    BloomProbe {
+        /// Key expressions (hashed together with [`crate::hash`]).
+        keys: Vec<ExprBytes>,
+        /// The filter.
+        filter: BloomFilter,
+    },
+    /// Route rows to `partitions` outputs by hash of the key.
+    Partition {
+        /// Key expressions.
+        keys: Vec<ExprBytes>,
+        /// Number of outputs.
+        partitions: u32,
+    },
+    /// Sort input into runs that fit in scratch; each run is emitted sorted, with a `run`
+    /// column numbering the runs.
+    SortRuns {
+        /// Sort keys.
+        keys: Vec<SortKey>,
+    },
+}
+
+impl DiskletSpec {
+    /// Short name (`select`, `aggregate`, …).
+    pub fn name(&self) -> &'static str {
+        match self {
+            DiskletSpec::Select { .. } => "select",
+            DiskletSpec::Aggregate { .. } => "aggregate",
+            DiskletSpec::BloomProbe { .. } => "bloom_probe",
+            DiskletSpec::Partition { .. } => "partition",
+            DiskletSpec::SortRuns { .. } => "sort_runs",
+        }
+    }
+}
+
+/// A job for one disk: an input stream, a pipeline of disklets joined by pipe streams, a sink.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct JobSpec {
+    /// Unique id chosen by the host.
+    pub job_id: String,
+    /// Which host program submitted it (fair sharing is per program).
+    pub program: String,
+    /// Input stream.
+    pub source: Source,
+    /// Disklets, in order; stage i's output is stage i+1's input.
+    pub stages: Vec<DiskletSpec>,
+    /// Output.
+    pub sink: Sink,
+    /// Scratch memory requested per stage, in KiB (granted at admission or refused).
+    pub scratch_kib: u64,
+}
+
+impl JobSpec {
+    /// Encodes as JSON bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a JobSpec always serializes")
+    }
+    /// Decodes JSON bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, serde_json::Error> {
+        serde_json::from_slice(bytes)
+    }
+}
+
+/// Descriptor command of a `DoPut`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum PutCommand {
+    /// A pipe stream from sender `sender` into exchange `exchange_id`.
+    Exchange {
+        /// Exchange id.
+        exchange_id: String,
+        /// Sender number.
+        sender: u32,
+    },
+    /// A partition of a table sent by the host (`adisk load parquet|csv`).
+    Load {
+        /// Table.
+        table: String,
+        /// Partition number (unique within the table across the cluster).
+        partition: u32,
+        /// Rows per Parquet row group.
+        row_group_rows: usize,
+    },
+}
+
+/// Flight action names and their bodies.
+pub mod action {
+    /// Body: none. Returns [`super::DiskStatus`].
+    pub const STATUS: &str = "status";
+    /// Body: none. Returns [`super::DiskCatalog`].
+    pub const CATALOG: &str = "catalog";
+    /// Body: job id (UTF-8). Returns [`crate::stats::DiskJobStats`].
+    pub const JOB_STATS: &str = "job_stats";
+    /// Body: [`super::GenerateTpch`]. Returns a stream of [`super::LoadProgress`].
+    pub const GENERATE_TPCH: &str = "generate_tpch";
+    /// Body: table name. Removes the table's local partitions.
+    pub const DROP_TABLE: &str = "drop_table";
+    /// Body: none. The disk stops serving after in-flight calls end.
+    pub const SHUTDOWN: &str = "shutdown";
+}
+
+/// Request to generate TPC-H partitions at a disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct GenerateTpch {
+    /// Scale factor.
+    pub sf: f64,
+    /// Table (`lineitem`, `orders`, …).
+    pub table: String,
+    /// Which of `part_count` parts this disk generates (1-based as in dbgen: 1..=part_count).
+    pub parts: Vec<u32>,
+    /// Total parts of the table across the cluster.
+    pub part_count: u32,
+    /// Rows per Parquet row group.
+    pub row_group_rows: usize,
+}
+
+/// Progress of a load at one disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct LoadProgress {
+    /// Table.
+    pub table: String,
+    /// Rows written so far.
+    pub rows: u64,
+    /// Bytes written so far.
+    pub bytes: u64,
+    /// True for the last message.
+    pub done: bool,
+}
+
+/// One partition of a table on a disk, as listed in the disk's manifest.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PartitionInfo {
+    /// Partition number, unique within the table across the cluster.
+    pub partition: u32,
+    /// File name relative to the disk directory.
+    pub file: String,
+    /// Rows.
+    pub rows: u64,
+    /// File size in bytes.
+    pub bytes: u64,
+    /// CRC-32 of the whole file, checked when the disk first opens it.
+    pub crc32: u32,
+    /// Row groups in the file.
+    pub row_groups: u32,
+}
+
+/// A table as seen by one disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct TableInfo {
+    /// Name.
+    pub name: String,
+    /// Arrow schema.
+    pub schema: Schema,
+    /// Local partitions.
+    pub partitions: Vec<PartitionInfo>,
+}
+
+/// Reply to [`action::CATALOG`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct DiskCatalog {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Tables with at least one local partition.
+    pub tables: Vec<TableInfo>,
+}
+
+/// Reply to [`action::STATUS`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct DiskStatus {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Process id.
+    pub pid: u32,
+    /// DiskOS memory budget in bytes.
+    pub memory_bytes: u64,
+    /// Bytes currently granted to jobs.
+    pub memory_granted_bytes: u64,
+    /// Stream buffer size in bytes.
+    pub buffer_bytes: u64,
+    /// Buffers per stream.
+    pub buffers_per_stream: u32,
+    /// Jobs running.
+    pub jobs_running: u32,
+    /// Jobs waiting for a memory grant.
+    pub jobs_waiting: u32,
+    /// Jobs finished since start.
+    pub jobs_finished: u64,
+    /// Jobs failed since start.
+    pub jobs_failed: u64,
+    /// Tables and their local row counts.
+    pub tables: Vec<(String, u64)>,
+}

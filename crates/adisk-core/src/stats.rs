@@ -1,0 +1,215 @@
+//! Statistics of a job, per stage, per disk and in total.
+use serde::{Deserialize, Serialize};
+
+/// One disklet stage of a job on one disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct StageStats {
+    /// Disklet name.
+    pub disklet: String,
+    /// Rows into `process`.
+    pub rows_in: u64,
+    /// Rows emitted.
+    pub rows_out: u64,
+    /// Arrow bytes into `process`.
+    pub bytes_in: u64,
+    /// Arrow bytes emitted.
+    pub bytes_out: u64,
+    /// CPU time inside `init`/`process`/`finish`.
+    pub cpu_ns: u64,
+    /// Scratch granted.
+    pub scratch_granted_bytes: u64,
+    /// Largest scratch use seen.
+    pub scratch_peak_bytes: u64,
+    /// Times partial results were flushed because scratch filled (group-by) or runs emitted.
+    pub flushes: u64,
+}
+
+/// A job on one disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct DiskJobStats {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Job id.
+    pub job_id: String,
+    /// Bytes actually read from storage (Parquet footers, column chunks / pages, file ranges).
+    pub bytes_read: u64,
+    /// Bytes of the requested columns not read thanks to zone maps or skip requests.
+    pub bytes_skipped: u64,
+    /// Partitions (files) opened.
+    pub partitions_read: u64,
+    /// Partitions skipped whole by their statistics.
+    pub partitions_skipped: u64,
+    /// Row groups read.
+    pub row_groups_read: u64,
+    /// Row groups skipped by statistics or skip requests.
+    pub row_groups_skipped: u64,
+    /// Rows delivered by the input stream.
+    pub rows_read: u64,
+    /// Arrow bytes delivered by the input stream (after column elimination).
+    pub bytes_scanned: u64,
+    /// Rows shipped out of the disk (to the host or other disks).
+    pub rows_shipped: u64,
+    /// Arrow IPC bytes shipped to the host.
+    pub bytes_shipped_host: u64,
+    /// Arrow IPC bytes shipped to other disks.
+    pub bytes_shipped_disks: u64,
+    /// CPU time of the whole job at this disk (reading, decoding, disklets).
+    pub cpu_ns: u64,
+    /// Wall time from admission to the end.
+    pub wall_ns: u64,
+    /// Time spent waiting for the memory grant.
+    pub admission_wait_ns: u64,
+    /// Time stages waited for a compute slot (fair scheduling).
+    pub schedule_wait_ns: u64,
+    /// Memory granted (stream buffers + scratch).
+    pub memory_granted_bytes: u64,
+    /// Peak memory in use under the grant (buffers in flight + scratch).
+    pub memory_peak_bytes: u64,
+    /// Stages.
+    pub stages: Vec<StageStats>,
+    /// Error, if the job failed at this disk.
+    pub error: Option<String>,
+}
+
+impl DiskJobStats {
+    /// All bytes shipped.
+    pub fn bytes_shipped(&self) -> u64 {
+        self.bytes_shipped_host + self.bytes_shipped_disks
+    }
+}
+
+/// A job on the whole cluster.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct JobStats {
+    /// What ran.
+    pub description: String,
+    /// Per disk (and per phase for multi-phase jobs such as exchanges).
+    pub disks: Vec<DiskJobStats>,
+    /// Rows the host produced as the final result.
+    pub result_rows: u64,
+    /// Host CPU/wall time spent combining partial results.
+    pub host_combine_ns: u64,
+    /// Wall time seen by the host, from submission to last result.
+    pub wall_ns: u64,
+}
+
+/// Totals over the disks of a [`JobStats`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct Totals {
+    /// Sum of bytes read.
+    pub bytes_read: u64,
+    /// Sum of bytes skipped.
+    pub bytes_skipped: u64,
+    /// Sum of rows read.
+    pub rows_read: u64,
+    /// Sum of rows shipped.
+    pub rows_shipped: u64,
+    /// Sum of bytes shipped to the host.
+    pub bytes_shipped_host: u64,
+    /// Sum of bytes shipped disk to disk.
+    pub bytes_shipped_disks: u64,
+    /// Sum of CPU time.
+    pub cpu_ns: u64,
+    /// Largest per-disk wall time.
+    pub wall_ns_max: u64,
+    /// Sum of memory granted.
+    pub memory_granted_bytes: u64,
+    /// Largest per-disk memory peak.
+    pub memory_peak_bytes_max: u64,
+    /// bytes read ÷ bytes shipped to the host.
+    pub reduction: f64,
+}
+
+impl JobStats {
+    /// Totals over disks.
+    pub fn totals(&self) -> Totals {
+        let mut t = Totals::default();
+        for d in &self.disks {
+            t.bytes_read += d.bytes_read;
+            t.bytes_skipped += d.bytes_skipped;
+            t.rows_read += d.rows_read;
+            t.rows_shipped += d.rows_shipped;
+            t.bytes_shipped_host += d.bytes_shipped_host;
+            t.bytes_shipped_disks += d.bytes_shipped_disks;
+            t.cpu_ns += d.cpu_ns;
+            t.wall_ns_max = t.wall_ns_max.max(d.wall_ns);
+            t.memory_granted_bytes += d.memory_granted_bytes;
+            t.memory_peak_bytes_max = t.memory_peak_bytes_max.max(d.memory_peak_bytes);
+        }
+        t.reduction = if t.bytes_shipped_host == 0 {
+            f64::INFINITY
+        } else {
+            t.bytes_read as f64 / t.bytes_shipped_host as f64
+        };
+        t
+    }
+
+    /// A fixed-width text table, one row per disk and a total row.
+    pub fn render_table(&self) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        let _ = writeln!(
+            s,
+            "{:<6} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10} {:>10}",
+            "disk", "read", "skipped", "rows_in", "scanned", "rows_out", "to_host", "to_disks",
+            "cpu_ms", "wall_ms", "granted", "peak"
+        );
+        for d in &self.disks {
+            let _ = writeln!(
+                s,
+                "{:<6} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9.1} {:>9.1} {:>10} {:>10}{}",
+                d.disk_id,
+                human_bytes(d.bytes_read),
+                human_bytes(d.bytes_skipped),
+                d.rows_read,
+                human_bytes(d.bytes_scanned),
+                d.rows_shipped,
+                human_bytes(d.bytes_shipped_host),
+                human_bytes(d.bytes_shipped_disks),
+                d.cpu_ns as f64 / 1e6,
+                d.wall_ns as f64 / 1e6,
+                human_bytes(d.memory_granted_bytes),
+                human_bytes(d.memory_peak_bytes),
+                d.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+            );
+        }
+        let t = self.totals();
+        let _ = writeln!(
+            s,
+            "{:<6} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9.1} {:>9.1} {:>10} {:>10}",
+            "total",
+            human_bytes(t.bytes_read),
+            human_bytes(t.bytes_skipped),
+            t.rows_read,
+            human_bytes(self.disks.iter().map(|d| d.bytes_scanned).sum()),
+            t.rows_shipped,
+            human_bytes(t.bytes_shipped_host),
+            human_bytes(t.bytes_shipped_disks),
+            t.cpu_ns as f64 / 1e6,
+            t.wall_ns_max as f64 / 1e6,
+            human_bytes(t.memory_granted_bytes),
+            human_bytes(t.memory_peak_bytes_max),
+        );
+        let _ = writeln!(
+            s,
+            "data reduction (read / shipped to host): {}   result rows: {}   host combine: {:.1} ms   wall: {:.1} ms",
+            if t.reduction.is_finite() { format!("{:.1}x", t.reduction) } else { "inf".into() },
+            self.result_rows,
+            self.host_combine_ns as f64 / 1e6,
+            self.wall_ns as f64 / 1e6
+        );
+        s
+    }
+}
+
+/// `1.2 MiB`-style formatting.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
+}

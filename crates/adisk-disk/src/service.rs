@@ -1,0 +1,332 @@
+//! The Flight service of a disk node.
+use adisk_core::protocol::{GenerateTpch, JobSpec, LoadProgress, PutCommand, action};
+use adisk_diskos::exchange::PipeMessage;
+use adisk_diskos::job::{PipeConnector, RunningJob};
+use adisk_diskos::stream::StreamRx;
+use adisk_diskos::{DiskOs, DiskOsError};
+use adisk_storage::StorageError;
+use arrow::datatypes::SchemaRef;
+use arrow_flight::decode::FlightRecordBatchStream;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightClient, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, PollInfo,
+    PutResult, SchemaResult, Ticket,
+};
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{FutureExt, StreamExt, TryStreamExt};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+use tokio::sync::{Notify, mpsc};
+use tonic::{Request, Response, Status, Streaming};
+
+/// Maps a DiskOS error to a Flight status with a stable code.
+pub fn status_of(e: &DiskOsError) -> Status {
+    let msg = e.to_string();
+    match e {
+        DiskOsError::Storage(StorageError::UnknownTable(_)) => Status::not_found(msg),
+        DiskOsError::Storage(StorageError::UnknownColumn { .. }) | DiskOsError::Storage(StorageError::Invalid(_)) => Status::invalid_argument(msg),
+        DiskOsError::Storage(StorageError::Corrupt { .. }) | DiskOsError::Storage(StorageError::BadManifest { .. }) => Status::data_loss(msg),
+        DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => Status::failed_precondition(msg),
+        DiskOsError::Storage(_) => Status::internal(msg),
+        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } => Status::invalid_argument(msg),
+        DiskOsError::GrantTooLarge { .. } | DiskOsError::AdmissionQueueFull { .. } | DiskOsError::AdmissionTimeout { .. } | DiskOsError::ScratchExceeded { .. } => {
+            Status::resource_exhausted(msg)
+        }
+        DiskOsError::Decode { .. } => Status::data_loss(msg),
+        DiskOsError::Pipe(_) => Status::aborted(msg),
+        DiskOsError::Cancelled => Status::cancelled(msg),
+    }
+}
+
+fn storage_status(e: StorageError) -> Status {
+    status_of(&DiskOsError::Storage(e))
+}
+
+/// The Flight service of one disk.
+pub struct DiskService {
+    os: Arc<DiskOs>,
+    shutdown: Arc<Notify>,
+}
+
+impl DiskService {
+    /// A service over a DiskOS.
+    pub fn new(os: Arc<DiskOs>) -> Self {
+        DiskService { os, shutdown: Arc::new(Notify::new()) }
+    }
+    /// Notified by the `shutdown` action.
+    pub fn shutdown_signal(&self) -> Arc<Notify> {
+        self.shutdown.clone()
+    }
+}
+
+/// Streams a running job's output as Flight data; ends with the job's error, if any.
+fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status>> {
+    let RunningJob { schema, output, state, done } = job;
+    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(|b| Ok(b.batch.clone()));
+    let counting = state.clone();
+    let encoded = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(batches)
+        .map(move |r| {
+            r.map(|fd| {
+                counting.shipped_host_bytes.fetch_add((fd.data_body.len() + fd.data_header.len()) as u64, Ordering::Relaxed);
+                fd
+            })
+            .map_err(|e| Status::internal(format!("encoding results: {e}")))
+        });
+    let tail = stream::once(async move {
+        let outcome = done.await;
+        state.finish_wall();
+        match outcome {
+            Ok(Ok(())) => None,
+            Ok(Err(e)) => Some(Err(status_of(&e))),
+            Err(_) => Some(Err(Status::internal("job supervisor vanished"))),
+        }
+    })
+    .filter_map(|x| async move { x });
+    encoded.chain(tail).boxed()
+}
+
+fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(bytes).map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
+}
+
+fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
+    arrow_flight::Result { body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")) }
+}
+
+#[tonic::async_trait]
+impl FlightService for DiskService {
+    type HandshakeStream = BoxStream<'static, Result<HandshakeResponse, Status>>;
+    type ListFlightsStream = BoxStream<'static, Result<FlightInfo, Status>>;
+    type DoGetStream = BoxStream<'static, Result<FlightData, Status>>;
+    type DoPutStream = BoxStream<'static, Result<PutResult, Status>>;
+    type DoExchangeStream = BoxStream<'static, Result<FlightData, Status>>;
+    type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
+    type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
+
+    async fn handshake(&self, _r: Request<Streaming<HandshakeRequest>>) -> Result<Response<Self::HandshakeStream>, Status> {
+        Ok(Response::new(stream::empty().boxed()))
+    }
+
+    async fn list_flights(&self, _r: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented("list_flights: use the `catalog` action"))
+    }
+
+    async fn get_flight_info(&self, _r: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented("get_flight_info: a disk serves jobs through DoGet tickets"))
+    }
+
+    async fn poll_flight_info(&self, _r: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented("poll_flight_info"))
+    }
+
+    async fn get_schema(&self, _r: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
+        Err(Status::unimplemented("get_schema: use the `catalog` action"))
+    }
+
+    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let spec = JobSpec::from_bytes(&request.into_inner().ticket).map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
+        tracing::debug!(job = %spec.job_id, stages = spec.stages.len(), "job");
+        let job = self.os.start_job(spec, None).await.map_err(|e| status_of(&e))?;
+        Ok(Response::new(job_response(job)))
+    }
+
+    async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoExchangeStream>, Status> {
+        let mut incoming = request.into_inner();
+        let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("empty DoExchange"))?;
+        let descriptor = first.flight_descriptor.clone().ok_or_else(|| Status::invalid_argument("DoExchange needs a descriptor with a JobSpec"))?;
+        let spec = JobSpec::from_bytes(&descriptor.cmd).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let (tx, rx) = mpsc::channel(self.os.config().buffers_per_stream.max(1) as usize);
+        let job = self.os.start_job(spec, Some(rx)).await.map_err(|e| status_of(&e))?;
+        let all = stream::once(async move { Ok(first) }).chain(incoming).map_err(|e: Status| FlightError::Tonic(Box::new(e)));
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
+        tokio::spawn(async move {
+            while let Some(b) = batches.next().await {
+                match b {
+                    Ok(batch) => {
+                        if tx.send(batch).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!("host stream failed: {e}");
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(job_response(job)))
+    }
+
+    async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
+        let mut incoming = request.into_inner();
+        let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("empty DoPut"))?;
+        let descriptor = first.flight_descriptor.clone().ok_or_else(|| Status::invalid_argument("DoPut needs a descriptor"))?;
+        let command: PutCommand = parse_json("put command", &descriptor.cmd)?;
+        let all = stream::once(async move { Ok(first) }).chain(incoming).map_err(|e: Status| FlightError::Tonic(Box::new(e)));
+        let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
+        match command {
+            PutCommand::Exchange { exchange_id, sender } => {
+                let inbox = self.os.exchanges().sender(&exchange_id).map_err(Status::resource_exhausted)?;
+                let mut failure = None;
+                while let Some(b) = batches.next().await {
+                    match b {
+                        Ok(batch) => {
+                            if inbox.send(PipeMessage::Batch(batch)).await.is_err() {
+                                failure = Some("receiver is gone".to_string());
+                                break;
+                            }
+                        }
+                        Err(e) => {
+                            failure = Some(e.to_string());
+                            break;
+                        }
+                    }
+                }
+                match failure {
+                    None => {
+                        let _ = inbox.send(PipeMessage::SenderDone(sender)).await;
+                        Ok(Response::new(stream::empty().boxed()))
+                    }
+                    Some(why) => {
+                        let _ = inbox.send(PipeMessage::SenderFailed(sender, why.clone())).await;
+                        Err(Status::aborted(format!("exchange {exchange_id}: {why}")))
+                    }
+                }
+            }
+            PutCommand::Load { table, partition, row_group_rows } => {
+                let store = self.os.store().clone();
+                let mut writer = None;
+                while let Some(b) = batches.next().await {
+                    let batch = b.map_err(|e| Status::aborted(format!("load stream: {e}")))?;
+                    if writer.is_none() {
+                        writer = Some(store.create_partition(&table, partition, batch.schema(), row_group_rows).map_err(storage_status)?);
+                    }
+                    let w = writer.as_mut().expect("created above");
+                    w.write(&batch).map_err(storage_status)?;
+                }
+                let Some(w) = writer else {
+                    return Ok(Response::new(stream::empty().boxed()));
+                };
+                let info = tokio::task::spawn_blocking(move || store.commit_partition(w))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(storage_status)?;
+                let reply = PutResult { app_metadata: Bytes::from(serde_json::to_vec(&info).expect("partition info serializes")) };
+                Ok(Response::new(stream::once(async move { Ok(reply) }).boxed()))
+            }
+        }
+    }
+
+    async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+        let Action { r#type, body } = request.into_inner();
+        let reply = |r: arrow_flight::Result| -> Result<Response<Self::DoActionStream>, Status> { Ok(Response::new(stream::once(async move { Ok(r) }).boxed())) };
+        match r#type.as_str() {
+            action::STATUS => reply(json_result(&self.os.status())),
+            action::CATALOG => reply(json_result(&self.os.store().catalog())),
+            action::JOB_STATS => {
+                let id = String::from_utf8_lossy(&body).to_string();
+                let stats = self.os.job_stats(&id).ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
+                reply(json_result(&stats))
+            }
+            action::DROP_TABLE => {
+                let table = String::from_utf8_lossy(&body).to_string();
+                let dropped = self.os.store().drop_table(&table).map_err(storage_status)?;
+                reply(json_result(&dropped))
+            }
+            action::SHUTDOWN => {
+                let notify = self.shutdown.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    notify.notify_one();
+                });
+                reply(json_result(&true))
+            }
+            action::GENERATE_TPCH => {
+                let req: GenerateTpch = parse_json("generate_tpch request", &body)?;
+                Ok(Response::new(generate_tpch(self.os.clone(), req)))
+            }
+            other => Err(Status::invalid_argument(format!("unknown action `{other}`"))),
+        }
+    }
+
+    async fn list_actions(&self, _r: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
+        let names = [action::STATUS, action::CATALOG, action::JOB_STATS, action::GENERATE_TPCH, action::DROP_TABLE, action::SHUTDOWN];
+        let list: Vec<Result<ActionType, Status>> = names.iter().map(|n| Ok(ActionType { r#type: n.to_string(), description: String::new() })).collect();
+        Ok(Response::new(stream::iter(list).boxed()))
+    }
+}
+
+/// Generates TPC-H parts at this disk on a blocking thread, streaming progress.
+fn generate_tpch(os: Arc<DiskOs>, req: GenerateTpch) -> BoxStream<'static, Result<arrow_flight::Result, Status>> {
+    let (tx, rx) = mpsc::channel::<Result<LoadProgress, Status>>(16);
+    tokio::task::spawn_blocking(move || {
+        let result = (|| -> Result<LoadProgress, StorageError> {
+            let schema = adisk_storage::tpch::schema(&req.table)?;
+            let mut progress = LoadProgress { table: req.table.clone(), ..Default::default() };
+            for part in &req.parts {
+                let mut writer = os.store().create_partition(&req.table, part - 1, schema.clone(), req.row_group_rows)?;
+                for batch in adisk_storage::tpch::generate(&req.table, req.sf, *part, req.part_count)? {
+                    let batch = batch.map_err(|source| StorageError::Arrow { context: "generating TPC-H".into(), source })?;
+                    writer.write(&batch)?;
+                    progress.rows += batch.num_rows() as u64;
+                    if progress.rows % (64 * 1024) < batch.num_rows() as u64 {
+                        progress.bytes = writer.bytes_written();
+                        if tx.blocking_send(Ok(progress.clone())).is_err() {
+                            return Err(StorageError::Invalid("load cancelled by the host".into()));
+                        }
+                    }
+                }
+                let info = os.store().commit_partition(writer)?;
+                progress.bytes += info.bytes;
+            }
+            progress.done = true;
+            Ok(progress)
+        })();
+        let _ = tx.blocking_send(result.map_err(storage_status));
+    });
+    tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(|p| json_result(&p))).boxed()
+}
+
+/// Sends exchange outputs to other disks over Flight `DoPut`.
+#[derive(Default)]
+pub struct FlightPipeConnector;
+
+impl PipeConnector for FlightPipeConnector {
+    fn send(&self, target: String, exchange_id: String, sender: u32, schema: SchemaRef, rx: StreamRx) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
+        async move {
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
+                .map_err(|e| DiskOsError::Pipe(format!("bad target address {target}: {e}")))?
+                .connect_timeout(Duration::from_secs(5));
+            let channel = endpoint.connect().await.map_err(|e| DiskOsError::Pipe(format!("disk {target} unreachable: {e}")))?;
+            let mut client = FlightClient::new(channel);
+            let cmd = serde_json::to_vec(&PutCommand::Exchange { exchange_id: exchange_id.clone(), sender }).expect("command serializes");
+            let counters = Arc::new((std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)));
+            let c2 = counters.clone();
+            let batches = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |b| {
+                c2.1.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+                Ok(b.batch.clone())
+            });
+            let c3 = counters.clone();
+            let data = FlightDataEncoderBuilder::new()
+                .with_schema(schema)
+                .with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd)))
+                .build(batches)
+                .map(move |r| {
+                    if let Ok(fd) = &r {
+                        c3.0.fetch_add((fd.data_body.len() + fd.data_header.len()) as u64, Ordering::Relaxed);
+                    }
+                    r
+                });
+            let results = client.do_put(data).await.map_err(|e| DiskOsError::Pipe(format!("sending to {target}: {e}")))?;
+            results.try_collect::<Vec<_>>().await.map_err(|e| DiskOsError::Pipe(format!("sending to {target}: {e}")))?;
+            Ok((counters.0.load(Ordering::Relaxed), counters.1.load(Ordering::Relaxed)))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,109 @@
+//! The disklet interface: all code that runs at a disk implements [`Disklet`].
+//!
+//! A disklet is created ("init") from its parameters and a scratch grant, is handed the input
+//! stream one buffer at a time (`process`), and is told when the input ends (`finish`). It
+//! emits output buffers through an [`Emitter`] onto output ports the host wired; it cannot
+//! allocate beyond its scratch (it reports its use, and the built-ins flush or fail when the
+//! grant is reached), open files or sockets, or choose its streams.
+use crate::Result;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use std::ops::Range;
+
+/// One input buffer handed to [`Disklet::process`].
+pub struct InputBuffer<'a> {
+    /// The rows.
+    pub batch: &'a RecordBatch,
+    /// Position of the first row in the input stream (rows for tables, bytes for files).
+    pub position: u64,
+}
+
+/// Collects what a disklet emits during one call.
+pub struct Emitter {
+    outputs: Vec<Vec<RecordBatch>>,
+    skips: Vec<Range<u64>>,
+    done: bool,
+}
+
+impl Emitter {
+    /// An emitter with `ports` output ports.
+    pub fn new(ports: usize) -> Self {
+        Emitter { outputs: (0..ports).map(|_| Vec::new()).collect(), skips: Vec::new(), done: false }
+    }
+
+    /// Number of output ports.
+    pub fn ports(&self) -> usize {
+        self.outputs.len()
+    }
+
+    /// Emits a batch on output `port`. Empty batches are dropped.
+    ///
+    /// # Panics
+    /// If `port` is not one of the disklet's output ports (a bug in the disklet).
+    pub fn emit(&mut self, port: usize, batch: RecordBatch) {
+        assert!(port < self.outputs.len(), "disklet emitted on port {port} of {}", self.outputs.len());
+        if batch.num_rows() > 0 {
+            self.outputs[port].push(batch);
+        }
+    }
+
+    /// Asks the input stream to skip `range` (positions as in [`InputBuffer::position`]).
+    /// Advisory: buffers already read are still delivered.
+    pub fn skip(&mut self, range: Range<u64>) {
+        if range.start < range.end {
+            self.skips.push(range);
+        }
+    }
+
+    /// Says the disklet needs no more input: the rest of the stream is skipped.
+    pub fn done(&mut self) {
+        self.done = true;
+        self.skips.push(0..u64::MAX);
+    }
+
+    /// True once [`Emitter::done`] was called.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Takes the emitted batches, per port.
+    pub fn take_outputs(&mut self) -> Vec<Vec<RecordBatch>> {
+        let ports = self.outputs.len();
+        std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect())
+    }
+
+    /// Takes the skip requests.
+    pub fn take_skips(&mut self) -> Vec<Range<u64>> {
+        std::mem::take(&mut self.skips)
+    }
+}
+
+/// A stream operator that runs at a disk.
+///
+/// # Cancellation
+/// A disklet is dropped without `finish` when its job fails or the host goes away.
+pub trait Disklet: Send {
+    /// Name, for statistics.
+    fn name(&self) -> &'static str;
+    /// Schema of every output port.
+    fn output_schema(&self) -> SchemaRef;
+    /// Number of output ports (1 except for `partition`).
+    fn output_ports(&self) -> usize {
+        1
+    }
+    /// Processes one input buffer.
+    ///
+    /// # Errors
+    /// Evaluation errors, or [`crate::DiskOsError::ScratchExceeded`]; the job then fails.
+    fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()>;
+    /// Called once at the end of the input.
+    fn finish(&mut self, out: &mut Emitter) -> Result<()>;
+    /// Scratch bytes in use now.
+    fn scratch_bytes(&self) -> u64 {
+        0
+    }
+    /// Times partial state was flushed for lack of scratch (or runs produced).
+    fn flushes(&self) -> u64 {
+        0
+    }
+}

@@ -1,0 +1,46 @@
+//! The built-in (native Rust) disklets, and [`build`], which instantiates one from its spec.
+pub mod aggregate;
+pub mod bloom_probe;
+pub mod partition;
+pub mod select;
+pub mod sort_runs;
+
+use crate::disklet::Disklet;
+use crate::expr::ExprPlanner;
+use crate::{DiskOsError, Result};
+use adisk_core::protocol::DiskletSpec;
+use arrow::array::{ArrayRef, RecordBatch};
+use arrow::datatypes::SchemaRef;
+use datafusion::physical_expr::PhysicalExpr;
+use std::sync::Arc;
+
+/// Instantiates a disklet ("init"): parameters from `spec`, input schema, scratch grant.
+pub fn build(spec: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64, planner: &ExprPlanner) -> Result<Box<dyn Disklet>> {
+    Ok(match spec {
+        DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, input, planner)?),
+        DiskletSpec::Aggregate { group_by, aggregates, mode, raw_input } => {
+            let raw_input = raw_input.clone().map(Arc::new);
+            Box::new(aggregate::Aggregate::new(group_by, aggregates, *mode, raw_input, input, scratch_bytes, planner)?)
+        }
+        DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), input, scratch_bytes, planner)?),
+        DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, input, planner)?),
+        DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, input, scratch_bytes, planner)?),
+    })
+}
+
+/// Evaluates expressions into arrays of the batch's length.
+pub(crate) fn evaluate_all(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| {
+            e.evaluate(batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+                .map_err(|source| DiskOsError::DataFusion { context: format!("evaluating `{e}`"), source })
+        })
+        .collect()
+}
+
+/// Bytes of a batch's rows (slice-aware).
+pub fn batch_bytes(batch: &RecordBatch) -> u64 {
+    batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64).sum()
+}

@@ -1,0 +1,660 @@
+//! Jobs: admission, wiring of streams and disklets, fair scheduling, statistics.
+use crate::disklet::{Disklet, Emitter, InputBuffer};
+use crate::exchange::{ExchangeRegistry, PipeMessage};
+use crate::expr::ExprPlanner;
+use crate::memory::{Account, Grant, MemoryBudget};
+use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
+use crate::{DiskOsError, Result, disklets};
+use adisk_core::protocol::{DiskStatus, DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::stats::{DiskJobStats, StageStats};
+use adisk_storage::StorageError;
+use adisk_storage::store::DiskStore;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::physical_optimizer::pruning::PruningPredicate;
+use futures::future::BoxFuture;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+/// DiskOS limits of one disk.
+#[derive(Clone, Debug)]
+pub struct DiskOsConfig {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Memory budget.
+    pub memory_bytes: u64,
+    /// Bytes per stream buffer.
+    pub buffer_bytes: u64,
+    /// Buffers per stream.
+    pub buffers_per_stream: u32,
+    /// Disklet buffers processed at once (compute slots).
+    pub compute_slots: usize,
+    /// Jobs that may wait for memory.
+    pub max_waiting_jobs: u32,
+    /// Longest wait for memory.
+    pub admission_timeout: Duration,
+    /// Scratch per stage when a job asks for 0.
+    pub default_scratch_bytes: u64,
+    /// Finished jobs whose statistics are kept.
+    pub finished_jobs_kept: usize,
+}
+
+impl DiskOsConfig {
+    /// Defaults for a disk of `memory_bytes` with `buffer_bytes` buffers.
+    pub fn new(disk_id: u32, memory_bytes: u64, buffer_bytes: u64, buffers_per_stream: u32) -> Self {
+        DiskOsConfig {
+            disk_id,
+            memory_bytes,
+            buffer_bytes,
+            buffers_per_stream,
+            compute_slots: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_waiting_jobs: 64,
+            admission_timeout: Duration::from_secs(60),
+            default_scratch_bytes: (memory_bytes / 4).max(buffer_bytes),
+            finished_jobs_kept: 1024,
+        }
+    }
+}
+
+/// Sends the output ports of an exchange job to other disks (provided by the disk server).
+pub trait PipeConnector: Send + Sync + 'static {
+    /// Streams `rx` to `target` as sender `sender` of exchange `exchange_id`; returns (bytes, rows) sent.
+    fn send(&self, target: String, exchange_id: String, sender: u32, schema: SchemaRef, rx: StreamRx) -> BoxFuture<'static, Result<(u64, u64)>>;
+}
+
+#[derive(Default)]
+struct StageCounters {
+    name: &'static str,
+    rows_in: AtomicU64,
+    rows_out: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    cpu_ns: AtomicU64,
+    scratch_granted: u64,
+    scratch_peak: AtomicU64,
+    flushes: AtomicU64,
+}
+
+/// Live state of a job; a snapshot of it is the job's [`DiskJobStats`].
+pub struct JobState {
+    job_id: String,
+    disk_id: u32,
+    started: Instant,
+    read: Arc<ReadCounters>,
+    stages: Vec<StageCounters>,
+    /// Arrow IPC bytes shipped to the host (counted by the server).
+    pub shipped_host_bytes: AtomicU64,
+    shipped_disk_bytes: AtomicU64,
+    /// Rows shipped out of the disk.
+    pub rows_shipped: AtomicU64,
+    /// CPU time spent encoding output (counted by the server).
+    pub encode_cpu_ns: AtomicU64,
+    admission_wait_ns: AtomicU64,
+    schedule_wait_ns: AtomicU64,
+    granted_bytes: AtomicU64,
+    account: Mutex<Option<Arc<Account>>>,
+    wall_ns: AtomicU64,
+    failed: AtomicBool,
+    error: Mutex<Option<String>>,
+}
+
+impl JobState {
+    fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64)]) -> Self {
+        JobState {
+            job_id: job_id.to_string(),
+            disk_id,
+            started: Instant::now(),
+            read: Arc::new(ReadCounters::default()),
+            stages: stages.iter().map(|(name, scratch)| StageCounters { name, scratch_granted: *scratch, ..Default::default() }).collect(),
+            shipped_host_bytes: AtomicU64::new(0),
+            shipped_disk_bytes: AtomicU64::new(0),
+            rows_shipped: AtomicU64::new(0),
+            encode_cpu_ns: AtomicU64::new(0),
+            admission_wait_ns: AtomicU64::new(0),
+            schedule_wait_ns: AtomicU64::new(0),
+            granted_bytes: AtomicU64::new(0),
+            account: Mutex::new(None),
+            wall_ns: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+        }
+    }
+
+    fn fail(&self, e: &DiskOsError) {
+        self.failed.store(true, Ordering::SeqCst);
+        *self.error.lock().expect("error lock") = Some(e.to_string());
+    }
+
+    /// True once any part of the job failed.
+    pub fn failed(&self) -> bool {
+        self.failed.load(Ordering::SeqCst)
+    }
+
+    /// Marks the end of the job (wall time).
+    pub fn finish_wall(&self) {
+        self.wall_ns.store(self.started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+    }
+
+    /// Statistics now.
+    pub fn snapshot(&self) -> DiskJobStats {
+        let r = &self.read;
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let stages: Vec<StageStats> = self
+            .stages
+            .iter()
+            .map(|s| StageStats {
+                disklet: s.name.to_string(),
+                rows_in: l(&s.rows_in),
+                rows_out: l(&s.rows_out),
+                bytes_in: l(&s.bytes_in),
+                bytes_out: l(&s.bytes_out),
+                cpu_ns: l(&s.cpu_ns),
+                scratch_granted_bytes: s.scratch_granted,
+                scratch_peak_bytes: l(&s.scratch_peak),
+                flushes: l(&s.flushes),
+            })
+            .collect();
+        let wall = match l(&self.wall_ns) {
+            0 => self.started.elapsed().as_nanos() as u64,
+            w => w,
+        };
+        DiskJobStats {
+            disk_id: self.disk_id,
+            job_id: self.job_id.clone(),
+            bytes_read: l(&r.bytes_read),
+            bytes_skipped: l(&r.bytes_skipped),
+            partitions_read: l(&r.partitions_read),
+            partitions_skipped: l(&r.partitions_skipped),
+            row_groups_read: l(&r.row_groups_read),
+            row_groups_skipped: l(&r.row_groups_skipped),
+            rows_read: l(&r.rows_read),
+            bytes_scanned: l(&r.bytes_scanned),
+            rows_shipped: l(&self.rows_shipped),
+            bytes_shipped_host: l(&self.shipped_host_bytes),
+            bytes_shipped_disks: l(&self.shipped_disk_bytes),
+            cpu_ns: l(&r.cpu_ns) + stages.iter().map(|s| s.cpu_ns).sum::<u64>() + l(&self.encode_cpu_ns),
+            wall_ns: wall,
+            admission_wait_ns: l(&self.admission_wait_ns),
+            schedule_wait_ns: l(&self.schedule_wait_ns),
+            memory_granted_bytes: l(&self.granted_bytes),
+            memory_peak_bytes: self.account.lock().expect("account lock").as_ref().map_or(0, |a| a.peak()),
+            stages,
+            error: self.error.lock().expect("error lock").clone(),
+        }
+    }
+}
+
+/// A job that was admitted and is running.
+pub struct RunningJob {
+    /// Schema of what the job sends the host (for [`Sink::Host`]).
+    pub schema: SchemaRef,
+    /// Output buffers for the host (closed at once for exchange sinks).
+    pub output: StreamRx,
+    /// Live statistics.
+    pub state: Arc<JobState>,
+    /// Completes when every task of the job ended; carries the first error.
+    pub done: oneshot::Receiver<Result<(), DiskOsError>>,
+}
+
+/// The DiskOS of one disk.
+pub struct DiskOs {
+    config: DiskOsConfig,
+    store: Arc<DiskStore>,
+    budget: Arc<MemoryBudget>,
+    compute: Arc<Semaphore>,
+    planner: ExprPlanner,
+    exchanges: Arc<ExchangeRegistry>,
+    connector: Arc<dyn PipeConnector>,
+    running: Mutex<Vec<Arc<JobState>>>,
+    finished: Mutex<VecDeque<Arc<JobState>>>,
+    jobs_finished: AtomicU64,
+    jobs_failed: AtomicU64,
+}
+
+impl DiskOs {
+    /// A DiskOS over `store`.
+    pub fn new(config: DiskOsConfig, store: Arc<DiskStore>, connector: Arc<dyn PipeConnector>) -> Arc<Self> {
+        Arc::new(DiskOs {
+            budget: Arc::new(MemoryBudget::new(config.memory_bytes, config.max_waiting_jobs, config.admission_timeout)),
+            compute: Arc::new(Semaphore::new(config.compute_slots.max(1))),
+            planner: ExprPlanner::default(),
+            exchanges: Arc::new(ExchangeRegistry::new(config.buffers_per_stream as usize)),
+            connector,
+            running: Mutex::new(Vec::new()),
+            finished: Mutex::new(VecDeque::new()),
+            jobs_finished: AtomicU64::new(0),
+            jobs_failed: AtomicU64::new(0),
+            config,
+            store,
+        })
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<DiskStore> {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DiskOsConfig {
+        &self.config
+    }
+
+    /// The exchange inboxes.
+    pub fn exchanges(&self) -> &Arc<ExchangeRegistry> {
+        &self.exchanges
+    }
+
+    /// Status for `adisk status`.
+    pub fn status(&self) -> DiskStatus {
+        let catalog = self.store.catalog();
+        DiskStatus {
+            disk_id: self.config.disk_id,
+            pid: std::process::id(),
+            memory_bytes: self.budget.total_bytes(),
+            memory_granted_bytes: self.budget.granted_bytes(),
+            buffer_bytes: self.config.buffer_bytes,
+            buffers_per_stream: self.config.buffers_per_stream,
+            jobs_running: self.running.lock().expect("running lock").len() as u32,
+            jobs_waiting: self.budget.waiting(),
+            jobs_finished: self.jobs_finished.load(Ordering::Relaxed),
+            jobs_failed: self.jobs_failed.load(Ordering::Relaxed),
+            tables: catalog.tables.iter().map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.rows).sum())).collect(),
+        }
+    }
+
+    /// Statistics of a running or recently finished job.
+    pub fn job_stats(&self, job_id: &str) -> Option<DiskJobStats> {
+        if let Some(s) = self.running.lock().expect("running lock").iter().find(|s| s.job_id == job_id) {
+            return Some(s.snapshot());
+        }
+        self.finished.lock().expect("finished lock").iter().rev().find(|s| s.job_id == job_id).map(|s| s.snapshot())
+    }
+
+    fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
+        let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib * 1024 };
+        match stage {
+            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } => requested,
+            DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
+            DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
+        }
+    }
+
+    /// Admits and starts a job. `host_input` feeds a [`Source::Host`] stream.
+    ///
+    /// # Errors
+    /// Unknown table/column, invalid stages, memory refused — before anything runs.
+    pub async fn start_job(self: &Arc<Self>, spec: JobSpec, host_input: Option<mpsc::Receiver<RecordBatch>>) -> Result<RunningJob> {
+        // 1. The input stream and its schema.
+        let (source_schema, table_plan) = match &spec.source {
+            Source::Table { table, columns, prune } => {
+                let info = self.store.table(table)?;
+                let projection: Vec<usize> = if columns.is_empty() {
+                    (0..info.schema.fields().len()).collect()
+                } else {
+                    columns
+                        .iter()
+                        .map(|c| {
+                            info.schema.index_of(c).map_err(|_| {
+                                DiskOsError::Storage(StorageError::UnknownColumn {
+                                    table: table.clone(),
+                                    column: c.clone(),
+                                    available: info.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
+                                })
+                            })
+                        })
+                        .collect::<Result<_>>()?
+                };
+                let schema = projected_schema(&info.schema, &projection);
+                let prune = match prune {
+                    Some(p) => {
+                        let full = Arc::new(info.schema.clone());
+                        let expr = self.planner.physical(p, &full)?;
+                        #[allow(deprecated)]
+                        let predicate = PruningPredicate::try_new(expr, full).ok().map(Arc::new);
+                        predicate
+                    }
+                    None => None,
+                };
+                (schema, Some((info, projection, prune)))
+            }
+            Source::File { .. } => (file_schema(), None),
+            Source::Pipe { schema, .. } | Source::Host { schema } => (Arc::new(schema.clone()), None),
+        };
+        if matches!(spec.source, Source::Host { .. }) != host_input.is_some() {
+            return Err(DiskOsError::InvalidJob("host-resident input needs a DoExchange call (and only it)".into()));
+        }
+        // 2. Init the disklets, each on the previous one's output schema.
+        let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
+        let mut scratch = Vec::with_capacity(spec.stages.len());
+        let mut schema = source_schema.clone();
+        for (i, stage) in spec.stages.iter().enumerate() {
+            let s = self.scratch_for(&spec, stage);
+            let d = disklets::build(stage, &schema, s, &self.planner)?;
+            if d.output_ports() > 1 && i + 1 != spec.stages.len() {
+                return Err(DiskOsError::InvalidJob("only the last stage may have several outputs".into()));
+            }
+            schema = d.output_schema();
+            scratch.push((d.name(), s));
+            stages.push(d);
+        }
+        let last_ports = stages.last().map_or(1, |d| d.output_ports());
+        match &spec.sink {
+            Sink::Host if last_ports != 1 => return Err(DiskOsError::InvalidJob("a job whose output goes to the host must end with one output".into())),
+            Sink::Exchange { targets, .. } if targets.len() != last_ports || !matches!(spec.stages.last(), Some(DiskletSpec::Partition { .. })) => {
+                return Err(DiskOsError::InvalidJob(format!("an exchange needs a final partition stage with one output per target ({} targets, {last_ports} outputs)", targets.len())));
+            }
+            _ => {}
+        }
+        // 3. Admission: every stream's buffers and every stage's scratch, granted up front.
+        let streams = 1 + stages.len() as u64 + (last_ports as u64 - 1);
+        let buffers = streams * u64::from(self.config.buffers_per_stream) * self.config.buffer_bytes;
+        let requested = buffers + scratch.iter().map(|(_, s)| s).sum::<u64>();
+        let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &scratch));
+        let wait = Instant::now();
+        let grant = self.budget.grant(requested).await?;
+        state.admission_wait_ns.store(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
+        *state.account.lock().expect("account lock") = Some(grant.account().clone());
+        self.running.lock().expect("running lock").push(state.clone());
+        Ok(self.launch(spec, grant, state, source_schema, table_plan, stages, schema, host_input))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn launch(
+        self: &Arc<Self>,
+        spec: JobSpec,
+        grant: Grant,
+        state: Arc<JobState>,
+        source_schema: SchemaRef,
+        table_plan: Option<(adisk_core::protocol::TableInfo, Vec<usize>, Option<Arc<PruningPredicate>>)>,
+        stages: Vec<Box<dyn Disklet>>,
+        out_schema: SchemaRef,
+        host_input: Option<mpsc::Receiver<RecordBatch>>,
+    ) -> RunningJob {
+        let account = grant.account().clone();
+        let n = self.config.buffers_per_stream;
+        let skip = Arc::new(SkipList::default());
+        let mut tasks: Vec<tokio::task::JoinHandle<Result<()>>> = Vec::new();
+        // Source.
+        let (src_tx, rx) = stream(n);
+        let mut rx = Some(rx);
+        match spec.source.clone() {
+            Source::Table { .. } => {
+                let (table, projection, prune) = table_plan.expect("table source has a plan");
+                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes: self.config.buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
+                tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
+            }
+            Source::File { path, offset, length } => match self.store.file_path(&path) {
+                Ok(path) => {
+                    let scan = FileScan { path, offset, length, buffer_bytes: self.config.buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
+                    tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
+                }
+                Err(e) => tasks.push(tokio::spawn(async move { Err(DiskOsError::Storage(e)) })),
+            },
+            Source::Pipe { exchange_id, senders, .. } => {
+                let exchanges = self.exchanges.clone();
+                let (counters, account) = (state.read.clone(), account.clone());
+                tasks.push(tokio::spawn(async move {
+                    let result = pipe_source(&exchanges, &exchange_id, senders, &src_tx, &counters, &account).await;
+                    exchanges.remove(&exchange_id);
+                    result
+                }));
+            }
+            Source::Host { .. } => {
+                let mut input = host_input.expect("checked at admission");
+                let (counters, account, schema) = (state.read.clone(), account.clone(), source_schema.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut position = 0u64;
+                    while let Some(batch) = input.recv().await {
+                        if batch.schema().fields() != schema.fields() {
+                            return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
+                        }
+                        let b = Buffer::new(batch, position, &account);
+                        position += b.batch.num_rows() as u64;
+                        counters.rows_read.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+                        counters.bytes_scanned.fetch_add(b.bytes(), Ordering::Relaxed);
+                        if src_tx.send(b).await.is_err() {
+                            break;
+                        }
+                    }
+                    Ok(())
+                }));
+            }
+        }
+        // Stages, joined by pipe streams.
+        let stage_count = stages.len();
+        let mut final_outputs: Vec<StreamRx> = Vec::new();
+        for (i, disklet) in stages.into_iter().enumerate() {
+            let ports = disklet.output_ports();
+            let mut txs = Vec::with_capacity(ports);
+            let mut rxs = Vec::with_capacity(ports);
+            for _ in 0..ports {
+                let (t, r) = stream(n);
+                txs.push(t);
+                rxs.push(r);
+            }
+            let ctx = StageContext { index: i, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
+            let input = rx.take().expect("each stream has one consumer");
+            tasks.push(tokio::spawn(run_stage(disklet, input, txs, ctx)));
+            if i + 1 == stage_count {
+                final_outputs = rxs;
+            } else {
+                rx = rxs.pop();
+            }
+        }
+        if stage_count == 0 {
+            final_outputs = vec![rx.take().expect("source stream")];
+        }
+        // Sink.
+        let (host_tx, host_rx) = stream(n);
+        match spec.sink.clone() {
+            Sink::Host => {
+                let mut out = final_outputs.pop().expect("one output");
+                let counters = state.clone();
+                tasks.push(tokio::spawn(async move {
+                    while let Some(b) = out.recv().await {
+                        counters.rows_shipped.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+                        if host_tx.send(b).await.is_err() {
+                            return Err(DiskOsError::Cancelled);
+                        }
+                    }
+                    Ok(())
+                }));
+            }
+            Sink::Exchange { exchange_id, targets, sender } => {
+                drop(host_tx);
+                for (target, out) in targets.into_iter().zip(final_outputs) {
+                    let connector = self.connector.clone();
+                    let (st, id, schema) = (state.clone(), exchange_id.clone(), out_schema.clone());
+                    tasks.push(tokio::spawn(async move {
+                        let (bytes, rows) = connector.send(target, id, sender, schema, out).await?;
+                        st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
+                        st.rows_shipped.fetch_add(rows, Ordering::Relaxed);
+                        Ok(())
+                    }));
+                }
+            }
+        }
+        // Supervisor: wait for every task, record the outcome, return the grant.
+        let (done_tx, done_rx) = oneshot::channel();
+        let os = self.clone();
+        let st = state.clone();
+        tokio::spawn(async move {
+            let mut first_error: Option<DiskOsError> = None;
+            for t in tasks {
+                let r = match t.await {
+                    Ok(r) => r,
+                    Err(join) => Err(DiskOsError::InvalidJob(format!("a job task panicked: {join}"))),
+                };
+                if let Err(e) = r {
+                    // A real cause beats the "cancelled" its consequences report.
+                    let replace = match &first_error {
+                        None => true,
+                        Some(DiskOsError::Cancelled) => !matches!(e, DiskOsError::Cancelled),
+                        Some(_) => false,
+                    };
+                    if replace {
+                        st.fail(&e);
+                        first_error = Some(e);
+                    }
+                }
+            }
+            drop(grant);
+            os.retire(&st, first_error.is_some());
+            let _ = done_tx.send(match first_error {
+                Some(e) => Err(e),
+                None => Ok(()),
+            });
+        });
+        RunningJob { schema: out_schema, output: host_rx, state, done: done_rx }
+    }
+
+    fn retire(&self, state: &Arc<JobState>, failed: bool) {
+        self.running.lock().expect("running lock").retain(|s| !Arc::ptr_eq(s, state));
+        let mut finished = self.finished.lock().expect("finished lock");
+        finished.push_back(state.clone());
+        while finished.len() > self.config.finished_jobs_kept {
+            finished.pop_front();
+        }
+        if failed {
+            self.jobs_failed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.jobs_finished.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+async fn pipe_source(
+    exchanges: &ExchangeRegistry,
+    exchange_id: &str,
+    senders: u32,
+    tx: &StreamTx,
+    counters: &ReadCounters,
+    account: &Arc<Account>,
+) -> Result<()> {
+    let mut inbox = exchanges.receiver(exchange_id).map_err(DiskOsError::Pipe)?;
+    let mut done = vec![false; senders as usize];
+    let mut position = 0;
+    while done.iter().any(|d| !d) {
+        let msg = tokio::select! {
+            m = inbox.recv() => m,
+            () = tx.closed() => return Ok(()),
+        };
+        match msg {
+            None => return Err(DiskOsError::Pipe(format!("exchange `{exchange_id}` closed early"))),
+            Some(PipeMessage::Batch(batch)) => {
+                let b = Buffer::new(batch, position, account);
+                position += b.batch.num_rows() as u64;
+                counters.rows_read.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+                counters.bytes_scanned.fetch_add(b.bytes(), Ordering::Relaxed);
+                if tx.send(b).await.is_err() {
+                    return Ok(());
+                }
+            }
+            Some(PipeMessage::SenderDone(s)) => {
+                let slot = done.get_mut(s as usize).ok_or_else(|| DiskOsError::Pipe(format!("sender {s} is not one of {senders}")))?;
+                *slot = true;
+            }
+            Some(PipeMessage::SenderFailed(s, why)) => return Err(DiskOsError::Pipe(format!("sender {s} failed: {why}"))),
+        }
+    }
+    Ok(())
+}
+
+struct StageContext {
+    index: usize,
+    state: Arc<JobState>,
+    compute: Arc<Semaphore>,
+    account: Arc<Account>,
+    skip: Option<Arc<SkipList>>,
+}
+
+/// Runs `disklet.process` (or `finish` when `buffer` is None) on a blocking thread under a compute slot.
+async fn step(disklet: Box<dyn Disklet>, emitter: Emitter, buffer: Option<Buffer>, ctx: &StageContext) -> Result<(Box<dyn Disklet>, Emitter, Result<()>)> {
+    let wait = Instant::now();
+    let permit = ctx.compute.clone().acquire_owned().await.map_err(|_| DiskOsError::Cancelled)?;
+    ctx.state.schedule_wait_ns.fetch_add(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let counters = &ctx.state.stages[ctx.index];
+    if let Some(b) = &buffer {
+        counters.rows_in.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+        counters.bytes_in.fetch_add(b.bytes(), Ordering::Relaxed);
+    }
+    let (disklet, emitter, result, cpu) = tokio::task::spawn_blocking(move || {
+        let mut disklet = disklet;
+        let mut emitter = emitter;
+        let t0 = crate::thread_cpu_ns();
+        let result = match &buffer {
+            Some(b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position }, &mut emitter),
+            None => disklet.finish(&mut emitter),
+        };
+        let cpu = crate::thread_cpu_ns().saturating_sub(t0);
+        drop(permit);
+        (disklet, emitter, result, cpu)
+    })
+    .await
+    .map_err(|e| DiskOsError::InvalidJob(format!("disklet panicked: {e}")))?;
+    counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
+    counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
+    counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
+    Ok((disklet, emitter, result))
+}
+
+async fn run_stage(disklet: Box<dyn Disklet>, mut input: StreamRx, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
+    let mut disklet = disklet;
+    let mut emitter = Emitter::new(outputs.len());
+    let mut scratch_charged = 0u64;
+    loop {
+        let buffer = input.recv().await;
+        if ctx.state.failed() {
+            return Ok(());
+        }
+        let end = buffer.is_none();
+        let (d, mut e, result) = step(disklet, emitter, buffer, &ctx).await?;
+        disklet = d;
+        result?;
+        let scratch_now = disklet.scratch_bytes();
+        ctx.account.adjust(scratch_charged, scratch_now);
+        scratch_charged = scratch_now;
+        if let Some(skip) = &ctx.skip {
+            skip.add(e.take_skips());
+        }
+        let stop = e.is_done();
+        for (port, batches) in e.take_outputs().into_iter().enumerate() {
+            for batch in batches {
+                let counters = &ctx.state.stages[ctx.index];
+                counters.rows_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+                let b = Buffer::new(batch, 0, &ctx.account);
+                counters.bytes_out.fetch_add(b.bytes(), Ordering::Relaxed);
+                if outputs[port].send(b).await.is_err() {
+                    ctx.account.adjust(scratch_charged, 0);
+                    return Err(DiskOsError::Cancelled);
+                }
+            }
+        }
+        emitter = e;
+        if end {
+            break;
+        }
+        if stop {
+            // The disklet needs no more input: finish now; dropping the input stops the source.
+            drop(input);
+            let (d, mut e, result) = step(disklet, emitter, None, &ctx).await?;
+            result?;
+            for (port, batches) in e.take_outputs().into_iter().enumerate() {
+                for batch in batches {
+                    let b = Buffer::new(batch, 0, &ctx.account);
+                    if outputs[port].send(b).await.is_err() {
+                        return Err(DiskOsError::Cancelled);
+                    }
+                }
+            }
+            drop(d);
+            break;
+        }
+    }
+    ctx.account.adjust(scratch_charged, 0);
+    Ok(())
+}

@@ -1,0 +1,381 @@
+//! Streams: fixed-size buffers between a source and disklets, and the stream sources.
+//!
+//! A stream is a bounded channel of `buffers_per_stream` [`Buffer`]s: the producer (a reader
+//! or a disklet) fills one while the consumer works on another, so reading overlaps computing,
+//! and a slow consumer stops the producer (backpressure) instead of growing memory.
+//! Every buffer is charged to its job's [`Account`] while it exists.
+use crate::disklets::batch_bytes;
+use crate::memory::Account;
+use crate::{DiskOsError, Result};
+use adisk_core::protocol::{PartitionInfo, TableInfo};
+use adisk_storage::reader::CountingFile;
+use adisk_storage::store::DiskStore;
+use arrow::array::{ArrayRef, BinaryArray, RecordBatch, UInt64Array};
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::pruning::PruningStatistics;
+use datafusion::common::{Column, ScalarValue};
+use datafusion::physical_optimizer::pruning::PruningPredicate;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
+use parquet::file::metadata::ParquetMetaData;
+use std::collections::HashSet;
+use std::ops::Range;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// One stream buffer: a batch of rows, charged to its job while alive.
+pub struct Buffer {
+    /// The rows.
+    pub batch: RecordBatch,
+    /// Position of the first row in the stream (rows, or bytes for file streams).
+    pub position: u64,
+    bytes: u64,
+    account: Arc<Account>,
+}
+
+impl Buffer {
+    /// Wraps a batch and charges it to `account`.
+    pub fn new(batch: RecordBatch, position: u64, account: &Arc<Account>) -> Self {
+        let bytes = batch_bytes(&batch);
+        account.charge(bytes);
+        Buffer { batch, position, bytes, account: account.clone() }
+    }
+    /// Bytes charged.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        self.account.release(self.bytes);
+    }
+}
+
+/// Sending end of a stream.
+pub type StreamTx = mpsc::Sender<Buffer>;
+/// Receiving end of a stream.
+pub type StreamRx = mpsc::Receiver<Buffer>;
+
+/// A stream of `buffers` buffers.
+pub fn stream(buffers: u32) -> (StreamTx, StreamRx) {
+    mpsc::channel(buffers.max(1) as usize)
+}
+
+/// Skip requests of the consumer of a disk-resident stream.
+#[derive(Default, Debug)]
+pub struct SkipList {
+    ranges: Mutex<Vec<Range<u64>>>,
+}
+
+impl SkipList {
+    /// Adds ranges to skip.
+    pub fn add(&self, ranges: impl IntoIterator<Item = Range<u64>>) {
+        let mut r = self.ranges.lock().expect("skip lock");
+        r.extend(ranges);
+    }
+
+    /// True if every position of `range` is to be skipped.
+    pub fn covers(&self, range: &Range<u64>) -> bool {
+        let r = self.ranges.lock().expect("skip lock");
+        let mut pos = range.start;
+        let mut sorted: Vec<_> = r.iter().filter(|s| s.end > range.start && s.start < range.end).cloned().collect();
+        sorted.sort_by_key(|s| s.start);
+        for s in sorted {
+            if s.start > pos {
+                return false;
+            }
+            pos = pos.max(s.end);
+            if pos >= range.end {
+                return true;
+            }
+        }
+        pos >= range.end
+    }
+
+    /// Row selection for the rows `range` (None if nothing in it is skipped).
+    pub fn selection(&self, range: &Range<u64>) -> Option<(RowSelection, u64)> {
+        let r = self.ranges.lock().expect("skip lock");
+        let mut overlapping: Vec<_> = r.iter().filter(|s| s.end > range.start && s.start < range.end).cloned().collect();
+        if overlapping.is_empty() {
+            return None;
+        }
+        overlapping.sort_by_key(|s| s.start);
+        let mut selectors = Vec::new();
+        let mut pos = range.start;
+        let mut skipped = 0;
+        for s in overlapping {
+            let start = s.start.max(pos);
+            let end = s.end.min(range.end);
+            if start > pos {
+                selectors.push(RowSelector::select((start - pos) as usize));
+            }
+            if end > start {
+                selectors.push(RowSelector::skip((end - start) as usize));
+                skipped += end - start;
+            }
+            pos = pos.max(end);
+        }
+        if pos < range.end {
+            selectors.push(RowSelector::select((range.end - pos) as usize));
+        }
+        Some((RowSelection::from(selectors), skipped))
+    }
+}
+
+/// What a source read and skipped.
+#[derive(Default, Debug)]
+pub struct ReadCounters {
+    /// Bytes read from storage (measured at the file).
+    pub bytes_read: Arc<AtomicU64>,
+    /// Bytes of requested columns not read.
+    pub bytes_skipped: AtomicU64,
+    /// Partitions opened.
+    pub partitions_read: AtomicU64,
+    /// Partitions skipped whole.
+    pub partitions_skipped: AtomicU64,
+    /// Row groups read.
+    pub row_groups_read: AtomicU64,
+    /// Row groups skipped.
+    pub row_groups_skipped: AtomicU64,
+    /// Rows delivered.
+    pub rows_read: AtomicU64,
+    /// Arrow bytes delivered.
+    pub bytes_scanned: AtomicU64,
+    /// CPU time of the reader.
+    pub cpu_ns: AtomicU64,
+}
+
+/// Row-group statistics of one Parquet file, for DataFusion's [`PruningPredicate`].
+struct RowGroupStatistics<'a> {
+    metadata: &'a ParquetMetaData,
+    arrow_schema: &'a Schema,
+}
+
+impl RowGroupStatistics<'_> {
+    fn converter(&self, column: &Column) -> Option<StatisticsConverter<'_>> {
+        StatisticsConverter::try_new(column.name(), self.arrow_schema, self.metadata.file_metadata().schema_descr()).ok()
+    }
+}
+
+impl PruningStatistics for RowGroupStatistics<'_> {
+    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.converter(column)?.row_group_mins(self.metadata.row_groups().iter()).ok()
+    }
+    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
+        self.converter(column)?.row_group_maxes(self.metadata.row_groups().iter()).ok()
+    }
+    fn num_containers(&self) -> usize {
+        self.metadata.num_row_groups()
+    }
+    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
+        self.converter(column)?.row_group_null_counts(self.metadata.row_groups().iter()).ok().map(|a| Arc::new(a) as ArrayRef)
+    }
+    fn row_counts(&self) -> Option<ArrayRef> {
+        let counts: UInt64Array = self.metadata.row_groups().iter().map(|rg| Some(rg.num_rows() as u64)).collect();
+        Some(Arc::new(counts))
+    }
+    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<arrow::array::BooleanArray> {
+        None
+    }
+}
+
+/// A disk-resident table stream: chosen columns of the local partitions of a table.
+pub struct TableScan {
+    /// Store to read from.
+    pub store: Arc<DiskStore>,
+    /// The table.
+    pub table: TableInfo,
+    /// Column indices to read.
+    pub projection: Vec<usize>,
+    /// Zone-map predicate (row groups whose statistics cannot match are skipped).
+    pub prune: Option<Arc<PruningPredicate>>,
+    /// Target bytes per buffer.
+    pub buffer_bytes: u64,
+    /// Consumer's skip requests (row positions).
+    pub skip: Arc<SkipList>,
+    /// Counters.
+    pub counters: Arc<ReadCounters>,
+    /// The job's account.
+    pub account: Arc<Account>,
+}
+
+/// Schema of a table projected on `projection`.
+pub fn projected_schema(schema: &Schema, projection: &[usize]) -> SchemaRef {
+    Arc::new(Schema::new(projection.iter().map(|i| schema.field(*i).clone()).collect::<Vec<_>>()))
+}
+
+impl TableScan {
+    /// Reads every local partition in order, sending buffers to `tx`. Runs on a blocking thread.
+    pub fn run(self, tx: StreamTx) -> Result<()> {
+        let cpu_start = crate::thread_cpu_ns();
+        let result = self.read_all(&tx);
+        self.counters.cpu_ns.fetch_add(crate::thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        result
+    }
+
+    fn read_all(&self, tx: &StreamTx) -> Result<()> {
+        let mut row_base = 0u64;
+        for part in &self.table.partitions {
+            if self.skip.covers(&(row_base..row_base + part.rows)) {
+                self.counters.partitions_skipped.fetch_add(1, Ordering::Relaxed);
+                self.counters.bytes_skipped.fetch_add(part.bytes, Ordering::Relaxed);
+                row_base += part.rows;
+                continue;
+            }
+            if !self.read_partition(part, row_base, tx)? {
+                return Ok(()); // consumer gone
+            }
+            row_base += part.rows;
+        }
+        Ok(())
+    }
+
+    /// Returns false if the consumer went away.
+    fn read_partition(&self, part: &PartitionInfo, row_base: u64, tx: &StreamTx) -> Result<bool> {
+        let file = self.store.open_partition(part)?;
+        let path = self.store.dir().join(&part.file);
+        let decode = |e: parquet::errors::ParquetError| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() });
+        let counting = CountingFile::new(file, self.counters.bytes_read.clone())
+            .map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("opening {}", path.display()), source: e }))?;
+        #[allow(deprecated)]
+        let meta = ArrowReaderMetadata::load(&counting, ArrowReaderOptions::new().with_page_index(true)).map_err(decode)?;
+        let md = meta.metadata().clone();
+        let keep: Vec<bool> = match &self.prune {
+            Some(p) => {
+                let stats = RowGroupStatistics { metadata: &md, arrow_schema: meta.schema() };
+                p.prune(&stats).unwrap_or_else(|_| vec![true; md.num_row_groups()])
+            }
+            None => vec![true; md.num_row_groups()],
+        };
+        if !keep.iter().any(|k| *k) {
+            self.counters.partitions_skipped.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.counters.partitions_read.fetch_add(1, Ordering::Relaxed);
+        }
+        let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), self.projection.iter().copied());
+        let mut rg_base = row_base;
+        let mut rows_per_buffer = None;
+        for (rg_index, rg) in md.row_groups().iter().enumerate() {
+            let rg_rows = rg.num_rows() as u64;
+            let range = rg_base..rg_base + rg_rows;
+            rg_base += rg_rows;
+            let projected_bytes: u64 = self.projection.iter().map(|c| rg.column(*c).compressed_size() as u64).sum();
+            if !keep[rg_index] || self.skip.covers(&range) {
+                self.counters.row_groups_skipped.fetch_add(1, Ordering::Relaxed);
+                self.counters.bytes_skipped.fetch_add(projected_bytes, Ordering::Relaxed);
+                continue;
+            }
+            let rows = *rows_per_buffer.get_or_insert_with(|| {
+                let uncompressed: u64 = self.projection.iter().map(|c| rg.column(*c).uncompressed_size() as u64).sum();
+                let per_row = (uncompressed / rg_rows.max(1)).max(1) + 8 * self.projection.len() as u64;
+                ((self.buffer_bytes * 4 / 5) / per_row).clamp(64, 1 << 20) as usize
+            });
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(counting.clone(), meta.clone())
+                .with_projection(mask.clone())
+                .with_row_groups(vec![rg_index])
+                .with_batch_size(rows);
+            if let Some((selection, skipped)) = self.skip.selection(&range) {
+                builder = builder.with_row_selection(selection);
+                let skipped_bytes = projected_bytes * skipped / rg_rows.max(1);
+                self.counters.bytes_skipped.fetch_add(skipped_bytes, Ordering::Relaxed);
+            }
+            self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
+            let reader = builder.build().map_err(decode)?;
+            let mut position = range.start;
+            for batch in reader {
+                let batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
+                let n = batch.num_rows() as u64;
+                let buffer = Buffer::new(batch, position, &self.account);
+                self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
+                self.counters.bytes_scanned.fetch_add(buffer.bytes(), Ordering::Relaxed);
+                position += n;
+                if tx.blocking_send(buffer).is_err() {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// Schema of a file stream: `offset` (UInt64) and `bytes` (Binary), one row per buffer.
+pub fn file_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("offset", DataType::UInt64, false), Field::new("bytes", DataType::Binary, false)]))
+}
+
+/// A disk-resident byte-range stream of a plain file.
+pub struct FileScan {
+    /// Absolute path (already checked to be under `files/`).
+    pub path: std::path::PathBuf,
+    /// First byte.
+    pub offset: u64,
+    /// Bytes to read (None: to the end).
+    pub length: Option<u64>,
+    /// Bytes per buffer.
+    pub buffer_bytes: u64,
+    /// Consumer's skip requests (byte positions).
+    pub skip: Arc<SkipList>,
+    /// Counters.
+    pub counters: Arc<ReadCounters>,
+    /// The job's account.
+    pub account: Arc<Account>,
+}
+
+impl FileScan {
+    /// Reads the range in buffers. Runs on a blocking thread.
+    pub fn run(self, tx: StreamTx) -> Result<()> {
+        let cpu_start = crate::thread_cpu_ns();
+        let io = |e: std::io::Error| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("reading {}", self.path.display()), source: e });
+        let file = std::fs::File::open(&self.path).map_err(io)?;
+        let size = file.metadata().map_err(io)?.len();
+        let end = self.length.map_or(size, |l| self.offset.saturating_add(l).min(size));
+        let mut pos = self.offset.min(end);
+        let schema = file_schema();
+        let mut buf = vec![0u8; self.buffer_bytes as usize];
+        self.counters.partitions_read.fetch_add(1, Ordering::Relaxed);
+        while pos < end {
+            let len = (end - pos).min(self.buffer_bytes);
+            let range = pos..pos + len;
+            if self.skip.covers(&range) {
+                self.counters.bytes_skipped.fetch_add(len, Ordering::Relaxed);
+                pos += len;
+                continue;
+            }
+            file.read_exact_at(&mut buf[..len as usize], pos).map_err(io)?;
+            self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(UInt64Array::from(vec![pos])), Arc::new(BinaryArray::from(vec![&buf[..len as usize]]))],
+            )
+            .map_err(|e| DiskOsError::Decode { context: "file buffer".into(), message: e.to_string() })?;
+            let buffer = Buffer::new(batch, pos, &self.account);
+            self.counters.rows_read.fetch_add(1, Ordering::Relaxed);
+            self.counters.bytes_scanned.fetch_add(len, Ordering::Relaxed);
+            if tx.blocking_send(buffer).is_err() {
+                break;
+            }
+            pos += len;
+        }
+        self.counters.cpu_ns.fetch_add(crate::thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn skip_list_selection() {
+        let s = SkipList::default();
+        s.add([10..20, 15..30]);
+        assert!(s.covers(&(12..28)));
+        assert!(!s.covers(&(5..12)));
+        let (sel, skipped) = s.selection(&(0..40)).unwrap();
+        assert_eq!(skipped, 20);
+        assert_eq!(sel.row_count(), 20);
+    }
+}

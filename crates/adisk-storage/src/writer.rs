@@ -1,0 +1,129 @@
+//! Writing one partition: Parquet to a temporary name, checksum, rename.
+use crate::{Result, StorageError, io_err};
+use adisk_core::protocol::PartitionInfo;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use std::fs::File;
+use std::path::PathBuf;
+
+/// Default rows per row group: small enough that zone maps can skip, large enough to scan fast.
+pub const DEFAULT_ROW_GROUP_ROWS: usize = 65_536;
+/// Rows per data page (page-level zone maps through the page index).
+pub const PAGE_ROWS: usize = 8_192;
+/// Upper bound on rows per row group accepted from a request.
+pub const MAX_ROW_GROUP_ROWS: usize = 4 * 1024 * 1024;
+
+/// Parquet properties of every partition ActiveDisk writes.
+pub fn writer_properties(row_group_rows: usize) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .set_max_row_group_row_count(Some(row_group_rows.clamp(1024, MAX_ROW_GROUP_ROWS)))
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(PAGE_ROWS)
+        .set_created_by(format!("activedisk {}", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// An open partition being written. Nothing is visible until [`PartitionWriter::finish`].
+pub struct PartitionWriter {
+    pub(crate) table: String,
+    pub(crate) partition: u32,
+    pub(crate) tmp_path: PathBuf,
+    pub(crate) final_path: PathBuf,
+    pub(crate) relative: String,
+    pub(crate) schema: SchemaRef,
+    writer: Option<ArrowWriter<File>>,
+    rows: u64,
+}
+
+impl PartitionWriter {
+    pub(crate) fn create(
+        table: &str,
+        partition: u32,
+        tmp_path: PathBuf,
+        final_path: PathBuf,
+        relative: String,
+        schema: SchemaRef,
+        row_group_rows: usize,
+    ) -> Result<Self> {
+        let file = File::create(&tmp_path).map_err(io_err(format!("creating {}", tmp_path.display())))?;
+        let writer = ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(row_group_rows)))
+            .map_err(|source| StorageError::Parquet { context: format!("opening writer for {}", tmp_path.display()), source })?;
+        Ok(PartitionWriter {
+            table: table.to_string(),
+            partition,
+            tmp_path,
+            final_path,
+            relative,
+            schema,
+            writer: Some(writer),
+            rows: 0,
+        })
+    }
+
+    /// The table's schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Appends a batch (its schema must equal the partition's).
+    pub fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        if batch.schema().fields() != self.schema.fields() {
+            return Err(StorageError::SchemaMismatch {
+                table: self.table.clone(),
+                reason: format!("batch schema {:?} differs from {:?}", batch.schema(), self.schema),
+            });
+        }
+        let writer = self.writer.as_mut().expect("writer is present until finish");
+        writer.write(batch).map_err(|source| StorageError::Parquet {
+            context: format!("writing {}", self.tmp_path.display()),
+            source,
+        })?;
+        self.rows += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Bytes written to the file so far (approximate until finish).
+    pub fn bytes_written(&self) -> u64 {
+        self.writer.as_ref().map(|w| w.bytes_written() as u64).unwrap_or(0)
+    }
+
+    /// Closes the file, syncs it, checksums it and renames it into place.
+    pub(crate) fn finish(mut self) -> Result<PartitionInfo> {
+        let writer = self.writer.take().expect("writer is present until finish");
+        let metadata = writer.close().map_err(|source| StorageError::Parquet {
+            context: format!("closing {}", self.tmp_path.display()),
+            source,
+        })?;
+        let mut file = File::open(&self.tmp_path).map_err(io_err(format!("reopening {}", self.tmp_path.display())))?;
+        let (crc32, bytes) = crate::reader::file_crc32(&mut file).map_err(io_err(format!("checksumming {}", self.tmp_path.display())))?;
+        file.sync_all().map_err(io_err(format!("syncing {}", self.tmp_path.display())))?;
+        std::fs::rename(&self.tmp_path, &self.final_path)
+            .map_err(io_err(format!("renaming {} into place", self.tmp_path.display())))?;
+        Ok(PartitionInfo {
+            partition: self.partition,
+            file: self.relative.clone(),
+            rows: self.rows,
+            bytes,
+            crc32,
+            row_groups: metadata.num_row_groups() as u32,
+        })
+    }
+}
+
+impl Drop for PartitionWriter {
+    fn drop(&mut self) {
+        if self.writer.is_some() {
+            // Abandoned (error or cancellation): leave no half partition behind.
+            let _ = std::fs::remove_file(&self.tmp_path);
+        }
+    }
+}
