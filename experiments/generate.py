@@ -875,7 +875,7 @@ def write_embedded():
         d = os.path.join(ROOT, paper)
         for f in sorted(os.listdir(d)):
             if f.endswith(".toml"):
-                entries.append(f'    ("{paper}/{f}", include_str!("../../../experiments/{paper}/{f}")),')
+                entries.append(f'    (\n        "{paper}/{f}",\n        include_str!("../../../experiments/{paper}/{f}"),\n    ),')
     out = os.path.join(ROOT, "..", "crates", "adisk-sim", "src", "embedded.rs")
     with open(out, "w") as fh:
         fh.write("//! Built-in copies of the experiment files, so `adisk sim reproduce` works from any directory.\n")

@@ -3,7 +3,9 @@
 //! Model code lives in [`crate::model`]; this module only wires instances together.
 
 use crate::config::{ArchKind, Communication, Devices, SystemConfig};
-use crate::engine::{Drive, Hop, Net, Node, ResId, ResKind, Resource, Storage, Topology, Volume, Worker};
+use crate::engine::{
+    Drive, Hop, Net, Node, ResId, ResKind, Resource, Storage, Topology, Volume, Worker,
+};
 use crate::model::cpu::{CpuSpec, OsCosts};
 use crate::model::disk::DiskModel;
 use crate::model::link::{self, LinkSpec};
@@ -24,16 +26,32 @@ impl Ctx<'_> {
         format!("systems.{}.{k}", self.name)
     }
     fn req<'b, T>(&self, v: &'b Option<T>, k: &str) -> Result<&'b T, KeyError> {
-        v.as_ref().ok_or_else(|| (self.key(k), format!("required for kind {:?}", self.sys.kind)))
+        v.as_ref().ok_or_else(|| {
+            (
+                self.key(k),
+                format!("required for kind {:?}", self.sys.kind),
+            )
+        })
     }
     fn cpu(&self, k: &str, name: &Option<String>) -> Result<CpuSpec, KeyError> {
         let n = self.req(name, k)?;
-        let c = self.dev.cpus.get(n).ok_or_else(|| (self.key(k), format!("no processor `{n}` under [devices.cpus]")))?;
+        let c = self.dev.cpus.get(n).ok_or_else(|| {
+            (
+                self.key(k),
+                format!("no processor `{n}` under [devices.cpus]"),
+            )
+        })?;
         if !(c.mhz.is_finite() && c.mhz > 0.0) {
-            return Err((format!("devices.cpus.{n}.mhz"), format!("must be a positive number, got {}", c.mhz)));
+            return Err((
+                format!("devices.cpus.{n}.mhz"),
+                format!("must be a positive number, got {}", c.mhz),
+            ));
         }
         if c.count == 0 {
-            return Err((format!("devices.cpus.{n}.count"), "must be at least 1".into()));
+            return Err((
+                format!("devices.cpus.{n}.count"),
+                "must be at least 1".into(),
+            ));
         }
         Ok(c.clone())
     }
@@ -41,21 +59,35 @@ impl Ctx<'_> {
         let n = self.req(name, k)?;
         let l = match self.dev.links.get(n) {
             Some(l) => l.clone(),
-            None => link::preset(n).ok_or_else(|| (self.key(k), format!("no link `{n}` under [devices.links] and no preset of that name")))?,
+            None => link::preset(n).ok_or_else(|| {
+                (
+                    self.key(k),
+                    format!("no link `{n}` under [devices.links] and no preset of that name"),
+                )
+            })?,
         };
-        l.validate().map_err(|r| (format!("devices.links.{n}"), r))?;
+        l.validate()
+            .map_err(|r| (format!("devices.links.{n}"), r))?;
         Ok(l)
     }
     fn mem(&self, k: &str, v: &Option<f64>) -> Result<f64, KeyError> {
         let mb = *self.req(v, k)?;
         if !(mb.is_finite() && mb > 0.0) {
-            return Err((self.key(k), format!("must be a positive number of MB, got {mb}")));
+            return Err((
+                self.key(k),
+                format!("must be a positive number of MB, got {mb}"),
+            ));
         }
         Ok(mb * 1e6)
     }
     fn os(&self, k: &str, v: &Option<OsCosts>, default: OsCosts) -> Result<OsCosts, KeyError> {
         let o = v.clone().unwrap_or(default);
-        o.validate().map_err(|r| (self.key(&format!("{k}.{}", r.split(':').next().unwrap_or(""))), r))?;
+        o.validate().map_err(|r| {
+            (
+                self.key(&format!("{k}.{}", r.split(':').next().unwrap_or(""))),
+                r,
+            )
+        })?;
         Ok(o)
     }
 }
@@ -67,41 +99,89 @@ struct Builder {
 }
 
 impl Builder {
-    fn res(&mut self, name: String, component: String, kind: ResKind, link: Option<LinkSpec>) -> ResId {
-        self.resources.push(Resource::new(name, component, kind, link));
+    fn res(
+        &mut self,
+        name: String,
+        component: String,
+        kind: ResKind,
+        link: Option<LinkSpec>,
+    ) -> ResId {
+        self.resources
+            .push(Resource::new(name, component, kind, link));
         self.resources.len() - 1
     }
     fn node(&mut self, name: &str, cpu: &CpuSpec, mem: f64, os: OsCosts) -> usize {
         let cpus = (0..cpu.count)
             .map(|i| {
-                let n = if cpu.count == 1 { format!("{name}.cpu") } else { format!("{name}.cpu{i}") };
+                let n = if cpu.count == 1 {
+                    format!("{name}.cpu")
+                } else {
+                    format!("{name}.cpu{i}")
+                };
                 self.res(n, name.to_string(), ResKind::Cpu, None)
             })
             .collect();
-        self.nodes.push(Node { name: name.to_string(), cpus, mhz: cpu.mhz, mem_bytes: mem, os, io_hops: Vec::new() });
+        self.nodes.push(Node {
+            name: name.to_string(),
+            cpus,
+            mhz: cpu.mhz,
+            mem_bytes: mem,
+            os,
+            io_hops: Vec::new(),
+        });
         self.nodes.len() - 1
     }
     fn links(&mut self, prefix: &str, component: &str, spec: &LinkSpec, n: u32) -> Vec<ResId> {
-        (0..n).map(|i| self.res(format!("{prefix}{i}"), component.to_string(), ResKind::Link, Some(spec.clone()))).collect()
+        (0..n)
+            .map(|i| {
+                self.res(
+                    format!("{prefix}{i}"),
+                    component.to_string(),
+                    ResKind::Link,
+                    Some(spec.clone()),
+                )
+            })
+            .collect()
     }
 }
 
 fn storage(ctx: &Ctx, rng: &mut Rng) -> Result<Storage, KeyError> {
     if let Some(s) = &ctx.sys.ssd {
-        let spec = ctx.dev.ssds.get(s).ok_or_else(|| (ctx.key("ssd"), format!("no SSD `{s}` under [devices.ssds]")))?;
-        return SsdModel::new(spec).map(Storage::Ssd).map_err(|r| (format!("devices.ssds.{s}"), r));
+        let spec = ctx
+            .dev
+            .ssds
+            .get(s)
+            .ok_or_else(|| (ctx.key("ssd"), format!("no SSD `{s}` under [devices.ssds]")))?;
+        return SsdModel::new(spec)
+            .map(Storage::Ssd)
+            .map_err(|r| (format!("devices.ssds.{s}"), r));
     }
     let n = ctx.req(&ctx.sys.disk, "disk")?;
-    let spec = ctx.dev.disks.get(n).ok_or_else(|| (ctx.key("disk"), format!("no drive `{n}` under [devices.disks]")))?;
+    let spec = ctx.dev.disks.get(n).ok_or_else(|| {
+        (
+            ctx.key("disk"),
+            format!("no drive `{n}` under [devices.disks]"),
+        )
+    })?;
     let phase = rng.next_f64();
     let cyl = rng.below(spec.cylinders.max(1) as u64) as u32;
     DiskModel::new(spec, phase, cyl)
         .map(|d| Storage::Disk(Box::new(d)))
-        .map_err(|r| (format!("devices.disks.{n}.{}", r.split(':').next().unwrap_or("")), r))
+        .map_err(|r| {
+            (
+                format!("devices.disks.{n}.{}", r.split(':').next().unwrap_or("")),
+                r,
+            )
+        })
 }
 
 /// Build the topology of system `name`. `seed` drives the per-drive random phase/head position.
-pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result<Topology, KeyError> {
+pub fn build(
+    name: &str,
+    sys: &SystemConfig,
+    dev: &Devices,
+    seed: u64,
+) -> Result<Topology, KeyError> {
     let ctx = Ctx { name, sys, dev };
     if sys.disks == 0 {
         return Err((ctx.key("disks"), "must be at least 1".into()));
@@ -116,7 +196,11 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
         return Err((ctx.key("io_loops"), "must be at least 1".into()));
     }
     let mut rng = Rng::new(seed ^ 0x5EED_D15C);
-    let mut b = Builder { resources: Vec::new(), drives: Vec::new(), nodes: Vec::new() };
+    let mut b = Builder {
+        resources: Vec::new(),
+        drives: Vec::new(),
+        nodes: Vec::new(),
+    };
     let n = sys.disks as usize;
     let via_host = sys.communication == Communication::ViaHost;
     let topo = match sys.kind {
@@ -130,12 +214,20 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             for i in 0..n {
                 let st = storage(&ctx, &mut rng)?;
                 let r = b.res(format!("disk{i}"), format!("disk{i}"), ResKind::Disk, None);
-                b.drives.push(Drive::new(r, st, None, vec![Hop::AnyOf(loops.clone())]));
+                b.drives
+                    .push(Drive::new(r, st, None, vec![Hop::AnyOf(loops.clone())]));
             }
             let cpus = b.nodes[host].cpus.clone();
             let (volumes, vols) = split_volumes(n, sys.split_read_write, cpus.len());
             let per_vol = volumes[0].drives.len() as u32;
-            let workers = cpus.iter().map(|c| Worker { node: host, cpu: *c, vols }).collect();
+            let workers = cpus
+                .iter()
+                .map(|c| Worker {
+                    node: host,
+                    cpu: *c,
+                    vols,
+                })
+                .collect();
             Topology {
                 resources: b.resources,
                 drives: b.drives,
@@ -148,7 +240,10 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / cpus.len() as u32).max(2),
                 message_window: 16,
-                description: format!("single host {} MHz, {n} disks on {}×{} MB/s", cpu.mhz, sys.io_loops, io.bandwidth_mbps),
+                description: format!(
+                    "single host {} MHz, {n} disks on {}×{} MB/s",
+                    cpu.mhz, sys.io_loops, io.bandwidth_mbps
+                ),
             }
         }
         ArchKind::Smp => {
@@ -160,16 +255,32 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             let bte_link = ctx.link("bte_link", &sys.bte_link)?;
             let xio_link = ctx.link("xio_link", &sys.xio_link)?;
             if sys.cpus_per_board == 0 || sys.xio_nodes == 0 {
-                return Err((ctx.key("cpus_per_board"), "cpus_per_board and xio_nodes must be at least 1".into()));
+                return Err((
+                    ctx.key("cpus_per_board"),
+                    "cpus_per_board and xio_nodes must be at least 1".into(),
+                ));
             }
             let boards = n.div_ceil(sys.cpus_per_board as usize).max(1);
-            let board_cpu = CpuSpec { mhz: cpu.mhz, count: sys.cpus_per_board };
+            let board_cpu = CpuSpec {
+                mhz: cpu.mhz,
+                count: sys.cpus_per_board,
+            };
             let mut bte = Vec::new();
             let mut link_in = Vec::new();
             for i in 0..boards {
                 let node = b.node(&format!("board{i}"), &board_cpu, mem, os.clone());
-                bte.push(b.res(format!("board{i}.bte"), format!("board{i}"), ResKind::Link, Some(bte_link.clone())));
-                let li = b.res(format!("board{i}.link"), format!("board{i}"), ResKind::Link, Some(board_link.clone()));
+                bte.push(b.res(
+                    format!("board{i}.bte"),
+                    format!("board{i}"),
+                    ResKind::Link,
+                    Some(bte_link.clone()),
+                ));
+                let li = b.res(
+                    format!("board{i}.link"),
+                    format!("board{i}"),
+                    ResKind::Link,
+                    Some(board_link.clone()),
+                );
                 link_in.push(li);
                 b.nodes[node].io_hops = vec![Hop::One(li)];
             }
@@ -178,14 +289,23 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             for i in 0..n {
                 let st = storage(&ctx, &mut rng)?;
                 let r = b.res(format!("disk{i}"), format!("disk{i}"), ResKind::Disk, None);
-                b.drives.push(Drive::new(r, st, None, vec![Hop::AnyOf(loops.clone()), Hop::AnyOf(xio.clone())]));
+                b.drives.push(Drive::new(
+                    r,
+                    st,
+                    None,
+                    vec![Hop::AnyOf(loops.clone()), Hop::AnyOf(xio.clone())],
+                ));
             }
             let mut workers = Vec::new();
             let total_cpus: usize = b.nodes.iter().map(|x| x.cpus.len()).sum();
             let (volumes, vols) = split_volumes(n, sys.split_read_write, total_cpus);
             for (ni, node) in b.nodes.iter().enumerate() {
                 for c in &node.cpus {
-                    workers.push(Worker { node: ni, cpu: *c, vols });
+                    workers.push(Worker {
+                        node: ni,
+                        cpu: *c,
+                        vols,
+                    });
                 }
             }
             let per_vol = volumes[0].drives.len() as u32;
@@ -201,50 +321,82 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / total_cpus as u32).max(2),
                 message_window: 16,
-                description: format!("SMP {boards} boards × {} CPUs at {} MHz, {n} disks", sys.cpus_per_board, cpu.mhz),
+                description: format!(
+                    "SMP {boards} boards × {} CPUs at {} MHz, {n} disks",
+                    sys.cpus_per_board, cpu.mhz
+                ),
             }
         }
         ArchKind::Cluster => {
             let hosts = match (sys.hosts, sys.disks_per_host) {
                 (Some(h), _) => h as usize,
-                (None, Some(0)) => return Err((ctx.key("disks_per_host"), "must be at least 1".into())),
+                (None, Some(0)) => {
+                    return Err((ctx.key("disks_per_host"), "must be at least 1".into()));
+                }
                 (None, Some(d)) => (sys.disks / d) as usize,
                 (None, None) => sys.disks as usize,
             };
-            if hosts == 0 || n % hosts != 0 {
-                return Err((ctx.key("hosts"), format!("must divide disks ({n}) evenly, got {hosts}")));
+            if hosts == 0 || !n.is_multiple_of(hosts) {
+                return Err((
+                    ctx.key("hosts"),
+                    format!("must divide disks ({n}) evenly, got {hosts}"),
+                ));
             }
             let per_host = n / hosts;
             let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-            let fe_cpu = if sys.frontend_cpu.is_some() { ctx.cpu("frontend_cpu", &sys.frontend_cpu)? } else { cpu.clone() };
+            let fe_cpu = if sys.frontend_cpu.is_some() {
+                ctx.cpu("frontend_cpu", &sys.frontend_cpu)?
+            } else {
+                cpu.clone()
+            };
             let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
             let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
             let bus = ctx.link("host_bus", &sys.host_bus)?;
             let net = ctx.link("net_link", &sys.net_link)?;
-            let fe_link = if sys.frontend_link.is_some() { ctx.link("frontend_link", &sys.frontend_link)? } else { net.clone() };
+            let fe_link = if sys.frontend_link.is_some() {
+                ctx.link("frontend_link", &sys.frontend_link)?
+            } else {
+                net.clone()
+            };
             let mut buses = Vec::new();
             for h in 0..hosts {
                 let node = b.node(&format!("host{h}"), &cpu, mem, os.clone());
-                let pci = b.res(format!("host{h}.bus"), format!("host{h}"), ResKind::Link, Some(bus.clone()));
+                let pci = b.res(
+                    format!("host{h}.bus"),
+                    format!("host{h}"),
+                    ResKind::Link,
+                    Some(bus.clone()),
+                );
                 buses.push(Some(pci));
                 for _ in 0..per_host {
                     let st = storage(&ctx, &mut rng)?;
                     let i = b.drives.len();
                     let r = b.res(format!("disk{i}"), format!("host{h}"), ResKind::Disk, None);
-                    b.drives.push(Drive::new(r, st, Some(node), vec![Hop::One(pci)]));
+                    b.drives
+                        .push(Drive::new(r, st, Some(node), vec![Hop::One(pci)]));
                 }
             }
             let fe = b.node("frontend", &fe_cpu, mem, os.clone());
             buses.push(None);
             let net = switched(&mut b, &ctx, hosts, &net, &fe_link, buses)?;
             let mut volumes: Vec<Volume> = (0..hosts)
-                .map(|h| Volume { drives: (h * per_host..(h + 1) * per_host).collect(), sharers: cpu.count as usize })
+                .map(|h| Volume {
+                    drives: (h * per_host..(h + 1) * per_host).collect(),
+                    sharers: cpu.count as usize,
+                })
                 .collect();
-            volumes.push(Volume { drives: Vec::new(), sharers: 0 });
+            volumes.push(Volume {
+                drives: Vec::new(),
+                sharers: 0,
+            });
             let mut workers = Vec::new();
             for h in 0..hosts {
                 for c in b.nodes[h].cpus.clone() {
-                    workers.push(Worker { node: h, cpu: c, vols: [h, h] });
+                    workers.push(Worker {
+                        node: h,
+                        cpu: c,
+                        vols: [h, h],
+                    });
                 }
             }
             Topology {
@@ -259,7 +411,10 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_host as u32 / cpu.count).max(2),
                 message_window: 16,
-                description: format!("cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each", cpu.mhz),
+                description: format!(
+                    "cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each",
+                    cpu.mhz
+                ),
             }
         }
         ArchKind::ActiveDisks => {
@@ -273,14 +428,33 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             for i in 0..n {
                 let node = b.node(&format!("disk{i}"), &dcpu, dmem, dos.clone());
                 let st = storage(&ctx, &mut rng)?;
-                let r = b.res(format!("disk{i}.media"), format!("disk{i}"), ResKind::Disk, None);
+                let r = b.res(
+                    format!("disk{i}.media"),
+                    format!("disk{i}"),
+                    ResKind::Disk,
+                    None,
+                );
                 b.drives.push(Drive::new(r, st, Some(node), Vec::new()));
             }
             let host = b.node("host", &hcpu, hmem, hos);
             let loops = b.links("fc-loop", "interconnect", &io, sys.io_loops);
-            let mut volumes: Vec<Volume> = (0..n).map(|i| Volume { drives: vec![i], sharers: 1 }).collect();
-            volumes.push(Volume { drives: (0..n).collect(), sharers: 0 });
-            let workers = (0..n).map(|i| Worker { node: i, cpu: b.nodes[i].cpus[0], vols: [i, i] }).collect();
+            let mut volumes: Vec<Volume> = (0..n)
+                .map(|i| Volume {
+                    drives: vec![i],
+                    sharers: 1,
+                })
+                .collect();
+            volumes.push(Volume {
+                drives: (0..n).collect(),
+                sharers: 0,
+            });
+            let workers = (0..n)
+                .map(|i| Worker {
+                    node: i,
+                    cpu: b.nodes[i].cpus[0],
+                    vols: [i, i],
+                })
+                .collect();
             Topology {
                 resources: b.resources,
                 drives: b.drives,
@@ -311,12 +485,20 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             let port_mbps = net.bandwidth_mbps;
             let smart = sys.kind == ArchKind::SmartDisks;
             if smart && n < 2 {
-                return Err((ctx.key("disks"), "a smart-disk cluster needs a central unit and at least one worker disk".into()));
+                return Err((
+                    ctx.key("disks"),
+                    "a smart-disk cluster needs a central unit and at least one worker disk".into(),
+                ));
             }
             for i in 0..n {
                 let node = b.node(&format!("sd{i}"), &dcpu, dmem, dos.clone());
                 let st = storage(&ctx, &mut rng)?;
-                let r = b.res(format!("sd{i}.media"), format!("sd{i}"), ResKind::Disk, None);
+                let r = b.res(
+                    format!("sd{i}.media"),
+                    format!("sd{i}"),
+                    ResKind::Disk,
+                    None,
+                );
                 b.drives.push(Drive::new(r, st, Some(node), Vec::new()));
             }
             let (coordinator, worker_ids): (usize, Vec<usize>) = if smart {
@@ -330,13 +512,24 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             let buses = vec![None; b.nodes.len()];
             let mut sys2 = sys.clone();
             if !smart {
-                if sys.groups == 0 || n % sys.groups as usize != 0 {
-                    return Err((ctx.key("groups"), format!("must divide disks ({n}) evenly, got {}", sys.groups)));
+                if sys.groups == 0 || !n.is_multiple_of(sys.groups as usize) {
+                    return Err((
+                        ctx.key("groups"),
+                        format!("must divide disks ({n}) evenly, got {}", sys.groups),
+                    ));
                 }
                 sys2.nodes_per_switch = (n / sys.groups as usize) as u32;
             }
-            let ctx2 = Ctx { name, sys: &sys2, dev };
-            let fe_link = if sys.frontend_link.is_some() { ctx.link("frontend_link", &sys.frontend_link)? } else { net.clone() };
+            let ctx2 = Ctx {
+                name,
+                sys: &sys2,
+                dev,
+            };
+            let fe_link = if sys.frontend_link.is_some() {
+                ctx.link("frontend_link", &sys.frontend_link)?
+            } else {
+                net.clone()
+            };
             let members = if smart { n - 1 } else { n };
             let net = if smart {
                 // The central unit is sd0 itself: every node on one switch.
@@ -350,9 +543,24 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
             } else {
                 switched(&mut b, &ctx2, members, &net, &fe_link, buses)?
             };
-            let mut volumes: Vec<Volume> = (0..n).map(|i| Volume { drives: vec![i], sharers: 1 }).collect();
-            volumes.push(Volume { drives: Vec::new(), sharers: 0 });
-            let workers = worker_ids.iter().map(|i| Worker { node: *i, cpu: b.nodes[*i].cpus[0], vols: [*i, *i] }).collect();
+            let mut volumes: Vec<Volume> = (0..n)
+                .map(|i| Volume {
+                    drives: vec![i],
+                    sharers: 1,
+                })
+                .collect();
+            volumes.push(Volume {
+                drives: Vec::new(),
+                sharers: 0,
+            });
+            let workers = worker_ids
+                .iter()
+                .map(|i| Worker {
+                    node: *i,
+                    cpu: b.nodes[*i].cpus[0],
+                    vols: [*i, *i],
+                })
+                .collect();
             Topology {
                 resources: b.resources,
                 drives: b.drives,
@@ -366,7 +574,11 @@ pub fn build(name: &str, sys: &SystemConfig, dev: &Devices, seed: u64) -> Result
                 buffers_per_worker: sys.buffers_per_stream,
                 message_window: sys.buffers_per_stream,
                 description: if smart {
-                    format!("{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports", dcpu.mhz, dmem / 1e6)
+                    format!(
+                        "{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports",
+                        dcpu.mhz,
+                        dmem / 1e6
+                    )
                 } else {
                     format!(
                         "{n} smart disks ({} MHz, {} MB) in {} group(s), {port_mbps} MB/s ports, {} distributed",
@@ -387,11 +599,26 @@ fn split_volumes(n: usize, split: bool, sharers: usize) -> (Vec<Volume>, [usize;
     if split && n >= 2 {
         let half = n / 2;
         (
-            vec![Volume { drives: (0..half).collect(), sharers }, Volume { drives: (half..n).collect(), sharers }],
+            vec![
+                Volume {
+                    drives: (0..half).collect(),
+                    sharers,
+                },
+                Volume {
+                    drives: (half..n).collect(),
+                    sharers,
+                },
+            ],
             [0, 1],
         )
     } else {
-        (vec![Volume { drives: (0..n).collect(), sharers }], [0, 0])
+        (
+            vec![Volume {
+                drives: (0..n).collect(),
+                sharers,
+            }],
+            [0, 0],
+        )
     }
 }
 
@@ -406,7 +633,11 @@ fn switched(
     bus: Vec<Option<ResId>>,
 ) -> Result<Net, KeyError> {
     let total = b.nodes.len();
-    let per = if ctx.sys.nodes_per_switch == 0 { members.max(1) } else { ctx.sys.nodes_per_switch as usize };
+    let per = if ctx.sys.nodes_per_switch == 0 {
+        members.max(1)
+    } else {
+        ctx.sys.nodes_per_switch as usize
+    };
     let switches = members.div_ceil(per).max(1);
     // Balance members over switches.
     let per_balanced = members.div_ceil(switches).max(1);
@@ -416,9 +647,25 @@ fn switched(
     for i in 0..total {
         let spec = if i < members { port } else { fe_port };
         let name = b.nodes[i].name.clone();
-        tx.push(b.res(format!("{name}.port-tx"), "network".into(), ResKind::Link, Some(spec.clone())));
-        rx.push(b.res(format!("{name}.port-rx"), "network".into(), ResKind::Link, Some(spec.clone())));
-        switch_of.push(if i < members { i / per_balanced } else if switches == 1 { 0 } else { usize::MAX });
+        tx.push(b.res(
+            format!("{name}.port-tx"),
+            "network".into(),
+            ResKind::Link,
+            Some(spec.clone()),
+        ));
+        rx.push(b.res(
+            format!("{name}.port-rx"),
+            "network".into(),
+            ResKind::Link,
+            Some(spec.clone()),
+        ));
+        switch_of.push(if i < members {
+            i / per_balanced
+        } else if switches == 1 {
+            0
+        } else {
+            usize::MAX
+        });
     }
     let mut up = Vec::new();
     let mut down = Vec::new();
@@ -426,11 +673,28 @@ fn switched(
         let mut u = ctx.link("uplink", &ctx.sys.uplink)?;
         u.bandwidth_mbps *= ctx.sys.uplinks_per_switch.max(1) as f64;
         for s in 0..switches {
-            up.push(b.res(format!("switch{s}.uplink-up"), "network".into(), ResKind::Link, Some(u.clone())));
-            down.push(b.res(format!("switch{s}.uplink-down"), "network".into(), ResKind::Link, Some(u.clone())));
+            up.push(b.res(
+                format!("switch{s}.uplink-up"),
+                "network".into(),
+                ResKind::Link,
+                Some(u.clone()),
+            ));
+            down.push(b.res(
+                format!("switch{s}.uplink-down"),
+                "network".into(),
+                ResKind::Link,
+                Some(u.clone()),
+            ));
         }
     }
     let mut bus = bus;
     bus.resize(total, None);
-    Ok(Net::Switched { tx, rx, switch_of, up, down, bus })
+    Ok(Net::Switched {
+        tx,
+        rx,
+        switch_of,
+        up,
+        down,
+        bus,
+    })
 }

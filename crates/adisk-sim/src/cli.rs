@@ -1,7 +1,7 @@
 //! The `adisk sim …` commands.
 
-use crate::experiment::{self, Loaded};
 use crate::SimError;
+use crate::experiment::{self, Loaded};
 use std::path::{Path, PathBuf};
 
 /// Simulator subcommands.
@@ -57,16 +57,31 @@ pub const PAPERS: [&str; 5] = ["acharya", "uysal", "memik", "riedel", "chiu"];
 /// Run a subcommand.
 pub fn run(cmd: SimCommand) -> Result<(), SimError> {
     match cmd {
-        SimCommand::Run { file, out, format, seed } => {
+        SimCommand::Run {
+            file,
+            out,
+            format,
+            seed,
+        } => {
             let l = experiment::load(&file)?;
             let pts = experiment::points(&l, false)?;
-            let p = pts.first().ok_or_else(|| SimError::Internal("no point".into()))?;
+            let p = pts
+                .first()
+                .ok_or_else(|| SimError::Internal("no point".into()))?;
             let r = experiment::run_point(&file, p, seed)?;
             let text = match format.as_str() {
                 "table" => r.to_table(),
-                "json" => serde_json::to_string_pretty(&r).map_err(|e| SimError::Internal(e.to_string()))? + "\n",
+                "json" => {
+                    serde_json::to_string_pretty(&r)
+                        .map_err(|e| SimError::Internal(e.to_string()))?
+                        + "\n"
+                }
                 "csv" => r.resources_csv(),
-                other => return Err(SimError::Usage(format!("--format must be table, json or csv, got `{other}`"))),
+                other => {
+                    return Err(SimError::Usage(format!(
+                        "--format must be table, json or csv, got `{other}`"
+                    )));
+                }
             };
             emit(out.as_deref(), &text)
         }
@@ -82,14 +97,29 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
                 }
                 None => {
                     let ratios = experiment::baseline_ratios(&reports, &l.exp.report.baseline);
-                    print!("{}", experiment::summary_table(&l.exp.experiment.name, &l.exp.experiment.recreates, &reports, &ratios));
+                    print!(
+                        "{}",
+                        experiment::summary_table(
+                            &l.exp.experiment.name,
+                            &l.exp.experiment.recreates,
+                            &reports,
+                            &ratios
+                        )
+                    );
                     Ok(())
                 }
             }
         }
-        SimCommand::Reproduce { paper, out, experiments } => {
+        SimCommand::Reproduce {
+            paper,
+            out,
+            experiments,
+        } => {
             let t = reproduce(&paper, &out, experiments.as_deref(), true)?;
-            eprintln!("reproduce {paper}: {} experiment files, {} runs", t.files, t.runs);
+            eprintln!(
+                "reproduce {paper}: {} experiment files, {} runs",
+                t.files, t.runs
+            );
             Ok(())
         }
         SimCommand::Bench { events } => {
@@ -123,7 +153,10 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
 
 fn emit(out: Option<&Path>, text: &str) -> Result<(), SimError> {
     match out {
-        Some(p) => std::fs::write(p, text).map_err(|e| SimError::Io { path: p.display().to_string(), source: e }),
+        Some(p) => std::fs::write(p, text).map_err(|e| SimError::Io {
+            path: p.display().to_string(),
+            source: e,
+        }),
         None => {
             print!("{text}");
             Ok(())
@@ -143,36 +176,59 @@ pub struct ReproduceTotals {
 }
 
 /// Experiment files of `paper` (or all): from `dir`, ./experiments, the source tree, or the built-in copies.
-pub fn experiment_sources(paper: &str, dir: Option<&Path>) -> Result<Vec<(PathBuf, String)>, SimError> {
+pub fn experiment_sources(
+    paper: &str,
+    dir: Option<&Path>,
+) -> Result<Vec<(PathBuf, String)>, SimError> {
     let papers: Vec<&str> = if paper == "all" {
         PAPERS.to_vec()
     } else if PAPERS.contains(&paper) {
         vec![paper]
     } else {
-        return Err(SimError::Usage(format!("unknown paper `{paper}`: expected one of {} or all", PAPERS.join(", "))));
+        return Err(SimError::Usage(format!(
+            "unknown paper `{paper}`: expected one of {} or all",
+            PAPERS.join(", ")
+        )));
     };
     let candidates: Vec<PathBuf> = match dir {
         Some(d) => vec![d.to_path_buf()],
-        None => vec![PathBuf::from("experiments"), Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments")],
+        None => vec![
+            PathBuf::from("experiments"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments"),
+        ],
     };
-    let root = candidates.iter().find(|c| papers.iter().any(|p| c.join(p).is_dir())).cloned();
+    let root = candidates
+        .iter()
+        .find(|c| papers.iter().any(|p| c.join(p).is_dir()))
+        .cloned();
     let mut out = Vec::new();
     match root {
         Some(root) => {
             for p in &papers {
                 let d = root.join(p);
-                let Ok(rd) = std::fs::read_dir(&d) else { continue };
-                let mut files: Vec<PathBuf> = rd.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "toml")).collect();
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                let mut files: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                    .collect();
                 files.sort();
                 for f in files {
-                    let text = std::fs::read_to_string(&f).map_err(|e| SimError::Io { path: f.display().to_string(), source: e })?;
+                    let text = std::fs::read_to_string(&f).map_err(|e| SimError::Io {
+                        path: f.display().to_string(),
+                        source: e,
+                    })?;
                     out.push((f, text));
                 }
             }
         }
         None => {
             if let Some(d) = dir {
-                return Err(SimError::Usage(format!("no <paper>/*.toml under {}", d.display())));
+                return Err(SimError::Usage(format!(
+                    "no <paper>/*.toml under {}",
+                    d.display()
+                )));
             }
             for (path, text) in crate::embedded::EXPERIMENTS {
                 if papers.iter().any(|p| path.starts_with(&format!("{p}/"))) {
@@ -185,7 +241,12 @@ pub fn experiment_sources(paper: &str, dir: Option<&Path>) -> Result<Vec<(PathBu
 }
 
 /// Run every experiment file of `paper`, writing outputs to `out/<paper>/`.
-pub fn reproduce(paper: &str, out: &Path, dir: Option<&Path>, print: bool) -> Result<ReproduceTotals, SimError> {
+pub fn reproduce(
+    paper: &str,
+    out: &Path,
+    dir: Option<&Path>,
+    print: bool,
+) -> Result<ReproduceTotals, SimError> {
     let sources = experiment_sources(paper, dir)?;
     let mut totals = ReproduceTotals::default();
     for (path, text) in sources {

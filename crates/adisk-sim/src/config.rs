@@ -6,11 +6,11 @@
 //! Every table rejects unknown keys, so a unit typo in a key name
 //! (`bandwidth_mbs` for `bandwidth_mbps`) is an error naming the file, the key and the reason.
 
+use crate::SimError;
 use crate::model::cpu::{CpuSpec, OsCosts};
 use crate::model::disk::DiskSpec;
 use crate::model::link::LinkSpec;
 use crate::model::ssd::SsdSpec;
-use crate::SimError;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -402,9 +402,18 @@ fn key_at(src: &str, pos: usize) -> (String, usize) {
     let line_no = src[..line_start].lines().count() + 1;
     let trimmed = line.trim();
     if trimmed.starts_with('[') {
-        return (trimmed.trim_matches(|c| c == '[' || c == ']').to_string(), line_no);
+        return (
+            trimmed.trim_matches(|c| c == '[' || c == ']').to_string(),
+            line_no,
+        );
     }
-    let key = line.split('=').next().unwrap_or(line).trim().trim_matches('"').to_string();
+    let key = line
+        .split('=')
+        .next()
+        .unwrap_or(line)
+        .trim()
+        .trim_matches('"')
+        .to_string();
     let header = src[..line_start]
         .lines()
         .rev()
@@ -425,7 +434,11 @@ pub fn toml_error(file: &Path, src: &str, err: &toml::de::Error) -> SimError {
         }
         None => "?".to_string(),
     };
-    SimError::Config { file: file.display().to_string(), key, reason: err.message().to_string() }
+    SimError::Config {
+        file: file.display().to_string(),
+        key,
+        reason: err.message().to_string(),
+    }
 }
 
 /// Parse an experiment from text.
@@ -453,7 +466,13 @@ pub fn from_value(file: &Path, src: &str, value: toml::Value) -> Result<Experime
             {
                 let last = k.rsplit('.').next().unwrap_or(&k).to_string();
                 let needle = format!("\n{last}");
-                let found = src.find(&needle).map(|p| p + 1).or_else(|| if src.starts_with(&last) { Some(0) } else { None });
+                let found = src.find(&needle).map(|p| p + 1).or_else(|| {
+                    if src.starts_with(&last) {
+                        Some(0)
+                    } else {
+                        None
+                    }
+                });
                 *key = match found {
                     Some(pos) => {
                         let (_, line) = key_at(src, pos);
@@ -472,12 +491,16 @@ pub fn set_dotted(root: &mut toml::Value, key: &str, v: toml::Value) -> Result<(
     let parts: Vec<&str> = key.split('.').collect();
     let mut cur = root;
     for (i, p) in parts.iter().enumerate() {
-        let table = cur.as_table_mut().ok_or_else(|| format!("{key}: `{}` is not a table", parts[..i].join(".")))?;
+        let table = cur
+            .as_table_mut()
+            .ok_or_else(|| format!("{key}: `{}` is not a table", parts[..i].join(".")))?;
         if i + 1 == parts.len() {
             table.insert((*p).to_string(), v);
             return Ok(());
         }
-        cur = table.entry((*p).to_string()).or_insert_with(|| toml::Value::Table(toml::map::Map::new()));
+        cur = table
+            .entry((*p).to_string())
+            .or_insert_with(|| toml::Value::Table(toml::map::Map::new()));
     }
     Ok(())
 }

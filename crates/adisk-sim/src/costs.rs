@@ -10,34 +10,146 @@ use std::collections::BTreeMap;
 
 /// (name, default value, source).
 pub const COSTS: &[(&str, f64, &str)] = &[
-    ("select_cycles_per_byte", 6.5, "riedel-… Table 7/8: database select on the 133 MHz Alpha prototype, 6.5 cycles/byte"),
-    ("sort_aggregate_cycles_per_byte", 31.1, "riedel-… Table 7/8: aggregation by replacement-selection sort, 31.1 cycles/byte"),
-    ("bloom_probe_cycles_per_byte", 6.2, "riedel-… Table 7/8: join (Bloom-filter semi-join at the drive), 6.2 cycles/byte"),
-    ("beta_select_cycles_per_byte", 12.6, "riedel-… Table 8: select on the 200 MHz StrongARM 'beta' prototype"),
-    ("beta_aggregate_cycles_per_byte", 52.0, "riedel-… Table 8: aggregation on the 'beta' prototype"),
-    ("beta_join_cycles_per_byte", 11.0, "riedel-… Table 8: join on the 'beta' prototype"),
-    ("scan_sum_cycles_per_byte", 6.5, "assumption: scan + SUM of one 4-byte field costs the same per byte as riedel-…'s select (predicate on one field)"),
-    ("hash_group_cycles_per_tuple", 200.0, "assumption: hash the key, probe, update one aggregate; about two cache misses on a late-1990s processor"),
-    ("merge_partial_cycles_per_entry", 150.0, "assumption: receiver probes its table and combines one partial aggregate"),
-    ("copy_cycles_per_byte", 1.0, "assumption: memory-to-memory copy (concatenation, forwarding through a host)"),
-    ("partition_cycles_per_tuple", 60.0, "assumption: NOW-sort partitioner reads a key and appends the 100-byte record to a bucket"),
-    ("radix_sort_cycles_per_tuple", 100.0, "assumption: partial radix sort, two passes of 11-bit digits over keys (acharya-… §4 footnote 2) plus pointer moves"),
-    ("merge_cycles_per_tuple", 150.0, "assumption: merge step selects the lowest key among run heads and copies the record"),
-    ("join_merge_cycles_per_tuple", 80.0, "assumption: sort-merge join step over two sorted streams"),
-    ("mac_cycles", 2.0, "assumption: one multiply-accumulate of the convolution kernel costs 2 cycles"),
-    ("earth_cycles_per_byte", 200.0, "assumption: AVHRR preprocessing + navigation/projection of one 10-byte sensor sample ≈ 2000 cycles"),
-    ("composite_cycles_per_byte", 20.0, "assumption: max-like per-pixel composition of a received sub-image"),
-    ("dmine_count_cycles_per_item", 40.0, "assumption: count distribution, update one (sparse) counter per item or item pair"),
-    ("dmine_eclat_cycles_per_byte", 100.0, "assumption: eclat's localized third pass, tid-list intersections per byte of its filtered partition"),
-    ("index_probe_cycles", 2000.0, "assumption: one B-tree descent (3 levels, cache misses) per index lookup"),
-    ("hash_build_cycles_per_tuple", 200.0, "assumption: insert one tuple into a hash table"),
-    ("hash_probe_cycles_per_tuple", 150.0, "assumption: probe a hash table with one tuple"),
-    ("sort_compare_cycles", 20.0, "assumption: one key comparison + swap in an in-memory sort (× log2 n per tuple)"),
-    ("agg_cycles_per_tuple", 50.0, "assumption: add one tuple into a running aggregate"),
-    ("fsc_cycles_per_subset", 50.0, "assumption: Apriori hash-tree probe for one k-subset of a transaction"),
-    ("cluster_cycles_per_value", 10.0, "assumption: pMAFIA histogram/grid update per attribute value"),
-    ("fft_cycles_per_flop", 1.0, "assumption: one floating-point operation per cycle (500 MHz Pentium III, chiu-… §5); 1-D FFT of N points = 5·N·log2 N flops"),
-    ("message_bytes_sync", 64.0, "assumption: size of a completion/synchronisation or command message"),
+    (
+        "select_cycles_per_byte",
+        6.5,
+        "riedel-… Table 7/8: database select on the 133 MHz Alpha prototype, 6.5 cycles/byte",
+    ),
+    (
+        "sort_aggregate_cycles_per_byte",
+        31.1,
+        "riedel-… Table 7/8: aggregation by replacement-selection sort, 31.1 cycles/byte",
+    ),
+    (
+        "bloom_probe_cycles_per_byte",
+        6.2,
+        "riedel-… Table 7/8: join (Bloom-filter semi-join at the drive), 6.2 cycles/byte",
+    ),
+    (
+        "beta_select_cycles_per_byte",
+        12.6,
+        "riedel-… Table 8: select on the 200 MHz StrongARM 'beta' prototype",
+    ),
+    (
+        "beta_aggregate_cycles_per_byte",
+        52.0,
+        "riedel-… Table 8: aggregation on the 'beta' prototype",
+    ),
+    (
+        "beta_join_cycles_per_byte",
+        11.0,
+        "riedel-… Table 8: join on the 'beta' prototype",
+    ),
+    (
+        "scan_sum_cycles_per_byte",
+        6.5,
+        "assumption: scan + SUM of one 4-byte field costs the same per byte as riedel-…'s select (predicate on one field)",
+    ),
+    (
+        "hash_group_cycles_per_tuple",
+        200.0,
+        "assumption: hash the key, probe, update one aggregate; about two cache misses on a late-1990s processor",
+    ),
+    (
+        "merge_partial_cycles_per_entry",
+        150.0,
+        "assumption: receiver probes its table and combines one partial aggregate",
+    ),
+    (
+        "copy_cycles_per_byte",
+        1.0,
+        "assumption: memory-to-memory copy (concatenation, forwarding through a host)",
+    ),
+    (
+        "partition_cycles_per_tuple",
+        60.0,
+        "assumption: NOW-sort partitioner reads a key and appends the 100-byte record to a bucket",
+    ),
+    (
+        "radix_sort_cycles_per_tuple",
+        100.0,
+        "assumption: partial radix sort, two passes of 11-bit digits over keys (acharya-… §4 footnote 2) plus pointer moves",
+    ),
+    (
+        "merge_cycles_per_tuple",
+        150.0,
+        "assumption: merge step selects the lowest key among run heads and copies the record",
+    ),
+    (
+        "join_merge_cycles_per_tuple",
+        80.0,
+        "assumption: sort-merge join step over two sorted streams",
+    ),
+    (
+        "mac_cycles",
+        2.0,
+        "assumption: one multiply-accumulate of the convolution kernel costs 2 cycles",
+    ),
+    (
+        "earth_cycles_per_byte",
+        200.0,
+        "assumption: AVHRR preprocessing + navigation/projection of one 10-byte sensor sample ≈ 2000 cycles",
+    ),
+    (
+        "composite_cycles_per_byte",
+        20.0,
+        "assumption: max-like per-pixel composition of a received sub-image",
+    ),
+    (
+        "dmine_count_cycles_per_item",
+        40.0,
+        "assumption: count distribution, update one (sparse) counter per item or item pair",
+    ),
+    (
+        "dmine_eclat_cycles_per_byte",
+        100.0,
+        "assumption: eclat's localized third pass, tid-list intersections per byte of its filtered partition",
+    ),
+    (
+        "index_probe_cycles",
+        2000.0,
+        "assumption: one B-tree descent (3 levels, cache misses) per index lookup",
+    ),
+    (
+        "hash_build_cycles_per_tuple",
+        200.0,
+        "assumption: insert one tuple into a hash table",
+    ),
+    (
+        "hash_probe_cycles_per_tuple",
+        150.0,
+        "assumption: probe a hash table with one tuple",
+    ),
+    (
+        "sort_compare_cycles",
+        20.0,
+        "assumption: one key comparison + swap in an in-memory sort (× log2 n per tuple)",
+    ),
+    (
+        "agg_cycles_per_tuple",
+        50.0,
+        "assumption: add one tuple into a running aggregate",
+    ),
+    (
+        "fsc_cycles_per_subset",
+        50.0,
+        "assumption: Apriori hash-tree probe for one k-subset of a transaction",
+    ),
+    (
+        "cluster_cycles_per_value",
+        10.0,
+        "assumption: pMAFIA histogram/grid update per attribute value",
+    ),
+    (
+        "fft_cycles_per_flop",
+        1.0,
+        "assumption: one floating-point operation per cycle (500 MHz Pentium III, chiu-… §5); 1-D FFT of N points = 5·N·log2 N flops",
+    ),
+    (
+        "message_bytes_sync",
+        64.0,
+        "assumption: size of a completion/synchronisation or command message",
+    ),
 ];
 
 /// Cost lookup with overrides applied.
@@ -49,13 +161,18 @@ pub struct Costs {
 impl Costs {
     /// Defaults with `overrides` applied; unknown names or negative values are rejected.
     pub fn new(overrides: &BTreeMap<String, f64>) -> Result<Costs, String> {
-        let mut values: BTreeMap<&'static str, f64> = COSTS.iter().map(|(k, v, _)| (*k, *v)).collect();
+        let mut values: BTreeMap<&'static str, f64> =
+            COSTS.iter().map(|(k, v, _)| (*k, *v)).collect();
         for (k, v) in overrides {
             let Some((name, _, _)) = COSTS.iter().find(|(n, _, _)| n == k) else {
-                return Err(format!("workload.cost_overrides.{k}: unknown cost parameter"));
+                return Err(format!(
+                    "workload.cost_overrides.{k}: unknown cost parameter"
+                ));
             };
             if !(v.is_finite() && *v >= 0.0) {
-                return Err(format!("workload.cost_overrides.{k}: must be >= 0, got {v}"));
+                return Err(format!(
+                    "workload.cost_overrides.{k}: must be >= 0, got {v}"
+                ));
             }
             values.insert(name, *v);
         }

@@ -49,7 +49,12 @@ impl<E> Default for EventQueue<E> {
 impl<E> EventQueue<E> {
     /// An empty queue at time zero.
     pub fn new() -> Self {
-        EventQueue { heap: BinaryHeap::with_capacity(1024), now: SimTime::ZERO, sequence: 0, processed: 0 }
+        EventQueue {
+            heap: BinaryHeap::with_capacity(1024),
+            now: SimTime::ZERO,
+            sequence: 0,
+            processed: 0,
+        }
     }
     /// The time of the event being processed (or of the last one popped).
     pub fn now(&self) -> SimTime {
@@ -69,7 +74,12 @@ impl<E> EventQueue<E> {
     }
     /// Schedule `event` at absolute time `at` (must not be in the past).
     pub fn schedule_at(&mut self, at: SimTime, event: E) {
-        assert!(at >= self.now, "event scheduled in the past: {:?} < {:?}", at, self.now);
+        assert!(
+            at >= self.now,
+            "event scheduled in the past: {:?} < {:?}",
+            at,
+            self.now
+        );
         let key = ((at.0 as u128) << 64) | self.sequence as u128;
         self.sequence += 1;
         self.heap.push(Entry { key, event });
@@ -121,7 +131,11 @@ pub fn bench_event_loop(events: u64) -> BenchResult {
         let delay = (rng.next_u64() % 64) * 16;
         q.schedule_in(SimDuration(delay), p);
     }
-    BenchResult { events: done, end: q.now(), checksum }
+    BenchResult {
+        events: done,
+        end: q.now(),
+        checksum,
+    }
 }
 
 #[cfg(test)]

@@ -3,36 +3,132 @@
 
 /// (path under experiments/, text).
 pub const EXPERIMENTS: &[(&str, &str)] = &[
-    ("acharya/core-conv.toml", include_str!("../../../experiments/acharya/core-conv.toml")),
-    ("acharya/core-datacube.toml", include_str!("../../../experiments/acharya/core-datacube.toml")),
-    ("acharya/core-earth.toml", include_str!("../../../experiments/acharya/core-earth.toml")),
-    ("acharya/core-group_by.toml", include_str!("../../../experiments/acharya/core-group_by.toml")),
-    ("acharya/core-select.toml", include_str!("../../../experiments/acharya/core-select.toml")),
-    ("acharya/core-sort.toml", include_str!("../../../experiments/acharya/core-sort.toml")),
-    ("acharya/sensitivity-host-cpu.toml", include_str!("../../../experiments/acharya/sensitivity-host-cpu.toml")),
-    ("acharya/sensitivity-interconnect.toml", include_str!("../../../experiments/acharya/sensitivity-interconnect.toml")),
-    ("uysal/aggregate.toml", include_str!("../../../experiments/uysal/aggregate.toml")),
-    ("uysal/conv.toml", include_str!("../../../experiments/uysal/conv.toml")),
-    ("uysal/datacube.toml", include_str!("../../../experiments/uysal/datacube.toml")),
-    ("uysal/dmine.toml", include_str!("../../../experiments/uysal/dmine.toml")),
-    ("uysal/earth.toml", include_str!("../../../experiments/uysal/earth.toml")),
-    ("uysal/group_by.toml", include_str!("../../../experiments/uysal/group_by.toml")),
-    ("uysal/join.toml", include_str!("../../../experiments/uysal/join.toml")),
-    ("uysal/select.toml", include_str!("../../../experiments/uysal/select.toml")),
-    ("uysal/sort.toml", include_str!("../../../experiments/uysal/sort.toml")),
-    ("uysal/variations.toml", include_str!("../../../experiments/uysal/variations.toml")),
-    ("memik/base.toml", include_str!("../../../experiments/memik/base.toml")),
-    ("memik/bundling.toml", include_str!("../../../experiments/memik/bundling.toml")),
-    ("memik/scalability.toml", include_str!("../../../experiments/memik/scalability.toml")),
-    ("memik/variations.toml", include_str!("../../../experiments/memik/variations.toml")),
-    ("riedel/aggregate.toml", include_str!("../../../experiments/riedel/aggregate.toml")),
-    ("riedel/join.toml", include_str!("../../../experiments/riedel/join.toml")),
-    ("riedel/join5.toml", include_str!("../../../experiments/riedel/join5.toml")),
-    ("riedel/select.toml", include_str!("../../../experiments/riedel/select.toml")),
-    ("riedel/summary.toml", include_str!("../../../experiments/riedel/summary.toml")),
-    ("chiu/clustering.toml", include_str!("../../../experiments/chiu/clustering.toml")),
-    ("chiu/fft.toml", include_str!("../../../experiments/chiu/fft.toml")),
-    ("chiu/fsc.toml", include_str!("../../../experiments/chiu/fsc.toml")),
-    ("chiu/tpch-two-groups.toml", include_str!("../../../experiments/chiu/tpch-two-groups.toml")),
-    ("chiu/tpch.toml", include_str!("../../../experiments/chiu/tpch.toml")),
+    (
+        "acharya/core-conv.toml",
+        include_str!("../../../experiments/acharya/core-conv.toml"),
+    ),
+    (
+        "acharya/core-datacube.toml",
+        include_str!("../../../experiments/acharya/core-datacube.toml"),
+    ),
+    (
+        "acharya/core-earth.toml",
+        include_str!("../../../experiments/acharya/core-earth.toml"),
+    ),
+    (
+        "acharya/core-group_by.toml",
+        include_str!("../../../experiments/acharya/core-group_by.toml"),
+    ),
+    (
+        "acharya/core-select.toml",
+        include_str!("../../../experiments/acharya/core-select.toml"),
+    ),
+    (
+        "acharya/core-sort.toml",
+        include_str!("../../../experiments/acharya/core-sort.toml"),
+    ),
+    (
+        "acharya/sensitivity-host-cpu.toml",
+        include_str!("../../../experiments/acharya/sensitivity-host-cpu.toml"),
+    ),
+    (
+        "acharya/sensitivity-interconnect.toml",
+        include_str!("../../../experiments/acharya/sensitivity-interconnect.toml"),
+    ),
+    (
+        "uysal/aggregate.toml",
+        include_str!("../../../experiments/uysal/aggregate.toml"),
+    ),
+    (
+        "uysal/conv.toml",
+        include_str!("../../../experiments/uysal/conv.toml"),
+    ),
+    (
+        "uysal/datacube.toml",
+        include_str!("../../../experiments/uysal/datacube.toml"),
+    ),
+    (
+        "uysal/dmine.toml",
+        include_str!("../../../experiments/uysal/dmine.toml"),
+    ),
+    (
+        "uysal/earth.toml",
+        include_str!("../../../experiments/uysal/earth.toml"),
+    ),
+    (
+        "uysal/group_by.toml",
+        include_str!("../../../experiments/uysal/group_by.toml"),
+    ),
+    (
+        "uysal/join.toml",
+        include_str!("../../../experiments/uysal/join.toml"),
+    ),
+    (
+        "uysal/select.toml",
+        include_str!("../../../experiments/uysal/select.toml"),
+    ),
+    (
+        "uysal/sort.toml",
+        include_str!("../../../experiments/uysal/sort.toml"),
+    ),
+    (
+        "uysal/variations.toml",
+        include_str!("../../../experiments/uysal/variations.toml"),
+    ),
+    (
+        "memik/base.toml",
+        include_str!("../../../experiments/memik/base.toml"),
+    ),
+    (
+        "memik/bundling.toml",
+        include_str!("../../../experiments/memik/bundling.toml"),
+    ),
+    (
+        "memik/scalability.toml",
+        include_str!("../../../experiments/memik/scalability.toml"),
+    ),
+    (
+        "memik/variations.toml",
+        include_str!("../../../experiments/memik/variations.toml"),
+    ),
+    (
+        "riedel/aggregate.toml",
+        include_str!("../../../experiments/riedel/aggregate.toml"),
+    ),
+    (
+        "riedel/join.toml",
+        include_str!("../../../experiments/riedel/join.toml"),
+    ),
+    (
+        "riedel/join5.toml",
+        include_str!("../../../experiments/riedel/join5.toml"),
+    ),
+    (
+        "riedel/select.toml",
+        include_str!("../../../experiments/riedel/select.toml"),
+    ),
+    (
+        "riedel/summary.toml",
+        include_str!("../../../experiments/riedel/summary.toml"),
+    ),
+    (
+        "chiu/clustering.toml",
+        include_str!("../../../experiments/chiu/clustering.toml"),
+    ),
+    (
+        "chiu/fft.toml",
+        include_str!("../../../experiments/chiu/fft.toml"),
+    ),
+    (
+        "chiu/fsc.toml",
+        include_str!("../../../experiments/chiu/fsc.toml"),
+    ),
+    (
+        "chiu/tpch-two-groups.toml",
+        include_str!("../../../experiments/chiu/tpch-two-groups.toml"),
+    ),
+    (
+        "chiu/tpch.toml",
+        include_str!("../../../experiments/chiu/tpch.toml"),
+    ),
 ];

@@ -62,7 +62,12 @@ pub struct Resource {
 
 impl Resource {
     /// A new idle resource.
-    pub fn new(name: impl Into<String>, component: impl Into<String>, kind: ResKind, link: Option<LinkSpec>) -> Resource {
+    pub fn new(
+        name: impl Into<String>,
+        component: impl Into<String>,
+        kind: ResKind,
+        link: Option<LinkSpec>,
+    ) -> Resource {
         Resource {
             name: name.into(),
             component: component.into(),
@@ -138,7 +143,14 @@ pub struct Drive {
 impl Drive {
     /// A drive with nothing stored.
     pub fn new(res: ResId, storage: Storage, owner: Option<usize>, hops: Vec<Hop>) -> Drive {
-        Drive { res, storage, owner, hops, files: HashMap::new(), bump: 0 }
+        Drive {
+            res,
+            storage,
+            owner,
+            hops,
+            files: HashMap::new(),
+            bump: 0,
+        }
     }
     fn reserve(&mut self, file: u32, bytes: u64) {
         if self.files.contains_key(&file) {
@@ -430,12 +442,26 @@ pub struct RunOutcome {
     pub warnings: Vec<String>,
 }
 
+/// A route: legs of hops, shared between messages.
+type Legs = Rc<Vec<Rc<Vec<Hop>>>>;
+
 #[derive(Clone, Debug)]
 enum Step {
     Leg(Rc<Vec<Hop>>),
-    Cpu { res: ResId, ns: u64, ctx_ns: u64 },
-    Read { drive: usize, addr: u64, len: u64 },
-    Write { drive: usize, file: u32 },
+    Cpu {
+        res: ResId,
+        ns: u64,
+        ctx_ns: u64,
+    },
+    Read {
+        drive: usize,
+        addr: u64,
+        len: u64,
+    },
+    Write {
+        drive: usize,
+        file: u32,
+    },
     Release(u32),
     /// A paced message of sender slot `.0` has left the network: its window slot is free.
     SlotRelease(u32),
@@ -527,7 +553,7 @@ pub struct Engine<'p> {
     slot_queue: Vec<std::collections::VecDeque<(Vec<Step>, u64)>>,
     slot_inflight: Vec<u32>,
     timings: Vec<PhaseTiming>,
-    routes: HashMap<(usize, usize), Rc<Vec<Rc<Vec<Hop>>>>>,
+    routes: HashMap<(usize, usize), Legs>,
     drive_routes: HashMap<(usize, usize), Rc<Vec<Hop>>>,
     write_rr: Vec<usize>,
 }
@@ -557,7 +583,9 @@ impl<'p> Engine<'p> {
             ended_workers: 0,
             coord_end_started: false,
             coord_writes_issued: false,
-            slot_queue: (0..=nw).map(|_| std::collections::VecDeque::new()).collect(),
+            slot_queue: (0..=nw)
+                .map(|_| std::collections::VecDeque::new())
+                .collect(),
             slot_inflight: vec![0; nw + 1],
             timings: Vec::new(),
             routes: HashMap::new(),
@@ -573,7 +601,10 @@ impl<'p> Engine<'p> {
         let mut vols: Vec<usize> = self.topo.workers.iter().map(|w| w.vols[0]).collect();
         vols.sort_unstable();
         vols.dedup();
-        let drives: Vec<usize> = vols.iter().flat_map(|v| self.topo.volumes[*v].drives.clone()).collect();
+        let drives: Vec<usize> = vols
+            .iter()
+            .flat_map(|v| self.topo.volumes[*v].drives.clone())
+            .collect();
         if drives.is_empty() {
             return;
         }
@@ -598,13 +629,25 @@ impl<'p> Engine<'p> {
         let mut warnings = Vec::new();
         for (i, d) in self.topo.drives.iter().enumerate() {
             if d.overfull() {
-                warnings.push(format!("drive {i} holds more than its capacity ({} bytes reserved)", d.bump));
+                warnings.push(format!(
+                    "drive {i} holds more than its capacity ({} bytes reserved)",
+                    d.bump
+                ));
             }
         }
         if self.phase < self.plan.phases.len() {
-            warnings.push(format!("run stopped in phase {} ({})", self.phase, self.plan.phases[self.phase].name));
+            warnings.push(format!(
+                "run stopped in phase {} ({})",
+                self.phase, self.plan.phases[self.phase].name
+            ));
         }
-        RunOutcome { end: self.q.now(), resources: self.topo.resources, phases: self.timings, events: self.q.processed(), warnings }
+        RunOutcome {
+            end: self.q.now(),
+            resources: self.topo.resources,
+            phases: self.timings,
+            events: self.q.processed(),
+            warnings,
+        }
     }
 
     // ----- phases -------------------------------------------------------------------
@@ -623,11 +666,19 @@ impl<'p> Engine<'p> {
         let nw = self.topo.workers.len();
         // Reserve write regions.
         for (file, total) in &ph.write_estimates {
-            let mut vols: Vec<usize> = self.topo.workers.iter().map(|w| w.vols[ph.write_vol]).collect();
+            let mut vols: Vec<usize> = self
+                .topo
+                .workers
+                .iter()
+                .map(|w| w.vols[ph.write_vol])
+                .collect();
             vols.push(self.topo.coord_vol);
             vols.sort_unstable();
             vols.dedup();
-            let drives: Vec<usize> = vols.iter().flat_map(|v| self.topo.volumes[*v].drives.clone()).collect();
+            let drives: Vec<usize> = vols
+                .iter()
+                .flat_map(|v| self.topo.volumes[*v].drives.clone())
+                .collect();
             let per = (*total * 1.25 / drives.len().max(1) as f64) as u64 + (4 << 20);
             for d in drives {
                 self.topo.drives[d].reserve(*file, per);
@@ -654,13 +705,18 @@ impl<'p> Engine<'p> {
                 }
                 _ => {
                     let c = self.make_cursor(vol, &ph.input);
-                    total_input += c.extents.iter().map(|e| e.1 as f64).sum::<f64>() + c.memory_left;
+                    total_input +=
+                        c.extents.iter().map(|e| e.1 as f64).sum::<f64>() + c.memory_left;
                     self.cursors.push(c);
                     self.cursors.len() - 1
                 }
             };
             let nflows = ph.flows.len();
-            self.ws[w] = WState { cursor: idx, acc: vec![0.0; nflows], ..WState::default() };
+            self.ws[w] = WState {
+                cursor: idx,
+                acc: vec![0.0; nflows],
+                ..WState::default()
+            };
         }
         // Messages: the stream-buffer size, coarsened (in whole buffers) when a phase would
         // move more than `max_chunks_per_phase` of them; per-message costs stay per buffer.
@@ -680,7 +736,10 @@ impl<'p> Engine<'p> {
         let needed_msg = (flow_bytes / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
         self.msg_bytes = base_msg.max(needed_msg.div_ceil(base_msg) * base_msg);
         let req = self.gran.request_bytes.max(512);
-        let min_chunk = req.max(self.gran.message_bytes.min(256 << 10)).div_ceil(req) * req;
+        let min_chunk = req
+            .max(self.gran.message_bytes.min(256 << 10))
+            .div_ceil(req)
+            * req;
         let needed = (total_input / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
         self.chunk_bytes = min_chunk.max(needed.div_ceil(req) * req);
         let requests_per_chunk = (self.chunk_bytes / req).max(1) as u32;
@@ -698,10 +757,18 @@ impl<'p> Engine<'p> {
                 let node = self.topo.workers[w].node;
                 let mut steps = Vec::new();
                 let send_ns = self.os_ns(coord, |o| o.per_message_us());
-                steps.push(Step::Cpu { res: self.topo.nodes[coord].cpus[0], ns: send_ns, ctx_ns: 0 });
+                steps.push(Step::Cpu {
+                    res: self.topo.nodes[coord].cpus[0],
+                    ns: send_ns,
+                    ctx_ns: 0,
+                });
                 self.push_route(&mut steps, coord, node, bytes);
                 let recv_ns = self.os_ns(node, |o| o.per_message_us());
-                steps.push(Step::Cpu { res: self.topo.workers[w].cpu, ns: recv_ns, ctx_ns: 0 });
+                steps.push(Step::Cpu {
+                    res: self.topo.workers[w].cpu,
+                    ns: recv_ns,
+                    ctx_ns: 0,
+                });
                 self.start_xfer(steps, bytes, Done::Command(w as u32));
             }
         } else {
@@ -718,7 +785,13 @@ impl<'p> Engine<'p> {
     fn make_cursor(&self, vol: usize, input: &Input) -> Cursor {
         let drives = self.topo.volumes[vol].drives.clone();
         let (extents, memory_left) = match input {
-            Input::File(f) => (drives.iter().map(|d| self.topo.drives[*d].stored(*f)).collect(), 0.0),
+            Input::File(f) => (
+                drives
+                    .iter()
+                    .map(|d| self.topo.drives[*d].stored(*f))
+                    .collect(),
+                0.0,
+            ),
             Input::FilePart(f, frac) => (
                 drives
                     .iter()
@@ -733,7 +806,13 @@ impl<'p> Engine<'p> {
             Input::None => (vec![(0, 0); drives.len()], 0.0),
         };
         let n = drives.len();
-        Cursor { drives, extents, consumed: vec![0; n], next: 0, memory_left }
+        Cursor {
+            drives,
+            extents,
+            consumed: vec![0; n],
+            next: 0,
+            memory_left,
+        }
     }
 
     fn check_phase_end(&mut self) {
@@ -815,7 +894,11 @@ impl<'p> Engine<'p> {
             let cycles = ph.cycles_per_byte * bytes as f64;
             let ns = cycles / node.mhz * 1e3 + requests as f64 * node.os.per_io_us() * 1e3;
             let ctx_ns = (node.os.context_switch_us * 1e3) as u64;
-            steps.push(Step::Cpu { res: worker.cpu, ns: ns.round() as u64, ctx_ns });
+            steps.push(Step::Cpu {
+                res: worker.cpu,
+                ns: ns.round() as u64,
+                ctx_ns,
+            });
             let c = self.alloc_chunk(w as u32, bytes);
             self.ws[w].in_flight += 1;
             self.start_xfer(steps, bytes, Done::Chunk(c));
@@ -823,7 +906,11 @@ impl<'p> Engine<'p> {
     }
 
     fn alloc_chunk(&mut self, worker: u32, bytes: u64) -> u32 {
-        let st = ChunkState { worker, pending: 1, bytes };
+        let st = ChunkState {
+            worker,
+            pending: 1,
+            bytes,
+        };
         if let Some(i) = self.free_chunks.pop() {
             self.chunks[i as usize] = st;
             i
@@ -863,7 +950,15 @@ impl<'p> Engine<'p> {
     /// `flush`). Shuffles accumulate one total and emit a message to every destination once each
     /// destination's even share fills a message (the same as per-destination buffers under an
     /// even split, at O(1) cost per chunk).
-    fn accumulate(&mut self, w: usize, f: usize, flow: &Flow, bytes: f64, chunk: Option<u32>, flush: bool) {
+    fn accumulate(
+        &mut self,
+        w: usize,
+        f: usize,
+        flow: &Flow,
+        bytes: f64,
+        chunk: Option<u32>,
+        flush: bool,
+    ) {
         let nw = self.topo.workers.len();
         let msg = self.msg_bytes.max(1) as f64;
         self.ws[w].acc[f] += bytes;
@@ -914,7 +1009,11 @@ impl<'p> Engine<'p> {
             (c, self.topo.nodes[c].cpus[0], self.topo.coord_vol)
         } else {
             let wk = &self.topo.workers[dest];
-            (wk.node, wk.cpu, wk.vols[self.plan.phases[self.phase].write_vol])
+            (
+                wk.node,
+                wk.cpu,
+                wk.vols[self.plan.phases[self.phase].write_vol],
+            )
         };
         let mut steps = Vec::with_capacity(5);
         self.push_route(&mut steps, src, dst_node, bytes);
@@ -925,11 +1024,21 @@ impl<'p> Engine<'p> {
             None => steps.push(Step::SlotRelease(w as u32)),
         }
         let node = &self.topo.nodes[dst_node];
-        let buffers = (bytes as f64 / self.gran.message_bytes.max(1) as f64).ceil().max(1.0);
-        let os = if src == dst_node { 0.0 } else { node.os.per_message_us() * 1e3 * buffers };
+        let buffers = (bytes as f64 / self.gran.message_bytes.max(1) as f64)
+            .ceil()
+            .max(1.0);
+        let os = if src == dst_node {
+            0.0
+        } else {
+            node.os.per_message_us() * 1e3 * buffers
+        };
         let ns = flow.recv_cycles_per_byte * bytes as f64 / node.mhz * 1e3 + os;
         if ns > 0.0 {
-            steps.push(Step::Cpu { res: dst_cpu, ns: ns.round() as u64, ctx_ns: 0 });
+            steps.push(Step::Cpu {
+                res: dst_cpu,
+                ns: ns.round() as u64,
+                ctx_ns: 0,
+            });
         }
         if let Some(file) = flow.write {
             let drives = &self.topo.volumes[dst_vol].drives;
@@ -955,9 +1064,15 @@ impl<'p> Engine<'p> {
 
     /// Start queued sends of `slot` while fewer than the window are in flight.
     fn pump(&mut self, slot: usize) {
-        let window = if slot == self.topo.workers.len() { 16 } else { self.topo.message_window.max(2) };
+        let window = if slot == self.topo.workers.len() {
+            16
+        } else {
+            self.topo.message_window.max(2)
+        };
         while self.slot_inflight[slot] < window {
-            let Some((steps, bytes)) = self.slot_queue[slot].pop_front() else { break };
+            let Some((steps, bytes)) = self.slot_queue[slot].pop_front() else {
+                break;
+            };
             self.slot_inflight[slot] += 1;
             self.start_xfer(steps, bytes, Done::Msg(None));
         }
@@ -979,7 +1094,15 @@ impl<'p> Engine<'p> {
         }
         let worker = self.topo.workers[w].clone();
         let ns = self.cycles_ns(worker.node, ph.end_cycles);
-        self.start_xfer(vec![Step::Cpu { res: worker.cpu, ns, ctx_ns: 0 }], 0, Done::WorkerEnd(w as u32));
+        self.start_xfer(
+            vec![Step::Cpu {
+                res: worker.cpu,
+                ns,
+                ctx_ns: 0,
+            }],
+            0,
+            Done::WorkerEnd(w as u32),
+        );
     }
 
     fn worker_ended(&mut self, w: usize) {
@@ -991,7 +1114,11 @@ impl<'p> Engine<'p> {
             let mut steps = Vec::new();
             self.push_route(&mut steps, node, coord, bytes);
             let ns = self.os_ns(coord, |o| o.per_message_us());
-            steps.push(Step::Cpu { res: self.topo.nodes[coord].cpus[0], ns, ctx_ns: 0 });
+            steps.push(Step::Cpu {
+                res: self.topo.nodes[coord].cpus[0],
+                ns,
+                ctx_ns: 0,
+            });
             self.start_xfer(steps, bytes, Done::Sync(w as u32));
         } else {
             self.ws[w].ended = true;
@@ -1004,14 +1131,21 @@ impl<'p> Engine<'p> {
 
     /// Legs from node `a` to node `b`. Shared loops are one leg; switched networks and SMP
     /// fabrics are store-and-forward, one leg per hop (switches buffer whole messages).
-    fn net_legs(&mut self, a: usize, b: usize) -> Rc<Vec<Rc<Vec<Hop>>>> {
+    fn net_legs(&mut self, a: usize, b: usize) -> Legs {
         if let Some(h) = self.routes.get(&(a, b)) {
             return h.clone();
         }
         let legs: Vec<Vec<Hop>> = match &self.topo.net {
             Net::Local => Vec::new(),
             Net::Loops { loops } => vec![vec![Hop::AnyOf(loops.clone())]],
-            Net::Switched { tx, rx, switch_of, up, down, bus } => {
+            Net::Switched {
+                tx,
+                rx,
+                switch_of,
+                up,
+                down,
+                bus,
+            } => {
                 let mut h = Vec::new();
                 if let Some(b0) = bus[a] {
                     h.push(vec![Hop::One(b0)]);
@@ -1054,8 +1188,13 @@ impl<'p> Engine<'p> {
         if self.topo.via_host && a != coord && b != coord {
             self.push_legs(steps, a, coord);
             let node = &self.topo.nodes[coord];
-            let ns = self.gran.copy_cycles_per_byte * bytes as f64 / node.mhz * 1e3 + 2.0 * node.os.per_message_us() * 1e3;
-            steps.push(Step::Cpu { res: node.cpus[0], ns: ns.round() as u64, ctx_ns: 0 });
+            let ns = self.gran.copy_cycles_per_byte * bytes as f64 / node.mhz * 1e3
+                + 2.0 * node.os.per_message_us() * 1e3;
+            steps.push(Step::Cpu {
+                res: node.cpus[0],
+                ns: ns.round() as u64,
+                ctx_ns: 0,
+            });
             self.push_legs(steps, coord, b);
         } else {
             self.push_legs(steps, a, b);
@@ -1128,7 +1267,13 @@ impl<'p> Engine<'p> {
     // ----- transfers ----------------------------------------------------------------
 
     fn start_xfer(&mut self, steps: Vec<Step>, bytes: u64, done: Done) {
-        let x = Xfer { steps, pos: 0, bytes, chosen: Vec::new(), done };
+        let x = Xfer {
+            steps,
+            pos: 0,
+            bytes,
+            chosen: Vec::new(),
+            done,
+        };
         let id = if let Some(i) = self.free_xfers.pop() {
             self.xfers[i as usize] = Some(x);
             i
@@ -1142,7 +1287,9 @@ impl<'p> Engine<'p> {
     /// Start the current step of `id` (or finish it if no steps remain).
     fn run_step(&mut self, id: u32) {
         let now = self.q.now();
-        let Some(x) = self.xfers[id as usize].as_mut() else { return };
+        let Some(x) = self.xfers[id as usize].as_mut() else {
+            return;
+        };
         if x.pos >= x.steps.len() {
             let done = x.done;
             self.xfers[id as usize] = None;
@@ -1212,7 +1359,9 @@ impl<'p> Engine<'p> {
                         Hop::AnyOf(rs) => {
                             let mut best = rs[0];
                             for r in rs {
-                                if self.topo.resources[*r].next_free < self.topo.resources[best].next_free {
+                                if self.topo.resources[*r].next_free
+                                    < self.topo.resources[best].next_free
+                                {
                                     best = *r;
                                 }
                             }
@@ -1247,7 +1396,9 @@ impl<'p> Engine<'p> {
 
     /// A step of `id` completed.
     fn advance(&mut self, id: u32) {
-        let Some(x) = self.xfers[id as usize].as_mut() else { return };
+        let Some(x) = self.xfers[id as usize].as_mut() else {
+            return;
+        };
         if let Some(Step::Leg(_)) = x.steps.get(x.pos) {
             for r in &x.chosen {
                 self.topo.resources[*r].bytes_out += x.bytes;

@@ -1,14 +1,14 @@
 //! Loading experiment files, expanding variants × sweep axes, running points, and writing
 //! CSV, SVG and tables.
 
+use crate::SimError;
 use crate::arch;
 use crate::config::{self, ExperimentFile};
 use crate::costs::Costs;
 use crate::engine::{Engine, Granularity};
-use crate::report::{csv, RunReport};
+use crate::report::{RunReport, csv};
 use crate::svg;
 use crate::workload::{self, Wctx};
-use crate::SimError;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -28,7 +28,10 @@ pub struct Loaded {
 
 /// Load from disk.
 pub fn load(path: &Path) -> Result<Loaded, SimError> {
-    let src = std::fs::read_to_string(path).map_err(|e| SimError::Io { path: path.display().to_string(), source: e })?;
+    let src = std::fs::read_to_string(path).map_err(|e| SimError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
     load_str(path, &src)
 }
 
@@ -36,7 +39,12 @@ pub fn load(path: &Path) -> Result<Loaded, SimError> {
 pub fn load_str(path: &Path, src: &str) -> Result<Loaded, SimError> {
     let raw: toml::Value = toml::from_str(src).map_err(|e| config::toml_error(path, src, &e))?;
     let exp = config::from_value(path, src, raw.clone())?;
-    Ok(Loaded { path: path.to_path_buf(), src: src.to_string(), raw, exp })
+    Ok(Loaded {
+        path: path.to_path_buf(),
+        src: src.to_string(),
+        raw,
+        exp,
+    })
 }
 
 /// One point of a sweep.
@@ -51,7 +59,11 @@ pub struct Point {
 /// Expand variants × the cartesian product of the sweep axes (or just the base when `sweep` is false).
 pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
     let file = l.path.display().to_string();
-    let cfg_err = |key: &str, reason: String| SimError::Config { file: file.clone(), key: key.to_string(), reason };
+    let cfg_err = |key: &str, reason: String| SimError::Config {
+        file: file.clone(),
+        key: key.to_string(),
+        reason,
+    };
     let mut variants: Vec<(Option<String>, BTreeMap<String, toml::Value>)> = Vec::new();
     if sweep && !l.exp.variants.is_empty() {
         for v in &l.exp.variants {
@@ -63,7 +75,9 @@ pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
     let mut axes: Vec<(String, Vec<toml::Value>)> = Vec::new();
     if sweep {
         for (k, v) in &l.exp.sweep {
-            let vals = v.as_array().ok_or_else(|| cfg_err(&format!("sweep.{k}"), "must be an array of values".into()))?;
+            let vals = v.as_array().ok_or_else(|| {
+                cfg_err(&format!("sweep.{k}"), "must be an array of values".into())
+            })?;
             if vals.is_empty() {
                 return Err(cfg_err(&format!("sweep.{k}"), "must not be empty".into()));
             }
@@ -95,10 +109,12 @@ pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
                 labels.insert("variant".to_string(), lb.clone());
             }
             for (k, v) in set {
-                config::set_dotted(&mut raw, k, v.clone()).map_err(|r| cfg_err(&format!("variants.{k}"), r))?;
+                config::set_dotted(&mut raw, k, v.clone())
+                    .map_err(|r| cfg_err(&format!("variants.{k}"), r))?;
             }
             for (k, v) in &combo {
-                config::set_dotted(&mut raw, k, v.clone()).map_err(|r| cfg_err(&format!("sweep.{k}"), r))?;
+                config::set_dotted(&mut raw, k, v.clone())
+                    .map_err(|r| cfg_err(&format!("sweep.{k}"), r))?;
                 labels.insert(k.clone(), config::value_label(v));
             }
             let exp = config::from_value(&l.path, &l.src, raw)?;
@@ -112,33 +128,55 @@ pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
 pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport, SimError> {
     let exp = &p.exp;
     let file = path.display().to_string();
-    let err = |(key, reason): (String, String)| SimError::Config { file: file.clone(), key, reason };
+    let err = |(key, reason): (String, String)| SimError::Config {
+        file: file.clone(),
+        key,
+        reason,
+    };
     let sys_name = exp.run.system.clone();
-    let mut sys = exp
-        .systems
-        .get(&sys_name)
-        .cloned()
-        .ok_or_else(|| err(("run.system".into(), format!("no system named `{sys_name}` under [systems]"))))?;
+    let mut sys = exp.systems.get(&sys_name).cloned().ok_or_else(|| {
+        err((
+            "run.system".into(),
+            format!("no system named `{sys_name}` under [systems]"),
+        ))
+    })?;
     if let Some(d) = exp.run.disks {
         sys.disks = d;
     }
-    for (k, v) in [("run.request_kb", exp.run.request_kb), ("run.message_kb", exp.run.message_kb)] {
+    for (k, v) in [
+        ("run.request_kb", exp.run.request_kb),
+        ("run.message_kb", exp.run.message_kb),
+    ] {
         if !(v.is_finite() && v > 0.0) {
-            return Err(err((k.into(), format!("must be a positive number of KB, got {v}"))));
+            return Err(err((
+                k.into(),
+                format!("must be a positive number of KB, got {v}"),
+            )));
         }
     }
     let mut request_kb = exp.run.request_kb;
     if let Some(pk) = exp.workload.page_kb {
         if !(pk.is_finite() && pk > 0.0) {
-            return Err(err(("workload.page_kb".into(), format!("must be > 0, got {pk}"))));
+            return Err(err((
+                "workload.page_kb".into(),
+                format!("must be > 0, got {pk}"),
+            )));
         }
         request_kb = pk;
     }
     let seed = seed.unwrap_or(exp.experiment.seed);
     let topo = arch::build(&sys_name, &sys, &exp.devices, seed).map_err(err)?;
     let costs = Costs::new(&exp.workload.cost_overrides).map_err(|r| {
-        let key = r.split(':').next().unwrap_or("workload.cost_overrides").to_string();
-        SimError::Config { file: file.clone(), key, reason: r }
+        let key = r
+            .split(':')
+            .next()
+            .unwrap_or("workload.cost_overrides")
+            .to_string();
+        SimError::Config {
+            file: file.clone(),
+            key,
+            reason: r,
+        }
     })?;
     let request_bytes = (request_kb * 1024.0).round() as u64;
     let ctx = Wctx::new(&topo, sys.kind, &costs, request_bytes as f64);
@@ -154,56 +192,100 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
     let notes = plan.notes.clone();
     let input: f64 = plan.base_files.iter().map(|(_, b)| *b).sum();
     let out = Engine::new(topo, &plan, gran).run();
-    Ok(RunReport::new(&exp.experiment.name, p.labels.clone(), &sys_name, &description, out, notes, input))
+    Ok(RunReport::new(
+        &exp.experiment.name,
+        p.labels.clone(),
+        &sys_name,
+        &description,
+        out,
+        notes,
+        input,
+    ))
 }
 
 /// Run points on up to `threads` threads; results in point order. Progress goes to stderr.
-pub fn run_points(path: &Path, pts: &[Point], seed: Option<u64>, progress: bool) -> Result<Vec<RunReport>, SimError> {
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).clamp(1, 2);
+pub fn run_points(
+    path: &Path,
+    pts: &[Point],
+    seed: Option<u64>,
+    progress: bool,
+) -> Result<Vec<RunReport>, SimError> {
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 2);
     let next = std::sync::atomic::AtomicUsize::new(0);
     let done = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<std::sync::Mutex<Option<Result<RunReport, SimError>>>> = pts.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let results: Vec<std::sync::Mutex<Option<Result<RunReport, SimError>>>> =
+        pts.iter().map(|_| std::sync::Mutex::new(None)).collect();
     std::thread::scope(|s| {
         for _ in 0..threads {
-            s.spawn(|| loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                if i >= pts.len() {
-                    break;
-                }
-                let r = run_point(path, &pts[i], seed);
-                let k = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-                if progress {
-                    let label: Vec<String> = pts[i].labels.iter().map(|(a, b)| format!("{a}={b}")).collect();
-                    eprintln!("[{k}/{}] {} {}", pts.len(), pts[i].exp.experiment.name, label.join(" "));
-                }
-                if let Ok(mut slot) = results[i].lock() {
-                    *slot = Some(r);
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    if i >= pts.len() {
+                        break;
+                    }
+                    let r = run_point(path, &pts[i], seed);
+                    let k = done.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+                    if progress {
+                        let label: Vec<String> = pts[i]
+                            .labels
+                            .iter()
+                            .map(|(a, b)| format!("{a}={b}"))
+                            .collect();
+                        eprintln!(
+                            "[{k}/{}] {} {}",
+                            pts.len(),
+                            pts[i].exp.experiment.name,
+                            label.join(" ")
+                        );
+                    }
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(r);
+                    }
                 }
             });
         }
     });
     let mut out = Vec::new();
     for r in results {
-        let v = r.into_inner().ok().flatten().ok_or_else(|| SimError::Internal("a sweep worker did not report".into()))?;
+        let v = r
+            .into_inner()
+            .ok()
+            .flatten()
+            .ok_or_else(|| SimError::Internal("a sweep worker did not report".into()))?;
         out.push(v?);
     }
     Ok(out)
 }
 
 /// Derived metric of each report relative to its baseline (None when no baseline matches).
-pub fn baseline_ratios(reports: &[RunReport], baseline: &BTreeMap<String, toml::Value>) -> Vec<Option<f64>> {
+pub fn baseline_ratios(
+    reports: &[RunReport],
+    baseline: &BTreeMap<String, toml::Value>,
+) -> Vec<Option<f64>> {
     if baseline.is_empty() {
         return vec![None; reports.len()];
     }
-    let want: BTreeMap<String, String> = baseline.iter().map(|(k, v)| (k.clone(), config::value_label(v))).collect();
+    let want: BTreeMap<String, String> = baseline
+        .iter()
+        .map(|(k, v)| (k.clone(), config::value_label(v)))
+        .collect();
     reports
         .iter()
         .map(|r| {
             let b = reports.iter().find(|b| {
                 want.iter().all(|(k, v)| b.point.get(k) == Some(v))
-                    && r.point.iter().all(|(k, v)| want.contains_key(k) || b.point.get(k) == Some(v))
+                    && r.point
+                        .iter()
+                        .all(|(k, v)| want.contains_key(k) || b.point.get(k) == Some(v))
             })?;
-            if b.total_s > 0.0 { Some(r.total_s / b.total_s) } else { None }
+            if b.total_s > 0.0 {
+                Some(r.total_s / b.total_s)
+            } else {
+                None
+            }
         })
         .collect()
 }
@@ -238,7 +320,13 @@ pub fn summary_csv(reports: &[RunReport], ratios: &[Option<f64>]) -> String {
             r.total_s,
             r.throughput_mbps,
             ratio.map(|x| format!("{x:.6}")).unwrap_or_default(),
-            ratio.map(|x| if x > 0.0 { format!("{:.6}", 1.0 / x) } else { String::new() }).unwrap_or_default(),
+            ratio
+                .map(|x| if x > 0.0 {
+                    format!("{:.6}", 1.0 / x)
+                } else {
+                    String::new()
+                })
+                .unwrap_or_default(),
             b.compute_s,
             b.io_s,
             b.comm_s,
@@ -269,7 +357,12 @@ pub fn resources_csv(reports: &[RunReport]) -> String {
 }
 
 /// Printed table of a sweep.
-pub fn summary_table(name: &str, recreates: &str, reports: &[RunReport], ratios: &[Option<f64>]) -> String {
+pub fn summary_table(
+    name: &str,
+    recreates: &str,
+    reports: &[RunReport],
+    ratios: &[Option<f64>],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "== {name} — re-creates {recreates}");
     let _ = writeln!(
@@ -278,7 +371,11 @@ pub fn summary_table(name: &str, recreates: &str, reports: &[RunReport], ratios:
         "point", "total_s", "norm", "cpu_s", "io_s", "comm_s"
     );
     for (r, ratio) in reports.iter().zip(ratios) {
-        let label: Vec<String> = r.point.iter().map(|(a, b)| format!("{}={b}", a.rsplit('.').next().unwrap_or(a))).collect();
+        let label: Vec<String> = r
+            .point
+            .iter()
+            .map(|(a, b)| format!("{}={b}", a.rsplit('.').next().unwrap_or(a)))
+            .collect();
         let mut label = label.join(" ");
         if label.is_empty() {
             label = r.system.clone();
@@ -289,7 +386,9 @@ pub fn summary_table(name: &str, recreates: &str, reports: &[RunReport], ratios:
             "{:<58} {:>11.3} {:>8} {:>9.3} {:>9.3} {:>9.3}  {} ({:.0}%)",
             label,
             r.total_s,
-            ratio.map(|x| format!("{x:.3}")).unwrap_or_else(|| "-".into()),
+            ratio
+                .map(|x| format!("{x:.3}"))
+                .unwrap_or_else(|| "-".into()),
             b.compute_max_s,
             b.io_max_s,
             b.comm_max_s,
@@ -304,7 +403,12 @@ pub fn summary_table(name: &str, recreates: &str, reports: &[RunReport], ratios:
 pub fn average_table(reports: &[RunReport], ratios: &[Option<f64>], axis: &str) -> String {
     let mut groups: BTreeMap<String, (f64, usize, f64)> = BTreeMap::new();
     for (r, ratio) in reports.iter().zip(ratios) {
-        let key: Vec<String> = r.point.iter().filter(|(k, _)| k.as_str() != axis).map(|(k, v)| format!("{k}={v}")).collect();
+        let key: Vec<String> = r
+            .point
+            .iter()
+            .filter(|(k, _)| k.as_str() != axis)
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let e = groups.entry(key.join(" ")).or_default();
         e.0 += ratio.unwrap_or(f64::NAN);
         e.1 += 1;
@@ -312,20 +416,33 @@ pub fn average_table(reports: &[RunReport], ratios: &[Option<f64>], axis: &str) 
     }
     let mut s = format!("group,mean_normalized,mean_total_s,runs (averaged over {axis})\n");
     for (k, (sum, n, tot)) in groups {
-        let _ = writeln!(s, "{},{:.6},{:.6},{}", csv(&k), sum / n as f64, tot / n as f64, n);
+        let _ = writeln!(
+            s,
+            "{},{:.6},{:.6},{}",
+            csv(&k),
+            sum / n as f64,
+            tot / n as f64,
+            n
+        );
     }
     s
 }
 
 /// Write CSV, SVG and table of a sweep into `out`; returns the printed table.
 pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<String, SimError> {
-    std::fs::create_dir_all(out).map_err(|e| SimError::Io { path: out.display().to_string(), source: e })?;
+    std::fs::create_dir_all(out).map_err(|e| SimError::Io {
+        path: out.display().to_string(),
+        source: e,
+    })?;
     let name = &l.exp.experiment.name;
     let rep = &l.exp.report;
     let ratios = baseline_ratios(reports, &rep.baseline);
     let write = |file: String, text: &str| -> Result<(), SimError> {
         let p = out.join(file);
-        std::fs::write(&p, text).map_err(|e| SimError::Io { path: p.display().to_string(), source: e })
+        std::fs::write(&p, text).map_err(|e| SimError::Io {
+            path: p.display().to_string(),
+            source: e,
+        })
     };
     write(format!("{name}.csv"), &summary_csv(reports, &ratios))?;
     write(format!("{name}.resources.csv"), &resources_csv(reports))?;
@@ -336,15 +453,34 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
         table.push_str(&format!("averaged over {axis}:\n{avg}"));
     }
     write(format!("{name}.txt"), &table)?;
-    let y = rep.y.clone().unwrap_or_else(|| if rep.baseline.is_empty() { "total_s".into() } else { "normalized".into() });
-    let x_axis = rep.x.clone().or_else(|| reports.first().and_then(|r| r.point.keys().last().cloned())).unwrap_or_default();
+    let y = rep.y.clone().unwrap_or_else(|| {
+        if rep.baseline.is_empty() {
+            "total_s".into()
+        } else {
+            "normalized".into()
+        }
+    });
+    let x_axis = rep
+        .x
+        .clone()
+        .or_else(|| reports.first().and_then(|r| r.point.keys().last().cloned()))
+        .unwrap_or_default();
     let mut series: Vec<svg::Series> = Vec::new();
     for (r, ratio) in reports.iter().zip(&ratios) {
         let sname = match &rep.series {
             Some(sk) => r.point.get(sk).cloned().unwrap_or_default(),
             None => {
-                let others: Vec<String> = r.point.iter().filter(|(k, _)| **k != x_axis).map(|(_, v)| v.clone()).collect();
-                if others.is_empty() { r.system.clone() } else { others.join(" ") }
+                let others: Vec<String> = r
+                    .point
+                    .iter()
+                    .filter(|(k, _)| **k != x_axis)
+                    .map(|(_, v)| v.clone())
+                    .collect();
+                if others.is_empty() {
+                    r.system.clone()
+                } else {
+                    others.join(" ")
+                }
             }
         };
         let sname = if rep.series.is_some() {
@@ -354,23 +490,42 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
                 .filter(|(k, _)| Some(*k) != rep.series.as_ref() && **k != x_axis)
                 .map(|(_, v)| v.clone())
                 .collect();
-            if rest.is_empty() { sname } else { format!("{sname} {}", rest.join(" ")) }
+            if rest.is_empty() {
+                sname
+            } else {
+                format!("{sname} {}", rest.join(" "))
+            }
         } else {
             sname
         };
         let yv = match y.as_str() {
             "normalized" => ratio.unwrap_or(f64::NAN),
-            "speedup" => ratio.map(|x| if x > 0.0 { 1.0 / x } else { f64::NAN }).unwrap_or(f64::NAN),
+            "speedup" => ratio
+                .map(|x| if x > 0.0 { 1.0 / x } else { f64::NAN })
+                .unwrap_or(f64::NAN),
             "throughput_mbps" => r.throughput_mbps,
             _ => r.total_s,
         };
-        let xv = r.point.get(&x_axis).cloned().unwrap_or_else(|| r.system.clone());
+        let xv = r
+            .point
+            .get(&x_axis)
+            .cloned()
+            .unwrap_or_else(|| r.system.clone());
         match series.iter_mut().find(|s| s.label == sname) {
             Some(s) => s.points.push((xv, yv)),
-            None => series.push(svg::Series { label: sname, points: vec![(xv, yv)] }),
+            None => series.push(svg::Series {
+                label: sname,
+                points: vec![(xv, yv)],
+            }),
         }
     }
-    let chart = svg::line_chart(&format!("{name} ({})", l.exp.experiment.recreates), &x_axis, &y, &series, rep.log_y);
+    let chart = svg::line_chart(
+        &format!("{name} ({})", l.exp.experiment.recreates),
+        &x_axis,
+        &y,
+        &series,
+        rep.log_y,
+    );
     write(format!("{name}.svg"), &chart)?;
     Ok(table)
 }

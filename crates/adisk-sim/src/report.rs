@@ -164,7 +164,13 @@ impl RunReport {
         };
         let (bottleneck, bu) = resources
             .iter()
-            .fold((String::from("-"), -1.0f64), |acc, r| if r.utilization > acc.1 { (r.name.clone(), r.utilization) } else { acc });
+            .fold((String::from("-"), -1.0f64), |acc, r| {
+                if r.utilization > acc.1 {
+                    (r.name.clone(), r.utilization)
+                } else {
+                    acc
+                }
+            });
         RunReport {
             experiment: experiment.to_string(),
             point,
@@ -172,7 +178,11 @@ impl RunReport {
             description: description.to_string(),
             total_s: total,
             input_bytes,
-            throughput_mbps: if total > 0.0 { input_bytes / total / 1e6 } else { 0.0 },
+            throughput_mbps: if total > 0.0 {
+                input_bytes / total / 1e6
+            } else {
+                0.0
+            },
             breakdown,
             bottleneck,
             bottleneck_utilization: bu.max(0.0),
@@ -188,7 +198,11 @@ impl RunReport {
     /// Human-readable table.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
-        let _ = writeln!(s, "experiment {}  system {} — {}", self.experiment, self.system, self.description);
+        let _ = writeln!(
+            s,
+            "experiment {}  system {} — {}",
+            self.experiment, self.system, self.description
+        );
         for (k, v) in &self.point {
             let _ = writeln!(s, "  {k} = {v}");
         }
@@ -208,7 +222,11 @@ impl RunReport {
         );
         let _ = writeln!(s, "phases:");
         for p in &self.phases {
-            let _ = writeln!(s, "  {:<40} {:>10.3} .. {:>10.3} s  (chunk {} B)", p.name, p.start_s, p.end_s, p.chunk_bytes);
+            let _ = writeln!(
+                s,
+                "  {:<40} {:>10.3} .. {:>10.3} s  (chunk {} B)",
+                p.name, p.start_s, p.end_s, p.chunk_bytes
+            );
         }
         if !self.notes.is_empty() {
             let _ = writeln!(s, "notes:");
@@ -216,14 +234,30 @@ impl RunReport {
                 let _ = writeln!(s, "  {k}: {v}");
             }
         }
-        let _ = writeln!(s, "{:<16} {:>10} {:>10} {:>10} {:>10}", "component", "compute_s", "io_s", "comm_s", "idle_s");
+        let _ = writeln!(
+            s,
+            "{:<16} {:>10} {:>10} {:>10} {:>10}",
+            "component", "compute_s", "io_s", "comm_s", "idle_s"
+        );
         for c in self.components.iter().take(40) {
-            let _ = writeln!(s, "{:<16} {:>10.3} {:>10.3} {:>10.3} {:>10.3}", c.component, c.compute_s, c.io_s, c.comm_s, c.idle_s);
+            let _ = writeln!(
+                s,
+                "{:<16} {:>10.3} {:>10.3} {:>10.3} {:>10.3}",
+                c.component, c.compute_s, c.io_s, c.comm_s, c.idle_s
+            );
         }
         if self.components.len() > 40 {
-            let _ = writeln!(s, "… {} more components (use --format json or csv)", self.components.len() - 40);
+            let _ = writeln!(
+                s,
+                "… {} more components (use --format json or csv)",
+                self.components.len() - 40
+            );
         }
-        let _ = writeln!(s, "{:<24} {:>5} {:>10} {:>6} {:>14} {:>14}", "resource", "kind", "busy_s", "util", "bytes_in", "bytes_out");
+        let _ = writeln!(
+            s,
+            "{:<24} {:>5} {:>10} {:>6} {:>14} {:>14}",
+            "resource", "kind", "busy_s", "util", "bytes_in", "bytes_out"
+        );
         let mut shown = 0;
         for r in &self.resources {
             if r.ops == 0 {
@@ -260,7 +294,8 @@ impl RunReport {
 
     /// CSV of every resource of this run.
     pub fn resources_csv(&self) -> String {
-        let mut s = String::from("resource,component,kind,busy_s,utilization,bytes_in,bytes_out,ops\n");
+        let mut s =
+            String::from("resource,component,kind,busy_s,utilization,bytes_in,bytes_out,ops\n");
         for r in &self.resources {
             let k = match r.kind {
                 ResKind::Cpu => "cpu",

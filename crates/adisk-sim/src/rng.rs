@@ -21,7 +21,12 @@ impl Rng {
     /// A generator whose whole sequence is determined by `seed`.
     pub fn new(seed: u64) -> Rng {
         let mut st = seed;
-        let s = [splitmix64(&mut st), splitmix64(&mut st), splitmix64(&mut st), splitmix64(&mut st)];
+        let s = [
+            splitmix64(&mut st),
+            splitmix64(&mut st),
+            splitmix64(&mut st),
+            splitmix64(&mut st),
+        ];
         Rng { s }
     }
     /// The next 64 random bits.

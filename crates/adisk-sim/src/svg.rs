@@ -11,14 +11,25 @@ pub struct Series {
     pub points: Vec<(String, f64)>,
 }
 
-const COLORS: [&str; 10] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+const COLORS: [&str; 10] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
 
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 /// Render a line chart over categorical x values (in first-seen order).
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], log_y: bool) -> String {
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    log_y: bool,
+) -> String {
     let (w, h) = (820.0, 480.0);
     let (ml, mr, mt, mb) = (80.0, 200.0, 40.0, 60.0);
     let mut xs: Vec<String> = Vec::new();
@@ -29,7 +40,11 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
             }
         }
     }
-    let ys: Vec<f64> = series.iter().flat_map(|s| s.points.iter().map(|p| p.1)).filter(|v| v.is_finite()).collect();
+    let ys: Vec<f64> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1))
+        .filter(|v| v.is_finite())
+        .collect();
     let tf = |v: f64| if log_y { v.max(1e-12).log10() } else { v };
     let mut ymin = ys.iter().cloned().map(tf).fold(f64::INFINITY, f64::min);
     let mut ymax = ys.iter().cloned().map(tf).fold(f64::NEG_INFINITY, f64::max);
@@ -45,25 +60,76 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
     }
     let pw = w - ml - mr;
     let ph = h - mt - mb;
-    let xpos = |i: usize| ml + if xs.len() <= 1 { pw / 2.0 } else { pw * i as f64 / (xs.len() - 1) as f64 };
+    let xpos = |i: usize| {
+        ml + if xs.len() <= 1 {
+            pw / 2.0
+        } else {
+            pw * i as f64 / (xs.len() - 1) as f64
+        }
+    };
     let ypos = |v: f64| mt + ph - (tf(v) - ymin) / (ymax - ymin) * ph;
     let mut s = String::new();
-    let _ = writeln!(s, r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#);
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
+    );
     let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
-    let _ = writeln!(s, r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#, ml + pw / 2.0, esc(title));
-    let _ = writeln!(s, r#"<line x1="{ml}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#, mt + ph, ml + pw, mt + ph);
-    let _ = writeln!(s, r#"<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{}" stroke="black"/>"#, mt + ph);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="14">{}</text>"#,
+        ml + pw / 2.0,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{ml}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
+        mt + ph,
+        ml + pw,
+        mt + ph
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{}" stroke="black"/>"#,
+        mt + ph
+    );
     for k in 0..=5 {
         let t = ymin + (ymax - ymin) * k as f64 / 5.0;
         let y = mt + ph - ph * k as f64 / 5.0;
-        let label = if log_y { format!("{:.3}", 10f64.powf(t)) } else { format!("{:.3}", t) };
-        let _ = writeln!(s, r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##, ml, ml + pw);
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#, ml - 5.0, y + 4.0, label);
+        let label = if log_y {
+            format!("{:.3}", 10f64.powf(t))
+        } else {
+            format!("{:.3}", t)
+        };
+        let _ = writeln!(
+            s,
+            r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
+            ml,
+            ml + pw
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{}</text>"#,
+            ml - 5.0,
+            y + 4.0,
+            label
+        );
     }
     for (i, x) in xs.iter().enumerate() {
-        let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, xpos(i), mt + ph + 18.0, esc(x));
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            xpos(i),
+            mt + ph + 18.0,
+            esc(x)
+        );
     }
-    let _ = writeln!(s, r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#, ml + pw / 2.0, h - 15.0, esc(x_label));
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        ml + pw / 2.0,
+        h - 15.0,
+        esc(x_label)
+    );
     let _ = writeln!(
         s,
         r#"<text x="20" y="{}" text-anchor="middle" transform="rotate(-90 20 {})">{}</text>"#,
@@ -80,13 +146,32 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series], 
             }
             if let Some(i) = xs.iter().position(|v| v == x) {
                 let _ = write!(pts, "{:.1},{:.1} ", xpos(i), ypos(*y));
-                let _ = writeln!(s, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, xpos(i), ypos(*y));
+                let _ = writeln!(
+                    s,
+                    r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                    xpos(i),
+                    ypos(*y)
+                );
             }
         }
-        let _ = writeln!(s, r#"<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>"#);
+        let _ = writeln!(
+            s,
+            r#"<polyline points="{pts}" fill="none" stroke="{color}" stroke-width="2"/>"#
+        );
         let ly = mt + 14.0 * si as f64;
-        let _ = writeln!(s, r#"<rect x="{}" y="{}" width="10" height="10" fill="{color}"/>"#, ml + pw + 10.0, ly);
-        let _ = writeln!(s, r#"<text x="{}" y="{}">{}</text>"#, ml + pw + 25.0, ly + 9.0, esc(&ser.label));
+        let _ = writeln!(
+            s,
+            r#"<rect x="{}" y="{}" width="10" height="10" fill="{color}"/>"#,
+            ml + pw + 10.0,
+            ly
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}">{}</text>"#,
+            ml + pw + 25.0,
+            ly + 9.0,
+            esc(&ser.label)
+        );
     }
     s.push_str("</svg>\n");
     s

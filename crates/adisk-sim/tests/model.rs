@@ -2,11 +2,11 @@
 //! an embarrassingly parallel select, no extra passes for in-memory workloads, rejection of
 //! bad configurations with file/key/reason, and that every experiment file runs.
 
+use adisk_sim::SimError;
 use adisk_sim::config;
 use adisk_sim::engine::ResKind;
 use adisk_sim::experiment::{self, Loaded};
 use adisk_sim::report::RunReport;
-use adisk_sim::SimError;
 use std::path::{Path, PathBuf};
 
 fn root() -> PathBuf {
@@ -18,14 +18,19 @@ fn load(rel: &str) -> Loaded {
 }
 
 /// Apply overrides (dotted key → TOML value text) and run the base point.
-fn run_with(l: &Loaded, overrides: &[(&str, &str)], seed: Option<u64>) -> Result<RunReport, SimError> {
+fn run_with(
+    l: &Loaded,
+    overrides: &[(&str, &str)],
+    seed: Option<u64>,
+) -> Result<RunReport, SimError> {
     let mut raw = l.raw.clone();
     if let Some(t) = raw.as_table_mut() {
         t.remove("sweep");
         t.remove("variants");
     }
     for (k, v) in overrides {
-        let val: toml::Value = toml::from_str::<toml::Table>(&format!("x = {v}")).unwrap()["x"].clone();
+        let val: toml::Value =
+            toml::from_str::<toml::Table>(&format!("x = {v}")).unwrap()["x"].clone();
         config::set_dotted(&mut raw, k, val).unwrap();
     }
     let text = toml::to_string(&raw).unwrap();
@@ -43,7 +48,11 @@ fn assert_links_conserve(r: &RunReport) {
     for res in &r.resources {
         if res.kind == ResKind::Link {
             links += 1;
-            assert_eq!(res.bytes_in, res.bytes_out, "{} {}: link {} sent {} received {}", r.experiment, r.system, res.name, res.bytes_in, res.bytes_out);
+            assert_eq!(
+                res.bytes_in, res.bytes_out,
+                "{} {}: link {} sent {} received {}",
+                r.experiment, r.system, res.name, res.bytes_in, res.bytes_out
+            );
         }
     }
     assert!(links > 0, "{}: no links", r.system);
@@ -52,17 +61,87 @@ fn assert_links_conserve(r: &RunReport) {
 #[test]
 fn bytes_sent_equal_bytes_received_on_every_link_of_every_architecture() {
     let cases: Vec<(&str, Vec<(&str, &str)>)> = vec![
-        ("acharya/core-sort.toml", vec![("run.system", "\"conventional_today\""), ("workload.dataset_bytes", "2.0e8")]),
-        ("acharya/core-sort.toml", vec![("run.system", "\"active_today\""), ("workload.dataset_bytes", "2.0e8")]),
-        ("uysal/sort.toml", vec![("run.system", "\"active_disks\""), ("workload.dataset_bytes", "4.0e8")]),
-        ("uysal/sort.toml", vec![("run.system", "\"cluster\""), ("run.disks", "32"), ("workload.dataset_bytes", "4.0e8")]),
-        ("uysal/sort.toml", vec![("run.system", "\"smp\""), ("workload.dataset_bytes", "4.0e8")]),
-        ("uysal/group_by.toml", vec![("run.system", "\"ad_restricted\""), ("workload.dataset_bytes", "4.0e8")]),
-        ("memik/base.toml", vec![("run.system", "\"smart_disks\""), ("workload.query", "\"Q12\""), ("workload.size_class", "\"small\"")]),
-        ("memik/base.toml", vec![("run.system", "\"cluster4\""), ("workload.query", "\"Q16\""), ("workload.size_class", "\"small\"")]),
-        ("chiu/tpch.toml", vec![("run.system", "\"sd_partial\""), ("workload.query", "\"Q12\""), ("workload.scale_factor", "0.1")]),
-        ("chiu/tpch-two-groups.toml", vec![("run.system", "\"sd_full_2g\""), ("workload.scale_factor", "0.1")]),
-        ("riedel/join.toml", vec![("run.system", "\"active_disks\""), ("workload.scale_factor", "0.2")]),
+        (
+            "acharya/core-sort.toml",
+            vec![
+                ("run.system", "\"conventional_today\""),
+                ("workload.dataset_bytes", "2.0e8"),
+            ],
+        ),
+        (
+            "acharya/core-sort.toml",
+            vec![
+                ("run.system", "\"active_today\""),
+                ("workload.dataset_bytes", "2.0e8"),
+            ],
+        ),
+        (
+            "uysal/sort.toml",
+            vec![
+                ("run.system", "\"active_disks\""),
+                ("workload.dataset_bytes", "4.0e8"),
+            ],
+        ),
+        (
+            "uysal/sort.toml",
+            vec![
+                ("run.system", "\"cluster\""),
+                ("run.disks", "32"),
+                ("workload.dataset_bytes", "4.0e8"),
+            ],
+        ),
+        (
+            "uysal/sort.toml",
+            vec![
+                ("run.system", "\"smp\""),
+                ("workload.dataset_bytes", "4.0e8"),
+            ],
+        ),
+        (
+            "uysal/group_by.toml",
+            vec![
+                ("run.system", "\"ad_restricted\""),
+                ("workload.dataset_bytes", "4.0e8"),
+            ],
+        ),
+        (
+            "memik/base.toml",
+            vec![
+                ("run.system", "\"smart_disks\""),
+                ("workload.query", "\"Q12\""),
+                ("workload.size_class", "\"small\""),
+            ],
+        ),
+        (
+            "memik/base.toml",
+            vec![
+                ("run.system", "\"cluster4\""),
+                ("workload.query", "\"Q16\""),
+                ("workload.size_class", "\"small\""),
+            ],
+        ),
+        (
+            "chiu/tpch.toml",
+            vec![
+                ("run.system", "\"sd_partial\""),
+                ("workload.query", "\"Q12\""),
+                ("workload.scale_factor", "0.1"),
+            ],
+        ),
+        (
+            "chiu/tpch-two-groups.toml",
+            vec![
+                ("run.system", "\"sd_full_2g\""),
+                ("workload.scale_factor", "0.1"),
+            ],
+        ),
+        (
+            "riedel/join.toml",
+            vec![
+                ("run.system", "\"active_disks\""),
+                ("workload.scale_factor", "0.2"),
+            ],
+        ),
     ];
     for (file, ov) in cases {
         let r = run(file, &ov);
@@ -75,49 +154,115 @@ fn bytes_sent_equal_bytes_received_on_every_link_of_every_architecture() {
 #[test]
 fn same_seed_gives_byte_identical_output_and_the_seed_matters() {
     let l = load("uysal/sort.toml");
-    let ov = [("run.system", "\"active_disks\""), ("workload.dataset_bytes", "2.0e8")];
+    let ov = [
+        ("run.system", "\"active_disks\""),
+        ("workload.dataset_bytes", "2.0e8"),
+    ];
     let a = serde_json::to_string(&run_with(&l, &ov, Some(7)).unwrap()).unwrap();
     let b = serde_json::to_string(&run_with(&l, &ov, Some(7)).unwrap()).unwrap();
     assert_eq!(a, b);
     let c = serde_json::to_string(&run_with(&l, &ov, Some(8)).unwrap()).unwrap();
-    assert_ne!(a, c, "the seed (rotational phase, head position) should change a seek-bound run");
+    assert_ne!(
+        a, c,
+        "the seed (rotational phase, head position) should change a seek-bound run"
+    );
 }
 
 #[test]
 fn embarrassingly_parallel_select_on_active_disks_never_gets_slower_with_more_disks() {
-    for (file, sys) in [("uysal/select.toml", "active_disks"), ("acharya/core-select.toml", "active_today"), ("uysal/select.toml", "ad_restricted")] {
+    for (file, sys) in [
+        ("uysal/select.toml", "active_disks"),
+        ("acharya/core-select.toml", "active_today"),
+        ("uysal/select.toml", "ad_restricted"),
+    ] {
         let mut prev = f64::INFINITY;
         for disks in [1, 2, 4, 8, 16, 32, 64] {
             let d = disks.to_string();
-            let r = run(file, &[("run.system", &format!("\"{sys}\"")), ("run.disks", &d), ("workload.dataset_bytes", "1.0e9")]);
-            assert!(r.total_s <= prev * 1.0001, "{file} {sys}: {disks} disks took {} s, fewer took {prev} s", r.total_s);
+            let r = run(
+                file,
+                &[
+                    ("run.system", &format!("\"{sys}\"")),
+                    ("run.disks", &d),
+                    ("workload.dataset_bytes", "1.0e9"),
+                ],
+            );
+            assert!(
+                r.total_s <= prev * 1.0001,
+                "{file} {sys}: {disks} disks took {} s, fewer took {prev} s",
+                r.total_s
+            );
             prev = r.total_s;
         }
     }
 }
 
 fn disk_bytes(r: &RunReport) -> u64 {
-    r.resources.iter().filter(|x| x.kind == ResKind::Disk).map(|x| x.bytes_in).sum()
+    r.resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Disk)
+        .map(|x| x.bytes_in)
+        .sum()
 }
 
 #[test]
 fn workloads_whose_data_fit_in_memory_do_no_extra_passes() {
     // Sort: 32 MB per active disk of 32 MB fits… use 8 disks × 2 MB.
     let d = 16.0e6;
-    let r = run("uysal/sort.toml", &[("run.system", "\"active_disks\""), ("run.disks", "8"), ("workload.dataset_bytes", &format!("{d:e}"))]);
-    let note = |k: &str| r.notes.iter().find(|(a, _)| a == k).map(|(_, v)| v.clone()).unwrap_or_default();
+    let r = run(
+        "uysal/sort.toml",
+        &[
+            ("run.system", "\"active_disks\""),
+            ("run.disks", "8"),
+            ("workload.dataset_bytes", &format!("{d:e}")),
+        ],
+    );
+    let note = |k: &str| {
+        r.notes
+            .iter()
+            .find(|(a, _)| a == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
     assert_eq!(note("in_memory"), "true");
     assert_eq!(note("merge_passes"), "0");
-    assert_eq!(r.phases.len(), 2, "partition + write sorted only: {:?}", r.phases);
+    assert_eq!(
+        r.phases.len(),
+        2,
+        "partition + write sorted only: {:?}",
+        r.phases
+    );
     // The data cross the disks exactly twice: read once, written once.
     let moved = disk_bytes(&r) as f64;
-    assert!((moved - 2.0 * d).abs() / d < 0.01, "disk bytes {moved} for {d} of input");
+    assert!(
+        (moved - 2.0 * d).abs() / d < 0.01,
+        "disk bytes {moved} for {d} of input"
+    );
     // A larger input on the same system does need run files and a merge.
-    let big = run("uysal/sort.toml", &[("run.system", "\"active_disks\""), ("run.disks", "8"), ("workload.dataset_bytes", "2.0e9")]);
+    let big = run(
+        "uysal/sort.toml",
+        &[
+            ("run.system", "\"active_disks\""),
+            ("run.disks", "8"),
+            ("workload.dataset_bytes", "2.0e9"),
+        ],
+    );
     assert!(disk_bytes(&big) as f64 > 3.9 * 2.0e9);
     // Group-by whose table fits: no flush, partials shipped once.
-    let g = run("uysal/group_by.toml", &[("run.system", "\"active_disks\""), ("workload.groups", "1000.0"), ("workload.dataset_bytes", "1.0e9")]);
-    assert!(g.notes.iter().any(|(k, v)| k == "flushes_per_worker" && v == "0.0"), "{:?}", g.notes);
+    let g = run(
+        "uysal/group_by.toml",
+        &[
+            ("run.system", "\"active_disks\""),
+            ("workload.groups", "1000.0"),
+            ("workload.dataset_bytes", "1.0e9"),
+        ],
+    );
+    assert!(
+        g.notes
+            .iter()
+            .any(|(k, v)| k == "flushes_per_worker" && v == "0.0"),
+        "{:?}",
+        g.notes
+    );
     // Out-of-core FFT: with 32 disks the matrix fits and nothing but the result is written.
     let f = run("chiu/fft.toml", &[("run.disks", "32")]);
     assert!(f.notes.iter().any(|(k, v)| k == "in_core" && v == "true"));
@@ -125,7 +270,11 @@ fn workloads_whose_data_fit_in_memory_do_no_extra_passes() {
     assert!(((disk_bytes(&f) as f64) - 2.0 * m).abs() / m < 0.01);
     // Clustering: partitions that fit are read from disk once, not once per pass.
     let c = run("chiu/clustering.toml", &[("run.disks", "8")]);
-    assert!(c.notes.iter().any(|(k, v)| k == "partition_fits_in_memory" && v == "true"));
+    assert!(
+        c.notes
+            .iter()
+            .any(|(k, v)| k == "partition_fits_in_memory" && v == "true")
+    );
     let recs = 2234961.0 * 20.0 * 4.0;
     assert!(((disk_bytes(&c) as f64) - recs).abs() / recs < 0.01);
 }
@@ -139,8 +288,14 @@ fn expect_config_error(text: &str, key_part: &str, reason_part: &str) {
     match res {
         Err(SimError::Config { file, key, reason }) => {
             assert_eq!(file, "experiments/test/bad.toml");
-            assert!(key.contains(key_part), "key `{key}` should mention `{key_part}` (reason: {reason})");
-            assert!(reason.contains(reason_part), "reason `{reason}` should mention `{reason_part}`");
+            assert!(
+                key.contains(key_part),
+                "key `{key}` should mention `{key_part}` (reason: {reason})"
+            );
+            assert!(
+                reason.contains(reason_part),
+                "reason `{reason}` should mention `{reason_part}`"
+            );
             let shown = SimError::Config { file, key, reason }.to_string();
             assert!(shown.starts_with("experiments/test/bad.toml: "));
         }
@@ -155,38 +310,95 @@ fn bad_configs_are_rejected_with_file_key_and_reason() {
     // Sanity: the good file runs.
     assert!(experiment::load_str(Path::new("x.toml"), &good).is_ok());
     // Missing device.
-    expect_config_error(&good.replacen("disk = \"today\"", "disk = \"tomorrow\"", 2), "disk", "no drive `tomorrow`");
+    expect_config_error(
+        &good.replacen("disk = \"today\"", "disk = \"tomorrow\"", 2),
+        "disk",
+        "no drive `tomorrow`",
+    );
     // Negative bandwidth.
-    expect_config_error(&good.replacen("bandwidth_mbps = 100.0", "bandwidth_mbps = -100.0", 1), "devices.links.loop_today", "positive");
+    expect_config_error(
+        &good.replacen("bandwidth_mbps = 100.0", "bandwidth_mbps = -100.0", 1),
+        "devices.links.loop_today",
+        "positive",
+    );
     // Unknown key.
-    expect_config_error(&good.replacen("latency_us = 1.0", "latency_us = 1.0\njitter_us = 3.0", 1), "jitter_us", "unknown field");
+    expect_config_error(
+        &good.replacen("latency_us = 1.0", "latency_us = 1.0\njitter_us = 3.0", 1),
+        "jitter_us",
+        "unknown field",
+    );
     // Unit typo in a key name.
-    expect_config_error(&good.replacen("host_memory_mb = 1024", "host_memory_gb = 1", 1), "host_memory_gb", "unknown field");
-    expect_config_error(&good.replacen("bandwidth_mbps = 100.0", "bandwidth_mbs = 100.0", 1), "bandwidth_mbs", "unknown field");
+    expect_config_error(
+        &good.replacen("host_memory_mb = 1024", "host_memory_gb = 1", 1),
+        "host_memory_gb",
+        "unknown field",
+    );
+    expect_config_error(
+        &good.replacen("bandwidth_mbps = 100.0", "bandwidth_mbs = 100.0", 1),
+        "bandwidth_mbs",
+        "unknown field",
+    );
     // Missing system.
-    expect_config_error(&good.replacen("system = \"active_today\"", "system = \"active_tomorrow\"", 1), "run.system", "no system");
+    expect_config_error(
+        &good.replacen(
+            "system = \"active_today\"",
+            "system = \"active_tomorrow\"",
+            1,
+        ),
+        "run.system",
+        "no system",
+    );
     // Wrong type.
-    expect_config_error(&good.replacen("dataset_bytes = 4.0e9", "dataset_bytes = \"four\"", 1), "dataset_bytes", "invalid type");
+    expect_config_error(
+        &good.replacen("dataset_bytes = 4.0e9", "dataset_bytes = \"four\"", 1),
+        "dataset_bytes",
+        "invalid type",
+    );
     // Negative seek.
-    expect_config_error(&good.replacen("seek_ms_mean = 9.0", "seek_ms_mean = -9.0", 1), "seek_ms_mean", "positive");
+    expect_config_error(
+        &good.replacen("seek_ms_mean = 9.0", "seek_ms_mean = -9.0", 1),
+        "seek_ms_mean",
+        "positive",
+    );
     // Unknown cost parameter.
-    expect_config_error(&good.replacen("selectivity = 0.01", "selectivity = 0.01\n[workload.cost_overrides]\nselect_cycle_per_byte = 3.0", 1), "select_cycle_per_byte", "unknown cost");
+    expect_config_error(
+        &good.replacen(
+            "selectivity = 0.01",
+            "selectivity = 0.01\n[workload.cost_overrides]\nselect_cycle_per_byte = 3.0",
+            1,
+        ),
+        "select_cycle_per_byte",
+        "unknown cost",
+    );
     // Unknown workload.
-    expect_config_error(&good.replacen("kind = \"select\"", "kind = \"selct\"", 1), "workload.kind", "unknown workload");
+    expect_config_error(
+        &good.replacen("kind = \"select\"", "kind = \"selct\"", 1),
+        "workload.kind",
+        "unknown workload",
+    );
 }
 
 #[test]
 fn every_experiment_file_parses_expands_and_runs_its_first_point() {
     let sources = adisk_sim::cli::experiment_sources("all", Some(&root())).unwrap();
-    assert!(sources.len() >= 30, "only {} experiment files", sources.len());
+    assert!(
+        sources.len() >= 30,
+        "only {} experiment files",
+        sources.len()
+    );
     for (path, text) in sources {
         let l = experiment::load_str(&path, &text).unwrap_or_else(|e| panic!("{e}"));
         let pts = experiment::points(&l, true).unwrap_or_else(|e| panic!("{e}"));
         assert!(!pts.is_empty());
         let mut p = pts[0].clone();
         p.exp.run.max_chunks_per_phase = 256;
-        let r = experiment::run_point(&path, &p, None).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        assert!(r.total_s > 0.0 && r.total_s.is_finite(), "{}", path.display());
+        let r = experiment::run_point(&path, &p, None)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert!(
+            r.total_s > 0.0 && r.total_s.is_finite(),
+            "{}",
+            path.display()
+        );
         assert!(!l.exp.experiment.recreates.is_empty());
     }
 }
@@ -194,10 +406,21 @@ fn every_experiment_file_parses_expands_and_runs_its_first_point() {
 #[test]
 fn embedded_experiments_match_the_experiments_directory() {
     let on_disk = adisk_sim::cli::experiment_sources("all", Some(&root())).unwrap();
-    assert_eq!(on_disk.len(), adisk_sim::embedded::EXPERIMENTS.len(), "run experiments/generate.py");
+    assert_eq!(
+        on_disk.len(),
+        adisk_sim::embedded::EXPERIMENTS.len(),
+        "run experiments/generate.py"
+    );
     for (path, text) in on_disk {
-        let rel = path.strip_prefix(root()).unwrap().to_string_lossy().replace('\\', "/");
-        let emb = adisk_sim::embedded::EXPERIMENTS.iter().find(|(p, _)| *p == rel).unwrap_or_else(|| panic!("{rel} not embedded"));
+        let rel = path
+            .strip_prefix(root())
+            .unwrap()
+            .to_string_lossy()
+            .replace('\\', "/");
+        let emb = adisk_sim::embedded::EXPERIMENTS
+            .iter()
+            .find(|(p, _)| *p == rel)
+            .unwrap_or_else(|| panic!("{rel} not embedded"));
         assert_eq!(emb.1, text, "{rel} differs from its embedded copy");
     }
 }
@@ -209,7 +432,10 @@ fn reproduce_riedel_writes_csv_svg_and_tables() {
     assert_eq!(t.files, 5);
     for name in ["select", "aggregate", "join", "join5", "summary"] {
         for ext in ["csv", "svg", "txt", "resources.csv"] {
-            let p = out.path().join("riedel").join(format!("riedel-{name}.{ext}"));
+            let p = out
+                .path()
+                .join("riedel")
+                .join(format!("riedel-{name}.{ext}"));
             let meta = std::fs::metadata(&p).unwrap_or_else(|_| panic!("missing {}", p.display()));
             assert!(meta.len() > 100, "{} is empty", p.display());
         }
@@ -220,14 +446,23 @@ fn reproduce_riedel_writes_csv_svg_and_tables() {
 
 #[test]
 fn unknown_paper_is_a_usage_error() {
-    assert!(matches!(adisk_sim::cli::experiment_sources("gray", None), Err(SimError::Usage(_))));
+    assert!(matches!(
+        adisk_sim::cli::experiment_sources("gray", None),
+        Err(SimError::Usage(_))
+    ));
 }
 
 #[test]
 fn every_cost_parameter_is_documented() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/simulator.md")).unwrap();
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/simulator.md"),
+    )
+    .unwrap();
     for (name, _, _) in adisk_sim::costs::COSTS {
-        assert!(doc.contains(name), "docs/simulator.md does not mention {name}");
+        assert!(
+            doc.contains(name),
+            "docs/simulator.md does not mention {name}"
+        );
     }
     for e in adisk_sim::embedded::EXPERIMENTS {
         assert!(doc.contains(e.0), "docs/simulator.md does not list {}", e.0);

@@ -49,12 +49,22 @@ impl OsCosts {
     /// (lmbench, 300 MHz Pentium II, Linux), 16 µs to queue an I/O request. The interrupt
     /// cost is not given in the papers; we assume it equals the system call (10 µs).
     pub fn host_default() -> OsCosts {
-        OsCosts { syscall_us: 10.0, context_switch_us: 103.0, io_queue_us: 16.0, interrupt_us: 10.0 }
+        OsCosts {
+            syscall_us: 10.0,
+            context_switch_us: 103.0,
+            io_queue_us: 16.0,
+            interrupt_us: 10.0,
+        }
     }
     /// DiskOS costs from uysal-… §3: 1 µs system call and context switch, 1 µs to initiate a
     /// disk request and 1 µs to service an interrupt.
     pub fn diskos_default() -> OsCosts {
-        OsCosts { syscall_us: 1.0, context_switch_us: 1.0, io_queue_us: 1.0, interrupt_us: 1.0 }
+        OsCosts {
+            syscall_us: 1.0,
+            context_switch_us: 1.0,
+            io_queue_us: 1.0,
+            interrupt_us: 1.0,
+        }
     }
     /// Cost charged per I/O request issued and completed by a task (syscall + queue + interrupt), µs.
     pub fn per_io_us(&self) -> f64 {

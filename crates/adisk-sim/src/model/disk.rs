@@ -107,10 +107,14 @@ impl SeekCurve {
     /// Fit the two-regime curve to min/mean/max over `cylinders` cylinders.
     pub fn fit(min: f64, mean: f64, max: f64, cylinders: u32) -> Result<SeekCurve, String> {
         if cylinders < 8 {
-            return Err(format!("need at least 8 cylinders to fit a seek curve, got {cylinders}"));
+            return Err(format!(
+                "need at least 8 cylinders to fit a seek curve, got {cylinders}"
+            ));
         }
         if !(min > 0.0 && min < mean && mean < max) {
-            return Err(format!("seek times must satisfy 0 < min < mean < max (got {min}, {mean}, {max})"));
+            return Err(format!(
+                "seek times must satisfy 0 < min < mean < max (got {min}, {mean}, {max})"
+            ));
         }
         let n = cylinders as usize;
         let cf = cylinders as f64;
@@ -146,7 +150,14 @@ impl SeekCurve {
             if b < 0.0 || e < 0.0 {
                 continue;
             }
-            let curve = SeekCurve { a: min - b, b, c: max - e * (cf - 1.0), e, x0: x0 as u32, cylinders };
+            let curve = SeekCurve {
+                a: min - b,
+                b,
+                c: max - e * (cf - 1.0),
+                e,
+                x0: x0 as u32,
+                cylinders,
+            };
             let mismatch = (b / (2.0 * xf.sqrt()) - e).abs();
             if best.as_ref().is_none_or(|(m, _)| mismatch < *m) {
                 best = Some((mismatch, curve));
@@ -196,7 +207,12 @@ impl DiskModel {
     /// Build a drive from its spec; `phase` in [0,1) and `start_cylinder` come from the run's PRNG.
     pub fn new(spec: &DiskSpec, phase: f64, start_cylinder: u32) -> Result<DiskModel, String> {
         validate_spec(spec)?;
-        let seek = SeekCurve::fit(spec.seek_ms_min, spec.seek_ms_mean, spec.seek_ms_max, spec.cylinders)?;
+        let seek = SeekCurve::fit(
+            spec.seek_ms_min,
+            spec.seek_ms_mean,
+            spec.seek_ms_max,
+            spec.cylinders,
+        )?;
         let period_ns = 60.0e9 / spec.rpm;
         let zones = spec.zones.max(1);
         let cylinders_per_zone = (spec.cylinders / zones).max(1);
@@ -205,8 +221,13 @@ impl DiskModel {
         let mut zone_start = Vec::new();
         let mut addr = 0u64;
         for z in 0..zones {
-            let frac = if zones == 1 { 0.0 } else { z as f64 / (zones - 1) as f64 };
-            let mbps = spec.media_mbps_outer + (spec.media_mbps_inner - spec.media_mbps_outer) * frac;
+            let frac = if zones == 1 {
+                0.0
+            } else {
+                z as f64 / (zones - 1) as f64
+            };
+            let mbps =
+                spec.media_mbps_outer + (spec.media_mbps_inner - spec.media_mbps_outer) * frac;
             let rate = mbps * 1e6 / 1e9; // bytes per ns
             let track = rate * period_ns;
             zone_start.push(addr);
@@ -267,7 +288,8 @@ impl DiskModel {
         let track_bytes = self.zone_track_bytes[z];
         let track = (off / track_bytes).floor();
         let angle = (off - track * track_bytes) / track_bytes;
-        let cyl = z as u32 * self.cylinders_per_zone + (track as u64 / self.spec.heads.max(1) as u64) as u32;
+        let cyl = z as u32 * self.cylinders_per_zone
+            + (track as u64 / self.spec.heads.max(1) as u64) as u32;
         (cyl.min(self.spec.cylinders - 1), angle)
     }
 
@@ -282,14 +304,24 @@ impl DiskModel {
             let here = left.min(zone_end.saturating_sub(a).max(1));
             ns += here as f64 / self.zone_rate[z];
             left -= here;
-            a = if a + here >= self.capacity { 0 } else { a + here };
+            a = if a + here >= self.capacity {
+                0
+            } else {
+                a + here
+            };
         }
         ns
     }
 
     /// Serve a request arriving at `arrival`; returns (start, finish). FIFO: the request
     /// starts when the mechanism is free.
-    pub fn serve(&mut self, arrival: SimTime, op: DiskOp, addr: u64, len: u64) -> (SimTime, SimTime) {
+    pub fn serve(
+        &mut self,
+        arrival: SimTime,
+        op: DiskOp,
+        addr: u64,
+        len: u64,
+    ) -> (SimTime, SimTime) {
         let start = arrival.max(self.next_free);
         let sequential = addr == self.last_end && op == self.last_op;
         let queued = arrival <= self.last_done;
@@ -301,7 +333,9 @@ impl DiskModel {
             // Read-ahead kept streaming into the track buffer while the drive was idle.
             let idle = (start.0 - self.last_done.0) as f64;
             let rate = self.zone_rate[self.zone_of(addr % self.capacity.max(1))];
-            let buffered = (idle * rate).min(self.spec.cache_bytes as f64).min(len as f64);
+            let buffered = (idle * rate)
+                .min(self.spec.cache_bytes as f64)
+                .min(len as f64);
             let ahead = media * (buffered / len.max(1) as f64);
             self.readahead_ns += ahead.round() as u64;
             overhead + media - ahead
@@ -343,7 +377,10 @@ pub fn validate_spec(s: &DiskSpec) -> Result<(), String> {
         }
     }
     if s.controller_overhead_us < 0.0 || !s.controller_overhead_us.is_finite() {
-        return Err(format!("controller_overhead_us: must be >= 0, got {}", s.controller_overhead_us));
+        return Err(format!(
+            "controller_overhead_us: must be >= 0, got {}",
+            s.controller_overhead_us
+        ));
     }
     if s.cylinders < 8 {
         return Err(format!("cylinders: need at least 8, got {}", s.cylinders));
@@ -352,7 +389,10 @@ pub fn validate_spec(s: &DiskSpec) -> Result<(), String> {
         return Err("heads: must be at least 1".into());
     }
     if s.zones == 0 || s.zones > s.cylinders {
-        return Err(format!("zones: must be between 1 and cylinders, got {}", s.zones));
+        return Err(format!(
+            "zones: must be between 1 and cylinders, got {}",
+            s.zones
+        ));
     }
     Ok(())
 }
@@ -400,7 +440,15 @@ mod tests {
     #[test]
     fn simulated_random_seeks_average_to_spec_mean_within_one_percent() {
         // Measure through the drive itself: random (start, end) cylinder pairs.
-        for spec in [cheetah_9lp(), DiskSpec { seek_ms_min: 1.62, seek_ms_mean: 8.46, seek_ms_max: 21.77, ..cheetah_9lp() }] {
+        for spec in [
+            cheetah_9lp(),
+            DiskSpec {
+                seek_ms_min: 1.62,
+                seek_ms_mean: 8.46,
+                seek_ms_max: 21.77,
+                ..cheetah_9lp()
+            },
+        ] {
             let d = DiskModel::new(&spec, 0.0, 0).unwrap();
             let mut rng = Rng::new(7);
             let n = 400_000;
@@ -416,7 +464,11 @@ mod tests {
                 k += 1;
             }
             let mean = sum / n as f64;
-            assert!((mean - spec.seek_ms_mean).abs() / spec.seek_ms_mean < 0.01, "mean {mean} vs {}", spec.seek_ms_mean);
+            assert!(
+                (mean - spec.seek_ms_mean).abs() / spec.seek_ms_mean < 0.01,
+                "mean {mean} vs {}",
+                spec.seek_ms_mean
+            );
         }
     }
 
@@ -434,7 +486,10 @@ mod tests {
             end = f;
         }
         let rate = (n * req) as f64 / end.as_secs_f64() / 1e6;
-        assert!((rate - 21.3).abs() / 21.3 < 0.01, "outer-zone rate {rate} MB/s");
+        assert!(
+            (rate - 21.3).abs() / 21.3 < 0.01,
+            "outer-zone rate {rate} MB/s"
+        );
         // Innermost zone.
         let inner_start = d.capacity() - 100 * req;
         let mut d = DiskModel::new(&spec, 0.3, 100).unwrap();
@@ -444,7 +499,10 @@ mod tests {
             end = f;
         }
         let rate = (90 * req) as f64 / end.as_secs_f64() / 1e6;
-        assert!((rate - 14.5).abs() / 14.5 < 0.01, "inner-zone rate {rate} MB/s");
+        assert!(
+            (rate - 14.5).abs() / 14.5 < 0.01,
+            "inner-zone rate {rate} MB/s"
+        );
     }
 
     #[test]
@@ -467,6 +525,9 @@ mod tests {
         let t = f2 + SimDuration::from_ms_f64(5.0);
         let (s3, f3) = d.serve(t, DiskOp::Read, d.capacity() / 2 + 8192, 8192);
         let seq = (f3 - s3).as_secs_f64();
-        assert!(seq <= spec.controller_overhead_us * 1e-6 + 1e-7, "read-ahead not used: {seq}");
+        assert!(
+            seq <= spec.controller_overhead_us * 1e-6 + 1e-7,
+            "read-ahead not used: {seq}"
+        );
     }
 }

@@ -33,18 +33,28 @@ pub struct LinkSpec {
 impl LinkSpec {
     /// A link from bandwidth and latency.
     pub fn new(bandwidth_mbps: f64, latency_us: f64) -> LinkSpec {
-        LinkSpec { bandwidth_mbps, latency_us, overhead_us: 0.0 }
+        LinkSpec {
+            bandwidth_mbps,
+            latency_us,
+            overhead_us: 0.0,
+        }
     }
     /// Reject non-positive bandwidth or negative latencies.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.bandwidth_mbps.is_finite() && self.bandwidth_mbps > 0.0) {
-            return Err(format!("bandwidth_mbps: must be a positive number, got {}", self.bandwidth_mbps));
+            return Err(format!(
+                "bandwidth_mbps: must be a positive number, got {}",
+                self.bandwidth_mbps
+            ));
         }
         if !(self.latency_us.is_finite() && self.latency_us >= 0.0) {
             return Err(format!("latency_us: must be >= 0, got {}", self.latency_us));
         }
         if !(self.overhead_us.is_finite() && self.overhead_us >= 0.0) {
-            return Err(format!("overhead_us: must be >= 0, got {}", self.overhead_us));
+            return Err(format!(
+                "overhead_us: must be >= 0, got {}",
+                self.overhead_us
+            ));
         }
         Ok(())
     }

@@ -34,17 +34,30 @@ pub fn expected_distinct(n: f64, g: f64) -> f64 {
 }
 
 /// Local hash aggregation of `n_tuples` uniform over `groups` with `memory_bytes` of table.
-pub fn hash_aggregate(n_tuples: f64, groups: f64, entry_bytes: f64, memory_bytes: f64) -> HashOutcome {
+pub fn hash_aggregate(
+    n_tuples: f64,
+    groups: f64,
+    entry_bytes: f64,
+    memory_bytes: f64,
+) -> HashOutcome {
     let capacity = (memory_bytes / entry_bytes.max(1.0)).floor().max(1.0);
     let seen = expected_distinct(n_tuples, groups);
     if seen <= capacity {
-        return HashOutcome { output_entries: seen, flushes: 0.0, fits: true };
+        return HashOutcome {
+            output_entries: seen,
+            flushes: 0.0,
+            fits: true,
+        };
     }
     let t_fill = -groups * (1.0 - capacity / groups).ln();
     let flushes = (n_tuples / t_fill).floor();
     let rest = n_tuples - flushes * t_fill;
     let output = flushes * capacity + expected_distinct(rest, groups);
-    HashOutcome { output_entries: output, flushes, fits: false }
+    HashOutcome {
+        output_entries: output,
+        flushes,
+        fits: false,
+    }
 }
 
 /// Plan of an external sort.
@@ -63,16 +76,28 @@ pub fn sort_plan(data_bytes: f64, memory_bytes: f64, buffer_bytes: f64) -> SortP
     let mem = memory_bytes.max(1.0);
     let runs = (data_bytes / mem).ceil().max(1.0) as u64;
     if runs <= 1 {
-        return SortPlan { runs: 1, merge_passes: 0, in_memory: true };
+        return SortPlan {
+            runs: 1,
+            merge_passes: 0,
+            in_memory: true,
+        };
     }
     let fan_in = (mem / buffer_bytes.max(1.0)).floor().max(2.0);
     let passes = ((runs as f64).ln() / fan_in.ln()).ceil().max(1.0) as u32;
-    SortPlan { runs, merge_passes: passes, in_memory: false }
+    SortPlan {
+        runs,
+        merge_passes: passes,
+        in_memory: false,
+    }
 }
 
 /// Extra passes (write + read of both inputs) a hash join needs: 0 if the build side fits.
 pub fn hash_join_extra_passes(build_bytes: f64, table_overhead: f64, memory_bytes: f64) -> u32 {
-    if build_bytes * table_overhead <= memory_bytes { 0 } else { 1 }
+    if build_bytes * table_overhead <= memory_bytes {
+        0
+    } else {
+        1
+    }
 }
 
 #[cfg(test)]

@@ -57,10 +57,19 @@ impl SsdModel {
                 return Err(format!("{k}: must be a positive number, got {v}"));
             }
         }
-        if spec.channels == 0 || spec.dies_per_channel == 0 || spec.page_bytes == 0 || spec.capacity_bytes == 0 {
-            return Err("channels, dies_per_channel, page_bytes and capacity_bytes must be > 0".into());
+        if spec.channels == 0
+            || spec.dies_per_channel == 0
+            || spec.page_bytes == 0
+            || spec.capacity_bytes == 0
+        {
+            return Err(
+                "channels, dies_per_channel, page_bytes and capacity_bytes must be > 0".into(),
+            );
         }
-        Ok(SsdModel { spec: spec.clone(), next_free: SimTime::ZERO })
+        Ok(SsdModel {
+            spec: spec.clone(),
+            next_free: SimTime::ZERO,
+        })
     }
     /// Capacity, bytes.
     pub fn capacity(&self) -> u64 {
@@ -72,7 +81,11 @@ impl SsdModel {
         let pages = len.div_ceil(s.page_bytes);
         let parallel = (s.channels * s.dies_per_channel) as u64;
         let waves = pages.div_ceil(parallel) as f64;
-        let page_us = if op == DiskOp::Read { s.page_read_us } else { s.page_program_us };
+        let page_us = if op == DiskOp::Read {
+            s.page_read_us
+        } else {
+            s.page_program_us
+        };
         let bw = (s.channels as f64 * s.channel_mbps).min(s.interface_mbps) * 1e6;
         s.overhead_us * 1e3 + waves * page_us * 1e3 + len as f64 / bw * 1e9
     }

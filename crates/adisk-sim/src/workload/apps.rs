@@ -2,13 +2,18 @@
 //! sort (two-pass NOW-sort), sort-merge project-join, datacube (PipeHash), frequent itemsets
 //! (count distribution then eclat), image convolution, satellite composite.
 
-use super::{frac, pos, req, KeyError, Wctx};
+use super::{KeyError, Wctx, frac, pos, req};
 use crate::config::WorkloadConfig;
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 use crate::model::memory::{expected_distinct, hash_aggregate, sort_plan};
 
 fn flow(dest: Dest, amount: Amount, recv_cycles_per_byte: f64, write: Option<u32>) -> Flow {
-    Flow { dest, amount, recv_cycles_per_byte, write }
+    Flow {
+        dest,
+        amount,
+        recv_cycles_per_byte,
+        write,
+    }
 }
 
 /// SQL select: filter at the workers, concatenate at the coordinator.
@@ -21,7 +26,12 @@ pub fn select(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let mut ph = Phase::new("select");
     ph.input = Input::File(rel);
     ph.cycles_per_byte = ctx.c("select_cycles_per_byte");
-    ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(s), ctx.c("copy_cycles_per_byte"), None));
+    ph.flows.push(flow(
+        Dest::Coordinator,
+        Amount::Ratio(s),
+        ctx.c("copy_cycles_per_byte"),
+        None,
+    ));
     plan.phases.push(ctx.protocol(ph));
     plan.note("selected_bytes", format!("{:.0}", d * s));
     Ok(plan)
@@ -37,7 +47,12 @@ pub fn aggregate(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     ph.input = Input::File(rel);
     ph.cycles_per_byte = ctx.c("scan_sum_cycles_per_byte");
     if !ctx.single_node {
-        ph.flows.push(flow(Dest::Coordinator, Amount::Bytes(16.0), ctx.c("merge_partial_cycles_per_entry") / 16.0, None));
+        ph.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Bytes(16.0),
+            ctx.c("merge_partial_cycles_per_entry") / 16.0,
+            None,
+        ));
     }
     plan.phases.push(ctx.protocol(ph));
     Ok(plan)
@@ -70,8 +85,10 @@ pub fn group_by(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             let part = plan.file("partitions");
             let mut p1 = Phase::new("group-by: partition");
             p1.input = Input::File(rel);
-            p1.cycles_per_byte = ctx.c("select_cycles_per_byte") + ctx.c("partition_cycles_per_tuple") / t;
-            p1.flows.push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
+            p1.cycles_per_byte =
+                ctx.c("select_cycles_per_byte") + ctx.c("partition_cycles_per_tuple") / t;
+            p1.flows
+                .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
             p1.write_vol = 1;
             p1.write_estimates.push((part, d));
             plan.phases.push(p1);
@@ -90,17 +107,33 @@ pub fn group_by(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let final_bytes = (o.output_entries - o.flushes * capacity).max(0.0) * e;
     plan.note("local_table_fits", o.fits);
     plan.note("flushes_per_worker", format!("{:.1}", o.flushes));
-    plan.note("partial_bytes_per_worker", format!("{:.0}", o.output_entries * e));
+    plan.note(
+        "partial_bytes_per_worker",
+        format!("{:.0}", o.output_entries * e),
+    );
     if g * e > ctx.coord_mem {
-        plan.note("warning", "the combined table is larger than the coordinator's memory (spilling not modelled)");
+        plan.note(
+            "warning",
+            "the combined table is larger than the coordinator's memory (spilling not modelled)",
+        );
     }
     let mut ph = Phase::new("group-by");
     ph.input = Input::File(rel);
     ph.cycles_per_byte = scan;
     if flushed > 0.0 {
-        ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(flushed / (n * t)), merge, None));
+        ph.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Ratio(flushed / (n * t)),
+            merge,
+            None,
+        ));
     }
-    ph.flows.push(flow(Dest::Coordinator, Amount::Bytes(final_bytes), merge, None));
+    ph.flows.push(flow(
+        Dest::Coordinator,
+        Amount::Bytes(final_bytes),
+        merge,
+        None,
+    ));
     plan.phases.push(ctx.protocol(ph));
     Ok(plan)
 }
@@ -123,7 +156,12 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     p1.write_vol = 1;
     let runs0 = plan.file("runs0");
     let write = if sp.in_memory { None } else { Some(runs0) };
-    p1.flows.push(flow(Dest::Shuffle, Amount::Ratio(1.0), ctx.c("radix_sort_cycles_per_tuple") / t, write));
+    p1.flows.push(flow(
+        Dest::Shuffle,
+        Amount::Ratio(1.0),
+        ctx.c("radix_sort_cycles_per_tuple") / t,
+        write,
+    ));
     if write.is_some() {
         p1.write_estimates.push((runs0, d));
     }
@@ -132,7 +170,8 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     if sp.in_memory {
         let mut p2 = Phase::new("sort: write sorted");
         p2.input = Input::Memory(per);
-        p2.flows.push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(sorted)));
+        p2.flows
+            .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(sorted)));
         p2.write_vol = 0;
         p2.write_estimates.push((sorted, d));
         plan.phases.push(ctx.protocol(p2));
@@ -142,13 +181,22 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let mut vol = 1;
     for pass in 0..sp.merge_passes {
         let last = pass + 1 == sp.merge_passes;
-        let dst = if last { sorted } else { plan.file(&format!("runs{}", pass + 1)) };
-        let mut p = Phase::new(if last { "sort: merge".to_string() } else { format!("sort: merge pass {}", pass + 1) });
+        let dst = if last {
+            sorted
+        } else {
+            plan.file(&format!("runs{}", pass + 1))
+        };
+        let mut p = Phase::new(if last {
+            "sort: merge".to_string()
+        } else {
+            format!("sort: merge pass {}", pass + 1)
+        });
         p.input = Input::File(src);
         p.read_vol = vol;
         p.write_vol = 1 - vol;
         p.cycles_per_byte = ctx.c("merge_cycles_per_tuple") / t;
-        p.flows.push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(dst)));
+        p.flows
+            .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(dst)));
         p.write_estimates.push((dst, d));
         plan.phases.push(ctx.protocol(p));
         src = dst;
@@ -176,20 +224,35 @@ pub fn join(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     for (name, f) in [("join: repartition R", r), ("join: repartition S", s)] {
         let mut ph = Phase::new(name);
         ph.input = Input::File(f);
-        ph.cycles_per_byte = ctx.c("select_cycles_per_byte") + ctx.c("partition_cycles_per_tuple") / t;
+        ph.cycles_per_byte =
+            ctx.c("select_cycles_per_byte") + ctx.c("partition_cycles_per_tuple") / t;
         ph.write_vol = 1;
         let w = if sp.in_memory { None } else { Some(runs) };
-        ph.flows.push(flow(Dest::Shuffle, Amount::Ratio(p / t), ctx.c("radix_sort_cycles_per_tuple") / p, w));
+        ph.flows.push(flow(
+            Dest::Shuffle,
+            Amount::Ratio(p / t),
+            ctx.c("radix_sort_cycles_per_tuple") / p,
+            w,
+        ));
         if w.is_some() {
             ph.write_estimates.push((runs, d / 2.0 * p / t));
         }
         plan.phases.push(ctx.protocol(ph));
     }
     let mut m = Phase::new("join: merge-join");
-    m.input = if sp.in_memory { Input::Memory(2.0 * per_proj) } else { Input::File(runs) };
+    m.input = if sp.in_memory {
+        Input::Memory(2.0 * per_proj)
+    } else {
+        Input::File(runs)
+    };
     m.read_vol = 1;
     m.cycles_per_byte = ctx.c("join_merge_cycles_per_tuple") / p;
-    m.flows.push(flow(Dest::Coordinator, Amount::Bytes(out / ctx.n as f64), ctx.c("copy_cycles_per_byte"), None));
+    m.flows.push(flow(
+        Dest::Coordinator,
+        Amount::Bytes(out / ctx.n as f64),
+        ctx.c("copy_cycles_per_byte"),
+        None,
+    ));
     plan.phases.push(ctx.protocol(m));
     Ok(plan)
 }
@@ -212,7 +275,10 @@ pub fn cube_lattice(tuples: f64, cards: &[f64]) -> Vec<CubeNode> {
     let k = cards.len() as u32;
     let full = (1u32 << k) - 1;
     let groups = |m: u32| {
-        let prod: f64 = (0..k).filter(|i| m & (1 << i) != 0).map(|i| cards[i as usize]).product();
+        let prod: f64 = (0..k)
+            .filter(|i| m & (1 << i) != 0)
+            .map(|i| cards[i as usize])
+            .product();
         expected_distinct(tuples, prod).min(tuples)
     };
     let mut nodes = Vec::new();
@@ -225,7 +291,12 @@ pub fn cube_lattice(tuples: f64, cards: &[f64]) -> Vec<CubeNode> {
                 .map(|i| m | (1 << i))
                 .min_by(|a, b| groups(*a).total_cmp(&groups(*b)).then(a.cmp(b)))
         };
-        nodes.push(CubeNode { mask: m, groups: groups(m), entry_bytes: 4.0 * m.count_ones() as f64 + 16.0, parent });
+        nodes.push(CubeNode {
+            mask: m,
+            groups: groups(m),
+            entry_bytes: 4.0 * m.count_ones() as f64 + 16.0,
+            parent,
+        });
     }
     nodes
 }
@@ -236,7 +307,13 @@ pub fn cube_pipelines(nodes: &[CubeNode]) -> Vec<Vec<u32>> {
     let mut assigned: Vec<u32> = Vec::new();
     let mut pipes = Vec::new();
     let mut order: Vec<&CubeNode> = nodes.iter().collect();
-    order.sort_by(|a, b| b.mask.count_ones().cmp(&a.mask.count_ones()).then(b.groups.total_cmp(&a.groups)).then(a.mask.cmp(&b.mask)));
+    order.sort_by(|a, b| {
+        b.mask
+            .count_ones()
+            .cmp(&a.mask.count_ones())
+            .then(b.groups.total_cmp(&a.groups))
+            .then(a.mask.cmp(&b.mask))
+    });
     for head in order {
         if assigned.contains(&head.mask) {
             continue;
@@ -264,16 +341,27 @@ pub fn cube_pipelines(nodes: &[CubeNode]) -> Vec<Vec<u32>> {
 }
 
 fn mask_name(m: u32) -> String {
-    (0..8).filter(|i| m & (1 << i) != 0).map(|i| (b'A' + i as u8) as char).collect()
+    (0..8)
+        .filter(|i| m & (1 << i) != 0)
+        .map(|i| (b'A' + i as u8) as char)
+        .collect()
 }
 
 /// Datacube with PipeHash pipelines (acharya-… §4, uysal-… §5).
 pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let d = pos(cfg.dataset_bytes, "dataset_bytes", "datacube")?;
     let t = pos(cfg.tuple_bytes, "tuple_bytes", "datacube")?;
-    let cards = cfg.cardinalities.clone().ok_or_else(|| ("workload.cardinalities".to_string(), "required for kind datacube".to_string()))?;
+    let cards = cfg.cardinalities.clone().ok_or_else(|| {
+        (
+            "workload.cardinalities".to_string(),
+            "required for kind datacube".to_string(),
+        )
+    })?;
     if cards.is_empty() || cards.len() > 8 || cards.iter().any(|c| !(c.is_finite() && *c >= 1.0)) {
-        return Err(("workload.cardinalities".into(), "need 1 to 8 values, each >= 1".into()));
+        return Err((
+            "workload.cardinalities".into(),
+            "need 1 to 8 values, each >= 1".into(),
+        ));
     }
     let tuples = d / t;
     let nodes = cube_lattice(tuples, &cards);
@@ -282,48 +370,93 @@ pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let rel = plan.file("relation");
     plan.base_files.push((rel, d));
     plan.note("group_bys", nodes.len());
-    plan.note("pipelines", pipes.iter().map(|p| p.iter().map(|m| mask_name(*m)).collect::<Vec<_>>().join(">")).collect::<Vec<_>>().join(" | "));
+    plan.note(
+        "pipelines",
+        pipes
+            .iter()
+            .map(|p| {
+                p.iter()
+                    .map(|m| mask_name(*m))
+                    .collect::<Vec<_>>()
+                    .join(">")
+            })
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
     let at_host = ctx.via_host;
     let node_of = |m: u32| nodes.iter().find(|n| n.mask == m).cloned();
     let merge_per_entry = ctx.c("merge_partial_cycles_per_entry");
     let mut total_flushes = 0.0;
     for (pi, pipe) in pipes.iter().enumerate() {
-        let Some(head) = node_of(pipe[0]) else { continue };
+        let Some(head) = node_of(pipe[0]) else {
+            continue;
+        };
         let (input, in_tuples, in_bytes_per) = match head.parent.and_then(node_of) {
             None => (rel, tuples, t),
-            Some(p) => (plan.file(&format!("gb_{}", mask_name(p.mask))), p.groups, p.entry_bytes),
+            Some(p) => (
+                plan.file(&format!("gb_{}", mask_name(p.mask))),
+                p.groups,
+                p.entry_bytes,
+            ),
         };
         let members: Vec<CubeNode> = pipe.iter().filter_map(|m| node_of(*m)).collect();
         let total_size: f64 = members.iter().map(|m| m.groups * m.entry_bytes).sum();
-        let name = format!("datacube: pipeline {} ({})", pi + 1, members.iter().map(|m| mask_name(m.mask)).collect::<Vec<_>>().join(">"));
+        let name = format!(
+            "datacube: pipeline {} ({})",
+            pi + 1,
+            members
+                .iter()
+                .map(|m| mask_name(m.mask))
+                .collect::<Vec<_>>()
+                .join(">")
+        );
         let mut ph = Phase::new(name);
         ph.input = Input::File(input);
-        ph.cycles_per_byte = ctx.c("select_cycles_per_byte") + ctx.c("hash_group_cycles_per_tuple") * members.len() as f64 / in_bytes_per;
+        ph.cycles_per_byte = ctx.c("select_cycles_per_byte")
+            + ctx.c("hash_group_cycles_per_tuple") * members.len() as f64 / in_bytes_per;
         if ctx.single_node {
             if total_size > ctx.mem_per_worker {
                 // Partition the input so each partition's tables fit.
                 let part = plan.file(&format!("cube_part{pi}"));
-                let mut pp = Phase::new(format!("datacube: partition input of pipeline {}", pi + 1));
+                let mut pp =
+                    Phase::new(format!("datacube: partition input of pipeline {}", pi + 1));
                 pp.input = Input::File(input);
                 pp.cycles_per_byte = ctx.c("partition_cycles_per_tuple") / in_bytes_per;
-                pp.flows.push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
+                pp.flows
+                    .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
                 pp.write_estimates.push((part, in_tuples * in_bytes_per));
                 plan.phases.push(pp);
                 ph.input = Input::File(part);
-                plan.note(format!("pipeline{}_partitions", pi + 1), (total_size / ctx.mem_per_worker).ceil());
+                plan.note(
+                    format!("pipeline{}_partitions", pi + 1),
+                    (total_size / ctx.mem_per_worker).ceil(),
+                );
             }
             for m in &members {
                 let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
-                ph.flows.push(flow(Dest::Local, Amount::Bytes(m.groups * m.entry_bytes), 0.0, Some(f)));
+                ph.flows.push(flow(
+                    Dest::Local,
+                    Amount::Bytes(m.groups * m.entry_bytes),
+                    0.0,
+                    Some(f),
+                ));
                 ph.write_estimates.push((f, m.groups * m.entry_bytes));
             }
             plan.phases.push(ph);
             continue;
         }
         let n_local = in_tuples / ctx.n as f64;
-        let dest = if at_host { Dest::Coordinator } else { Dest::Shuffle };
+        let dest = if at_host {
+            Dest::Coordinator
+        } else {
+            Dest::Shuffle
+        };
         for m in &members {
-            let share = if total_size > 0.0 { m.groups * m.entry_bytes / total_size } else { 1.0 };
+            let share = if total_size > 0.0 {
+                m.groups * m.entry_bytes / total_size
+            } else {
+                1.0
+            };
             let mem = ctx.mem_per_worker * share;
             let o = hash_aggregate(n_local, m.groups, m.entry_bytes, mem);
             total_flushes += o.flushes;
@@ -332,15 +465,26 @@ pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             let final_b = (o.output_entries - o.flushes * cap).max(0.0) * m.entry_bytes;
             let recv = merge_per_entry / m.entry_bytes;
             if flushed > 0.0 {
-                ph.flows.push(flow(dest, Amount::Ratio(flushed / (n_local * in_bytes_per)), recv, None));
+                ph.flows.push(flow(
+                    dest,
+                    Amount::Ratio(flushed / (n_local * in_bytes_per)),
+                    recv,
+                    None,
+                ));
             }
-            ph.flows.push(flow(dest, Amount::Bytes(final_b), recv, None));
+            ph.flows
+                .push(flow(dest, Amount::Bytes(final_b), recv, None));
             let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
             let result = m.groups * m.entry_bytes;
             if at_host {
                 ph.coord_writes.push((f, result));
             } else {
-                ph.flows.push(flow(Dest::Local, Amount::Bytes(result / ctx.n as f64), 0.0, Some(f)));
+                ph.flows.push(flow(
+                    Dest::Local,
+                    Amount::Bytes(result / ctx.n as f64),
+                    0.0,
+                    Some(f),
+                ));
                 ph.write_estimates.push((f, result));
             }
         }
@@ -356,9 +500,15 @@ pub fn dmine(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let txns = pos(cfg.transactions, "transactions", "dmine")?;
     let a = pos(cfg.items_per_transaction, "items_per_transaction", "dmine")?;
     let f = frac(cfg.repartition_fraction, "repartition_fraction", "dmine")?;
-    let cands = cfg.candidates_per_pass.clone().unwrap_or_else(|| vec![1e6, 5e5]);
+    let cands = cfg
+        .candidates_per_pass
+        .clone()
+        .unwrap_or_else(|| vec![1e6, 5e5]);
     if cands.len() < 2 {
-        return Err(("workload.candidates_per_pass".into(), "need the counters of passes 1 and 2".into()));
+        return Err((
+            "workload.candidates_per_pass".into(),
+            "need the counters of passes 1 and 2".into(),
+        ));
     }
     let bpt = d / txns;
     let mut plan = Plan::default();
@@ -366,12 +516,20 @@ pub fn dmine(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     plan.base_files.push((rel, d));
     let count = ctx.c("dmine_count_cycles_per_item");
     let merge = ctx.c("merge_partial_cycles_per_entry");
-    for (pass, work, counters, entry) in [(1, a, cands[0], 4.0), (2, a * (a - 1.0) / 2.0, cands[1], 8.0)] {
+    for (pass, work, counters, entry) in [
+        (1, a, cands[0], 4.0),
+        (2, a * (a - 1.0) / 2.0, cands[1], 8.0),
+    ] {
         let mut ph = Phase::new(format!("dmine: count pass {pass}"));
         ph.input = Input::File(rel);
         ph.cycles_per_byte = ctx.c("select_cycles_per_byte") + count * work / bpt;
         if !ctx.single_node {
-            ph.flows.push(flow(Dest::Coordinator, Amount::Bytes(counters * entry), merge / entry, None));
+            ph.flows.push(flow(
+                Dest::Coordinator,
+                Amount::Bytes(counters * entry),
+                merge / entry,
+                None,
+            ));
             ph.broadcast_bytes = if pass == 2 { cands[0] * 4.0 } else { 0.0 };
         }
         plan.phases.push(ctx.protocol(ph));
@@ -381,7 +539,12 @@ pub fn dmine(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     p3.input = Input::File(rel);
     p3.cycles_per_byte = ctx.c("select_cycles_per_byte");
     p3.broadcast_bytes = if ctx.single_node { 0.0 } else { cands[1] * 8.0 };
-    p3.flows.push(flow(Dest::Shuffle, Amount::Ratio(f), ctx.c("copy_cycles_per_byte"), Some(ec)));
+    p3.flows.push(flow(
+        Dest::Shuffle,
+        Amount::Ratio(f),
+        ctx.c("copy_cycles_per_byte"),
+        Some(ec),
+    ));
     p3.write_estimates.push((ec, d * f));
     p3.write_vol = 0;
     plan.phases.push(ctx.protocol(p3));
@@ -389,7 +552,8 @@ pub fn dmine(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     p4.input = Input::File(ec);
     p4.cycles_per_byte = ctx.c("dmine_eclat_cycles_per_byte");
     if !ctx.single_node {
-        p4.flows.push(flow(Dest::Coordinator, Amount::Bytes(64e3), 0.0, None));
+        p4.flows
+            .push(flow(Dest::Coordinator, Amount::Bytes(64e3), 0.0, None));
     }
     plan.phases.push(ctx.protocol(p4));
     Ok(plan)
@@ -406,7 +570,12 @@ pub fn conv(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     ph.input = Input::File(rel);
     ph.cycles_per_byte = k * k * ctx.c("mac_cycles");
     if !ctx.single_node {
-        ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0), ctx.c("copy_cycles_per_byte"), None));
+        ph.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Ratio(1.0),
+            ctx.c("copy_cycles_per_byte"),
+            None,
+        ));
     }
     plan.phases.push(ctx.protocol(ph));
     Ok(plan)
@@ -428,16 +597,26 @@ pub fn earth(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     if ctx.single_node {
         plan.note("image_fits_in_host_memory", o <= ctx.mem_per_worker);
         if o > ctx.mem_per_worker {
-            ph.flows.push(flow(Dest::Local, Amount::Ratio(o * cov / d), comp, None));
+            ph.flows
+                .push(flow(Dest::Local, Amount::Ratio(o * cov / d), comp, None));
         }
     } else {
         let touched = o * (cov / ctx.n as f64).min(1.0);
         if touched <= ctx.mem_per_worker {
             plan.note("subgrid", "whole touched region fits: shipped once");
-            ph.flows.push(flow(Dest::Coordinator, Amount::Bytes(touched), comp, None));
+            ph.flows
+                .push(flow(Dest::Coordinator, Amount::Bytes(touched), comp, None));
         } else {
-            plan.note("subgrid", "sub-grid shifts: each traversal of the grid ships it");
-            ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(o * cov / d), comp, None));
+            plan.note(
+                "subgrid",
+                "sub-grid shifts: each traversal of the grid ships it",
+            );
+            ph.flows.push(flow(
+                Dest::Coordinator,
+                Amount::Ratio(o * cov / d),
+                comp,
+                None,
+            ));
         }
     }
     ph.coord_writes.push((img, o));

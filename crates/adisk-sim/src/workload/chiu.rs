@@ -2,13 +2,18 @@
 //! primitives, frequent-set counting (count vs hybrid distribution), pMAFIA-style subspace
 //! clustering and an out-of-core 2-D FFT.
 
-use super::tpc::{build_query, compile_query, find_bundles, relation, Mode};
-use super::{pos, KeyError, Wctx};
+use super::tpc::{Mode, build_query, compile_query, find_bundles, relation};
+use super::{KeyError, Wctx, pos};
 use crate::config::{Bundling, WorkloadConfig};
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 
 fn flow(dest: Dest, amount: Amount, recv: f64, write: Option<u32>) -> Flow {
-    Flow { dest, amount, recv_cycles_per_byte: recv, write }
+    Flow {
+        dest,
+        amount,
+        recv_cycles_per_byte: recv,
+        write,
+    }
 }
 
 /// The whole plan is sent once; primitives run back to back on the disks; one completion at the end.
@@ -25,7 +30,12 @@ fn chiu_protocol(plan: &mut Plan, ctx: &Wctx) {
 
 /// TPC-H Q1, Q6, Q12 at a scale factor (chiu-… §4.1, §5).
 pub fn tpch(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
-    let qn = cfg.query.clone().ok_or_else(|| ("workload.query".to_string(), "required for kind tpch_sd (Q1, Q6, Q12)".to_string()))?;
+    let qn = cfg.query.clone().ok_or_else(|| {
+        (
+            "workload.query".to_string(),
+            "required for kind tpch_sd (Q1, Q6, Q12)".to_string(),
+        )
+    })?;
     let sf = pos(cfg.scale_factor, "scale_factor", "tpch_sd")?;
     // TPC-H: lineitem 6,001,215 rows ≈ 725 MB, orders 1,500,000 rows ≈ 164 MB at SF 1.
     // Main-selection selectivities (assumption from the TPC-H predicates): Q1 ≈ 98%,
@@ -34,13 +44,30 @@ pub fn tpch(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         "Q1" => (725e6 * sf, 0.98),
         "Q6" => (725e6 * sf, 0.019),
         "Q12" => ((725e6 + 164e6) * sf, 0.005),
-        _ => return Err(("workload.query".into(), format!("`{qn}` is not one of Q1, Q6, Q12"))),
+        _ => {
+            return Err((
+                "workload.query".into(),
+                format!("`{qn}` is not one of Q1, Q6, Q12"),
+            ));
+        }
     };
-    let q = build_query(&qn, 0.1 * sf, bytes, sel).ok_or_else(|| ("workload.query".to_string(), format!("unknown query `{qn}`")))?;
+    let q = build_query(&qn, 0.1 * sf, bytes, sel).ok_or_else(|| {
+        (
+            "workload.query".to_string(),
+            format!("unknown query `{qn}`"),
+        )
+    })?;
     let bundles = find_bundles(&q, &relation(Bundling::None));
     let mut plan = compile_query(&q, &bundles, ctx, Mode::Chiu);
     chiu_protocol(&mut plan, ctx);
-    plan.note("distribution", if ctx.via_host { "partial (through the client)" } else { "full (disk to disk)" });
+    plan.note(
+        "distribution",
+        if ctx.via_host {
+            "partial (through the client)"
+        } else {
+            "full (disk to disk)"
+        },
+    );
     Ok(plan)
 }
 
@@ -48,11 +75,17 @@ pub fn tpch(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
 pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let per_disk = pos(cfg.transactions_per_disk, "transactions_per_disk", "fsc")?;
     let items = pos(cfg.items_per_transaction, "items_per_transaction", "fsc")?;
-    let cands = cfg.candidates_per_pass.clone().unwrap_or_else(|| vec![1000.0, 499_500.0, 100_000.0, 20_000.0]);
+    let cands = cfg
+        .candidates_per_pass
+        .clone()
+        .unwrap_or_else(|| vec![1000.0, 499_500.0, 100_000.0, 20_000.0]);
     let entry = cfg.entry_bytes.unwrap_or(64.0);
     let dist = cfg.distribution.clone().unwrap_or_else(|| "count".into());
     if dist != "count" && dist != "hybrid" {
-        return Err(("workload.distribution".into(), format!("must be count or hybrid, got `{dist}`")));
+        return Err((
+            "workload.distribution".into(),
+            format!("must be count or hybrid, got `{dist}`"),
+        ));
     }
     let n = ctx.n as f64;
     let bpt = items * 4.0 + 8.0;
@@ -61,7 +94,8 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let f = plan.file("transactions");
     plan.base_files.push((f, data * n));
     let data_fits = data <= ctx.mem_per_worker * 0.5;
-    let cand_mem = (ctx.mem_per_worker - if data_fits { data } else { 0.0 }).max(ctx.mem_per_worker * 0.1);
+    let cand_mem =
+        (ctx.mem_per_worker - if data_fits { data } else { 0.0 }).max(ctx.mem_per_worker * 0.1);
     let cost = ctx.c("fsc_cycles_per_subset");
     let choose = |n: f64, k: f64| -> f64 {
         let mut r = 1.0;
@@ -77,18 +111,38 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         let kf = (k + 1) as f64;
         let subsets = choose(items, kf).min(ck.max(1.0) * 4.0);
         let cand_bytes = ck * entry;
-        let input = if k == 0 || !data_fits { Input::File(f) } else { Input::Memory(data) };
+        let input = if k == 0 || !data_fits {
+            Input::File(f)
+        } else {
+            Input::Memory(data)
+        };
         if dist == "count" {
             // Every disk counts all candidates; candidates that do not fit need extra scans.
             let scans = (cand_bytes / cand_mem).ceil().max(1.0) as usize;
             plan.note(format!("pass{}_scans", k + 1), scans);
             for s in 0..scans {
                 let mut ph = Phase::new(format!("fsc count pass {} scan {}", k + 1, s + 1));
-                ph.input = if s == 0 { input.clone() } else if data_fits { Input::Memory(data) } else { Input::File(f) };
+                ph.input = if s == 0 {
+                    input.clone()
+                } else if data_fits {
+                    Input::Memory(data)
+                } else {
+                    Input::File(f)
+                };
                 ph.cycles_per_byte = subsets * cost / scans as f64 / bpt;
                 // All-reduce of the counts: reduce-scatter + all-gather among the disks.
-                ph.flows.push(flow(Dest::Shuffle, Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0), ctx.c("merge_partial_cycles_per_entry") / 4.0, None));
-                ph.flows.push(flow(Dest::AllPeers, Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0 / n), 0.0, None));
+                ph.flows.push(flow(
+                    Dest::Shuffle,
+                    Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0),
+                    ctx.c("merge_partial_cycles_per_entry") / 4.0,
+                    None,
+                ));
+                ph.flows.push(flow(
+                    Dest::AllPeers,
+                    Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0 / n),
+                    0.0,
+                    None,
+                ));
                 plan.phases.push(ph);
             }
         } else {
@@ -103,10 +157,25 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             if g > 1.0 {
                 // Its transactions go to the g − 1 other members of its group (volume exact,
                 // destinations spread over all disks).
-                ph.flows.push(flow(Dest::Shuffle, Amount::Ratio(g - 1.0), ctx.c("copy_cycles_per_byte") + subsets * cost / g / bpt, None));
+                ph.flows.push(flow(
+                    Dest::Shuffle,
+                    Amount::Ratio(g - 1.0),
+                    ctx.c("copy_cycles_per_byte") + subsets * cost / g / bpt,
+                    None,
+                ));
             }
-            ph.flows.push(flow(Dest::Shuffle, Amount::Bytes(cand_bytes / g / entry * 4.0), ctx.c("merge_partial_cycles_per_entry") / 4.0, None));
-            ph.flows.push(flow(Dest::AllPeers, Amount::Bytes(cand_bytes / g / entry * 4.0 / n), 0.0, None));
+            ph.flows.push(flow(
+                Dest::Shuffle,
+                Amount::Bytes(cand_bytes / g / entry * 4.0),
+                ctx.c("merge_partial_cycles_per_entry") / 4.0,
+                None,
+            ));
+            ph.flows.push(flow(
+                Dest::AllPeers,
+                Amount::Bytes(cand_bytes / g / entry * 4.0 / n),
+                0.0,
+                None,
+            ));
             plan.phases.push(ph);
         }
     }
@@ -118,7 +187,10 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
 pub fn clustering(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let records = pos(cfg.records, "records", "clustering")?;
     let dims = pos(cfg.dimensions, "dimensions", "clustering")?;
-    let cands = cfg.candidates_per_pass.clone().unwrap_or_else(|| vec![20.0 * 1000.0, 2000.0, 2000.0, 1000.0, 500.0, 100.0]);
+    let cands = cfg
+        .candidates_per_pass
+        .clone()
+        .unwrap_or_else(|| vec![20.0 * 1000.0, 2000.0, 2000.0, 1000.0, 500.0, 100.0]);
     let n = ctx.n as f64;
     let rec_bytes = dims * 4.0;
     let data = records * rec_bytes / n;
@@ -128,13 +200,27 @@ pub fn clustering(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let fits = data <= ctx.mem_per_worker * 0.8;
     plan.note("partition_fits_in_memory", fits);
     for (k, &ck) in cands.iter().enumerate() {
-        let mut ph = Phase::new(if k == 0 { "clustering: histograms".to_string() } else { format!("clustering: dense units of dimension {k}") });
-        ph.input = if k == 0 || !fits { Input::File(f) } else { Input::Memory(data) };
+        let mut ph = Phase::new(if k == 0 {
+            "clustering: histograms".to_string()
+        } else {
+            format!("clustering: dense units of dimension {k}")
+        });
+        ph.input = if k == 0 || !fits {
+            Input::File(f)
+        } else {
+            Input::Memory(data)
+        };
         let level = (k.max(1)) as f64;
         ph.cycles_per_byte = ctx.c("cluster_cycles_per_value") * level / 4.0;
         // Reduction of histograms / candidate counts to everyone.
-        ph.flows.push(flow(Dest::Shuffle, Amount::Bytes(ck * 4.0), ctx.c("merge_partial_cycles_per_entry") / 4.0, None));
-        ph.flows.push(flow(Dest::AllPeers, Amount::Bytes(ck * 4.0 / n), 0.0, None));
+        ph.flows.push(flow(
+            Dest::Shuffle,
+            Amount::Bytes(ck * 4.0),
+            ctx.c("merge_partial_cycles_per_entry") / 4.0,
+            None,
+        ));
+        ph.flows
+            .push(flow(Dest::AllPeers, Amount::Bytes(ck * 4.0 / n), 0.0, None));
         plan.phases.push(ph);
     }
     chiu_protocol(&mut plan, ctx);
@@ -159,15 +245,25 @@ pub fn fft(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let mut p1 = Phase::new("fft: row FFTs + transpose");
     p1.input = Input::File(a);
     p1.cycles_per_byte = fft_cpb;
-    p1.flows.push(flow(Dest::Shuffle, Amount::Ratio(1.0), ctx.c("copy_cycles_per_byte"), if in_core { None } else { Some(t) }));
+    p1.flows.push(flow(
+        Dest::Shuffle,
+        Amount::Ratio(1.0),
+        ctx.c("copy_cycles_per_byte"),
+        if in_core { None } else { Some(t) },
+    ));
     if !in_core {
         p1.write_estimates.push((t, total));
     }
     plan.phases.push(p1);
     let mut p2 = Phase::new("fft: row FFTs of the transpose");
-    p2.input = if in_core { Input::Memory(per) } else { Input::File(t) };
+    p2.input = if in_core {
+        Input::Memory(per)
+    } else {
+        Input::File(t)
+    };
     p2.cycles_per_byte = fft_cpb;
-    p2.flows.push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(out)));
+    p2.flows
+        .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(out)));
     p2.write_estimates.push((out, total));
     plan.phases.push(p2);
     chiu_protocol(&mut plan, ctx);

@@ -48,8 +48,15 @@ impl<'a> Wctx<'a> {
     /// Derive from a topology.
     pub fn new(topo: &Topology, kind: ArchKind, costs: &'a Costs, request_bytes: f64) -> Wctx<'a> {
         let n = topo.workers.len();
-        let worker_disks = matches!(kind, ArchKind::ActiveDisks | ArchKind::SmartDisks | ArchKind::SdGroups);
-        let footprint = if worker_disks { DISKOS_FOOTPRINT_BYTES } else { HOST_OS_FOOTPRINT_BYTES };
+        let worker_disks = matches!(
+            kind,
+            ArchKind::ActiveDisks | ArchKind::SmartDisks | ArchKind::SdGroups
+        );
+        let footprint = if worker_disks {
+            DISKOS_FOOTPRINT_BYTES
+        } else {
+            HOST_OS_FOOTPRINT_BYTES
+        };
         let mem_per_worker = topo
             .workers
             .first()
@@ -90,9 +97,17 @@ impl<'a> Wctx<'a> {
 
 /// Required numeric parameter.
 pub fn req(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
-    let x = v.ok_or_else(|| (format!("workload.{key}"), format!("required for kind {kind}")))?;
+    let x = v.ok_or_else(|| {
+        (
+            format!("workload.{key}"),
+            format!("required for kind {kind}"),
+        )
+    })?;
     if !x.is_finite() || x < 0.0 {
-        return Err((format!("workload.{key}"), format!("must be a non-negative number, got {x}")));
+        return Err((
+            format!("workload.{key}"),
+            format!("must be a non-negative number, got {x}"),
+        ));
     }
     Ok(x)
 }
@@ -110,7 +125,10 @@ pub fn pos(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
 pub fn frac(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
     let x = req(v, key, kind)?;
     if x > 1.0 {
-        return Err((format!("workload.{key}"), format!("must be a fraction in [0, 1], got {x}")));
+        return Err((
+            format!("workload.{key}"),
+            format!("must be a fraction in [0, 1], got {x}"),
+        ));
     }
     Ok(x)
 }
@@ -132,7 +150,9 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         "fsc" => chiu::fsc(cfg, ctx),
         "clustering" => chiu::clustering(cfg, ctx),
         "fft" => chiu::fft(cfg, ctx),
-        "riedel_select" | "riedel_aggregate" | "riedel_join" | "riedel_join5" | "riedel_query" => riedel::compile(cfg, ctx),
+        "riedel_select" | "riedel_aggregate" | "riedel_join" | "riedel_join5" | "riedel_query" => {
+            riedel::compile(cfg, ctx)
+        }
         other => Err((
             "workload.kind".into(),
             format!(

@@ -8,16 +8,19 @@
 //! not cumulative: the reduction of steps done together at the drives is their product.
 //! On the server (a single host) the same cycles per byte are spent by the host processor.
 
-use super::{pos, KeyError, Wctx};
+use super::{KeyError, Wctx, pos};
 use crate::config::WorkloadConfig;
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
+
+/// One row of riedel-… Table 5 (see [`TABLE5`]).
+pub type Table5Row = (&'static str, bool, bool, f64, f64, u32, f64, f64, f64);
 
 /// (query, tables accessed by scan: lineitem?, orders?, scan factor, qualification factor,
 /// number of joins, join factor, semi-join factor, aggregation factor) — riedel-… Table 5.
 /// A table accessed through an index is read by the host in both systems (Active Disk
 /// processing is not used for index scans, §5.5); the index is assumed to select the
 /// qualifying fraction (1 / qualification factor) of it.
-pub const TABLE5: &[(&str, bool, bool, f64, f64, u32, f64, f64, f64)] = &[
+pub const TABLE5: &[Table5Row] = &[
     ("Q1", true, false, 2.3, 1.1, 0, 1.0, 1.0, 6104.0),
     ("Q3", false, true, 3.8, 2.1, 2, 5.7, 1.9, 81.0),
     ("Q4", false, true, 2.9, 30.5, 0, 1.0, 1.0, 41.0),
@@ -30,7 +33,12 @@ pub const TABLE5: &[(&str, bool, bool, f64, f64, u32, f64, f64, f64)] = &[
 ];
 
 fn flow(dest: Dest, amount: Amount, recv: f64) -> Flow {
-    Flow { dest, amount, recv_cycles_per_byte: recv, write: None }
+    Flow {
+        dest,
+        amount,
+        recv_cycles_per_byte: recv,
+        write: None,
+    }
 }
 
 /// Compile a riedel-… workload.
@@ -40,7 +48,10 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     // ~125 bytes, orders 1.5 M rows of ~113 bytes, part 200 K rows of ~155 bytes.
     let sf = cfg.scale_factor.unwrap_or(1.0);
     if !(sf.is_finite() && sf > 0.0) {
-        return Err(("workload.scale_factor".into(), format!("must be > 0, got {sf}")));
+        return Err((
+            "workload.scale_factor".into(),
+            format!("must be > 0, got {sf}"),
+        ));
     }
     let lineitem = cfg.dataset_bytes.unwrap_or(750e6 * sf);
     let orders = 170e6 * sf;
@@ -63,7 +74,8 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             ph.input = Input::File(li);
             ph.cycles_per_byte = cpb;
             if active {
-                ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / factor), copy));
+                ph.flows
+                    .push(flow(Dest::Coordinator, Amount::Ratio(1.0 / factor), copy));
             }
             plan.phases.push(ctx.protocol(ph));
         }
@@ -78,7 +90,11 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             p1.cycles_per_byte = c("select_cycles_per_byte");
             let keys = part / 155.0 * 0.1 * 4.0;
             if active {
-                p1.flows.push(flow(Dest::Coordinator, Amount::Ratio(keys / part), c("hash_build_cycles_per_tuple") / 4.0));
+                p1.flows.push(flow(
+                    Dest::Coordinator,
+                    Amount::Ratio(keys / part),
+                    c("hash_build_cycles_per_tuple") / 4.0,
+                ));
             } else {
                 p1.end_cycles = keys / 4.0 / ctx.n as f64 * c("hash_build_cycles_per_tuple");
             }
@@ -88,7 +104,11 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             p2.cycles_per_byte = c("bloom_probe_cycles_per_byte");
             if active {
                 p2.broadcast_bytes = bloom;
-                p2.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / 4.3), c("hash_probe_cycles_per_tuple") / lt));
+                p2.flows.push(flow(
+                    Dest::Coordinator,
+                    Amount::Ratio(1.0 / 4.3),
+                    c("hash_probe_cycles_per_tuple") / lt,
+                ));
             } else {
                 p2.cycles_per_byte += c("hash_probe_cycles_per_tuple") / lt / 4.3;
             }
@@ -96,9 +116,18 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             plan.note("bloom_filter_bytes", bloom);
         }
         "riedel_join5" | "riedel_query" => {
-            let qn = if kind == "riedel_join5" { "Q9".to_string() } else { cfg.query.clone().unwrap_or_default() };
-            let Some(&(_, li_scan, or_scan, scan_f, qual_f, joins, _join_f, semi_f, agg_f)) = TABLE5.iter().find(|r| r.0 == qn) else {
-                return Err(("workload.query".into(), format!("`{qn}` is not in riedel-… Table 5 (Q1 Q3 Q4 Q5 Q6 Q9 Q10 Q13 Q17)")));
+            let qn = if kind == "riedel_join5" {
+                "Q9".to_string()
+            } else {
+                cfg.query.clone().unwrap_or_default()
+            };
+            let Some(&(_, li_scan, or_scan, scan_f, qual_f, joins, _join_f, semi_f, agg_f)) =
+                TABLE5.iter().find(|r| r.0 == qn)
+            else {
+                return Err((
+                    "workload.query".into(),
+                    format!("`{qn}` is not in riedel-… Table 5 (Q1 Q3 Q4 Q5 Q6 Q9 Q10 Q13 Q17)"),
+                ));
             };
             let of = plan.file("orders");
             // Tables read by scan stream through the drives; index-accessed tables are read
@@ -117,22 +146,38 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             // Reduction at the drives: scan × qualification × (semi-join if joins, else aggregation).
             let at_disk = scan_f * qual_f * if joins > 0 { semi_f } else { agg_f };
             let disk_cpb = c("select_cycles_per_byte")
-                + if joins > 0 { c("bloom_probe_cycles_per_byte") } else { c("sort_aggregate_cycles_per_byte") / (scan_f * qual_f) };
+                + if joins > 0 {
+                    c("bloom_probe_cycles_per_byte")
+                } else {
+                    c("sort_aggregate_cycles_per_byte") / (scan_f * qual_f)
+                };
             // Host work per byte that reaches it: joins (hash probes per tuple) and aggregation.
-            let host_per_byte_after = joins as f64 * c("hash_probe_cycles_per_tuple") / lt + if joins > 0 { c("sort_aggregate_cycles_per_byte") } else { 0.0 };
+            let host_per_byte_after = joins as f64 * c("hash_probe_cycles_per_tuple") / lt
+                + if joins > 0 {
+                    c("sort_aggregate_cycles_per_byte")
+                } else {
+                    0.0
+                };
             for (f, bytes, name) in [(li, lineitem, "lineitem"), (of, orders, "orders")] {
                 let is_scanned = (f == li && li_scan) || (f == of && or_scan);
                 if !is_scanned {
                     continue;
                 }
-                let mut ph = Phase::new(format!("{qn}: {name} scan at the {}", if active { "drives" } else { "host" }));
+                let mut ph = Phase::new(format!(
+                    "{qn}: {name} scan at the {}",
+                    if active { "drives" } else { "host" }
+                ));
                 ph.input = Input::File(f);
                 if active {
                     ph.cycles_per_byte = disk_cpb;
                     if joins > 0 {
                         ph.broadcast_bytes = cfg.bloom_bytes.unwrap_or(1e6);
                     }
-                    ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0 / at_disk), host_per_byte_after + copy));
+                    ph.flows.push(flow(
+                        Dest::Coordinator,
+                        Amount::Ratio(1.0 / at_disk),
+                        host_per_byte_after + copy,
+                    ));
                 } else {
                     ph.cycles_per_byte = disk_cpb + host_per_byte_after / at_disk;
                 }
@@ -146,7 +191,8 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
                 let host_cpb = c("select_cycles_per_byte") + host_per_byte_after;
                 if active {
                     ph.cycles_per_byte = 0.0;
-                    ph.flows.push(flow(Dest::Coordinator, Amount::Ratio(1.0), host_cpb));
+                    ph.flows
+                        .push(flow(Dest::Coordinator, Amount::Ratio(1.0), host_cpb));
                 } else {
                     ph.cycles_per_byte = host_cpb;
                 }
@@ -155,7 +201,12 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             plan.note("scanned_bytes", format!("{scanned:.0}"));
             plan.note("reduction_at_drives", format!("{at_disk:.1}"));
         }
-        other => return Err(("workload.kind".into(), format!("unknown riedel workload `{other}`"))),
+        other => {
+            return Err((
+                "workload.kind".into(),
+                format!("unknown riedel workload `{other}`"),
+            ));
+        }
     }
     let _ = pos;
     Ok(plan)

@@ -92,7 +92,12 @@ struct B {
 }
 impl B {
     fn add(&mut self, op: Op, table: Option<usize>, sel: f64, children: Vec<usize>) -> usize {
-        self.nodes.push(PlanNode { op, table, selectivity: sel, children });
+        self.nodes.push(PlanNode {
+            op,
+            table,
+            selectivity: sel,
+            children,
+        });
         self.nodes.len() - 1
     }
 }
@@ -164,7 +169,14 @@ pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Qu
             let g = b.add(Op::Group, None, 1.0, vec![j2]);
             let a = b.add(Op::Agg, None, 1.0, vec![g]);
             b.add(Op::Sort, None, 1.0, vec![a]);
-            (vec![("lineitem", 60.0 * m), ("orders", 15.0 * m), ("customer", 1.5 * m)], 0.1 * 15.0 * m * 0.5 * 0.2)
+            (
+                vec![
+                    ("lineitem", 60.0 * m),
+                    ("orders", 15.0 * m),
+                    ("customer", 1.5 * m),
+                ],
+                0.1 * 15.0 * m * 0.5 * 0.2,
+            )
         }
         // Q6: SS lineitem → aggregate.
         "Q6" => {
@@ -204,14 +216,24 @@ pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Qu
             let g = b.add(Op::Group, None, 1.0, vec![j2]);
             let a = b.add(Op::Agg, None, 1.0, vec![g]);
             b.add(Op::Sort, None, 1.0, vec![a]);
-            (vec![("partsupp", 8.0 * m), ("part", 2.0 * m), ("supplier", 0.1 * m)], 18_000.0 * scale.min(1.0))
+            (
+                vec![
+                    ("partsupp", 8.0 * m),
+                    ("part", 2.0 * m),
+                    ("supplier", 0.1 * m),
+                ],
+                18_000.0 * scale.min(1.0),
+            )
         }
         _ => return None,
     };
     let total_tuples: f64 = tables.iter().map(|t| t.1).sum();
     Some(Query {
         name: q.to_string(),
-        tables: tables.into_iter().map(|(n, t)| (n.to_string(), t)).collect(),
+        tables: tables
+            .into_iter()
+            .map(|(n, t)| (n.to_string(), t))
+            .collect(),
         tuple_bytes: total_bytes / total_tuples,
         nodes: b.nodes,
         groups,
@@ -237,7 +259,14 @@ pub fn relation(b: Bundling) -> Vec<(Op, Op)> {
         Bundling::Paper => paper,
         Bundling::Excessive => {
             let mut r = paper;
-            r.extend([(IndexScan, Sort), (SeqScan, Sort), (Sort, Group), (Sort, Agg), (Agg, Sort), (Agg, Group)]);
+            r.extend([
+                (IndexScan, Sort),
+                (SeqScan, Sort),
+                (Sort, Group),
+                (Sort, Agg),
+                (Agg, Sort),
+                (Agg, Group),
+            ]);
             r
         }
     }
@@ -246,7 +275,13 @@ pub fn relation(b: Bundling) -> Vec<(Op, Op)> {
 /// memik-… Algorithm 1 (with the root's bundle included, as in the original algorithm).
 /// Returns bundles in execution order (every bundle after the bundles it depends on).
 pub fn find_bundles(q: &Query, rel: &[(Op, Op)]) -> Vec<Vec<usize>> {
-    fn rec(q: &Query, rel: &[(Op, Op)], node: usize, current: &mut Vec<usize>, list: &mut Vec<Vec<usize>>) {
+    fn rec(
+        q: &Query,
+        rel: &[(Op, Op)],
+        node: usize,
+        current: &mut Vec<usize>,
+        list: &mut Vec<Vec<usize>>,
+    ) {
         for &child in &q.nodes[node].children {
             if rel.contains(&(q.nodes[child].op, q.nodes[node].op)) {
                 current.push(child);
@@ -281,7 +316,11 @@ pub fn bundle_stats(queries: &[Query], rel: &[(Op, Op)]) -> (usize, f64, f64) {
             bundles += 1;
         }
     }
-    (distinct.len(), ops as f64 / bundles.max(1) as f64, bundles as f64 / queries.len().max(1) as f64)
+    (
+        distinct.len(),
+        ops as f64 / bundles.max(1) as f64,
+        bundles as f64 / queries.len().max(1) as f64,
+    )
 }
 
 /// Per-node output estimates.
@@ -300,22 +339,46 @@ fn estimate(q: &Query) -> Vec<Est> {
             Op::SeqScan | Op::IndexScan => {
                 let t = q.tables[n.table.unwrap_or(0)].1;
                 // Selection + projection keep half of each tuple's bytes (assumption).
-                Est { tuples: t * n.selectivity, bytes_per: q.tuple_bytes * 0.5, key_tuples: t }
+                Est {
+                    tuples: t * n.selectivity,
+                    bytes_per: q.tuple_bytes * 0.5,
+                    key_tuples: t,
+                }
             }
             Op::NestedLoop | Op::MergeJoin | Op::HashJoin => {
                 let (p, b) = (&e[n.children[0]], &e[n.children[1]]);
-                let matched = if b.key_tuples > 0.0 { (b.tuples / b.key_tuples).min(1.0) } else { 1.0 };
-                Est { tuples: p.tuples * matched, bytes_per: p.bytes_per + b.bytes_per * 0.5, key_tuples: p.key_tuples }
+                let matched = if b.key_tuples > 0.0 {
+                    (b.tuples / b.key_tuples).min(1.0)
+                } else {
+                    1.0
+                };
+                Est {
+                    tuples: p.tuples * matched,
+                    bytes_per: p.bytes_per + b.bytes_per * 0.5,
+                    key_tuples: p.key_tuples,
+                }
             }
             Op::Sort => e[n.children[0]].clone(),
             Op::Group => {
                 let c = &e[n.children[0]];
-                Est { tuples: q.groups.min(c.tuples), bytes_per: 32.0, key_tuples: q.groups }
+                Est {
+                    tuples: q.groups.min(c.tuples),
+                    bytes_per: 32.0,
+                    key_tuples: q.groups,
+                }
             }
             Op::Agg => {
                 let c = &e[n.children[0]];
-                let t = if q.nodes[n.children[0]].op == Op::Group { c.tuples } else { 1.0 };
-                Est { tuples: t, bytes_per: 32.0, key_tuples: t }
+                let t = if q.nodes[n.children[0]].op == Op::Group {
+                    c.tuples
+                } else {
+                    1.0
+                };
+                Est {
+                    tuples: t,
+                    bytes_per: 32.0,
+                    key_tuples: t,
+                }
             }
         };
     }
@@ -356,10 +419,24 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
         let top = *ops.iter().max().unwrap_or(&0);
         // If the bundle's data already sits at the coordinator (after a group/agg), it runs there.
         let feeds_from_coord = ops.iter().all(|&i| {
-            q.nodes[i].children.iter().all(|ch| bundle.contains(ch) || loc[*ch] == Some(LocView::Coord)) && !q.nodes[i].op.is_scan()
-        }) && ops.iter().any(|&i| q.nodes[i].children.iter().any(|ch| loc[*ch] == Some(LocView::Coord)));
+            q.nodes[i]
+                .children
+                .iter()
+                .all(|ch| bundle.contains(ch) || loc[*ch] == Some(LocView::Coord))
+                && !q.nodes[i].op.is_scan()
+        }) && ops.iter().any(|&i| {
+            q.nodes[i]
+                .children
+                .iter()
+                .any(|ch| loc[*ch] == Some(LocView::Coord))
+        });
         if feeds_from_coord {
-            let mut ph = Phase::new(format!("{} bundle {} [{}] at coordinator", q.name, bi + 1, names(q, &ops)));
+            let mut ph = Phase::new(format!(
+                "{} bundle {} [{}] at coordinator",
+                q.name,
+                bi + 1,
+                names(q, &ops)
+            ));
             let t = est[top].tuples;
             ph.coord_end_cycles = ops
                 .iter()
@@ -390,7 +467,11 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
             let node = &q.nodes[cur];
             if node.op.is_scan() {
                 let tb = q.tables[node.table.unwrap_or(0)].1 * q.tuple_bytes;
-                let frac = if node.op == Op::IndexScan { node.selectivity.max(1e-6).min(1.0) } else { 1.0 };
+                let frac = if node.op == Op::IndexScan {
+                    node.selectivity.clamp(1e-6, 1.0)
+                } else {
+                    1.0
+                };
                 main_input = Input::FilePart(files[node.table.unwrap_or(0)], frac);
                 main_bytes_per_worker = tb * frac / n;
                 break;
@@ -398,7 +479,10 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
             let kids = &node.children;
             let (probe, build) = if node.op.is_join() {
                 let (a, b) = (kids[0], kids[1]);
-                let (sa, sb) = (est[a].tuples * est[a].bytes_per, est[b].tuples * est[b].bytes_per);
+                let (sa, sb) = (
+                    est[a].tuples * est[a].bytes_per,
+                    est[b].tuples * est[b].bytes_per,
+                );
                 if sa >= sb { (a, Some(b)) } else { (b, Some(a)) }
             } else {
                 (kids[0], None)
@@ -406,31 +490,63 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
             if let Some(bd) = build {
                 let bytes = est[bd].tuples * est[bd].bytes_per;
                 let tuples = est[bd].tuples;
-                let mut ph = Phase::new(format!("{} bundle {} [{}]: build/replicate {}", q.name, bi + 1, names(q, &ops), q.nodes[bd].op.short()));
+                let mut ph = Phase::new(format!(
+                    "{} bundle {} [{}]: build/replicate {}",
+                    q.name,
+                    bi + 1,
+                    names(q, &ops),
+                    q.nodes[bd].op.short()
+                ));
                 let (inp, per) = input_of(q, &est, bd, &loc, &files, n, bundle);
                 ph.input = inp;
                 ph.cycles_per_byte = scan_cycles(q, bd, ctx) + if per > 0.0 { copy } else { 0.0 };
                 let out_ratio = if per > 0.0 { bytes / n / per } else { 0.0 };
-                let replicate = !ctx.single_node && (mode == Mode::Memik || q.nodes[cur].op != Op::NestedLoop);
+                let replicate =
+                    !ctx.single_node && (mode == Mode::Memik || q.nodes[cur].op != Op::NestedLoop);
                 if replicate {
                     match (mode, q.nodes[cur].op) {
                         (Mode::Chiu, _) => {
                             // Hash-redistribute the build side (and later the probe side).
-                            ph.flows.push(flow_of(Dest::Shuffle, out_ratio, per, bytes / n, c("hash_build_cycles_per_tuple") / est[bd].bytes_per));
+                            ph.flows.push(flow_of(
+                                Dest::Shuffle,
+                                out_ratio,
+                                per,
+                                bytes / n,
+                                c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
+                            ));
                         }
                         (Mode::Memik, Op::HashJoin) => {
-                            ph.flows.push(flow_of(Dest::AllPeers, out_ratio, per, bytes / n, c("hash_build_cycles_per_tuple") / est[bd].bytes_per));
+                            ph.flows.push(flow_of(
+                                Dest::AllPeers,
+                                out_ratio,
+                                per,
+                                bytes / n,
+                                c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
+                            ));
                         }
                         (Mode::Memik, _) => {
                             if ctx.worker_disks {
                                 // The central unit selects/merges the inner, then broadcasts it.
-                                ph.flows.push(flow_of(Dest::Coordinator, out_ratio, per, bytes / n, copy));
+                                ph.flows.push(flow_of(
+                                    Dest::Coordinator,
+                                    out_ratio,
+                                    per,
+                                    bytes / n,
+                                    copy,
+                                ));
                                 if q.nodes[cur].op == Op::MergeJoin {
-                                    ph.coord_end_cycles = tuples * log2(n) * c("sort_compare_cycles");
+                                    ph.coord_end_cycles =
+                                        tuples * log2(n) * c("sort_compare_cycles");
                                 }
                                 broadcast += bytes;
                             } else {
-                                ph.flows.push(flow_of(Dest::AllPeers, out_ratio, per, bytes / n, copy));
+                                ph.flows.push(flow_of(
+                                    Dest::AllPeers,
+                                    out_ratio,
+                                    per,
+                                    bytes / n,
+                                    copy,
+                                ));
                             }
                         }
                     }
@@ -449,20 +565,35 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
         // CPU per main-input byte along the probe path.
         let leaf = *path.last().unwrap_or(&top);
         let in_tuples_total = if q.nodes[leaf].op.is_scan() && bundle.contains(&leaf) {
-            q.tables[q.nodes[leaf].table.unwrap_or(0)].1 * if q.nodes[leaf].op == Op::IndexScan { q.nodes[leaf].selectivity } else { 1.0 }
+            q.tables[q.nodes[leaf].table.unwrap_or(0)].1
+                * if q.nodes[leaf].op == Op::IndexScan {
+                    q.nodes[leaf].selectivity
+                } else {
+                    1.0
+                }
         } else {
-            est[q.nodes[leaf].children.first().copied().unwrap_or(leaf)].tuples.max(est[leaf].tuples)
+            est[q.nodes[leaf].children.first().copied().unwrap_or(leaf)]
+                .tuples
+                .max(est[leaf].tuples)
         };
         let in_bytes_total = main_bytes_per_worker * n;
         let mut cycles = 0.0;
         let mut extra_io = 0.0; // bytes per worker written and read back (spills)
         for &i in path.iter().rev() {
             let node = &q.nodes[i];
-            let tin = node.children.first().map(|ch| est[*ch].tuples).unwrap_or(in_tuples_total) / n;
+            let tin = node
+                .children
+                .first()
+                .map(|ch| est[*ch].tuples)
+                .unwrap_or(in_tuples_total)
+                / n;
             let tout = est[i].tuples / n;
             cycles += match node.op {
                 Op::SeqScan => in_bytes_total / n * c("select_cycles_per_byte"),
-                Op::IndexScan => in_bytes_total / n * c("select_cycles_per_byte") + tout * c("index_probe_cycles"),
+                Op::IndexScan => {
+                    in_bytes_total / n * c("select_cycles_per_byte")
+                        + tout * c("index_probe_cycles")
+                }
                 Op::NestedLoop => tin.max(tout) * c("hash_probe_cycles_per_tuple"),
                 Op::HashJoin => tin.max(tout) * c("hash_probe_cycles_per_tuple"),
                 Op::MergeJoin => (tin + tout) * c("join_merge_cycles_per_tuple"),
@@ -479,27 +610,58 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
         }
         let mut ph = Phase::new(format!("{} bundle {} [{}]", q.name, bi + 1, names(q, &ops)));
         ph.input = main_input;
-        ph.cycles_per_byte = if main_bytes_per_worker > 0.0 { cycles / main_bytes_per_worker } else { 0.0 };
+        ph.cycles_per_byte = if main_bytes_per_worker > 0.0 {
+            cycles / main_bytes_per_worker
+        } else {
+            0.0
+        };
         if main_bytes_per_worker <= 0.0 {
             ph.end_cycles = cycles;
         }
         // Replicated build sides are built in full at every worker; redistributed ones in part.
-        ph.end_cycles += if mode == Mode::Chiu && !ctx.single_node { build_cycles / n } else { build_cycles };
+        ph.end_cycles += if mode == Mode::Chiu && !ctx.single_node {
+            build_cycles / n
+        } else {
+            build_cycles
+        };
         ph.broadcast_bytes = broadcast;
         let out_bytes_per_worker = est[top].tuples * est[top].bytes_per / n;
-        let has_group = ops.iter().any(|&i| matches!(q.nodes[i].op, Op::Group | Op::Agg));
+        let has_group = ops
+            .iter()
+            .any(|&i| matches!(q.nodes[i].op, Op::Group | Op::Agg));
         let to_coord = last || has_group;
         if extra_io > 0.0 {
             // External sort spill: runs written and read back once.
             let f = plan.file(&format!("{}_spill{}", q.name, bi));
-            ph.flows.push(Flow { dest: Dest::Local, amount: Amount::Bytes(extra_io), recv_cycles_per_byte: 0.0, write: Some(f) });
+            ph.flows.push(Flow {
+                dest: Dest::Local,
+                amount: Amount::Bytes(extra_io),
+                recv_cycles_per_byte: 0.0,
+                write: Some(f),
+            });
             ph.write_estimates.push((f, extra_io * n));
-            plan.note(format!("bundle{}_sort_spill_bytes_per_worker", bi + 1), format!("{extra_io:.0}"));
+            plan.note(
+                format!("bundle{}_sort_spill_bytes_per_worker", bi + 1),
+                format!("{extra_io:.0}"),
+            );
         }
         if to_coord && !ctx.single_node {
-            let dest = if mode == Mode::Chiu && has_group && !last { Dest::Shuffle } else { Dest::Coordinator };
-            let recv = if has_group { c("merge_partial_cycles_per_entry") / 32.0 } else { copy };
-            ph.flows.push(Flow { dest, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: recv, write: None });
+            let dest = if mode == Mode::Chiu && has_group && !last {
+                Dest::Shuffle
+            } else {
+                Dest::Coordinator
+            };
+            let recv = if has_group {
+                c("merge_partial_cycles_per_entry") / 32.0
+            } else {
+                copy
+            };
+            ph.flows.push(Flow {
+                dest,
+                amount: Amount::Bytes(out_bytes_per_worker),
+                recv_cycles_per_byte: recv,
+                write: None,
+            });
             if q.nodes[top].op == Op::Sort {
                 let t = est[top].tuples;
                 ph.coord_end_cycles += t * log2(n) * c("sort_compare_cycles");
@@ -507,7 +669,12 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
             loc[top] = Some(LocView::Coord);
         } else if out_bytes_per_worker > ctx.mem_per_worker && !last {
             let f = plan.file(&format!("{}_b{}", q.name, bi));
-            ph.flows.push(Flow { dest: Dest::Local, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: 0.0, write: Some(f) });
+            ph.flows.push(Flow {
+                dest: Dest::Local,
+                amount: Amount::Bytes(out_bytes_per_worker),
+                recv_cycles_per_byte: 0.0,
+                write: Some(f),
+            });
             ph.write_estimates.push((f, out_bytes_per_worker * n));
             loc[top] = Some(LocView::Disk(f));
         } else {
@@ -515,11 +682,21 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
         }
         if mode == Mode::Chiu && q.nodes[top].op == Op::Sort && !last && !ctx.single_node {
             // Parallel bucket sort: redistribute by key range.
-            ph.flows.push(Flow { dest: Dest::Shuffle, amount: Amount::Bytes(out_bytes_per_worker), recv_cycles_per_byte: copy, write: None });
+            ph.flows.push(Flow {
+                dest: Dest::Shuffle,
+                amount: Amount::Bytes(out_bytes_per_worker),
+                recv_cycles_per_byte: copy,
+                write: None,
+            });
         }
         if mode == Mode::Chiu && ops.iter().any(|&i| q.nodes[i].op.is_join()) && !ctx.single_node {
             // Redistribute the probe side by the join key.
-            ph.flows.push(Flow { dest: Dest::Shuffle, amount: Amount::Ratio(1.0), recv_cycles_per_byte: copy, write: None });
+            ph.flows.push(Flow {
+                dest: Dest::Shuffle,
+                amount: Amount::Ratio(1.0),
+                recv_cycles_per_byte: copy,
+                write: None,
+            });
         }
         // Protocol.
         let mut all: Vec<Phase> = pre_phases;
@@ -547,19 +724,39 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
     }
     plan.note("bundles", nb);
     plan.note("ops", q.nodes.len());
-    plan.note("bundle_list", bundles.iter().map(|b| names(q, b)).collect::<Vec<_>>().join(" | "));
+    plan.note(
+        "bundle_list",
+        bundles
+            .iter()
+            .map(|b| names(q, b))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
     plan
 }
 
 fn flow_of(dest: Dest, ratio: f64, per: f64, bytes: f64, recv: f64) -> Flow {
-    let amount = if per > 0.0 { Amount::Ratio(ratio) } else { Amount::Bytes(bytes) };
-    Flow { dest, amount, recv_cycles_per_byte: recv, write: None }
+    let amount = if per > 0.0 {
+        Amount::Ratio(ratio)
+    } else {
+        Amount::Bytes(bytes)
+    };
+    Flow {
+        dest,
+        amount,
+        recv_cycles_per_byte: recv,
+        write: None,
+    }
 }
 
 fn names(q: &Query, ops: &[usize]) -> String {
     let mut v: Vec<usize> = ops.to_vec();
     v.sort_unstable();
-    v.iter().rev().map(|i| q.nodes[*i].op.short()).collect::<Vec<_>>().join("+")
+    v.iter()
+        .rev()
+        .map(|i| q.nodes[*i].op.short())
+        .collect::<Vec<_>>()
+        .join("+")
 }
 
 fn scan_cycles(q: &Query, i: usize, ctx: &Wctx) -> f64 {
@@ -584,8 +781,15 @@ fn input_of(
     let node = &q.nodes[i];
     if node.op.is_scan() && bundle.contains(&i) {
         let t = node.table.unwrap_or(0);
-        let frac = if node.op == Op::IndexScan { node.selectivity.max(1e-6).min(1.0) } else { 1.0 };
-        return (Input::FilePart(files[t], frac), q.tables[t].1 * q.tuple_bytes * frac / n);
+        let frac = if node.op == Op::IndexScan {
+            node.selectivity.clamp(1e-6, 1.0)
+        } else {
+            1.0
+        };
+        return (
+            Input::FilePart(files[t], frac),
+            q.tables[t].1 * q.tuple_bytes * frac / n,
+        );
     }
     let bytes = est[i].tuples * est[i].bytes_per / n;
     match loc[i] {
@@ -608,14 +812,41 @@ pub enum LocView {
 
 /// memik-… query on any architecture.
 pub fn memik_query(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
-    let qn = cfg.query.clone().ok_or_else(|| ("workload.query".to_string(), "required for kind tpc (Q1, Q3, Q6, Q12, Q13, Q16)".to_string()))?;
+    let qn = cfg.query.clone().ok_or_else(|| {
+        (
+            "workload.query".to_string(),
+            "required for kind tpc (Q1, Q3, Q6, Q12, Q13, Q16)".to_string(),
+        )
+    })?;
     let size = cfg.size_class.clone().unwrap_or_else(|| "medium".into());
-    let selc = cfg.selectivity_class.clone().unwrap_or_else(|| "medium".into());
-    let scale = class_factor(&size).ok_or_else(|| ("workload.size_class".to_string(), format!("must be small, medium or large, got `{size}`")))?;
-    let sel = memik_selectivity(&qn, &selc)
-        .ok_or_else(|| ("workload.selectivity_class".to_string(), format!("query `{qn}` / class `{selc}` not in memik-… Table 6")))?;
-    let bytes = memik_size(&qn).ok_or_else(|| ("workload.query".to_string(), format!("`{qn}` is not one of Q1, Q3, Q6, Q12, Q13, Q16")))? * scale;
-    let q = build_query(&qn, scale, bytes, sel).ok_or_else(|| ("workload.query".to_string(), format!("unknown query `{qn}`")))?;
+    let selc = cfg
+        .selectivity_class
+        .clone()
+        .unwrap_or_else(|| "medium".into());
+    let scale = class_factor(&size).ok_or_else(|| {
+        (
+            "workload.size_class".to_string(),
+            format!("must be small, medium or large, got `{size}`"),
+        )
+    })?;
+    let sel = memik_selectivity(&qn, &selc).ok_or_else(|| {
+        (
+            "workload.selectivity_class".to_string(),
+            format!("query `{qn}` / class `{selc}` not in memik-… Table 6"),
+        )
+    })?;
+    let bytes = memik_size(&qn).ok_or_else(|| {
+        (
+            "workload.query".to_string(),
+            format!("`{qn}` is not one of Q1, Q3, Q6, Q12, Q13, Q16"),
+        )
+    })? * scale;
+    let q = build_query(&qn, scale, bytes, sel).ok_or_else(|| {
+        (
+            "workload.query".to_string(),
+            format!("unknown query `{qn}`"),
+        )
+    })?;
     let bundling = cfg.bundling.unwrap_or_default();
     let rel = relation(bundling);
     let bundles = if ctx.worker_disks {
@@ -625,13 +856,23 @@ pub fn memik_query(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         vec![(0..q.nodes.len()).collect()]
     } else {
         // Clusters run operators back to back and synchronise only at joins.
-        let rel2: Vec<(Op, Op)> = all_pairs().into_iter().filter(|(ch, _)| !ch.is_join()).collect();
+        let rel2: Vec<(Op, Op)> = all_pairs()
+            .into_iter()
+            .filter(|(ch, _)| !ch.is_join())
+            .collect();
         find_bundles(&q, &rel2)
     };
     let mut plan = compile_query(&q, &bundles, ctx, Mode::Memik);
     let all_q: Vec<Query> = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"]
         .iter()
-        .filter_map(|n| build_query(n, 1.0, memik_size(n).unwrap_or(1e9), memik_selectivity(n, "medium").unwrap_or(0.5)))
+        .filter_map(|n| {
+            build_query(
+                n,
+                1.0,
+                memik_size(n).unwrap_or(1e9),
+                memik_selectivity(n, "medium").unwrap_or(0.5),
+            )
+        })
         .collect();
     let (distinct, avg_ops, per_query) = bundle_stats(&all_q, &rel);
     plan.note("relation", format!("{bundling:?}"));
@@ -643,7 +884,9 @@ pub fn memik_query(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
 
 fn all_pairs() -> Vec<(Op, Op)> {
     use Op::*;
-    let ops = [SeqScan, IndexScan, NestedLoop, MergeJoin, HashJoin, Sort, Group, Agg];
+    let ops = [
+        SeqScan, IndexScan, NestedLoop, MergeJoin, HashJoin, Sort, Group, Agg,
+    ];
     let mut v = Vec::new();
     for a in ops {
         for b in ops {
@@ -663,7 +906,10 @@ mod tests {
         let b = find_bundles(&q, &relation(Bundling::Paper));
         let shapes: Vec<String> = b.iter().map(|x| names(&q, x)).collect();
         // memik-… §4.2.2: select lineitem; sort; join + select orders; sort; group+aggregate; sort.
-        assert_eq!(shapes, vec!["SS", "Sort", "M+IS", "Sort", "Agg+Group", "Sort"]);
+        assert_eq!(
+            shapes,
+            vec!["SS", "Sort", "M+IS", "Sort", "Agg+Group", "Sort"]
+        );
         let none = find_bundles(&q, &relation(Bundling::None));
         assert_eq!(none.len(), q.nodes.len());
         let exc = find_bundles(&q, &relation(Bundling::Excessive));
@@ -686,7 +932,10 @@ mod tests {
 
     #[test]
     fn more_bindable_pairs_mean_fewer_larger_bundles() {
-        let qs: Vec<Query> = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"].iter().map(|n| build_query(n, 1.0, 5e9, 0.1).unwrap()).collect();
+        let qs: Vec<Query> = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"]
+            .iter()
+            .map(|n| build_query(n, 1.0, 5e9, 0.1).unwrap())
+            .collect();
         let (_, a0, p0) = bundle_stats(&qs, &relation(Bundling::None));
         let (_, a1, p1) = bundle_stats(&qs, &relation(Bundling::Paper));
         let (_, a2, p2) = bundle_stats(&qs, &relation(Bundling::Excessive));
