@@ -637,6 +637,10 @@ memik_file("bundling", "memik-… §6.2 Figs. 4-5: no bundling / paper relation 
            f'"workload.query" = {MEMIK_QUERIES}\n"workload.bundling" = ["none", "paper", "excessive"]\n"run.disks" = [4, 8]',
            "", 'x = "workload.query"\ny = "normalized"\nbaseline = { "workload.bundling" = "none" }')
 
+memik_file("more-queries", "extension beyond memik-… (issue 4 workload list): TPC-D Q5, Q9, Q10, Q17 as plan trees at SF 10 (≈ memik's medium size) on the four base architectures, normalized to the single host",
+           '"workload.query" = ["Q5", "Q9", "Q10", "Q17"]\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
+           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host" }')
+
 # ---------------------------------------------------------------- riedel
 RIEDEL_DEVICES = """
 # riedel-… §5: server AlphaStation 500/500 (500 MHz, 256 MB) with Seagate Cheetah 4.5 GB disks

@@ -84,6 +84,10 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/memik/bundling.toml"),
     ),
     (
+        "memik/more-queries.toml",
+        include_str!("../../../experiments/memik/more-queries.toml"),
+    ),
+    (
         "memik/scalability.toml",
         include_str!("../../../experiments/memik/scalability.toml"),
     ),

@@ -225,6 +225,86 @@ pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Qu
                 18_000.0 * scale.min(1.0),
             )
         }
+        // Beyond memik-…'s six (standard TPC-D plans, assumption; counts at memik's medium
+        // size ≈ TPC-D SF 10): hash joins of scans, then group → aggregate → sort.
+        // Q5: lineitem ⋈ (orders, one year ≈ 1/7 ⋈ customer) ⋈ supplier (one region ≈ 1/5).
+        "Q5" => {
+            let l = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let o = b.add(Op::SeqScan, Some(1), 1.0 / 7.0, vec![]);
+            let c = b.add(Op::SeqScan, Some(2), 1.0, vec![]);
+            let oc = b.add(Op::HashJoin, None, 1.0, vec![o, c]);
+            let j1 = b.add(Op::HashJoin, None, 1.0, vec![l, oc]);
+            let su = b.add(Op::SeqScan, Some(3), 0.2, vec![]);
+            let j2 = b.add(Op::HashJoin, None, 1.0, vec![j1, su]);
+            let g = b.add(Op::Group, None, 1.0, vec![j2]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (
+                vec![
+                    ("lineitem", 60.0 * m),
+                    ("orders", 15.0 * m),
+                    ("customer", 1.5 * m),
+                    ("supplier", 0.1 * m),
+                ],
+                5.0,
+            )
+        }
+        // Q9: lineitem ⋈ part ('%green%' ≈ 5.5%) ⋈ partsupp ⋈ supplier ⋈ orders; 25 nations × 7 years.
+        "Q9" => {
+            let l = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let p = b.add(Op::SeqScan, Some(1), 0.055, vec![]);
+            let j1 = b.add(Op::HashJoin, None, 1.0, vec![l, p]);
+            let ps = b.add(Op::SeqScan, Some(2), 1.0, vec![]);
+            let j2 = b.add(Op::HashJoin, None, 1.0, vec![j1, ps]);
+            let su = b.add(Op::SeqScan, Some(3), 1.0, vec![]);
+            let j3 = b.add(Op::HashJoin, None, 1.0, vec![j2, su]);
+            let o = b.add(Op::SeqScan, Some(4), 1.0, vec![]);
+            let j4 = b.add(Op::HashJoin, None, 1.0, vec![j3, o]);
+            let g = b.add(Op::Group, None, 1.0, vec![j4]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (
+                vec![
+                    ("lineitem", 60.0 * m),
+                    ("part", 2.0 * m),
+                    ("partsupp", 8.0 * m),
+                    ("supplier", 0.1 * m),
+                    ("orders", 15.0 * m),
+                ],
+                175.0,
+            )
+        }
+        // Q10: lineitem (returned ≈ 1/4) ⋈ orders (one quarter ≈ 1/28) ⋈ customer; one group per customer.
+        "Q10" => {
+            let l = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let o = b.add(Op::SeqScan, Some(1), 1.0 / 28.0, vec![]);
+            let j1 = b.add(Op::HashJoin, None, 1.0, vec![l, o]);
+            let c = b.add(Op::SeqScan, Some(2), 1.0, vec![]);
+            let j2 = b.add(Op::HashJoin, None, 1.0, vec![j1, c]);
+            let g = b.add(Op::Group, None, 1.0, vec![j2]);
+            let a = b.add(Op::Agg, None, 1.0, vec![g]);
+            b.add(Op::Sort, None, 1.0, vec![a]);
+            (
+                vec![
+                    ("lineitem", 60.0 * m),
+                    ("orders", 15.0 * m),
+                    ("customer", 1.5 * m),
+                ],
+                0.4 * m,
+            )
+        }
+        // Q17: lineitem ⋈ part (one brand and container ≈ 1/1000); per-part average → aggregate.
+        "Q17" => {
+            let l = b.add(Op::SeqScan, Some(0), sel, vec![]);
+            let p = b.add(Op::SeqScan, Some(1), 0.001, vec![]);
+            let j = b.add(Op::HashJoin, None, 1.0, vec![l, p]);
+            let g = b.add(Op::Group, None, 1.0, vec![j]);
+            b.add(Op::Agg, None, 1.0, vec![g]);
+            (
+                vec![("lineitem", 60.0 * m), ("part", 2.0 * m)],
+                2000.0 * scale,
+            )
+        }
         _ => return None,
     };
     let total_tuples: f64 = tables.iter().map(|t| t.1).sum();
@@ -398,6 +478,9 @@ pub enum Mode {
 /// Compile a query for an architecture.
 pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) -> Plan {
     let est = estimate(q);
+    // A join's build side that is a sub-plan (not a scan) inside the same bundle is computed
+    // first, as its own bundle, so that it can be replicated or hashed.
+    let bundles = &split_build_subplans(q, &est, bundles);
     let n = ctx.n as f64;
     let mut plan = Plan::default();
     let files: Vec<u32> = q.tables.iter().map(|(name, _)| plan.file(name)).collect();
@@ -735,6 +818,47 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
     plan
 }
 
+/// The input a join builds from: the smaller of its two children by estimated bytes.
+fn build_child(q: &Query, est: &[Est], j: usize) -> (usize, usize) {
+    let (a, b) = (q.nodes[j].children[0], q.nodes[j].children[1]);
+    let (sa, sb) = (
+        est[a].tuples * est[a].bytes_per,
+        est[b].tuples * est[b].bytes_per,
+    );
+    if sa >= sb { (a, b) } else { (b, a) }
+}
+
+fn split_build_subplans(q: &Query, est: &[Est], bundles: &[Vec<usize>]) -> Vec<Vec<usize>> {
+    fn process(q: &Query, est: &[Est], mut b: Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        loop {
+            let found = b.iter().copied().find_map(|j| {
+                if !q.nodes[j].op.is_join() {
+                    return None;
+                }
+                let (_, c) = build_child(q, est, j);
+                (b.contains(&c) && !q.nodes[c].op.is_scan()).then_some(c)
+            });
+            let Some(c) = found else { break };
+            let mut sub = Vec::new();
+            let mut stack = vec![c];
+            while let Some(x) = stack.pop() {
+                if b.contains(&x) && !sub.contains(&x) {
+                    sub.push(x);
+                    stack.extend(q.nodes[x].children.iter().copied());
+                }
+            }
+            b.retain(|x| !sub.contains(x));
+            process(q, est, sub, out);
+        }
+        out.push(b);
+    }
+    let mut out = Vec::new();
+    for b in bundles {
+        process(q, est, b.clone(), &mut out);
+    }
+    out
+}
+
 fn flow_of(dest: Dest, ratio: f64, per: f64, bytes: f64, recv: f64) -> Flow {
     let amount = if per > 0.0 {
         Amount::Ratio(ratio)
@@ -829,18 +953,32 @@ pub fn memik_query(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             format!("must be small, medium or large, got `{size}`"),
         )
     })?;
-    let sel = memik_selectivity(&qn, &selc).ok_or_else(|| {
-        (
-            "workload.selectivity_class".to_string(),
-            format!("query `{qn}` / class `{selc}` not in memik-… Table 6"),
-        )
-    })?;
-    let bytes = memik_size(&qn).ok_or_else(|| {
-        (
-            "workload.query".to_string(),
-            format!("`{qn}` is not one of Q1, Q3, Q6, Q12, Q13, Q16"),
-        )
-    })? * scale;
+    let (scale, sel, bytes) = match (memik_selectivity(&qn, &selc), memik_size(&qn)) {
+        (Some(sel), Some(bytes)) => (scale, sel, bytes * scale),
+        _ => {
+            // Queries beyond memik-… Tables 5–7: TPC-D SF (default 10 ≈ memik's medium),
+            // 130 bytes per tuple on average, main selectivity of the TPC-D predicate.
+            let sf = cfg.scale_factor.unwrap_or(10.0);
+            if !(sf.is_finite() && sf > 0.0) {
+                return Err((
+                    "workload.scale_factor".into(),
+                    format!("must be > 0, got {sf}"),
+                ));
+            }
+            let sel = match qn.as_str() {
+                "Q10" => 0.25,
+                _ => 1.0,
+            };
+            let probe = build_query(&qn, sf / 10.0, 1.0, sel).ok_or_else(|| {
+                (
+                    "workload.query".to_string(),
+                    format!("`{qn}` is not one of Q1, Q3, Q5, Q6, Q9, Q10, Q12, Q13, Q16, Q17"),
+                )
+            })?;
+            let tuples: f64 = probe.tables.iter().map(|t| t.1).sum();
+            (sf / 10.0, sel, tuples * 130.0)
+        }
+    };
     let q = build_query(&qn, scale, bytes, sel).ok_or_else(|| {
         (
             "workload.query".to_string(),
@@ -924,6 +1062,32 @@ mod tests {
                     for ch in &q.nodes[i].children {
                         let cb = bundles.iter().position(|x| x.contains(ch)).unwrap();
                         assert!(cb <= bi);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn all_ten_queries_build_and_bundle_into_a_partition_of_their_operations() {
+        for name in ["Q1", "Q3", "Q5", "Q6", "Q9", "Q10", "Q12", "Q13", "Q16", "Q17"] {
+            let q = build_query(name, 1.0, 10e9, 0.5).unwrap();
+            let est = estimate(&q);
+            for rel in [Bundling::None, Bundling::Paper, Bundling::Excessive] {
+                let b = split_build_subplans(&q, &est, &find_bundles(&q, &relation(rel)));
+                let mut all: Vec<usize> = b.iter().flatten().copied().collect();
+                all.sort_unstable();
+                assert_eq!(all, (0..q.nodes.len()).collect::<Vec<_>>(), "{name} {rel:?}");
+                // Inputs come first, and no build side is a sub-plan inside its join's bundle.
+                for (bi, bun) in b.iter().enumerate() {
+                    for &i in bun {
+                        for ch in &q.nodes[i].children {
+                            assert!(b.iter().position(|x| x.contains(ch)).unwrap() <= bi, "{name}");
+                        }
+                        if q.nodes[i].op.is_join() {
+                            let (_, c) = build_child(&q, &est, i);
+                            assert!(!bun.contains(&c) || q.nodes[c].op.is_scan(), "{name}");
+                        }
                     }
                 }
             }
