@@ -1070,19 +1070,28 @@ mod tests {
 
     #[test]
     fn all_ten_queries_build_and_bundle_into_a_partition_of_their_operations() {
-        for name in ["Q1", "Q3", "Q5", "Q6", "Q9", "Q10", "Q12", "Q13", "Q16", "Q17"] {
+        for name in [
+            "Q1", "Q3", "Q5", "Q6", "Q9", "Q10", "Q12", "Q13", "Q16", "Q17",
+        ] {
             let q = build_query(name, 1.0, 10e9, 0.5).unwrap();
             let est = estimate(&q);
             for rel in [Bundling::None, Bundling::Paper, Bundling::Excessive] {
                 let b = split_build_subplans(&q, &est, &find_bundles(&q, &relation(rel)));
                 let mut all: Vec<usize> = b.iter().flatten().copied().collect();
                 all.sort_unstable();
-                assert_eq!(all, (0..q.nodes.len()).collect::<Vec<_>>(), "{name} {rel:?}");
+                assert_eq!(
+                    all,
+                    (0..q.nodes.len()).collect::<Vec<_>>(),
+                    "{name} {rel:?}"
+                );
                 // Inputs come first, and no build side is a sub-plan inside its join's bundle.
                 for (bi, bun) in b.iter().enumerate() {
                     for &i in bun {
                         for ch in &q.nodes[i].children {
-                            assert!(b.iter().position(|x| x.contains(ch)).unwrap() <= bi, "{name}");
+                            assert!(
+                                b.iter().position(|x| x.contains(ch)).unwrap() <= bi,
+                                "{name}"
+                            );
                         }
                         if q.nodes[i].op.is_join() {
                             let (_, c) = build_child(&q, &est, i);
