@@ -482,6 +482,80 @@ baseline = {{ "run.system" = "active_disks" }}
 {UYSAL_SYSTEMS.replace("SPLIT", "false")}
 """)
 
+SSD = """
+# Modern what-if (assumption, typical SATA SSD): 8 channels x 4 dies, 16 KB pages,
+# 50 us page read, 500 us program, 400 MB/s per channel, 550 MB/s SATA interface.
+[devices.ssds.sata_ssd]
+channels = 8
+dies_per_channel = 4
+page_bytes = 16384
+page_read_us = 50.0
+page_program_us = 500.0
+channel_mbps = 400.0
+interface_mbps = 550.0
+overhead_us = 20.0
+capacity_bytes = 512000000000
+"""
+for app in ["select", "sort"]:
+    systems = UYSAL_SYSTEMS.replace("SPLIT", "true" if app in SHUFFLERS else "false")
+    ssd_systems = systems.replace('[systems.active_disks]\nkind = "active_disks"\ndisks = 16\ndisk = "cheetah9lp"', '[systems.active_disks]\nkind = "active_disks"\ndisks = 16\ndisk = "cheetah9lp"') + """
+[systems.active_ssds]
+kind = "active_disks"
+disks = 16
+ssd = "sata_ssd"
+disk_cpu = "cyrix200"
+disk_memory_mb = 32
+host_cpu = "p2_450"
+host_memory_mb = 1024
+io_link = "fc_loop"
+io_loops = 2
+buffers_per_stream = 2
+
+[systems.cluster_ssds]
+kind = "cluster"
+disks = 16
+disks_per_host = 1
+ssd = "sata_ssd"
+host_cpu = "p2_300"
+frontend_cpu = "p2_450"
+host_memory_mb = 128
+host_bus = "pci"
+net_link = "fast_ethernet"
+nodes_per_switch = 24
+uplink = "gigabit"
+uplinks_per_switch = 2
+frontend_link = "gigabit"
+queue_depth = 4
+"""
+    w("uysal", f"ssd-whatif-{app}", f"""
+# What-if beyond uysal-… (not a paper figure): the same active disks and clusters with SSDs
+# in place of the Cheetah drives.
+[experiment]
+name = "uysal-ssd-whatif-{app}"
+paper = "uysal"
+recreates = "extension: uysal-… {app} with SSDs instead of drives (modern what-if)"
+
+[workload]
+{lines(UYSAL_APPS[app])}
+
+[run]
+system = "active_disks"
+request_kb = 256.0
+
+[sweep]
+"run.system" = ["active_disks", "active_ssds", "cluster", "cluster_ssds"]
+"run.disks" = [16, 32, 64, 128]
+
+[report]
+x = "run.disks"
+series = "run.system"
+y = "normalized"
+baseline = {{ "run.system" = "active_disks" }}
+{UYSAL_DEVICES}
+{SSD}
+{ssd_systems}
+""")
+
 # ---------------------------------------------------------------- memik
 MEMIK_DEVICES = """
 # memik-… Table 3. Media rate, cylinders, heads, overhead and cache are not given: the drive

@@ -72,6 +72,14 @@ pub const EXPERIMENTS: &[(&str, &str)] = &[
         include_str!("../../../experiments/uysal/sort.toml"),
     ),
     (
+        "uysal/ssd-whatif-select.toml",
+        include_str!("../../../experiments/uysal/ssd-whatif-select.toml"),
+    ),
+    (
+        "uysal/ssd-whatif-sort.toml",
+        include_str!("../../../experiments/uysal/ssd-whatif-sort.toml"),
+    ),
+    (
         "uysal/variations.toml",
         include_str!("../../../experiments/uysal/variations.toml"),
     ),
