@@ -442,6 +442,19 @@ fn reproduce_riedel_writes_csv_svg_and_tables() {
     }
     let svg = std::fs::read_to_string(out.path().join("riedel/riedel-select.svg")).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("polyline"));
+    // A second reproduction writes byte-identical files.
+    let again = tempfile::tempdir().unwrap();
+    adisk_sim::cli::reproduce("riedel", again.path(), Some(&root()), false).unwrap();
+    for entry in std::fs::read_dir(out.path().join("riedel")).unwrap() {
+        let p = entry.unwrap().path();
+        let q = again.path().join("riedel").join(p.file_name().unwrap());
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            std::fs::read(&q).unwrap(),
+            "{} differs between runs",
+            p.display()
+        );
+    }
 }
 
 #[test]
