@@ -146,6 +146,11 @@ pub const COSTS: &[(&str, f64, &str)] = &[
         "assumption: one floating-point operation per cycle (500 MHz Pentium III, chiu-… §5); 1-D FFT of N points = 5·N·log2 N flops",
     ),
     (
+        "shared_queue_lock_us",
+        3.0,
+        "uysal-… §3: at-memory fetch-and-op spin lock on the Origin, about 3 µs, taken to grab each block from a shared work queue",
+    ),
+    (
         "message_bytes_sync",
         64.0,
         "assumption: size of a completion/synchronisation or command message",

@@ -412,6 +412,8 @@ pub struct Granularity {
     pub control_bytes: u64,
     /// Copy cost when forwarding, cycles per byte.
     pub copy_cycles_per_byte: f64,
+    /// Lock taken per chunk grabbed from a shared work queue, µs.
+    pub shared_queue_lock_us: f64,
 }
 
 /// Timing of one phase.
@@ -892,7 +894,13 @@ impl<'p> Engine<'p> {
             }
             let node = &self.topo.nodes[worker.node];
             let cycles = ph.cycles_per_byte * bytes as f64;
-            let ns = cycles / node.mhz * 1e3 + requests as f64 * node.os.per_io_us() * 1e3;
+            let shared = self.topo.volumes[worker.vols[ph.read_vol]].sharers > 1 && requests > 0;
+            let lock = if shared {
+                self.gran.shared_queue_lock_us * 1e3
+            } else {
+                0.0
+            };
+            let ns = cycles / node.mhz * 1e3 + requests as f64 * node.os.per_io_us() * 1e3 + lock;
             let ctx_ns = (node.os.context_switch_us * 1e3) as u64;
             steps.push(Step::Cpu {
                 res: worker.cpu,

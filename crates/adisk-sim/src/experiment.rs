@@ -187,6 +187,7 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
         max_chunks_per_phase: exp.run.max_chunks_per_phase.max(16),
         control_bytes: costs.get("message_bytes_sync") as u64,
         copy_cycles_per_byte: costs.get("copy_cycles_per_byte"),
+        shared_queue_lock_us: costs.get("shared_queue_lock_us"),
     };
     let description = topo.description.clone();
     let notes = plan.notes.clone();
