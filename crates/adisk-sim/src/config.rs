@@ -205,6 +205,11 @@ pub struct SystemConfig {
     /// Host asynchronous requests outstanding per disk.
     #[serde(default = "four_u32")]
     pub queue_depth: u32,
+    /// Cost parameters that differ for work executed at this system's workers (e.g. a
+    /// different processor family in the disks, riedel-… Table 8); same names as
+    /// `workload.cost_overrides`.
+    #[serde(default)]
+    pub worker_cost_overrides: BTreeMap<String, f64>,
 }
 
 fn one_u32() -> u32 {

@@ -26,21 +26,6 @@ pub const COSTS: &[(&str, f64, &str)] = &[
         "riedel-… Table 7/8: join (Bloom-filter semi-join at the drive), 6.2 cycles/byte",
     ),
     (
-        "beta_select_cycles_per_byte",
-        12.6,
-        "riedel-… Table 8: select on the 200 MHz StrongARM 'beta' prototype",
-    ),
-    (
-        "beta_aggregate_cycles_per_byte",
-        52.0,
-        "riedel-… Table 8: aggregation on the 'beta' prototype",
-    ),
-    (
-        "beta_join_cycles_per_byte",
-        11.0,
-        "riedel-… Table 8: join on the 'beta' prototype",
-    ),
-    (
         "scan_sum_cycles_per_byte",
         6.5,
         "assumption: scan + SUM of one 4-byte field costs the same per byte as riedel-…'s select (predicate on one field)",

@@ -166,7 +166,7 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
     }
     let seed = seed.unwrap_or(exp.experiment.seed);
     let topo = arch::build(&sys_name, &sys, &exp.devices, seed).map_err(err)?;
-    let costs = Costs::new(&exp.workload.cost_overrides).map_err(|r| {
+    let cost_err = |r: String| {
         let key = r
             .split(':')
             .next()
@@ -177,9 +177,19 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
             key,
             reason: r,
         }
+    };
+    let costs = Costs::new(&exp.workload.cost_overrides).map_err(cost_err)?;
+    let mut merged = exp.workload.cost_overrides.clone();
+    merged.extend(sys.worker_cost_overrides.clone());
+    let worker_costs = Costs::new(&merged).map_err(|r| {
+        let r = r.replace(
+            "workload.cost_overrides",
+            &format!("systems.{sys_name}.worker_cost_overrides"),
+        );
+        cost_err(r)
     })?;
     let request_bytes = (request_kb * 1024.0).round() as u64;
-    let ctx = Wctx::new(&topo, sys.kind, &costs, request_bytes as f64);
+    let ctx = Wctx::new(&topo, sys.kind, &costs, &worker_costs, request_bytes as f64);
     let plan = workload::compile(&exp.workload, &ctx).map_err(err)?;
     let gran = Granularity {
         request_bytes,

@@ -31,6 +31,8 @@ pub struct Wctx<'a> {
     pub kind: ArchKind,
     /// Costs.
     pub costs: &'a Costs,
+    /// Costs of work executed at the workers (the system's `worker_cost_overrides` applied).
+    pub worker_costs: &'a Costs,
     /// I/O request size, bytes.
     pub request_bytes: f64,
     /// Workers are disks (active/smart disks).
@@ -46,7 +48,13 @@ pub const DISKOS_FOOTPRINT_BYTES: f64 = 1e6;
 
 impl<'a> Wctx<'a> {
     /// Derive from a topology.
-    pub fn new(topo: &Topology, kind: ArchKind, costs: &'a Costs, request_bytes: f64) -> Wctx<'a> {
+    pub fn new(
+        topo: &Topology,
+        kind: ArchKind,
+        costs: &'a Costs,
+        worker_costs: &'a Costs,
+        request_bytes: f64,
+    ) -> Wctx<'a> {
         let n = topo.workers.len();
         let worker_disks = matches!(
             kind,
@@ -76,6 +84,7 @@ impl<'a> Wctx<'a> {
             single_node,
             kind,
             costs,
+            worker_costs,
             request_bytes,
             worker_disks,
             via_host: topo.via_host,
@@ -84,6 +93,10 @@ impl<'a> Wctx<'a> {
     /// Cost parameter.
     pub fn c(&self, name: &str) -> f64 {
         self.costs.get(name)
+    }
+    /// Cost parameter of work executed at a worker.
+    pub fn cw(&self, name: &str) -> f64 {
+        self.worker_costs.get(name)
     }
     /// Mark a phase as dispatched by the coordinator and synchronised at its end (multi-node only).
     pub fn protocol(&self, mut ph: Phase) -> Phase {

@@ -60,14 +60,16 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let mut plan = Plan::default();
     let li = plan.file("lineitem");
     let c = |k: &str| ctx.c(k);
+    // Work done where the data are read: at the drives (Active Disks) or at the server.
+    let w = |k: &str| ctx.cw(k);
     let active = !ctx.single_node;
     let copy = c("copy_cycles_per_byte");
     match kind {
         "riedel_select" | "riedel_aggregate" => {
             let (cpb, factor) = if kind == "riedel_select" {
-                (c("select_cycles_per_byte"), 52.0) // Table 7
+                (w("select_cycles_per_byte"), 52.0) // Table 7
             } else {
-                (c("sort_aggregate_cycles_per_byte"), 31.9) // Table 7
+                (w("sort_aggregate_cycles_per_byte"), 31.9) // Table 7
             };
             plan.base_files.push((li, lineitem));
             let mut ph = Phase::new(kind.trim_start_matches("riedel_"));
@@ -87,7 +89,7 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             plan.base_files.push((pf, part));
             let mut p1 = Phase::new("join: scan part, build Bloom filter");
             p1.input = Input::File(pf);
-            p1.cycles_per_byte = c("select_cycles_per_byte");
+            p1.cycles_per_byte = w("select_cycles_per_byte");
             let keys = part / 155.0 * 0.1 * 4.0;
             if active {
                 p1.flows.push(flow(
@@ -101,7 +103,7 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             plan.phases.push(ctx.protocol(p1));
             let mut p2 = Phase::new("join: semi-join lineitem with the Bloom filter");
             p2.input = Input::File(li);
-            p2.cycles_per_byte = c("bloom_probe_cycles_per_byte");
+            p2.cycles_per_byte = w("bloom_probe_cycles_per_byte");
             if active {
                 p2.broadcast_bytes = bloom;
                 p2.flows.push(flow(
@@ -145,11 +147,11 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             let indexed = if !li_scan { lineitem / qual_f } else { 0.0 };
             // Reduction at the drives: scan × qualification × (semi-join if joins, else aggregation).
             let at_disk = scan_f * qual_f * if joins > 0 { semi_f } else { agg_f };
-            let disk_cpb = c("select_cycles_per_byte")
+            let disk_cpb = w("select_cycles_per_byte")
                 + if joins > 0 {
-                    c("bloom_probe_cycles_per_byte")
+                    w("bloom_probe_cycles_per_byte")
                 } else {
-                    c("sort_aggregate_cycles_per_byte") / (scan_f * qual_f)
+                    w("sort_aggregate_cycles_per_byte") / (scan_f * qual_f)
                 };
             // Host work per byte that reaches it: joins (hash probes per tuple) and aggregation.
             let host_per_byte_after = joins as f64 * c("hash_probe_cycles_per_tuple") / lt
