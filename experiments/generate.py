@@ -681,7 +681,7 @@ system = "smart_disks"
 
 memik_file("base", "memik-… Fig. 6: six TPC-D queries, base configuration (Table 3), normalized to the single host",
            f'"workload.query" = {MEMIK_QUERIES}\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
-           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host" }')
+           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nstyle = "stacked"\nbaseline = { "run.system" = "single_host" }')
 
 var = [
     ("base", "{}"),
@@ -700,7 +700,7 @@ var = [
 vtext = "\n".join(f'[[variants]]\nlabel = "{l}"\nset = {s}\n' for l, s in var)
 memik_file("variations", "memik-… Table 4 variations (Figs. 7-17) with Tables 5-7 sizes, summary averaged over queries (Table 8)",
            f'"workload.query" = {MEMIK_QUERIES}\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
-           vtext, 'x = "variant"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host", "variant" = "base" }\naverage_over = "workload.query"')
+           vtext, 'x = "variant"\nseries = "run.system"\ny = "normalized"\nstyle = "stacked"\nbaseline = { "run.system" = "single_host", "variant" = "base" }\naverage_over = "workload.query"')
 
 SCAL_SYSTEMS = MEMIK_SYSTEMS.replace('hosts = 2                # Table 3 / §6.1: 2 hosts with 4 disks each', 'disks_per_host = 4       # §6.5: hosts with 4 disks').replace('hosts = 4                # 4 hosts with 2 disks each', 'disks_per_host = 2       # §6.5: hosts with 2 disks')
 memik_file("scalability", "memik-… §6.5 Figs. 18-20: speed-up from 4 to 8/16/32 disks (hosts with 4 or 2 disks; smart disks)",
@@ -713,7 +713,7 @@ memik_file("bundling", "memik-… §6.2 Figs. 4-5: no bundling / paper relation 
 
 memik_file("more-queries", "extension beyond memik-… (issue 4 workload list): TPC-D Q5, Q9, Q10, Q17 as plan trees at SF 10 (≈ memik's medium size) on the four base architectures, normalized to the single host",
            '"workload.query" = ["Q5", "Q9", "Q10", "Q17"]\n"run.system" = ["single_host", "cluster2", "cluster4", "smart_disks"]',
-           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nbaseline = { "run.system" = "single_host" }')
+           "", 'x = "workload.query"\nseries = "run.system"\ny = "normalized"\nstyle = "stacked"\nbaseline = { "run.system" = "single_host" }')
 
 # ---------------------------------------------------------------- riedel
 RIEDEL_DEVICES = """

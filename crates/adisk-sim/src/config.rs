@@ -396,6 +396,10 @@ pub struct ReportConfig {
     /// Use a log scale on the y axis.
     #[serde(default)]
     pub log_y: bool,
+    /// Figure style: `lines` (default) or `stacked` (grouped bars of computation / I/O /
+    /// communication, memik-… style; the y metric scales each bar).
+    #[serde(default)]
+    pub style: Option<String>,
 }
 
 /// The dotted key written at byte `pos` of `src` (table header + key), and its line.

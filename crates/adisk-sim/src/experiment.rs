@@ -439,6 +439,32 @@ pub fn average_table(reports: &[RunReport], ratios: &[Option<f64>], axis: &str) 
     s
 }
 
+fn series_labels(
+    reports: &[RunReport],
+    rep: &crate::config::ReportConfig,
+    x_axis: &str,
+) -> Vec<String> {
+    reports
+        .iter()
+        .map(|r| {
+            let mut parts: Vec<String> = Vec::new();
+            if let Some(sk) = &rep.series {
+                parts.push(r.point.get(sk).cloned().unwrap_or_default());
+            }
+            for (k, v) in &r.point {
+                if Some(k) != rep.series.as_ref() && k != x_axis {
+                    parts.push(v.clone());
+                }
+            }
+            if parts.is_empty() {
+                r.system.clone()
+            } else {
+                parts.join(" ")
+            }
+        })
+        .collect()
+}
+
 /// Write CSV, SVG and table of a sweep into `out`; returns the printed table.
 pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<String, SimError> {
     std::fs::create_dir_all(out).map_err(|e| SimError::Io {
@@ -530,13 +556,52 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
             }),
         }
     }
-    let chart = svg::line_chart(
-        &format!("{name} ({})", l.exp.experiment.recreates),
-        &x_axis,
-        &y,
-        &series,
-        rep.log_y,
-    );
+    let title = format!("{name} ({})", l.exp.experiment.recreates);
+    let chart = match rep.style.as_deref() {
+        None | Some("lines") => svg::line_chart(&title, &x_axis, &y, &series, rep.log_y),
+        Some("stacked") => {
+            let mut groups: Vec<(String, Vec<svg::Bar>)> = Vec::new();
+            for ((r, ratio), ser) in reports
+                .iter()
+                .zip(&ratios)
+                .zip(series_labels(reports, rep, &x_axis))
+            {
+                let scale = match y.as_str() {
+                    "normalized" => ratio
+                        .map(|x| if r.total_s > 0.0 { x / r.total_s } else { 0.0 })
+                        .unwrap_or(f64::NAN),
+                    _ => 1.0,
+                };
+                let b = &r.breakdown;
+                let bar = svg::Bar {
+                    label: ser,
+                    segments: vec![b.compute_s * scale, b.io_s * scale, b.comm_s * scale],
+                };
+                let xv = r
+                    .point
+                    .get(&x_axis)
+                    .cloned()
+                    .unwrap_or_else(|| r.system.clone());
+                match groups.iter_mut().find(|g| g.0 == xv) {
+                    Some(g) => g.1.push(bar),
+                    None => groups.push((xv, vec![bar])),
+                }
+            }
+            svg::stacked_bars(
+                &title,
+                &y,
+                &["computation", "I/O", "communication"],
+                &groups,
+            )
+        }
+        Some(other) => {
+            return Err(SimError::Config {
+                file: l.path.display().to_string(),
+                key: "report.style".into(),
+                reason: format!("must be lines or stacked, got `{other}`"),
+            });
+        }
+    };
     write(format!("{name}.svg"), &chart)?;
     Ok(table)
 }

@@ -176,3 +176,142 @@ pub fn line_chart(
     s.push_str("</svg>\n");
     s
 }
+
+/// One bar of a stacked chart: series label and stacked segment values.
+pub struct Bar {
+    /// Series (e.g. the architecture).
+    pub label: String,
+    /// Segment values, bottom to top.
+    pub segments: Vec<f64>,
+}
+
+/// Grouped stacked bars (memik-… style): one group per x category, one bar per series,
+/// segments stacked (e.g. computation / I/O / communication of a normalized time).
+pub fn stacked_bars(
+    title: &str,
+    y_label: &str,
+    segment_names: &[&str],
+    groups: &[(String, Vec<Bar>)],
+) -> String {
+    let (w, h) = (900.0, 500.0);
+    let (ml, mr, mt, mb) = (70.0, 170.0, 40.0, 90.0);
+    let pw = w - ml - mr;
+    let ph = h - mt - mb;
+    let ymax = groups
+        .iter()
+        .flat_map(|(_, bars)| {
+            bars.iter()
+                .map(|b| b.segments.iter().filter(|v| v.is_finite()).sum::<f64>())
+        })
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.05;
+    let seg_colors = ["#4c72b0", "#dd8452", "#55a868", "#c44e52"];
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="11">"#
+    );
+    let _ = writeln!(s, r#"<rect width="100%" height="100%" fill="white"/>"#);
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="20" text-anchor="middle" font-size="13">{}</text>"#,
+        ml + pw / 2.0,
+        esc(title)
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{ml}" y1="{}" x2="{}" y2="{}" stroke="black"/>"#,
+        mt + ph,
+        ml + pw,
+        mt + ph
+    );
+    let _ = writeln!(
+        s,
+        r#"<line x1="{ml}" y1="{mt}" x2="{ml}" y2="{}" stroke="black"/>"#,
+        mt + ph
+    );
+    for k in 0..=5 {
+        let v = ymax * k as f64 / 5.0;
+        let y = mt + ph - ph * k as f64 / 5.0;
+        let _ = writeln!(
+            s,
+            r##"<line x1="{ml}" y1="{y}" x2="{}" y2="{y}" stroke="#ddd"/>"##,
+            ml + pw
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="end">{:.2}</text>"#,
+            ml - 5.0,
+            y + 4.0,
+            v
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">{}</text>"#,
+        mt + ph / 2.0,
+        mt + ph / 2.0,
+        esc(y_label)
+    );
+    let ng = groups.len().max(1) as f64;
+    let gw = pw / ng;
+    for (gi, (gx, bars)) in groups.iter().enumerate() {
+        let nb = bars.len().max(1) as f64;
+        let bw = gw * 0.8 / nb;
+        let x0 = ml + gi as f64 * gw + gw * 0.1;
+        for (bi, bar) in bars.iter().enumerate() {
+            let x = x0 + bi as f64 * bw;
+            let mut y = mt + ph;
+            for (si, v) in bar.segments.iter().enumerate() {
+                if !v.is_finite() || *v <= 0.0 {
+                    continue;
+                }
+                let hgt = v / ymax * ph;
+                y -= hgt;
+                let _ = writeln!(
+                    s,
+                    r#"<rect x="{:.1}" y="{:.1}" width="{:.1}" height="{:.1}" fill="{}" stroke="white" stroke-width="0.5"/>"#,
+                    x,
+                    y,
+                    bw * 0.95,
+                    hgt,
+                    seg_colors[si % seg_colors.len()]
+                );
+            }
+            let lx = x + bw * 0.45;
+            let ly = mt + ph + 8.0;
+            let _ = writeln!(
+                s,
+                r#"<text x="{lx:.1}" y="{ly:.1}" font-size="8" text-anchor="end" transform="rotate(-60 {lx:.1} {ly:.1})">{}</text>"#,
+                esc(&bar.label)
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle" font-size="12">{}</text>"#,
+            x0 + gw * 0.4,
+            h - 12.0,
+            esc(gx)
+        );
+    }
+    for (si, name) in segment_names.iter().enumerate() {
+        let ly = mt + 16.0 * si as f64;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{}" y="{}" width="10" height="10" fill="{}"/>"#,
+            ml + pw + 15.0,
+            ly,
+            seg_colors[si % seg_colors.len()]
+        );
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}">{}</text>"#,
+            ml + pw + 30.0,
+            ly + 9.0,
+            esc(name)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
