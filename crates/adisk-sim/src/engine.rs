@@ -554,6 +554,7 @@ pub struct Engine<'p> {
     /// Paced sends per sender slot (workers, then the coordinator): queued steps and bytes.
     slot_queue: Vec<std::collections::VecDeque<(Vec<Step>, u64)>>,
     slot_inflight: Vec<u32>,
+    step_pool: Vec<Vec<Step>>,
     timings: Vec<PhaseTiming>,
     routes: HashMap<(usize, usize), Legs>,
     drive_routes: HashMap<(usize, usize), Rc<Vec<Hop>>>,
@@ -589,6 +590,7 @@ impl<'p> Engine<'p> {
                 .map(|_| std::collections::VecDeque::new())
                 .collect(),
             slot_inflight: vec![0; nw + 1],
+            step_pool: Vec::new(),
             timings: Vec::new(),
             routes: HashMap::new(),
             drive_routes: HashMap::new(),
@@ -757,7 +759,7 @@ impl<'p> Engine<'p> {
             let bytes = self.gran.control_bytes + ph.broadcast_bytes.max(0.0) as u64;
             for w in 0..nw {
                 let node = self.topo.workers[w].node;
-                let mut steps = Vec::new();
+                let mut steps = self.take_steps();
                 let send_ns = self.os_ns(coord, |o| o.per_message_us());
                 steps.push(Step::Cpu {
                     res: self.topo.nodes[coord].cpus[0],
@@ -846,7 +848,7 @@ impl<'p> Engine<'p> {
                     left -= bytes;
                     let drive = drives[self.write_rr[vol] % drives.len()];
                     self.write_rr[vol] += 1;
-                    let mut steps = Vec::new();
+                    let mut steps = self.take_steps();
                     self.push_node_to_drive(&mut steps, coord, drive, bytes);
                     steps.push(Step::Write { drive, file });
                     steps.push(Step::SlotRelease(self.topo.workers.len() as u32));
@@ -876,7 +878,7 @@ impl<'p> Engine<'p> {
             let cur = self.ws[w].cursor;
             let chunk = self.chunk_bytes;
             let worker = self.topo.workers[w].clone();
-            let mut steps = Vec::with_capacity(4);
+            let mut steps = self.take_steps();
             let bytes;
             let mut requests = 0u64;
             if self.cursors[cur].memory_left > 0.0 {
@@ -1023,7 +1025,7 @@ impl<'p> Engine<'p> {
                 wk.vols[self.plan.phases[self.phase].write_vol],
             )
         };
-        let mut steps = Vec::with_capacity(5);
+        let mut steps = self.take_steps();
         self.push_route(&mut steps, src, dst_node, bytes);
         match chunk {
             // The sender's buffer is free once the message has left the network.
@@ -1119,7 +1121,7 @@ impl<'p> Engine<'p> {
             let node = self.topo.workers[w].node;
             let coord = self.topo.coordinator;
             let bytes = self.gran.control_bytes;
-            let mut steps = Vec::new();
+            let mut steps = self.take_steps();
             self.push_route(&mut steps, node, coord, bytes);
             let ns = self.os_ns(coord, |o| o.per_message_us());
             steps.push(Step::Cpu {
@@ -1274,6 +1276,12 @@ impl<'p> Engine<'p> {
 
     // ----- transfers ----------------------------------------------------------------
 
+    fn take_steps(&mut self) -> Vec<Step> {
+        self.step_pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(8))
+    }
+
     fn start_xfer(&mut self, steps: Vec<Step>, bytes: u64, done: Done) {
         let x = Xfer {
             steps,
@@ -1300,8 +1308,13 @@ impl<'p> Engine<'p> {
         };
         if x.pos >= x.steps.len() {
             let done = x.done;
+            let mut steps = std::mem::take(&mut x.steps);
             self.xfers[id as usize] = None;
             self.free_xfers.push(id);
+            steps.clear();
+            if self.step_pool.len() < 4096 {
+                self.step_pool.push(steps);
+            }
             self.finish(done);
             return;
         }
