@@ -1337,11 +1337,11 @@ impl<'p> Engine<'p> {
             Step::Cpu { res, ns, ctx_ns } => {
                 let r = &mut self.topo.resources[*res];
                 let idle = r.next_free < now;
-                let service = ns + if idle { *ctx_ns } else { 0 };
+                let service = ns.saturating_add(if idle { *ctx_ns } else { 0 });
                 let start = now.max(r.next_free);
                 let end = start + SimDuration(service);
                 r.next_free = end;
-                r.busy_ns += service;
+                r.busy_ns = r.busy_ns.saturating_add(service);
                 r.ops += 1;
                 end
             }
@@ -1349,7 +1349,7 @@ impl<'p> Engine<'p> {
                 let d = &mut self.topo.drives[*drive];
                 let (_, e, busy) = d.storage.serve(now, DiskOp::Read, *addr, *len);
                 let r = &mut self.topo.resources[d.res];
-                r.busy_ns += busy;
+                r.busy_ns = r.busy_ns.saturating_add(busy);
                 r.bytes_in += *len;
                 r.ops += 1;
                 r.next_free = e;
@@ -1365,7 +1365,7 @@ impl<'p> Engine<'p> {
                 }
                 let (_, e, busy) = d.storage.serve(now, DiskOp::Write, addr, bytes);
                 let r = &mut self.topo.resources[d.res];
-                r.busy_ns += busy;
+                r.busy_ns = r.busy_ns.saturating_add(busy);
                 r.bytes_in += bytes;
                 r.ops += 1;
                 r.next_free = e;
@@ -1402,14 +1402,14 @@ impl<'p> Engine<'p> {
                     let spec = res.link.clone().unwrap_or_else(|| LinkSpec::new(1e9, 0.0));
                     let occ = spec.occupancy_ns(bytes).round() as u64;
                     res.next_free = start + SimDuration(occ);
-                    res.busy_ns += occ;
+                    res.busy_ns = res.busy_ns.saturating_add(occ);
                     res.bytes_in += bytes;
                     res.ops += 1;
                     longest = longest.max(occ);
-                    latency += (spec.latency_us * 1e3).round() as u64;
+                    latency = latency.saturating_add((spec.latency_us * 1e3).round() as u64);
                 }
                 x.chosen = chosen;
-                start + SimDuration(longest + latency)
+                start + SimDuration(longest.saturating_add(latency))
             }
         };
         self.q.schedule_at(finish, id);
