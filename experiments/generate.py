@@ -965,8 +965,8 @@ chiu_file("tpch", "chiu-… §5.1 Fig. 5: Q1, Q6, Q12 partially vs fully distrib
           'kind = "tpch_sd"\nquery = "Q1"\nscale_factor = 1.0\npage_kb = 8.0',
           '"workload.query" = ["Q1", "Q6", "Q12"]\n"workload.scale_factor" = [0.1, 1.0]\n"run.system" = ["sd_partial", "sd_full"]\n"run.disks" = [4, 8, 16, 32]',
           'x = "run.disks"\ny = "total_s"\nlog_y = true', 32)
-chiu_file("tpch-two-groups", "chiu-… §3/§4.1.2: Q12 on one vs two smart-disk groups behind a router (tables spread over both groups)",
-          'kind = "tpch_sd"\nquery = "Q12"\nscale_factor = 1.0\npage_kb = 8.0',
+chiu_file("tpch-two-groups", "chiu-… §3/§4.1.2 Fig. 3: Q12 with lineitem and orders in different smart-disk groups behind a router (cross-group join) vs one group",
+          'kind = "tpch_sd"\nquery = "Q12"\nscale_factor = 1.0\npage_kb = 8.0\ntables_in_separate_groups = true   # §4.1.2: R in SDG 1, S in SDG 2',
           '"run.system" = ["sd_partial", "sd_full", "sd_partial_2g", "sd_full_2g"]\n"run.disks" = [8, 16, 32]',
           'x = "run.disks"\ny = "total_s"', 32)
 chiu_file("fsc", "chiu-… §5.2 Figs. 6-7: frequent-set counting, count vs hybrid distribution, 2-32 disks, 4-64 KB pages",

@@ -240,6 +240,7 @@ pub fn build(
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / cpus.len() as u32).max(2),
                 message_window: 16,
+                groups: 1,
                 description: format!(
                     "single host {} MHz, {n} disks on {}×{} MB/s",
                     cpu.mhz, sys.io_loops, io.bandwidth_mbps
@@ -321,6 +322,7 @@ pub fn build(
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_vol / total_cpus as u32).max(2),
                 message_window: 16,
+                groups: 1,
                 description: format!(
                     "SMP {boards} boards × {} CPUs at {} MHz, {n} disks",
                     sys.cpus_per_board, cpu.mhz
@@ -411,6 +413,7 @@ pub fn build(
                 via_host: false,
                 buffers_per_worker: (sys.queue_depth * per_host as u32 / cpu.count).max(2),
                 message_window: 16,
+                groups: 1,
                 description: format!(
                     "cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each",
                     cpu.mhz
@@ -467,6 +470,7 @@ pub fn build(
                 via_host,
                 buffers_per_worker: sys.buffers_per_stream,
                 message_window: sys.buffers_per_stream,
+                groups: 1,
                 description: format!(
                     "{n} active disks ({} MHz, {} MB) on {}×{} MB/s loops, {} communication",
                     dcpu.mhz,
@@ -573,6 +577,7 @@ pub fn build(
                 via_host,
                 buffers_per_worker: sys.buffers_per_stream,
                 message_window: sys.buffers_per_stream,
+                groups: if smart { 1 } else { sys.groups },
                 description: if smart {
                     format!(
                         "{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports",

@@ -327,6 +327,10 @@ pub struct WorkloadConfig {
     /// Database page / I/O request size, KB (1 KB = 1024 bytes).
     #[serde(default)]
     pub page_kb: Option<f64>,
+    /// chiu-… §4.1.2: place each table in one disk group (table i in group i mod groups)
+    /// instead of spreading every table over all disks.
+    #[serde(default)]
+    pub tables_in_separate_groups: bool,
     /// Bloom filter size, bytes (riedel-…).
     #[serde(default)]
     pub bloom_bytes: Option<f64>,

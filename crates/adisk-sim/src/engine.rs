@@ -267,6 +267,8 @@ pub struct Topology {
     /// Messages a worker may have in flight for output produced at the end of its input
     /// (hosts: 16 asynchronous message buffers, uysal-… §5; disks: their stream buffers).
     pub message_window: u32,
+    /// Disk groups (sd_groups; 1 elsewhere): workers are split into this many contiguous groups.
+    pub groups: u32,
     /// One line describing the system.
     pub description: String,
 }
@@ -378,6 +380,9 @@ pub struct Plan {
     pub files: Vec<String>,
     /// Base files: (file, total bytes) spread evenly over the workers' volume 0.
     pub base_files: Vec<(u32, f64)>,
+    /// Base files placed on one group of workers only: (file, group, groups). Worker `w`
+    /// of `n` belongs to group `w·groups/n`.
+    pub placement: Vec<(u32, usize, usize)>,
     /// Phases, in order.
     pub phases: Vec<Phase>,
     /// Workload facts worth reporting (passes, flushes, bundles…).
@@ -601,18 +606,31 @@ impl<'p> Engine<'p> {
     }
 
     fn place_base_files(&mut self) {
-        // Spread each base file evenly over the distinct volumes 0 of the workers.
-        let mut vols: Vec<usize> = self.topo.workers.iter().map(|w| w.vols[0]).collect();
-        vols.sort_unstable();
-        vols.dedup();
-        let drives: Vec<usize> = vols
-            .iter()
-            .flat_map(|v| self.topo.volumes[*v].drives.clone())
-            .collect();
-        if drives.is_empty() {
-            return;
-        }
+        // Spread each base file evenly over the distinct volumes 0 of its workers (all
+        // workers, or one group of them).
+        let nw = self.topo.workers.len();
         for (file, total) in &self.plan.base_files {
+            let place = self.plan.placement.iter().find(|p| p.0 == *file);
+            let mut vols: Vec<usize> = self
+                .topo
+                .workers
+                .iter()
+                .enumerate()
+                .filter(|(w, _)| match place {
+                    Some(&(_, g, groups)) => groups > 0 && w * groups / nw.max(1) == g,
+                    None => true,
+                })
+                .map(|(_, wk)| wk.vols[0])
+                .collect();
+            vols.sort_unstable();
+            vols.dedup();
+            let drives: Vec<usize> = vols
+                .iter()
+                .flat_map(|v| self.topo.volumes[*v].drives.clone())
+                .collect();
+            if drives.is_empty() {
+                continue;
+            }
             let per = (*total / drives.len() as f64).round().max(0.0) as u64;
             for d in &drives {
                 let dr = &mut self.topo.drives[*d];

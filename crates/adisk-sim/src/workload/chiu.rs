@@ -59,6 +59,14 @@ pub fn tpch(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     })?;
     let bundles = find_bundles(&q, &relation(Bundling::None));
     let mut plan = compile_query(&q, &bundles, ctx, Mode::Chiu);
+    if cfg.tables_in_separate_groups && ctx.groups > 1 {
+        // Table i lives in group i mod groups; joins redistribute across groups via the router.
+        let files: Vec<u32> = plan.base_files.iter().map(|b| b.0).collect();
+        for (i, f) in files.iter().enumerate() {
+            plan.placement.push((*f, i % ctx.groups, ctx.groups));
+        }
+        plan.note("placement", "one table per group");
+    }
     chiu_protocol(&mut plan, ctx);
     plan.note(
         "distribution",

@@ -39,6 +39,8 @@ pub struct Wctx<'a> {
     pub worker_disks: bool,
     /// Peer traffic is forwarded by the coordinator.
     pub via_host: bool,
+    /// Disk groups (sd_groups).
+    pub groups: usize,
 }
 
 /// OS memory footprint of a full-function host OS: 24 MB (uysal-… §4, from Acharya & Setia).
@@ -88,6 +90,7 @@ impl<'a> Wctx<'a> {
             request_bytes,
             worker_disks,
             via_host: topo.via_host,
+            groups: topo.groups.max(1) as usize,
         }
     }
     /// Cost parameter.
