@@ -755,14 +755,22 @@ impl<'p> Engine<'p> {
                 };
         }
         let base_msg = self.gran.message_bytes.max(1);
-        let needed_msg = (flow_bytes / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
+        // Phases that write while they read (sort, join, repartitions) interleave reads and
+        // writes on the same drives; coarse chunks would hide those seeks, so they get a
+        // four times finer bound.
+        let streams_writes = ph
+            .flows
+            .iter()
+            .any(|f| f.write.is_some() && matches!(f.amount, Amount::Ratio(_)));
+        let cap = self.gran.max_chunks_per_phase.max(1) * if streams_writes { 4 } else { 1 };
+        let needed_msg = (flow_bytes / cap as f64).ceil() as u64;
         self.msg_bytes = base_msg.max(needed_msg.div_ceil(base_msg) * base_msg);
         let req = self.gran.request_bytes.max(512);
         let min_chunk = req
             .max(self.gran.message_bytes.min(256 << 10))
             .div_ceil(req)
             * req;
-        let needed = (total_input / self.gran.max_chunks_per_phase.max(1) as f64).ceil() as u64;
+        let needed = (total_input / cap as f64).ceil() as u64;
         self.chunk_bytes = min_chunk.max(needed.div_ceil(req) * req);
         let requests_per_chunk = (self.chunk_bytes / req).max(1) as u32;
         self.k_chunks = (self.topo.buffers_per_worker / requests_per_chunk).max(2);
