@@ -1053,11 +1053,17 @@ impl<'p> Engine<'p> {
         };
         let mut steps = self.take_steps();
         self.push_route(&mut steps, src, dst_node, bytes);
+        // The sender's buffer is free once the message has left the sender (its port, loop
+        // or block-transfer engine); switches and receivers buffer it from there.
+        let at = if src == dst_node {
+            0
+        } else {
+            self.sender_legs(src).min(steps.len())
+        };
         match chunk {
-            // The sender's buffer is free once the message has left the network.
-            Some(c) => steps.push(Step::Release(c)),
+            Some(c) => steps.insert(at, Step::Release(c)),
             // End-of-input output goes through the same bounded window of buffers.
-            None => steps.push(Step::SlotRelease(w as u32)),
+            None => steps.insert(at, Step::SlotRelease(w as u32)),
         }
         let node = &self.topo.nodes[dst_node];
         let buffers = (bytes as f64 / self.gran.message_bytes.max(1) as f64)
@@ -1207,6 +1213,15 @@ impl<'p> Engine<'p> {
         let legs = Rc::new(legs.into_iter().map(Rc::new).collect::<Vec<_>>());
         self.routes.insert((a, b), legs.clone());
         legs
+    }
+
+    /// Legs of a route that belong to the sender (after them its buffer is free).
+    fn sender_legs(&self, a: usize) -> usize {
+        match &self.topo.net {
+            Net::Local => 0,
+            Net::Loops { .. } | Net::Smp { .. } => 1,
+            Net::Switched { bus, .. } => 1 + usize::from(bus[a].is_some()),
+        }
     }
 
     fn push_legs(&mut self, steps: &mut Vec<Step>, a: usize, b: usize) {
