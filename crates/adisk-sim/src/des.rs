@@ -100,6 +100,67 @@ impl<E> EventQueue<E> {
     }
 }
 
+/// The engine's event queue: events are small integer ids (< 2^24) and each entry is one
+/// `u128` — `time << 64 | sequence << 24 | id` — so ordering is by (time, sequence) and the
+/// heap holds 16-byte entries. Same semantics as [`EventQueue`].
+pub struct IdQueue {
+    heap: BinaryHeap<std::cmp::Reverse<u128>>,
+    now: SimTime,
+    sequence: u64,
+    processed: u64,
+}
+
+impl Default for IdQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl IdQueue {
+    /// Largest id.
+    pub const MAX_ID: u32 = (1 << 24) - 1;
+
+    /// An empty queue at time zero.
+    pub fn new() -> Self {
+        IdQueue {
+            heap: BinaryHeap::with_capacity(1024),
+            now: SimTime::ZERO,
+            sequence: 0,
+            processed: 0,
+        }
+    }
+    /// Current time.
+    pub fn now(&self) -> SimTime {
+        self.now
+    }
+    /// Events popped so far.
+    pub fn processed(&self) -> u64 {
+        self.processed
+    }
+    /// Schedule `id` at `at` (not in the past; `id <= MAX_ID`).
+    pub fn schedule_at(&mut self, at: SimTime, id: u32) {
+        assert!(
+            at >= self.now,
+            "event scheduled in the past: {:?} < {:?}",
+            at,
+            self.now
+        );
+        assert!(id <= Self::MAX_ID, "event id {id} too large");
+        assert!(self.sequence < (1 << 40), "more than 2^40 events");
+        let key = ((at.0 as u128) << 64) | ((self.sequence as u128) << 24) | id as u128;
+        self.sequence += 1;
+        self.heap.push(std::cmp::Reverse(key));
+    }
+    /// Pop the earliest event.
+    pub fn pop(&mut self) -> Option<(SimTime, u32)> {
+        let std::cmp::Reverse(key) = self.heap.pop()?;
+        let t = SimTime((key >> 64) as u64);
+        self.now = t;
+        self.processed += 1;
+        Some((t, (key & 0xFF_FFFF) as u32))
+    }
+}
+
 /// Result of [`bench_event_loop`].
 #[derive(Clone, Debug)]
 pub struct BenchResult {
@@ -114,7 +175,7 @@ pub struct BenchResult {
 /// Drive the queue with `events` events: 1024 independent "processes" each reschedule
 /// themselves after a pseudo-random delay (exercises ordering and ties). Deterministic.
 pub fn bench_event_loop(events: u64) -> BenchResult {
-    let mut q: EventQueue<u32> = EventQueue::new();
+    let mut q = IdQueue::new();
     let mut rng = crate::rng::Rng::new(0xAD15C);
     for p in 0..1024u32 {
         q.schedule_at(SimTime(rng.below(1000)), p);
@@ -129,7 +190,8 @@ pub fn bench_event_loop(events: u64) -> BenchResult {
         }
         // Delays on a coarse grid so that ties are frequent.
         let delay = (rng.next_u64() % 64) * 16;
-        q.schedule_in(SimDuration(delay), p);
+        let at = q.now() + SimDuration(delay);
+        q.schedule_at(at, p);
     }
     BenchResult {
         events: done,
@@ -160,6 +222,18 @@ mod tests {
         q.schedule_at(SimTime(10), 1);
         q.pop();
         q.schedule_at(SimTime(5), 2);
+    }
+
+    #[test]
+    fn id_queue_orders_by_time_then_scheduling_order() {
+        let mut q = IdQueue::new();
+        q.schedule_at(SimTime(10), 7);
+        q.schedule_at(SimTime(5), 9);
+        q.schedule_at(SimTime(10), 3);
+        q.schedule_at(SimTime(10), IdQueue::MAX_ID);
+        let order: Vec<u32> = std::iter::from_fn(|| q.pop().map(|(_, e)| e)).collect();
+        assert_eq!(order, vec![9, 7, 3, IdQueue::MAX_ID]);
+        assert_eq!(q.now(), SimTime(10));
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! A phase ends when all workers finished their input, every message and write is done and
 //! (if the phase synchronises) every worker's completion signal reached the coordinator.
 
-use crate::des::EventQueue;
+use crate::des::IdQueue;
 use crate::model::cpu::OsCosts;
 use crate::model::disk::{DiskModel, DiskOp};
 use crate::model::link::LinkSpec;
@@ -540,7 +540,7 @@ pub struct Engine<'p> {
     topo: Topology,
     plan: &'p Plan,
     gran: Granularity,
-    q: EventQueue<u32>,
+    q: IdQueue,
     xfers: Vec<Option<Xfer>>,
     free_xfers: Vec<u32>,
     chunks: Vec<ChunkState>,
@@ -575,7 +575,7 @@ impl<'p> Engine<'p> {
             topo,
             plan,
             gran,
-            q: EventQueue::new(),
+            q: IdQueue::new(),
             xfers: Vec::new(),
             free_xfers: Vec::new(),
             chunks: Vec::new(),
