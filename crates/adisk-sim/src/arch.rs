@@ -378,7 +378,12 @@ pub fn build(
                         .push(Drive::new(r, st, Some(node), vec![Hop::One(pci)]));
                 }
             }
-            let fe = b.node("frontend", &fe_cpu, mem, os.clone());
+            let fe_mem = if sys.frontend_memory_mb.is_some() {
+                ctx.mem("frontend_memory_mb", &sys.frontend_memory_mb)?
+            } else {
+                mem
+            };
+            let fe = b.node("frontend", &fe_cpu, fe_mem, os.clone());
             buses.push(None);
             let net = switched(&mut b, &ctx, hosts, &net, &fe_link, buses)?;
             let mut volumes: Vec<Volume> = (0..hosts)

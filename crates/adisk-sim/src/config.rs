@@ -133,6 +133,9 @@ pub struct SystemConfig {
     /// Front-end processor when different from `host_cpu` (cluster).
     #[serde(default)]
     pub frontend_cpu: Option<String>,
+    /// Front-end memory, MB, when different from `host_memory_mb` (cluster).
+    #[serde(default)]
+    pub frontend_memory_mb: Option<f64>,
     /// Processor embedded in each active/smart disk.
     #[serde(default)]
     pub disk_cpu: Option<String>,

@@ -196,6 +196,52 @@ fn embarrassingly_parallel_select_on_active_disks_never_gets_slower_with_more_di
     }
 }
 
+fn link_bytes(r: &RunReport, prefix: &str) -> u64 {
+    r.resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Link && x.name.starts_with(prefix))
+        .map(|x| x.bytes_in)
+        .sum()
+}
+
+#[test]
+fn restricting_active_disks_to_the_host_doubles_shuffle_traffic_on_the_loops() {
+    let base = [
+        ("run.system", "\"active_today\""),
+        ("workload.dataset_bytes", "4.0e8"),
+        ("run.disks", "8"),
+    ];
+    let via = run("acharya/core-sort.toml", &base);
+    let mut direct_ov = base.to_vec();
+    direct_ov.push(("systems.active_today.communication", "\"direct\""));
+    let direct = run("acharya/core-sort.toml", &direct_ov);
+    let (v, d) = (
+        link_bytes(&via, "fc-loop") as f64,
+        link_bytes(&direct, "fc-loop") as f64,
+    );
+    // Pass 1 shuffles 7/8 of the data between disks: direct once, via the host twice.
+    let shuffled = 4.0e8 * 7.0 / 8.0;
+    assert!(
+        (d - shuffled).abs() / shuffled < 0.02,
+        "direct loop bytes {d}"
+    );
+    assert!(
+        (v - 2.0 * shuffled).abs() / shuffled < 0.04,
+        "via-host loop bytes {v}"
+    );
+    let host_cpu = |r: &RunReport| {
+        r.resources
+            .iter()
+            .find(|x| x.name == "host.cpu")
+            .map(|x| x.busy_s)
+            .unwrap_or(0.0)
+    };
+    assert!(
+        host_cpu(&via) > 10.0 * host_cpu(&direct).max(1e-6),
+        "the host forwards (copies) in the restricted system"
+    );
+}
+
 fn disk_bytes(r: &RunReport) -> u64 {
     r.resources
         .iter()
