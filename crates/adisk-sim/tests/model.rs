@@ -527,3 +527,49 @@ fn every_cost_parameter_is_documented() {
         assert!(doc.contains(e.0), "docs/simulator.md does not list {}", e.0);
     }
 }
+
+#[test]
+fn cli_run_writes_json_and_csv_and_rejects_unknown_formats() {
+    use adisk_sim::cli::{SimCommand, run};
+    let dir = tempfile::tempdir().unwrap();
+    let file = root().join("riedel/select.toml");
+    for (format, check) in [
+        ("json", "\"total_s\""),
+        ("csv", "resource,component,kind"),
+        ("table", "bottleneck"),
+    ] {
+        let out = dir.path().join(format!("r.{format}"));
+        run(SimCommand::Run {
+            file: file.clone(),
+            out: Some(out.clone()),
+            format: format.into(),
+            seed: Some(3),
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert!(text.contains(check), "{format}: {text:.200}");
+    }
+    let err = run(SimCommand::Run {
+        file: file.clone(),
+        out: None,
+        format: "xml".into(),
+        seed: None,
+    })
+    .unwrap_err();
+    assert!(matches!(err, SimError::Usage(_)));
+    let missing = run(SimCommand::Run {
+        file: dir.path().join("nope.toml"),
+        out: None,
+        format: "table".into(),
+        seed: None,
+    })
+    .unwrap_err();
+    assert!(matches!(missing, SimError::Io { .. }), "{missing}");
+    run(SimCommand::Sweep {
+        file,
+        out: Some(dir.path().join("sweep")),
+        seed: None,
+    })
+    .unwrap();
+    assert!(dir.path().join("sweep/riedel-select.csv").exists());
+}
