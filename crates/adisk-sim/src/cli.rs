@@ -5,6 +5,7 @@ use crate::experiment::{self, Loaded};
 use std::path::{Path, PathBuf};
 
 /// Simulator subcommands.
+#[allow(rustdoc::broken_intra_doc_links)] // "[sweep]" is the TOML table, shown verbatim by --help
 #[derive(clap::Subcommand, Debug)]
 pub enum SimCommand {
     /// Run one experiment file

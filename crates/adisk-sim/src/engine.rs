@@ -193,7 +193,7 @@ pub struct Worker {
     pub node: usize,
     /// Processor.
     pub cpu: ResId,
-    /// Volumes: [0] holds base data, [1] is the alternate (write) group; equal when the
+    /// Volumes: `vols[0]` holds base data, `vols[1]` is the alternate (write) group; equal when the
     /// architecture does not split read and write groups.
     pub vols: [usize; 2],
 }

@@ -923,7 +923,7 @@ fn input_of(
     }
 }
 
-/// A view of where a result lives (used by [`input_of`]).
+/// Where the result of a plan node lives after its bundle ran.
 #[derive(Clone, Copy, PartialEq)]
 pub enum LocView {
     /// In worker memory.
