@@ -146,6 +146,9 @@ impl Builder {
 }
 
 fn storage(ctx: &Ctx, rng: &mut Rng) -> Result<Storage, KeyError> {
+    thread_local! {
+        static FITTED: std::cell::RefCell<Vec<(crate::model::disk::DiskSpec, DiskModel)>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
     if let Some(s) = &ctx.sys.ssd {
         let spec = ctx
             .dev
@@ -165,14 +168,32 @@ fn storage(ctx: &Ctx, rng: &mut Rng) -> Result<Storage, KeyError> {
     })?;
     let phase = rng.next_f64();
     let cyl = rng.below(spec.cylinders.max(1) as u64) as u32;
-    DiskModel::new(spec, phase, cyl)
-        .map(|d| Storage::Disk(Box::new(d)))
-        .map_err(|r| {
-            (
-                format!("devices.disks.{n}.{}", r.split(':').next().unwrap_or("")),
-                r,
-            )
-        })
+    // The seek-curve fit depends only on the spec: reuse it (per thread) across drives and runs.
+    let cached = FITTED.with(|f| {
+        f.borrow()
+            .iter()
+            .find(|(s, _)| s == spec)
+            .map(|(_, d)| d.repositioned(phase, cyl))
+    });
+    if let Some(d) = cached {
+        return Ok(Storage::Disk(Box::new(d)));
+    }
+    let built = DiskModel::new(spec, phase, cyl);
+    if let Ok(d) = &built {
+        FITTED.with(|f| {
+            let mut v = f.borrow_mut();
+            if v.len() > 64 {
+                v.clear();
+            }
+            v.push((spec.clone(), d.clone()));
+        });
+    }
+    built.map(|d| Storage::Disk(Box::new(d))).map_err(|r| {
+        (
+            format!("devices.disks.{n}.{}", r.split(':').next().unwrap_or("")),
+            r,
+        )
+    })
 }
 
 /// Build the topology of system `name`. `seed` drives the per-drive random phase/head position.

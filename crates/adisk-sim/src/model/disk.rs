@@ -254,6 +254,15 @@ impl DiskModel {
         })
     }
 
+    /// A copy of this (idle) drive with another rotational phase and head position: drives of
+    /// one type share the seek-curve fit.
+    pub fn repositioned(&self, phase: f64, start_cylinder: u32) -> DiskModel {
+        let mut d = self.clone();
+        d.phase_ns = phase.clamp(0.0, 1.0) * self.period_ns;
+        d.head_cylinder = start_cylinder.min(self.spec.cylinders.saturating_sub(1));
+        d
+    }
+
     /// Formatted capacity, bytes.
     pub fn capacity(&self) -> u64 {
         self.capacity
