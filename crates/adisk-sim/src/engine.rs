@@ -560,6 +560,7 @@ pub struct Engine<'p> {
     slot_queue: Vec<std::collections::VecDeque<(Vec<Step>, u64)>>,
     slot_inflight: Vec<u32>,
     step_pool: Vec<Vec<Step>>,
+    chosen_pool: Vec<Vec<ResId>>,
     timings: Vec<PhaseTiming>,
     routes: HashMap<(usize, usize), Legs>,
     drive_routes: HashMap<(usize, usize), Rc<Vec<Hop>>>,
@@ -596,6 +597,7 @@ impl<'p> Engine<'p> {
                 .collect(),
             slot_inflight: vec![0; nw + 1],
             step_pool: Vec::new(),
+            chosen_pool: Vec::new(),
             timings: Vec::new(),
             routes: HashMap::new(),
             drive_routes: HashMap::new(),
@@ -1324,11 +1326,12 @@ impl<'p> Engine<'p> {
     }
 
     fn start_xfer(&mut self, steps: Vec<Step>, bytes: u64, done: Done) {
+        let chosen = self.chosen_pool.pop().unwrap_or_default();
         let x = Xfer {
             steps,
             pos: 0,
             bytes,
-            chosen: Vec::new(),
+            chosen,
             done,
         };
         let id = if let Some(i) = self.free_xfers.pop() {
@@ -1350,11 +1353,14 @@ impl<'p> Engine<'p> {
         if x.pos >= x.steps.len() {
             let done = x.done;
             let mut steps = std::mem::take(&mut x.steps);
+            let mut chosen = std::mem::take(&mut x.chosen);
             self.xfers[id as usize] = None;
             self.free_xfers.push(id);
             steps.clear();
+            chosen.clear();
             if self.step_pool.len() < 4096 {
                 self.step_pool.push(steps);
+                self.chosen_pool.push(chosen);
             }
             self.finish(done);
             return;
