@@ -573,3 +573,49 @@ fn cli_run_writes_json_and_csv_and_rejects_unknown_formats() {
     .unwrap();
     assert!(dir.path().join("sweep/riedel-select.csv").exists());
 }
+
+/// The engine composes resources correctly: a streaming select takes as long as its
+/// bottleneck (drives, interconnect or processor) allows, within 3%.
+#[test]
+fn streaming_select_runs_at_the_speed_of_its_bottleneck() {
+    let file = "acharya/core-select.toml";
+    let d = 1.0e9;
+    let base = |extra: &[(&str, &str)]| {
+        let mut ov = vec![
+            ("run.system", "\"conventional_today\""),
+            ("run.disks", "4"),
+            ("workload.dataset_bytes", "1.0e9"),
+        ];
+        ov.extend_from_slice(extra);
+        run(file, &ov)
+    };
+    // Drive-bound: 4 drives at 15 MB/s (fast host, fast loops).
+    let r = base(&[("devices.cpus.host_today.mhz", "100000.0")]);
+    let expect = d / (4.0 * 15e6);
+    assert!(
+        (r.total_s - expect).abs() / expect < 0.03,
+        "drive-bound {} vs {expect}",
+        r.total_s
+    );
+    // Interconnect-bound: two 10 MB/s loops.
+    let r = base(&[
+        ("devices.cpus.host_today.mhz", "100000.0"),
+        ("devices.links.loop_today.bandwidth_mbps", "10.0"),
+    ]);
+    let expect = d / 20e6;
+    assert!(
+        (r.total_s - expect).abs() / expect < 0.03,
+        "loop-bound {} vs {expect}",
+        r.total_s
+    );
+    assert!(r.bottleneck.starts_with("io-loop"), "{}", r.bottleneck);
+    // Processor-bound: a 20 MHz host at 6.5 cycles/byte plus 36 µs per 256 KB request.
+    let r = base(&[("devices.cpus.host_today.mhz", "20.0")]);
+    let expect = d * 6.5 / 20e6 + (d / 262144.0).ceil() * 36e-6;
+    assert!(
+        (r.total_s - expect).abs() / expect < 0.03,
+        "cpu-bound {} vs {expect}",
+        r.total_s
+    );
+    assert_eq!(r.bottleneck, "host.cpu");
+}
