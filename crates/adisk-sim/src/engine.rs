@@ -317,6 +317,10 @@ pub enum Input {
     File(u32),
     /// A fraction of a file (e.g. the pages an index scan touches).
     FilePart(u32, f64),
+    /// A whole file read in non-contiguous segments of the given size, visited in a strided
+    /// order (e.g. the column blocks of an out-of-core transpose): every segment is a separate
+    /// request that seeks.
+    Segmented(u32, u64),
     /// Bytes per worker already in memory.
     Memory(f64),
 }
@@ -505,10 +509,19 @@ struct Cursor {
     consumed: Vec<u64>,
     next: usize,
     memory_left: f64,
+    segment: Option<u64>,
+}
+
+/// Greatest common divisor.
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 { a } else { gcd(b, a % b) }
 }
 
 impl Cursor {
     fn next_chunk(&mut self, chunk: u64) -> Option<(usize, u64, u64)> {
+        if let Some(seg) = self.segment {
+            return self.next_segment(seg.max(1));
+        }
         let n = self.drives.len();
         for _ in 0..n {
             let i = self.next % n;
@@ -519,6 +532,30 @@ impl Cursor {
                 let take = chunk.min(len - used);
                 self.consumed[i] += take;
                 return Some((self.drives[i], start + used, take));
+            }
+        }
+        None
+    }
+
+    /// Next segment in strided order: segment `k` of a drive's extent is
+    /// `(k · stride) mod count`, with `stride ≈ √count` coprime to `count`.
+    fn next_segment(&mut self, seg: u64) -> Option<(usize, u64, u64)> {
+        let n = self.drives.len();
+        for _ in 0..n {
+            let i = self.next % n;
+            self.next += 1;
+            let (start, len) = self.extents[i];
+            let count = len.div_ceil(seg);
+            let k = self.consumed[i];
+            if k < count {
+                self.consumed[i] += 1;
+                let mut stride = ((count as f64).sqrt() as u64).max(1);
+                while gcd(stride, count) != 1 {
+                    stride += 1;
+                }
+                let idx = (k * stride) % count;
+                let off = idx * seg;
+                return Some((self.drives[i], start + off, seg.min(len - off)));
             }
         }
         None
@@ -716,7 +753,7 @@ impl<'p> Engine<'p> {
             let vol = self.topo.workers[w].vols[ph.read_vol];
             let sharers = self.topo.volumes[vol].sharers;
             let idx = match (&ph.input, sharers > 1) {
-                (Input::File(_) | Input::FilePart(..), true) => {
+                (Input::File(_) | Input::FilePart(..) | Input::Segmented(..), true) => {
                     if let Some(i) = shared.get(&vol) {
                         *i
                     } else {
@@ -834,16 +871,28 @@ impl<'p> Engine<'p> {
                     .collect(),
                 0.0,
             ),
+            Input::Segmented(f, _) => (
+                drives
+                    .iter()
+                    .map(|d| self.topo.drives[*d].stored(*f))
+                    .collect(),
+                0.0,
+            ),
             Input::Memory(b) => (vec![(0, 0); drives.len()], b.max(0.0)),
             Input::None => (vec![(0, 0); drives.len()], 0.0),
         };
         let n = drives.len();
+        let segment = match input {
+            Input::Segmented(_, seg) => Some(*seg),
+            _ => None,
+        };
         Cursor {
             drives,
             extents,
             consumed: vec![0; n],
             next: 0,
             memory_left,
+            segment,
         }
     }
 

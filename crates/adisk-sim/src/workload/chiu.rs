@@ -264,10 +264,17 @@ pub fn fft(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     }
     plan.phases.push(p1);
     let mut p2 = Phase::new("fft: row FFTs of the transpose");
+    // Out of core, the transposed rows are gathered from column blocks: square tiles of half
+    // the memory, so each request reads one tile row (rounded up to whole pages) and seeks.
+    let tile_row = ((ctx.mem_per_worker * 0.5 / eb).sqrt().floor() * eb).max(eb);
+    let segment = ((tile_row / ctx.request_bytes).ceil().max(1.0) * ctx.request_bytes) as u64;
+    if !in_core {
+        plan.note("transpose_segment_bytes", segment);
+    }
     p2.input = if in_core {
         Input::Memory(per)
     } else {
-        Input::File(t)
+        Input::Segmented(t, segment)
     };
     p2.cycles_per_byte = fft_cpb;
     p2.flows
