@@ -1555,3 +1555,63 @@ impl<'p> Engine<'p> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segmented_cursor_reads_every_byte_once_out_of_order() {
+        let len = 1_000_000u64;
+        let seg = 24_576u64;
+        let mut c = Cursor {
+            drives: vec![0, 1],
+            extents: vec![(0, len), (5_000_000, len - 7)],
+            consumed: vec![0, 0],
+            next: 0,
+            memory_left: 0.0,
+            segment: Some(seg),
+        };
+        let mut seen: Vec<Vec<(u64, u64)>> = vec![Vec::new(), Vec::new()];
+        let mut jumps = 0;
+        let mut last = [u64::MAX; 2];
+        while let Some((d, addr, l)) = c.next_chunk(1 << 20) {
+            if last[d] != u64::MAX && addr != last[d] {
+                jumps += 1;
+            }
+            last[d] = addr + l;
+            seen[d].push((addr, l));
+        }
+        for (d, (start, total)) in [(0, len), (5_000_000, len - 7)].iter().enumerate() {
+            let mut v = seen[d].clone();
+            v.sort_unstable();
+            let mut pos = *start;
+            for (a, l) in v {
+                assert_eq!(a, pos, "gap or overlap on drive {d}");
+                pos += l;
+            }
+            assert_eq!(pos, start + total);
+        }
+        assert!(
+            jumps > 70,
+            "segments should not be read sequentially ({jumps} jumps)"
+        );
+    }
+
+    #[test]
+    fn contiguous_cursor_stripes_round_robin() {
+        let mut c = Cursor {
+            drives: vec![3, 4],
+            extents: vec![(0, 10), (100, 5)],
+            consumed: vec![0, 0],
+            next: 0,
+            memory_left: 0.0,
+            segment: None,
+        };
+        let got: Vec<(usize, u64, u64)> = std::iter::from_fn(|| c.next_chunk(4)).collect();
+        assert_eq!(
+            got,
+            vec![(3, 0, 4), (4, 100, 4), (3, 4, 4), (4, 104, 1), (3, 8, 2)]
+        );
+    }
+}
