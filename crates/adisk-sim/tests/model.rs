@@ -619,3 +619,17 @@ fn streaming_select_runs_at_the_speed_of_its_bottleneck() {
     );
     assert_eq!(r.bottleneck, "host.cpu");
 }
+
+/// The full reproduction (1,351 runs). About 30–40 s in release on this machine; too slow for
+/// debug test runs, so it is opt-in: `cargo test --release -p adisk-sim -- --ignored`.
+#[test]
+#[ignore]
+fn reproduce_all_completes_in_under_a_minute() {
+    let out = tempfile::tempdir().unwrap();
+    let start = std::time::Instant::now();
+    let t = adisk_sim::cli::reproduce("all", out.path(), Some(&root()), false).unwrap();
+    let secs = start.elapsed().as_secs_f64();
+    assert_eq!(t.files, adisk_sim::embedded::EXPERIMENTS.len());
+    assert!(t.runs > 1000);
+    assert!(secs < 60.0, "reproduce all took {secs:.1} s");
+}
