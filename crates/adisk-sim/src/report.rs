@@ -258,15 +258,26 @@ impl RunReport {
             "{:<24} {:>5} {:>10} {:>6} {:>14} {:>14}",
             "resource", "kind", "busy_s", "util", "bytes_in", "bytes_out"
         );
-        let mut shown = 0;
-        for r in &self.resources {
-            if r.ops == 0 {
-                continue;
-            }
-            shown += 1;
-            if shown > 60 {
-                continue;
-            }
+        // Every link that carried data (bytes over every link), then the busiest other resources.
+        let mut links: Vec<&ResourceReport> = self
+            .resources
+            .iter()
+            .filter(|r| r.kind == ResKind::Link && r.ops > 0)
+            .collect();
+        links.sort_by(|a, b| b.bytes_in.cmp(&a.bytes_in).then(a.name.cmp(&b.name)));
+        let mut others: Vec<&ResourceReport> = self
+            .resources
+            .iter()
+            .filter(|r| r.kind != ResKind::Link && r.ops > 0)
+            .collect();
+        others.sort_by(|a, b| {
+            b.utilization
+                .total_cmp(&a.utilization)
+                .then(a.name.cmp(&b.name))
+        });
+        let limit = 40;
+        let hidden = others.len().saturating_sub(limit);
+        for r in links.iter().chain(others.iter().take(limit)) {
             let k = match r.kind {
                 ResKind::Cpu => "cpu",
                 ResKind::Disk => "disk",
@@ -283,8 +294,11 @@ impl RunReport {
                 r.bytes_out
             );
         }
-        if shown > 60 {
-            let _ = writeln!(s, "… {} more busy resources", shown - 60);
+        if hidden > 0 {
+            let _ = writeln!(
+                s,
+                "… {hidden} less busy processors/drives (use --format json or csv)"
+            );
         }
         for w in &self.warnings {
             let _ = writeln!(s, "warning: {w}");

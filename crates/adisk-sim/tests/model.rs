@@ -633,3 +633,35 @@ fn reproduce_all_completes_in_under_a_minute() {
     assert!(t.runs > 1000);
     assert!(secs < 60.0, "reproduce all took {secs:.1} s");
 }
+
+/// An all-to-all shuffle on a switched network runs at the port rate: with fast drives and
+/// processors, NOW-sort's first pass on 16 cluster hosts takes (D/n)·(n−1)/n / 12.5 MB/s.
+#[test]
+fn cluster_shuffle_runs_at_the_port_rate() {
+    let d = 1.6e9;
+    let r = run(
+        "uysal/sort.toml",
+        &[
+            ("run.system", "\"cluster\""),
+            ("run.disks", "16"),
+            ("workload.dataset_bytes", "1.6e9"),
+            ("devices.cpus.p2_300.mhz", "100000.0"),
+            ("devices.disks.cheetah9lp.media_mbps_outer", "2000.0"),
+            ("devices.disks.cheetah9lp.media_mbps_inner", "2000.0"),
+            ("devices.links.pci.bandwidth_mbps", "10000.0"),
+        ],
+    );
+    let n = 16.0;
+    let expect = d / n * (n - 1.0) / n / 12.5e6;
+    let p1 = &r.phases[0];
+    let took = p1.end_s - p1.start_s;
+    assert!(
+        (took - expect).abs() / expect < 0.05,
+        "shuffle took {took} s, port-rate bound {expect} s"
+    );
+    assert!(
+        r.resources
+            .iter()
+            .any(|x| x.name.ends_with("port-tx") && x.utilization > 0.3)
+    );
+}
