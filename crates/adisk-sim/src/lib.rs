@@ -20,14 +20,14 @@
 //!   link,memory} wired        Algorithm 1 bundling)           each with a source)
 //!   into a Topology)                  │
 //!            └──────────► engine::Engine ◄─── Plan (phases, flows)
-//!                          │  des::EventQueue (time, seq) · rng · SimTime
+//!                          │  des::IdQueue (time, seq) · rng · SimTime
 //!                          ▼
 //!                  report::RunReport ──► experiment (CSV, SVG, tables) ──► cli (`adisk sim`)
 //! ```
 //!
 //! ```no_run
 //! use adisk_sim::cli::{run, SimCommand};
-//! run(SimCommand::Run { file: "experiments/acharya/select.toml".into(), out: None,
+//! run(SimCommand::Run { file: "experiments/acharya/core-select.toml".into(), out: None,
 //!                       format: "table".into(), seed: Some(1) }).unwrap();
 //! ```
 
