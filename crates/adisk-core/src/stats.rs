@@ -91,6 +91,9 @@ pub struct JobStats {
     pub host_combine_ns: u64,
     /// Wall time seen by the host, from submission to last result.
     pub wall_ns: u64,
+    /// Disklet-specific facts (Bloom filter size, measured false-positive rate, runs, …).
+    #[serde(default)]
+    pub notes: std::collections::BTreeMap<String, String>,
 }
 
 /// Totals over the disks of a [`JobStats`].
@@ -190,6 +193,9 @@ impl JobStats {
             human_bytes(t.memory_granted_bytes),
             human_bytes(t.memory_peak_bytes_max),
         );
+        for (k, v) in &self.notes {
+            let _ = writeln!(s, "{k}: {v}");
+        }
         let _ = writeln!(
             s,
             "data reduction (read / shipped to host): {}   result rows: {}   host combine: {:.1} ms   wall: {:.1} ms",

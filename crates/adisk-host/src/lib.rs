@@ -1,1 +1,91 @@
-//! adisk-host
+//! The ActiveDisk host: knows the cluster and the catalog, plans built-in disklet jobs,
+//! runs them on every disk holding a table, merges result streams as they arrive, combines
+//! partial aggregates, and collects per-disk statistics.
+//!
+//! ```text
+//!   JobRequest ─► plan (DataFusion: parse, resolve, type-check) ─► JobSpec per disk
+//!        │                                                          │ DoGet (Flight)
+//!        ▼                                                          ▼
+//!   combine (merge streams as they arrive; final aggregation) ◄── result batches
+//!        │                                                     ◄── job_stats (action)
+//!        ▼
+//!   JobOutput { batches, JobStats }
+//! ```
+//!
+//! * [`cluster`]: connections, catalog, status, shutdown, running job specs.
+//! * [`plan`]: turning a disklet name + parameters into job specs.
+//! * [`load`]: TPC-H generation at the disks; Parquet/CSV loads with declustering.
+#![warn(missing_docs)]
+
+pub mod cluster;
+pub mod load;
+pub mod plan;
+
+pub use cluster::{Catalog, Cluster, TableEntry};
+pub use plan::{JobOutput, JobRequest};
+
+/// Errors seen by the host.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// A disk could not be reached.
+    #[error("disk {disk} at {address} is unreachable: {message}")]
+    Unreachable {
+        /// Disk number.
+        disk: u32,
+        /// Address.
+        address: String,
+        /// Transport message.
+        message: String,
+    },
+    /// A disk refused or failed a request.
+    #[error("disk {disk}: {message}")]
+    Disk {
+        /// Disk number.
+        disk: u32,
+        /// gRPC status code name.
+        code: String,
+        /// Message from the disk.
+        message: String,
+    },
+    /// Unknown table.
+    #[error("unknown table `{0}` (see `adisk status` for the tables)")]
+    UnknownTable(String),
+    /// Bad request (unknown disklet, parameter, malformed expression, unknown column, type error).
+    #[error("{0}")]
+    Invalid(String),
+    /// DataFusion planning error (syntax, unknown column, types).
+    #[error("{context}: {source}")]
+    Plan {
+        /// What was being planned.
+        context: String,
+        /// Cause.
+        source: datafusion::error::DataFusionError,
+    },
+    /// Config error.
+    #[error(transparent)]
+    Config(#[from] adisk_core::config::ConfigError),
+    /// Storage error at the host (reading input files).
+    #[error(transparent)]
+    Storage(#[from] adisk_storage::StorageError),
+    /// DiskOS error at the host (combining).
+    #[error(transparent)]
+    Combine(#[from] adisk_diskos::DiskOsError),
+    /// I/O error reading input.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+}
+
+impl HostError {
+    /// True if the error says a disk is down.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, HostError::Unreachable { .. }) || matches!(self, HostError::Disk { code, .. } if code == "Unavailable")
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = HostError> = std::result::Result<T, E>;

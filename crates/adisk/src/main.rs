@@ -1,1 +1,209 @@
-fn main() {}
+//! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
+mod bench;
+mod local;
+mod output;
+
+use adisk_core::config::ClusterConfig;
+use adisk_host::cluster::Cluster;
+use adisk_host::load::{FileFormat, TpchLoad};
+use adisk_host::plan::JobRequest;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// ActiveDisk: an active-storage engine. Disks run disklets on their local data; the host
+/// plans, ships work to the disks and combines what comes back.
+#[derive(Parser, Debug)]
+#[command(name = "adisk", version, about, long_about = None)]
+struct Cli {
+    /// Cluster directory (holds cluster.toml and the local disks' data).
+    #[arg(long, global = true, env = "ADISK_HOME", default_value = "./adisk-data")]
+    dir: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one disk node (Arrow Flight server + DiskOS) on the data directory --dir.
+    Disk(local::DiskArgs),
+    /// Start a local cluster: N disk processes on 127.0.0.1, in the background.
+    Up(local::UpArgs),
+    /// Stop the local cluster started by `up`.
+    Down,
+    /// Disks, memory, jobs and tables of the cluster.
+    Status {
+        /// Output format: table or json.
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
+    /// Load data into the disks.
+    #[command(subcommand)]
+    Load(LoadCommand),
+    /// Run a built-in disklet on every disk holding a table and print the combined result.
+    Run(RunArgs),
+    /// Start a 4-disk cluster, load TPC-H SF 0.1, run a select and an aggregation, stop.
+    Demo {
+        /// Scale factor.
+        #[arg(long, default_value_t = 0.1)]
+        sf: f64,
+        /// Disks.
+        #[arg(long, default_value_t = 4)]
+        disks: u32,
+    },
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(output::BenchCommand),
+    /// The architecture simulator.
+    #[command(subcommand)]
+    Sim(adisk_sim::cli::SimCommand),
+}
+
+#[derive(Subcommand, Debug)]
+enum LoadCommand {
+    /// Generate TPC-H at the disks (range declustering on the primary key).
+    Tpch {
+        /// Scale factor (0.001 and up).
+        #[arg(long)]
+        sf: f64,
+        /// Partitions per disk of the split tables.
+        #[arg(long, default_value_t = 1)]
+        partitions_per_disk: u32,
+        /// Rows per Parquet row group (zone-map granularity).
+        #[arg(long, default_value_t = adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS)]
+        row_group_rows: usize,
+        /// Only these tables (comma-separated).
+        #[arg(long, value_delimiter = ',')]
+        tables: Vec<String>,
+    },
+    /// Load Parquet files into a table.
+    Parquet(FileLoadArgs),
+    /// Load CSV files (with a header row) into a table.
+    Csv(FileLoadArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct FileLoadArgs {
+    /// Table name.
+    table: String,
+    /// Input files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+    /// Declustering rule: range:COL, hash:COL or roundrobin.
+    #[arg(long, default_value = "roundrobin")]
+    decluster: String,
+}
+
+#[derive(clap::Args, Debug)]
+struct RunArgs {
+    /// scan | select | aggregate | groupby | bloom_probe | partition | sort_runs
+    disklet: String,
+    /// Table to run on.
+    #[arg(long)]
+    table: String,
+    /// Columns to read (default: the ones the parameters reference).
+    #[arg(long, value_delimiter = ',')]
+    columns: Vec<String>,
+    /// Disklet parameter, KEY=VALUE (SQL fragments), repeatable: predicate, project, aggs,
+    /// group_by, exchange, key, build_table, build_key, build_predicate, bloom_kib, order_by, limit.
+    #[arg(long = "param", value_parser = parse_param)]
+    params: Vec<(String, String)>,
+    /// Scratch per disklet, KiB (0: a quarter of each disk's memory).
+    #[arg(long, default_value_t = 0)]
+    scratch_kib: u64,
+    /// Output format: table or json.
+    #[arg(long, default_value = "table")]
+    format: String,
+    /// Rows to print in table format.
+    #[arg(long, default_value_t = 20)]
+    max_rows: usize,
+}
+
+fn parse_param(s: &str) -> Result<(String, String), String> {
+    s.split_once('=').map(|(k, v)| (k.trim().to_string(), v.to_string())).ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
+}
+
+/// Every failure the command reports, with its exit code.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// Host-side error.
+    #[error(transparent)]
+    Host(#[from] adisk_host::HostError),
+    /// Config error.
+    #[error(transparent)]
+    Config(#[from] adisk_core::config::ConfigError),
+    /// Disk node error.
+    #[error(transparent)]
+    Disk(#[from] adisk_disk::DiskNodeError),
+    /// Storage error.
+    #[error(transparent)]
+    Storage(#[from] adisk_storage::StorageError),
+    /// Simulator error.
+    #[error(transparent)]
+    Sim(#[from] adisk_sim::SimError),
+    /// Anything else, with a message.
+    #[error("{0}")]
+    Other(String),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ADISK_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Command::Sim(cmd) => adisk_sim::cli::run(cmd).map_err(CliError::from),
+        command => {
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("error: cannot start the runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            runtime.block_on(dispatch(cli.dir, command))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// Reads `DIR/cluster.toml` and connects.
+pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
+    let path = dir.join("cluster.toml");
+    if !path.exists() {
+        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+    }
+    let config = ClusterConfig::load(&path)?;
+    Ok(Cluster::connect(config).await?)
+}
+
+async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Disk(args) => local::run_disk(&dir, args).await,
+        Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
+        Command::Down => local::down(&dir).await,
+        Command::Status { format } => output::status(&connect(&dir).await?, &format).await,
+        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
+            let cluster = connect(&dir).await?;
+            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables }).await
+        }
+        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster).await,
+        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster).await,
+        Command::Run(a) => {
+            let cluster = connect(&dir).await?;
+            let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib };
+            let out = adisk_host::plan::run(&cluster, &req).await?;
+            output::print_job(&out, &a.format, a.max_rows)
+        }
+        Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
+        Command::Bench(b) => output::bench(&dir, b).await,
+        Command::Sim(_) => unreachable!("handled before the runtime starts"),
+    }
+}

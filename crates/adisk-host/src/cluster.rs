@@ -1,0 +1,182 @@
+//! Connections to the disks, the merged catalog, and job execution.
+use crate::{HostError, Result};
+use adisk_core::config::ClusterConfig;
+use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, PartitionInfo, action};
+use adisk_core::stats::DiskJobStats;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Schema, SchemaRef};
+use arrow_flight::error::FlightError;
+use arrow_flight::{Action, FlightClient, Ticket};
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Connect timeout per disk.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A table across the cluster.
+#[derive(Clone, Debug)]
+pub struct TableEntry {
+    /// Name.
+    pub name: String,
+    /// Schema (identical on every disk).
+    pub schema: SchemaRef,
+    /// (disk, partition) for every partition.
+    pub placements: Vec<(u32, PartitionInfo)>,
+}
+
+impl TableEntry {
+    /// Total rows.
+    pub fn rows(&self) -> u64 {
+        self.placements.iter().map(|(_, p)| p.rows).sum()
+    }
+    /// Total bytes on storage.
+    pub fn bytes(&self) -> u64 {
+        self.placements.iter().map(|(_, p)| p.bytes).sum()
+    }
+    /// Disks holding at least one partition.
+    pub fn disks(&self) -> Vec<u32> {
+        let mut d: Vec<u32> = self.placements.iter().map(|(d, _)| *d).collect();
+        d.sort_unstable();
+        d.dedup();
+        d
+    }
+}
+
+/// The catalog: every table, its schema and placement.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    /// Tables by name.
+    pub tables: BTreeMap<String, TableEntry>,
+}
+
+impl Catalog {
+    /// A table or [`HostError::UnknownTable`].
+    pub fn table(&self, name: &str) -> Result<&TableEntry> {
+        self.tables.get(name).ok_or_else(|| HostError::UnknownTable(name.to_string()))
+    }
+}
+
+/// A connected cluster.
+pub struct Cluster {
+    config: ClusterConfig,
+    channels: Vec<tonic::transport::Channel>,
+}
+
+pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
+    match e {
+        FlightError::Tonic(status) => {
+            let code = format!("{:?}", status.code());
+            if status.code() == tonic::Code::Unavailable {
+                HostError::Unreachable { disk, address: address.to_string(), message: status.message().to_string() }
+            } else {
+                HostError::Disk { disk, code, message: status.message().to_string() }
+            }
+        }
+        other => HostError::Disk { disk, code: "Internal".into(), message: other.to_string() },
+    }
+}
+
+impl Cluster {
+    /// Connects to every disk of `config`.
+    ///
+    /// # Errors
+    /// [`HostError::Unreachable`] naming the first disk that does not answer.
+    pub async fn connect(config: ClusterConfig) -> Result<Self> {
+        let mut channels = Vec::with_capacity(config.disks.len());
+        for d in &config.disks {
+            let unreachable = |message: String| HostError::Unreachable { disk: d.id, address: d.address.clone(), message };
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
+                .map_err(|e| unreachable(e.to_string()))?
+                .connect_timeout(CONNECT_TIMEOUT)
+                .tcp_nodelay(true);
+            let channel = endpoint.connect().await.map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())))?;
+            channels.push(channel);
+        }
+        Ok(Cluster { config, channels })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ClusterConfig {
+        &self.config
+    }
+
+    /// Number of disks.
+    pub fn disk_count(&self) -> u32 {
+        self.channels.len() as u32
+    }
+
+    /// Address of disk `d`.
+    pub fn address(&self, d: u32) -> &str {
+        &self.config.disks[d as usize].address
+    }
+
+    pub(crate) fn client(&self, d: u32) -> FlightClient {
+        FlightClient::new(self.channels[d as usize].clone())
+    }
+
+    /// Runs a Flight action on disk `d` and returns its reply bodies.
+    pub async fn action(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
+        let mut c = self.client(d);
+        let stream = c.do_action(Action::new(name, body)).await.map_err(|e| flight_err(d, self.address(d), e))?;
+        stream.try_collect().await.map_err(|e| flight_err(d, self.address(d), e))
+    }
+
+    async fn action_json<T: serde::de::DeserializeOwned>(&self, d: u32, name: &str, body: Vec<u8>) -> Result<T> {
+        let replies = self.action(d, name, body).await?;
+        let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: format!("empty reply to {name}") })?;
+        serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to {name}: {e}") })
+    }
+
+    /// Status of every disk (an error per unreachable disk).
+    pub async fn status(&self) -> Vec<Result<DiskStatus>> {
+        futures::future::join_all((0..self.disk_count()).map(|d| self.action_json::<DiskStatus>(d, action::STATUS, vec![]))).await
+    }
+
+    /// The merged catalog.
+    pub async fn catalog(&self) -> Result<Catalog> {
+        let parts = futures::future::try_join_all((0..self.disk_count()).map(|d| self.action_json::<DiskCatalog>(d, action::CATALOG, vec![]))).await?;
+        let mut catalog = Catalog::default();
+        for (d, dc) in parts.into_iter().enumerate() {
+            for t in dc.tables {
+                let entry = catalog.tables.entry(t.name.clone()).or_insert_with(|| TableEntry { name: t.name.clone(), schema: Arc::new(t.schema.clone()), placements: vec![] });
+                if entry.schema.fields() != t.schema.fields() {
+                    return Err(HostError::Invalid(format!("table `{}` has different schemas on different disks", t.name)));
+                }
+                entry.placements.extend(t.partitions.into_iter().map(|p| (d as u32, p)));
+            }
+        }
+        Ok(catalog)
+    }
+
+    /// Statistics of job `job_id` at disk `d`.
+    pub async fn job_stats(&self, d: u32, job_id: &str) -> Result<DiskJobStats> {
+        self.action_json(d, action::JOB_STATS, job_id.as_bytes().to_vec()).await
+    }
+
+    /// Starts `spec` on disk `d`; returns its result stream.
+    pub async fn start(&self, d: u32, spec: &JobSpec) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let mut c = self.client(d);
+        let address = self.address(d).to_string();
+        let stream = c.do_get(Ticket::new(spec.to_bytes())).await.map_err(|e| flight_err(d, &address, e))?;
+        Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
+    }
+
+    /// Drops a table on every disk.
+    pub async fn drop_table(&self, table: &str) -> Result<()> {
+        futures::future::try_join_all((0..self.disk_count()).map(|d| self.action(d, action::DROP_TABLE, table.as_bytes().to_vec()))).await?;
+        Ok(())
+    }
+
+    /// Asks every disk to shut down (errors ignored: a dead disk is already down).
+    pub async fn shutdown(&self) {
+        futures::future::join_all((0..self.disk_count()).map(|d| self.action(d, action::SHUTDOWN, vec![]))).await;
+    }
+}
+
+/// An empty schema (for jobs with no output).
+pub fn empty_schema() -> SchemaRef {
+    Arc::new(Schema::empty())
+}

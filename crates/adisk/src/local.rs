@@ -1,0 +1,263 @@
+//! Local clusters: `adisk disk`, `adisk up`, `adisk down`, `adisk demo`.
+use crate::CliError;
+use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
+use adisk_disk::{DiskNode, DiskNodeConfig};
+use adisk_diskos::DiskOsConfig;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// `adisk disk` arguments.
+#[derive(clap::Args, Debug)]
+pub struct DiskArgs {
+    /// Address to listen on (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Disk number in its cluster.
+    #[arg(long, default_value_t = 0)]
+    id: u32,
+    /// DiskOS memory budget, MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_mib: u64,
+    /// Stream buffer size, KiB.
+    #[arg(long, default_value_t = 256)]
+    buffer_kib: u64,
+    /// Buffers per stream.
+    #[arg(long, default_value_t = 2)]
+    buffers_per_stream: u32,
+    /// Disklet buffers processed at once (default: cores).
+    #[arg(long)]
+    compute_slots: Option<usize>,
+    /// Write the bound address here once listening.
+    #[arg(long)]
+    port_file: Option<PathBuf>,
+}
+
+/// `adisk up` arguments.
+#[derive(clap::Args, Debug)]
+pub struct UpArgs {
+    /// Number of disk processes.
+    #[arg(long, default_value_t = 4)]
+    pub disks: u32,
+    /// DiskOS memory budget per disk, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub memory_mib: u64,
+    /// Stream buffer size, KiB.
+    #[arg(long, default_value_t = 256)]
+    pub buffer_kib: u64,
+    /// Buffers per stream.
+    #[arg(long, default_value_t = 2)]
+    pub buffers_per_stream: u32,
+}
+
+pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
+    let mut os = DiskOsConfig::new(a.id, a.memory_mib * adisk_core::MIB, a.buffer_kib * adisk_core::KIB, a.buffers_per_stream);
+    if let Some(c) = a.compute_slots {
+        os.compute_slots = c.max(1);
+    }
+    let probe = ClusterConfig {
+        cluster: ClusterSection { name: "check".into(), host_link_mbps: 0 },
+        disks: vec![DiskConfig { id: 0, address: "127.0.0.1:1".into(), dir: None, memory_mib: a.memory_mib, buffer_kib: a.buffer_kib, buffers_per_stream: a.buffers_per_stream, pid: None }],
+    };
+    probe.validate(Path::new("command line"))?;
+    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os }).await?;
+    let address = node.address().to_string();
+    if let Some(pf) = &a.port_file {
+        let tmp = pf.with_extension("tmp");
+        std::fs::write(&tmp, &address).and_then(|()| std::fs::rename(&tmp, pf)).map_err(|e| CliError::Other(format!("writing {}: {e}", pf.display())))?;
+    }
+    eprintln!("disk {} serving {} on {address}", a.id, data.display());
+    let stop = async {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return std::future::pending().await,
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    };
+    node.serve(stop).await?;
+    eprintln!("disk {} stopped", a.id);
+    Ok(())
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: kill with signal 0 only checks for existence and permission.
+    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
+}
+
+fn reap(pid: u32) {
+    let mut status = 0;
+    // SAFETY: non-blocking wait on a pid; harmless if it is not our child.
+    unsafe {
+        libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG);
+    }
+}
+
+/// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
+pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
+    if args.disks == 0 || args.disks > 256 {
+        return Err(CliError::Other(format!("--disks {} outside 1..=256", args.disks)));
+    }
+    let config_path = dir.join("cluster.toml");
+    if config_path.exists() {
+        if let Ok(old) = ClusterConfig::load(&config_path) {
+            if old.disks.iter().any(|d| d.pid.is_some_and(alive)) {
+                return Err(CliError::Other(format!("a cluster is already running in {} (run `adisk down` first)", dir.display())));
+            }
+        }
+    }
+    std::fs::create_dir_all(dir).map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
+    let dir = std::fs::canonicalize(dir).map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
+    let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
+    let mut disks = Vec::new();
+    let mut children = Vec::new();
+    for id in 0..args.disks {
+        let disk_dir = dir.join(format!("disk-{id}"));
+        std::fs::create_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
+        let port_file = disk_dir.join("address");
+        let _ = std::fs::remove_file(&port_file);
+        let log = std::fs::File::create(disk_dir.join("disk.log")).map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
+        let log2 = log.try_clone().map_err(|e| CliError::Other(e.to_string()))?;
+        use std::os::unix::process::CommandExt;
+        let child = std::process::Command::new(&exe)
+            .arg("disk")
+            .arg("--dir")
+            .arg(&disk_dir)
+            .args(["--listen", "127.0.0.1:0", "--id", &id.to_string()])
+            .args(["--memory-mib", &args.memory_mib.to_string(), "--buffer-kib", &args.buffer_kib.to_string()])
+            .args(["--buffers-per-stream", &args.buffers_per_stream.to_string()])
+            .arg("--port-file")
+            .arg(&port_file)
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| CliError::Other(format!("starting disk {id}: {e}")))?;
+        children.push((id, child, port_file, disk_dir));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    for (id, child, port_file, disk_dir) in &mut children {
+        loop {
+            if let Ok(address) = std::fs::read_to_string(&*port_file) {
+                disks.push(DiskConfig {
+                    id: *id,
+                    address: address.trim().to_string(),
+                    dir: Some(disk_dir.clone()),
+                    memory_mib: args.memory_mib,
+                    buffer_kib: args.buffer_kib,
+                    buffers_per_stream: args.buffers_per_stream,
+                    pid: Some(child.id()),
+                });
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                let log = std::fs::read_to_string(disk_dir.join("disk.log")).unwrap_or_default();
+                return Err(CliError::Other(format!("disk {id} exited ({status}) during start-up:\n{}", log.trim())));
+            }
+            if Instant::now() > deadline {
+                return Err(CliError::Other(format!("disk {id} did not start within 20 s (see {})", disk_dir.join("disk.log").display())));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let config = ClusterConfig { cluster: ClusterSection { name: "local".into(), host_link_mbps: 0 }, disks };
+    config.save(&config_path)?;
+    Ok(config)
+}
+
+pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
+    let mut s = format!("cluster of {} disks up; config {}\n", config.disks.len(), dir.join("cluster.toml").display());
+    for d in &config.disks {
+        s.push_str(&format!("  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers)\n", d.id, d.address, d.pid.unwrap_or(0), d.memory_mib, d.buffer_kib, d.buffers_per_stream));
+    }
+    s
+}
+
+/// Stops the local cluster: a `shutdown` action to each disk, then SIGTERM, then SIGKILL.
+pub async fn down(dir: &Path) -> Result<(), CliError> {
+    let path = dir.join("cluster.toml");
+    if !path.exists() {
+        return Err(CliError::Other(format!("no cluster at {}", dir.display())));
+    }
+    let config = ClusterConfig::load(&path)?;
+    if let Ok(cluster) = adisk_host::Cluster::connect(config.clone()).await {
+        cluster.shutdown().await;
+    }
+    let pids: Vec<u32> = config.disks.iter().filter_map(|d| d.pid).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut signalled = false;
+    loop {
+        pids.iter().for_each(|p| reap(*p));
+        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            if signalled {
+                for p in &left {
+                    // SAFETY: sending a signal to a disk process we started.
+                    unsafe { libc::kill(*p as libc::pid_t, libc::SIGKILL) };
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                break;
+            }
+            for p in &left {
+                // SAFETY: as above.
+                unsafe { libc::kill(*p as libc::pid_t, libc::SIGTERM) };
+            }
+            signalled = true;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = std::fs::remove_file(&path);
+    println!("cluster in {} stopped ({} disks)", dir.display(), config.disks.len());
+    Ok(())
+}
+
+/// The embedded demo.
+pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
+    let demo_dir = dir.join("demo");
+    let config = up(&demo_dir, &UpArgs { disks, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2 }).await?;
+    println!("{}", describe(&config, &demo_dir));
+    let result = demo_body(&demo_dir, sf).await;
+    down(&demo_dir).await?;
+    result
+}
+
+async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
+    let cluster = crate::connect(dir).await?;
+    crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()] }).await?;
+    let q6 = adisk_host::JobRequest {
+        disklet: "aggregate".into(),
+        table: "lineitem".into(),
+        params: [
+            ("predicate".to_string(), "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24".to_string()),
+            ("aggs".to_string(), "sum(l_extendedprice * l_discount) AS revenue".to_string()),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    println!("== Q6-like select + aggregate at the disks ==");
+    crate::output::print_job(&adisk_host::plan::run(&cluster, &q6).await?, "table", 20)?;
+    let q1 = adisk_host::JobRequest {
+        disklet: "groupby".into(),
+        table: "lineitem".into(),
+        params: [
+            ("predicate".to_string(), "l_shipdate <= DATE '1998-09-02'".to_string()),
+            ("group_by".to_string(), "l_returnflag, l_linestatus".to_string()),
+            (
+                "aggs".to_string(),
+                "sum(l_quantity) AS sum_qty, sum(l_extendedprice) AS sum_base_price, sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price, avg(l_discount) AS avg_disc, count(*) AS count_order".to_string(),
+            ),
+        ]
+        .into_iter()
+        .collect(),
+        ..Default::default()
+    };
+    println!("\n== Q1-like group-by at the disks, combined at the host ==");
+    crate::output::print_job(&adisk_host::plan::run(&cluster, &q1).await?, "table", 20)?;
+    Ok(())
+}

@@ -1,0 +1,166 @@
+//! Printing results and statistics; loads with progress bars; benchmarks.
+use crate::CliError;
+use adisk_host::cluster::Cluster;
+use adisk_host::load::{FileFormat, TpchLoad};
+use adisk_host::plan::JobOutput;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Benchmarks.
+#[derive(clap::Subcommand, Debug)]
+pub enum BenchCommand {
+    /// Disk-side scan throughput: Q6-like select and Q1-like aggregation over lineitem, on 1
+    /// and 4 disks, against DuckDB (1 thread) on the same Parquet files.
+    Scan {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Disk counts to measure.
+        #[arg(long, value_delimiter = ',', default_value = "1,4")]
+        disks: Vec<u32>,
+        /// Repeats per measurement (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Python interpreter with the `duckdb` module.
+        #[arg(long, default_value = "python3")]
+        python: String,
+    },
+}
+
+pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
+    let statuses = cluster.status().await;
+    let catalog = cluster.catalog().await;
+    if format == "json" {
+        let disks: Vec<serde_json::Value> = statuses
+            .iter()
+            .enumerate()
+            .map(|(d, s)| match s {
+                Ok(s) => serde_json::to_value(s).expect("status serializes"),
+                Err(e) => serde_json::json!({ "disk_id": d, "error": e.to_string() }),
+            })
+            .collect();
+        let tables: Vec<serde_json::Value> = match &catalog {
+            Ok(c) => c.tables.values().map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks()})).collect(),
+            Err(_) => vec![],
+        };
+        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "disks": disks, "tables": tables })).expect("json"));
+        return Ok(());
+    }
+    check_format(format)?;
+    println!("{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}", "disk", "address", "pid", "memory granted/total", "running", "waiting", "finished", "failed");
+    for (d, s) in statuses.iter().enumerate() {
+        match s {
+            Ok(s) => println!(
+                "{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}",
+                s.disk_id,
+                cluster.address(d as u32),
+                s.pid,
+                format!("{}/{}", adisk_core::stats::human_bytes(s.memory_granted_bytes), adisk_core::stats::human_bytes(s.memory_bytes)),
+                s.jobs_running,
+                s.jobs_waiting,
+                s.jobs_finished,
+                s.jobs_failed
+            ),
+            Err(e) => println!("{d:<5} {:<22} ERROR {e}", cluster.address(d as u32)),
+        }
+    }
+    match catalog {
+        Ok(c) => {
+            println!("\n{:<12} {:>12} {:>12} {:>11} {:>8}", "table", "rows", "bytes", "partitions", "disks");
+            for t in c.tables.values() {
+                println!("{:<12} {:>12} {:>12} {:>11} {:>8}", t.name, t.rows(), adisk_core::stats::human_bytes(t.bytes()), t.placements.len(), t.disks().len());
+            }
+        }
+        Err(e) => println!("\ncatalog unavailable: {e}"),
+    }
+    Ok(())
+}
+
+fn check_format(format: &str) -> Result<(), CliError> {
+    match format {
+        "table" | "json" => Ok(()),
+        other => Err(CliError::Other(format!("unknown format `{other}` (table or json)"))),
+    }
+}
+
+fn bar(total: u64, label: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(total.max(1));
+    pb.set_style(indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} rows ({per_sec}, eta {eta})").expect("template").progress_chars("=> "));
+    pb.set_message(label.to_string());
+    pb
+}
+
+pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad) -> Result<(), CliError> {
+    let started = Instant::now();
+    let mut bars: std::collections::HashMap<String, indicatif::ProgressBar> = Default::default();
+    let loaded = adisk_host::load::load_tpch(cluster, load, |table, rows| {
+        let pb = bars.entry(table.to_string()).or_insert_with(|| bar(adisk_storage::tpch::approx_rows(table, load.sf), table));
+        pb.set_position(rows);
+    })
+    .await?;
+    for pb in bars.values() {
+        pb.finish();
+    }
+    let total: u64 = loaded.iter().map(|(_, r)| r).sum();
+    eprintln!("loaded TPC-H SF {} ({} tables, {total} rows) into {} disks in {:.1} s", load.sf, loaded.len(), cluster.disk_count(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], decluster: &str) -> Result<(), CliError> {
+    let rule = decluster.parse()?;
+    let started = Instant::now();
+    let pb = indicatif::ProgressBar::new_spinner();
+    let infos = adisk_host::load::load_files(cluster, table, format, files, rule, |rows| pb.set_message(format!("{rows} rows"))).await?;
+    pb.finish_and_clear();
+    let rows: u64 = infos.iter().map(|p| p.rows).sum();
+    eprintln!("loaded {rows} rows into `{table}` ({} partitions) in {:.1} s", infos.len(), started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), CliError> {
+    check_format(format)?;
+    if format == "json" {
+        let mut writer = arrow::json::ArrayWriter::new(Vec::new());
+        for b in &out.batches {
+            writer.write(b).map_err(|e| CliError::Other(e.to_string()))?;
+        }
+        writer.finish().map_err(|e| CliError::Other(e.to_string()))?;
+        let rows_json = writer.into_inner();
+        let rows: serde_json::Value = if rows_json.is_empty() { serde_json::json!([]) } else { serde_json::from_slice(&rows_json).map_err(|e| CliError::Other(e.to_string()))? };
+        let doc = serde_json::json!({
+            "columns": out.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(),
+            "rows": rows,
+            "stats": out.stats,
+            "totals": out.stats.totals(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+        return Ok(());
+    }
+    let mut shown = Vec::new();
+    let mut left = max_rows;
+    for b in &out.batches {
+        if left == 0 {
+            break;
+        }
+        let n = b.num_rows().min(left);
+        shown.push(b.slice(0, n));
+        left -= n;
+    }
+    if !shown.is_empty() {
+        println!("{}", arrow::util::pretty::pretty_format_batches(&shown).map_err(|e| CliError::Other(e.to_string()))?);
+    }
+    if out.rows() > max_rows {
+        println!("({} rows, {} shown)", out.rows(), max_rows);
+    } else {
+        println!("({} rows)", out.rows());
+    }
+    println!("\n{}", out.stats.description);
+    print!("{}", out.stats.render_table());
+    Ok(())
+}
+
+pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
+    match cmd {
+        BenchCommand::Scan { sf, disks, repeats, python } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
+    }
+}
