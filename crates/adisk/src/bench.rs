@@ -1,7 +1,133 @@
-//! `adisk bench scan`.
+//! `adisk bench scan`: disk-side scan throughput against DuckDB on the same Parquet files.
+//!
+//! For each disk count: a fresh local cluster, `lineitem` at the given scale factor, then a
+//! Q6-like select+aggregate and a Q1-like group-by, each `repeats` times (median wall time).
+//! Reported: MB/s of column data scanned at the disks (Arrow bytes after column elimination,
+//! summed over disks, ÷ median wall time), storage bytes read, CPU cycles per scanned byte
+//! (CPU time × clock ÷ bytes), bytes shipped, peak RSS of the disk processes, and DuckDB with
+//! one thread on the same files, as a throughput ratio measured in the same run.
 use crate::CliError;
+use crate::local::{UpArgs, down, up};
+use adisk_host::JobRequest;
 use std::path::Path;
 
-pub async fn scan(_dir: &Path, _sf: f64, _disks: &[u32], _repeats: usize, _python: &str) -> Result<(), CliError> {
-    Err(CliError::Other("bench scan is not built yet".into()))
+const DUCKDB_TIME: &str = include_str!("duckdb_time.py");
+
+const Q6_PREDICATE: &str = "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
+
+fn cpu_hz() -> f64 {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
+        .map_or(2.0e9, |mhz| mhz * 1e6)
+}
+
+fn peak_rss_bytes(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()))
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+fn duckdb_seconds(python: &str, dir: &Path, repeats: usize, sql: &str) -> Result<f64, CliError> {
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(DUCKDB_TIME)
+        .arg(dir)
+        .arg(repeats.to_string())
+        .arg(sql)
+        .output()
+        .map_err(|e| CliError::Other(format!("cannot run {python}: {e}")))?;
+    if !out.status.success() {
+        return Err(CliError::Other(format!("DuckDB timing failed (pip install duckdb==1.5.5): {}", String::from_utf8_lossy(&out.stderr))));
+    }
+    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|e| CliError::Other(format!("bad DuckDB timing output: {e}")))
+}
+
+pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, python: &str) -> Result<(), CliError> {
+    let hz = cpu_hz();
+    let queries: [(&str, JobRequest, String); 2] = [
+        (
+            "Q6-like",
+            JobRequest {
+                disklet: "aggregate".into(),
+                table: "lineitem".into(),
+                params: [("predicate".to_string(), Q6_PREDICATE.to_string()), ("aggs".to_string(), "sum(l_extendedprice * l_discount) AS revenue".to_string())].into_iter().collect(),
+                ..Default::default()
+            },
+            format!("SELECT sum(l_extendedprice * l_discount) FROM lineitem WHERE {Q6_PREDICATE}"),
+        ),
+        (
+            "Q1-like",
+            JobRequest {
+                disklet: "groupby".into(),
+                table: "lineitem".into(),
+                params: [
+                    ("predicate".to_string(), "l_shipdate <= DATE '1998-09-02'".to_string()),
+                    ("group_by".to_string(), "l_returnflag, l_linestatus".to_string()),
+                    ("aggs".to_string(), "sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*)".to_string()),
+                ]
+                .into_iter()
+                .collect(),
+                ..Default::default()
+            },
+            "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2".to_string(),
+        ),
+    ];
+    println!("adisk bench scan: TPC-H SF {sf} lineitem, median of {repeats}, clock {:.2} GHz", hz / 1e9);
+    println!("{:<8} {:>5} {:>10} {:>11} {:>11} {:>10} {:>11} {:>12} {:>10} {:>12}", "query", "disks", "wall_ms", "scanned_MB", "MB/s", "cyc/byte", "shipped", "peak_rss_MB", "duckdb_ms", "vs_duckdb");
+    for &n in disk_counts {
+        let cdir = dir.join(format!("bench-scan-{n}"));
+        if cdir.join("cluster.toml").exists() {
+            let _ = down(&cdir).await;
+        }
+        let config = up(&cdir, &UpArgs { disks: n, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2 }).await?;
+        let result = async {
+            let cluster = crate::connect(&cdir).await?;
+            let loaded = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
+            if loaded == 0 {
+                crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()] }).await?;
+            }
+            for (name, req, sql) in &queries {
+                adisk_host::plan::run(&cluster, req).await?; // warm-up (first open verifies checksums)
+                let mut walls = Vec::with_capacity(repeats);
+                let mut last = None;
+                for _ in 0..repeats {
+                    let out = adisk_host::plan::run(&cluster, req).await?;
+                    walls.push(out.stats.wall_ns as f64 / 1e9);
+                    last = Some(out);
+                }
+                let out = last.expect("repeats >= 1");
+                let wall = median(walls);
+                let scanned: u64 = out.stats.disks.iter().map(|d| d.bytes_scanned).sum();
+                let t = out.stats.totals();
+                let rss = config.disks.iter().filter_map(|d| d.pid).map(peak_rss_bytes).max().unwrap_or(0);
+                let duck = duckdb_seconds(python, &cdir, repeats, sql)?;
+                println!(
+                    "{:<8} {:>5} {:>10.1} {:>11.1} {:>11.1} {:>10.2} {:>11} {:>12.1} {:>10.1} {:>11.2}x",
+                    name,
+                    n,
+                    wall * 1e3,
+                    scanned as f64 / 1e6,
+                    scanned as f64 / 1e6 / wall,
+                    t.cpu_ns as f64 * hz / 1e9 / scanned.max(1) as f64,
+                    adisk_core::stats::human_bytes(t.bytes_shipped_host),
+                    rss as f64 / 1e6,
+                    duck * 1e3,
+                    duck / wall
+                );
+            }
+            Ok::<(), CliError>(())
+        }
+        .await;
+        down(&cdir).await?;
+        result?;
+    }
+    println!("vs_duckdb = DuckDB 1-thread time / ActiveDisk time (higher is better for ActiveDisk)");
+    Ok(())
 }
