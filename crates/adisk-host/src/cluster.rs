@@ -164,6 +164,25 @@ impl Cluster {
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
+    /// Runs `spec` (whose source is [`adisk_core::protocol::Source::Host`]) on disk `d`,
+    /// streaming `input` to it over Flight `DoExchange`; returns the job's result stream.
+    pub async fn exchange(
+        &self,
+        d: u32,
+        spec: &JobSpec,
+        schema: SchemaRef,
+        input: BoxStream<'static, RecordBatch>,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let mut c = self.client(d);
+        let address = self.address(d).to_string();
+        let data = arrow_flight::encode::FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .with_flight_descriptor(Some(arrow_flight::FlightDescriptor::new_cmd(spec.to_bytes())))
+            .build(input.map(Ok));
+        let stream = c.do_exchange(data).await.map_err(|e| flight_err(d, &address, e))?;
+        Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
+    }
+
     /// Drops a table on every disk.
     pub async fn drop_table(&self, table: &str) -> Result<()> {
         futures::future::try_join_all((0..self.disk_count()).map(|d| self.action(d, action::DROP_TABLE, table.as_bytes().to_vec()))).await?;
