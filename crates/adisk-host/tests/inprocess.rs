@@ -1,0 +1,144 @@
+//! In-process: a disk node on 127.0.0.1, a host-resident input stream over DoExchange, checked
+//! against a plain Rust filter of the same rows.
+use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
+use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Sink, Source};
+use adisk_disk::{DiskNode, DiskNodeConfig};
+use adisk_diskos::DiskOsConfig;
+use adisk_host::Cluster;
+use arrow::array::{AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema};
+use datafusion::prelude::{col, lit};
+use datafusion_proto::bytes::Serializeable;
+use futures::StreamExt;
+use std::sync::Arc;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_resident_stream_through_a_disklet() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2) }).await.unwrap();
+    let address = node.address().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(node.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let config = ClusterConfig {
+        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
+        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 16, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
+    };
+    let cluster = Cluster::connect(config).await.unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+    let batches: Vec<RecordBatch> = (0..20).map(|i| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(i * 1000..(i + 1) * 1000))]).unwrap()).collect();
+    let predicate = ExprBytes(((col("x") % lit(7i64)).eq(lit(3i64))).to_bytes().unwrap().to_vec());
+    let spec = JobSpec {
+        job_id: "host-stream-test".into(),
+        program: "test".into(),
+        source: Source::Host { schema: schema.as_ref().clone() },
+        stages: vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }],
+        sink: Sink::Host,
+        scratch_kib: 0,
+    };
+    let input = futures::stream::iter(batches.clone()).boxed();
+    let mut out = cluster.exchange(0, &spec, schema.clone(), input).await.unwrap();
+    let mut got: Vec<i64> = Vec::new();
+    while let Some(b) = out.next().await {
+        got.extend(b.unwrap().column(0).as_primitive::<Int64Type>().values().iter().copied());
+    }
+    let expected: Vec<i64> = (0..20_000).filter(|x| x % 7 == 3).collect();
+    assert_eq!(got, expected);
+    let stats = cluster.job_stats(0, "host-stream-test").await.unwrap();
+    assert_eq!(stats.rows_read, 20_000);
+    assert_eq!(stats.rows_shipped, expected.len() as u64);
+    assert!(stats.bytes_shipped_host > 0);
+    // A job naming an unknown table is refused with a typed error, and the disk goes on serving.
+    let bad = JobSpec { job_id: "bad".into(), source: Source::Table { table: "nosuch".into(), columns: vec![], prune: None }, stages: vec![], ..spec.clone() };
+    let err = match cluster.start(0, &bad).await {
+        Err(e) => e.to_string(),
+        Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
+    };
+    assert!(err.contains("unknown table"), "{err}");
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// Two host programs at once on a disk with one compute slot: a short job submitted while a
+/// long one runs finishes first, because DiskOS hands out compute slots buffer by buffer
+/// (first come, first served) instead of running jobs to completion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_jobs_share_the_disk() {
+    use adisk_core::protocol::{AggregateMode, NamedExpr};
+    use adisk_storage::store::DiskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+    {
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        for (table, rows) in [("big", 4_000_000i64), ("small", 1000)] {
+            let mut w = store.create_partition(table, 0, schema.clone(), 65_536).unwrap();
+            let mut start = 0;
+            while start < rows {
+                let end = (start + 65_536).min(rows);
+                w.write(&RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(start..end))]).unwrap()).unwrap();
+                start = end;
+            }
+            store.commit_partition(w).unwrap();
+        }
+    }
+    let mut os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
+    os.compute_slots = 1;
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
+    let address = node.address().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(node.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let config = ClusterConfig {
+        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
+        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
+    };
+    let cluster = Arc::new(Cluster::connect(config).await.unwrap());
+    let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
+    let long = JobSpec {
+        job_id: "long".into(),
+        program: "program-a".into(),
+        source: Source::Table { table: "big".into(), columns: vec![], prune: None },
+        stages: vec![DiskletSpec::Aggregate {
+            group_by: vec![NamedExpr { name: "g".into(), expr: e(col("x") % lit(100_000i64)) }],
+            aggregates: vec![NamedExpr { name: "s".into(), expr: e(datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x"))) }],
+            mode: AggregateMode::Partial,
+            raw_input: None,
+        }],
+        sink: Sink::Host,
+        scratch_kib: 8 * 1024,
+    };
+    let short = JobSpec {
+        job_id: "short".into(),
+        program: "program-b".into(),
+        source: Source::Table { table: "small".into(), columns: vec![], prune: None },
+        stages: vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }],
+        sink: Sink::Host,
+        scratch_kib: 0,
+    };
+    let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
+        let mut s = cluster.start(0, &spec).await.unwrap();
+        let mut rows = 0;
+        while let Some(b) = s.next().await {
+            rows += b.unwrap().num_rows();
+        }
+        (rows, std::time::Instant::now())
+    };
+    let long_task = tokio::spawn(drain(cluster.clone(), long));
+    // Let the long job get going, then submit the short one.
+    loop {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        if cluster.job_stats(0, "long").await.is_ok_and(|s| s.rows_read > 0) {
+            break;
+        }
+    }
+    let (short_rows, short_done) = drain(cluster.clone(), short).await;
+    let (_, long_done) = long_task.await.unwrap();
+    assert_eq!(short_rows, 10);
+    assert!(short_done < long_done, "the short job waited for the long one to finish");
+    let long_stats = cluster.job_stats(0, "long").await.unwrap();
+    assert_eq!(long_stats.rows_read, 4_000_000);
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
