@@ -81,7 +81,12 @@ impl DiskNode {
     /// Serves until a `shutdown` action or `stop` completes.
     pub async fn serve(self, stop: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DiskNodeError> {
         let shutdown = self.service.shutdown_signal();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(self.listener);
+        // Small control messages must not wait for delayed ACKs (Nagle): set TCP_NODELAY.
+        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(self.listener), |s| {
+            s.inspect(|stream| {
+                let _ = stream.set_nodelay(true);
+            })
+        });
         let signal = async move {
             tokio::select! {
                 () = stop => {},

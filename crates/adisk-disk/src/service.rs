@@ -66,7 +66,12 @@ impl DiskService {
 /// Streams a running job's output as Flight data; ends with the job's error, if any.
 fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status>> {
     let RunningJob { schema, output, state, done } = job;
-    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(|b| Ok(b.batch.clone()));
+    // Dropping the response (the host went away) cancels the job.
+    let guard = CancelOnDrop(state.clone());
+    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| {
+        let _alive = &guard;
+        Ok(b.batch.clone())
+    });
     let counting = state.clone();
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema)
@@ -89,6 +94,14 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
     })
     .filter_map(|x| async move { x });
     encoded.chain(tail).boxed()
+}
+
+struct CancelOnDrop(Arc<adisk_diskos::job::JobState>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancel();
+    }
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Status> {
@@ -302,7 +315,8 @@ impl PipeConnector for FlightPipeConnector {
         async move {
             let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
                 .map_err(|e| DiskOsError::Pipe(format!("bad target address {target}: {e}")))?
-                .connect_timeout(Duration::from_secs(5));
+                .connect_timeout(Duration::from_secs(5))
+                .tcp_nodelay(true);
             let channel = endpoint.connect().await.map_err(|e| DiskOsError::Pipe(format!("disk {target} unreachable: {e}")))?;
             let mut client = FlightClient::new(channel);
             let cmd = serde_json::to_vec(&PutCommand::Exchange { exchange_id: exchange_id.clone(), sender }).expect("command serializes");

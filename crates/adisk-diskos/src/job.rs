@@ -99,9 +99,15 @@ pub struct JobState {
     wall_ns: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<String>>,
+    cancel: tokio::sync::watch::Sender<bool>,
 }
 
 impl JobState {
+    /// Cancels the job (its consumer went away): sources waiting for pipe or host input stop.
+    pub fn cancel(&self) {
+        self.cancel.send_replace(true);
+    }
+
     fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64)]) -> Self {
         JobState {
             job_id: job_id.to_string(),
@@ -120,6 +126,7 @@ impl JobState {
             wall_ns: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
+            cancel: tokio::sync::watch::Sender::new(false),
         }
     }
 
@@ -396,9 +403,9 @@ impl DiskOs {
             },
             Source::Pipe { exchange_id, senders, .. } => {
                 let exchanges = self.exchanges.clone();
-                let (counters, account) = (state.read.clone(), account.clone());
+                let (counters, account, cancel) = (state.read.clone(), account.clone(), state.cancel.subscribe());
                 tasks.push(tokio::spawn(async move {
-                    let result = pipe_source(&exchanges, &exchange_id, senders, &src_tx, &counters, &account).await;
+                    let result = pipe_source(&exchanges, &exchange_id, senders, &src_tx, &counters, &account, cancel).await;
                     exchanges.remove(&exchange_id);
                     result
                 }));
@@ -406,9 +413,14 @@ impl DiskOs {
             Source::Host { .. } => {
                 let mut input = host_input.expect("checked at admission");
                 let (counters, account, schema) = (state.read.clone(), account.clone(), source_schema.clone());
+                let mut cancel = state.cancel.subscribe();
                 tasks.push(tokio::spawn(async move {
                     let mut position = 0u64;
-                    while let Some(batch) = input.recv().await {
+                    loop {
+                        let batch = tokio::select! {
+                            b = input.recv() => match b { Some(b) => b, None => break },
+                            _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
+                        };
                         if batch.schema().fields() != schema.fields() {
                             return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
                         }
@@ -438,7 +450,7 @@ impl DiskOs {
             }
             let ctx = StageContext { index: i, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
             let input = rx.take().expect("each stream has one consumer");
-            tasks.push(tokio::spawn(run_stage(disklet, input, txs, ctx)));
+            tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, input, txs, ctx)));
             if i + 1 == stage_count {
                 final_outputs = rxs;
             } else {
@@ -534,6 +546,7 @@ async fn pipe_source(
     tx: &StreamTx,
     counters: &ReadCounters,
     account: &Arc<Account>,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
     let mut inbox = exchanges.receiver(exchange_id).map_err(DiskOsError::Pipe)?;
     let mut done = vec![false; senders as usize];
@@ -542,6 +555,7 @@ async fn pipe_source(
         let msg = tokio::select! {
             m = inbox.recv() => m,
             () = tx.closed() => return Ok(()),
+            _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
         };
         match msg {
             None => return Err(DiskOsError::Pipe(format!("exchange `{exchange_id}` closed early"))),
@@ -572,89 +586,76 @@ struct StageContext {
     skip: Option<Arc<SkipList>>,
 }
 
-/// Runs `disklet.process` (or `finish` when `buffer` is None) on a blocking thread under a compute slot.
-async fn step(disklet: Box<dyn Disklet>, emitter: Emitter, buffer: Option<Buffer>, ctx: &StageContext) -> Result<(Box<dyn Disklet>, Emitter, Result<()>)> {
+/// Runs `disklet.process` (or `finish` when `buffer` is None) under a compute slot, on the
+/// stage's own thread. Slots are handed out first come, first served across all jobs.
+fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, buffer: Option<Buffer>, ctx: &StageContext) -> Result<()> {
     let wait = Instant::now();
-    let permit = ctx.compute.clone().acquire_owned().await.map_err(|_| DiskOsError::Cancelled)?;
+    let permit = futures::executor::block_on(ctx.compute.acquire()).map_err(|_| DiskOsError::Cancelled)?;
     ctx.state.schedule_wait_ns.fetch_add(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let counters = &ctx.state.stages[ctx.index];
     if let Some(b) = &buffer {
         counters.rows_in.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
         counters.bytes_in.fetch_add(b.bytes(), Ordering::Relaxed);
     }
-    let (disklet, emitter, result, cpu) = tokio::task::spawn_blocking(move || {
-        let mut disklet = disklet;
-        let mut emitter = emitter;
-        let t0 = crate::thread_cpu_ns();
-        let result = match &buffer {
-            Some(b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position }, &mut emitter),
-            None => disklet.finish(&mut emitter),
-        };
-        let cpu = crate::thread_cpu_ns().saturating_sub(t0);
-        drop(permit);
-        (disklet, emitter, result, cpu)
-    })
-    .await
-    .map_err(|e| DiskOsError::InvalidJob(format!("disklet panicked: {e}")))?;
+    let t0 = crate::thread_cpu_ns();
+    let result = match &buffer {
+        Some(b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position }, emitter),
+        None => disklet.finish(emitter),
+    };
+    let cpu = crate::thread_cpu_ns().saturating_sub(t0);
+    drop(permit);
+    drop(buffer);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
     counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
     counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
-    Ok((disklet, emitter, result))
+    result
 }
 
-async fn run_stage(disklet: Box<dyn Disklet>, mut input: StreamRx, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
-    let mut disklet = disklet;
-    let mut emitter = Emitter::new(outputs.len());
-    let mut scratch_charged = 0u64;
-    loop {
-        let buffer = input.recv().await;
-        if ctx.state.failed() {
-            return Ok(());
-        }
-        let end = buffer.is_none();
-        let (d, mut e, result) = step(disklet, emitter, buffer, &ctx).await?;
-        disklet = d;
-        result?;
-        let scratch_now = disklet.scratch_bytes();
-        ctx.account.adjust(scratch_charged, scratch_now);
-        scratch_charged = scratch_now;
-        if let Some(skip) = &ctx.skip {
-            skip.add(e.take_skips());
-        }
-        let stop = e.is_done();
-        for (port, batches) in e.take_outputs().into_iter().enumerate() {
-            for batch in batches {
-                let counters = &ctx.state.stages[ctx.index];
-                counters.rows_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-                let b = Buffer::new(batch, 0, &ctx.account);
-                counters.bytes_out.fetch_add(b.bytes(), Ordering::Relaxed);
-                if outputs[port].send(b).await.is_err() {
-                    ctx.account.adjust(scratch_charged, 0);
-                    return Err(DiskOsError::Cancelled);
-                }
-            }
-        }
-        emitter = e;
-        if end {
-            break;
-        }
-        if stop {
-            // The disklet needs no more input: finish now; dropping the input stops the source.
-            drop(input);
-            let (d, mut e, result) = step(disklet, emitter, None, &ctx).await?;
-            result?;
-            for (port, batches) in e.take_outputs().into_iter().enumerate() {
-                for batch in batches {
-                    let b = Buffer::new(batch, 0, &ctx.account);
-                    if outputs[port].send(b).await.is_err() {
-                        return Err(DiskOsError::Cancelled);
-                    }
-                }
-            }
-            drop(d);
-            break;
+/// Sends what the disklet emitted downstream (blocking on backpressure).
+fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> Result<()> {
+    let counters = &ctx.state.stages[ctx.index];
+    for (port, batches) in emitter.take_outputs().into_iter().enumerate() {
+        for batch in batches {
+            counters.rows_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
+            let b = Buffer::new(batch, 0, &ctx.account);
+            counters.bytes_out.fetch_add(b.bytes(), Ordering::Relaxed);
+            outputs[port].blocking_send(b).map_err(|_| DiskOsError::Cancelled)?;
         }
     }
-    ctx.account.adjust(scratch_charged, 0);
     Ok(())
+}
+
+/// One disklet stage: a loop on its own blocking thread for the life of the job.
+fn run_stage(mut disklet: Box<dyn Disklet>, mut input: StreamRx, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
+    let mut emitter = Emitter::new(outputs.len());
+    let mut scratch_charged = 0u64;
+    let result = (|| {
+        loop {
+            let buffer = input.blocking_recv();
+            if ctx.state.failed() {
+                return Ok(());
+            }
+            let end = buffer.is_none();
+            step(disklet.as_mut(), &mut emitter, buffer, &ctx)?;
+            let scratch_now = disklet.scratch_bytes();
+            ctx.account.adjust(scratch_charged, scratch_now);
+            scratch_charged = scratch_now;
+            if let Some(skip) = &ctx.skip {
+                skip.add(emitter.take_skips());
+            }
+            let stop = emitter.is_done();
+            forward(&mut emitter, &outputs, &ctx)?;
+            if end {
+                return Ok(());
+            }
+            if stop {
+                // The disklet needs no more input: finish now; closing the input stops the source.
+                input.close();
+                step(disklet.as_mut(), &mut emitter, None, &ctx)?;
+                return forward(&mut emitter, &outputs, &ctx);
+            }
+        }
+    })();
+    ctx.account.adjust(scratch_charged, 0);
+    result
 }

@@ -349,16 +349,31 @@ async fn plan_aggregate(table: &TableEntry, req: &JobRequest) -> Result<Aggregat
     if let Some(g) = group_by {
         sql.push_str(&format!(" GROUP BY {g}"));
     }
-    let pieces = take_pieces(&analyze(table, &sql).await?)?;
+    let analyzed = analyze(table, &sql).await?;
+    let pieces = take_pieces(&analyzed)?;
     if pieces.aggregates.is_empty() {
         return Err(HostError::Invalid(format!("`{aggs}` contains no aggregate function")));
     }
     let mut refs: Vec<&Expr> = pieces.group_by.iter().chain(pieces.aggregates.iter()).collect();
     refs.extend(pieces.predicate.iter());
-    let (source, raw_input) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
-    let prefix = match &pieces.predicate {
-        Some(p) => vec![DiskletSpec::Select { predicate: Some(encode(p)?), projection: vec![], limit: None }],
+    let (source, mut raw_input) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
+    // Common subexpressions (Q1's `l_extendedprice * (1 - l_discount)`) are computed once, by
+    // the select stage's projection, as DataFusion's CommonSubexprEliminate rewrites them.
+    let cse = common_subexpressions(&analyzed, pieces.group_by.len(), pieces.aggregates.len())?;
+    let projection = match &cse {
+        Some((projection, _, _)) => projection.iter().map(named).collect::<Result<Vec<_>>>()?,
         None => vec![],
+    };
+    let prefix = if pieces.predicate.is_some() || !projection.is_empty() {
+        let select = DiskletSpec::Select { predicate: pieces.predicate.as_ref().map(encode).transpose()?, projection, limit: None };
+        raw_input = adisk_diskos::disklets::build(&select, &raw_input, 0, &ExprPlanner::default())?.output_schema();
+        vec![select]
+    } else {
+        vec![]
+    };
+    let (group_exprs, agg_exprs) = match cse {
+        Some((_, g, a)) => (g, a),
+        None => (pieces.group_by.clone(), pieces.aggregates.clone()),
     };
     // Output names: the projection's aliases where given.
     let n_groups = pieces.group_by.len();
@@ -367,9 +382,42 @@ async fn plan_aggregate(table: &TableEntry, req: &JobRequest) -> Result<Aggregat
     } else {
         pieces.group_by.iter().chain(pieces.aggregates.iter()).map(name_of).collect()
     };
-    let group_by = pieces.group_by.iter().zip(&names).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;
-    let aggregates = pieces.aggregates.iter().zip(&names[n_groups..]).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;
+    let group_by = group_exprs.iter().zip(&names).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;
+    let aggregates = agg_exprs.iter().zip(&names[n_groups..]).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;
     Ok(AggregatePlan { source, raw_input, prefix, group_by, aggregates })
+}
+
+/// Runs DataFusion's common-subexpression elimination on an analyzed aggregate plan. Returns
+/// (projection below the aggregate, group exprs, aggregate exprs) when it found something.
+fn common_subexpressions(analyzed: &LogicalPlan, groups: usize, aggregates: usize) -> Result<Option<(Vec<Expr>, Vec<Expr>, Vec<Expr>)>> {
+    use datafusion::optimizer::common_subexpr_eliminate::CommonSubexprEliminate;
+    use datafusion::optimizer::simplify_expressions::SimplifyExpressions;
+    use datafusion::optimizer::{Optimizer, OptimizerContext};
+    // Constant folding first (the analyzer leaves `CAST(1 AS DECIMAL)`), then CSE.
+    let optimizer = Optimizer::with_rules(vec![Arc::new(SimplifyExpressions::new()), Arc::new(CommonSubexprEliminate::new())]);
+    let optimized = optimizer
+        .optimize(analyzed.clone(), &OptimizerContext::new(), |_, _| {})
+        .map_err(|source| HostError::Plan { context: "eliminating common subexpressions".into(), source })?;
+    let mut node = &optimized;
+    while let LogicalPlan::Projection(p) = node {
+        node = p.input.as_ref();
+        if matches!(node, LogicalPlan::Aggregate(_)) {
+            break;
+        }
+    }
+    let LogicalPlan::Aggregate(agg) = node else { return Ok(None) };
+    let LogicalPlan::Projection(below) = agg.input.as_ref() else { return Ok(None) };
+    // Only the simple shape: projection directly over the filter/scan of the original plan.
+    if !matches!(below.input.as_ref(), LogicalPlan::Filter(_) | LogicalPlan::TableScan(_)) {
+        return Ok(None);
+    }
+    if agg.group_expr.len() != groups || agg.aggr_expr.len() != aggregates {
+        return Ok(None);
+    }
+    // CSE passes every input column through; keep only what the aggregate reads.
+    let used: std::collections::HashSet<String> = agg.group_expr.iter().chain(agg.aggr_expr.iter()).flat_map(|e| e.column_refs().into_iter().map(|c| c.name.clone())).collect();
+    let projection: Vec<Expr> = below.expr.iter().filter(|e| used.contains(&name_of(e))).cloned().collect();
+    Ok(Some((projection, agg.group_expr.clone(), agg.aggr_expr.clone())))
 }
 
 async fn run_aggregate(cluster: &Cluster, table: &TableEntry, req: &JobRequest) -> Result<JobOutput> {
@@ -640,4 +688,28 @@ async fn run_sort(cluster: &Cluster, table: &TableEntry, req: &JobRequest) -> Re
     let mut stats = JobStats { description: format!("sort_runs on {}", table.name), disks, host_combine_ns: t.elapsed().as_nanos() as u64, ..Default::default() };
     stats.notes.insert("runs formed at the disks".into(), runs.to_string());
     Ok(JobOutput { schema: result.schema(), batches: vec![result], stats })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+
+    #[tokio::test]
+    async fn common_subexpressions_are_found() {
+        let schema = Arc::new(Schema::new(vec![Field::new("p", DataType::Decimal128(15, 2), false), Field::new("d", DataType::Decimal128(15, 2), false), Field::new("g", DataType::Utf8, false)]));
+        let table = TableEntry { name: "t".into(), schema, placements: vec![] };
+        let plan = analyze(&table, "SELECT g, sum(p * (1 - d)), sum(p * (1 - d) * 2) FROM t GROUP BY g").await.unwrap();
+        let found = common_subexpressions(&plan, 1, 2).unwrap();
+        assert!(found.is_some(), "{}", plan.display_indent());
+        let lineitem = TableEntry { name: "lineitem".into(), schema: adisk_storage::tpch::schema("lineitem").unwrap(), placements: vec![] };
+        let sql = "SELECT l_returnflag, sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) FROM lineitem GROUP BY l_returnflag";
+        let plan = analyze(&lineitem, sql).await.unwrap();
+        let (projection, _, _) = common_subexpressions(&plan, 1, 2).unwrap().expect("CSE on the lineitem query");
+        let names: Vec<String> = projection.iter().map(name_of).collect();
+        assert!(!names.contains(&"l_orderkey".to_string()) && names.contains(&"l_tax".to_string()), "{names:?}");
+        let (projection, _, aggs) = found.unwrap();
+        assert!(projection.iter().any(|e| name_of(e).starts_with("__common_expr")), "{projection:?}");
+        assert!(aggs.iter().all(|a| a.to_string().contains("__common_expr")), "{aggs:?}");
+    }
 }

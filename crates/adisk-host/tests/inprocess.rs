@@ -142,3 +142,43 @@ async fn concurrent_jobs_share_the_disk() {
     let _ = stop_tx.send(());
     server.await.unwrap().unwrap();
 }
+
+/// A receiving job whose senders never come is cancelled when the host drops it, and its
+/// memory grant returns to the disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abandoned_pipe_job_is_cancelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2) }).await.unwrap();
+    let address = node.address().to_string();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(node.serve(async move {
+        let _ = stop_rx.await;
+    }));
+    let config = ClusterConfig {
+        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
+        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 16, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
+    };
+    let cluster = Cluster::connect(config).await.unwrap();
+    let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
+    let spec = JobSpec {
+        job_id: "waits-forever".into(),
+        program: "test".into(),
+        source: Source::Pipe { exchange_id: "nobody-sends".into(), senders: 1, schema },
+        stages: vec![],
+        sink: Sink::Host,
+        scratch_kib: 0,
+    };
+    let stream = cluster.start(0, &spec).await.unwrap();
+    let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| s[0].as_ref().unwrap().memory_granted_bytes;
+    assert!(granted(&cluster.status().await) > 0, "the job holds a grant while it waits");
+    drop(stream);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while granted(&cluster.status().await) > 0 {
+        assert!(std::time::Instant::now() < deadline, "the abandoned job still holds its grant");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stats = cluster.job_stats(0, "waits-forever").await.unwrap();
+    assert!(stats.error.unwrap_or_default().contains("cancelled"));
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
