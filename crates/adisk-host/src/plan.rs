@@ -377,10 +377,11 @@ async fn plan_aggregate(table: &TableEntry, req: &JobRequest) -> Result<Aggregat
     };
     // Output names: the projection's aliases where given.
     let n_groups = pieces.group_by.len();
-    let names: Vec<String> = if pieces.projection.len() == n_groups + pieces.aggregates.len() {
-        pieces.projection.iter().map(name_of).collect()
+    let defaults: Vec<String> = pieces.group_by.iter().chain(pieces.aggregates.iter()).map(name_of).collect();
+    let names: Vec<String> = if pieces.projection.len() == defaults.len() {
+        pieces.projection.iter().zip(&defaults).map(|(p, d)| if matches!(p, Expr::Alias(_)) { name_of(p) } else { d.clone() }).collect()
     } else {
-        pieces.group_by.iter().chain(pieces.aggregates.iter()).map(name_of).collect()
+        defaults
     };
     let group_by = group_exprs.iter().zip(&names).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;
     let aggregates = agg_exprs.iter().zip(&names[n_groups..]).map(|(e, n)| Ok(NamedExpr { name: n.clone(), expr: encode(e)? })).collect::<Result<Vec<_>>>()?;

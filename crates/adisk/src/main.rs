@@ -148,6 +148,14 @@ pub enum CliError {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Disk(_)) {
+        // Client commands behave like Unix tools when their output pipe closes (`| head`):
+        // they end quietly instead of failing on the write. Disk nodes keep SIGPIPE ignored.
+        // SAFETY: setting a signal disposition before any thread is started.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ADISK_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
         .with_writer(std::io::stderr)
