@@ -424,13 +424,11 @@ impl DiskOs {
                         if batch.schema().fields() != schema.fields() {
                             return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
                         }
-                        let b = Buffer::new(batch, position, &account);
-                        position += b.batch.num_rows() as u64;
-                        counters.rows_read.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
-                        counters.bytes_scanned.fetch_add(b.bytes(), Ordering::Relaxed);
-                        if src_tx.send(b).await.is_err() {
-                            break;
-                        }
+                        let n = batch.num_rows() as u64;
+                        let Ok(bytes) = src_tx.send_batch(batch, position, &account).await else { break };
+                        position += n;
+                        counters.rows_read.fetch_add(n, Ordering::Relaxed);
+                        counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
                     }
                     Ok(())
                 }));
@@ -448,7 +446,7 @@ impl DiskOs {
                 txs.push(t);
                 rxs.push(r);
             }
-            let ctx = StageContext { index: i, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
+            let ctx = StageContext { index: i, buffer_bytes: self.config.buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
             let input = rx.take().expect("each stream has one consumer");
             tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, input, txs, ctx)));
             if i + 1 == stage_count {
@@ -560,13 +558,11 @@ async fn pipe_source(
         match msg {
             None => return Err(DiskOsError::Pipe(format!("exchange `{exchange_id}` closed early"))),
             Some(PipeMessage::Batch(batch)) => {
-                let b = Buffer::new(batch, position, account);
-                position += b.batch.num_rows() as u64;
-                counters.rows_read.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
-                counters.bytes_scanned.fetch_add(b.bytes(), Ordering::Relaxed);
-                if tx.send(b).await.is_err() {
-                    return Ok(());
-                }
+                let n = batch.num_rows() as u64;
+                let Ok(bytes) = tx.send_batch(batch, position, account).await else { return Ok(()) };
+                position += n;
+                counters.rows_read.fetch_add(n, Ordering::Relaxed);
+                counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
             }
             Some(PipeMessage::SenderDone(s)) => {
                 let slot = done.get_mut(s as usize).ok_or_else(|| DiskOsError::Pipe(format!("sender {s} is not one of {senders}")))?;
@@ -580,6 +576,7 @@ async fn pipe_source(
 
 struct StageContext {
     index: usize,
+    buffer_bytes: u64,
     state: Arc<JobState>,
     compute: Arc<Semaphore>,
     account: Arc<Account>,
@@ -611,15 +608,24 @@ fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, buffer: Option<Buffer>
     result
 }
 
-/// Sends what the disklet emitted downstream (blocking on backpressure).
+/// Sends what the disklet emitted downstream (blocking on backpressure), cut into buffers of
+/// at most `buffer_bytes` so a stream never holds more than its share of the grant.
 fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> Result<()> {
     let counters = &ctx.state.stages[ctx.index];
     for (port, batches) in emitter.take_outputs().into_iter().enumerate() {
         for batch in batches {
-            counters.rows_out.fetch_add(batch.num_rows() as u64, Ordering::Relaxed);
-            let b = Buffer::new(batch, 0, &ctx.account);
-            counters.bytes_out.fetch_add(b.bytes(), Ordering::Relaxed);
-            outputs[port].blocking_send(b).map_err(|_| DiskOsError::Cancelled)?;
+            let rows = batch.num_rows();
+            let bytes = crate::disklets::batch_bytes(&batch).max(1);
+            let rows_per_buffer = ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize;
+            let mut offset = 0;
+            while offset < rows {
+                let len = rows_per_buffer.min(rows - offset);
+                let slot = outputs[port].blocking_slot().ok_or(DiskOsError::Cancelled)?;
+                let bytes = outputs[port].blocking_send_in(slot, batch.slice(offset, len), 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
+                offset += len;
+                counters.rows_out.fetch_add(len as u64, Ordering::Relaxed);
+                counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+            }
         }
     }
     Ok(())

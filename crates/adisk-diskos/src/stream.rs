@@ -24,7 +24,7 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::sync::mpsc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 /// One stream buffer: a batch of rows, charged to its job while alive.
 pub struct Buffer {
@@ -34,14 +34,20 @@ pub struct Buffer {
     pub position: u64,
     bytes: u64,
     account: Arc<Account>,
+    /// The stream slot this buffer occupies (freed when the consumer drops it).
+    _slot: Option<OwnedSemaphorePermit>,
 }
 
 impl Buffer {
-    /// Wraps a batch and charges it to `account`.
+    /// Wraps a batch and charges it to `account` (no stream slot: host-side or test use).
     pub fn new(batch: RecordBatch, position: u64, account: &Arc<Account>) -> Self {
+        Self::in_slot(batch, position, account, None)
+    }
+
+    fn in_slot(batch: RecordBatch, position: u64, account: &Arc<Account>, slot: Option<OwnedSemaphorePermit>) -> Self {
         let bytes = batch_bytes(&batch);
         account.charge(bytes);
-        Buffer { batch, position, bytes, account: account.clone() }
+        Buffer { batch, position, bytes, account: account.clone(), _slot: slot }
     }
     /// Bytes charged.
     pub fn bytes(&self) -> u64 {
@@ -55,14 +61,58 @@ impl Drop for Buffer {
     }
 }
 
-/// Sending end of a stream.
-pub type StreamTx = mpsc::Sender<Buffer>;
+/// Sending end of a stream: at most `buffers_per_stream` buffers of a stream exist at once
+/// (being filled, queued, or being processed); a producer takes a slot before it fills one.
+#[derive(Clone)]
+pub struct StreamTx {
+    tx: mpsc::Sender<Buffer>,
+    slots: Arc<Semaphore>,
+}
+
 /// Receiving end of a stream.
 pub type StreamRx = mpsc::Receiver<Buffer>;
 
 /// A stream of `buffers` buffers.
 pub fn stream(buffers: u32) -> (StreamTx, StreamRx) {
-    mpsc::channel(buffers.max(1) as usize)
+    let (tx, rx) = mpsc::channel(buffers.max(1) as usize);
+    (StreamTx { tx, slots: Arc::new(Semaphore::new(buffers.max(1) as usize)) }, rx)
+}
+
+impl StreamTx {
+    /// Waits (blocking the thread) for a free buffer slot.
+    pub fn blocking_slot(&self) -> Option<OwnedSemaphorePermit> {
+        futures::executor::block_on(self.slots.clone().acquire_owned()).ok()
+    }
+
+    /// Waits for a free buffer slot.
+    pub async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    /// Wraps `batch` in the slot and sends it, blocking the thread. Err if the consumer is gone.
+    pub fn blocking_send_in(&self, slot: OwnedSemaphorePermit, batch: RecordBatch, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+        let b = Buffer::in_slot(batch, position, account, Some(slot));
+        let bytes = b.bytes;
+        self.tx.blocking_send(b).map(|()| bytes).map_err(|_| ())
+    }
+
+    /// Takes a slot, wraps `batch` and sends it. Err if the consumer is gone.
+    pub async fn send_batch(&self, batch: RecordBatch, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+        let slot = self.slot().await.ok_or(())?;
+        let b = Buffer::in_slot(batch, position, account, Some(slot));
+        let bytes = b.bytes;
+        self.tx.send(b).await.map(|()| bytes).map_err(|_| ())
+    }
+
+    /// Forwards a buffer from another stream (it keeps its slot there).
+    pub async fn send(&self, b: Buffer) -> Result<(), ()> {
+        self.tx.send(b).await.map_err(|_| ())
+    }
+
+    /// Completes when the consumer is gone.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
 }
 
 /// Skip requests of the consumer of a disk-resident stream.
@@ -284,18 +334,18 @@ impl TableScan {
                 self.counters.bytes_skipped.fetch_add(skipped_bytes, Ordering::Relaxed);
             }
             self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
-            let reader = builder.build().map_err(decode)?;
+            let mut reader = builder.build().map_err(decode)?;
             let mut position = range.start;
-            for batch in reader {
+            loop {
+                // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
+                let Some(slot) = tx.blocking_slot() else { return Ok(false) };
+                let Some(batch) = reader.next() else { break };
                 let batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
                 let n = batch.num_rows() as u64;
-                let buffer = Buffer::new(batch, position, &self.account);
+                let Ok(bytes) = tx.blocking_send_in(slot, batch, position, &self.account) else { return Ok(false) };
                 self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
-                self.counters.bytes_scanned.fetch_add(buffer.bytes(), Ordering::Relaxed);
+                self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
                 position += n;
-                if tx.blocking_send(buffer).is_err() {
-                    return Ok(false);
-                }
             }
         }
         Ok(true)
@@ -345,6 +395,7 @@ impl FileScan {
                 pos += len;
                 continue;
             }
+            let Some(slot) = tx.blocking_slot() else { break };
             file.read_exact_at(&mut buf[..len as usize], pos).map_err(io)?;
             self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
             let batch = RecordBatch::try_new(
@@ -352,12 +403,9 @@ impl FileScan {
                 vec![Arc::new(UInt64Array::from(vec![pos])), Arc::new(BinaryArray::from(vec![&buf[..len as usize]]))],
             )
             .map_err(|e| DiskOsError::Decode { context: "file buffer".into(), message: e.to_string() })?;
-            let buffer = Buffer::new(batch, pos, &self.account);
+            let Ok(bytes) = tx.blocking_send_in(slot, batch, pos, &self.account) else { break };
             self.counters.rows_read.fetch_add(1, Ordering::Relaxed);
-            self.counters.bytes_scanned.fetch_add(len, Ordering::Relaxed);
-            if tx.blocking_send(buffer).is_err() {
-                break;
-            }
+            self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
             pos += len;
         }
         self.counters.cpu_ns.fetch_add(crate::thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);

@@ -223,6 +223,33 @@ fn source_for(req: &JobRequest, table: &TableEntry, referenced: Vec<String>, pru
     Ok((Source::Table { table: table.name.clone(), columns, prune }, Arc::new(Schema::new(fields))))
 }
 
+/// `SELECT {list} FROM t [WHERE predicate] [ORDER BY …]`, planned for one `select` stage.
+struct SelectPlan {
+    pieces: Pieces,
+    source: Source,
+    /// Schema of the source stream (the columns read).
+    input: SchemaRef,
+    projection: Vec<NamedExpr>,
+    predicate: Option<ExprBytes>,
+}
+
+async fn plan_select(table: &TableEntry, req: &JobRequest, list: &str, order_by: Option<&str>) -> Result<SelectPlan> {
+    let mut sql = format!("SELECT {list} FROM {}", table.name);
+    if let Some(p) = param(req, "predicate") {
+        sql.push_str(&format!(" WHERE {p}"));
+    }
+    if let Some(o) = order_by {
+        sql.push_str(&format!(" ORDER BY {o}"));
+    }
+    let pieces = take_pieces(&analyze(table, &sql).await?)?;
+    let mut refs: Vec<&Expr> = pieces.projection.iter().chain(pieces.predicate.iter()).collect();
+    refs.extend(pieces.order_by.iter().map(|(e, _)| e));
+    let (source, input) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
+    let projection = pieces.projection.iter().map(named).collect::<Result<Vec<_>>>()?;
+    let predicate = pieces.predicate.as_ref().map(encode).transpose()?;
+    Ok(SelectPlan { pieces, source, input, projection, predicate })
+}
+
 /// Runs a built-in disklet job on every disk holding the table and combines the results.
 pub async fn run(cluster: &Cluster, req: &JobRequest) -> Result<JobOutput> {
     let started = Instant::now();
@@ -275,20 +302,11 @@ async fn run_select(cluster: &Cluster, table: &TableEntry, req: &JobRequest, pla
         };
         (stages, source)
     } else {
-        let project = param(req, "project").unwrap_or("*");
-        let mut sql = format!("SELECT {project} FROM {}", table.name);
-        if let Some(p) = param(req, "predicate") {
-            sql.push_str(&format!(" WHERE {p}"));
-        }
-        let pieces = take_pieces(&analyze(table, &sql).await?)?;
-        if !pieces.aggregates.is_empty() {
+        let plan = plan_select(table, req, param(req, "project").unwrap_or("*"), None).await?;
+        if !plan.pieces.aggregates.is_empty() {
             return Err(HostError::Invalid("`select` cannot aggregate; use `aggregate` or `groupby`".into()));
         }
-        let mut refs: Vec<&Expr> = pieces.projection.iter().collect();
-        refs.extend(pieces.predicate.iter());
-        let (source, _) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
-        let projection = pieces.projection.iter().map(named).collect::<Result<Vec<_>>>()?;
-        let predicate = pieces.predicate.as_ref().map(encode).transpose()?;
+        let (source, predicate, projection) = (plan.source, plan.predicate, plan.projection);
         (vec![DiskletSpec::Select { predicate, projection, limit }], source)
     };
     let specs: Vec<(u32, JobSpec)> = table.disks().into_iter().map(|d| (d, spec(source.clone(), stages.clone(), Sink::Host, req.scratch_kib))).collect();
@@ -523,18 +541,11 @@ async fn run_bloom(cluster: &Cluster, catalog: &crate::cluster::Catalog, table: 
     }
     // Probe side: [select] → bloom_probe at the disks; exact semi-join at the host.
     let key = require(req, "key")?;
-    let project = param(req, "project").unwrap_or("*");
-    let mut sql = format!("SELECT {project}, {key} AS __adisk_key FROM {}", table.name);
-    if let Some(p) = param(req, "predicate") {
-        sql.push_str(&format!(" WHERE {p}"));
-    }
-    let pieces = take_pieces(&analyze(table, &sql).await?)?;
-    let mut refs: Vec<&Expr> = pieces.projection.iter().collect();
-    refs.extend(pieces.predicate.iter());
-    let (source, _) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
-    let projection = pieces.projection.iter().map(named).collect::<Result<Vec<_>>>()?;
+    let list = format!("{}, {key} AS __adisk_key", param(req, "project").unwrap_or("*"));
+    let plan = plan_select(table, req, &list, None).await?;
+    let source = plan.source.clone();
     let stages = vec![
-        DiskletSpec::Select { predicate: pieces.predicate.as_ref().map(encode).transpose()?, projection, limit: None },
+        DiskletSpec::Select { predicate: plan.predicate, projection: plan.projection, limit: None },
         DiskletSpec::BloomProbe { keys: vec![encode(&column_expr("__adisk_key"))?], filter: filter.clone() },
     ];
     let specs: Vec<(u32, JobSpec)> = table.disks().into_iter().map(|d| (d, spec(source.clone(), stages.clone(), Sink::Host, req.scratch_kib))).collect();
@@ -574,16 +585,9 @@ async fn run_bloom(cluster: &Cluster, catalog: &crate::cluster::Catalog, table: 
 async fn run_partition(cluster: &Cluster, table: &TableEntry, req: &JobRequest) -> Result<JobOutput> {
     check_params(req, &["key", "predicate"])?;
     let key = require(req, "key")?;
-    let mut sql = format!("SELECT {key} AS __adisk_key FROM {}", table.name);
-    if let Some(p) = param(req, "predicate") {
-        sql.push_str(&format!(" WHERE {p}"));
-    }
-    let pieces = take_pieces(&analyze(table, &sql).await?)?;
-    let mut refs: Vec<&Expr> = pieces.projection.iter().collect();
-    refs.extend(pieces.predicate.iter());
-    let (source, _) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
-    let projection = pieces.projection.iter().map(named).collect::<Result<Vec<_>>>()?;
-    let select = DiskletSpec::Select { predicate: pieces.predicate.as_ref().map(encode).transpose()?, projection, limit: None };
+    let plan = plan_select(table, req, &format!("{key} AS __adisk_key"), None).await?;
+    let source = plan.source.clone();
+    let select = DiskletSpec::Select { predicate: plan.predicate.clone(), projection: plan.projection.clone(), limit: None };
     let n = cluster.disk_count();
     let exchange_id = new_id("exchange");
     let targets: Vec<String> = (0..n).map(|d| cluster.address(d).to_string()).collect();
@@ -595,12 +599,7 @@ async fn run_partition(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
         .map(|(i, d)| (*d, spec(source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32 }, req.scratch_kib)))
         .collect();
     // Receivers count what arrived and the key range, so the exchange can be checked.
-    let key_schema = {
-        let planner = ExprPlanner::default();
-        let (_, raw) = source_for(req, table, referenced_columns(&refs, &table.schema), None)?;
-        let d = adisk_diskos::disklets::build(&specs[0].1.stages[0], &raw, 0, &planner)?;
-        d.output_schema()
-    };
+    let key_schema = adisk_diskos::disklets::build(&specs[0].1.stages[0], &plan.input, 0, &ExprPlanner::default())?.output_schema();
     let aggs = analyze_aggregates(&key_schema, "count(*) AS rows, min(__adisk_key) AS min_key, max(__adisk_key) AS max_key").await?;
     let receive = Source::Pipe { exchange_id: exchange_id.clone(), senders: holders.len() as u32, schema: key_schema.as_ref().clone() };
     let final_stage = DiskletSpec::Aggregate { group_by: vec![], aggregates: aggs, mode: AggregateMode::Single, raw_input: None };
@@ -640,19 +639,10 @@ async fn analyze_aggregates(schema: &SchemaRef, aggs: &str) -> Result<Vec<NamedE
 async fn run_sort(cluster: &Cluster, table: &TableEntry, req: &JobRequest) -> Result<JobOutput> {
     check_params(req, &["order_by", "predicate", "project"])?;
     let order_by = require(req, "order_by")?;
-    let project = param(req, "project").unwrap_or("*");
-    let mut sql = format!("SELECT {project} FROM {}", table.name);
-    if let Some(p) = param(req, "predicate") {
-        sql.push_str(&format!(" WHERE {p}"));
-    }
-    sql.push_str(&format!(" ORDER BY {order_by}"));
-    let pieces = take_pieces(&analyze(table, &sql).await?)?;
-    let mut refs: Vec<&Expr> = pieces.projection.iter().collect();
-    refs.extend(pieces.predicate.iter());
-    refs.extend(pieces.order_by.iter().map(|(e, _)| e));
-    let (source, _) = source_for(req, table, referenced_columns(&refs, &table.schema), pieces.predicate.as_ref())?;
+    let plan = plan_select(table, req, param(req, "project").unwrap_or("*"), Some(order_by)).await?;
+    let (pieces, source) = (&plan.pieces, plan.source.clone());
     // Sort keys must be computable from the projected output: project them too.
-    let mut projection = pieces.projection.iter().map(named).collect::<Result<Vec<_>>>()?;
+    let mut projection = plan.projection.clone();
     let mut keys = Vec::new();
     for (i, (e, o)) in pieces.order_by.iter().enumerate() {
         let name = format!("__adisk_sort_{i}");
@@ -660,7 +650,7 @@ async fn run_sort(cluster: &Cluster, table: &TableEntry, req: &JobRequest) -> Re
         keys.push(SortKey { expr: encode(&column_expr(&name))?, descending: o.descending, nulls_first: o.nulls_first });
     }
     let stages = vec![
-        DiskletSpec::Select { predicate: pieces.predicate.as_ref().map(encode).transpose()?, projection, limit: None },
+        DiskletSpec::Select { predicate: plan.predicate.clone(), projection, limit: None },
         DiskletSpec::SortRuns { keys: keys.clone() },
     ];
     let specs: Vec<(u32, JobSpec)> = table.disks().into_iter().map(|d| (d, spec(source.clone(), stages.clone(), Sink::Host, req.scratch_kib))).collect();
