@@ -355,9 +355,9 @@ impl DiskOs {
             }
             _ => {}
         }
-        // 3. Admission: every stream's buffers and every stage's scratch, granted up front.
+        // 3. Admission: every stream's buffer slots and every stage's scratch, granted up front.
         let streams = 1 + stages.len() as u64 + (last_ports as u64 - 1);
-        let buffers = streams * u64::from(self.config.buffers_per_stream) * self.config.buffer_bytes;
+        let buffers = streams * u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream)) * self.config.buffer_bytes;
         let requested = buffers + scratch.iter().map(|(_, s)| s).sum::<u64>();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &scratch));
         let wait = Instant::now();
@@ -616,7 +616,13 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
         for batch in batches {
             let rows = batch.num_rows();
             let bytes = crate::disklets::batch_bytes(&batch).max(1);
-            let rows_per_buffer = ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize;
+            // Batches up to twice the buffer size pass whole (a projection may widen a full
+            // input buffer a little); larger ones, such as a group-by flush, are cut.
+            let rows_per_buffer = if bytes <= 2 * ctx.buffer_bytes {
+                rows.max(1)
+            } else {
+                ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize
+            };
             let mut offset = 0;
             while offset < rows {
                 let len = rows_per_buffer.min(rows - offset);

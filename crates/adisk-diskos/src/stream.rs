@@ -61,8 +61,9 @@ impl Drop for Buffer {
     }
 }
 
-/// Sending end of a stream: at most `buffers_per_stream` buffers of a stream exist at once
-/// (being filled, queued, or being processed); a producer takes a slot before it fills one.
+/// Sending end of a stream. A stream has `buffers_per_stream` queued buffers plus the one its
+/// producer is filling and the one its consumer is processing: [`slots_per_stream`] slots in
+/// all, and a producer takes a slot before it fills a buffer, so no more ever exist.
 #[derive(Clone)]
 pub struct StreamTx {
     tx: mpsc::Sender<Buffer>,
@@ -72,10 +73,16 @@ pub struct StreamTx {
 /// Receiving end of a stream.
 pub type StreamRx = mpsc::Receiver<Buffer>;
 
-/// A stream of `buffers` buffers.
+/// Buffers that can exist in a stream of `buffers` queued buffers: those, plus the one being
+/// filled and the one being processed. The memory grant counts this many per stream.
+pub fn slots_per_stream(buffers: u32) -> u32 {
+    buffers.max(1) + 2
+}
+
+/// A stream of `buffers` queued buffers.
 pub fn stream(buffers: u32) -> (StreamTx, StreamRx) {
     let (tx, rx) = mpsc::channel(buffers.max(1) as usize);
-    (StreamTx { tx, slots: Arc::new(Semaphore::new(buffers.max(1) as usize)) }, rx)
+    (StreamTx { tx, slots: Arc::new(Semaphore::new(slots_per_stream(buffers) as usize)) }, rx)
 }
 
 impl StreamTx {
