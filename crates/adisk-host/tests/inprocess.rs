@@ -12,10 +12,11 @@ use datafusion_proto::bytes::Serializeable;
 use futures::StreamExt;
 use std::sync::Arc;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn host_resident_stream_through_a_disklet() {
-    let dir = tempfile::tempdir().unwrap();
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2) }).await.unwrap();
+/// A disk node serving `dir` on 127.0.0.1 and a cluster client for it; send on the returned
+/// channel (or drop it) to stop the node, then await the handle.
+async fn one_disk(dir: &std::path::Path, os: DiskOsConfig) -> (Cluster, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), adisk_disk::DiskNodeError>>) {
+    let (memory_mib, buffer_kib, buffers_per_stream) = (os.memory_bytes >> 20, os.buffer_bytes >> 10, os.buffers_per_stream);
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {
@@ -23,9 +24,15 @@ async fn host_resident_stream_through_a_disklet() {
     }));
     let config = ClusterConfig {
         cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 16, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
+        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib, buffer_kib, buffers_per_stream, pid: None }],
     };
-    let cluster = Cluster::connect(config).await.unwrap();
+    (Cluster::connect(config).await.unwrap(), stop_tx, server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_resident_stream_through_a_disklet() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
     let batches: Vec<RecordBatch> = (0..20).map(|i| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(i * 1000..(i + 1) * 1000))]).unwrap()).collect();
     let predicate = ExprBytes(((col("x") % lit(7i64)).eq(lit(3i64))).to_bytes().unwrap().to_vec());
@@ -84,17 +91,8 @@ async fn concurrent_jobs_share_the_disk() {
     }
     let mut os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
     os.compute_slots = 1;
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
-    let address = node.address().to_string();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(node.serve(async move {
-        let _ = stop_rx.await;
-    }));
-    let config = ClusterConfig {
-        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
-    };
-    let cluster = Arc::new(Cluster::connect(config).await.unwrap());
+    let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
+    let cluster = Arc::new(cluster);
     let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
     let long = JobSpec {
         job_id: "long".into(),
@@ -148,17 +146,7 @@ async fn concurrent_jobs_share_the_disk() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn abandoned_pipe_job_is_cancelled() {
     let dir = tempfile::tempdir().unwrap();
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2) }).await.unwrap();
-    let address = node.address().to_string();
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(node.serve(async move {
-        let _ = stop_rx.await;
-    }));
-    let config = ClusterConfig {
-        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 16, buffer_kib: 64, buffers_per_stream: 2, pid: None }],
-    };
-    let cluster = Cluster::connect(config).await.unwrap();
+    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
     let spec = JobSpec {
         job_id: "waits-forever".into(),
