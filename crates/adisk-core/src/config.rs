@@ -92,6 +92,9 @@ pub struct DiskConfig {
     /// Buffers per stream (2 = double buffering).
     #[serde(default = "default_buffers_per_stream")]
     pub buffers_per_stream: u32,
+    /// Storage read rate limit of this disk, in Mbit/s (0: unthrottled).
+    #[serde(default)]
+    pub read_mbps: u64,
     /// Process id when started by `adisk up`.
     #[serde(default)]
     pub pid: Option<u32>,

@@ -169,6 +169,26 @@ pub enum DiskletSpec {
         /// Sort keys.
         keys: Vec<SortKey>,
     },
+    /// A relational bundle: a DataFusion physical-plan fragment (`datafusion-proto` bytes) whose
+    /// one leaf is an `EmptyExec` standing for this stage's input stream. Only per-row and
+    /// partial operators are accepted (filter, projection, partial aggregation, batch
+    /// coalescing); the disk refuses anything else.
+    Fragment {
+        /// What the fragment does, for statistics (`sql_select`, `sql_aggregate`).
+        kind: FragmentKind,
+        /// The encoded plan.
+        plan: ExprBytes,
+    },
+}
+
+/// What a [`DiskletSpec::Fragment`] computes.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FragmentKind {
+    /// Filters and projections.
+    Select,
+    /// A partial aggregation (possibly above filters and projections).
+    Aggregate,
 }
 
 impl DiskletSpec {
@@ -180,6 +200,8 @@ impl DiskletSpec {
             DiskletSpec::BloomProbe { .. } => "bloom_probe",
             DiskletSpec::Partition { .. } => "partition",
             DiskletSpec::SortRuns { .. } => "sort_runs",
+            DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => "sql_select",
+            DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => "sql_aggregate",
         }
     }
 }

@@ -5,7 +5,7 @@ use crate::expr::ExprPlanner;
 use crate::memory::{Account, Grant, MemoryBudget};
 use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
 use crate::{DiskOsError, Result, disklets};
-use adisk_core::protocol::{DiskStatus, DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::protocol::{DiskStatus, DiskletSpec, FragmentKind, JobSpec, Sink, Source};
 use adisk_core::stats::{DiskJobStats, StageStats};
 use adisk_storage::StorageError;
 use adisk_storage::store::DiskStore;
@@ -40,6 +40,8 @@ pub struct DiskOsConfig {
     pub default_scratch_bytes: u64,
     /// Finished jobs whose statistics are kept.
     pub finished_jobs_kept: usize,
+    /// Storage read rate limit in bytes per second, shared by all jobs (0: unthrottled).
+    pub read_bytes_per_sec: u64,
 }
 
 impl DiskOsConfig {
@@ -55,6 +57,7 @@ impl DiskOsConfig {
             admission_timeout: Duration::from_secs(60),
             default_scratch_bytes: (memory_bytes / 4).max(buffer_bytes),
             finished_jobs_kept: 1024,
+            read_bytes_per_sec: 0,
         }
     }
 }
@@ -219,6 +222,7 @@ pub struct DiskOs {
     finished: Mutex<VecDeque<Arc<JobState>>>,
     jobs_finished: AtomicU64,
     jobs_failed: AtomicU64,
+    read_limiter: Option<Arc<crate::stream::ReadLimiter>>,
 }
 
 impl DiskOs {
@@ -227,6 +231,7 @@ impl DiskOs {
         Arc::new(DiskOs {
             budget: Arc::new(MemoryBudget::new(config.memory_bytes, config.max_waiting_jobs, config.admission_timeout)),
             compute: Arc::new(Semaphore::new(config.compute_slots.max(1))),
+            read_limiter: (config.read_bytes_per_sec > 0).then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),
             planner: ExprPlanner::default(),
             exchanges: Arc::new(ExchangeRegistry::new(config.buffers_per_stream as usize)),
             connector,
@@ -283,7 +288,8 @@ impl DiskOs {
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
         let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib * 1024 };
         match stage {
-            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } => requested,
+            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => requested,
+            DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
         }
@@ -391,7 +397,17 @@ impl DiskOs {
         match spec.source.clone() {
             Source::Table { .. } => {
                 let (table, projection, prune) = table_plan.expect("table source has a plan");
-                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes: self.config.buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
+                let scan = TableScan {
+                    store: self.store.clone(),
+                    table,
+                    projection,
+                    prune,
+                    buffer_bytes: self.config.buffer_bytes,
+                    skip: skip.clone(),
+                    counters: state.read.clone(),
+                    account: account.clone(),
+                    limiter: self.read_limiter.clone(),
+                };
                 tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
             }
             Source::File { path, offset, length } => match self.store.file_path(&path) {

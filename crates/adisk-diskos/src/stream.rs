@@ -258,6 +258,38 @@ pub struct TableScan {
     pub counters: Arc<ReadCounters>,
     /// The job's account.
     pub account: Arc<Account>,
+    /// The disk's storage rate limit, if any.
+    pub limiter: Option<Arc<ReadLimiter>>,
+}
+
+/// A storage read-rate limit shared by every job of a disk (`--read-mbps`): readers pay for
+/// the bytes they read and sleep off any debt, so the disk as a whole reads at most the rate.
+#[derive(Debug)]
+pub struct ReadLimiter {
+    bytes_per_sec: f64,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+}
+
+impl ReadLimiter {
+    /// A limiter of `bytes_per_sec`.
+    pub fn new(bytes_per_sec: u64) -> Self {
+        ReadLimiter { bytes_per_sec: bytes_per_sec.max(1) as f64, state: std::sync::Mutex::new((0.0, std::time::Instant::now())) }
+    }
+    /// Pays for `bytes` just read; blocks the calling (reader) thread while in debt.
+    pub fn pay(&self, bytes: u64) {
+        let wait = {
+            let mut s = self.state.lock().expect("limiter lock");
+            let now = std::time::Instant::now();
+            let burst = self.bytes_per_sec / 50.0;
+            s.0 = (s.0 + now.duration_since(s.1).as_secs_f64() * self.bytes_per_sec).min(burst);
+            s.1 = now;
+            s.0 -= bytes as f64;
+            if s.0 < 0.0 { -s.0 / self.bytes_per_sec } else { 0.0 }
+        };
+        if wait > 0.0 {
+            std::thread::sleep(std::time::Duration::from_secs_f64(wait));
+        }
+    }
 }
 
 /// Schema of a table projected on `projection`.
@@ -343,10 +375,16 @@ impl TableScan {
             self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
             let mut reader = builder.build().map_err(decode)?;
             let mut position = range.start;
+            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
                 let Some(slot) = tx.blocking_slot() else { return Ok(false) };
                 let Some(batch) = reader.next() else { break };
+                if let Some(l) = &self.limiter {
+                    let now = self.counters.bytes_read.load(Ordering::Relaxed);
+                    l.pay(now.saturating_sub(paid));
+                    paid = now;
+                }
                 let batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
                 let n = batch.num_rows() as u64;
                 let Ok(bytes) = tx.blocking_send_in(slot, batch, position, &self.account) else { return Ok(false) };

@@ -60,6 +60,7 @@ impl Catalog {
 }
 
 /// A connected cluster.
+#[derive(Debug)]
 pub struct Cluster {
     config: ClusterConfig,
     channels: Vec<tonic::transport::Channel>,

@@ -14,12 +14,14 @@
 //!
 //! * [`cluster`]: connections, catalog, status, shutdown, running job specs.
 //! * [`plan`]: turning a disklet name + parameters into job specs.
+//! * [`sql`]: SQL over the disks (DataFusion + offload rules), EXPLAIN, TPC-H.
 //! * [`load`]: TPC-H generation at the disks; Parquet/CSV loads with declustering.
 #![warn(missing_docs)]
 
 pub mod cluster;
 pub mod load;
 pub mod plan;
+pub mod sql;
 
 pub use cluster::{Catalog, Cluster, TableEntry};
 pub use plan::{JobOutput, JobRequest};

@@ -69,12 +69,12 @@ impl JobOutput {
 
 static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
 
-fn new_id(kind: &str) -> String {
+pub(crate) fn new_id(kind: &str) -> String {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
     format!("{kind}-{}-{}-{nanos:x}", std::process::id(), NEXT_JOB.fetch_add(1, Ordering::Relaxed))
 }
 
-fn program_id() -> String {
+pub(crate) fn program_id() -> String {
     format!("host-{}", std::process::id())
 }
 
@@ -101,6 +101,10 @@ fn strip_alias(e: &Expr) -> Expr {
         Expr::Alias(a) => (*a.expr).clone(),
         other => other.clone(),
     }
+}
+
+pub(crate) fn encode_expr(e: &Expr) -> Result<ExprBytes> {
+    encode(e)
 }
 
 fn encode(e: &Expr) -> Result<ExprBytes> {
@@ -703,4 +707,9 @@ mod tests {
         assert!(projection.iter().any(|e| name_of(e).starts_with("__common_expr")), "{projection:?}");
         assert!(aggs.iter().all(|a| a.to_string().contains("__common_expr")), "{aggs:?}");
     }
+}
+
+/// Arrow bytes of a batch (slice-aware).
+pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
+    adisk_diskos::disklets::batch_bytes(batch)
 }

@@ -24,7 +24,7 @@ async fn one_disk(dir: &std::path::Path, os: DiskOsConfig) -> (Cluster, tokio::s
     }));
     let config = ClusterConfig {
         cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib, buffer_kib, buffers_per_stream, pid: None }],
+        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib, buffer_kib, buffers_per_stream, read_mbps: 0, pid: None }],
     };
     (Cluster::connect(config).await.unwrap(), stop_tx, server)
 }

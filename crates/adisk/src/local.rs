@@ -27,6 +27,9 @@ pub struct DiskArgs {
     /// Disklet buffers processed at once (default: cores).
     #[arg(long)]
     compute_slots: Option<usize>,
+    /// Storage read rate limit, Mbit/s (0: unthrottled).
+    #[arg(long, default_value_t = 0)]
+    read_mbps: u64,
     /// Write the bound address here once listening.
     #[arg(long)]
     port_file: Option<PathBuf>,
@@ -47,6 +50,13 @@ pub struct UpArgs {
     /// Buffers per stream.
     #[arg(long, default_value_t = 2)]
     pub buffers_per_stream: u32,
+    /// Limit on what all disks together send the host, Mbit/s (0: unthrottled; token bucket
+    /// at the host).
+    #[arg(long, default_value_t = 0)]
+    pub host_link_mbps: u64,
+    /// Storage read rate limit of each disk, Mbit/s (0: unthrottled).
+    #[arg(long, default_value_t = 0)]
+    pub disk_read_mbps: u64,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -54,9 +64,10 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     if let Some(c) = a.compute_slots {
         os.compute_slots = c.max(1);
     }
+    os.read_bytes_per_sec = a.read_mbps * 1_000_000 / 8;
     let probe = ClusterConfig {
         cluster: ClusterSection { name: "check".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address: "127.0.0.1:1".into(), dir: None, memory_mib: a.memory_mib, buffer_kib: a.buffer_kib, buffers_per_stream: a.buffers_per_stream, pid: None }],
+        disks: vec![DiskConfig { id: 0, address: "127.0.0.1:1".into(), dir: None, memory_mib: a.memory_mib, buffer_kib: a.buffer_kib, buffers_per_stream: a.buffers_per_stream, read_mbps: a.read_mbps, pid: None }],
     };
     probe.validate(Path::new("command line"))?;
     let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os }).await?;
@@ -127,6 +138,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             .args(["--listen", "127.0.0.1:0", "--id", &id.to_string()])
             .args(["--memory-mib", &args.memory_mib.to_string(), "--buffer-kib", &args.buffer_kib.to_string()])
             .args(["--buffers-per-stream", &args.buffers_per_stream.to_string()])
+            .args(["--read-mbps", &args.disk_read_mbps.to_string()])
             .arg("--port-file")
             .arg(&port_file)
             .stdin(std::process::Stdio::null())
@@ -148,6 +160,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
                     memory_mib: args.memory_mib,
                     buffer_kib: args.buffer_kib,
                     buffers_per_stream: args.buffers_per_stream,
+                    read_mbps: args.disk_read_mbps,
                     pid: Some(child.id()),
                 });
                 break;
@@ -162,7 +175,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let config = ClusterConfig { cluster: ClusterSection { name: "local".into(), host_link_mbps: 0 }, disks };
+    let config = ClusterConfig { cluster: ClusterSection { name: "local".into(), host_link_mbps: args.host_link_mbps }, disks };
     config.save(&config_path)?;
     Ok(config)
 }
@@ -170,7 +183,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
 pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     let mut s = format!("cluster of {} disks up; config {}\n", config.disks.len(), dir.join("cluster.toml").display());
     for d in &config.disks {
-        s.push_str(&format!("  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers)\n", d.id, d.address, d.pid.unwrap_or(0), d.memory_mib, d.buffer_kib, d.buffers_per_stream));
+        s.push_str(&format!("  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers{})\n", d.id, d.address, d.pid.unwrap_or(0), d.memory_mib, d.buffer_kib, d.buffers_per_stream, if d.read_mbps > 0 { format!(", reads at {} Mbit/s", d.read_mbps) } else { String::new() }));
     }
     s
 }
@@ -219,7 +232,7 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
 /// The embedded demo.
 pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
     let demo_dir = dir.join("demo");
-    let config = up(&demo_dir, &UpArgs { disks, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2 }).await?;
+    let config = up(&demo_dir, &UpArgs { disks, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0 }).await?;
     println!("{}", describe(&config, &demo_dir));
     let result = demo_body(&demo_dir, sf).await;
     down(&demo_dir).await?;

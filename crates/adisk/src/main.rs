@@ -2,6 +2,7 @@
 mod bench;
 mod local;
 mod output;
+mod sql_cmd;
 
 use adisk_core::config::ClusterConfig;
 use adisk_host::cluster::Cluster;
@@ -42,6 +43,15 @@ enum Command {
     Load(LoadCommand),
     /// Run a built-in disklet on every disk holding a table and print the combined result.
     Run(RunArgs),
+    /// Run SQL: DataFusion plans it at the host; scans, filters, partial aggregates and Bloom
+    /// semi-joins run at the disks as the offload level allows.
+    Sql(sql_cmd::SqlArgs),
+    /// Print a query's plan with each operator marked disk or host (`explain analyze "…"` runs
+    /// it and prints the bytes at every stage, per disk).
+    Explain(sql_cmd::ExplainArgs),
+    /// TPC-H queries and the check against the official answers.
+    #[command(subcommand)]
+    Tpch(sql_cmd::TpchCommand),
     /// Start a 4-disk cluster, load TPC-H SF 0.1, run a select and an aggregation, stop.
     Demo {
         /// Scale factor.
@@ -210,6 +220,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             let out = adisk_host::plan::run(&cluster, &req).await?;
             output::print_job(&out, &a.format, a.max_rows)
         }
+        Command::Sql(a) => sql_cmd::sql(&dir, a).await,
+        Command::Explain(a) => sql_cmd::explain(&dir, a).await,
+        Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Bench(b) => output::bench(&dir, b).await,
         Command::Sim(_) => unreachable!("handled before the runtime starts"),

@@ -1,6 +1,7 @@
 //! The built-in (native Rust) disklets, and [`build`], which instantiates one from its spec.
 pub mod aggregate;
 pub mod bloom_probe;
+pub mod fragment;
 pub mod partition;
 pub mod select;
 pub mod sort_runs;
@@ -25,6 +26,7 @@ pub fn build(spec: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64, planner:
         DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), input, scratch_bytes, planner)?),
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, input, planner)?),
         DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, input, scratch_bytes, planner)?),
+        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, input, scratch_bytes)?),
     })
 }
 

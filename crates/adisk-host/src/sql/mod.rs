@@ -1,0 +1,382 @@
+//! SQL over the disks: DataFusion plans the query on the host; our table provider and
+//! optimizer rules move as much of it to the disks as the offload level allows.
+//!
+//! ```text
+//! SQL ─► DataFusion (parse, analyze, optimize; filters pushed into DiskTable scans)
+//!     ─► physical plan ─► OffloadRule: partial aggregates into the scans (sql_aggregate
+//!                          fragments), Bloom semi-joins (BloomBuildExec ► bloom_probe)
+//!     ─► execute: every DiskScanExec partition is a disk job; the rest runs at the host
+//! ```
+//!
+//! Offload levels are cumulative: `none` (whole rows leave the disks; the conventional
+//! baseline) < `project` (column elimination) < `select` (qualification) < `aggregate`
+//! (partial aggregation and group-by) < `semijoin` (Bloom filters). `auto` chooses per scan
+//! and per operator with the cost model in [`cost`].
+pub mod cost;
+pub mod report;
+pub mod rules;
+pub mod scan;
+pub mod tpch;
+
+use crate::cluster::{Cluster, TableEntry};
+use crate::{HostError, Result};
+use adisk_core::stats::DiskJobStats;
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::execution::SessionStateBuilder;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How much of a query may run at the disks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Offload {
+    /// Conventional: the disks serve whole rows; the host does everything.
+    None,
+    /// + column elimination.
+    Project,
+    /// + qualification (filters).
+    Select,
+    /// + partial aggregation and group-by.
+    Aggregate,
+    /// + Bloom-filter semi-joins.
+    Semijoin,
+    /// Decided per scan and operator by the cost model.
+    Auto,
+}
+
+impl Offload {
+    /// All levels, in order.
+    pub const ALL: [Offload; 6] = [Offload::None, Offload::Project, Offload::Select, Offload::Aggregate, Offload::Semijoin, Offload::Auto];
+}
+
+impl std::fmt::Display for Offload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Offload::None => "none",
+            Offload::Project => "project",
+            Offload::Select => "select",
+            Offload::Aggregate => "aggregate",
+            Offload::Semijoin => "semijoin",
+            Offload::Auto => "auto",
+        })
+    }
+}
+
+impl std::str::FromStr for Offload {
+    type Err = HostError;
+    fn from_str(s: &str) -> Result<Self> {
+        Offload::ALL
+            .into_iter()
+            .find(|o| o.to_string() == s)
+            .ok_or_else(|| HostError::Invalid(format!("unknown offload level `{s}` (none, project, select, aggregate, semijoin, auto)")))
+    }
+}
+
+/// A token bucket shared by every stream from the disks to the host (`host_link_mbps`).
+#[derive(Debug)]
+pub struct TokenBucket {
+    bytes_per_sec: f64,
+    state: tokio::sync::Mutex<(f64, Instant)>,
+    burst: f64,
+    busy_ns: std::sync::atomic::AtomicU64,
+}
+
+impl TokenBucket {
+    /// A bucket of `mbps` megabits per second.
+    pub fn new(mbps: u64) -> Self {
+        let bytes_per_sec = mbps as f64 * 1e6 / 8.0;
+        TokenBucket { bytes_per_sec, state: tokio::sync::Mutex::new((0.0, Instant::now())), burst: (bytes_per_sec / 20.0).max(64.0 * 1024.0), busy_ns: Default::default() }
+    }
+    /// Rate in bytes per second.
+    pub fn bytes_per_sec(&self) -> f64 {
+        self.bytes_per_sec
+    }
+    /// Waits until `bytes` may pass. Callers are served in order (the lock is fair).
+    pub async fn acquire(&self, bytes: u64) {
+        let mut s = self.state.lock().await;
+        let now = Instant::now();
+        let refill = now.duration_since(s.1).as_secs_f64() * self.bytes_per_sec;
+        s.0 = (s.0 + refill).min(self.burst);
+        s.1 = now;
+        s.0 -= bytes as f64;
+        let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
+        self.busy_ns.fetch_add(cost.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        if s.0 < 0.0 {
+            let wait = Duration::from_secs_f64(-s.0 / self.bytes_per_sec);
+            tokio::time::sleep(wait).await;
+        }
+    }
+    /// Time the link was busy so far (bytes ÷ rate).
+    pub fn busy(&self) -> Duration {
+        Duration::from_nanos(self.busy_ns.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// Settings of one SQL engine.
+#[derive(Debug)]
+pub struct SqlSettings {
+    /// Offload level.
+    pub offload: Offload,
+    /// Bloom filter size in bytes.
+    pub bloom_bytes: usize,
+    /// Scratch per disk stage, KiB (0: the disk's default).
+    pub scratch_kib: u64,
+    /// Collect exact-match counts to measure Bloom false positives.
+    pub analyze: bool,
+    /// The host link limiter, if the cluster has one.
+    pub host_link: Option<Arc<TokenBucket>>,
+    /// The cost model (used by `auto`).
+    pub cost: cost::CostModel,
+}
+
+impl SqlSettings {
+    /// Whether filters on `table` run at the disks.
+    pub fn filters_at_disks(&self, table: &TableEntry) -> bool {
+        match self.offload {
+            Offload::None | Offload::Project => false,
+            Offload::Auto => self.cost.push_filters(table),
+            _ => true,
+        }
+    }
+}
+
+/// What one disk did for one scan of a query.
+#[derive(Debug, Clone)]
+pub struct ScanReport {
+    /// Scan number in the plan.
+    pub scan_id: usize,
+    /// Table.
+    pub table: String,
+    /// The bundle's stages, described.
+    pub stages: Vec<String>,
+    /// Disk.
+    pub disk: u32,
+    /// The disk's job statistics (None if they could not be fetched).
+    pub stats: Option<DiskJobStats>,
+    /// Rows received at the host.
+    pub rows_received: u64,
+    /// Bytes received at the host.
+    pub bytes_received: u64,
+    /// Wall time of the job seen from the host.
+    pub wall_ns: u64,
+    /// Bloom: keys in the filter.
+    pub bloom_keys: Option<u64>,
+    /// Bloom: filter size.
+    pub bloom_bytes: Option<u64>,
+    /// Bloom: rows shipped whose key is really in the build side (analyze only).
+    pub bloom_true_matches: Option<u64>,
+}
+
+/// Scan reports of the query being run.
+#[derive(Debug, Default)]
+pub struct QueryMetrics {
+    scans: Mutex<Vec<ScanReport>>,
+}
+
+impl QueryMetrics {
+    fn record(&self, r: ScanReport) {
+        self.scans.lock().expect("metrics lock").push(r);
+    }
+    fn take(&self) -> Vec<ScanReport> {
+        std::mem::take(&mut *self.scans.lock().expect("metrics lock"))
+    }
+}
+
+/// A query's result and what it moved.
+#[derive(Debug)]
+pub struct QueryOutput {
+    /// Result schema.
+    pub schema: SchemaRef,
+    /// Rows.
+    pub batches: Vec<RecordBatch>,
+    /// Per scan and disk.
+    pub scans: Vec<ScanReport>,
+    /// Wall time.
+    pub wall: Duration,
+    /// The executed plan (with DataFusion's metrics).
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// Host-link busy time during the query.
+    pub link_busy: Option<Duration>,
+}
+
+impl QueryOutput {
+    /// Result rows.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// Options of [`SqlEngine::new`].
+#[derive(Debug, Clone)]
+pub struct SqlOptions {
+    /// Offload level.
+    pub offload: Offload,
+    /// Bloom filter size, KiB.
+    pub bloom_kib: u64,
+    /// Scratch per disk stage, KiB (0: the disk's default).
+    pub scratch_kib: u64,
+    /// Host threads for DataFusion (0: all cores).
+    pub host_threads: usize,
+}
+
+impl Default for SqlOptions {
+    fn default() -> Self {
+        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0 }
+    }
+}
+
+/// SQL over a connected cluster.
+pub struct SqlEngine {
+    ctx: SessionContext,
+    metrics: Arc<QueryMetrics>,
+    settings: Arc<SqlSettings>,
+    analyze_ctx: SessionContext,
+    analyze_metrics: Arc<QueryMetrics>,
+    tables: Vec<String>,
+}
+
+fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> HostError + '_ {
+    move |source| {
+        // A disk error travels through DataFusion as an external error: give it back as is.
+        if let datafusion::error::DataFusionError::External(e) = &source
+            && let Some(h) = e.downcast_ref::<HostError>()
+        {
+            return match h {
+                HostError::Unreachable { disk, address, message } => HostError::Unreachable { disk: *disk, address: address.clone(), message: message.clone() },
+                HostError::Disk { disk, code, message } => HostError::Disk { disk: *disk, code: code.clone(), message: message.clone() },
+                other => HostError::Invalid(other.to_string()),
+            };
+        }
+        HostError::Plan { context: context.to_string(), source }
+    }
+}
+
+impl SqlEngine {
+    /// Registers every table of the cluster's catalog.
+    ///
+    /// # Errors
+    /// Unreachable disks; a Bloom filter larger than what a disk can grant.
+    pub async fn new(cluster: Arc<Cluster>, opts: SqlOptions) -> Result<Self> {
+        let catalog = cluster.catalog().await?;
+        let statuses = cluster.status().await;
+        let mut min_memory = u64::MAX;
+        for s in statuses {
+            min_memory = min_memory.min(s?.memory_bytes);
+        }
+        let bloom_bytes = (opts.bloom_kib * 1024) as usize;
+        // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
+        let cost = cost::CostModel::from_cluster(&cluster, &catalog, min_memory);
+        if bloom_bytes as u64 > cost.max_scratch_bytes {
+            return Err(HostError::Invalid(format!(
+                "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
+                opts.bloom_kib,
+                cost.max_scratch_bytes / 1024
+            )));
+        }
+        if bloom_bytes < 64 {
+            return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
+        }
+        let link = match cluster.config().cluster.host_link_mbps {
+            0 => None,
+            mbps => Some(Arc::new(TokenBucket::new(mbps))),
+        };
+        let cluster_tables: Vec<TableEntry> = catalog.tables.values().cloned().collect();
+        let mut engine = None;
+        let mut analyze_parts = None;
+        for analyze in [false, true] {
+            let settings = Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, analyze, host_link: link.clone(), cost: cost.clone() });
+            let metrics = Arc::new(QueryMetrics::default());
+            let mut config = SessionConfig::new().with_information_schema(false);
+            if opts.host_threads > 0 {
+                config = config.with_target_partitions(opts.host_threads);
+            }
+            // Prefer joins that collect the (small) build side once: their Bloom filter is
+            // complete before the probe side starts.
+            config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
+            config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
+            let state = SessionStateBuilder::new()
+                .with_config(config)
+                .with_default_features()
+                .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
+                .build();
+            let ctx = SessionContext::new_with_state(state);
+            for t in &cluster_tables {
+                let provider = scan::DiskTable { entry: Arc::new(t.clone()), cluster: cluster.clone(), settings: settings.clone(), metrics: metrics.clone() };
+                ctx.register_table(t.name.as_str(), Arc::new(provider)).map_err(plan_err("registering a table"))?;
+            }
+            if analyze {
+                analyze_parts = Some((ctx, metrics));
+            } else {
+                engine = Some((ctx, metrics, settings));
+            }
+        }
+        let (ctx, metrics, settings) = engine.expect("engine built");
+        let (analyze_ctx, analyze_metrics) = analyze_parts.expect("analyze engine built");
+        Ok(SqlEngine { ctx, metrics, settings, analyze_ctx, analyze_metrics, tables: cluster_tables.into_iter().map(|t| t.name).collect() })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &SqlSettings {
+        &self.settings
+    }
+
+    /// Table names.
+    pub fn tables(&self) -> &[String] {
+        &self.tables
+    }
+
+    async fn physical(&self, ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+        let sql = sql.trim().trim_end_matches(';');
+        if sql.is_empty() {
+            return Err(HostError::Invalid("empty query".into()));
+        }
+        let df = ctx.sql(sql).await.map_err(plan_err("planning the query"))?;
+        df.create_physical_plan().await.map_err(plan_err("planning the query"))
+    }
+
+    /// The optimized physical plan of `sql`.
+    pub async fn plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+        self.physical(&self.ctx, sql).await
+    }
+
+    /// Runs `sql`.
+    pub async fn query(&self, sql: &str) -> Result<QueryOutput> {
+        self.run(sql, false).await
+    }
+
+    /// Runs `sql` collecting what EXPLAIN ANALYZE prints (exact Bloom match counts).
+    pub async fn query_analyzed(&self, sql: &str) -> Result<QueryOutput> {
+        self.run(sql, true).await
+    }
+
+    async fn run(&self, sql: &str, analyze: bool) -> Result<QueryOutput> {
+        let (ctx, metrics) = if analyze { (&self.analyze_ctx, &self.analyze_metrics) } else { (&self.ctx, &self.metrics) };
+        let started = Instant::now();
+        let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
+        let plan = self.physical(ctx, sql).await?;
+        metrics.take();
+        let batches = collect(plan.clone(), ctx.task_ctx()).await.map_err(plan_err("running the query"));
+        let scans = metrics.take();
+        let batches = batches?;
+        let link_busy = match (&self.settings.host_link, busy0) {
+            (Some(l), Some(b0)) => Some(l.busy().saturating_sub(b0)),
+            _ => None,
+        };
+        Ok(QueryOutput { schema: plan.schema(), batches, scans, wall: started.elapsed(), plan, link_busy })
+    }
+
+    /// EXPLAIN: the plan with each operator marked disk or host, the bundles and the expected
+    /// data reduction.
+    pub async fn explain(&self, sql: &str) -> Result<String> {
+        let plan = self.plan(sql).await?;
+        Ok(report::explain(&plan, &self.settings))
+    }
+
+    /// EXPLAIN ANALYZE: runs the query and reports bytes at every stage per disk and in total.
+    pub async fn explain_analyze(&self, sql: &str) -> Result<(String, QueryOutput)> {
+        let out = self.query_analyzed(sql).await?;
+        Ok((report::explain_analyze(&out, &self.settings), out))
+    }
+}

@@ -1,0 +1,244 @@
+//! EXPLAIN and EXPLAIN ANALYZE output.
+//!
+//! EXPLAIN marks every operator `disk` or `host`, lists each scan's bundle (the stages shipped
+//! to the disks) and the expected data reduction. EXPLAIN ANALYZE prints, per scan, per disk
+//! and in total, the bytes after every stage in the shape of Riedel et al.'s selectivity
+//! table: read from storage, after column elimination, after qualification, after
+//! (semi-)join filtering, after aggregation, shipped — then rows, CPU and wall time per stage,
+//! the Bloom filter's measured false-positive rate, link utilization, and the host plan with
+//! DataFusion's metrics.
+use super::scan::{DEFAULT_SELECTIVITY, DiskScanExec};
+use super::{QueryOutput, ScanReport, SqlSettings};
+use adisk_core::stats::human_bytes;
+use datafusion::physical_plan::display::DisplayableExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, displayable};
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Arc;
+
+/// Rough width of a column, for expected reductions.
+fn width(dt: &arrow::datatypes::DataType) -> f64 {
+    dt.primitive_width().map(|w| w as f64).unwrap_or(24.0)
+}
+
+fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &mut Vec<String>) {
+    let pad = "  ".repeat(depth);
+    if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
+        let _ = writeln!(out, "disk  {pad}DiskScanExec: {} on {} disks", scan.table(), scan.disks.len());
+        for s in scan.describe_stages() {
+            let _ = writeln!(out, "disk  {pad}  ↳ {s}");
+        }
+        scans.push(expected(scan));
+        return;
+    }
+    let line = displayable(plan.as_ref()).one_line().to_string();
+    let _ = writeln!(out, "host  {pad}{}", line.trim_end());
+    for c in plan.children() {
+        walk(c, depth + 1, out, scans);
+    }
+}
+
+fn expected(scan: &DiskScanExec) -> String {
+    let schema = &scan.entry.schema;
+    let all: f64 = schema.fields().iter().map(|f| width(f.data_type())).sum();
+    let read: f64 = scan.plan.read.iter().filter_map(|n| schema.field_with_name(n).ok()).map(|f| width(f.data_type())).sum();
+    let cols = read / all.max(1.0);
+    let mut text = format!("{}: stored {} · columns read ≈{:.0}% of row width", scan.table(), human_bytes(scan.entry.bytes()), cols * 100.0);
+    let mut share = cols;
+    if scan.plan.predicate.is_some() {
+        share *= DEFAULT_SELECTIVITY;
+        let _ = write!(text, " · qualification ≈{:.0}% of rows (default selectivity)", DEFAULT_SELECTIVITY * 100.0);
+    }
+    if scan.plan.bloom.is_some() {
+        let _ = write!(text, " · semi-join: rows without a build-side key dropped");
+    }
+    if scan.plan.fragment.is_some() {
+        let _ = write!(text, " · partial aggregation: one row per group per disk");
+        let _ = write!(text, " → ships ≤ {:.1}% of the scanned rows' bytes", share * 100.0);
+    } else {
+        let _ = write!(text, " → ships ≈{:.1}% of the table's row bytes", share * 100.0);
+    }
+    text
+}
+
+/// EXPLAIN text of a physical plan.
+pub fn explain(plan: &Arc<dyn ExecutionPlan>, settings: &SqlSettings) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "offload level: {}", settings.offload);
+    let _ = writeln!(out, "where operator");
+    let mut scans = Vec::new();
+    walk(plan, 0, &mut out, &mut scans);
+    let _ = writeln!(out, "\nexpected data reduction (estimates before running):");
+    for s in scans {
+        let _ = writeln!(out, "  {s}");
+    }
+    out
+}
+
+/// Bytes after each stage of one disk's job.
+#[derive(Default, Clone, Copy)]
+struct Row {
+    read: u64,
+    skipped: u64,
+    scanned: u64,
+    qualified: Option<u64>,
+    semijoined: Option<u64>,
+    aggregated: Option<u64>,
+    shipped: u64,
+    rows_read: u64,
+    rows_shipped: u64,
+    cpu_ns: u64,
+    wall_ns: u64,
+}
+
+impl Row {
+    fn of(r: &ScanReport) -> Row {
+        let Some(s) = &r.stats else { return Row { shipped: r.bytes_received, rows_shipped: r.rows_received, wall_ns: r.wall_ns, ..Default::default() } };
+        let stage = |names: &[&str]| s.stages.iter().find(|st| names.contains(&st.disklet.as_str())).map(|st| st.bytes_out);
+        Row {
+            read: s.bytes_read,
+            skipped: s.bytes_skipped,
+            scanned: s.bytes_scanned,
+            qualified: stage(&["select", "sql_select"]),
+            semijoined: stage(&["bloom_probe"]),
+            aggregated: stage(&["sql_aggregate"]),
+            shipped: s.bytes_shipped_host,
+            rows_read: s.rows_read,
+            rows_shipped: s.rows_shipped,
+            cpu_ns: s.cpu_ns,
+            wall_ns: s.wall_ns,
+        }
+    }
+    fn add(&mut self, o: &Row) {
+        let opt = |a: Option<u64>, b: Option<u64>| match (a, b) {
+            (None, None) => None,
+            (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+        };
+        self.read += o.read;
+        self.skipped += o.skipped;
+        self.scanned += o.scanned;
+        self.qualified = opt(self.qualified, o.qualified);
+        self.semijoined = opt(self.semijoined, o.semijoined);
+        self.aggregated = opt(self.aggregated, o.aggregated);
+        self.shipped += o.shipped;
+        self.rows_read += o.rows_read;
+        self.rows_shipped += o.rows_shipped;
+        self.cpu_ns += o.cpu_ns;
+        self.wall_ns = self.wall_ns.max(o.wall_ns);
+    }
+    fn line(&self, label: &str) -> String {
+        let o = |v: Option<u64>| v.map(human_bytes).unwrap_or_else(|| "–".into());
+        format!(
+            "  {label:<6} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>11} {:>12} {:>8.1} {:>8.1}",
+            human_bytes(self.read),
+            human_bytes(self.skipped),
+            human_bytes(self.scanned),
+            o(self.qualified),
+            o(self.semijoined),
+            o(self.aggregated),
+            human_bytes(self.shipped),
+            self.rows_read,
+            self.rows_shipped,
+            self.cpu_ns as f64 / 1e6,
+            self.wall_ns as f64 / 1e6
+        )
+    }
+}
+
+/// EXPLAIN ANALYZE text of a finished query.
+pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
+    let mut text = String::new();
+    let _ = writeln!(text, "offload level: {} · {} result rows · {:.1} ms", settings.offload, out.rows(), out.wall.as_secs_f64() * 1e3);
+    let mut by_scan: BTreeMap<usize, Vec<&ScanReport>> = BTreeMap::new();
+    for r in &out.scans {
+        by_scan.entry(r.scan_id).or_default().push(r);
+    }
+    let mut grand = Row::default();
+    for reports in by_scan.values() {
+        let first = reports[0];
+        let _ = writeln!(text, "\nscan of {} on {} disks", first.table, reports.len());
+        for s in &first.stages {
+            let _ = writeln!(text, "  ↳ {s}");
+        }
+        let _ = writeln!(
+            text,
+            "  {:<6} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>11} {:>12} {:>8} {:>8}",
+            "disk", "read", "skipped", "col. elim.", "qualified", "semi-join", "aggregated", "shipped", "rows read", "rows shipped", "cpu ms", "wall ms"
+        );
+        let mut total = Row::default();
+        let mut sorted = reports.clone();
+        sorted.sort_by_key(|r| r.disk);
+        for r in &sorted {
+            let row = Row::of(r);
+            let _ = writeln!(text, "{}", row.line(&r.disk.to_string()));
+            total.add(&row);
+        }
+        let _ = writeln!(text, "{}", total.line("total"));
+        grand.add(&total);
+        // Per stage, summed over the disks.
+        let mut stages: Vec<(String, u64, u64, u64, u64, u64)> = Vec::new();
+        for r in &sorted {
+            if let Some(s) = &r.stats {
+                for st in &s.stages {
+                    match stages.iter_mut().find(|x| x.0 == st.disklet) {
+                        Some(x) => {
+                            x.1 += st.rows_in;
+                            x.2 += st.rows_out;
+                            x.3 += st.bytes_in;
+                            x.4 += st.bytes_out;
+                            x.5 += st.cpu_ns;
+                        }
+                        None => stages.push((st.disklet.clone(), st.rows_in, st.rows_out, st.bytes_in, st.bytes_out, st.cpu_ns)),
+                    }
+                }
+            }
+        }
+        if !stages.is_empty() {
+            let _ = writeln!(text, "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9}", "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms");
+            for (name, ri, ro, bi, bo, cpu) in &stages {
+                let _ = writeln!(text, "  {name:<14} {ri:>12} {ro:>12} {:>10} {:>10} {:>9.1}", human_bytes(*bi), human_bytes(*bo), *cpu as f64 / 1e6);
+            }
+        }
+        if let Some(bytes) = first.bloom_bytes {
+            let keys = first.bloom_keys.unwrap_or(0);
+            let (rows_in, rows_out) = stages.iter().find(|s| s.0 == "bloom_probe").map(|s| (s.1, s.2)).unwrap_or((0, 0));
+            let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
+            let fpr = truth.map(|t| {
+                let negatives = rows_in.saturating_sub(t);
+                if negatives == 0 { 0.0 } else { rows_out.saturating_sub(t) as f64 / negatives as f64 }
+            });
+            let _ = writeln!(
+                text,
+                "  bloom filter: {} with {keys} build keys · {rows_in} rows probed, {} dropped at the disks · false-positive rate measured {}",
+                human_bytes(bytes),
+                rows_in.saturating_sub(rows_out),
+                fpr.map(|f| format!("{:.2}%", f * 100.0)).unwrap_or_else(|| "n/a".into())
+            );
+        }
+    }
+    if by_scan.len() > 1 {
+        let _ = writeln!(text, "\nall scans");
+        let _ = writeln!(text, "{}", grand.line("total"));
+    }
+    if let Some(busy) = out.link_busy {
+        let _ = writeln!(text, "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)", busy.as_secs_f64() * 1e3, out.wall.as_secs_f64() * 1e3, 100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9));
+    }
+    let _ = writeln!(text, "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):");
+    let _ = write!(text, "{}", DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true));
+    text
+}
+
+/// Bytes read and shipped, summed over every scan (for assertions and benchmarks).
+pub fn totals(out: &QueryOutput) -> (u64, u64, u64) {
+    let mut read = 0;
+    let mut scanned = 0;
+    let mut shipped = 0;
+    for r in &out.scans {
+        if let Some(s) = &r.stats {
+            read += s.bytes_read;
+            scanned += s.bytes_scanned;
+            shipped += s.bytes_shipped_host;
+        }
+    }
+    (read, scanned, shipped)
+}

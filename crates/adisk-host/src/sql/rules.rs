@@ -1,0 +1,308 @@
+//! Physical optimizer rule that moves work into the disk scans.
+//!
+//! * **Partial aggregation** (`aggregate` and up): an `AggregateExec` in `Partial` mode whose
+//!   input is, through filters, projections and batch/partition plumbing, a [`DiskScanExec`]
+//!   becomes part of the scan: the chain is cut out with an `EmptyExec` leaf standing for the
+//!   scan's stream, encoded with `datafusion-proto` and run at every disk as a `sql_aggregate`
+//!   stage. The host's `Final` aggregation combines the partial states as before.
+//! * **Bloom semi-join** (`semijoin` and up): for a hash join that collects its build side
+//!   (`CollectLeft`) and whose probe side is a disk scan reached through row-preserving
+//!   operators, a [`BloomBuildExec`] above the build side hashes the join keys into a Bloom
+//!   filter while the join collects them; the probe scan waits for the filter and ships it to
+//!   the disks in a `bloom_probe` stage, which drops rows that cannot join before they travel.
+use super::scan::{BloomProbeSpec, BloomState, BuiltBloom, DiskScanExec, ScanFragment};
+use super::{Offload, SqlSettings};
+use adisk_core::bloom::BloomFilter;
+use adisk_core::hash::hash_columns;
+use adisk_core::protocol::FragmentKind;
+use arrow::array::RecordBatch;
+use datafusion::common::JoinType;
+use datafusion::common::NullEquality;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlanProperties, DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use futures::StreamExt;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use tokio::sync::watch;
+
+/// Replaces the children of `plan` (its properties are recomputed).
+pub(crate) fn rewire(plan: Arc<dyn ExecutionPlan>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    plan.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+}
+
+/// The rule; see the module documentation.
+#[derive(Debug)]
+pub struct OffloadRule {
+    settings: Arc<SqlSettings>,
+}
+
+impl OffloadRule {
+    /// A rule for these settings.
+    pub fn new(settings: Arc<SqlSettings>) -> Self {
+        OffloadRule { settings }
+    }
+}
+
+impl PhysicalOptimizerRule for OffloadRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let level = self.settings.offload;
+        let aggregates = level >= Offload::Aggregate;
+        let semijoins = level >= Offload::Semijoin;
+        plan.transform_up(|node| {
+            if aggregates && let Some(agg) = node.downcast_ref::<AggregateExec>() && let Some(pushed) = push_aggregate(agg, &node) {
+                return Ok(Transformed::yes(pushed));
+            }
+            if semijoins && let Some(join) = node.downcast_ref::<HashJoinExec>() && let Some(pushed) = push_bloom(join, &node, &self.settings)? {
+                return Ok(Transformed::yes(pushed));
+            }
+            Ok(Transformed::no(node))
+        })
+        .map(|t| t.data)
+    }
+    fn name(&self) -> &str {
+        "adisk_offload"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// Operators that only move batches between partitions or resize them.
+fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
+    let a: &dyn ExecutionPlan = p.as_ref();
+    a.downcast_ref::<RepartitionExec>().is_some() || a.downcast_ref::<CooperativeExec>().is_some()
+}
+
+fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    if *agg.mode() != AggregateMode::Partial {
+        return None;
+    }
+    // Walk down to the scan, keeping the filters and projections.
+    let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    let mut cur = agg.input().clone();
+    let scan = loop {
+        if let Some(scan) = cur.downcast_ref::<DiskScanExec>() {
+            break scan;
+        }
+        let a: &dyn ExecutionPlan = cur.as_ref();
+        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some() {
+            chain.push(cur.clone());
+        } else if !is_plumbing(&cur) {
+            return None;
+        }
+        let child = cur.children().first().map(|c| (*c).clone())?;
+        cur = child;
+    };
+    if scan.plan.fragment.is_some() || scan.plan.bloom.is_some() {
+        return None;
+    }
+    let mut frag: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(scan.schema()));
+    for op in chain.iter().rev() {
+        frag = rewire(op.clone(), vec![frag]).ok()?;
+    }
+    frag = rewire(node.clone(), vec![frag]).ok()?;
+    if frag.schema() != node.schema() {
+        return None;
+    }
+    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    let mut plan = scan.plan.clone();
+    plan.fragment = Some(ScanFragment { kind: FragmentKind::Aggregate, plan: frag, bytes });
+    Some(Arc::new(scan.with_plan(plan)))
+}
+
+/// Join types for which dropping probe rows that match no build key changes nothing.
+fn probe_filterable(t: &JoinType) -> bool {
+    matches!(t, JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::RightSemi | JoinType::LeftMark)
+}
+
+/// Rebuilds the probe side with the Bloom filter attached to its scan; `keys` are column
+/// indices of `plan`'s output.
+fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+    let a: &dyn ExecutionPlan = plan.as_ref();
+    if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
+        if scan.plan.fragment.is_some() || scan.plan.bloom.is_some() {
+            return None;
+        }
+        let schema = scan.schema();
+        let names = keys.iter().map(|k| schema.field(*k).name().clone()).collect();
+        let mut p = scan.plan.clone();
+        *est = Some(p.est_rows as usize);
+        p.bloom = Some(BloomProbeSpec { keys: names, slot: slot.clone(), bytes });
+        return Some(Arc::new(scan.with_plan(p)));
+    }
+    let child_keys: Vec<usize> = if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
+        let exprs: Vec<_> = proj.projection_expr().iter().collect();
+        keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect::<Option<_>>()?
+    } else if let Some(f) = a.downcast_ref::<FilterExec>() {
+        match f.projection() {
+            Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
+            None => keys.to_vec(),
+        }
+    } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() {
+        keys.to_vec()
+    } else {
+        return None;
+    };
+    let child = plan.children().first().map(|c| (*c).clone())?;
+    let new_child = attach_bloom(&child, &child_keys, slot, bytes, est)?;
+    rewire(plan.clone(), vec![new_child]).ok()
+}
+
+fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &SqlSettings) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+    if *join.partition_mode() != PartitionMode::CollectLeft
+        || !probe_filterable(join.join_type())
+        || join.null_equality() != NullEquality::NullEqualsNothing
+        || join.left().output_partitioning().partition_count() != 1
+    {
+        return Ok(None);
+    }
+    let left_schema = join.left().schema();
+    let right_schema = join.right().schema();
+    let mut build_keys = Vec::new();
+    let mut probe_cols = Vec::new();
+    for (l, r) in join.on() {
+        let Some(rc) = r.downcast_ref::<Column>() else { return Ok(None) };
+        if l.data_type(&left_schema)? != *right_schema.field(rc.index()).data_type() {
+            return Ok(None);
+        }
+        build_keys.push(l.clone());
+        probe_cols.push(rc.index());
+    }
+    let (tx, rx) = watch::channel(BloomState::Pending);
+    let mut probe_est = None;
+    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, settings.bloom_bytes, &mut probe_est) else { return Ok(None) };
+    if settings.offload == Offload::Auto {
+        let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
+        if !settings.cost.push_bloom(build_rows, probe_est, settings.bloom_bytes) {
+            return Ok(None);
+        }
+    }
+    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), settings.bloom_bytes, settings.analyze));
+    let new = rewire(node.clone(), vec![left, right])?;
+    Ok(Some(new))
+}
+
+/// Passes the build side of a join through, hashing its join keys into a Bloom filter that is
+/// published when the input ends.
+#[derive(Debug)]
+pub struct BloomBuildExec {
+    input: Arc<dyn ExecutionPlan>,
+    keys: Vec<Arc<dyn PhysicalExpr>>,
+    slot: Arc<watch::Sender<BloomState>>,
+    bytes: usize,
+    exact: bool,
+}
+
+impl BloomBuildExec {
+    fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Arc<dyn PhysicalExpr>>, slot: Arc<watch::Sender<BloomState>>, bytes: usize, exact: bool) -> Self {
+        BloomBuildExec { input, keys, slot, bytes, exact }
+    }
+}
+
+impl DisplayAs for BloomBuildExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys: Vec<String> = self.keys.iter().map(|k| k.to_string()).collect();
+        write!(f, "BloomBuildExec: keys=[{}] filter={} KiB", keys.join(", "), self.bytes / 1024)
+    }
+}
+
+struct Building {
+    filter: BloomFilter,
+    exact: Option<HashSet<u64>>,
+    keys: u64,
+    slot: Arc<watch::Sender<BloomState>>,
+    published: bool,
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        if !self.published {
+            // The build side went away unfinished: let the probe side run without a filter.
+            self.slot.send_replace(BloomState::Ready(None));
+        }
+    }
+}
+
+impl ExecutionPlan for BloomBuildExec {
+    fn name(&self) -> &str {
+        "BloomBuildExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+    fn apply_expressions(&self, f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> datafusion::error::Result<TreeNodeRecursion>) -> datafusion::error::Result<TreeNodeRecursion> {
+        for k in &self.keys {
+            if f(k)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let input = children.into_iter().next().ok_or_else(|| datafusion::error::DataFusionError::Internal("BloomBuildExec needs one child".into()))?;
+        Ok(Arc::new(BloomBuildExec::new(input, self.keys.clone(), self.slot.clone(), self.bytes, self.exact)))
+    }
+    fn statistics_from_inputs(&self, inputs: &[Arc<datafusion::common::Statistics>], _args: &StatisticsArgs) -> datafusion::error::Result<Arc<datafusion::common::Statistics>> {
+        Ok(inputs.first().cloned().unwrap_or_else(|| Arc::new(datafusion::common::Statistics::new_unknown(&self.schema()))))
+    }
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let input = self.input.execute(partition, context)?;
+        let schema = input.schema();
+        let building = Arc::new(Mutex::new(Building {
+            filter: BloomFilter::with_size(self.bytes, (self.bytes * 8 / 10) as u64),
+            exact: self.exact.then(HashSet::new),
+            keys: 0,
+            slot: self.slot.clone(),
+            published: false,
+        }));
+        let keys = self.keys.clone();
+        let on_batch = building.clone();
+        let stream = input
+            .map(move |item| {
+                let batch: RecordBatch = item?;
+                let cols = keys.iter().map(|k| k.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows()))).collect::<datafusion::error::Result<Vec<_>>>()?;
+                let hashes = hash_columns(&cols, batch.num_rows()).map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+                let mut b = on_batch.lock().expect("bloom lock");
+                for (row, h) in hashes.iter().enumerate() {
+                    if cols.iter().any(|c| c.is_null(row)) {
+                        continue; // NULL keys never join.
+                    }
+                    b.filter.insert(*h);
+                    if let Some(e) = &mut b.exact {
+                        e.insert(*h);
+                    }
+                    b.keys += 1;
+                }
+                Ok(batch)
+            })
+            .map(Some)
+            .chain(futures::stream::once(async move {
+                let mut b = building.lock().expect("bloom lock");
+                let built = BuiltBloom { filter: b.filter.clone(), keys: b.keys, exact: b.exact.take() };
+                b.published = true;
+                b.slot.send_replace(BloomState::Ready(Some(Arc::new(built))));
+                None
+            }))
+            .filter_map(|x: Option<datafusion::error::Result<RecordBatch>>| async move { x })
+            .boxed();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}

@@ -1,0 +1,523 @@
+//! The table provider and the scan operator that runs a table's part of a query at the disks.
+//!
+//! [`DiskTable`] is a DataFusion `TableProvider` over a table spread across the disks. Its scan
+//! is a [`DiskScanExec`] with one output partition per disk holding the table; each partition
+//! starts one disk job (a relational bundle) whose stages depend on the offload level and on
+//! what the optimizer rules ([`super::rules`]) moved into it:
+//!
+//! ```text
+//! table source (columns, zone-map predicate)
+//!   → select      (qualification + projection; pushed filters)
+//!   → bloom_probe (semi-join filtering; the filter arrives from the host's join build side)
+//!   → sql_aggregate / sql_select (a DataFusion plan fragment: projections + partial aggregation)
+//!   → host
+//! ```
+use super::{Offload, QueryMetrics, ScanReport, SqlSettings};
+use crate::cluster::{Cluster, TableEntry};
+use crate::plan::encode_expr;
+use crate::{HostError, Result};
+use adisk_core::bloom::BloomFilter;
+use adisk_core::hash::hash_columns;
+use adisk_core::protocol::{DiskletSpec, ExprBytes, FragmentKind, JobSpec, NamedExpr, Sink, Source};
+use arrow::array::{RecordBatch, RecordBatchOptions};
+use arrow::datatypes::{Schema, SchemaRef};
+use async_trait::async_trait;
+use datafusion::catalog::Session;
+use datafusion::common::stats::Precision;
+use datafusion::common::tree_node::TreeNode;
+use datafusion::common::{Statistics, plan_err};
+use datafusion::datasource::{TableProvider, TableType};
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, utils::conjunction};
+use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use futures::StreamExt;
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Default selectivity assumed for pushed predicates in statistics (DataFusion's own default).
+pub const DEFAULT_SELECTIVITY: f64 = 0.2;
+
+/// How long a probe-side scan waits for its Bloom filter before running without one.
+const BLOOM_WAIT: Duration = Duration::from_secs(600);
+
+static NEXT_SCAN: AtomicUsize = AtomicUsize::new(0);
+
+/// A table stored on the disks, as DataFusion sees it.
+#[derive(Debug)]
+pub struct DiskTable {
+    pub(super) entry: Arc<TableEntry>,
+    pub(super) cluster: Arc<Cluster>,
+    pub(super) settings: Arc<SqlSettings>,
+    pub(super) metrics: Arc<QueryMetrics>,
+}
+
+/// True if `e` can be evaluated at a disk: no subqueries, outer references, placeholders or
+/// volatile functions, and it encodes with `datafusion-proto`.
+fn disk_evaluable(e: &Expr) -> bool {
+    let mut ok = true;
+    let _ = e.apply(|n| {
+        if matches!(n, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) | Expr::OuterReferenceColumn(..) | Expr::Placeholder(_)) {
+            ok = false;
+            return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    });
+    ok && !e.is_volatile() && encode_expr(e).is_ok()
+}
+
+#[async_trait]
+impl TableProvider for DiskTable {
+    fn schema(&self) -> SchemaRef {
+        self.entry.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+        let push = self.settings.filters_at_disks(&self.entry);
+        Ok(filters
+            .iter()
+            .map(|f| if push && disk_evaluable(f) { TableProviderFilterPushDown::Exact } else { TableProviderFilterPushDown::Unsupported })
+            .collect())
+    }
+    fn statistics(&self) -> Option<Statistics> {
+        let mut s = Statistics::new_unknown(&self.entry.schema);
+        s.num_rows = Precision::Exact(self.entry.rows() as usize);
+        s.total_byte_size = Precision::Inexact(self.entry.bytes() as usize);
+        Some(s)
+    }
+    async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], _limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let schema = &self.entry.schema;
+        let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..schema.fields().len()).collect());
+        let output = Arc::new(schema.project(&projection)?);
+        let predicate = conjunction(filters.iter().cloned());
+        if predicate.is_some() && !self.settings.filters_at_disks(&self.entry) {
+            return plan_err!("internal: filters pushed to a scan of `{}` at offload level {}", self.entry.name, self.settings.offload);
+        }
+        let names: Vec<String> = projection.iter().map(|i| schema.field(*i).name().clone()).collect();
+        let read: Vec<String> = if self.settings.offload == Offload::None {
+            // Conventional: whole rows leave the disks.
+            schema.fields().iter().map(|f| f.name().clone()).collect()
+        } else {
+            let mut cols: BTreeSet<String> = names.iter().cloned().collect();
+            if let Some(p) = &predicate {
+                for c in p.column_refs() {
+                    cols.insert(c.name.clone());
+                }
+            }
+            if cols.is_empty() {
+                // count(*)-style scans still need the row count: read the narrowest column.
+                let narrow = schema.fields().iter().min_by_key(|f| f.data_type().primitive_width().unwrap_or(16)).map(|f| f.name().clone());
+                cols.extend(narrow);
+            }
+            // Keep table order, so the stream's schema is a projection of the table's.
+            schema.fields().iter().map(|f| f.name().clone()).filter(|n| cols.contains(n)).collect()
+        };
+        let est_rows = self.entry.rows() as f64 * if predicate.is_some() { DEFAULT_SELECTIVITY } else { 1.0 };
+        Ok(Arc::new(DiskScanExec::new(
+            self.entry.clone(),
+            self.cluster.clone(),
+            self.settings.clone(),
+            self.metrics.clone(),
+            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, fragment: None, bloom: None },
+        )))
+    }
+}
+
+/// A Bloom filter built at the host from a join's build side.
+#[derive(Debug)]
+pub struct BuiltBloom {
+    /// The filter.
+    pub filter: BloomFilter,
+    /// Keys inserted.
+    pub keys: u64,
+    /// Exact key hashes (kept when analyzing, to measure the false-positive rate).
+    pub exact: Option<HashSet<u64>>,
+}
+
+/// State of a Bloom filter a scan waits for.
+#[derive(Debug, Clone)]
+pub enum BloomState {
+    /// The build side is still running.
+    Pending,
+    /// Built, or `None` if the build side went away without finishing.
+    Ready(Option<Arc<BuiltBloom>>),
+}
+
+/// What a probe-side scan needs to apply a Bloom semi-join.
+#[derive(Debug, Clone)]
+pub struct BloomProbeSpec {
+    /// Key columns of the scan's base output, in join-key order.
+    pub keys: Vec<String>,
+    /// Where the filter appears.
+    pub slot: watch::Receiver<BloomState>,
+    /// Filter size in bytes.
+    pub bytes: usize,
+}
+
+/// A plan fragment moved into the scan.
+#[derive(Debug, Clone)]
+pub struct ScanFragment {
+    /// Kind.
+    pub kind: FragmentKind,
+    /// The fragment (leaf: `EmptyExec` with the base schema), kept for EXPLAIN.
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// Its `datafusion-proto` encoding.
+    pub bytes: Vec<u8>,
+}
+
+/// What one scan asks of the disks.
+#[derive(Debug, Clone)]
+pub struct ScanPlan {
+    /// Columns read at the disks.
+    pub read: Vec<String>,
+    /// Pushed filters (qualification at the disks, and zone maps).
+    pub predicate: Option<Expr>,
+    /// Columns of the base output.
+    pub output_names: Vec<String>,
+    /// Base output schema (before a fragment).
+    pub base_schema: SchemaRef,
+    /// Estimated rows of the base output.
+    pub est_rows: f64,
+    /// A fragment run after the select (and Bloom) stage.
+    pub fragment: Option<ScanFragment>,
+    /// Bloom semi-join.
+    pub bloom: Option<BloomProbeSpec>,
+}
+
+/// The part of a query that runs at the disks for one table.
+#[derive(Debug)]
+pub struct DiskScanExec {
+    pub(super) entry: Arc<TableEntry>,
+    cluster: Arc<Cluster>,
+    settings: Arc<SqlSettings>,
+    metrics: Arc<QueryMetrics>,
+    pub(super) plan: ScanPlan,
+    pub(super) disks: Vec<u32>,
+    pub(super) id: usize,
+    properties: Arc<PlanProperties>,
+}
+
+impl DiskScanExec {
+    fn new(entry: Arc<TableEntry>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
+        let disks = entry.disks();
+        let schema = plan.fragment.as_ref().map(|f| f.plan.schema()).unwrap_or_else(|| plan.base_schema.clone());
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(schema),
+            Partitioning::UnknownPartitioning(disks.len().max(1)),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        DiskScanExec { entry, cluster, settings, metrics, plan, disks, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
+    }
+
+    /// The same scan with a different plan.
+    pub(super) fn with_plan(&self, plan: ScanPlan) -> Self {
+        let mut s = DiskScanExec::new(self.entry.clone(), self.cluster.clone(), self.settings.clone(), self.metrics.clone(), plan);
+        s.id = self.id;
+        s
+    }
+
+    /// Table name.
+    pub fn table(&self) -> &str {
+        &self.entry.name
+    }
+
+    /// The stages shipped to each disk, given the Bloom filter (if any).
+    fn job(&self, bloom: Option<&BuiltBloom>) -> Result<JobSpec> {
+        let p = &self.plan;
+        let prune = p.predicate.as_ref().map(encode_expr).transpose()?;
+        let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone() };
+        let mut stages = Vec::new();
+        let read_is_output = p.read == p.output_names;
+        if p.predicate.is_some() || (!read_is_output && self.settings.offload != Offload::None && !p.output_names.is_empty()) {
+            let projection = p
+                .output_names
+                .iter()
+                .map(|n| Ok(NamedExpr { name: n.clone(), expr: encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(n)))? }))
+                .collect::<Result<Vec<_>>>()?;
+            stages.push(DiskletSpec::Select { predicate: prune, projection, limit: None });
+        }
+        if let (Some(spec), Some(b)) = (&p.bloom, bloom) {
+            let keys = spec
+                .keys
+                .iter()
+                .map(|k| encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(k))))
+                .collect::<Result<Vec<ExprBytes>>>()?;
+            stages.push(DiskletSpec::BloomProbe { keys, filter: b.filter.clone() });
+        }
+        if let Some(f) = &p.fragment {
+            stages.push(DiskletSpec::Fragment { kind: f.kind, plan: ExprBytes(f.bytes.clone()) });
+        }
+        Ok(JobSpec {
+            job_id: crate::plan::new_id("sql"),
+            program: crate::plan::program_id(),
+            source,
+            stages,
+            sink: Sink::Host,
+            scratch_kib: self.settings.scratch_kib,
+        })
+    }
+
+    /// One-line description of the bundle, for EXPLAIN.
+    pub fn describe_stages(&self) -> Vec<String> {
+        let p = &self.plan;
+        let mut out = vec![format!(
+            "scan {} columns [{}]{}",
+            self.entry.name,
+            p.read.join(", "),
+            p.predicate.as_ref().map(|e| format!(" zone maps: {e}")).unwrap_or_default()
+        )];
+        if p.predicate.is_some() {
+            out.push(format!("select {} → [{}]", p.predicate.as_ref().map(|e| e.to_string()).unwrap_or_default(), p.output_names.join(", ")));
+        } else if p.read != p.output_names && self.settings.offload != Offload::None && !p.output_names.is_empty() {
+            out.push(format!("project [{}]", p.output_names.join(", ")));
+        }
+        if let Some(b) = &p.bloom {
+            out.push(format!("bloom_probe keys [{}], filter {} KiB (from the join's build side)", b.keys.join(", "), b.bytes / 1024));
+        }
+        if let Some(f) = &p.fragment {
+            let text = datafusion::physical_plan::displayable(f.plan.as_ref()).indent(false).to_string();
+            for line in text.lines() {
+                if !line.trim_start().starts_with("EmptyExec") {
+                    out.push(format!("{}: {}", if f.kind == FragmentKind::Aggregate { "sql_aggregate" } else { "sql_select" }, line.trim()));
+                }
+            }
+        }
+        out
+    }
+}
+
+impl DisplayAs for DiskScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DiskScanExec: table={} disks={} bundle=[{}]", self.entry.name, self.disks.len(), self.describe_stages().join(" | "))
+    }
+}
+
+fn to_df(e: HostError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// Reshapes a batch the disk sent into the scan's output schema.
+fn conform(batch: RecordBatch, schema: &SchemaRef, host_projection: Option<&[usize]>) -> datafusion::error::Result<RecordBatch> {
+    let batch = match host_projection {
+        Some(idx) => batch.project(idx)?,
+        None => batch,
+    };
+    if schema.fields().is_empty() {
+        let opts = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+        return Ok(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts)?);
+    }
+    if batch.num_columns() != schema.fields().len() {
+        let picked = schema
+            .fields()
+            .iter()
+            .map(|f| batch.column_by_name(f.name()).cloned().ok_or_else(|| DataFusionError::Internal(format!("disk result lacks column {}", f.name()))))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        return Ok(RecordBatch::try_new(schema.clone(), picked)?);
+    }
+    Ok(RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?)
+}
+
+impl ExecutionPlan for DiskScanExec {
+    fn name(&self) -> &str {
+        "DiskScanExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn datafusion::physical_plan::PhysicalExpr>) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+    ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn statistics_from_inputs(&self, _inputs: &[Arc<Statistics>], args: &datafusion::physical_plan::statistics::StatisticsArgs) -> datafusion::error::Result<Arc<Statistics>> {
+        let mut s = Statistics::new_unknown(&self.schema());
+        if self.plan.fragment.is_none() {
+            let share = if args.partition().is_some() { 1.0 / self.disks.len().max(1) as f64 } else { 1.0 };
+            let rows = self.plan.est_rows * share;
+            let width: usize = self.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(24)).sum();
+            s.num_rows = Precision::Inexact(rows as usize);
+            s.total_byte_size = Precision::Inexact((rows as usize).saturating_mul(width.max(1)));
+        }
+        Ok(Arc::new(s))
+    }
+    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let disk = *self.disks.get(partition).ok_or_else(|| DataFusionError::Internal(format!("scan partition {partition} of {}", self.disks.len())))?;
+        let schema = self.schema();
+        let cluster = self.cluster.clone();
+        let metrics = self.metrics.clone();
+        let settings = self.settings.clone();
+        let bloom_spec = self.plan.bloom.clone();
+        let host_projection: Option<Vec<usize>> = if self.settings.offload == Offload::None && self.plan.fragment.is_none() {
+            let table = &self.entry.schema;
+            Some(self.plan.output_names.iter().map(|n| table.index_of(n)).collect::<std::result::Result<_, _>>()?)
+        } else if self.plan.predicate.is_none() && self.plan.output_names.is_empty() && self.plan.fragment.is_none() {
+            Some(vec![])
+        } else {
+            None
+        };
+        let this = ScanIdentity { id: self.id, table: self.entry.name.clone(), stages: self.describe_stages() };
+        // The job is built when the stream is first polled: a probe-side scan waits there for
+        // the filter its join's build side is making.
+        let job_for = {
+            let plan = self.plan.clone();
+            let scan = self.with_plan(plan);
+            move |b: Option<&BuiltBloom>| scan.job(b)
+        };
+        let stream = async_stream(disk, cluster, metrics, settings, bloom_spec, job_for, schema.clone(), host_projection, this);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
+
+struct ScanIdentity {
+    id: usize,
+    table: String,
+    stages: Vec<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn async_stream(
+    disk: u32,
+    cluster: Arc<Cluster>,
+    metrics: Arc<QueryMetrics>,
+    settings: Arc<SqlSettings>,
+    bloom_spec: Option<BloomProbeSpec>,
+    job_for: impl FnOnce(Option<&BuiltBloom>) -> Result<JobSpec> + Send + 'static,
+    schema: SchemaRef,
+    host_projection: Option<Vec<usize>>,
+    ident: ScanIdentity,
+) -> impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static {
+    struct State {
+        inner: Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>,
+        job_id: String,
+        started: Instant,
+        bloom: Option<Arc<BuiltBloom>>,
+        key_idx: Vec<usize>,
+        true_matches: u64,
+        rows: u64,
+        bytes: u64,
+        done: bool,
+    }
+    let cluster2 = cluster.clone();
+    let init = async move {
+        let cluster = cluster2;
+        let mut bloom = None;
+        if let Some(spec) = &bloom_spec {
+            let mut rx = spec.slot.clone();
+            let waited = tokio::time::timeout(BLOOM_WAIT, rx.wait_for(|s| matches!(s, BloomState::Ready(_)))).await;
+            if let Ok(Ok(state)) = waited {
+                if let BloomState::Ready(Some(b)) = &*state {
+                    bloom = Some(b.clone());
+                }
+            }
+        }
+        let job = job_for(bloom.as_deref()).map_err(to_df)?;
+        let key_idx = match (&bloom_spec, &bloom) {
+            (Some(spec), Some(_)) => spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>(),
+            _ => vec![],
+        };
+        let inner = cluster.start(disk, &job).await.map_err(to_df)?;
+        Ok::<_, DataFusionError>(State { inner: Some(inner), job_id: job.job_id, started: Instant::now(), bloom, key_idx, true_matches: 0, rows: 0, bytes: 0, done: false })
+    };
+    let link = settings.host_link.clone();
+    let analyze = settings.analyze;
+    futures::stream::once(init)
+        .map(move |st| (st, cluster.clone(), metrics.clone(), link.clone(), schema.clone(), host_projection.clone()))
+        .flat_map(move |(st, cluster, metrics, link, schema, host_projection)| {
+            let ident = ScanIdentity { id: ident.id, table: ident.table.clone(), stages: ident.stages.clone() };
+            match st {
+                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+                Ok(state) => futures::stream::unfold(state, move |mut s| {
+                    let cluster = cluster.clone();
+                    let metrics = metrics.clone();
+                    let link = link.clone();
+                    let schema = schema.clone();
+                    let host_projection = host_projection.clone();
+                    let ident = ScanIdentity { id: ident.id, table: ident.table.clone(), stages: ident.stages.clone() };
+                    async move {
+                        if s.done {
+                            return None;
+                        }
+                        let next = s.inner.as_mut()?.next().await;
+                        match next {
+                            Some(Ok(batch)) => {
+                                let bytes = crate::plan::batch_bytes(&batch);
+                                if let Some(l) = &link {
+                                    l.acquire(bytes).await;
+                                }
+                                s.rows += batch.num_rows() as u64;
+                                s.bytes += bytes;
+                                if analyze && let Some(b) = &s.bloom && let Some(exact) = &b.exact && !s.key_idx.is_empty() {
+                                    let cols: Vec<_> = s.key_idx.iter().map(|i| batch.column(*i).clone()).collect();
+                                    if let Ok(h) = hash_columns(&cols, batch.num_rows()) {
+                                        s.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
+                                    }
+                                }
+                                let out = conform(batch, &schema, host_projection.as_deref());
+                                Some((out, s))
+                            }
+                            Some(Err(e)) => {
+                                s.done = true;
+                                Some((Err(to_df(e)), s))
+                            }
+                            None => {
+                                s.done = true;
+                                s.inner = None;
+                                let stats = cluster.job_stats(disk, &s.job_id).await.ok();
+                                metrics.record(ScanReport {
+                                    scan_id: ident.id,
+                                    table: ident.table,
+                                    stages: ident.stages,
+                                    disk,
+                                    stats,
+                                    rows_received: s.rows,
+                                    bytes_received: s.bytes,
+                                    wall_ns: s.started.elapsed().as_nanos() as u64,
+                                    bloom_keys: s.bloom.as_ref().map(|b| b.keys),
+                                    bloom_bytes: s.bloom.as_ref().map(|b| b.filter.size_bytes() as u64),
+                                    bloom_true_matches: if s.bloom.is_some() && analyze { Some(s.true_matches) } else { None },
+                                });
+                                None
+                            }
+                        }
+                    }
+                })
+                .boxed(),
+            }
+        })
+}
+
+/// Index of column `name` in the output of `job`'s last stage before any fragment (the
+/// Bloom stage's output has the select stage's columns).
+fn schema_index(job: &JobSpec, name: &str) -> usize {
+    for st in &job.stages {
+        if let DiskletSpec::Select { projection, .. } = st {
+            return projection.iter().position(|p| p.name == name).unwrap_or(0);
+        }
+    }
+    match &job.source {
+        Source::Table { columns, .. } => columns.iter().position(|c| c == name).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// An empty schema helper for fragments.
+pub fn schema_of(names: &[String], table: &Schema) -> Result<SchemaRef> {
+    let idx = names.iter().map(|n| table.index_of(n).map_err(|e| HostError::Invalid(e.to_string()))).collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(table.project(&idx).map_err(|e| HostError::Invalid(e.to_string()))?))
+}

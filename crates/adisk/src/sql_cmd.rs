@@ -1,0 +1,322 @@
+//! `adisk sql`, `adisk explain [analyze]`, `adisk tpch query|check`.
+use crate::CliError;
+use adisk_core::stats::human_bytes;
+use adisk_host::sql::{Offload, QueryOutput, SqlEngine, SqlOptions, report, tpch};
+use arrow::array::RecordBatch;
+use std::io::{BufRead, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Options shared by the SQL commands.
+#[derive(clap::Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// How much runs at the disks: none | project | select | aggregate | semijoin | auto.
+    #[arg(long, default_value = "auto")]
+    pub offload: String,
+    /// Bloom filter size for semi-joins, KiB (capped by the disks' memory grant).
+    #[arg(long, default_value_t = 1024)]
+    pub bloom_kib: u64,
+    /// Scratch per disk stage, KiB (0: the disk's default, a quarter of its memory).
+    #[arg(long, default_value_t = 0)]
+    pub scratch_kib: u64,
+}
+
+impl EngineArgs {
+    pub fn options(&self, offload: Offload) -> SqlOptions {
+        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0 }
+    }
+    pub fn offload(&self) -> Result<Offload, CliError> {
+        Ok(self.offload.parse::<Offload>()?)
+    }
+}
+
+/// `adisk sql` arguments.
+#[derive(clap::Args, Debug)]
+pub struct SqlArgs {
+    /// The query (none, and no --file: read queries ending in `;` from standard input).
+    pub query: Option<String>,
+    /// Read the query from a file.
+    #[arg(long, conflicts_with = "query")]
+    pub file: Option<PathBuf>,
+    /// Output format: table | csv | json | arrow (Arrow IPC stream on standard output).
+    #[arg(long, default_value = "table")]
+    pub format: String,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Print what the query moved (bytes read, shipped, rows, time) on standard error.
+    #[arg(long)]
+    pub stats: bool,
+}
+
+/// `adisk explain` arguments.
+#[derive(clap::Args, Debug)]
+pub struct ExplainArgs {
+    /// `analyze` (optional) and the query.
+    #[arg(required = true, num_args = 1..=2)]
+    pub words: Vec<String>,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// `adisk tpch` subcommands.
+#[derive(clap::Subcommand, Debug)]
+pub enum TpchCommand {
+    /// Run TPC-H query N (standard text, default substitution parameters).
+    Query {
+        /// Query number, 1–22.
+        n: u32,
+        /// Also compare with the official answer for this scale factor (0.01, 0.1, 1).
+        #[arg(long)]
+        sf: Option<f64>,
+        /// Output format: table | csv | json | arrow.
+        #[arg(long, default_value = "table")]
+        format: String,
+        /// Print EXPLAIN ANALYZE instead of the rows.
+        #[arg(long)]
+        analyze: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Run all 22 queries and compare with the official answers; one line per query, then
+    /// `N passed, N failed`.
+    Check {
+        /// Scale factor the cluster holds: 0.01, 0.1 or 1.
+        #[arg(long, default_value_t = 0.01)]
+        sf: f64,
+        /// Offload levels, comma-separated, or `all`.
+        #[arg(long, default_value = "auto")]
+        offload: String,
+        /// Bloom filter size, KiB.
+        #[arg(long, default_value_t = 1024)]
+        bloom_kib: u64,
+        /// Only these queries (comma-separated numbers).
+        #[arg(long, value_delimiter = ',')]
+        queries: Vec<u32>,
+    },
+}
+
+async fn engine(dir: &Path, opts: SqlOptions) -> Result<SqlEngine, CliError> {
+    let cluster = Arc::new(crate::connect(dir).await?);
+    Ok(SqlEngine::new(cluster, opts).await?)
+}
+
+/// Prints result batches in `format`.
+pub fn print_batches(batches: &[RecordBatch], schema: &arrow::datatypes::SchemaRef, format: &str) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    let io = |e: std::io::Error| CliError::Other(format!("writing the result: {e}"));
+    let arrow_err = |e: arrow::error::ArrowError| CliError::Other(format!("formatting the result: {e}"));
+    match format {
+        "table" => {
+            let text = arrow::util::pretty::pretty_format_batches(batches).map_err(arrow_err)?;
+            writeln!(out, "{text}").map_err(io)?;
+        }
+        "csv" => {
+            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+            if batches.is_empty() {
+                let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+                drop(w);
+                writeln!(std::io::stdout(), "{}", names.join(",")).map_err(io)?;
+                return Ok(());
+            }
+            for b in batches {
+                w.write(b).map_err(arrow_err)?;
+            }
+        }
+        "json" => {
+            let mut w = arrow::json::ArrayWriter::new(&mut out);
+            for b in batches {
+                w.write(b).map_err(arrow_err)?;
+            }
+            w.finish().map_err(arrow_err)?;
+            writeln!(out).map_err(io)?;
+        }
+        "arrow" => {
+            let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, schema).map_err(arrow_err)?;
+            for b in batches {
+                w.write(b).map_err(arrow_err)?;
+            }
+            w.finish().map_err(arrow_err)?;
+        }
+        other => return Err(CliError::Other(format!("unknown format `{other}` (table, csv, json, arrow)"))),
+    }
+    Ok(())
+}
+
+/// One line on what a query moved.
+pub fn moved(out: &QueryOutput) -> String {
+    let (read, scanned, shipped) = report::totals(out);
+    let jobs = out.scans.len();
+    format!(
+        "{} rows · {:.1} ms · {jobs} disk jobs · read {} · scanned {} · shipped {}",
+        out.rows(),
+        out.wall.as_secs_f64() * 1e3,
+        human_bytes(read),
+        human_bytes(scanned),
+        human_bytes(shipped)
+    )
+}
+
+pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
+    let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
+    let text = match (&a.query, &a.file) {
+        (Some(q), _) => Some(q.clone()),
+        (None, Some(f)) => Some(std::fs::read_to_string(f).map_err(|e| CliError::Other(format!("reading {}: {e}", f.display())))?),
+        (None, None) => None,
+    };
+    if let Some(q) = text {
+        let out = eng.query(&q).await?;
+        print_batches(&out.batches, &out.schema, &a.format)?;
+        if a.stats {
+            eprintln!("{}", moved(&out));
+        }
+        return Ok(());
+    }
+    // Prompt: statements end with `;`, `\q` or end of input quits. Errors do not end it.
+    let stdin = std::io::stdin();
+    let mut buf = String::new();
+    let prompt = |cont: bool| {
+        eprint!("{}", if cont { "   ...> " } else { "adisk> " });
+        let _ = std::io::stderr().flush();
+    };
+    prompt(false);
+    for line in stdin.lock().lines() {
+        let line = line.map_err(|e| CliError::Other(format!("reading standard input: {e}")))?;
+        if line.trim() == "\\q" {
+            break;
+        }
+        buf.push_str(&line);
+        buf.push('\n');
+        if line.trim_end().ends_with(';') {
+            let q = std::mem::take(&mut buf);
+            match eng.query(&q).await {
+                Ok(out) => {
+                    print_batches(&out.batches, &out.schema, &a.format)?;
+                    eprintln!("{}", moved(&out));
+                }
+                Err(e) => eprintln!("error: {e}"),
+            }
+        }
+        prompt(!buf.trim().is_empty());
+    }
+    eprintln!();
+    Ok(())
+}
+
+pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
+    let (analyze, query) = match a.words.as_slice() {
+        [q] => (false, q.clone()),
+        [w, q] if w.eq_ignore_ascii_case("analyze") => (true, q.clone()),
+        _ => return Err(CliError::Other("usage: adisk explain [analyze] \"QUERY\"".into())),
+    };
+    let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
+    if analyze {
+        let (text, _) = eng.explain_analyze(&query).await?;
+        print!("{text}");
+    } else {
+        print!("{}", eng.explain(&query).await?);
+    }
+    Ok(())
+}
+
+/// Offload levels named by a comma-separated list or `all`.
+pub fn levels(spec: &str) -> Result<Vec<Offload>, CliError> {
+    if spec == "all" {
+        return Ok(Offload::ALL.to_vec());
+    }
+    spec.split(',').map(|s| s.trim().parse::<Offload>().map_err(CliError::from)).collect()
+}
+
+async fn check_sf(eng_dir: &Path, sf: f64) -> Result<(), CliError> {
+    let cluster = crate::connect(eng_dir).await?;
+    let catalog = cluster.catalog().await?;
+    let rows = catalog.tables.get("orders").map(|t| t.rows()).unwrap_or(0);
+    if rows != tpch::orders_rows(sf) {
+        return Err(CliError::Other(format!(
+            "the cluster's `orders` has {rows} rows, TPC-H SF {sf} has {} (load it with `adisk load tpch --sf {sf}`)",
+            tpch::orders_rows(sf)
+        )));
+    }
+    Ok(())
+}
+
+pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
+    match cmd {
+        TpchCommand::Query { n, sf, format, analyze, engine: e } => {
+            let text = tpch::query(n)?;
+            let eng = engine(dir, e.options(e.offload()?)).await?;
+            let out = if analyze {
+                let (report, out) = eng.explain_analyze(text).await?;
+                print!("{report}");
+                out
+            } else {
+                let out = eng.query(text).await?;
+                print_batches(&out.batches, &out.schema, &format)?;
+                eprintln!("{}", moved(&out));
+                out
+            };
+            if let Some(sf) = sf {
+                check_sf(dir, sf).await?;
+                let answers = tpch::official_answers(sf)?;
+                let answer = answers.get(&n).ok_or_else(|| CliError::Other(format!("no official answer for Q{n} at SF {sf}")))?;
+                if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+                    eprintln!("Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)");
+                } else {
+                    match tpch::compare(&out, answer, tpch::generator_text_column) {
+                        Ok(()) => eprintln!("Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"),
+                        Err(d) => return Err(CliError::Other(format!("Q{n:02} differs from the official answer for SF {sf}: {d}"))),
+                    }
+                }
+            }
+            Ok(())
+        }
+        TpchCommand::Check { sf, offload, bloom_kib, queries } => {
+            check_sf(dir, sf).await?;
+            let answers = tpch::official_answers(sf)?;
+            let queries: Vec<u32> = if queries.is_empty() { (1..=22).collect() } else { queries };
+            let cluster = crate::connect(dir).await?;
+            let catalog = cluster.catalog().await?;
+            let texts = queries.iter().map(|n| tpch::query(*n)).collect::<Result<Vec<_>, _>>()?;
+            let same_data = tpch::duckdb_same_data(&cluster, &catalog, &texts)?;
+            println!("oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)");
+            let (mut passed, mut failed) = (0, 0);
+            for level in levels(&offload)? {
+                let eng = engine(dir, SqlOptions { offload: level, bloom_kib, scratch_kib: 0, host_threads: 0 }).await?;
+                for (i, &n) in queries.iter().enumerate() {
+                    let verdict = match eng.query(texts[i]).await {
+                        Ok(out) => {
+                            let official = if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+                                Ok(())
+                            } else {
+                                match answers.get(&n) {
+                                    Some(a) => tpch::compare(&out, a, tpch::generator_text_column).map_err(|d| format!("official answer: {d}")),
+                                    None => Err(format!("no official answer for Q{n}")),
+                                }
+                            };
+                            let same = match &same_data[i] {
+                                Ok(a) => tpch::compare(&out, a, |_| false).map_err(|d| format!("DuckDB on the same files: {d}")),
+                                Err(e) => Err(format!("DuckDB on the same files failed: {e}")),
+                            };
+                            official.and(same).map(|()| moved(&out))
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    match verdict {
+                        Ok(m) => {
+                            passed += 1;
+                            println!("pass  Q{n:02}  offload={level:<9} {m}");
+                        }
+                        Err(d) => {
+                            failed += 1;
+                            println!("FAIL  Q{n:02}  offload={level:<9} {d}");
+                        }
+                    }
+                }
+            }
+            println!("{passed} passed, {failed} failed");
+            if failed > 0 {
+                return Err(CliError::Other(format!("{failed} TPC-H checks failed")));
+            }
+            Ok(())
+        }
+    }
+}
