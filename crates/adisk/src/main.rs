@@ -49,6 +49,9 @@ enum Command {
     /// Print a query's plan with each operator marked disk or host (`explain analyze "…"` runs
     /// it and prints the bytes at every stage, per disk).
     Explain(sql_cmd::ExplainArgs),
+    /// Run `.slt` files of queries at the given offload levels, each compared with DuckDB on
+    /// the same Parquet files; one line per query, then `N passed, N failed`.
+    Slt(sql_cmd::SltArgs),
     /// TPC-H queries and the check against the official answers.
     #[command(subcommand)]
     Tpch(sql_cmd::TpchCommand),
@@ -222,6 +225,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         }
         Command::Sql(a) => sql_cmd::sql(&dir, a).await,
         Command::Explain(a) => sql_cmd::explain(&dir, a).await,
+        Command::Slt(a) => sql_cmd::slt(&dir, a).await,
         Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Bench(b) => output::bench(&dir, b).await,

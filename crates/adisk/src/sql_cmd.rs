@@ -1,7 +1,7 @@
 //! `adisk sql`, `adisk explain [analyze]`, `adisk tpch query|check`.
 use crate::CliError;
 use adisk_core::stats::human_bytes;
-use adisk_host::sql::{Offload, QueryOutput, SqlEngine, SqlOptions, report, tpch};
+use adisk_host::sql::{Offload, QueryOutput, SqlEngine, SqlOptions, oracle, report, tpch};
 use arrow::array::RecordBatch;
 use std::io::{BufRead, Write};
 use std::path::{Path, PathBuf};
@@ -261,7 +261,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                 if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
                     eprintln!("Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)");
                 } else {
-                    match tpch::compare(&out, answer, tpch::generator_text_column) {
+                    match oracle::compare(&out, answer, tpch::generator_text_column) {
                         Ok(()) => eprintln!("Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"),
                         Err(d) => return Err(CliError::Other(format!("Q{n:02} differs from the official answer for SF {sf}: {d}"))),
                     }
@@ -276,7 +276,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             let cluster = crate::connect(dir).await?;
             let catalog = cluster.catalog().await?;
             let texts = queries.iter().map(|n| tpch::query(*n)).collect::<Result<Vec<_>, _>>()?;
-            let same_data = tpch::duckdb_same_data(&cluster, &catalog, &texts)?;
+            let same_data = oracle::duckdb_same_data(&cluster, &catalog, &texts)?;
             println!("oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)");
             let (mut passed, mut failed) = (0, 0);
             for level in levels(&offload)? {
@@ -288,12 +288,12 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                                 Ok(())
                             } else {
                                 match answers.get(&n) {
-                                    Some(a) => tpch::compare(&out, a, tpch::generator_text_column).map_err(|d| format!("official answer: {d}")),
+                                    Some(a) => oracle::compare(&out, a, tpch::generator_text_column).map_err(|d| format!("official answer: {d}")),
                                     None => Err(format!("no official answer for Q{n}")),
                                 }
                             };
                             let same = match &same_data[i] {
-                                Ok(a) => tpch::compare(&out, a, |_| false).map_err(|d| format!("DuckDB on the same files: {d}")),
+                                Ok(a) => oracle::compare(&out, a, |_| false).map_err(|d| format!("DuckDB on the same files: {d}")),
                                 Err(e) => Err(format!("DuckDB on the same files failed: {e}")),
                             };
                             official.and(same).map(|()| moved(&out))
@@ -319,4 +319,114 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// `adisk slt` arguments.
+#[derive(clap::Args, Debug)]
+pub struct SltArgs {
+    /// `.slt` files: `query` blocks (compared with DuckDB on the same files, in order) and
+    /// `statement error TEXT` blocks (must fail with TEXT in the message).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// Offload levels, comma-separated, or `all`.
+    #[arg(long, default_value = "auto")]
+    pub offload: String,
+    /// Bloom filter size, KiB.
+    #[arg(long, default_value_t = 1024)]
+    pub bloom_kib: u64,
+}
+
+enum Block {
+    Query { line: usize, sql: String },
+    Error { line: usize, sql: String, expect: String },
+}
+
+fn parse_slt(path: &Path) -> Result<Vec<Block>, CliError> {
+    let text = std::fs::read_to_string(path).map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
+    let mut blocks = Vec::new();
+    let mut lines = text.lines().enumerate().peekable();
+    while let Some((i, line)) = lines.next() {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        let expect = if t == "query" {
+            None
+        } else if let Some(rest) = t.strip_prefix("statement error") {
+            Some(rest.trim().to_string())
+        } else {
+            return Err(CliError::Other(format!("{}:{}: expected `query` or `statement error`, found `{t}`", path.display(), i + 1)));
+        };
+        let mut sql = String::new();
+        for (_, l) in lines.by_ref() {
+            sql.push_str(l);
+            sql.push('\n');
+            if l.trim_end().ends_with(';') {
+                break;
+            }
+        }
+        if !sql.trim_end().ends_with(';') {
+            return Err(CliError::Other(format!("{}:{}: statement does not end with `;`", path.display(), i + 1)));
+        }
+        blocks.push(match expect {
+            None => Block::Query { line: i + 1, sql },
+            Some(expect) => Block::Error { line: i + 1, sql, expect },
+        });
+    }
+    Ok(blocks)
+}
+
+pub async fn slt(dir: &Path, a: SltArgs) -> Result<(), CliError> {
+    let cluster = crate::connect(dir).await?;
+    let catalog = cluster.catalog().await?;
+    let mut blocks = Vec::new();
+    for f in &a.files {
+        for b in parse_slt(f)? {
+            blocks.push((f.display().to_string(), b));
+        }
+    }
+    let queries: Vec<&str> = blocks.iter().filter_map(|(_, b)| if let Block::Query { sql, .. } = b { Some(sql.trim().trim_end_matches(';')) } else { None }).collect();
+    let answers = oracle::duckdb_same_data(&cluster, &catalog, &queries)?;
+    let (mut passed, mut failed) = (0, 0);
+    for level in levels(&a.offload)? {
+        let eng = engine(dir, SqlOptions { offload: level, bloom_kib: a.bloom_kib, scratch_kib: 0, host_threads: 0 }).await?;
+        let mut qi = 0;
+        for (file, b) in &blocks {
+            let (line, verdict) = match b {
+                Block::Query { line, sql } => {
+                    let answer = &answers[qi];
+                    qi += 1;
+                    let v = match (eng.query(sql).await, answer) {
+                        (Ok(out), Ok(a)) => oracle::compare(&out, a, |_| false).map(|()| moved(&out)),
+                        (Err(e), _) => Err(e.to_string()),
+                        (_, Err(e)) => Err(format!("DuckDB failed: {e}")),
+                    };
+                    (line, v)
+                }
+                Block::Error { line, sql, expect } => {
+                    let v = match eng.query(sql).await {
+                        Ok(out) => Err(format!("expected an error containing `{expect}`, got {} rows", out.rows())),
+                        Err(e) if e.to_string().contains(expect.as_str()) => Ok(format!("error as expected: {}", e.to_string().lines().next().unwrap_or(""))),
+                        Err(e) => Err(format!("expected an error containing `{expect}`, got: {e}")),
+                    };
+                    (line, v)
+                }
+            };
+            match verdict {
+                Ok(m) => {
+                    passed += 1;
+                    println!("pass  {file}:{line}  offload={level:<9} {m}");
+                }
+                Err(d) => {
+                    failed += 1;
+                    println!("FAIL  {file}:{line}  offload={level:<9} {d}");
+                }
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        return Err(CliError::Other(format!("{failed} SQL checks failed")));
+    }
+    Ok(())
 }

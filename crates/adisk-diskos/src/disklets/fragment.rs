@@ -93,9 +93,14 @@ impl ExecutionPlan for FeedExec {
     }
     fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
         let feed = self.feed.clone();
+        let schema = self.schema.clone();
         let stream = futures::stream::poll_fn(move |_cx| {
             let mut f = feed.lock().expect("feed lock");
             match f.queue.pop_front() {
+                Some(b) if schema.fields().is_empty() => {
+                    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+                    Poll::Ready(Some(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts).map_err(Into::into)))
+                }
                 Some(b) => Poll::Ready(Some(Ok(b))),
                 None if f.closed => Poll::Ready(None),
                 None => Poll::Pending,
@@ -129,7 +134,9 @@ fn attach(plan: Arc<dyn ExecutionPlan>, input: &SchemaRef, feed: &Arc<Mutex<Feed
     let any: &dyn ExecutionPlan = plan.as_ref();
     if any.downcast_ref::<EmptyExec>().is_some() {
         let want = plan.schema();
-        let same = want.fields().len() == input.fields().len()
+        // An empty leaf schema (count(*) and the like) takes any input: only row counts matter.
+        let same = want.fields().is_empty()
+            || want.fields().len() == input.fields().len()
             && want.fields().iter().zip(input.fields()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
         if !same {
             return Err(DiskOsError::InvalidJob(format!("fragment input schema {want:?} does not match the stream's {input:?}")));

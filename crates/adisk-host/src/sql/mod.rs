@@ -13,6 +13,7 @@
 //! (partial aggregation and group-by) < `semijoin` (Bloom filters). `auto` chooses per scan
 //! and per operator with the cost model in [`cost`].
 pub mod cost;
+pub mod oracle;
 pub mod report;
 pub mod rules;
 pub mod scan;

@@ -1,0 +1,98 @@
+//! Oracles: compare a result with an answer text, and DuckDB run on the very Parquet files
+//! the disks hold.
+use super::QueryOutput;
+use crate::cluster::{Catalog, Cluster};
+use crate::{HostError, Result};
+use arrow::array::RecordBatch;
+use arrow::datatypes::DataType;
+use arrow::util::display::{ArrayFormatter, FormatOptions};
+use std::collections::BTreeMap;
+
+/// Cells of a result, as text, with a flag per column saying whether it is numeric with a
+/// fractional part (compared with a tolerance).
+fn cells(batches: &[RecordBatch]) -> Result<(Vec<Vec<String>>, Vec<bool>)> {
+    let opts = FormatOptions::default().with_null("NULL");
+    let mut rows = Vec::new();
+    let mut tolerant = Vec::new();
+    for b in batches {
+        tolerant = b.schema().fields().iter().map(|f| matches!(f.data_type(), DataType::Decimal128(..) | DataType::Decimal256(..) | DataType::Float32 | DataType::Float64)).collect();
+        let fmts = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| HostError::Invalid(e.to_string()))?;
+        for r in 0..b.num_rows() {
+            rows.push(fmts.iter().map(|f| f.value(r).to_string()).collect());
+        }
+    }
+    Ok((rows, tolerant))
+}
+
+/// Whether two decimal cells agree: relative 1e-6 or absolute 0.01 (the answers round to
+/// two or four places; averages carry more digits in one engine than in the other).
+fn close(a: &str, b: &str) -> bool {
+    match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
+        (Ok(x), Ok(y)) => (x - y).abs() <= 0.01_f64.max(1e-6 * x.abs().max(y.abs())),
+        _ => a.trim() == b.trim(),
+    }
+}
+
+/// Compares a result with an answer (`|`-separated, header first, NULL as empty). Columns
+/// for which `skip(name)` holds are not compared. `Ok(())` or the first difference.
+pub fn compare(result: &QueryOutput, answer: &str, skip: impl Fn(&str) -> bool) -> std::result::Result<(), String> {
+    let (rows, tolerant) = cells(&result.batches).map_err(|e| e.to_string())?;
+    let mut lines = answer.lines();
+    let header: Vec<&str> = lines.next().unwrap_or("").split('|').collect();
+    let expected: Vec<Vec<&str>> = lines.map(|l| l.split('|').collect()).collect();
+    if result.schema.fields().len() != header.len() {
+        return Err(format!("{} columns, the answer has {}", result.schema.fields().len(), header.len()));
+    }
+    if rows.len() != expected.len() {
+        return Err(format!("{} rows, the answer has {}", rows.len(), expected.len()));
+    }
+    for (i, (got, want)) in rows.iter().zip(&expected).enumerate() {
+        if got.len() != want.len() {
+            return Err(format!("row {}: {} cells, the answer has {}", i + 1, got.len(), want.len()));
+        }
+        for (c, (g, w)) in got.iter().zip(want).enumerate() {
+            if skip(header[c]) || (g == "NULL" && w.is_empty()) {
+                continue;
+            }
+            let ok = if tolerant.get(c).copied().unwrap_or(false) { close(g, w) } else { g.trim() == w.trim() };
+            if !ok {
+                return Err(format!("row {}, column {}: got `{g}`, expected `{w}`", i + 1, header[c]));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Runs `queries` in DuckDB (2 threads) over the Parquet partitions the disks of a local
+/// cluster hold; one answer text (or error) per query, in the official answers' format.
+pub fn duckdb_same_data(cluster: &Cluster, catalog: &Catalog, queries: &[&str]) -> Result<Vec<std::result::Result<String, String>>> {
+    let mut tables: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (name, t) in &catalog.tables {
+        for (d, p) in &t.placements {
+            let dir = cluster.config().disks[*d as usize].dir.clone().ok_or_else(|| HostError::Invalid(format!("disk {d} has no local directory in cluster.toml; the same-data oracle needs a local cluster")))?;
+            tables.entry(name.clone()).or_default().push(dir.join(&p.file).display().to_string());
+        }
+    }
+    let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = std::process::Command::new(&python)
+        .arg("-c")
+        .arg(SAME_DATA_PY)
+        .arg(serde_json::to_string(&tables).map_err(|e| HostError::Invalid(e.to_string()))?)
+        .arg(serde_json::to_string(queries).map_err(|e| HostError::Invalid(e.to_string()))?)
+        .output()
+        .map_err(|source| HostError::Io { context: format!("running {python} for the DuckDB oracle"), source })?;
+    if !out.status.success() {
+        return Err(HostError::Invalid(format!("DuckDB oracle: {}", String::from_utf8_lossy(&out.stderr).trim())));
+    }
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).map_err(|e| HostError::Invalid(format!("DuckDB oracle printed malformed JSON: {e}")))?;
+    Ok(items
+        .into_iter()
+        .map(|v| match v {
+            serde_json::Value::String(s) => Ok(s),
+            other => Err(other.get("error").and_then(|e| e.as_str()).unwrap_or("unknown error").to_string()),
+        })
+        .collect())
+}
+
+const SAME_DATA_PY: &str = include_str!("duckdb_same_data.py");
+
