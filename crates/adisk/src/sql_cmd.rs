@@ -54,6 +54,9 @@ pub struct ExplainArgs {
     /// `analyze` (optional) and the query.
     #[arg(required = true, num_args = 1..=2)]
     pub words: Vec<String>,
+    /// Output format: text or json.
+    #[arg(long, default_value = "text")]
+    pub format: String,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -208,12 +211,20 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
         [w, q] if w.eq_ignore_ascii_case("analyze") => (true, q.clone()),
         _ => return Err(CliError::Other("usage: adisk explain [analyze] \"QUERY\"".into())),
     };
+    let json = match a.format.as_str() {
+        "text" => false,
+        "json" => true,
+        other => return Err(CliError::Other(format!("unknown format `{other}` (text, json)"))),
+    };
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
-    if analyze {
-        let (text, _) = eng.explain_analyze(&query).await?;
-        print!("{text}");
-    } else {
-        print!("{}", eng.explain(&query).await?);
+    match (analyze, json) {
+        (true, false) => print!("{}", eng.explain_analyze(&query).await?.0),
+        (true, true) => {
+            let out = eng.query_analyzed(&query).await?;
+            println!("{}", report::explain_analyze_json(&out, eng.settings()));
+        }
+        (false, false) => print!("{}", eng.explain(&query).await?),
+        (false, true) => println!("{}", report::explain_json(&eng.plan(&query).await?, eng.settings())),
     }
     Ok(())
 }

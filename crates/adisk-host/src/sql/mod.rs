@@ -144,7 +144,7 @@ impl SqlSettings {
 }
 
 /// What one disk did for one scan of a query.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct ScanReport {
     /// Scan number in the plan.
     pub scan_id: usize,

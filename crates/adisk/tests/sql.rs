@@ -1,0 +1,213 @@
+//! SQL on the disks, end to end: 4 real disk processes, TPC-H generated at the disks.
+//!
+//! * `adisk tpch check` at SF 0.01 and 0.1 under every offload level — oracles: DuckDB's
+//!   official answers and DuckDB run on the same Parquet files;
+//! * the ad-hoc `.slt` queries (tests/sql/*.slt) at every offload level against DuckDB;
+//! * EXPLAIN / EXPLAIN ANALYZE on Q1, Q3, Q6, Q12, Q14: where each operator ran, shipped ≤ read;
+//! * bad input: syntax, unknown column, type error, a Bloom filter larger than the grant, a
+//!   disk killed mid-query — each a clear error, and the cluster serves the next query.
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn adisk(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir).args(args).env_remove("ADISK_HOME").output().expect("adisk runs")
+}
+
+fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = adisk(dir, args);
+    assert!(out.status.success(), "adisk {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = adisk(dir, args);
+    assert!(!out.status.success(), "adisk {args:?} should fail but printed:\n{}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
+    err
+}
+
+fn tpch_text(n: u32) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../adisk-host/src/sql/tpch/q{n:02}.sql"));
+    std::fs::read_to_string(p).expect("query text")
+}
+
+struct Cluster(tempfile::TempDir);
+
+impl Cluster {
+    fn start(sf: &str) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        ok(dir.path(), &["up", "--disks", "4"]);
+        ok(dir.path(), &["load", "tpch", "--sf", sf]);
+        Cluster(dir)
+    }
+    fn dir(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = adisk(self.0.path(), &["down"]);
+    }
+}
+
+fn check_all_levels(sf: &str) {
+    let c = Cluster::start(sf);
+    let out = ok(c.dir(), &["tpch", "check", "--sf", sf, "--offload", "all"]);
+    assert!(out.contains("132 passed, 0 failed"), "TPC-H SF {sf}:\n{out}");
+}
+
+#[test]
+fn tpch_sf001_every_offload_level() {
+    check_all_levels("0.01");
+}
+
+#[test]
+fn tpch_sf01_every_offload_level() {
+    check_all_levels("0.1");
+}
+
+/// SF 1 takes minutes in a debug build: `cargo test -p adisk --test sql -- --ignored`.
+#[test]
+#[ignore]
+fn tpch_sf1_every_offload_level() {
+    check_all_levels("1");
+}
+
+fn explain(dir: &Path, analyze: bool, sql: &str, offload: &str) -> Value {
+    let mut args = vec!["explain"];
+    if analyze {
+        args.push("analyze");
+    }
+    args.extend_from_slice(&[sql, "--format", "json", "--offload", offload]);
+    serde_json::from_str(&ok(dir, &args)).expect("explain json")
+}
+
+fn disk_stages(v: &Value, table: &str) -> Vec<String> {
+    v["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["where"] == "disk" && o["table"] == table)
+        .flat_map(|o| o["stages"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()))
+        .collect()
+}
+
+fn host_ops(v: &Value) -> Vec<String> {
+    v["operators"].as_array().unwrap().iter().filter(|o| o["where"] == "host").map(|o| o["operator"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn adhoc_sql_explain_and_bad_input() {
+    let c = Cluster::start("0.01");
+    let dir = c.dir();
+    // A small table with NULLs, from CSV.
+    let csv = dir.join("t_nulls.csv");
+    std::fs::write(&csv, "id,a,b,s\n1,1,1.5,alpha\n2,,2.5,beta\n3,3,,\n4,,,gamma\n5,2,0.5,alpha\n6,7,3.25,\n7,,4.0,beta\n").unwrap();
+    ok(dir, &["load", "csv", "t_nulls", csv.to_str().unwrap()]);
+    let slt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sql/adhoc.slt");
+    let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "all"]);
+    assert!(out.contains("246 passed, 0 failed"), "slt:\n{out}");
+
+    // EXPLAIN: where each operator runs.
+    for level in ["aggregate", "semijoin", "auto"] {
+        let q1 = explain(dir, false, &tpch_text(1), level);
+        let st = disk_stages(&q1, "lineitem");
+        assert!(st.iter().any(|s| s.starts_with("select")) && st.iter().any(|s| s.contains("AggregateExec: mode=Partial")), "Q1 {level}: {st:?}");
+        assert!(host_ops(&q1).contains(&"AggregateExec".to_string()), "Q1 {level}: final aggregation at the host");
+        let q6 = explain(dir, false, &tpch_text(6), level);
+        assert!(disk_stages(&q6, "lineitem").iter().any(|s| s.contains("AggregateExec: mode=Partial")), "Q6 {level}");
+    }
+    let none = explain(dir, false, &tpch_text(6), "none");
+    let st = disk_stages(&none, "lineitem");
+    assert_eq!(st.len(), 1, "none ships whole rows only: {st:?}");
+    assert!(host_ops(&none).contains(&"FilterExec".to_string()));
+    let sel = explain(dir, false, &tpch_text(12), "select");
+    assert!(disk_stages(&sel, "lineitem").iter().any(|s| s.starts_with("select")), "Q12 select at the disks");
+    assert!(!disk_stages(&sel, "lineitem").iter().any(|s| s.contains("Aggregate")), "no aggregation at the disks at level select");
+    let proj = explain(dir, false, &tpch_text(14), "project");
+    assert!(!disk_stages(&proj, "lineitem").iter().any(|s| s.starts_with("select")), "no qualification at level project");
+    assert!(!disk_stages(&proj, "lineitem")[0].contains("l_comment"), "column elimination at level project");
+    let q3 = explain(dir, false, &tpch_text(3), "semijoin");
+    let all: Vec<String> = ["orders", "lineitem"].iter().flat_map(|t| disk_stages(&q3, t)).collect();
+    assert!(all.iter().any(|s| s.starts_with("bloom_probe")), "Q3 semijoin: a Bloom probe at the disks: {all:?}");
+    assert!(host_ops(&q3).contains(&"BloomBuildExec".to_string()));
+
+    // EXPLAIN ANALYZE: shipped ≤ scanned (both Arrow bytes) everywhere; shipped ≤ read from
+    // storage (compressed Parquet) where the disks aggregate or filter hard. Q3 and Q12 ship the
+    // small `customer`/`orders` whole at SF 0.01 (auto), so their shipped Arrow bytes exceed
+    // the compressed bytes read.
+    for n in [1, 3, 6, 12, 14] {
+        let v = explain(dir, true, &tpch_text(n), "auto");
+        let read = v["bytes_read"].as_u64().unwrap();
+        let scanned = v["bytes_scanned"].as_u64().unwrap();
+        let shipped = v["bytes_shipped"].as_u64().unwrap();
+        assert!(read > 0 && shipped <= scanned, "Q{n}: shipped {shipped} > scanned {scanned}");
+        if [1, 6, 14].contains(&n) {
+            assert!(shipped <= read, "Q{n}: shipped {shipped} > read {read}");
+        }
+        for s in v["scans"].as_array().unwrap() {
+            assert!(s["stats"]["bytes_read"].as_u64().is_some(), "Q{n}: per-disk statistics");
+        }
+    }
+    let v = explain(dir, true, &tpch_text(3), "semijoin");
+    let bloom: Vec<&Value> = v["scans"].as_array().unwrap().iter().filter(|s| s["bloom_keys"].is_u64()).collect();
+    assert!(!bloom.is_empty(), "Q3 semijoin reports its filter");
+    let dropped: u64 = bloom
+        .iter()
+        .flat_map(|s| s["stats"]["stages"].as_array().unwrap().iter().filter(|st| st["disklet"] == "bloom_probe").map(|st| st["rows_in"].as_u64().unwrap() - st["rows_out"].as_u64().unwrap()))
+        .sum();
+    assert!(dropped > 0, "the Bloom filter dropped rows at the disks");
+    let text = ok(dir, &["explain", "analyze", &tpch_text(3), "--offload", "semijoin"]);
+    assert!(text.contains("false-positive rate measured"), "{text}");
+    assert!(text.contains("qualified") && text.contains("semi-join") && text.contains("shipped"), "{text}");
+
+    // Bad input: clear errors, no panic, the cluster keeps serving.
+    let e = fails(dir, &["sql", "SELEC l_orderkey FROM lineitem"]);
+    assert!(e.contains("SELEC"), "{e}");
+    let e = fails(dir, &["sql", "SELECT l_nosuch FROM lineitem"]);
+    assert!(e.contains("l_nosuch"), "{e}");
+    let e = fails(dir, &["sql", "SELECT l_orderkey + l_comment FROM lineitem"]);
+    assert!(e.to_lowercase().contains("cannot") || e.contains("coerce") || e.contains("No function"), "{e}");
+    let e = fails(dir, &["sql", "SELECT 1 FROM nosuch_table"]);
+    assert!(e.contains("nosuch_table"), "{e}");
+    let e = fails(dir, &["tpch", "query", "3", "--offload", "semijoin", "--bloom-kib", "1048576"]);
+    assert!(e.contains("bloom") && e.contains("grant"), "{e}");
+    let e = fails(dir, &["sql", "SELECT 1", "--offload", "everything"]);
+    assert!(e.contains("offload"), "{e}");
+    let out = ok(dir, &["sql", "SELECT count(*) AS n FROM lineitem", "--format", "csv"]);
+    assert!(out.contains("60175"), "{out}");
+
+    // A disk dies in the middle of a query.
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    let pid: i32 = config.lines().filter(|l| l.trim_start().starts_with("pid")).nth(2).and_then(|l| l.split('=').nth(1)).and_then(|v| v.trim().parse().ok()).expect("pid of disk 2");
+    let mut long = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["tpch", "query", "21", "--offload", "none", "--format", "csv"])
+        .env_remove("ADISK_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(150));
+    // SAFETY: signalling a child disk process of this test's cluster.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let out = long.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    if !out.status.success() {
+        assert!(err.contains("disk"), "the error names a disk: {err}");
+    }
+    let e = fails(dir, &["sql", "SELECT count(*) FROM orders"]);
+    assert!(e.contains("disk 2") && e.contains("unreachable"), "{e}");
+    // Restart the cluster on the same data: the next query is served.
+    ok(dir, &["down"]);
+    ok(dir, &["up", "--disks", "4"]);
+    let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
+    assert!(out.contains("revenue"), "{out}");
+}
