@@ -1,5 +1,6 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
+mod bench_tpch;
 mod local;
 mod output;
 mod sql_cmd;

@@ -25,6 +25,9 @@ pub enum BenchCommand {
         #[arg(long, default_value = "python3")]
         python: String,
     },
+    /// The 22 TPC-H queries: offload auto vs none (conventional) vs DuckDB (2 threads) on the
+    /// same files, medians of repeats, with data reduction.
+    Tpch(crate::bench_tpch::TpchBenchArgs),
 }
 
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
@@ -162,5 +165,6 @@ pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), C
 pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Scan { sf, disks, repeats, python } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
+        BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
     }
 }
