@@ -186,13 +186,14 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
     let (tx, rx) = watch::channel(BloomState::Pending);
     let mut probe_est = None;
     let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, settings.bloom_bytes, &mut probe_est) else { return Ok(None) };
-    if settings.offload == Offload::Auto {
-        let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
-        if !settings.cost.push_bloom(build_rows, probe_est, settings.bloom_bytes) {
-            return Ok(None);
-        }
+    let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
+    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, settings.bloom_bytes) {
+        return Ok(None);
     }
-    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), settings.bloom_bytes, settings.analyze));
+    // Hash functions are chosen for the expected number of keys (10 bits per key if unknown,
+    // at most 20 bits per key so that an underestimate cannot saturate the filter).
+    let expected_keys = build_rows.map(|r| r as u64).unwrap_or((settings.bloom_bytes * 8 / 10) as u64).max((settings.bloom_bytes * 8 / 20) as u64);
+    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), settings.bloom_bytes, expected_keys, settings.analyze));
     let new = rewire(node.clone(), vec![left, right])?;
     Ok(Some(new))
 }
@@ -205,12 +206,13 @@ pub struct BloomBuildExec {
     keys: Vec<Arc<dyn PhysicalExpr>>,
     slot: Arc<watch::Sender<BloomState>>,
     bytes: usize,
+    expected_keys: u64,
     exact: bool,
 }
 
 impl BloomBuildExec {
-    fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Arc<dyn PhysicalExpr>>, slot: Arc<watch::Sender<BloomState>>, bytes: usize, exact: bool) -> Self {
-        BloomBuildExec { input, keys, slot, bytes, exact }
+    fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Arc<dyn PhysicalExpr>>, slot: Arc<watch::Sender<BloomState>>, bytes: usize, expected_keys: u64, exact: bool) -> Self {
+        BloomBuildExec { input, keys, slot, bytes, expected_keys, exact }
     }
 }
 
@@ -258,7 +260,7 @@ impl ExecutionPlan for BloomBuildExec {
     }
     fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let input = children.into_iter().next().ok_or_else(|| datafusion::error::DataFusionError::Internal("BloomBuildExec needs one child".into()))?;
-        Ok(Arc::new(BloomBuildExec::new(input, self.keys.clone(), self.slot.clone(), self.bytes, self.exact)))
+        Ok(Arc::new(BloomBuildExec::new(input, self.keys.clone(), self.slot.clone(), self.bytes, self.expected_keys, self.exact)))
     }
     fn statistics_from_inputs(&self, inputs: &[Arc<datafusion::common::Statistics>], _args: &StatisticsArgs) -> datafusion::error::Result<Arc<datafusion::common::Statistics>> {
         Ok(inputs.first().cloned().unwrap_or_else(|| Arc::new(datafusion::common::Statistics::new_unknown(&self.schema()))))
@@ -267,7 +269,7 @@ impl ExecutionPlan for BloomBuildExec {
         let input = self.input.execute(partition, context)?;
         let schema = input.schema();
         let building = Arc::new(Mutex::new(Building {
-            filter: BloomFilter::with_size(self.bytes, (self.bytes * 8 / 10) as u64),
+            filter: BloomFilter::with_size(self.bytes, self.expected_keys),
             exact: self.exact.then(HashSet::new),
             keys: 0,
             slot: self.slot.clone(),
