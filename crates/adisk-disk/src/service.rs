@@ -70,7 +70,7 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
     let guard = CancelOnDrop(state.clone());
     let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| {
         let _alive = &guard;
-        Ok(b.batch.clone())
+        Ok(adisk_diskos::disklets::compact_views(b.batch.clone()))
     });
     let counting = state.clone();
     let encoded = FlightDataEncoderBuilder::new()
@@ -324,7 +324,7 @@ impl PipeConnector for FlightPipeConnector {
             let c2 = counters.clone();
             let batches = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |b| {
                 c2.1.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
-                Ok(b.batch.clone())
+                Ok(adisk_diskos::disklets::compact_views(b.batch.clone()))
             });
             let c3 = counters.clone();
             let data = FlightDataEncoderBuilder::new()

@@ -46,3 +46,46 @@ pub(crate) fn evaluate_all(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch)
 pub fn batch_bytes(batch: &RecordBatch) -> u64 {
     batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64).sum()
 }
+
+/// Copies string/binary view columns whose data buffers are mostly unreferenced (after a
+/// filter or a limit, views keep pointing into the whole input buffers) into compact buffers,
+/// so that shipping them sends only the bytes the rows use. Other columns are untouched.
+pub fn compact_views(batch: RecordBatch) -> RecordBatch {
+    use arrow::array::AsArray;
+    use arrow::datatypes::DataType;
+    fn wasteful(buffers: &[arrow::buffer::Buffer], views: &[u128]) -> bool {
+        let held: usize = buffers.iter().map(|b| b.len()).sum();
+        let used: usize = views.iter().map(|v| *v as u32 as usize).filter(|l| *l > 12).sum();
+        held > 2 * used + 8192
+    }
+    let mut changed = false;
+    let columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| match c.data_type() {
+            DataType::Utf8View => {
+                let a = c.as_string_view();
+                if wasteful(a.data_buffers(), a.views()) {
+                    changed = true;
+                    Arc::new(a.gc()) as ArrayRef
+                } else {
+                    c.clone()
+                }
+            }
+            DataType::BinaryView => {
+                let a = c.as_binary_view();
+                if wasteful(a.data_buffers(), a.views()) {
+                    changed = true;
+                    Arc::new(a.gc()) as ArrayRef
+                } else {
+                    c.clone()
+                }
+            }
+            _ => c.clone(),
+        })
+        .collect();
+    if !changed {
+        return batch;
+    }
+    RecordBatch::try_new(batch.schema(), columns).unwrap_or(batch)
+}

@@ -174,13 +174,36 @@ pub struct ScanReport {
 #[derive(Debug, Default)]
 pub struct QueryMetrics {
     scans: Mutex<Vec<ScanReport>>,
+    pending: std::sync::atomic::AtomicUsize,
+    settled: tokio::sync::Notify,
 }
 
 impl QueryMetrics {
+    fn started(&self) {
+        self.pending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
     fn record(&self, r: ScanReport) {
         self.scans.lock().expect("metrics lock").push(r);
+        let before = self.pending.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |p| Some(p.saturating_sub(1)));
+        if before.unwrap_or(0) <= 1 {
+            self.settled.notify_waiters();
+        }
+    }
+    /// Waits (at most `limit`) until every started job has reported.
+    async fn settle(&self, limit: Duration) {
+        let deadline = tokio::time::Instant::now() + limit;
+        while self.pending.load(std::sync::atomic::Ordering::SeqCst) > 0 {
+            let wait = self.settled.notified();
+            if self.pending.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+                break;
+            }
+            if tokio::time::timeout_at(deadline, wait).await.is_err() {
+                break;
+            }
+        }
     }
     fn take(&self) -> Vec<ScanReport> {
+        self.pending.store(0, std::sync::atomic::Ordering::SeqCst);
         std::mem::take(&mut *self.scans.lock().expect("metrics lock"))
     }
 }
@@ -359,6 +382,8 @@ impl SqlEngine {
         let plan = self.physical(ctx, sql).await?;
         metrics.take();
         let batches = collect(plan.clone(), ctx.task_ctx()).await.map_err(plan_err("running the query"));
+        // Streams dropped early (LIMIT) report from a spawned task.
+        metrics.settle(Duration::from_secs(2)).await;
         let scans = metrics.take();
         let batches = batches?;
         let link_busy = match (&self.settings.host_link, busy0) {

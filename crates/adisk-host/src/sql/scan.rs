@@ -93,7 +93,7 @@ impl TableProvider for DiskTable {
         s.total_byte_size = Precision::Inexact(self.entry.bytes() as usize);
         Some(s)
     }
-    async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], _limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let schema = &self.entry.schema;
         let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..schema.fields().len()).collect());
         let output = Arc::new(schema.project(&projection)?);
@@ -126,7 +126,7 @@ impl TableProvider for DiskTable {
             self.cluster.clone(),
             self.settings.clone(),
             self.metrics.clone(),
-            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, fragment: None, bloom: None },
+            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, limit: limit.map(|l| l as u64), fragment: None, bloom: None },
         )))
     }
 }
@@ -186,6 +186,9 @@ pub struct ScanPlan {
     pub base_schema: SchemaRef,
     /// Estimated rows of the base output.
     pub est_rows: f64,
+    /// Rows the plan needs at most (DataFusion pushes a LIMIT only when every filter runs
+    /// here); each disk stops early once it has sent that many.
+    pub limit: Option<u64>,
     /// A fragment run after the select (and Bloom) stage.
     pub fragment: Option<ScanFragment>,
     /// Bloom semi-join.
@@ -237,13 +240,16 @@ impl DiskScanExec {
         let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone() };
         let mut stages = Vec::new();
         let read_is_output = p.read == p.output_names;
-        if p.predicate.is_some() || (!read_is_output && self.settings.offload != Offload::None && !p.output_names.is_empty()) {
+        let limit = if p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None { p.limit } else { None };
+        if p.predicate.is_some() || limit.is_some() || (!read_is_output && self.settings.offload != Offload::None && !p.output_names.is_empty()) {
             let projection = p
                 .output_names
                 .iter()
                 .map(|n| Ok(NamedExpr { name: n.clone(), expr: encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(n)))? }))
                 .collect::<Result<Vec<_>>>()?;
-            stages.push(DiskletSpec::Select { predicate: prune, projection, limit: None });
+            // An empty projection means "all input columns" to the select disklet; the host
+            // then keeps only the row count.
+            stages.push(DiskletSpec::Select { predicate: prune, projection, limit });
         }
         if let (Some(spec), Some(b)) = (&p.bloom, bloom) {
             let keys = spec
@@ -275,8 +281,10 @@ impl DiskScanExec {
             p.read.join(", "),
             p.predicate.as_ref().map(|e| format!(" zone maps: {e}")).unwrap_or_default()
         )];
-        if p.predicate.is_some() {
-            out.push(format!("select {} → [{}]", p.predicate.as_ref().map(|e| e.to_string()).unwrap_or_default(), p.output_names.join(", ")));
+        let limit = p.limit.filter(|_| p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None);
+        let limit_text = limit.map(|l| format!(", stop after {l} rows")).unwrap_or_default();
+        if p.predicate.is_some() || limit.is_some() {
+            out.push(format!("select {} → [{}]{limit_text}", p.predicate.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "all rows".into()), p.output_names.join(", ")));
         } else if p.read != p.output_names && self.settings.offload != Offload::None && !p.output_names.is_empty() {
             out.push(format!("project [{}]", p.output_names.join(", ")));
         }
@@ -390,6 +398,80 @@ struct ScanIdentity {
     stages: Vec<String>,
 }
 
+/// What a finished (or abandoned) disk job reports into the query's metrics.
+struct Reporter {
+    cluster: Arc<Cluster>,
+    metrics: Arc<QueryMetrics>,
+    ident: ScanIdentity,
+    disk: u32,
+    job_id: String,
+}
+
+impl Reporter {
+    async fn report(self, received: Received) {
+        let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        self.metrics.record(ScanReport {
+            scan_id: self.ident.id,
+            table: self.ident.table,
+            stages: self.ident.stages,
+            disk: self.disk,
+            stats,
+            rows_received: received.rows,
+            bytes_received: received.bytes,
+            wall_ns: received.started.elapsed().as_nanos() as u64,
+            bloom_keys: received.bloom.as_ref().map(|b| b.keys),
+            bloom_bytes: received.bloom.as_ref().map(|b| b.filter.size_bytes() as u64),
+            bloom_true_matches: received.true_matches,
+        });
+    }
+}
+
+struct Received {
+    started: Instant,
+    rows: u64,
+    bytes: u64,
+    bloom: Option<Arc<BuiltBloom>>,
+    true_matches: Option<u64>,
+}
+
+/// One disk job's result stream, as the scan partition sees it.
+struct JobStream {
+    inner: futures::stream::BoxStream<'static, Result<RecordBatch>>,
+    reporter: Option<Reporter>,
+    started: Instant,
+    bloom: Option<Arc<BuiltBloom>>,
+    key_idx: Vec<usize>,
+    true_matches: u64,
+    rows: u64,
+    bytes: u64,
+    analyze: bool,
+}
+
+impl JobStream {
+    fn received(&self) -> Received {
+        Received {
+            started: self.started,
+            rows: self.rows,
+            bytes: self.bytes,
+            bloom: self.bloom.clone(),
+            true_matches: (self.bloom.is_some() && self.analyze).then_some(self.true_matches),
+        }
+    }
+}
+
+impl Drop for JobStream {
+    fn drop(&mut self) {
+        // Dropped before its end (a LIMIT above, an error elsewhere): report what the disk did
+        // anyway; the query waits for outstanding reports before it returns.
+        if let Some(r) = self.reporter.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let received = self.received();
+            handle.spawn(r.report(received));
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn async_stream(
     disk: u32,
@@ -402,28 +484,17 @@ fn async_stream(
     host_projection: Option<Vec<usize>>,
     ident: ScanIdentity,
 ) -> impl futures::Stream<Item = datafusion::error::Result<RecordBatch>> + Send + 'static {
-    struct State {
-        inner: Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>,
-        job_id: String,
-        started: Instant,
-        bloom: Option<Arc<BuiltBloom>>,
-        key_idx: Vec<usize>,
-        true_matches: u64,
-        rows: u64,
-        bytes: u64,
-        done: bool,
-    }
-    let cluster2 = cluster.clone();
+    let link = settings.host_link.clone();
+    let analyze = settings.analyze;
     let init = async move {
-        let cluster = cluster2;
         let mut bloom = None;
         if let Some(spec) = &bloom_spec {
             let mut rx = spec.slot.clone();
             let waited = tokio::time::timeout(BLOOM_WAIT, rx.wait_for(|s| matches!(s, BloomState::Ready(_)))).await;
-            if let Ok(Ok(state)) = waited {
-                if let BloomState::Ready(Some(b)) = &*state {
-                    bloom = Some(b.clone());
-                }
+            if let Ok(Ok(state)) = waited
+                && let BloomState::Ready(Some(b)) = &*state
+            {
+                bloom = Some(b.clone());
             }
         }
         let job = job_for(bloom.as_deref()).map_err(to_df)?;
@@ -432,74 +503,56 @@ fn async_stream(
             _ => vec![],
         };
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
-        Ok::<_, DataFusionError>(State { inner: Some(inner), job_id: job.job_id, started: Instant::now(), bloom, key_idx, true_matches: 0, rows: 0, bytes: 0, done: false })
+        metrics.started();
+        let reporter = Reporter { cluster, metrics, ident, disk, job_id: job.job_id };
+        Ok::<_, DataFusionError>(JobStream { inner, reporter: Some(reporter), started: Instant::now(), bloom, key_idx, true_matches: 0, rows: 0, bytes: 0, analyze })
     };
-    let link = settings.host_link.clone();
-    let analyze = settings.analyze;
-    futures::stream::once(init)
-        .map(move |st| (st, cluster.clone(), metrics.clone(), link.clone(), schema.clone(), host_projection.clone()))
-        .flat_map(move |(st, cluster, metrics, link, schema, host_projection)| {
-            let ident = ScanIdentity { id: ident.id, table: ident.table.clone(), stages: ident.stages.clone() };
-            match st {
-                Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
-                Ok(state) => futures::stream::unfold(state, move |mut s| {
-                    let cluster = cluster.clone();
-                    let metrics = metrics.clone();
-                    let link = link.clone();
-                    let schema = schema.clone();
-                    let host_projection = host_projection.clone();
-                    let ident = ScanIdentity { id: ident.id, table: ident.table.clone(), stages: ident.stages.clone() };
-                    async move {
-                        if s.done {
-                            return None;
+    futures::stream::once(init).flat_map(move |st| {
+        let link = link.clone();
+        let schema = schema.clone();
+        let host_projection = host_projection.clone();
+        match st {
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+            Ok(job) => futures::stream::unfold(Some(job), move |state| {
+                let link = link.clone();
+                let schema = schema.clone();
+                let host_projection = host_projection.clone();
+                async move {
+                    let mut s = state?;
+                    match s.inner.next().await {
+                        Some(Ok(batch)) => {
+                            let bytes = crate::plan::batch_bytes(&batch);
+                            if let Some(l) = &link {
+                                l.acquire(bytes).await;
+                            }
+                            s.rows += batch.num_rows() as u64;
+                            s.bytes += bytes;
+                            if s.analyze
+                                && let Some(b) = &s.bloom
+                                && let Some(exact) = &b.exact
+                                && !s.key_idx.is_empty()
+                            {
+                                let cols: Vec<_> = s.key_idx.iter().map(|i| batch.column(*i).clone()).collect();
+                                if let Ok(h) = hash_columns(&cols, batch.num_rows()) {
+                                    s.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
+                                }
+                            }
+                            Some((conform(batch, &schema, host_projection.as_deref()), Some(s)))
                         }
-                        let next = s.inner.as_mut()?.next().await;
-                        match next {
-                            Some(Ok(batch)) => {
-                                let bytes = crate::plan::batch_bytes(&batch);
-                                if let Some(l) = &link {
-                                    l.acquire(bytes).await;
-                                }
-                                s.rows += batch.num_rows() as u64;
-                                s.bytes += bytes;
-                                if analyze && let Some(b) = &s.bloom && let Some(exact) = &b.exact && !s.key_idx.is_empty() {
-                                    let cols: Vec<_> = s.key_idx.iter().map(|i| batch.column(*i).clone()).collect();
-                                    if let Ok(h) = hash_columns(&cols, batch.num_rows()) {
-                                        s.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
-                                    }
-                                }
-                                let out = conform(batch, &schema, host_projection.as_deref());
-                                Some((out, s))
+                        Some(Err(e)) => Some((Err(to_df(e)), None)),
+                        None => {
+                            let received = s.received();
+                            if let Some(r) = s.reporter.take() {
+                                r.report(received).await;
                             }
-                            Some(Err(e)) => {
-                                s.done = true;
-                                Some((Err(to_df(e)), s))
-                            }
-                            None => {
-                                s.done = true;
-                                s.inner = None;
-                                let stats = cluster.job_stats(disk, &s.job_id).await.ok();
-                                metrics.record(ScanReport {
-                                    scan_id: ident.id,
-                                    table: ident.table,
-                                    stages: ident.stages,
-                                    disk,
-                                    stats,
-                                    rows_received: s.rows,
-                                    bytes_received: s.bytes,
-                                    wall_ns: s.started.elapsed().as_nanos() as u64,
-                                    bloom_keys: s.bloom.as_ref().map(|b| b.keys),
-                                    bloom_bytes: s.bloom.as_ref().map(|b| b.filter.size_bytes() as u64),
-                                    bloom_true_matches: if s.bloom.is_some() && analyze { Some(s.true_matches) } else { None },
-                                });
-                                None
-                            }
+                            None
                         }
                     }
-                })
-                .boxed(),
-            }
-        })
+                }
+            })
+            .boxed(),
+        }
+    })
 }
 
 /// Index of column `name` in the output of `job`'s last stage before any fragment (the
