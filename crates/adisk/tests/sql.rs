@@ -211,3 +211,34 @@ fn adhoc_sql_explain_and_bad_input() {
     let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
     assert!(out.contains("revenue"), "{out}");
 }
+
+/// The host-link and disk-read throttles really limit: what crossed them takes at least
+/// bytes ÷ rate (a lower bound, so machine noise cannot break it), and EXPLAIN ANALYZE reports
+/// the link's busy time.
+#[test]
+fn throttled_link_and_disk_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    ok(d, &["up", "--disks", "4"]);
+    ok(d, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
+    ok(d, &["down"]);
+    ok(d, &["up", "--disks", "4", "--host-link-mbps", "200", "--disk-read-mbps", "80"]);
+    let config = std::fs::read_to_string(d.join("cluster.toml")).unwrap();
+    assert!(config.contains("host_link_mbps = 200") && config.contains("read_mbps = 80"), "{config}");
+    let q6 = tpch_text(6);
+    let none = explain(d, true, &q6, "none");
+    let auto = explain(d, true, &q6, "auto");
+    let _ = adisk(d, &["down"]);
+    let link_rate = 200e6 / 8.0;
+    for (name, v) in [("none", &none), ("auto", &auto)] {
+        let shipped = v["bytes_shipped"].as_f64().unwrap();
+        let wall_s = v["wall_ms"].as_f64().unwrap() / 1e3;
+        let busy_s = v["link_busy_ms"].as_f64().expect("link utilization reported") / 1e3;
+        assert!(busy_s > 0.0, "{name}: link busy time");
+        // Received Arrow bytes pay the bucket; shipped IPC bytes are within a few % of them.
+        assert!(wall_s >= 0.8 * shipped / link_rate, "{name}: {shipped} bytes crossed a 200 Mbit/s link in {wall_s} s");
+        let read_max = v["scans"].as_array().unwrap().iter().map(|s| s["stats"]["bytes_read"].as_f64().unwrap()).fold(0.0, f64::max);
+        assert!(wall_s >= 0.8 * read_max / (80e6 / 8.0), "{name}: a disk read {read_max} bytes at 80 Mbit/s in {wall_s} s");
+    }
+    assert!(none["bytes_shipped"].as_u64().unwrap() > 100 * auto["bytes_shipped"].as_u64().unwrap(), "conventional ships whole rows");
+}
