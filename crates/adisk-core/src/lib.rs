@@ -19,6 +19,7 @@ pub mod bloom;
 pub mod config;
 pub mod hash;
 pub mod protocol;
+pub mod sketch;
 pub mod stats;
 
 /// Bytes in a KiB.

@@ -315,6 +315,10 @@ pub struct PartitionInfo {
     pub crc32: u32,
     /// Row groups in the file.
     pub row_groups: u32,
+    /// Distinct-value sketch per column, in schema order (`None`: the type has no stable
+    /// hash; empty: written before sketches existed).
+    #[serde(default)]
+    pub ndv: Vec<Option<crate::sketch::Hll>>,
 }
 
 /// A table as seen by one disk.

@@ -36,6 +36,23 @@ impl TableEntry {
     pub fn bytes(&self) -> u64 {
         self.placements.iter().map(|(_, p)| p.bytes).sum()
     }
+    /// Estimated distinct values per column (schema order), merged from the partitions'
+    /// sketches; `None` where a partition has no sketch for the column.
+    pub fn distinct_values(&self) -> Vec<Option<u64>> {
+        (0..self.schema.fields().len())
+            .map(|c| {
+                let mut merged = adisk_core::sketch::Hll::default();
+                for (_, p) in &self.placements {
+                    match p.ndv.get(c) {
+                        Some(Some(h)) => merged.merge(h),
+                        _ => return None,
+                    }
+                }
+                Some((merged.estimate().round() as u64).min(self.rows()))
+            })
+            .collect()
+    }
+
     /// Disks holding at least one partition.
     pub fn disks(&self) -> Vec<u32> {
         let mut d: Vec<u32> = self.placements.iter().map(|(d, _)| *d).collect();

@@ -1,7 +1,7 @@
 //! Writing one partition: Parquet to a temporary name, checksum, rename.
 use crate::{Result, StorageError, io_err};
 use adisk_core::protocol::PartitionInfo;
-use arrow::array::RecordBatch;
+use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -37,6 +37,8 @@ pub struct PartitionWriter {
     pub(crate) schema: SchemaRef,
     writer: Option<ArrowWriter<File>>,
     rows: u64,
+    ndv: Vec<Option<adisk_core::sketch::Hll>>,
+    hashes: Vec<u64>,
 }
 
 impl PartitionWriter {
@@ -52,6 +54,7 @@ impl PartitionWriter {
         let file = File::create(&tmp_path).map_err(io_err(format!("creating {}", tmp_path.display())))?;
         let writer = ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(row_group_rows)))
             .map_err(|source| StorageError::Parquet { context: format!("opening writer for {}", tmp_path.display()), source })?;
+        let columns = schema.fields().len();
         Ok(PartitionWriter {
             table: table.to_string(),
             partition,
@@ -61,6 +64,8 @@ impl PartitionWriter {
             schema,
             writer: Some(writer),
             rows: 0,
+            ndv: vec![Some(adisk_core::sketch::Hll::default()); columns],
+            hashes: Vec::new(),
         })
     }
 
@@ -88,6 +93,20 @@ impl PartitionWriter {
             source,
         })?;
         self.rows += batch.num_rows() as u64;
+        // Distinct-value sketches (planner statistics); NULLs are not values.
+        self.hashes.resize(batch.num_rows(), 0);
+        for (col, sketch) in batch.columns().iter().zip(self.ndv.iter_mut()) {
+            let Some(h) = sketch else { continue };
+            if adisk_core::hash::hash_column(col, &mut self.hashes, false).is_err() {
+                *sketch = None;
+                continue;
+            }
+            for (i, v) in self.hashes.iter().enumerate() {
+                if !col.is_null(i) {
+                    h.insert(*v);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -115,6 +134,7 @@ impl PartitionWriter {
             bytes,
             crc32,
             row_groups: metadata.num_row_groups() as u32,
+            ndv: std::mem::take(&mut self.ndv),
         })
     }
 }

@@ -120,8 +120,29 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
         return None;
     }
     let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    // Output rows: one per group per disk. Groups of plain columns: the product of their
+    // distinct values, at most the input rows; no grouping: one row per disk.
+    let disks = scan.disks.len() as f64;
+    let groups = agg.group_expr().expr();
+    let est_rows = if groups.is_empty() {
+        Some(disks)
+    } else {
+        let leaf_schema = scan.schema();
+        let mut product = 1.0f64;
+        let mut known = chain.iter().all(|c| c.downcast_ref::<FilterExec>().is_some_and(|f| f.projection().is_none()));
+        for (e, _) in groups {
+            if !known {
+                break;
+            }
+            match e.downcast_ref::<Column>().and_then(|c| leaf_schema.fields().get(c.index())).and_then(|f| scan.distinct(f.name())) {
+                Some(n) => product *= n as f64,
+                None => known = false,
+            }
+        }
+        Some(if known { product.min(scan.plan.est_rows) } else { scan.plan.est_rows })
+    };
     let mut plan = scan.plan.clone();
-    plan.fragment = Some(ScanFragment { kind: FragmentKind::Aggregate, plan: frag, bytes });
+    plan.fragment = Some(ScanFragment { kind: FragmentKind::Aggregate, plan: frag, bytes, est_rows });
     Some(Arc::new(scan.with_plan(plan)))
 }
 
@@ -139,7 +160,7 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
             return None;
         }
         let schema = scan.schema();
-        let names = keys.iter().map(|k| schema.field(*k).name().clone()).collect();
+        let names = keys.iter().map(|k| schema.fields().get(*k).map(|f| f.name().clone())).collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
         p.bloom = Some(BloomProbeSpec { keys: names, slot: slot.clone(), bytes });
@@ -177,7 +198,8 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
     let mut probe_cols = Vec::new();
     for (l, r) in join.on() {
         let Some(rc) = r.downcast_ref::<Column>() else { return Ok(None) };
-        if l.data_type(&left_schema)? != *right_schema.field(rc.index()).data_type() {
+        let Some(probe_field) = right_schema.fields().get(rc.index()) else { return Ok(None) };
+        if l.data_type(&left_schema)? != *probe_field.data_type() {
             return Ok(None);
         }
         build_keys.push(l.clone());

@@ -91,6 +91,11 @@ impl TableProvider for DiskTable {
         let mut s = Statistics::new_unknown(&self.entry.schema);
         s.num_rows = Precision::Exact(self.entry.rows() as usize);
         s.total_byte_size = Precision::Inexact(self.entry.bytes() as usize);
+        for (c, n) in s.column_statistics.iter_mut().zip(self.entry.distinct_values()) {
+            if let Some(n) = n {
+                c.distinct_count = Precision::Inexact(n as usize);
+            }
+        }
         Some(s)
     }
     async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
@@ -171,6 +176,8 @@ pub struct ScanFragment {
     pub plan: Arc<dyn ExecutionPlan>,
     /// Its `datafusion-proto` encoding.
     pub bytes: Vec<u8>,
+    /// Estimated output rows (all disks).
+    pub est_rows: Option<f64>,
 }
 
 /// What one scan asks of the disks.
@@ -226,6 +233,12 @@ impl DiskScanExec {
         let mut s = DiskScanExec::new(self.entry.clone(), self.cluster.clone(), self.settings.clone(), self.metrics.clone(), plan);
         s.id = self.id;
         s
+    }
+
+    /// Estimated distinct values of column `name` of the table.
+    pub fn distinct(&self, name: &str) -> Option<u64> {
+        let i = self.entry.schema.index_of(name).ok()?;
+        self.entry.distinct_values().get(i).copied().flatten()
     }
 
     /// Table name.
@@ -355,12 +368,27 @@ impl ExecutionPlan for DiskScanExec {
     }
     fn statistics_from_inputs(&self, _inputs: &[Arc<Statistics>], args: &datafusion::physical_plan::statistics::StatisticsArgs) -> datafusion::error::Result<Arc<Statistics>> {
         let mut s = Statistics::new_unknown(&self.schema());
-        if self.plan.fragment.is_none() {
-            let share = if args.partition().is_some() { 1.0 / self.disks.len().max(1) as f64 } else { 1.0 };
-            let rows = self.plan.est_rows * share;
+        let share = if args.partition().is_some() { 1.0 / self.disks.len().max(1) as f64 } else { 1.0 };
+        let rows = match &self.plan.fragment {
+            None => Some(self.plan.est_rows),
+            Some(f) => f.est_rows,
+        };
+        if let Some(rows) = rows {
+            let rows = rows * share;
             let width: usize = self.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(24)).sum();
             s.num_rows = Precision::Inexact(rows as usize);
             s.total_byte_size = Precision::Inexact((rows as usize).saturating_mul(width.max(1)));
+        }
+        if self.plan.fragment.is_none() {
+            // Distinct values of the output columns (DataFusion caps them at the row count).
+            let ndv = self.entry.distinct_values();
+            for (c, f) in s.column_statistics.iter_mut().zip(self.schema().fields()) {
+                if let Ok(i) = self.entry.schema.index_of(f.name())
+                    && let Some(Some(n)) = ndv.get(i)
+                {
+                    c.distinct_count = Precision::Inexact(((*n as f64) * share).max(1.0) as usize);
+                }
+            }
         }
         Ok(Arc::new(s))
     }
