@@ -94,7 +94,7 @@ struct Row {
 impl Row {
     fn of(r: &ScanReport) -> Row {
         let Some(s) = &r.stats else { return Row { shipped: r.bytes_received, rows_shipped: r.rows_received, wall_ns: r.wall_ns, ..Default::default() } };
-        let stage = |names: &[&str]| s.stages.iter().find(|st| names.contains(&st.disklet.as_str())).map(|st| st.bytes_out);
+        let stage = |names: &[&str]| s.stages.iter().rev().find(|st| names.contains(&st.disklet.as_str())).map(|st| st.bytes_out);
         Row {
             read: s.bytes_read,
             skipped: s.bytes_skipped,

@@ -156,14 +156,21 @@ fn probe_filterable(t: &JoinType) -> bool {
 fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
     if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
-        if scan.plan.fragment.is_some() || scan.plan.bloom.is_some() {
+        if scan.plan.fragment.is_some() {
             return None;
         }
         let schema = scan.schema();
         let names = keys.iter().map(|k| schema.fields().get(*k).map(|f| f.name().clone())).collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
-        p.bloom = Some(BloomProbeSpec { keys: names, slot: slot.clone(), bytes });
+        let spec = BloomProbeSpec { keys: names, slot: slot.clone(), bytes };
+        if p.bloom.is_none() {
+            p.bloom = Some(spec);
+        } else if p.extra_blooms.len() < MAX_BLOOMS_PER_SCAN - 1 {
+            p.extra_blooms.push(spec);
+        } else {
+            return None;
+        }
         return Some(Arc::new(scan.with_plan(p)));
     }
     let child_keys: Vec<usize> = if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
@@ -174,14 +181,50 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
             Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
             None => keys.to_vec(),
         }
-    } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() {
+    } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() || a.downcast_ref::<BloomBuildExec>().is_some() {
         keys.to_vec()
+    } else if let Some(j) = a.downcast_ref::<HashJoinExec>() {
+        return attach_bloom_through_join(plan, j, keys, slot, bytes, est);
     } else {
         return None;
     };
     let child = plan.children().first().map(|c| (*c).clone())?;
     let new_child = attach_bloom(&child, &child_keys, slot, bytes, est)?;
     rewire(plan.clone(), vec![new_child]).ok()
+}
+
+/// Most Bloom filters one scan applies.
+const MAX_BLOOMS_PER_SCAN: usize = 4;
+
+/// Follows probe keys through a hash join into the input that produces them. Dropping input
+/// rows whose key cannot match only drops output rows with that key when the side's rows are
+/// never NULL-extended: both sides of an inner join, the preserved side of an outer join, the
+/// output side of a semi or anti join.
+fn attach_bloom_through_join(plan: &Arc<dyn ExecutionPlan>, j: &HashJoinExec, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+    let idx: Vec<usize> = match &j.projection {
+        Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
+        None => keys.to_vec(),
+    };
+    let left_len = j.left().schema().fields().len();
+    let all_left = idx.iter().all(|i| *i < left_len);
+    let all_right = idx.iter().all(|i| *i >= left_len);
+    let side = match j.join_type() {
+        JoinType::Inner if all_left => Some((true, idx.clone())),
+        JoinType::Inner if all_right => Some((false, idx.iter().map(|i| i - left_len).collect())),
+        JoinType::Left if all_left => Some((true, idx.clone())),
+        JoinType::Right if all_right => Some((false, idx.iter().map(|i| i - left_len).collect())),
+        JoinType::LeftSemi | JoinType::LeftAnti if all_left => Some((true, idx.clone())),
+        JoinType::RightSemi | JoinType::RightAnti => Some((false, idx.clone())),
+        _ => None,
+    };
+    let (into_left, child_keys) = side?;
+    let (left, right) = (j.left().clone(), j.right().clone());
+    let children = if into_left {
+        vec![attach_bloom(&left, &child_keys, slot, bytes, est)?, right]
+    } else {
+        vec![left, attach_bloom(&right, &child_keys, slot, bytes, est)?]
+    };
+    rewire(plan.clone(), children).ok()
 }
 
 fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &SqlSettings) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {

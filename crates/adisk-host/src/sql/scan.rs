@@ -131,7 +131,7 @@ impl TableProvider for DiskTable {
             self.cluster.clone(),
             self.settings.clone(),
             self.metrics.clone(),
-            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, limit: limit.map(|l| l as u64), fragment: None, bloom: None },
+            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, limit: limit.map(|l| l as u64), fragment: None, bloom: None, extra_blooms: vec![] },
         )))
     }
 }
@@ -200,6 +200,9 @@ pub struct ScanPlan {
     pub fragment: Option<ScanFragment>,
     /// Bloom semi-join.
     pub bloom: Option<BloomProbeSpec>,
+    /// Further Bloom filters from semi-joins higher in the plan whose keys trace back to this
+    /// scan (through inner joins); applied after the first.
+    pub extra_blooms: Vec<BloomProbeSpec>,
 }
 
 /// The part of a query that runs at the disks for one table.
@@ -247,7 +250,7 @@ impl DiskScanExec {
     }
 
     /// The stages shipped to each disk, given the Bloom filter (if any).
-    fn job(&self, bloom: Option<&BuiltBloom>) -> Result<JobSpec> {
+    fn job(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec> {
         let p = &self.plan;
         let prune = p.predicate.as_ref().map(encode_expr).transpose()?;
         let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone() };
@@ -264,12 +267,9 @@ impl DiskScanExec {
             // then keeps only the row count.
             stages.push(DiskletSpec::Select { predicate: prune, projection, limit });
         }
-        if let (Some(spec), Some(b)) = (&p.bloom, bloom) {
-            let keys = spec
-                .keys
-                .iter()
-                .map(|k| encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(k))))
-                .collect::<Result<Vec<ExprBytes>>>()?;
+        let probes = p.bloom.iter().filter_map(|spec| bloom.map(|b| (&spec.keys, b))).chain(extras.iter().map(|(k, b)| (k, b.as_ref())));
+        for (names, b) in probes {
+            let keys = names.iter().map(|k| encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(k)))).collect::<Result<Vec<ExprBytes>>>()?;
             stages.push(DiskletSpec::BloomProbe { keys, filter: b.filter.clone() });
         }
         if let Some(f) = &p.fragment {
@@ -301,8 +301,8 @@ impl DiskScanExec {
         } else if p.read != p.output_names && self.settings.offload != Offload::None && !p.output_names.is_empty() {
             out.push(format!("project [{}]", p.output_names.join(", ")));
         }
-        if let Some(b) = &p.bloom {
-            out.push(format!("bloom_probe keys [{}], filter {} KiB (from the join's build side)", b.keys.join(", "), b.bytes / 1024));
+        for b in p.bloom.iter().chain(&p.extra_blooms) {
+            out.push(format!("bloom_probe keys [{}], filter {} KiB (from a join's build side)", b.keys.join(", "), b.bytes / 1024));
         }
         if let Some(f) = &p.fragment {
             let text = datafusion::physical_plan::displayable(f.plan.as_ref()).indent(false).to_string();
@@ -399,6 +399,7 @@ impl ExecutionPlan for DiskScanExec {
         let metrics = self.metrics.clone();
         let settings = self.settings.clone();
         let bloom_spec = self.plan.bloom.clone();
+        let extra_specs = self.plan.extra_blooms.clone();
         let host_projection: Option<Vec<usize>> = if self.settings.offload == Offload::None && self.plan.fragment.is_none() {
             let table = &self.entry.schema;
             Some(self.plan.output_names.iter().map(|n| table.index_of(n)).collect::<std::result::Result<_, _>>()?)
@@ -413,9 +414,9 @@ impl ExecutionPlan for DiskScanExec {
         let job_for = {
             let plan = self.plan.clone();
             let scan = self.with_plan(plan);
-            move |b: Option<&BuiltBloom>| scan.job(b)
+            move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| scan.job(b, extras)
         };
-        let stream = async_stream(disk, cluster, metrics, settings, bloom_spec, job_for, schema.clone(), host_projection, this);
+        let stream = async_stream(disk, cluster, metrics, settings, (bloom_spec, extra_specs), job_for, schema.clone(), host_projection, this);
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }
@@ -482,7 +483,7 @@ impl JobStream {
             rows: self.rows,
             bytes: self.bytes,
             bloom: self.bloom.clone(),
-            true_matches: (self.bloom.is_some() && self.analyze).then_some(self.true_matches),
+            true_matches: (self.bloom.is_some() && self.analyze && !self.key_idx.is_empty()).then_some(self.true_matches),
         }
     }
 }
@@ -500,14 +501,27 @@ impl Drop for JobStream {
     }
 }
 
+/// Waits for a join's build side to publish its filter (None: it went away, or timed out).
+async fn wait_for_bloom(spec: &BloomProbeSpec) -> Option<Arc<BuiltBloom>> {
+    let mut rx = spec.slot.clone();
+    let waited = tokio::time::timeout(BLOOM_WAIT, rx.wait_for(|s| matches!(s, BloomState::Ready(_)))).await;
+    match waited {
+        Ok(Ok(state)) => match &*state {
+            BloomState::Ready(Some(b)) => Some(b.clone()),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn async_stream(
     disk: u32,
     cluster: Arc<Cluster>,
     metrics: Arc<QueryMetrics>,
     settings: Arc<SqlSettings>,
-    bloom_spec: Option<BloomProbeSpec>,
-    job_for: impl FnOnce(Option<&BuiltBloom>) -> Result<JobSpec> + Send + 'static,
+    (bloom_spec, extra_specs): (Option<BloomProbeSpec>, Vec<BloomProbeSpec>),
+    job_for: impl FnOnce(Option<&BuiltBloom>, &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec> + Send + 'static,
     schema: SchemaRef,
     host_projection: Option<Vec<usize>>,
     ident: ScanIdentity,
@@ -517,17 +531,18 @@ fn async_stream(
     let init = async move {
         let mut bloom = None;
         if let Some(spec) = &bloom_spec {
-            let mut rx = spec.slot.clone();
-            let waited = tokio::time::timeout(BLOOM_WAIT, rx.wait_for(|s| matches!(s, BloomState::Ready(_)))).await;
-            if let Ok(Ok(state)) = waited
-                && let BloomState::Ready(Some(b)) = &*state
-            {
-                bloom = Some(b.clone());
+            bloom = wait_for_bloom(spec).await;
+        }
+        let mut extras = Vec::new();
+        for spec in &extra_specs {
+            if let Some(b) = wait_for_bloom(spec).await {
+                extras.push((spec.keys.clone(), b));
             }
         }
-        let job = job_for(bloom.as_deref()).map_err(to_df)?;
+        let job = job_for(bloom.as_deref(), &extras).map_err(to_df)?;
+        // The false-positive rate is measured for a scan with a single filter.
         let key_idx = match (&bloom_spec, &bloom) {
-            (Some(spec), Some(_)) => spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>(),
+            (Some(spec), Some(_)) if extras.is_empty() => spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>(),
             _ => vec![],
         };
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
