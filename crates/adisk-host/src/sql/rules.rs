@@ -24,6 +24,7 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
@@ -85,7 +86,7 @@ impl PhysicalOptimizerRule for OffloadRule {
 /// Operators that only move batches between partitions or resize them.
 fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
     let a: &dyn ExecutionPlan = p.as_ref();
-    a.downcast_ref::<RepartitionExec>().is_some() || a.downcast_ref::<CooperativeExec>().is_some()
+    a.downcast_ref::<RepartitionExec>().is_some() || a.downcast_ref::<CooperativeExec>().is_some() || a.downcast_ref::<CoalescePartitionsExec>().is_some()
 }
 
 fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
