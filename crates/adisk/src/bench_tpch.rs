@@ -43,6 +43,9 @@ pub struct TpchBenchArgs {
     /// Python interpreter with the `duckdb` module.
     #[arg(long, default_value = "python3")]
     pub python: String,
+    /// Skip the warm-up run of each query (for slow throttled runs).
+    #[arg(long)]
+    pub no_warmup: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -56,8 +59,10 @@ struct Measured {
     shipped: u64,
 }
 
-async fn measure(eng: &SqlEngine, sql: &str, repeats: usize) -> Result<Measured, CliError> {
-    eng.query(sql).await?; // warm-up: first opens verify checksums, caches fill
+async fn measure(eng: &SqlEngine, sql: &str, repeats: usize, warmup: bool) -> Result<Measured, CliError> {
+    if warmup {
+        eng.query(sql).await?; // first opens verify checksums, caches fill
+    }
     let mut times = Vec::with_capacity(repeats);
     let mut last = None;
     for _ in 0..repeats {
@@ -124,8 +129,8 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         let (mut t_auto, mut t_none, mut t_duck, mut faster) = (0.0, 0.0, 0.0, 0);
         for (i, n) in queries.iter().enumerate() {
             eprintln!("Q{n:02} …");
-            let x = measure(&auto, texts[i], repeats).await?;
-            let y = measure(&none, texts[i], repeats).await?;
+            let x = measure(&auto, texts[i], repeats, !a.no_warmup).await?;
+            let y = measure(&none, texts[i], repeats, !a.no_warmup).await?;
             t_auto += x.seconds;
             t_none += y.seconds;
             if x.seconds < y.seconds {

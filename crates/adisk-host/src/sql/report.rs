@@ -7,7 +7,7 @@
 //! (semi-)join filtering, after aggregation, shipped — then rows, CPU and wall time per stage,
 //! the Bloom filter's measured false-positive rate, link utilization, and the host plan with
 //! DataFusion's metrics.
-use super::scan::{DEFAULT_SELECTIVITY, DiskScanExec};
+use super::scan::DiskScanExec;
 use super::{QueryOutput, ScanReport, SqlSettings};
 use adisk_core::stats::human_bytes;
 use datafusion::physical_plan::display::DisplayableExecutionPlan;
@@ -46,8 +46,9 @@ fn expected(scan: &DiskScanExec) -> String {
     let mut text = format!("{}: stored {} · columns read ≈{:.0}% of row width", scan.table(), human_bytes(scan.entry.bytes()), cols * 100.0);
     let mut share = cols;
     if scan.plan.predicate.is_some() {
-        share *= DEFAULT_SELECTIVITY;
-        let _ = write!(text, " · qualification ≈{:.0}% of rows (default selectivity)", DEFAULT_SELECTIVITY * 100.0);
+        let sel = scan.plan.est_rows / (scan.entry.rows().max(1) as f64);
+        share *= sel;
+        let _ = write!(text, " · qualification ≈{:.1}% of rows (heuristic, per conjunct)", sel * 100.0);
     }
     if scan.plan.bloom.is_some() {
         let _ = write!(text, " · semi-join: rows without a build-side key dropped");

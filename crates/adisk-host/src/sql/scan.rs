@@ -41,8 +41,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Default selectivity assumed for pushed predicates in statistics (DataFusion's own default).
+/// Default selectivity of one filter (DataFusion's own default), used by the cost model.
 pub const DEFAULT_SELECTIVITY: f64 = 0.2;
+
+/// Selectivity assumed per top-level conjunct of the pushed filters, and its floor: the
+/// estimate is `max(FLOOR, PER_CONJUNCT^k)` for `k` conjuncts (an OR counts as one).
+pub const PER_CONJUNCT_SELECTIVITY: f64 = 0.25;
+/// See [`PER_CONJUNCT_SELECTIVITY`].
+pub const SELECTIVITY_FLOOR: f64 = 0.01;
+
+/// Estimated fraction of rows passing `filters` (a list of conjuncts).
+pub fn estimate_selectivity(filters: &[Expr]) -> f64 {
+    let k: usize = filters.iter().map(|f| datafusion::logical_expr::utils::split_conjunction(f).len()).sum();
+    if k == 0 { 1.0 } else { PER_CONJUNCT_SELECTIVITY.powi(k as i32).max(SELECTIVITY_FLOOR) }
+}
 
 /// How long a probe-side scan waits for its Bloom filter before running without one.
 const BLOOM_WAIT: Duration = Duration::from_secs(600);
@@ -125,7 +137,7 @@ impl TableProvider for DiskTable {
             // Keep table order, so the stream's schema is a projection of the table's.
             schema.fields().iter().map(|f| f.name().clone()).filter(|n| cols.contains(n)).collect()
         };
-        let est_rows = self.entry.rows() as f64 * if predicate.is_some() { DEFAULT_SELECTIVITY } else { 1.0 };
+        let est_rows = self.entry.rows() as f64 * estimate_selectivity(filters);
         Ok(Arc::new(DiskScanExec::new(
             self.entry.clone(),
             self.cluster.clone(),
