@@ -25,6 +25,7 @@ pub fn build(spec: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64, planner:
         DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), input, scratch_bytes, planner)?),
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, input, planner)?),
         DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, input, scratch_bytes, planner)?),
+        DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),
     })
 }
 
