@@ -51,6 +51,14 @@ ADISK_IMPORT("declare_output") int32_t adisk_declare_output(const char *spec, in
 __attribute__((weak)) void *memcpy(void *d, const void *s, size_t n) { return __builtin_memcpy(d, s, n); }
 __attribute__((weak)) void *memset(void *d, int c, size_t n) { return __builtin_memset(d, c, n); }
 
+/* The parameters (like every input buffer) live in the input area, which the next call
+ * overwrites: keep what you need. Copies them into `dst`; returns the copy, or NULL if too long. */
+static inline const char *adisk_keep_params(char *dst, int32_t capacity, const char *params, int32_t n) {
+  if (n > capacity) return NULL;
+  __builtin_memcpy(dst, params, (size_t)n);
+  return dst;
+}
+
 static inline size_t adisk_strlen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
 static inline void adisk_log_str(const char *s) { adisk_log(s, (int32_t)adisk_strlen(s)); }
 static inline int32_t adisk_declare(const char *spec) { return adisk_declare_output(spec, (int32_t)adisk_strlen(spec)); }

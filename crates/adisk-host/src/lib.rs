@@ -18,6 +18,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod disklet;
 pub mod load;
 pub mod plan;
 

@@ -305,6 +305,7 @@ pub struct WasmDisklet {
     process_fn: TypedFunc<(i32, i32, i64), i32>,
     finish_fn: TypedFunc<(), i32>,
     raw_input: bool,
+    input_schema: SchemaRef,
     output_schema: SchemaRef,
     fuel: u64,
     encoded: Vec<u8>,
@@ -399,6 +400,7 @@ impl WasmDisklet {
             process_fn,
             finish_fn,
             raw_input,
+            input_schema: job.input.clone(),
             output_schema,
             fuel,
             encoded: Vec::with_capacity(input_capacity),
@@ -479,6 +481,19 @@ impl WasmDisklet {
             }
             return Ok(());
         }
+        // Hand the columns over in the order `_columns` announced (a scan may deliver them in file order).
+        let reordered;
+        let batch = if batch.schema().fields() == self.input_schema.fields() {
+            batch
+        } else {
+            let mut columns = Vec::with_capacity(self.input_schema.fields().len());
+            for f in self.input_schema.fields() {
+                let c = batch.column_by_name(f.name()).ok_or_else(|| WasmError::InvalidJob(format!("input buffer lacks column `{}`", f.name())))?;
+                columns.push(c.clone());
+            }
+            reordered = RecordBatch::try_new(self.input_schema.clone(), columns).map_err(|e| WasmError::InvalidJob(format!("input buffer does not match the input schema: {e}")))?;
+            &reordered
+        };
         let rows = batch.num_rows();
         let mut start = 0;
         while start < rows {

@@ -25,6 +25,18 @@ pub enum BenchCommand {
         #[arg(long, default_value = "python3")]
         python: String,
     },
+    /// User disklets: the WASM count_if example vs the built-in native disklets on lineitem, one disk.
+    Disklet {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Repeats per measurement (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// The SDK directory (holds c/build.sh and c/examples/).
+        #[arg(long, default_value = "sdk")]
+        sdk: PathBuf,
+    },
 }
 
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
@@ -162,5 +174,6 @@ pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), C
 pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Scan { sf, disks, repeats, python } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
+        BenchCommand::Disklet { sf, repeats, sdk } => crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await,
     }
 }

@@ -50,7 +50,11 @@ static int32_t parse_where(const char *params, int32_t n, const char *w, int32_t
   return ADISK_OK;
 }
 
+static char kept[8192];
+
 ADISK_EXPORT("adisk_init") int32_t adisk_init(const char *params, int32_t n) {
+  params = adisk_keep_params(kept, sizeof kept, params, n); /* conditions point into them later */
+  if (!params) return ADISK_BAD_PARAM;
   const char *v; int32_t len;
   if (adisk_param(params, n, "mode", &v, &len)) {
     if (len == 6 && v[0] == 's') select_mode = 1;

@@ -17,7 +17,11 @@ static uint8_t out_buf[16 + 32 + 16 * MAX_BINS];
 
 ADISK_DEFAULT_INPUT_AREA
 
+static char kept[8192];
+
 ADISK_EXPORT("adisk_init") int32_t adisk_init(const char *params, int32_t n) {
+  params = adisk_keep_params(kept, sizeof kept, params, n); /* conditions point into them later */
+  if (!params) return ADISK_BAD_PARAM;
   const char *v; int32_t len;
   if (!adisk_param(params, n, "column", &v, &len)) return ADISK_BAD_PARAM;
   column = adisk_column_index(params, n, v, len);
