@@ -171,13 +171,24 @@ pub enum DiskletSpec {
     },
     /// A relational bundle: a DataFusion physical-plan fragment (`datafusion-proto` bytes) whose
     /// one leaf is an `EmptyExec` standing for this stage's input stream. Only per-row and
-    /// partial operators are accepted (filter, projection, partial aggregation, batch
-    /// coalescing); the disk refuses anything else.
+    /// partial operators are accepted (filter, projection, partial aggregation); the disk
+    /// refuses anything else.
     Fragment {
         /// What the fragment does, for statistics (`sql_select`, `sql_aggregate`).
         kind: FragmentKind,
         /// The encoded plan.
         plan: ExprBytes,
+    },
+    /// A user disklet installed on the disk (WebAssembly, ABI v1, see `docs/disklet-abi.md`).
+    Wasm {
+        /// Installed name.
+        name: String,
+        /// Parameters handed to the disklet's init as `key=value` lines.
+        #[serde(default)]
+        params: std::collections::BTreeMap<String, String>,
+        /// CPU budget of the job in fuel units (≈ WebAssembly instructions); None: the disk's default.
+        #[serde(default)]
+        fuel: Option<u64>,
     },
 }
 
@@ -202,6 +213,7 @@ impl DiskletSpec {
             DiskletSpec::SortRuns { .. } => "sort_runs",
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => "sql_select",
             DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => "sql_aggregate",
+            DiskletSpec::Wasm { .. } => "wasm",
         }
     }
 }
@@ -270,6 +282,16 @@ pub mod action {
     pub const DROP_TABLE: &str = "drop_table";
     /// Body: none. The disk stops serving after in-flight calls end.
     pub const SHUTDOWN: &str = "shutdown";
+    /// Body: [`super::InstallDisklet`]. Validates, compiles and stores a user disklet; returns [`super::DiskletInfo`].
+    pub const DISKLET_INSTALL: &str = "disklet_install";
+    /// Body: none. Returns the installed user disklets, `Vec<`[`super::DiskletInfo`]`>`.
+    pub const DISKLET_LIST: &str = "disklet_list";
+    /// Body: disklet name (UTF-8). Returns `true` if it was installed.
+    pub const DISKLET_REMOVE: &str = "disklet_remove";
+    /// Body: [`super::GenerateImages`]. Writes the images; returns the number written.
+    pub const GENERATE_IMAGES: &str = "generate_images";
+    /// Body: a path prefix under `files/` (UTF-8). Returns `Vec<`[`super::FileInfo`]`>`.
+    pub const LIST_FILES: &str = "list_files";
 }
 
 /// Request to generate TPC-H partitions at a disk.
@@ -366,4 +388,54 @@ pub struct DiskStatus {
     pub jobs_failed: u64,
     /// Tables and their local row counts.
     pub tables: Vec<(String, u64)>,
+}
+
+/// Request to install a user disklet on a disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct InstallDisklet {
+    /// Name (1-64 of `A-Z a-z 0-9 _ -`).
+    pub name: String,
+    /// Scratch KiB; the memory grant is scratch + the input area (two stream buffers + 64 KiB).
+    pub scratch_kib: u64,
+    /// The module (binary WebAssembly or WAT text), base64.
+    pub module: ExprBytes,
+}
+
+/// An installed user disklet on one disk.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct DiskletInfo {
+    /// Name.
+    pub name: String,
+    /// SHA-256 of the module, hex.
+    pub sha256: String,
+    /// Module size.
+    pub size_bytes: u64,
+    /// Scratch, KiB.
+    pub scratch_kib: u64,
+    /// Declared maximum of the module's memory.
+    pub memory_max_bytes: u64,
+    /// Memory grant on this disk (scratch + input area).
+    pub grant_bytes: u64,
+    /// True if the compiled module is in the disk's cache.
+    pub compiled: bool,
+    /// Time its compilation took (0 if not compiled yet).
+    pub compile_ns: u64,
+}
+
+/// Request to generate deterministic grayscale images at a disk (`files/images/img-NNNNN.gray`).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct GenerateImages {
+    /// Image numbers this disk holds.
+    pub indices: Vec<u32>,
+    /// Width and height in pixels (one byte each).
+    pub side: u32,
+}
+
+/// A plain file under a disk's `files/` directory.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FileInfo {
+    /// Path relative to `files/`.
+    pub path: String,
+    /// Size.
+    pub bytes: u64,
 }

@@ -22,6 +22,12 @@ pub struct StageStats {
     pub scratch_peak_bytes: u64,
     /// Times partial results were flushed because scratch filled (group-by) or runs emitted.
     pub flushes: u64,
+    /// User disklets: time compiling the module for this job (0 when the compiled module was cached).
+    #[serde(default)]
+    pub compile_ns: u64,
+    /// User disklets: time instantiating the module and running its init.
+    #[serde(default)]
+    pub instantiate_ns: u64,
 }
 
 /// A job on one disk.

@@ -6,11 +6,13 @@
 //!  disk ──DoPut(Exchange)────────► exchange inbox ──► receiving job (pipe stream)
 //!  host ──DoPut(Load)────────────► write partition (tmp + rename) ──► manifest
 //!  host ──DoAction(status | catalog | job_stats | generate_tpch | drop_table | shutdown)
+//!  host ──DoAction(disklet_install | disklet_list | disklet_remove | generate_images | list_files)
 //! ```
 //! [`serve`] runs the server until a `shutdown` action, or the future passed to it, completes.
 #![warn(missing_docs)]
 
 mod service;
+mod user_actions;
 
 pub use service::{DiskService, FlightPipeConnector, status_of};
 
@@ -31,6 +33,14 @@ pub enum DiskNodeError {
         address: String,
         /// Cause (e.g. address in use).
         source: std::io::Error,
+    },
+    /// The user disklet registry cannot be opened.
+    #[error("cannot open the disklet registry in {dir}: {source}")]
+    Disklets {
+        /// Directory.
+        dir: PathBuf,
+        /// Cause.
+        source: adisk_wasm::WasmError,
     },
     /// The data directory cannot be opened.
     #[error("cannot open data directory {dir}: {source}")]
@@ -69,8 +79,10 @@ impl DiskNode {
         let store = DiskStore::open(&config.dir, config.os.disk_id).map_err(|source| DiskNodeError::Store { dir: config.dir.clone(), source })?;
         let listener = TcpListener::bind(&config.listen).await.map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
         let address = listener.local_addr().map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
+        let runtime = adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes)).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
+        let registry = adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
         let os = DiskOs::new(config.os, Arc::new(store), Arc::new(FlightPipeConnector::default()));
-        Ok(DiskNode { listener, service: DiskService::new(os), address })
+        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address })
     }
 
     /// The bound address.

@@ -39,6 +39,16 @@ pub fn status_of(e: &DiskOsError) -> Status {
         DiskOsError::Decode { .. } => Status::data_loss(msg),
         DiskOsError::Pipe(_) => Status::aborted(msg),
         DiskOsError::Cancelled => Status::cancelled(msg),
+        DiskOsError::UserDisklet { kind, .. } => {
+            use adisk_diskos::user::UserDiskletFailure as F;
+            match kind {
+                F::NotInstalled => Status::not_found(msg),
+                F::Invalid => Status::invalid_argument(msg),
+                F::BudgetExceeded | F::ResourceExceeded => Status::resource_exhausted(msg),
+                F::Trap => Status::aborted(msg),
+                F::Failed => Status::internal(msg),
+            }
+        }
     }
 }
 
@@ -50,12 +60,18 @@ fn storage_status(e: StorageError) -> Status {
 pub struct DiskService {
     os: Arc<DiskOs>,
     shutdown: Arc<Notify>,
+    disklets: Option<Arc<adisk_wasm::DiskletRegistry>>,
 }
 
 impl DiskService {
     /// A service over a DiskOS.
     pub fn new(os: Arc<DiskOs>) -> Self {
-        DiskService { os, shutdown: Arc::new(Notify::new()) }
+        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: None }
+    }
+    /// A service whose DiskOS also runs the user disklets of `registry`.
+    pub fn with_disklets(os: Arc<DiskOs>, registry: Arc<adisk_wasm::DiskletRegistry>) -> Self {
+        os.set_user_disklets(registry.clone());
+        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: Some(registry) }
     }
     /// Notified by the `shutdown` action.
     pub fn shutdown_signal(&self) -> Arc<Notify> {
@@ -264,12 +280,27 @@ impl FlightService for DiskService {
                 let req: GenerateTpch = parse_json("generate_tpch request", &body)?;
                 Ok(Response::new(generate_tpch(self.os.clone(), req)))
             }
-            other => Err(Status::invalid_argument(format!("unknown action `{other}`"))),
+            other => match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body).await {
+                Some(result) => reply(json_result(&result?)),
+                None => Err(Status::invalid_argument(format!("unknown action `{other}`"))),
+            },
         }
     }
 
     async fn list_actions(&self, _r: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
-        let names = [action::STATUS, action::CATALOG, action::JOB_STATS, action::GENERATE_TPCH, action::DROP_TABLE, action::SHUTDOWN];
+        let names = [
+            action::STATUS,
+            action::CATALOG,
+            action::JOB_STATS,
+            action::GENERATE_TPCH,
+            action::DROP_TABLE,
+            action::SHUTDOWN,
+            action::DISKLET_INSTALL,
+            action::DISKLET_LIST,
+            action::DISKLET_REMOVE,
+            action::GENERATE_IMAGES,
+            action::LIST_FILES,
+        ];
         let list: Vec<Result<ActionType, Status>> = names.iter().map(|n| Ok(ActionType { r#type: n.to_string(), description: String::new() })).collect();
         Ok(Response::new(stream::iter(list).boxed()))
     }

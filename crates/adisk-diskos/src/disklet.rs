@@ -106,4 +106,9 @@ pub trait Disklet: Send {
     fn flushes(&self) -> u64 {
         0
     }
+    /// Time spent before the first buffer: compiling (0 when cached) and instantiating +
+    /// init, ns. Zero for the built-ins.
+    fn setup_ns(&self) -> (u64, u64) {
+        (0, 0)
+    }
 }

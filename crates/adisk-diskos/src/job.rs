@@ -79,6 +79,7 @@ struct StageCounters {
     scratch_granted: u64,
     scratch_peak: AtomicU64,
     flushes: AtomicU64,
+    setup_ns: (u64, u64),
 }
 
 /// Live state of a job; a snapshot of it is the job's [`DiskJobStats`].
@@ -111,13 +112,13 @@ impl JobState {
         self.cancel.send_replace(true);
     }
 
-    fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64)]) -> Self {
+    fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64, (u64, u64))]) -> Self {
         JobState {
             job_id: job_id.to_string(),
             disk_id,
             started: Instant::now(),
             read: Arc::new(ReadCounters::default()),
-            stages: stages.iter().map(|(name, scratch)| StageCounters { name, scratch_granted: *scratch, ..Default::default() }).collect(),
+            stages: stages.iter().map(|(name, scratch, setup_ns)| StageCounters { name, scratch_granted: *scratch, setup_ns: *setup_ns, ..Default::default() }).collect(),
             shipped_host_bytes: AtomicU64::new(0),
             shipped_disk_bytes: AtomicU64::new(0),
             rows_shipped: AtomicU64::new(0),
@@ -165,6 +166,8 @@ impl JobState {
                 scratch_granted_bytes: s.scratch_granted,
                 scratch_peak_bytes: l(&s.scratch_peak),
                 flushes: l(&s.flushes),
+                compile_ns: s.setup_ns.0,
+                instantiate_ns: s.setup_ns.1,
             })
             .collect();
         let wall = match l(&self.wall_ns) {
@@ -219,6 +222,7 @@ pub struct DiskOs {
     exchanges: Arc<ExchangeRegistry>,
     connector: Arc<dyn PipeConnector>,
     running: Mutex<Vec<Arc<JobState>>>,
+    user: std::sync::OnceLock<Arc<dyn crate::user::UserDisklets>>,
     finished: Mutex<VecDeque<Arc<JobState>>>,
     jobs_finished: AtomicU64,
     jobs_failed: AtomicU64,
@@ -236,12 +240,33 @@ impl DiskOs {
             exchanges: Arc::new(ExchangeRegistry::new(config.buffers_per_stream as usize)),
             connector,
             running: Mutex::new(Vec::new()),
+            user: std::sync::OnceLock::new(),
             finished: Mutex::new(VecDeque::new()),
             jobs_finished: AtomicU64::new(0),
             jobs_failed: AtomicU64::new(0),
             config,
             store,
         })
+    }
+
+    /// Installs the registry of user disklets (once; later calls are ignored).
+    pub fn set_user_disklets(&self, user: Arc<dyn crate::user::UserDisklets>) {
+        let _ = self.user.set(user);
+    }
+
+    /// The registry of user disklets, if the disk node provides one.
+    pub fn user_disklets(&self) -> Option<&Arc<dyn crate::user::UserDisklets>> {
+        self.user.get()
+    }
+
+    fn build_stage(&self, stage: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
+        match stage {
+            DiskletSpec::Wasm { name, params, fuel } => {
+                let user = self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))?;
+                user.build(name, params, *fuel, input)
+            }
+            _ => disklets::build(stage, input, scratch_bytes, &self.planner),
+        }
     }
 
     /// The store.
@@ -292,6 +317,8 @@ impl DiskOs {
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
+            // The whole linear memory of a user disklet (scratch + input area) is its grant.
+            DiskletSpec::Wasm { name, .. } => self.user.get().and_then(|u| u.grant_bytes(name).ok()).unwrap_or(0),
         }
     }
 
@@ -345,12 +372,18 @@ impl DiskOs {
         let mut schema = source_schema.clone();
         for (i, stage) in spec.stages.iter().enumerate() {
             let s = self.scratch_for(&spec, stage);
-            let d = disklets::build(stage, &schema, s, &self.planner)?;
+            let d = if matches!(stage, DiskletSpec::Wasm { .. }) {
+                // Compiling and a user init run guest code: keep them off the async workers.
+                let (os, stage, input) = (self.clone(), stage.clone(), schema.clone());
+                tokio::task::spawn_blocking(move || os.build_stage(&stage, &input, s)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
+            } else {
+                self.build_stage(stage, &schema, s)?
+            };
             if d.output_ports() > 1 && i + 1 != spec.stages.len() {
                 return Err(DiskOsError::InvalidJob("only the last stage may have several outputs".into()));
             }
             schema = d.output_schema();
-            scratch.push((d.name(), s));
+            scratch.push((d.name(), s, d.setup_ns()));
             stages.push(d);
         }
         let last_ports = stages.last().map_or(1, |d| d.output_ports());
@@ -364,7 +397,7 @@ impl DiskOs {
         // 3. Admission: every stream's buffer slots and every stage's scratch, granted up front.
         let streams = 1 + stages.len() as u64 + (last_ports as u64 - 1);
         let buffers = streams * u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream)) * self.config.buffer_bytes;
-        let requested = buffers + scratch.iter().map(|(_, s)| s).sum::<u64>();
+        let requested = buffers + scratch.iter().map(|(_, s, _)| s).sum::<u64>();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &scratch));
         let wait = Instant::now();
         let grant = self.budget.grant(requested).await?;

@@ -31,6 +31,7 @@ pub mod expr;
 pub mod job;
 pub mod memory;
 pub mod stream;
+pub mod user;
 
 pub use job::{DiskOs, DiskOsConfig};
 
@@ -103,6 +104,14 @@ pub enum DiskOsError {
     /// The job was cancelled (the host went away).
     #[error("job cancelled")]
     Cancelled,
+    /// A user disklet was refused or failed (see [`user::UserDiskletFailure`]).
+    #[error("{message}")]
+    UserDisklet {
+        /// What kind of failure.
+        kind: user::UserDiskletFailure,
+        /// Description, naming the disklet.
+        message: String,
+    },
 }
 
 /// Result alias.

@@ -19,6 +19,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod disklet;
 pub mod load;
 pub mod plan;
 pub mod sql;

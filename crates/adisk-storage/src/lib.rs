@@ -22,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod decluster;
+pub mod images;
 pub mod reader;
 pub mod store;
 pub mod tpch;

@@ -1,6 +1,7 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
 mod bench_tpch;
+mod disklet_cmd;
 mod local;
 mod output;
 mod sql_cmd;
@@ -68,6 +69,9 @@ enum Command {
     /// Benchmarks.
     #[command(subcommand)]
     Bench(output::BenchCommand),
+    /// User disklets in WebAssembly: install, list, run, remove.
+    #[command(subcommand)]
+    Disklet(disklet_cmd::DiskletCommand),
     /// The architecture simulator.
     #[command(subcommand)]
     Sim(adisk_sim::cli::SimCommand),
@@ -94,6 +98,15 @@ enum LoadCommand {
     Parquet(FileLoadArgs),
     /// Load CSV files (with a header row) into a table.
     Csv(FileLoadArgs),
+    /// Generate deterministic grayscale images (one byte per pixel) as files spread over the disks.
+    Images {
+        /// Number of images.
+        #[arg(long)]
+        count: u32,
+        /// Width and height, pixels.
+        #[arg(long, default_value_t = 512)]
+        side: u32,
+    },
 }
 
 #[derive(clap::Args, Debug)]
@@ -230,6 +243,8 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Bench(b) => output::bench(&dir, b).await,
+        Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
+        Command::Load(LoadCommand::Images { count, side }) => disklet_cmd::load_images(&dir, count, side).await,
         Command::Sim(_) => unreachable!("handled before the runtime starts"),
     }
 }

@@ -28,6 +28,18 @@ pub enum BenchCommand {
     /// The 22 TPC-H queries: offload auto vs none (conventional) vs DuckDB (2 threads) on the
     /// same files, medians of repeats, with data reduction.
     Tpch(crate::bench_tpch::TpchBenchArgs),
+    /// User disklets: the WASM count_if example vs the built-in native disklets on lineitem, one disk.
+    Disklet {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Repeats per measurement (the median is reported).
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// The SDK directory (holds c/build.sh and c/examples/).
+        #[arg(long, default_value = "sdk")]
+        sdk: PathBuf,
+    },
 }
 
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
@@ -166,5 +178,6 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
         BenchCommand::Scan { sf, disks, repeats, python } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
+        BenchCommand::Disklet { sf, repeats, sdk } => crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await,
     }
 }

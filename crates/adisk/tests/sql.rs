@@ -183,7 +183,7 @@ fn adhoc_sql_explain_and_bad_input() {
     // A disk dies in the middle of a query.
     let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
     let pid: i32 = config.lines().filter(|l| l.trim_start().starts_with("pid")).nth(2).and_then(|l| l.split('=').nth(1)).and_then(|v| v.trim().parse().ok()).expect("pid of disk 2");
-    let mut long = Command::new(env!("CARGO_BIN_EXE_adisk"))
+    let long = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(dir)
         .args(["tpch", "query", "21", "--offload", "none", "--format", "csv"])

@@ -27,6 +27,7 @@ pub fn build(spec: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64, planner:
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, input, planner)?),
         DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, input, scratch_bytes, planner)?),
         DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, input, scratch_bytes)?),
+        DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),
     })
 }
 

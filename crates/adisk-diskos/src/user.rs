@@ -1,0 +1,38 @@
+//! User disklets (installed by users, e.g. WebAssembly modules): DiskOS only knows them through
+//! [`UserDisklets`], which the disk node provides (`adisk-wasm`'s registry). They run behind
+//! the same [`crate::disklet::Disklet`] interface, streams and grants as the built-ins.
+use crate::Result;
+use crate::disklet::Disklet;
+use arrow::datatypes::SchemaRef;
+use std::collections::BTreeMap;
+
+/// Why a user disklet was refused or failed; each maps to one Flight status code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UserDiskletFailure {
+    /// No disklet of that name is installed.
+    NotInstalled,
+    /// The module or the job is invalid (malformed module, forbidden import, bad input type).
+    Invalid,
+    /// The CPU budget (fuel) of the job ran out.
+    BudgetExceeded,
+    /// Memory grant, output limit or module size exceeded.
+    ResourceExceeded,
+    /// The disklet trapped (out-of-bounds access, unreachable, …).
+    Trap,
+    /// The disklet returned an error code, or the registry failed.
+    Failed,
+}
+
+/// The installed user disklets of a disk.
+pub trait UserDisklets: Send + Sync + 'static {
+    /// Memory grant of disklet `name` (its whole linear memory), bytes.
+    ///
+    /// # Errors
+    /// Not installed.
+    fn grant_bytes(&self, name: &str) -> Result<u64>;
+    /// Instantiates `name` for one job and runs its init with `params`.
+    ///
+    /// # Errors
+    /// Not installed, invalid input, or a failure of the disklet's init.
+    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, input: &SchemaRef) -> Result<Box<dyn Disklet>>;
+}

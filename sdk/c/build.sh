@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds a C disklet into a WebAssembly module with Debian's clang + lld (no libc).
+#   sdk/c/build.sh SOURCE.c OUT.wasm [MAX_MEMORY_KIB]
+# The module's memory maximum (default 2048 KiB) must fit the grant it is installed with:
+# scratch (adisk disklet install --scratch-kib, default 2048) + input area (2 stream buffers + 64 KiB).
+set -euo pipefail
+src=${1:?usage: build.sh SOURCE.c OUT.wasm [MAX_MEMORY_KIB]}
+out=${2:?usage: build.sh SOURCE.c OUT.wasm [MAX_MEMORY_KIB]}
+max_kib=${3:-2048}
+here=$(cd "$(dirname "$0")" && pwd)
+clang=${CLANG:-clang}
+"$clang" --target=wasm32 -O2 -ffreestanding -nostdlib -mbulk-memory -I "$here" \
+  -Wl,--no-entry -Wl,--strip-all -Wl,-z,stack-size=65536 -Wl,--max-memory=$((max_kib * 1024)) \
+  -o "$out" "$src"
