@@ -78,16 +78,16 @@ impl CostModel {
         self.scan_time(b, DEFAULT_SELECTIVITY, true) < self.scan_time(b, DEFAULT_SELECTIVITY, false)
     }
 
-    /// Whether a Bloom semi-join pays: the probe side is large (over 10 000 rows) and much
+    /// Whether a Bloom semi-join pays: the probe side is not tiny (over 1 000 rows: filtering it cascades through later joins) and much
     /// larger than the build side (4×), whose keys fit the filter at a useful false-positive
     /// rate (8 bits per key, ~2 %). An unknown build side is given the benefit of the doubt.
     pub fn push_bloom(&self, build_rows: Option<usize>, probe_rows: Option<usize>, filter_bytes: usize) -> bool {
         match (build_rows, probe_rows) {
             (Some(b), Some(p)) => {
                 let keys_at_8_bits = filter_bytes;
-                b.saturating_mul(4) < p && b <= keys_at_8_bits && p > 10_000
+                b.saturating_mul(4) < p && b <= keys_at_8_bits && p > 1_000
             }
-            (None, Some(p)) => p > 10_000,
+            (None, Some(p)) => p > 1_000,
             _ => false,
         }
     }

@@ -194,6 +194,14 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
     rewire(plan.clone(), vec![new_child]).ok()
 }
 
+/// Filter size for an estimated build side: 32 bits per key, at least 16 KiB, at most `max`.
+fn filter_bytes(build_rows: Option<usize>, max: usize) -> usize {
+    match build_rows {
+        Some(r) => r.saturating_mul(4).next_power_of_two().max(16 * 1024).min(max),
+        None => max,
+    }
+}
+
 /// Most Bloom filters one scan applies.
 const MAX_BLOOMS_PER_SCAN: usize = 4;
 
@@ -249,17 +257,20 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
         build_keys.push(l.clone());
         probe_cols.push(rc.index());
     }
+    let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
+    // `auto` sizes the filter to the build side (32 bits per estimated key, 16 KiB at least);
+    // `--bloom-kib` is the largest size and the size at level `semijoin`.
+    let bytes = if settings.offload == Offload::Auto { filter_bytes(build_rows, settings.bloom_bytes) } else { settings.bloom_bytes };
     let (tx, rx) = watch::channel(BloomState::Pending);
     let mut probe_est = None;
-    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, settings.bloom_bytes, &mut probe_est) else { return Ok(None) };
-    let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
-    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, settings.bloom_bytes) {
+    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else { return Ok(None) };
+    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes) {
         return Ok(None);
     }
     // Hash functions are chosen for the expected number of keys (10 bits per key if unknown,
     // at most 20 bits per key so that an underestimate cannot saturate the filter).
-    let expected_keys = build_rows.map(|r| r as u64).unwrap_or((settings.bloom_bytes * 8 / 10) as u64).max((settings.bloom_bytes * 8 / 20) as u64);
-    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), settings.bloom_bytes, expected_keys, settings.analyze));
+    let expected_keys = build_rows.map(|r| r as u64).unwrap_or((bytes * 8 / 10) as u64).max((bytes * 8 / 20) as u64);
+    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), bytes, expected_keys, settings.analyze));
     let new = rewire(node.clone(), vec![left, right])?;
     Ok(Some(new))
 }
