@@ -157,10 +157,13 @@ fn probe_filterable(t: &JoinType) -> bool {
 fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
     if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
-        if scan.plan.fragment.is_some() {
-            return None;
-        }
-        let schema = scan.schema();
+        // With a fragment, the keys are followed down to the scan's base columns: the Bloom
+        // stage runs before the fragment.
+        let keys = match &scan.plan.fragment {
+            Some(f) => keys_below_fragment(&f.plan, keys)?,
+            None => keys.to_vec(),
+        };
+        let schema = scan.plan.base_schema.clone();
         let names = keys.iter().map(|k| schema.fields().get(*k).map(|f| f.name().clone())).collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
@@ -184,6 +187,8 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
         }
     } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() || a.downcast_ref::<BloomBuildExec>().is_some() {
         keys.to_vec()
+    } else if let Some(agg) = a.downcast_ref::<AggregateExec>() {
+        group_key_inputs(agg, keys)?
     } else if let Some(j) = a.downcast_ref::<HashJoinExec>() {
         return attach_bloom_through_join(plan, j, keys, slot, bytes, est);
     } else {
@@ -192,6 +197,41 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
     let child = plan.children().first().map(|c| (*c).clone())?;
     let new_child = attach_bloom(&child, &child_keys, slot, bytes, est)?;
     rewire(plan.clone(), vec![new_child]).ok()
+}
+
+/// The input columns of an aggregation's group keys `keys` (output positions). Dropping input
+/// rows whose group key cannot match drops exactly those groups, so a filter on group keys
+/// may pass below the aggregation.
+fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
+    let groups = agg.group_expr();
+    if !groups.is_single() {
+        return None;
+    }
+    let exprs = groups.expr();
+    keys.iter().map(|k| exprs.get(*k).and_then(|(e, _)| e.downcast_ref::<Column>().map(|c| c.index()))).collect()
+}
+
+/// Follows output columns of a scan's fragment down to its leaf (the scan's base columns).
+fn keys_below_fragment(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
+    let a: &dyn ExecutionPlan = plan.as_ref();
+    if a.downcast_ref::<EmptyExec>().is_some() {
+        return Some(keys.to_vec());
+    }
+    let child_keys: Vec<usize> = if let Some(agg) = a.downcast_ref::<AggregateExec>() {
+        group_key_inputs(agg, keys)?
+    } else if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
+        let exprs: Vec<_> = proj.projection_expr().iter().collect();
+        keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect::<Option<_>>()?
+    } else if let Some(f) = a.downcast_ref::<FilterExec>() {
+        match f.projection() {
+            Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
+            None => keys.to_vec(),
+        }
+    } else {
+        return None;
+    };
+    let child = plan.children().first().map(|c| (*c).clone())?;
+    keys_below_fragment(&child, &child_keys)
 }
 
 /// Filter size for an estimated build side: 32 bits per key, at least 16 KiB, at most `max`.

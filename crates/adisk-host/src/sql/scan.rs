@@ -554,7 +554,9 @@ fn async_stream(
         let job = job_for(bloom.as_deref(), &extras).map_err(to_df)?;
         // The false-positive rate is measured for a scan with a single filter.
         let key_idx = match (&bloom_spec, &bloom) {
-            (Some(spec), Some(_)) if extras.is_empty() => spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>(),
+            (Some(spec), Some(_)) if extras.is_empty() && !job.stages.iter().any(|s| matches!(s, DiskletSpec::Fragment { .. })) => {
+                spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>()
+            }
             _ => vec![],
         };
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
@@ -587,8 +589,10 @@ fn async_stream(
                                 && let Some(exact) = &b.exact
                                 && !s.key_idx.is_empty()
                             {
-                                let cols: Vec<_> = s.key_idx.iter().map(|i| batch.column(*i).clone()).collect();
-                                if let Ok(h) = hash_columns(&cols, batch.num_rows()) {
+                                let cols: Option<Vec<_>> = s.key_idx.iter().map(|i| batch.columns().get(*i).cloned()).collect();
+                                if let Some(cols) = cols
+                                    && let Ok(h) = hash_columns(&cols, batch.num_rows())
+                                {
                                     s.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
                                 }
                             }
