@@ -430,7 +430,7 @@ impl WasmDisklet {
     /// Copies `len` bytes of `self.encoded` (or `bytes`) into the input area and calls process.
     fn call_process(&mut self, bytes: Option<&[u8]>, position: u64, out: &mut Emitter) -> Result<bool> {
         let data: &[u8] = bytes.unwrap_or(&self.encoded);
-        let memory = self.store.data().memory.expect("memory set at init");
+        let memory = self.store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
         let start = self.input_area as usize;
         memory.data_mut(&mut self.store)[start..start + data.len()].copy_from_slice(data);
         let len = data.len() as i32;

@@ -1,27 +1,14 @@
 //! Multi-process tests: real `adisk` disk processes on 127.0.0.1, TPC-H SF 0.1 generated at
 //! the disks, built-in disklet jobs checked against DuckDB run on the same Parquet files
 //! (tests/oracle/duckdb_query.py), and bad input giving typed errors.
+mod common;
+use common::{adisk, fails, ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn adisk(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir).args(args).env_remove("ADISK_HOME").output().expect("adisk runs")
-}
 
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = adisk(dir, args);
-    assert!(out.status.success(), "adisk {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = adisk(dir, args);
-    assert!(!out.status.success(), "adisk {args:?} should fail but printed:\n{}", String::from_utf8_lossy(&out.stdout));
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
-    err
-}
 
 fn run_json(dir: &Path, args: &[&str]) -> Value {
     let mut a = vec!["run"];

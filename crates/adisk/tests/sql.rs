@@ -6,27 +6,14 @@
 //! * EXPLAIN / EXPLAIN ANALYZE on Q1, Q3, Q6, Q12, Q14: where each operator ran, shipped ≤ read;
 //! * bad input: syntax, unknown column, type error, a Bloom filter larger than the grant, a
 //!   disk killed mid-query — each a clear error, and the cluster serves the next query.
+mod common;
+use common::{adisk, fails, ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn adisk(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir).args(args).env_remove("ADISK_HOME").output().expect("adisk runs")
-}
 
-fn ok(dir: &Path, args: &[&str]) -> String {
-    let out = adisk(dir, args);
-    assert!(out.status.success(), "adisk {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).to_string()
-}
 
-fn fails(dir: &Path, args: &[&str]) -> String {
-    let out = adisk(dir, args);
-    assert!(!out.status.success(), "adisk {args:?} should fail but printed:\n{}", String::from_utf8_lossy(&out.stdout));
-    let err = String::from_utf8_lossy(&out.stderr).to_string();
-    assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
-    err
-}
 
 fn tpch_text(n: u32) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../adisk-host/src/sql/tpch/q{n:02}.sql"));

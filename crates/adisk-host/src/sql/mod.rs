@@ -306,39 +306,37 @@ impl SqlEngine {
             0 => None,
             mbps => Some(Arc::new(TokenBucket::new(mbps))),
         };
-        let cluster_tables: Vec<TableEntry> = catalog.tables.values().cloned().collect();
-        let mut engine = None;
-        let mut analyze_parts = None;
-        for analyze in [false, true] {
-            let settings = Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, analyze, host_link: link.clone(), cost: cost.clone() });
-            let metrics = Arc::new(QueryMetrics::default());
-            let mut config = SessionConfig::new().with_information_schema(false);
-            if opts.host_threads > 0 {
-                config = config.with_target_partitions(opts.host_threads);
-            }
-            // Prefer joins that collect the (small) build side once: their Bloom filter is
-            // complete before the probe side starts.
-            config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
-            config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
-            let state = SessionStateBuilder::new()
-                .with_config(config)
-                .with_default_features()
-                .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
-                .build();
-            let ctx = SessionContext::new_with_state(state);
-            for t in &cluster_tables {
-                let provider = scan::DiskTable { entry: Arc::new(t.clone()), cluster: cluster.clone(), settings: settings.clone(), metrics: metrics.clone() };
-                ctx.register_table(t.name.as_str(), Arc::new(provider)).map_err(plan_err("registering a table"))?;
-            }
-            if analyze {
-                analyze_parts = Some((ctx, metrics));
-            } else {
-                engine = Some((ctx, metrics, settings));
-            }
+        let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog.tables.values().map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values()))).collect();
+        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, analyze, host_link: link.clone(), cost: cost.clone() });
+        let settings = settings_for(false);
+        let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
+        let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;
+        let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
+        Ok(SqlEngine { ctx, metrics, settings, analyze_ctx, analyze_metrics, tables })
+    }
+
+    /// A DataFusion session with the offload rule for `settings` and every table registered.
+    fn session(cluster: &Arc<Cluster>, tables: &[(Arc<TableEntry>, Arc<Vec<Option<u64>>>)], settings: Arc<SqlSettings>, host_threads: usize) -> Result<(SessionContext, Arc<QueryMetrics>)> {
+        let metrics = Arc::new(QueryMetrics::default());
+        let mut config = SessionConfig::new().with_information_schema(false);
+        if host_threads > 0 {
+            config = config.with_target_partitions(host_threads);
         }
-        let (ctx, metrics, settings) = engine.expect("engine built");
-        let (analyze_ctx, analyze_metrics) = analyze_parts.expect("analyze engine built");
-        Ok(SqlEngine { ctx, metrics, settings, analyze_ctx, analyze_metrics, tables: cluster_tables.into_iter().map(|t| t.name).collect() })
+        // Prefer joins that collect the (small) build side once: their Bloom filter is
+        // complete before the probe side starts.
+        config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
+        config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
+        for (entry, ndv) in tables {
+            let provider = scan::DiskTable { entry: entry.clone(), ndv: ndv.clone(), cluster: cluster.clone(), settings: settings.clone(), metrics: metrics.clone() };
+            ctx.register_table(entry.name.as_str(), Arc::new(provider)).map_err(plan_err("registering a table"))?;
+        }
+        Ok((ctx, metrics))
     }
 
     /// The settings.

@@ -177,14 +177,8 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
         }
         return Some(Arc::new(scan.with_plan(p)));
     }
-    let child_keys: Vec<usize> = if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
-        let exprs: Vec<_> = proj.projection_expr().iter().collect();
-        keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect::<Option<_>>()?
-    } else if let Some(f) = a.downcast_ref::<FilterExec>() {
-        match f.projection() {
-            Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
-            None => keys.to_vec(),
-        }
+    let child_keys: Vec<usize> = if let Some(k) = keys_below_row_operator(a, keys) {
+        k?
     } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() || a.downcast_ref::<BloomBuildExec>().is_some() {
         keys.to_vec()
     } else if let Some(agg) = a.downcast_ref::<AggregateExec>() {
@@ -211,6 +205,20 @@ fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
     keys.iter().map(|k| exprs.get(*k).and_then(|(e, _)| e.downcast_ref::<Column>().map(|c| c.index()))).collect()
 }
 
+/// Input columns of output columns `keys` of a projection (plain columns only) or a filter
+/// (through its projection, if any). `None`: `a` is neither; `Some(None)`: a key is computed.
+fn keys_below_row_operator(a: &dyn ExecutionPlan, keys: &[usize]) -> Option<Option<Vec<usize>>> {
+    if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
+        let exprs: Vec<_> = proj.projection_expr().iter().collect();
+        return Some(keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect());
+    }
+    let f = a.downcast_ref::<FilterExec>()?;
+    Some(match f.projection() {
+        Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect(),
+        None => Some(keys.to_vec()),
+    })
+}
+
 /// Follows output columns of a scan's fragment down to its leaf (the scan's base columns).
 fn keys_below_fragment(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
@@ -219,14 +227,8 @@ fn keys_below_fragment(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<
     }
     let child_keys: Vec<usize> = if let Some(agg) = a.downcast_ref::<AggregateExec>() {
         group_key_inputs(agg, keys)?
-    } else if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
-        let exprs: Vec<_> = proj.projection_expr().iter().collect();
-        keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect::<Option<_>>()?
-    } else if let Some(f) = a.downcast_ref::<FilterExec>() {
-        match f.projection() {
-            Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
-            None => keys.to_vec(),
-        }
+    } else if let Some(k) = keys_below_row_operator(a, keys) {
+        k?
     } else {
         return None;
     };

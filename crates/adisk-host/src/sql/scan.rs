@@ -65,6 +65,8 @@ static NEXT_SCAN: AtomicUsize = AtomicUsize::new(0);
 #[derive(Debug)]
 pub struct DiskTable {
     pub(super) entry: Arc<TableEntry>,
+    /// Distinct values per column (merged sketches), computed once.
+    pub(super) ndv: Arc<Vec<Option<u64>>>,
     pub(super) cluster: Arc<Cluster>,
     pub(super) settings: Arc<SqlSettings>,
     pub(super) metrics: Arc<QueryMetrics>,
@@ -103,8 +105,8 @@ impl TableProvider for DiskTable {
         let mut s = Statistics::new_unknown(&self.entry.schema);
         s.num_rows = Precision::Exact(self.entry.rows() as usize);
         s.total_byte_size = Precision::Inexact(self.entry.bytes() as usize);
-        for (c, n) in s.column_statistics.iter_mut().zip(self.entry.distinct_values()) {
-            if let Some(n) = n {
+        for (c, n) in s.column_statistics.iter_mut().zip(self.ndv.iter()) {
+            if let Some(n) = *n {
                 c.distinct_count = Precision::Inexact(n as usize);
             }
         }
@@ -140,6 +142,7 @@ impl TableProvider for DiskTable {
         let est_rows = self.entry.rows() as f64 * estimate_selectivity(filters);
         Ok(Arc::new(DiskScanExec::new(
             self.entry.clone(),
+            self.ndv.clone(),
             self.cluster.clone(),
             self.settings.clone(),
             self.metrics.clone(),
@@ -221,6 +224,7 @@ pub struct ScanPlan {
 #[derive(Debug)]
 pub struct DiskScanExec {
     pub(super) entry: Arc<TableEntry>,
+    ndv: Arc<Vec<Option<u64>>>,
     cluster: Arc<Cluster>,
     settings: Arc<SqlSettings>,
     metrics: Arc<QueryMetrics>,
@@ -231,7 +235,7 @@ pub struct DiskScanExec {
 }
 
 impl DiskScanExec {
-    fn new(entry: Arc<TableEntry>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
+    fn new(entry: Arc<TableEntry>, ndv: Arc<Vec<Option<u64>>>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
         let disks = entry.disks();
         let schema = plan.fragment.as_ref().map(|f| f.plan.schema()).unwrap_or_else(|| plan.base_schema.clone());
         let properties = Arc::new(PlanProperties::new(
@@ -240,12 +244,12 @@ impl DiskScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        DiskScanExec { entry, cluster, settings, metrics, plan, disks, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
+        DiskScanExec { entry, ndv, cluster, settings, metrics, plan, disks, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
     }
 
     /// The same scan with a different plan.
     pub(super) fn with_plan(&self, plan: ScanPlan) -> Self {
-        let mut s = DiskScanExec::new(self.entry.clone(), self.cluster.clone(), self.settings.clone(), self.metrics.clone(), plan);
+        let mut s = DiskScanExec::new(self.entry.clone(), self.ndv.clone(), self.cluster.clone(), self.settings.clone(), self.metrics.clone(), plan);
         s.id = self.id;
         s
     }
@@ -253,7 +257,7 @@ impl DiskScanExec {
     /// Estimated distinct values of column `name` of the table.
     pub fn distinct(&self, name: &str) -> Option<u64> {
         let i = self.entry.schema.index_of(name).ok()?;
-        self.entry.distinct_values().get(i).copied().flatten()
+        self.ndv.get(i).copied().flatten()
     }
 
     /// Table name.
@@ -393,7 +397,7 @@ impl ExecutionPlan for DiskScanExec {
         }
         if self.plan.fragment.is_none() {
             // Distinct values of the output columns (DataFusion caps them at the row count).
-            let ndv = self.entry.distinct_values();
+            let ndv = &self.ndv;
             for (c, f) in s.column_statistics.iter_mut().zip(self.schema().fields()) {
                 if let Ok(i) = self.entry.schema.index_of(f.name())
                     && let Some(Some(n)) = ndv.get(i)

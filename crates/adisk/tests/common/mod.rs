@@ -1,0 +1,24 @@
+//! Helpers shared by the multi-process tests: run the `adisk` binary, expect success or a clean failure.
+use std::path::Path;
+use std::process::{Command, Output};
+
+/// Runs `adisk --dir DIR ARGS…` (ignoring `$ADISK_HOME`).
+pub fn adisk(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir).args(args).env_remove("ADISK_HOME").output().expect("adisk runs")
+}
+
+/// Runs adisk and expects success; returns standard output.
+pub fn ok(dir: &Path, args: &[&str]) -> String {
+    let out = adisk(dir, args);
+    assert!(out.status.success(), "adisk {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// Runs adisk and expects a failure without a panic; returns standard error.
+pub fn fails(dir: &Path, args: &[&str]) -> String {
+    let out = adisk(dir, args);
+    assert!(!out.status.success(), "adisk {args:?} should fail but printed:\n{}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
+    err
+}
