@@ -576,7 +576,7 @@ async fn run_bloom(cluster: &Cluster, catalog: &crate::cluster::Catalog, table: 
     let false_positives = passed_bloom.saturating_sub(result_rows);
     let schema = batches.first().map(|b| b.schema()).unwrap_or_else(crate::cluster::empty_schema);
     let mut stats = JobStats { description: format!("bloom_probe on {} with keys of {}", table.name, build_table.name), disks, host_combine_ns: combine_ns, ..Default::default() };
-    stats.notes.insert("bloom filter".into(), format!("{} bytes, {} hashes, {} keys, expected fpr {:.4}", filter.size_bytes(), filter.hashes, filter.inserted, filter.expected_fpr()));
+    stats.notes.insert("bloom filter".into(), format!("{} bytes (split-block, {} bits set per key), {} keys, expected fpr {:.4}", filter.size_bytes(), filter.hashes, filter.inserted, filter.expected_fpr()));
     stats.notes.insert("rows dropped at the disks".into(), (probed - passed_bloom.min(probed)).to_string());
     stats.notes.insert(
         "measured false-positive rate".into(),

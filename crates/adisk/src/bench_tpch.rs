@@ -1,6 +1,7 @@
 //! `adisk bench tpch`: the 22 TPC-H queries at offload `auto` and `none` (conventional) on a
 //! local cluster, and DuckDB with 2 threads on the same Parquet files, in one run; medians of
-//! `repeats` runs after one warm-up each. Reports per-query times, ratios and data reduction.
+//! `repeats` runs after one warm-up each, the three engines' runs interleaved query by query.
+//! Reports per-query times, ratios and data reduction.
 use crate::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_core::stats::human_bytes;
@@ -46,6 +47,9 @@ pub struct TpchBenchArgs {
     /// Skip the warm-up run of each query (for slow throttled runs).
     #[arg(long)]
     pub no_warmup: bool,
+    /// Skip offload `none` (the conventional baseline), for quicker runs.
+    #[arg(long)]
+    pub no_conventional: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -53,26 +57,74 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-struct Measured {
-    seconds: f64,
+/// DuckDB in a child Python process that runs one query per request, so its runs can be
+/// interleaved with ours: machine noise that drifts over minutes then hits both sides alike.
+struct DuckDb {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl DuckDb {
+    fn start(python: &str, cluster_dir: &Path, threads: u32) -> Result<Self, CliError> {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python)
+            .arg("-c")
+            .arg(DUCKDB_TPCH_TIME)
+            .arg(cluster_dir)
+            .arg(threads.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .map_err(|e| CliError::Other(format!("cannot run {python}: {e}")))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(CliError::Other("DuckDB child has no pipes".into()));
+        };
+        let mut d = DuckDb { child, stdin, stdout: std::io::BufReader::new(stdout) };
+        let mut line = String::new();
+        d.stdout.read_line(&mut line).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        if line.trim() != "ready" {
+            let mut err = String::new();
+            if let Some(mut e) = d.child.stderr.take() {
+                let _ = std::io::Read::read_to_string(&mut e, &mut err);
+            }
+            return Err(CliError::Other(format!("DuckDB timing failed to start (pip install duckdb==1.5.5): {}", err.trim())));
+        }
+        Ok(d)
+    }
+
+    /// Runs `sql` once; its wall time in seconds.
+    fn time(&mut self, sql: &str) -> Result<f64, CliError> {
+        use std::io::{BufRead, Write};
+        let request = serde_json::to_string(sql).map_err(|e| CliError::Other(e.to_string()))?;
+        writeln!(self.stdin, "{request}").and_then(|_| self.stdin.flush()).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        line.trim().parse::<f64>().map_err(|_| CliError::Other(format!("DuckDB: {}", if line.is_empty() { "the child exited" } else { line.trim() })))
+    }
+}
+
+impl Drop for DuckDb {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Per-mode samples of one query.
+#[derive(Default)]
+struct Samples {
+    times: Vec<f64>,
     read: u64,
     shipped: u64,
 }
 
-async fn measure(eng: &SqlEngine, sql: &str, repeats: usize, warmup: bool) -> Result<Measured, CliError> {
-    if warmup {
-        eng.query(sql).await?; // first opens verify checksums, caches fill
+impl Samples {
+    fn add(&mut self, out: &adisk_host::sql::QueryOutput) {
+        self.times.push(out.wall.as_secs_f64());
+        (self.read, _, self.shipped) = report::totals(out);
     }
-    let mut times = Vec::with_capacity(repeats);
-    let mut last = None;
-    for _ in 0..repeats {
-        let out = eng.query(sql).await?;
-        times.push(out.wall.as_secs_f64());
-        last = Some(out);
-    }
-    let out = last.expect("repeats >= 1");
-    let (read, _, shipped) = report::totals(&out);
-    Ok(Measured { seconds: median(times), read, shipped })
 }
 
 pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
@@ -94,24 +146,11 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             }
             crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![] }).await?;
         }
-        let duck: Vec<Option<f64>> = if a.no_duckdb {
-            vec![None; texts.len()]
+        let mut duck = if a.no_duckdb {
+            None
         } else {
-            eprintln!("DuckDB ({} threads) on the same files …", a.duckdb_threads);
-            let out = std::process::Command::new(&a.python)
-                .arg("-c")
-                .arg(DUCKDB_TPCH_TIME)
-                .arg(&cdir)
-                .arg(a.duckdb_threads.to_string())
-                .arg(repeats.to_string())
-                .arg(serde_json::to_string(&texts).map_err(|e| CliError::Other(e.to_string()))?)
-                .output()
-                .map_err(|e| CliError::Other(format!("cannot run {}: {e}", a.python)))?;
-            if !out.status.success() {
-                return Err(CliError::Other(format!("DuckDB timing failed (pip install duckdb==1.5.5): {}", String::from_utf8_lossy(&out.stderr))));
-            }
-            let v: Vec<f64> = serde_json::from_slice(&out.stdout).map_err(|e| CliError::Other(format!("bad DuckDB timing output: {e}")))?;
-            v.into_iter().map(Some).collect()
+            eprintln!("starting DuckDB ({} threads) on the same files …", a.duckdb_threads);
+            Some(DuckDb::start(&a.python, &cdir, a.duckdb_threads)?)
         };
         let auto = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::Auto, ..Default::default() }).await?;
         let none = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::None, ..Default::default() }).await?;
@@ -129,38 +168,65 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         let (mut t_auto, mut t_none, mut t_duck, mut faster) = (0.0, 0.0, 0.0, 0);
         for (i, n) in queries.iter().enumerate() {
             eprintln!("Q{n:02} …");
-            let x = measure(&auto, texts[i], repeats, !a.no_warmup).await?;
-            let y = measure(&none, texts[i], repeats, !a.no_warmup).await?;
-            t_auto += x.seconds;
-            t_none += y.seconds;
-            if x.seconds < y.seconds {
+            let sql = texts[i];
+            // One warm-up of each engine, then the repeats interleaved: DuckDB, auto, none.
+            if !a.no_warmup {
+                if let Some(d) = &mut duck {
+                    d.time(sql)?;
+                }
+                auto.query(sql).await?;
+                if !a.no_conventional {
+                    none.query(sql).await?;
+                }
+            }
+            let (mut x, mut y, mut dt) = (Samples::default(), Samples::default(), Vec::new());
+            for _ in 0..repeats {
+                if let Some(d) = &mut duck {
+                    dt.push(d.time(sql)?);
+                }
+                x.add(&auto.query(sql).await?);
+                if !a.no_conventional {
+                    y.add(&none.query(sql).await?);
+                }
+            }
+            let xs = median(x.times);
+            let ys = if a.no_conventional { f64::NAN } else { median(y.times) };
+            t_auto += xs;
+            t_none += ys;
+            if xs < ys {
                 faster += 1;
             }
-            let d = duck[i];
+            let d = (!dt.is_empty()).then(|| median(dt));
             t_duck += d.unwrap_or(0.0);
+            let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
             println!(
-                "Q{n:02}   {:>10.1} {:>10.1} {:>10} {:>9.2} {:>9} {:>10} {:>12} {:>12} {:>8.1}x",
-                x.seconds * 1e3,
-                y.seconds * 1e3,
+                "Q{n:02}   {:>10.1} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
+                xs * 1e3,
+                opt(ys * 1e3, 1),
                 d.map(|d| format!("{:.1}", d * 1e3)).unwrap_or_else(|| "–".into()),
-                y.seconds / x.seconds,
-                d.map(|d| format!("{:.2}", d / x.seconds)).unwrap_or_else(|| "–".into()),
+                opt(ys / xs, 2),
+                d.map(|d| format!("{:.2}", d / xs)).unwrap_or_else(|| "–".into()),
                 human_bytes(x.read),
                 human_bytes(x.shipped),
-                human_bytes(y.shipped),
-                y.shipped as f64 / x.shipped.max(1) as f64
+                if a.no_conventional { "–".into() } else { human_bytes(y.shipped) },
+                if a.no_conventional { "–".into() } else { format!("{:.1}x", y.shipped as f64 / x.shipped.max(1) as f64) }
             );
         }
+        let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
         println!(
-            "total {:>10.1} {:>10.1} {:>10} {:>9.2} {:>9}",
+            "total {:>10.1} {:>10} {:>10} {:>9} {:>9}",
             t_auto * 1e3,
-            t_none * 1e3,
+            opt(t_none * 1e3, 1),
             if a.no_duckdb { "–".into() } else { format!("{:.1}", t_duck * 1e3) },
-            t_none / t_auto,
+            opt(t_none / t_auto, 2),
             if a.no_duckdb { "–".into() } else { format!("{:.2}", t_duck / t_auto) }
         );
-        println!("auto faster than none on {faster} of {} queries; auto total ÷ DuckDB total = {}", queries.len(), if a.no_duckdb { "–".into() } else { format!("{:.2}", t_auto / t_duck) });
+        if !a.no_conventional {
+            println!("auto faster than none on {faster} of {} queries", queries.len());
+        }
+        println!("auto total ÷ DuckDB total = {}", if a.no_duckdb { "–".into() } else { format!("{:.2}", t_auto / t_duck) });
         println!("none/auto, duck/auto above 1: auto faster. reduction: bytes shipped by none ÷ by auto. read: storage bytes read at the disks (auto).");
+        println!("Runs were interleaved per query (DuckDB, auto, none, repeated), each engine warmed up once first.");
         Ok::<(), CliError>(())
     }
     .await;

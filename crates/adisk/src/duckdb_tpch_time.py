@@ -1,21 +1,22 @@
 # Times queries with DuckDB over the Parquet partitions of an ActiveDisk cluster directory.
-# usage: python3 -c "$(cat duckdb_tpch_time.py)" CLUSTER_DIR THREADS REPEATS QUERIES_JSON
-# Prints a JSON list: the median wall time in seconds of each query (after one warm-up run).
-import glob, json, os, statistics, sys, time
+# usage: python3 -c "$(cat duckdb_tpch_time.py)" CLUSTER_DIR THREADS
+# A small server, so that `adisk bench tpch` can interleave DuckDB's runs with its own: it reads
+# one SQL text per line (JSON-encoded) from stdin, runs it once and answers with one line, the
+# wall time in seconds (or "error: ..." if the query failed).
+import glob, json, os, sys, time
 import duckdb
-cluster_dir, threads, repeats, queries = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+cluster_dir, threads = sys.argv[1], int(sys.argv[2])
 con = duckdb.connect()
 con.execute(f"SET threads TO {threads}")
 tables = sorted({os.path.basename(os.path.dirname(p)) for p in glob.glob(f"{cluster_dir}/disk-*/tables/*/*.parquet")})
 for t in tables:
     con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{cluster_dir}/disk-*/tables/{t}/*.parquet')")
-out = []
-for q in queries:
-    con.execute(q).fetchall()
-    times = []
-    for _ in range(repeats):
+print("ready", flush=True)
+for line in sys.stdin:
+    q = json.loads(line)
+    try:
         start = time.perf_counter()
         con.execute(q).fetchall()
-        times.append(time.perf_counter() - start)
-    out.append(statistics.median(times))
-print(json.dumps(out))
+        print(time.perf_counter() - start, flush=True)
+    except Exception as e:
+        print("error: " + str(e).replace("\n", " "), flush=True)

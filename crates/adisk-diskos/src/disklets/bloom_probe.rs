@@ -51,7 +51,7 @@ impl Disklet for BloomProbe {
         let hashes = hash_columns(&keys, batch.num_rows()).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
         // Rows with a NULL key can never join; the stable hash maps NULL to a constant that is
         // treated like any value here and filtered by the join at the host.
-        let mask: BooleanArray = hashes.iter().map(|h| Some(self.filter.may_contain(*h))).collect();
+        let mask = BooleanArray::new(self.filter.probe(&hashes), None);
         let kept = filter_record_batch(batch, &mask).map_err(|e| DiskOsError::Decode { context: "bloom filtering".into(), message: e.to_string() })?;
         out.emit(0, kept);
         Ok(())
