@@ -233,7 +233,15 @@ pub struct JobSpec {
     pub sink: Sink,
     /// Scratch memory requested per stage, in KiB (granted at admission or refused).
     pub scratch_kib: u64,
+    /// Stream buffer size for this job, KiB (0: the disk's own; at most
+    /// [`MAX_JOB_BUFFER_KIB`]). Relational bundles ask for larger buffers than the disk's
+    /// default: fewer, larger batches cut the per-buffer cost of vectorized operators.
+    #[serde(default)]
+    pub buffer_kib: u64,
 }
+
+/// Largest stream buffer a job may ask for, KiB.
+pub const MAX_JOB_BUFFER_KIB: u64 = 16 * 1024;
 
 impl JobSpec {
     /// Encodes as JSON bytes.

@@ -19,6 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
+/// Smallest stream buffer a job may ask for, KiB.
+pub const MIN_JOB_BUFFER_KIB: u64 = 16;
+
 /// DiskOS limits of one disk.
 #[derive(Clone, Debug)]
 pub struct DiskOsConfig {
@@ -322,6 +325,25 @@ impl DiskOs {
         }
     }
 
+    /// The stream buffer size of `spec`: its own request, or the disk's.
+    fn job_buffer_bytes(&self, spec: &JobSpec) -> Result<u64> {
+        if spec.buffer_kib == 0 {
+            return Ok(self.config.buffer_bytes);
+        }
+        if !(MIN_JOB_BUFFER_KIB..=adisk_core::protocol::MAX_JOB_BUFFER_KIB).contains(&spec.buffer_kib) {
+            return Err(DiskOsError::InvalidJob(format!(
+                "stream buffers of {} KiB asked for (allowed: {MIN_JOB_BUFFER_KIB} to {} KiB)",
+                spec.buffer_kib,
+                adisk_core::protocol::MAX_JOB_BUFFER_KIB
+            )));
+        }
+        if spec.stages.iter().any(|s| matches!(s, DiskletSpec::Wasm { .. })) && spec.buffer_kib * 1024 != self.config.buffer_bytes {
+            // A user disklet's input area is sized for the disk's buffers at install.
+            return Err(DiskOsError::InvalidJob("a job with a user disklet runs with the disk's own buffer size".into()));
+        }
+        Ok(spec.buffer_kib * 1024)
+    }
+
     /// Admits and starts a job. `host_input` feeds a [`Source::Host`] stream.
     ///
     /// # Errors
@@ -366,6 +388,7 @@ impl DiskOs {
         if matches!(spec.source, Source::Host { .. }) != host_input.is_some() {
             return Err(DiskOsError::InvalidJob("host-resident input needs a DoExchange call (and only it)".into()));
         }
+        let buffer_bytes = self.job_buffer_bytes(&spec)?;
         // 2. Init the disklets, each on the previous one's output schema.
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
         let mut scratch = Vec::with_capacity(spec.stages.len());
@@ -396,7 +419,7 @@ impl DiskOs {
         }
         // 3. Admission: every stream's buffer slots and every stage's scratch, granted up front.
         let streams = 1 + stages.len() as u64 + (last_ports as u64 - 1);
-        let buffers = streams * u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream)) * self.config.buffer_bytes;
+        let buffers = streams * u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream)) * buffer_bytes;
         let requested = buffers + scratch.iter().map(|(_, s, _)| s).sum::<u64>();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &scratch));
         let wait = Instant::now();
@@ -405,7 +428,7 @@ impl DiskOs {
         state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
         *state.account.lock().expect("account lock") = Some(grant.account().clone());
         self.running.lock().expect("running lock").push(state.clone());
-        Ok(self.launch(spec, grant, state, source_schema, table_plan, stages, schema, host_input))
+        Ok(self.launch(spec, grant, state, source_schema, table_plan, stages, schema, host_input, buffer_bytes))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -419,6 +442,7 @@ impl DiskOs {
         stages: Vec<Box<dyn Disklet>>,
         out_schema: SchemaRef,
         host_input: Option<mpsc::Receiver<RecordBatch>>,
+        buffer_bytes: u64,
     ) -> RunningJob {
         let account = grant.account().clone();
         let n = self.config.buffers_per_stream;
@@ -435,7 +459,7 @@ impl DiskOs {
                     table,
                     projection,
                     prune,
-                    buffer_bytes: self.config.buffer_bytes,
+                    buffer_bytes,
                     skip: skip.clone(),
                     counters: state.read.clone(),
                     account: account.clone(),
@@ -445,7 +469,7 @@ impl DiskOs {
             }
             Source::File { path, offset, length } => match self.store.file_path(&path) {
                 Ok(path) => {
-                    let scan = FileScan { path, offset, length, buffer_bytes: self.config.buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
+                    let scan = FileScan { path, offset, length, buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
                     tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
                 }
                 Err(e) => tasks.push(tokio::spawn(async move { Err(DiskOsError::Storage(e)) })),
@@ -495,7 +519,7 @@ impl DiskOs {
                 txs.push(t);
                 rxs.push(r);
             }
-            let ctx = StageContext { index: i, buffer_bytes: self.config.buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
+            let ctx = StageContext { index: i, buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
             let input = rx.take().expect("each stream has one consumer");
             tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, input, txs, ctx)));
             if i + 1 == stage_count {

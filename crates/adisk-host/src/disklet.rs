@@ -76,6 +76,7 @@ fn spec(req: &WasmRequest, source: Source) -> JobSpec {
         stages: vec![DiskletSpec::Wasm { name: req.name.clone(), params: req.params.clone(), fuel: req.fuel }],
         sink: Sink::Host,
         scratch_kib: req.scratch_kib,
+        buffer_kib: 0,
     }
 }
 

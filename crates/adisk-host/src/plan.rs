@@ -274,7 +274,7 @@ pub async fn run(cluster: &Cluster, req: &JobRequest) -> Result<JobOutput> {
 }
 
 fn spec(source: Source, stages: Vec<DiskletSpec>, sink: Sink, scratch_kib: u64) -> JobSpec {
-    JobSpec { job_id: new_id("job"), program: program_id(), source, stages, sink, scratch_kib }
+    JobSpec { job_id: new_id("job"), program: program_id(), source, stages, sink, scratch_kib, buffer_kib: 0 }
 }
 
 /// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives,

@@ -43,6 +43,7 @@ async fn host_resident_stream_through_a_disklet() {
         stages: vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }],
         sink: Sink::Host,
         scratch_kib: 0,
+        buffer_kib: 0,
     };
     let input = futures::stream::iter(batches.clone()).boxed();
     let mut out = cluster.exchange(0, &spec, schema.clone(), input).await.unwrap();
@@ -106,6 +107,7 @@ async fn concurrent_jobs_share_the_disk() {
         }],
         sink: Sink::Host,
         scratch_kib: 8 * 1024,
+        buffer_kib: 0,
     };
     let short = JobSpec {
         job_id: "short".into(),
@@ -114,6 +116,7 @@ async fn concurrent_jobs_share_the_disk() {
         stages: vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }],
         sink: Sink::Host,
         scratch_kib: 0,
+        buffer_kib: 0,
     };
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
@@ -155,6 +158,7 @@ async fn abandoned_pipe_job_is_cancelled() {
         stages: vec![],
         sink: Sink::Host,
         scratch_kib: 0,
+        buffer_kib: 0,
     };
     let stream = cluster.start(0, &spec).await.unwrap();
     let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| s[0].as_ref().unwrap().memory_granted_bytes;

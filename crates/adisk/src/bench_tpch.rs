@@ -35,6 +35,9 @@ pub struct TpchBenchArgs {
     /// DiskOS memory per disk, MiB.
     #[arg(long, default_value_t = 256)]
     pub memory_mib: u64,
+    /// Stream buffer size of the SQL jobs at the disks, KiB (0: the disks' default of 256).
+    #[arg(long, default_value_t = adisk_host::sql::SQL_BUFFER_KIB)]
+    pub buffer_kib: u64,
     /// DuckDB threads.
     #[arg(long, default_value_t = 2)]
     pub duckdb_threads: u32,
@@ -152,8 +155,8 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             eprintln!("starting DuckDB ({} threads) on the same files …", a.duckdb_threads);
             Some(DuckDb::start(&a.python, &cdir, a.duckdb_threads)?)
         };
-        let auto = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::Auto, ..Default::default() }).await?;
-        let none = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::None, ..Default::default() }).await?;
+        let auto = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::Auto, buffer_kib: a.buffer_kib, ..Default::default() }).await?;
+        let none = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::None, buffer_kib: a.buffer_kib, ..Default::default() }).await?;
         println!(
             "adisk bench tpch: SF {} on {} disks, host link {}, disk read {}, median of {repeats}",
             a.sf,

@@ -19,11 +19,14 @@ pub struct EngineArgs {
     /// Scratch per disk stage, KiB (0: the disk's default, a quarter of its memory).
     #[arg(long, default_value_t = 0)]
     pub scratch_kib: u64,
+    /// Stream buffer size of the disk jobs, KiB (0: the disks' default).
+    #[arg(long, default_value_t = adisk_host::sql::SQL_BUFFER_KIB)]
+    pub buffer_kib: u64,
 }
 
 impl EngineArgs {
     pub fn options(&self, offload: Offload) -> SqlOptions {
-        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0 }
+        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0, buffer_kib: self.buffer_kib }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
         Ok(self.offload.parse::<Offload>()?)
@@ -291,7 +294,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             println!("oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)");
             let (mut passed, mut failed) = (0, 0);
             for level in levels(&offload)? {
-                let eng = engine(dir, SqlOptions { offload: level, bloom_kib, scratch_kib: 0, host_threads: 0 }).await?;
+                let eng = engine(dir, SqlOptions { offload: level, bloom_kib, ..Default::default() }).await?;
                 for (i, &n) in queries.iter().enumerate() {
                     let verdict = match eng.query(texts[i]).await {
                         Ok(out) => {
@@ -400,7 +403,7 @@ pub async fn slt(dir: &Path, a: SltArgs) -> Result<(), CliError> {
     let answers = oracle::duckdb_same_data(&cluster, &catalog, &queries)?;
     let (mut passed, mut failed) = (0, 0);
     for level in levels(&a.offload)? {
-        let eng = engine(dir, SqlOptions { offload: level, bloom_kib: a.bloom_kib, scratch_kib: 0, host_threads: 0 }).await?;
+        let eng = engine(dir, SqlOptions { offload: level, bloom_kib: a.bloom_kib, ..Default::default() }).await?;
         let mut qi = 0;
         for (file, b) in &blocks {
             let (line, verdict) = match b {

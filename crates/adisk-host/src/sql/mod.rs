@@ -124,6 +124,8 @@ pub struct SqlSettings {
     pub bloom_bytes: usize,
     /// Scratch per disk stage, KiB (0: the disk's default).
     pub scratch_kib: u64,
+    /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
+    pub buffer_kib: u64,
     /// Collect exact-match counts to measure Bloom false positives.
     pub analyze: bool,
     /// The host link limiter, if the cluster has one.
@@ -243,11 +245,18 @@ pub struct SqlOptions {
     pub scratch_kib: u64,
     /// Host threads for DataFusion (0: all cores).
     pub host_threads: usize,
+    /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
+    pub buffer_kib: u64,
 }
+
+/// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
+/// (`adisk bench tpch --buffer-kib`): 1 MiB buffers (about 10 000 rows of a typical scan)
+/// ran 13 % faster in total than the disks' default of 256 KiB; larger ones gained nothing.
+pub const SQL_BUFFER_KIB: u64 = 1024;
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0 }
+        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB }
     }
 }
 
@@ -299,6 +308,9 @@ impl SqlEngine {
                 cost.max_scratch_bytes / 1024
             )));
         }
+        if opts.buffer_kib > adisk_core::protocol::MAX_JOB_BUFFER_KIB || (opts.buffer_kib > 0 && opts.buffer_kib < 16) {
+            return Err(HostError::Invalid(format!("stream buffers of {} KiB: allowed are 16 to {} KiB (0: the disks' default)", opts.buffer_kib, adisk_core::protocol::MAX_JOB_BUFFER_KIB)));
+        }
         if bloom_bytes < 64 {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
@@ -307,7 +319,7 @@ impl SqlEngine {
             mbps => Some(Arc::new(TokenBucket::new(mbps))),
         };
         let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog.tables.values().map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values()))).collect();
-        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, analyze, host_link: link.clone(), cost: cost.clone() });
+        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone() });
         let settings = settings_for(false);
         let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
         let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;

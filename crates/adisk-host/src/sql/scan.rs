@@ -349,6 +349,7 @@ impl DiskScanExec {
             stages,
             sink: Sink::Host,
             scratch_kib: self.settings.scratch_kib,
+            buffer_kib: self.settings.buffer_kib,
         })
     }
 
