@@ -1,18 +1,45 @@
 //! `select`: qualification (a predicate) and projection (expressions), with an optional limit.
+//!
+//! The predicate is split into its conjuncts, evaluated one after another: each works only on
+//! the rows the ones before it kept. The order adapts to the data: every
+//! [`REORDER_EVERY`] buffers the conjuncts are sorted by measured cost per row divided by the
+//! fraction of rows they drop, so cheap, selective tests run first (the rank ordering of
+//! predicate-migration optimizers, measured instead of estimated).
 use crate::disklet::{Disklet, Emitter, InputBuffer};
 use crate::disklets::evaluate_all;
 use crate::expr::ExprPlanner;
 use crate::{DiskOsError, Result, df_err};
 use adisk_core::protocol::{ExprBytes, NamedExpr};
-use arrow::array::{AsArray, RecordBatch};
+use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
+/// Buffers between two re-orderings of the conjuncts.
+pub const REORDER_EVERY: u64 = 16;
+
+/// One conjunct of the predicate and what it cost so far.
+struct Conjunct {
+    expr: Arc<dyn PhysicalExpr>,
+    rows_in: u64,
+    rows_out: u64,
+    nanos: u64,
+}
+
+impl Conjunct {
+    /// Nanoseconds per row spent for each row dropped: lower runs first.
+    fn rank(&self) -> f64 {
+        let per_row = self.nanos as f64 / self.rows_in.max(1) as f64;
+        let dropped = 1.0 - self.rows_out as f64 / self.rows_in.max(1) as f64;
+        per_row / dropped.max(1e-3)
+    }
+}
+
 /// The `select` disklet.
 pub struct Select {
-    predicate: Option<Arc<dyn PhysicalExpr>>,
+    conjuncts: Vec<Conjunct>,
+    buffers: u64,
     projection: Option<Vec<Arc<dyn PhysicalExpr>>>,
     schema: SchemaRef,
     limit: Option<u64>,
@@ -29,6 +56,10 @@ impl Select {
                 return Err(DiskOsError::InvalidJob(format!("predicate `{p}` is {t}, not boolean")));
             }
         }
+        let conjuncts = match &predicate {
+            None => vec![],
+            Some(p) => datafusion::physical_expr::split_conjunction(p).into_iter().map(|e| Conjunct { expr: e.clone(), rows_in: 0, rows_out: 0, nanos: 0 }).collect(),
+        };
         let (projection, schema) = if projection.is_empty() {
             (None, input.clone())
         } else {
@@ -43,7 +74,7 @@ impl Select {
             }
             (Some(exprs), Arc::new(Schema::new(fields)))
         };
-        Ok(Select { predicate, projection, schema, limit, emitted: 0 })
+        Ok(Select { conjuncts, buffers: 0, projection, schema, limit, emitted: 0 })
     }
 }
 
@@ -55,17 +86,30 @@ impl Disklet for Select {
         self.schema.clone()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
-        let batch = input.batch;
-        let filtered = match &self.predicate {
-            None => batch.clone(),
-            Some(p) => {
-                let mask = p
-                    .evaluate(batch)
-                    .and_then(|v| v.into_array(batch.num_rows()))
-                    .map_err(df_err(format!("evaluating `{p}`")))?;
-                filter_record_batch(batch, mask.as_boolean()).map_err(|e| DiskOsError::Decode { context: "filtering".into(), message: e.to_string() })?
+        let mut filtered = input.batch.clone();
+        for c in &mut self.conjuncts {
+            if filtered.num_rows() == 0 {
+                break;
             }
-        };
+            let t0 = std::time::Instant::now();
+            let mask = c
+                .expr
+                .evaluate(&filtered)
+                .and_then(|v| v.into_array(filtered.num_rows()))
+                .map_err(df_err(format!("evaluating `{}`", c.expr)))?;
+            let mask = mask.as_boolean();
+            let kept = mask.true_count();
+            c.rows_in += filtered.num_rows() as u64;
+            c.rows_out += kept as u64;
+            if kept < filtered.num_rows() || mask.null_count() > 0 {
+                filtered = filter_record_batch(&filtered, mask).map_err(|e| DiskOsError::Decode { context: "filtering".into(), message: e.to_string() })?;
+            }
+            c.nanos += t0.elapsed().as_nanos() as u64;
+        }
+        self.buffers += 1;
+        if self.buffers % REORDER_EVERY == 0 && self.conjuncts.len() > 1 {
+            self.conjuncts.sort_by(|a, b| a.rank().total_cmp(&b.rank()));
+        }
         let mut result = match &self.projection {
             None => filtered,
             Some(exprs) => {
@@ -86,5 +130,40 @@ impl Disklet for Select {
     }
     fn finish(&mut self, _out: &mut Emitter) -> Result<()> {
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::Int64Array;
+    use datafusion::prelude::{col, lit};
+    use datafusion_proto::bytes::Serializeable;
+
+    /// Conjuncts are re-ordered as costs come in; the rows kept are those of the whole
+    /// predicate whatever the order.
+    #[test]
+    fn adaptive_conjunct_order_keeps_the_same_rows() {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Int64, false)]));
+        // `a` is NULL on every 7th row: NULL fails the predicate like false.
+        let predicate = col("a").gt(lit(10i64)).and(col("b").lt_eq(lit(3i64))).and(col("a").not_eq(lit(500i64)));
+        let bytes = ExprBytes(predicate.to_bytes().unwrap().to_vec());
+        let mut select = Select::new(Some(&bytes), &[], None, &schema, &ExprPlanner::default()).unwrap();
+        let first: Vec<String> = select.conjuncts.iter().map(|c| c.expr.to_string()).collect();
+        let (mut kept, mut expected) = (0usize, 0usize);
+        for buffer in 0..(3 * REORDER_EVERY as i64) {
+            let a: Int64Array = (0..1000).map(|i| if i % 7 == 0 { None } else { Some(buffer * 1000 + i) }).collect();
+            let b: Int64Array = (0..1000).map(|i| (i * 31 + buffer) % 100).collect();
+            expected += a.iter().zip(b.iter()).filter(|(a, b)| matches!(a, Some(a) if *a > 10 && *a != 500) && b.unwrap() <= 3).count();
+            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b)]).unwrap();
+            let mut out = Emitter::new(1);
+            select.process(&InputBuffer { batch: &batch, position: 0 }, &mut out).unwrap();
+            kept += out.take_outputs()[0].iter().map(|b| b.num_rows()).sum::<usize>();
+        }
+        assert_eq!(kept, expected);
+        // `b <= 3` drops 96 % of the rows and now runs first.
+        let now: Vec<String> = select.conjuncts.iter().map(|c| c.expr.to_string()).collect();
+        assert_ne!(now, first);
+        assert!(now[0].contains("b@1"), "{now:?}");
     }
 }
