@@ -288,22 +288,54 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
     }
     let left_schema = join.left().schema();
     let right_schema = join.right().schema();
-    let mut build_keys = Vec::new();
-    let mut probe_cols = Vec::new();
+    // Key pairs a filter can use: the probe side's key is a column of the same type.
+    let mut pairs = Vec::new();
     for (l, r) in join.on() {
-        let Some(rc) = r.downcast_ref::<Column>() else { return Ok(None) };
-        let Some(probe_field) = right_schema.fields().get(rc.index()) else { return Ok(None) };
-        if l.data_type(&left_schema)? != *probe_field.data_type() {
-            return Ok(None);
+        let Some(rc) = r.downcast_ref::<Column>() else { continue };
+        let Some(probe_field) = right_schema.fields().get(rc.index()) else { continue };
+        if l.data_type(&left_schema)? == *probe_field.data_type() {
+            pairs.push((l.clone(), rc.index()));
         }
-        build_keys.push(l.clone());
-        probe_cols.push(rc.index());
     }
-    let build_rows = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok().and_then(|s| s.num_rows.get_value().copied());
+    // All keys if they all reach a scan; otherwise the first single key that does. A filter on
+    // some of the keys is still a semi-join filter: a row matching every key matches those.
+    let all_keys = pairs.len() == join.on().len();
+    let mut subsets: Vec<Vec<usize>> = Vec::new();
+    if all_keys && !pairs.is_empty() {
+        subsets.push((0..pairs.len()).collect());
+    }
+    if pairs.len() > 1 || !all_keys {
+        subsets.extend((0..pairs.len()).map(|i| vec![i]));
+    }
+    let (tx, rx) = watch::channel(BloomState::Pending);
+    let mut chosen = None;
+    for subset in subsets {
+        let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
+        let mut probe_est = None;
+        // Sized below, once the build keys are known; the size travels with the filter.
+        if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, 0, &mut probe_est) {
+            chosen = Some((subset, right, probe_est));
+            break;
+        }
+    }
+    let Some((subset, _, _)) = chosen else { return Ok(None) };
+    let build_keys: Vec<Arc<dyn PhysicalExpr>> = subset.iter().map(|i| pairs[*i].0.clone()).collect();
+    let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
+    // Distinct build keys bound the filter's contents: a single-column key with a known
+    // distinct count needs no more room than that, however many rows carry it.
+    let build_stats = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok();
+    let build_rows = build_stats.as_ref().and_then(|s| s.num_rows.get_value().copied());
+    let build_distinct = match (&build_stats, build_keys.as_slice()) {
+        (Some(s), [k]) => k.downcast_ref::<Column>().and_then(|c| s.column_statistics.get(c.index())).and_then(|c| c.distinct_count.get_value().copied()),
+        _ => None,
+    };
+    let build_rows = match (build_rows, build_distinct) {
+        (Some(r), Some(d)) => Some(r.min(d)),
+        (r, _) => r,
+    };
     // `auto` sizes the filter to the build side (32 bits per estimated key, 16 KiB at least);
     // `--bloom-kib` is the largest size and the size at level `semijoin`.
     let bytes = if settings.offload == Offload::Auto { filter_bytes(build_rows, settings.bloom_bytes) } else { settings.bloom_bytes };
-    let (tx, rx) = watch::channel(BloomState::Pending);
     let mut probe_est = None;
     let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else { return Ok(None) };
     if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes) {

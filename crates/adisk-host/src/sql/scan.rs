@@ -441,6 +441,7 @@ impl ExecutionPlan for DiskScanExec {
             None => Some(self.plan.est_rows),
             Some(f) => f.est_rows,
         };
+        let est_rows = rows.map(|r| r * share);
         if let Some(rows) = rows {
             let rows = rows * share;
             let width: usize = self.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(24)).sum();
@@ -454,7 +455,9 @@ impl ExecutionPlan for DiskScanExec {
                 if let Ok(i) = self.entry.schema.index_of(f.name())
                     && let Some(Some(n)) = ndv.get(i)
                 {
-                    c.distinct_count = Precision::Inexact(((*n as f64) * share).max(1.0) as usize);
+                    // A filtered scan has at most as many distinct values as rows.
+                    let d = ((*n as f64) * share).min(est_rows.unwrap_or(f64::MAX)).max(1.0);
+                    c.distinct_count = Precision::Inexact(d as usize);
                 }
             }
         }
