@@ -346,6 +346,13 @@ impl TableScan {
             self.counters.partitions_read.fetch_add(1, Ordering::Relaxed);
         }
         let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), self.projection.iter().copied());
+        // The reader returns the projected columns in file order; the stream's schema has them
+        // in the order asked for.
+        let mut sorted = self.projection.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        let reorder: Option<Vec<usize>> =
+            (sorted != self.projection).then(|| self.projection.iter().map(|c| sorted.binary_search(c).unwrap_or(0)).collect());
         let mut rg_base = row_base;
         let mut rows_per_buffer = None;
         for (rg_index, rg) in md.row_groups().iter().enumerate() {
@@ -385,7 +392,10 @@ impl TableScan {
                     l.pay(now.saturating_sub(paid));
                     paid = now;
                 }
-                let batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
+                let mut batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
+                if let Some(order) = &reorder {
+                    batch = batch.project(order).map_err(|e| DiskOsError::Decode { context: "ordering scanned columns".into(), message: e.to_string() })?;
+                }
                 let n = batch.num_rows() as u64;
                 let Ok(bytes) = tx.blocking_send_in(slot, batch, position, &self.account) else { return Ok(false) };
                 self.counters.rows_read.fetch_add(n, Ordering::Relaxed);

@@ -174,3 +174,56 @@ async fn abandoned_pipe_job_is_cancelled() {
     let _ = stop_tx.send(());
     server.await.unwrap().unwrap();
 }
+
+/// A table source delivers its columns in the order the job names them (not the file's), and
+/// a job may ask for its own stream buffer size within the disk's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_columns_in_requested_order_and_job_buffer_size() {
+    use adisk_storage::store::DiskStore;
+    let dir = tempfile::tempdir().unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::Int64, false), Field::new("c", DataType::Int64, false)]));
+    {
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let mut w = store.create_partition("t", 0, schema.clone(), 65_536).unwrap();
+        let col = |k: i64| Arc::new(Int64Array::from_iter_values((0..100_000).map(move |i| i * 10 + k))) as Arc<dyn arrow::array::Array>;
+        w.write(&RecordBatch::try_new(schema.clone(), vec![col(1), col(2), col(3)]).unwrap()).unwrap();
+        store.commit_partition(w).unwrap();
+    }
+    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
+    let spec = |id: &str, buffer_kib: u64| JobSpec {
+        job_id: id.into(),
+        program: "test".into(),
+        source: Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None },
+        stages: vec![],
+        sink: Sink::Host,
+        scratch_kib: 0,
+        buffer_kib,
+    };
+    let mut counts = Vec::new();
+    for (id, kib) in [("disk-buffers", 0), ("own-buffers", 1024)] {
+        let mut out = cluster.start(0, &spec(id, kib)).await.unwrap();
+        let (mut rows, mut batches) = (0usize, 0usize);
+        while let Some(b) = out.next().await {
+            let b = b.unwrap();
+            let names: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+            assert_eq!(names, ["c", "a"]);
+            let (c, a) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>());
+            assert!((0..b.num_rows()).all(|i| c.value(i) % 10 == 3 && a.value(i) % 10 == 1 && c.value(i) - a.value(i) == 2));
+            rows += b.num_rows();
+            batches += 1;
+        }
+        assert_eq!(rows, 100_000, "{id}");
+        counts.push(batches);
+    }
+    // Buffers 16× larger: many times fewer batches for the same rows.
+    assert!(counts[1] * 8 <= counts[0], "batches with the disk's 64 KiB buffers and the job's 1 MiB: {counts:?}");
+    for bad in [8, 64 * 1024] {
+        let err = match cluster.start(0, &spec("bad-buffers", bad)).await {
+            Err(e) => e.to_string(),
+            Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
+        };
+        assert!(err.contains("stream buffers of"), "{err}");
+    }
+    let _ = stop_tx.send(());
+    server.await.unwrap().unwrap();
+}
