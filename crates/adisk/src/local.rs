@@ -272,5 +272,21 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
     };
     println!("\n== Q1-like group-by at the disks, combined at the host ==");
     crate::output::print_job(&adisk_host::plan::run(&cluster, &q1).await?, "table", 20)?;
+
+    // SQL: the other TPC-H tables, then Q3 planned by DataFusion at the conventional level
+    // and at `auto` (see `adisk explain analyze` for the per-stage bytes).
+    let tables = ["customer", "nation", "orders", "part", "partsupp", "region", "supplier"].map(String::from).to_vec();
+    crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables }).await?;
+    let cluster = std::sync::Arc::new(cluster);
+    let q3 = adisk_host::sql::tpch::query(3)?;
+    println!("\n== SQL: TPC-H Q3 (adisk tpch query 3), conventional (offload none) vs auto ==");
+    for offload in [adisk_host::sql::Offload::None, adisk_host::sql::Offload::Auto] {
+        let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions { offload, ..Default::default() }).await?;
+        let out = engine.query(q3).await?;
+        println!("offload {offload}: {}", crate::sql_cmd::moved(&out));
+        if offload == adisk_host::sql::Offload::Auto {
+            crate::sql_cmd::print_batches(&out.batches, &out.schema, "table")?;
+        }
+    }
     Ok(())
 }

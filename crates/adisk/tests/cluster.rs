@@ -199,3 +199,29 @@ fn malformed_config_and_port_in_use() {
     let err = fails(&tmp.path().join("d0"), &["disk", "--listen", &taken]);
     assert!(err.contains("cannot listen") && err.contains(&taken), "{err}");
 }
+
+/// `adisk demo` (what the README's first command runs) goes end to end: built-in jobs, then
+/// SQL at the conventional level and at `auto`, where the disks ship less; it stops its disks.
+#[test]
+fn demo_runs_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = ok(tmp.path(), &["demo", "--sf", "0.01", "--disks", "2"]);
+    assert!(out.contains("== SQL: TPC-H Q3") && out.contains("| l_orderkey"), "{out}");
+    // "… shipped 531.1 KiB" → bytes.
+    let shipped = |level: &str| -> f64 {
+        let line = out.lines().find(|l| l.starts_with(&format!("offload {level}:"))).unwrap_or_else(|| panic!("no {level} line in\n{out}"));
+        let text = line.rsplit("shipped ").next().unwrap();
+        let (n, unit) = text.split_once(' ').unwrap();
+        let scale = match unit.trim() {
+            "B" => 1.0,
+            "KiB" => 1024.0,
+            "MiB" => 1024.0 * 1024.0,
+            "GiB" => 1024.0 * 1024.0 * 1024.0,
+            u => panic!("unit {u}"),
+        };
+        n.parse::<f64>().unwrap() * scale
+    };
+    let (none, auto) = (shipped("none"), shipped("auto"));
+    assert!(auto * 10.0 < none, "auto shipped {auto} bytes, none {none}: {out}");
+    assert!(out.contains("stopped (2 disks)"), "{out}");
+}
