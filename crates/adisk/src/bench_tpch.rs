@@ -169,6 +169,8 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             "query", "auto_ms", "none_ms", "duck_ms", "none/auto", "duck/auto", "read", "ship_auto", "ship_none", "reduction"
         );
         let (mut t_auto, mut t_none, mut t_duck, mut faster) = (0.0, 0.0, 0.0, 0);
+        // A number, or a dash for a mode that did not run (NaN).
+        let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
         for (i, n) in queries.iter().enumerate() {
             eprintln!("Q{n:02} …");
             let sql = texts[i];
@@ -201,7 +203,6 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             }
             let d = (!dt.is_empty()).then(|| median(dt));
             t_duck += d.unwrap_or(0.0);
-            let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
             println!(
                 "Q{n:02}   {:>10.1} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
                 xs * 1e3,
@@ -215,7 +216,6 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
                 if a.no_conventional { "–".into() } else { format!("{:.1}x", y.shipped as f64 / x.shipped.max(1) as f64) }
             );
         }
-        let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
         println!(
             "total {:>10.1} {:>10} {:>10} {:>9} {:>9}",
             t_auto * 1e3,

@@ -2,9 +2,9 @@
 //! the disks, built-in disklet jobs checked against DuckDB run on the same Parquet files
 //! (tests/oracle/duckdb_query.py), and bad input giving typed errors.
 mod common;
-use common::{adisk, fails, ok};
+use common::{adisk, duckdb, fails, ok};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 
@@ -15,14 +15,6 @@ fn run_json(dir: &Path, args: &[&str]) -> Value {
     a.extend_from_slice(args);
     a.extend_from_slice(&["--format", "json"]);
     serde_json::from_str(&ok(dir, &a)).expect("json output")
-}
-
-fn duckdb(dir: &Path, sql: &str) -> Vec<Vec<Value>> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/duckdb_query.py");
-    let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python).arg(script).arg(dir).arg(sql).output().expect("python runs");
-    assert!(out.status.success(), "DuckDB oracle failed (pip install duckdb):\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("oracle json")
 }
 
 fn number(v: &Value) -> Option<f64> {

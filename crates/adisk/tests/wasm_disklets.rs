@@ -4,7 +4,7 @@
 //! modules are refused or contained, and the disks serve the next job correctly; installed
 //! modules survive a restart and the second run reuses the compiled module.
 mod common;
-use common::{adisk, fails, ok};
+use common::{adisk, duckdb, fails, ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,14 +16,6 @@ fn json(dir: &Path, args: &[&str]) -> Value {
     let mut a = args.to_vec();
     a.extend_from_slice(&["--format", "json"]);
     serde_json::from_str(&ok(dir, &a)).expect("json output")
-}
-
-fn duckdb(dir: &Path, sql: &str) -> Vec<Vec<Value>> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/duckdb_query.py");
-    let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python).arg(script).arg(dir).arg(sql).output().expect("python runs");
-    assert!(out.status.success(), "DuckDB oracle failed (pip install duckdb):\n{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).expect("oracle json")
 }
 
 fn int(v: &Value) -> i64 {

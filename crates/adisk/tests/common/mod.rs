@@ -1,5 +1,5 @@
 //! Helpers shared by the multi-process tests: run the `adisk` binary, expect success or a clean failure.
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Runs `adisk --dir DIR ARGS…` (ignoring `$ADISK_HOME`).
@@ -21,4 +21,15 @@ pub fn fails(dir: &Path, args: &[&str]) -> String {
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
     err
+}
+
+/// The DuckDB oracle: runs `sql` over the cluster's Parquet files (`tests/oracle/duckdb_query.py`);
+/// rows as JSON values.
+#[allow(dead_code)] // not every test binary uses it
+pub fn duckdb(dir: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/duckdb_query.py");
+    let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python).arg(script).arg(dir).arg(sql).output().expect("python runs");
+    assert!(out.status.success(), "DuckDB oracle failed (pip install duckdb):\n{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).expect("oracle json")
 }
