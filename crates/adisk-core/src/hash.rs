@@ -6,8 +6,8 @@
 //! (so an `Int32` key and an `Int64` key of equal value agree), strings by their UTF-8 bytes.
 use arrow::array::{Array, ArrayRef, AsArray};
 use arrow::datatypes::{
-    DataType, Date32Type, Date64Type, Decimal128Type, Float32Type, Float64Type, Int8Type, Int16Type,
-    Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
+    DataType, Date32Type, Date64Type, Decimal128Type, Float32Type, Float64Type, Int8Type,
+    Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
 
 /// Hash of a NULL value.
@@ -40,19 +40,33 @@ pub fn hash_i128(v: i128) -> u64 {
 
 /// Error for a column type that has no stable hash.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot hash a column of type {0}: supported are integers, dates, decimals, floats, booleans, strings and binary")]
+#[error(
+    "cannot hash a column of type {0}: supported are integers, dates, decimals, floats, booleans, strings and binary"
+)]
 pub struct UnhashableType(pub DataType);
 
 /// Hashes one column into `out` (which must have the column's length), combining with what
 /// `out` already holds when `combine` is true (multi-column keys).
 pub fn hash_column(array: &ArrayRef, out: &mut [u64], combine: bool) -> Result<(), UnhashableType> {
-    assert_eq!(array.len(), out.len(), "hash output length must equal the column length");
+    assert_eq!(
+        array.len(),
+        out.len(),
+        "hash output length must equal the column length"
+    );
     macro_rules! prim {
         ($t:ty, $conv:expr) => {{
             let a = array.as_primitive::<$t>();
             for (i, slot) in out.iter_mut().enumerate() {
-                let h = if a.is_null(i) { NULL_HASH } else { $conv(a.value(i)) };
-                *slot = if combine { mix64(slot.rotate_left(5) ^ h) } else { h };
+                let h = if a.is_null(i) {
+                    NULL_HASH
+                } else {
+                    $conv(a.value(i))
+                };
+                *slot = if combine {
+                    mix64(slot.rotate_left(5) ^ h)
+                } else {
+                    h
+                };
             }
         }};
     }
@@ -60,8 +74,16 @@ pub fn hash_column(array: &ArrayRef, out: &mut [u64], combine: bool) -> Result<(
         ($a:expr) => {{
             let a = $a;
             for (i, slot) in out.iter_mut().enumerate() {
-                let h = if a.is_null(i) { NULL_HASH } else { hash_bytes(a.value(i).as_ref()) };
-                *slot = if combine { mix64(slot.rotate_left(5) ^ h) } else { h };
+                let h = if a.is_null(i) {
+                    NULL_HASH
+                } else {
+                    hash_bytes(a.value(i).as_ref())
+                };
+                *slot = if combine {
+                    mix64(slot.rotate_left(5) ^ h)
+                } else {
+                    h
+                };
             }
         }};
     }
@@ -82,8 +104,16 @@ pub fn hash_column(array: &ArrayRef, out: &mut [u64], combine: bool) -> Result<(
         DataType::Boolean => {
             let a = array.as_boolean();
             for (i, slot) in out.iter_mut().enumerate() {
-                let h = if a.is_null(i) { NULL_HASH } else { hash_i128(i128::from(a.value(i))) };
-                *slot = if combine { mix64(slot.rotate_left(5) ^ h) } else { h };
+                let h = if a.is_null(i) {
+                    NULL_HASH
+                } else {
+                    hash_i128(i128::from(a.value(i)))
+                };
+                *slot = if combine {
+                    mix64(slot.rotate_left(5) ^ h)
+                } else {
+                    h
+                };
             }
         }
         DataType::Utf8 => bytes!(array.as_string::<i32>()),
@@ -116,13 +146,37 @@ mod tests {
     fn widths_and_string_kinds_agree() {
         let a: ArrayRef = Arc::new(Int32Array::from(vec![1, 2, -3]));
         let b: ArrayRef = Arc::new(Int64Array::from(vec![1, 2, -3]));
-        assert_eq!(hash_columns(&[a], 3).unwrap(), hash_columns(&[b], 3).unwrap());
+        assert_eq!(
+            hash_columns(&[a], 3).unwrap(),
+            hash_columns(&[b], 3).unwrap()
+        );
         let s: ArrayRef = Arc::new(StringArray::from(vec!["x", "yy"]));
         let v: ArrayRef = Arc::new(StringViewArray::from(vec!["x", "yy"]));
         let hs = hash_columns(&[s], 2).unwrap();
         assert_eq!(hs, hash_columns(&[v], 2).unwrap());
         assert_ne!(hs[0], hs[1]);
-        // Pinned value: the hash must never change between builds (Bloom filters cross processes).
-        assert_eq!(hash_i128(1), mix64(1 ^ mix64(0)));
+    }
+
+    /// Pinned values: the hash must never change between builds, because Bloom filters and
+    /// exchange routing cross processes. The literals were computed outside this crate (a
+    /// Python transcription of splitmix64's finalizer and FNV-1a), not by this code.
+    #[test]
+    fn pinned_literal_values() {
+        assert_eq!(mix64(1), 0x5692_161d_100b_05e5);
+        assert_eq!(hash_i128(0), 0);
+        assert_eq!(hash_i128(1), 0x5692_161d_100b_05e5);
+        assert_eq!(hash_i128(-3), 0x8a89_9642_6649_7ac1);
+        assert_eq!(hash_i128(1 << 40), 0x00ab_4daf_7c26_73f8);
+        assert_eq!(hash_i128(-(1 << 70)), 0x309c_6f9d_09ae_3678);
+        assert_eq!(hash_bytes(b""), 0xf52a_15e9_a9b5_e89b);
+        assert_eq!(hash_bytes(b"x"), 0x2c78_2ac2_2891_188e);
+        assert_eq!(hash_bytes(b"yy"), 0xda4b_4918_da4d_4e0b);
+        assert_eq!(hash_bytes(b"ActiveDisk"), 0x911c_b90d_34ac_1e8e);
+        let k: ArrayRef = Arc::new(Int64Array::from(vec![1]));
+        let s: ArrayRef = Arc::new(StringArray::from(vec!["x"]));
+        assert_eq!(
+            hash_columns(&[k, s], 1).unwrap(),
+            vec![0xbd65_672d_eac5_8ecd]
+        );
     }
 }

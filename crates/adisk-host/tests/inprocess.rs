@@ -128,12 +128,12 @@ async fn concurrent_jobs_share_the_disk() {
     };
     let long_task = tokio::spawn(drain(cluster.clone(), long));
     // Let the long job get going, then submit the short one.
-    loop {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !cluster.job_stats(0, "long").await.is_ok_and(|s| s.rows_read > 0) {
+        assert!(std::time::Instant::now() < deadline, "the long job read no rows within 60 s");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        if cluster.job_stats(0, "long").await.is_ok_and(|s| s.rows_read > 0) {
-            break;
-        }
     }
+    assert!(!long_task.is_finished(), "the long job finished before the short one was submitted: nothing to share");
     let (short_rows, short_done) = drain(cluster.clone(), short).await;
     let (_, long_done) = long_task.await.unwrap();
     assert_eq!(short_rows, 10);

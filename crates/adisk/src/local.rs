@@ -60,28 +60,53 @@ pub struct UpArgs {
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
-    let mut os = DiskOsConfig::new(a.id, a.memory_mib * adisk_core::MIB, a.buffer_kib * adisk_core::KIB, a.buffers_per_stream);
+    let mut os = DiskOsConfig::new(
+        a.id,
+        a.memory_mib * adisk_core::MIB,
+        a.buffer_kib * adisk_core::KIB,
+        a.buffers_per_stream,
+    );
     if let Some(c) = a.compute_slots {
         os.compute_slots = c.max(1);
     }
     os.read_bytes_per_sec = a.read_mbps * 1_000_000 / 8;
     let probe = ClusterConfig {
-        cluster: ClusterSection { name: "check".into(), host_link_mbps: 0 },
-        disks: vec![DiskConfig { id: 0, address: "127.0.0.1:1".into(), dir: None, memory_mib: a.memory_mib, buffer_kib: a.buffer_kib, buffers_per_stream: a.buffers_per_stream, read_mbps: a.read_mbps, pid: None }],
+        cluster: ClusterSection {
+            name: "check".into(),
+            host_link_mbps: 0,
+        },
+        disks: vec![DiskConfig {
+            id: 0,
+            address: "127.0.0.1:1".into(),
+            dir: None,
+            memory_mib: a.memory_mib,
+            buffer_kib: a.buffer_kib,
+            buffers_per_stream: a.buffers_per_stream,
+            read_mbps: a.read_mbps,
+            pid: None,
+        }],
     };
     probe.validate(Path::new("command line"))?;
-    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os }).await?;
+    let node = DiskNode::bind(DiskNodeConfig {
+        dir: data.to_path_buf(),
+        listen: a.listen.clone(),
+        os,
+    })
+    .await?;
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");
-        std::fs::write(&tmp, &address).and_then(|()| std::fs::rename(&tmp, pf)).map_err(|e| CliError::Other(format!("writing {}: {e}", pf.display())))?;
+        std::fs::write(&tmp, &address)
+            .and_then(|()| std::fs::rename(&tmp, pf))
+            .map_err(|e| CliError::Other(format!("writing {}: {e}", pf.display())))?;
     }
     eprintln!("disk {} serving {} on {address}", a.id, data.display());
     let stop = async {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(s) => s,
-            Err(_) => return std::future::pending().await,
-        };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
         tokio::select! {
             _ = term.recv() => {},
             _ = tokio::signal::ctrl_c() => {},
@@ -108,35 +133,53 @@ fn reap(pid: u32) {
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
 pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     if args.disks == 0 || args.disks > 256 {
-        return Err(CliError::Other(format!("--disks {} outside 1..=256", args.disks)));
+        return Err(CliError::Other(format!(
+            "--disks {} outside 1..=256",
+            args.disks
+        )));
     }
     let config_path = dir.join("cluster.toml");
     if config_path.exists() {
         if let Ok(old) = ClusterConfig::load(&config_path) {
             if old.disks.iter().any(|d| d.pid.is_some_and(alive)) {
-                return Err(CliError::Other(format!("a cluster is already running in {} (run `adisk down` first)", dir.display())));
+                return Err(CliError::Other(format!(
+                    "a cluster is already running in {} (run `adisk down` first)",
+                    dir.display()
+                )));
             }
         }
     }
-    std::fs::create_dir_all(dir).map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
-    let dir = std::fs::canonicalize(dir).map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
-    let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
+    let dir = std::fs::canonicalize(dir)
+        .map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
     let mut disks = Vec::new();
     let mut children = Vec::new();
     for id in 0..args.disks {
         let disk_dir = dir.join(format!("disk-{id}"));
-        std::fs::create_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
+        std::fs::create_dir_all(&disk_dir)
+            .map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
         let port_file = disk_dir.join("address");
         let _ = std::fs::remove_file(&port_file);
-        let log = std::fs::File::create(disk_dir.join("disk.log")).map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
-        let log2 = log.try_clone().map_err(|e| CliError::Other(e.to_string()))?;
+        let log = std::fs::File::create(disk_dir.join("disk.log"))
+            .map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| CliError::Other(e.to_string()))?;
         use std::os::unix::process::CommandExt;
         let child = std::process::Command::new(&exe)
             .arg("disk")
             .arg("--dir")
             .arg(&disk_dir)
             .args(["--listen", "127.0.0.1:0", "--id", &id.to_string()])
-            .args(["--memory-mib", &args.memory_mib.to_string(), "--buffer-kib", &args.buffer_kib.to_string()])
+            .args([
+                "--memory-mib",
+                &args.memory_mib.to_string(),
+                "--buffer-kib",
+                &args.buffer_kib.to_string(),
+            ])
             .args(["--buffers-per-stream", &args.buffers_per_stream.to_string()])
             .args(["--read-mbps", &args.disk_read_mbps.to_string()])
             .arg("--port-file")
@@ -167,23 +210,52 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             }
             if let Ok(Some(status)) = child.try_wait() {
                 let log = std::fs::read_to_string(disk_dir.join("disk.log")).unwrap_or_default();
-                return Err(CliError::Other(format!("disk {id} exited ({status}) during start-up:\n{}", log.trim())));
+                return Err(CliError::Other(format!(
+                    "disk {id} exited ({status}) during start-up:\n{}",
+                    log.trim()
+                )));
             }
             if Instant::now() > deadline {
-                return Err(CliError::Other(format!("disk {id} did not start within 20 s (see {})", disk_dir.join("disk.log").display())));
+                return Err(CliError::Other(format!(
+                    "disk {id} did not start within 20 s (see {})",
+                    disk_dir.join("disk.log").display()
+                )));
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let config = ClusterConfig { cluster: ClusterSection { name: "local".into(), host_link_mbps: args.host_link_mbps }, disks };
+    let config = ClusterConfig {
+        cluster: ClusterSection {
+            name: "local".into(),
+            host_link_mbps: args.host_link_mbps,
+        },
+        disks,
+    };
     config.save(&config_path)?;
     Ok(config)
 }
 
 pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
-    let mut s = format!("cluster of {} disks up; config {}\n", config.disks.len(), dir.join("cluster.toml").display());
+    let mut s = format!(
+        "cluster of {} disks up; config {}\n",
+        config.disks.len(),
+        dir.join("cluster.toml").display()
+    );
     for d in &config.disks {
-        s.push_str(&format!("  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers{})\n", d.id, d.address, d.pid.unwrap_or(0), d.memory_mib, d.buffer_kib, d.buffers_per_stream, if d.read_mbps > 0 { format!(", reads at {} Mbit/s", d.read_mbps) } else { String::new() }));
+        s.push_str(&format!(
+            "  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers{})\n",
+            d.id,
+            d.address,
+            d.pid.unwrap_or(0),
+            d.memory_mib,
+            d.buffer_kib,
+            d.buffers_per_stream,
+            if d.read_mbps > 0 {
+                format!(", reads at {} Mbit/s", d.read_mbps)
+            } else {
+                String::new()
+            }
+        ));
     }
     s
 }
@@ -225,68 +297,155 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let _ = std::fs::remove_file(&path);
-    println!("cluster in {} stopped ({} disks)", dir.display(), config.disks.len());
+    println!(
+        "cluster in {} stopped ({} disks)",
+        dir.display(),
+        config.disks.len()
+    );
     Ok(())
 }
 
 /// The embedded demo.
 pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
     let demo_dir = dir.join("demo");
-    let config = up(&demo_dir, &UpArgs { disks, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0 }).await?;
+    let config = up(
+        &demo_dir,
+        &UpArgs {
+            disks,
+            memory_mib: 64,
+            buffer_kib: 256,
+            buffers_per_stream: 2,
+            host_link_mbps: 0,
+            disk_read_mbps: 0,
+        },
+    )
+    .await?;
     println!("{}", describe(&config, &demo_dir));
     let result = demo_body(&demo_dir, sf).await;
     down(&demo_dir).await?;
     result
 }
 
-async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
-    let cluster = crate::connect(dir).await?;
-    crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()] }).await?;
-    let q6 = adisk_host::JobRequest {
-        disklet: "aggregate".into(),
-        table: "lineitem".into(),
-        params: [
-            ("predicate".to_string(), "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24".to_string()),
-            ("aggs".to_string(), "sum(l_extendedprice * l_discount) AS revenue".to_string()),
-        ]
-        .into_iter()
-        .collect(),
-        ..Default::default()
-    };
-    println!("== Q6-like select + aggregate at the disks ==");
-    crate::output::print_job(&adisk_host::plan::run(&cluster, &q6).await?, "table", 20)?;
-    let q1 = adisk_host::JobRequest {
-        disklet: "groupby".into(),
-        table: "lineitem".into(),
-        params: [
-            ("predicate".to_string(), "l_shipdate <= DATE '1998-09-02'".to_string()),
-            ("group_by".to_string(), "l_returnflag, l_linestatus".to_string()),
-            (
-                "aggs".to_string(),
-                "sum(l_quantity) AS sum_qty, sum(l_extendedprice) AS sum_base_price, sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price, avg(l_discount) AS avg_disc, count(*) AS count_order".to_string(),
-            ),
-        ]
-        .into_iter()
-        .collect(),
-        ..Default::default()
-    };
-    println!("\n== Q1-like group-by at the disks, combined at the host ==");
-    crate::output::print_job(&adisk_host::plan::run(&cluster, &q1).await?, "table", 20)?;
+const DEMO_INTRO: &str = "\
+ActiveDisk runs operators (disklets) at the storage nodes that hold the data, so that only
+results cross the interconnect. This demo loads TPC-H into the disks, then shows three things:
+  1. a select + aggregate (TPC-H Q6's shape): each disk filters and sums its own rows and
+     ships one partial sum; the host adds them up;
+  2. a group-by (Q1's shape): each disk groups its rows, the host merges the partial groups;
+  3. TPC-H Q3 in SQL, planned by DataFusion, run twice: conventionally (the disks ship whole
+     rows, the host does all the work) and with `auto` offload (the disks filter, project and
+     Bloom-filter join inputs first).
+Watch \"read\" (bytes the disks read from storage) against \"shipped\" (bytes sent to the host):
+their ratio, the data reduction, is what computing where the data lives saves.";
 
-    // SQL: the other TPC-H tables, then Q3 planned by DataFusion at the conventional level
-    // and at `auto` (see `adisk explain analyze` for the per-stage bytes).
-    let tables = ["customer", "nation", "orders", "part", "partsupp", "region", "supplier"].map(String::from).to_vec();
-    crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables }).await?;
+async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
+    println!("{DEMO_INTRO}\n");
+    let cluster = crate::connect(dir).await?;
+    let tables = adisk_storage::tpch::TABLES.map(String::from).to_vec();
+    crate::output::load_tpch(
+        &cluster,
+        &adisk_host::load::TpchLoad {
+            sf,
+            partitions_per_disk: 1,
+            row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+            tables,
+        },
+    )
+    .await?;
+    println!(
+        "\n== 1. Q6-like select + aggregate: at the disks, select → partial sum; at the host, the final sum =="
+    );
+    demo_job(&cluster, &demo_q6()).await?;
+    println!(
+        "\n== 2. Q1-like group-by: at the disks, select → hash group-by; at the host, merge of partial groups =="
+    );
+    demo_job(&cluster, &demo_q1()).await?;
     let cluster = std::sync::Arc::new(cluster);
     let q3 = adisk_host::sql::tpch::query(3)?;
-    println!("\n== SQL: TPC-H Q3 (adisk tpch query 3), conventional (offload none) vs auto ==");
-    for offload in [adisk_host::sql::Offload::None, adisk_host::sql::Offload::Auto] {
-        let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions { offload, ..Default::default() }).await?;
+    println!(
+        "\n== 3. SQL: TPC-H Q3 (`adisk tpch query 3`), conventional (offload none) vs auto =="
+    );
+    let mut shipped = Vec::new();
+    for offload in [
+        adisk_host::sql::Offload::None,
+        adisk_host::sql::Offload::Auto,
+    ] {
+        let engine = adisk_host::sql::SqlEngine::new(
+            cluster.clone(),
+            adisk_host::sql::SqlOptions {
+                offload,
+                ..Default::default()
+            },
+        )
+        .await?;
         let out = engine.query(q3).await?;
-        println!("offload {offload}: {}", crate::sql_cmd::moved(&out));
+        println!("offload {offload:<4}: {}", crate::sql_cmd::moved(&out));
+        shipped.push(adisk_host::sql::report::totals(&out).2);
         if offload == adisk_host::sql::Offload::Auto {
             crate::sql_cmd::print_batches(&out.batches, &out.schema, "table")?;
         }
     }
+    println!(
+        "\nSame answer both ways; `auto` shipped {:.0}x fewer bytes to the host than the conventional plan.\n\
+         To see what ran where, per disk and per stage, on a cluster of your own:\n  \
+         adisk up --disks 4 && adisk load tpch --sf 0.1 && adisk tpch query 3 --analyze",
+        shipped[0] as f64 / shipped[1].max(1) as f64
+    );
     Ok(())
+}
+
+/// Runs one built-in job of the demo and prints its rows, statistics and data reduction.
+async fn demo_job(
+    cluster: &adisk_host::Cluster,
+    job: &adisk_host::JobRequest,
+) -> Result<(), CliError> {
+    let out = adisk_host::plan::run(cluster, job).await?;
+    crate::output::print_job(&out, "table", 20)?;
+    let totals = out.stats.totals();
+    println!(
+        "→ the disks read {} and shipped {} to the host: {:.0}x less than they read.",
+        adisk_core::stats::human_bytes(totals.bytes_read),
+        adisk_core::stats::human_bytes(totals.bytes_shipped_host),
+        totals.bytes_read as f64 / totals.bytes_shipped_host.max(1) as f64
+    );
+    Ok(())
+}
+
+fn demo_q6() -> adisk_host::JobRequest {
+    let params = [
+        (
+            "predicate",
+            "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24",
+        ),
+        ("aggs", "sum(l_extendedprice * l_discount) AS revenue"),
+    ];
+    adisk_host::JobRequest {
+        disklet: "aggregate".into(),
+        table: "lineitem".into(),
+        params: params
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn demo_q1() -> adisk_host::JobRequest {
+    let params = [
+        ("predicate", "l_shipdate <= DATE '1998-09-02'"),
+        ("group_by", "l_returnflag, l_linestatus"),
+        (
+            "aggs",
+            "sum(l_quantity) AS sum_qty, sum(l_extendedprice) AS sum_base_price, sum(l_extendedprice * (1 - l_discount)) AS sum_disc_price, avg(l_discount) AS avg_disc, count(*) AS count_order",
+        ),
+    ];
+    adisk_host::JobRequest {
+        disklet: "groupby".into(),
+        table: "lineitem".into(),
+        params: params
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        ..Default::default()
+    }
 }

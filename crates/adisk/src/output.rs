@@ -58,11 +58,25 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
             Ok(c) => c.tables.values().map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks()})).collect(),
             Err(_) => vec![],
         };
-        println!("{}", serde_json::to_string_pretty(&serde_json::json!({ "disks": disks, "tables": tables })).expect("json"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "disks": disks, "tables": tables }))
+                .expect("json")
+        );
         return Ok(());
     }
     check_format(format)?;
-    println!("{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}", "disk", "address", "pid", "memory granted/total", "running", "waiting", "finished", "failed");
+    println!(
+        "{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}",
+        "disk",
+        "address",
+        "pid",
+        "memory granted/total",
+        "running",
+        "waiting",
+        "finished",
+        "failed"
+    );
     for (d, s) in statuses.iter().enumerate() {
         match s {
             Ok(s) => println!(
@@ -70,7 +84,11 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
                 s.disk_id,
                 cluster.address(d as u32),
                 s.pid,
-                format!("{}/{}", adisk_core::stats::human_bytes(s.memory_granted_bytes), adisk_core::stats::human_bytes(s.memory_bytes)),
+                format!(
+                    "{}/{}",
+                    adisk_core::stats::human_bytes(s.memory_granted_bytes),
+                    adisk_core::stats::human_bytes(s.memory_bytes)
+                ),
                 s.jobs_running,
                 s.jobs_waiting,
                 s.jobs_finished,
@@ -81,9 +99,19 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
     }
     match catalog {
         Ok(c) => {
-            println!("\n{:<12} {:>12} {:>12} {:>11} {:>8}", "table", "rows", "bytes", "partitions", "disks");
+            println!(
+                "\n{:<12} {:>12} {:>12} {:>11} {:>8}",
+                "table", "rows", "bytes", "partitions", "disks"
+            );
             for t in c.tables.values() {
-                println!("{:<12} {:>12} {:>12} {:>11} {:>8}", t.name, t.rows(), adisk_core::stats::human_bytes(t.bytes()), t.placements.len(), t.disks().len());
+                println!(
+                    "{:<12} {:>12} {:>12} {:>11} {:>8}",
+                    t.name,
+                    t.rows(),
+                    adisk_core::stats::human_bytes(t.bytes()),
+                    t.placements.len(),
+                    t.disks().len()
+                );
             }
         }
         Err(e) => println!("\ncatalog unavailable: {e}"),
@@ -94,13 +122,21 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
 fn check_format(format: &str) -> Result<(), CliError> {
     match format {
         "table" | "json" => Ok(()),
-        other => Err(CliError::Other(format!("unknown format `{other}` (table or json)"))),
+        other => Err(CliError::Other(format!(
+            "unknown format `{other}` (table or json)"
+        ))),
     }
 }
 
 fn bar(total: u64, label: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total.max(1));
-    pb.set_style(indicatif::ProgressStyle::with_template("{msg:>10} [{bar:30}] {pos}/{len} rows ({per_sec}, eta {eta})").expect("template").progress_chars("=> "));
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg:>10} [{bar:30}] {pos}/{len} rows ({per_sec}, eta {eta})",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
     pb.set_message(label.to_string());
     pb
 }
@@ -109,7 +145,9 @@ pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad) -> Result<(), CliErro
     let started = Instant::now();
     let mut bars: std::collections::HashMap<String, indicatif::ProgressBar> = Default::default();
     let loaded = adisk_host::load::load_tpch(cluster, load, |table, rows| {
-        let pb = bars.entry(table.to_string()).or_insert_with(|| bar(adisk_storage::tpch::approx_rows(table, load.sf), table));
+        let pb = bars
+            .entry(table.to_string())
+            .or_insert_with(|| bar(adisk_storage::tpch::approx_rows(table, load.sf), table));
         pb.set_position(rows);
     })
     .await?;
@@ -117,18 +155,41 @@ pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad) -> Result<(), CliErro
         pb.finish();
     }
     let total: u64 = loaded.iter().map(|(_, r)| r).sum();
-    eprintln!("loaded TPC-H SF {} ({} tables, {total} rows) into {} disks in {:.1} s", load.sf, loaded.len(), cluster.disk_count(), started.elapsed().as_secs_f64());
+    let tables = if loaded.len() == 1 {
+        "1 table".to_string()
+    } else {
+        format!("{} tables", loaded.len())
+    };
+    eprintln!(
+        "loaded TPC-H SF {} ({tables}, {total} rows) into {} disks in {:.1} s",
+        load.sf,
+        cluster.disk_count(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
-pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], decluster: &str) -> Result<(), CliError> {
+pub async fn load_files(
+    cluster: &Cluster,
+    table: &str,
+    format: FileFormat,
+    files: &[PathBuf],
+    decluster: &str,
+) -> Result<(), CliError> {
     let rule = decluster.parse()?;
     let started = Instant::now();
     let pb = indicatif::ProgressBar::new_spinner();
-    let infos = adisk_host::load::load_files(cluster, table, format, files, rule, |rows| pb.set_message(format!("{rows} rows"))).await?;
+    let infos = adisk_host::load::load_files(cluster, table, format, files, rule, |rows| {
+        pb.set_message(format!("{rows} rows"))
+    })
+    .await?;
     pb.finish_and_clear();
     let rows: u64 = infos.iter().map(|p| p.rows).sum();
-    eprintln!("loaded {rows} rows into `{table}` ({} partitions) in {:.1} s", infos.len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "loaded {rows} rows into `{table}` ({} partitions) in {:.1} s",
+        infos.len(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -137,11 +198,19 @@ pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), C
     if format == "json" {
         let mut writer = arrow::json::ArrayWriter::new(Vec::new());
         for b in &out.batches {
-            writer.write(b).map_err(|e| CliError::Other(e.to_string()))?;
+            writer
+                .write(b)
+                .map_err(|e| CliError::Other(e.to_string()))?;
         }
-        writer.finish().map_err(|e| CliError::Other(e.to_string()))?;
+        writer
+            .finish()
+            .map_err(|e| CliError::Other(e.to_string()))?;
         let rows_json = writer.into_inner();
-        let rows: serde_json::Value = if rows_json.is_empty() { serde_json::json!([]) } else { serde_json::from_slice(&rows_json).map_err(|e| CliError::Other(e.to_string()))? };
+        let rows: serde_json::Value = if rows_json.is_empty() {
+            serde_json::json!([])
+        } else {
+            serde_json::from_slice(&rows_json).map_err(|e| CliError::Other(e.to_string()))?
+        };
         let doc = serde_json::json!({
             "columns": out.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>(),
             "rows": rows,
@@ -162,7 +231,11 @@ pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), C
         left -= n;
     }
     if !shown.is_empty() {
-        println!("{}", arrow::util::pretty::pretty_format_batches(&shown).map_err(|e| CliError::Other(e.to_string()))?);
+        println!(
+            "{}",
+            arrow::util::pretty::pretty_format_batches(&shown)
+                .map_err(|e| CliError::Other(e.to_string()))?
+        );
     }
     if out.rows() > max_rows {
         println!("({} rows, {} shown)", out.rows(), max_rows);
@@ -176,8 +249,15 @@ pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), C
 
 pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
     match cmd {
-        BenchCommand::Scan { sf, disks, repeats, python } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
+        BenchCommand::Scan {
+            sf,
+            disks,
+            repeats,
+            python,
+        } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
-        BenchCommand::Disklet { sf, repeats, sdk } => crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await,
+        BenchCommand::Disklet { sf, repeats, sdk } => {
+            crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await
+        }
     }
 }

@@ -7,9 +7,6 @@ use serde_json::Value;
 use std::path::Path;
 use std::process::Command;
 
-
-
-
 fn run_json(dir: &Path, args: &[&str]) -> Value {
     let mut a = vec!["run"];
     a.extend_from_slice(args);
@@ -46,15 +43,35 @@ fn same(a: &Value, b: &Value) -> bool {
 
 /// Compares our rows (objects, in `columns` order) with the oracle's, ignoring row order.
 fn assert_same(ours: &Value, oracle: Vec<Vec<Value>>, what: &str) {
-    let columns: Vec<String> = ours["columns"].as_array().unwrap().iter().map(|c| c.as_str().unwrap().to_string()).collect();
-    let mut a: Vec<Vec<Value>> = ours["rows"].as_array().unwrap().iter().map(|r| columns.iter().map(|c| r[c].clone()).collect()).collect();
+    let columns: Vec<String> = ours["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    let mut a: Vec<Vec<Value>> = ours["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| columns.iter().map(|c| r[c].clone()).collect())
+        .collect();
     let mut b = oracle;
-    let sort = |rows: &mut Vec<Vec<Value>>| rows.sort_by_key(|r| r.iter().map(key).collect::<Vec<_>>());
+    let sort =
+        |rows: &mut Vec<Vec<Value>>| rows.sort_by_key(|r| r.iter().map(key).collect::<Vec<_>>());
     sort(&mut a);
     sort(&mut b);
-    assert_eq!(a.len(), b.len(), "{what}: {} rows vs DuckDB's {}", a.len(), b.len());
+    assert_eq!(
+        a.len(),
+        b.len(),
+        "{what}: {} rows vs DuckDB's {}",
+        a.len(),
+        b.len()
+    );
     for (x, y) in a.iter().zip(&b) {
-        assert!(x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q)), "{what}: row {x:?} differs from DuckDB's {y:?}");
+        assert!(
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q)),
+            "{what}: row {x:?} differs from DuckDB's {y:?}"
+        );
     }
 }
 
@@ -81,115 +98,466 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
 
     // select (Q6-like qualification + projection)
     let pred = "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DATE '1995-01-01' AND l_discount BETWEEN 0.05 AND 0.07 AND l_quantity < 24";
-    let sel = run_json(&dir, &["select", "--table", "lineitem", "--param", &format!("predicate={pred}"), "--param", "project=l_orderkey, l_linenumber, l_extendedprice * l_discount AS rev"]);
-    assert_same(&sel, duckdb(&dir, &format!("SELECT l_orderkey, l_linenumber, l_extendedprice * l_discount FROM lineitem WHERE {pred}")), "select");
+    let sel = run_json(
+        &dir,
+        &[
+            "select",
+            "--table",
+            "lineitem",
+            "--param",
+            &format!("predicate={pred}"),
+            "--param",
+            "project=l_orderkey, l_linenumber, l_extendedprice * l_discount AS rev",
+        ],
+    );
+    assert_same(
+        &sel,
+        duckdb(
+            &dir,
+            &format!(
+                "SELECT l_orderkey, l_linenumber, l_extendedprice * l_discount FROM lineitem WHERE {pred}"
+            ),
+        ),
+        "select",
+    );
     let t = totals(&sel);
     assert!(t["bytes_shipped_host"].as_u64().unwrap() > 0 && t["bytes_read"].as_u64().unwrap() > 0);
 
     // aggregate (Q6)
-    let agg = run_json(&dir, &["aggregate", "--table", "lineitem", "--param", &format!("predicate={pred}"), "--param", "aggs=sum(l_extendedprice * l_discount) AS revenue, count(*) AS n, min(l_shipdate) AS first, max(l_quantity) AS mq"]);
-    assert_same(&agg, duckdb(&dir, &format!("SELECT sum(l_extendedprice * l_discount), count(*), min(l_shipdate), max(l_quantity) FROM lineitem WHERE {pred}")), "aggregate");
-    assert!(totals(&agg)["reduction"].as_f64().unwrap() > 100.0, "aggregation must reduce data: {}", totals(&agg));
+    let agg = run_json(
+        &dir,
+        &[
+            "aggregate",
+            "--table",
+            "lineitem",
+            "--param",
+            &format!("predicate={pred}"),
+            "--param",
+            "aggs=sum(l_extendedprice * l_discount) AS revenue, count(*) AS n, min(l_shipdate) AS first, max(l_quantity) AS mq",
+        ],
+    );
+    assert_same(
+        &agg,
+        duckdb(
+            &dir,
+            &format!(
+                "SELECT sum(l_extendedprice * l_discount), count(*), min(l_shipdate), max(l_quantity) FROM lineitem WHERE {pred}"
+            ),
+        ),
+        "aggregate",
+    );
+    assert!(
+        totals(&agg)["reduction"].as_f64().unwrap() > 100.0,
+        "aggregation must reduce data: {}",
+        totals(&agg)
+    );
 
     // group-by (Q1-like)
-    let q1 = run_json(&dir, &[
-        "groupby", "--table", "lineitem",
-        "--param", "predicate=l_shipdate <= DATE '1998-09-02'",
-        "--param", "group_by=l_returnflag, l_linestatus",
-        "--param", "aggs=sum(l_quantity) AS q, sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS charge, avg(l_discount) AS d, count(*) AS n",
-    ]);
-    assert_same(&q1, duckdb(&dir, "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2"), "groupby");
+    let q1 = run_json(
+        &dir,
+        &[
+            "groupby",
+            "--table",
+            "lineitem",
+            "--param",
+            "predicate=l_shipdate <= DATE '1998-09-02'",
+            "--param",
+            "group_by=l_returnflag, l_linestatus",
+            "--param",
+            "aggs=sum(l_quantity) AS q, sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)) AS charge, avg(l_discount) AS d, count(*) AS n",
+        ],
+    );
+    assert_same(
+        &q1,
+        duckdb(
+            &dir,
+            "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2",
+        ),
+        "groupby",
+    );
 
     // group-by with more groups than fit in scratch: flushes, stays within the grant.
-    let big = run_json(&dir, &["groupby", "--table", "lineitem", "--scratch-kib", "512", "--param", "group_by=l_orderkey", "--param", "aggs=sum(l_quantity) AS q, count(*) AS n"]);
-    assert_same(&big, duckdb(&dir, "SELECT l_orderkey, sum(l_quantity), count(*) FROM lineitem GROUP BY 1"), "groupby l_orderkey");
-    let flushes: u64 = big["stats"]["notes"]["partial flushes at the disks"].as_str().unwrap().parse().unwrap();
+    let big = run_json(
+        &dir,
+        &[
+            "groupby",
+            "--table",
+            "lineitem",
+            "--scratch-kib",
+            "512",
+            "--param",
+            "group_by=l_orderkey",
+            "--param",
+            "aggs=sum(l_quantity) AS q, count(*) AS n",
+        ],
+    );
+    assert_same(
+        &big,
+        duckdb(
+            &dir,
+            "SELECT l_orderkey, sum(l_quantity), count(*) FROM lineitem GROUP BY 1",
+        ),
+        "groupby l_orderkey",
+    );
+    let flushes: u64 = big["stats"]["notes"]["partial flushes at the disks"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     assert!(flushes > 0, "the group table must have flushed");
     for d in big["stats"]["disks"].as_array().unwrap() {
-        let agg_stage = d["stages"].as_array().unwrap().iter().find(|s| s["disklet"] == "aggregate").unwrap();
-        assert!(agg_stage["scratch_peak_bytes"].as_u64().unwrap() <= agg_stage["scratch_granted_bytes"].as_u64().unwrap(), "scratch peak within grant: {agg_stage}");
-        assert!(d["memory_peak_bytes"].as_u64().unwrap() <= d["memory_granted_bytes"].as_u64().unwrap(), "memory peak within grant: {d}");
+        let agg_stage = d["stages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["disklet"] == "aggregate")
+            .unwrap();
+        assert!(
+            agg_stage["scratch_peak_bytes"].as_u64().unwrap()
+                <= agg_stage["scratch_granted_bytes"].as_u64().unwrap(),
+            "scratch peak within grant: {agg_stage}"
+        );
+        assert!(
+            d["memory_peak_bytes"].as_u64().unwrap() <= d["memory_granted_bytes"].as_u64().unwrap(),
+            "memory peak within grant: {d}"
+        );
     }
 
     // pipe on one disk (select → aggregate above) and disk-to-disk exchange:
     // partial group-by → partition → other disks → final group-by.
-    let ex = run_json(&dir, &["groupby", "--table", "lineitem", "--param", "group_by=l_suppkey", "--param", "aggs=count(*) AS n, sum(l_quantity) AS q", "--param", "exchange=true"]);
-    assert_same(&ex, duckdb(&dir, "SELECT l_suppkey, count(*), sum(l_quantity) FROM lineitem GROUP BY 1"), "exchange groupby");
-    assert!(totals(&ex)["bytes_shipped_disks"].as_u64().unwrap() > 0, "rows must move disk to disk");
-    let part = run_json(&dir, &["partition", "--table", "lineitem", "--param", "key=l_suppkey"]);
-    let rows: u64 = part["rows"].as_array().unwrap().iter().map(|r| r["rows"].as_u64().unwrap()).sum();
+    let ex = run_json(
+        &dir,
+        &[
+            "groupby",
+            "--table",
+            "lineitem",
+            "--param",
+            "group_by=l_suppkey",
+            "--param",
+            "aggs=count(*) AS n, sum(l_quantity) AS q",
+            "--param",
+            "exchange=true",
+        ],
+    );
+    assert_same(
+        &ex,
+        duckdb(
+            &dir,
+            "SELECT l_suppkey, count(*), sum(l_quantity) FROM lineitem GROUP BY 1",
+        ),
+        "exchange groupby",
+    );
+    assert!(
+        totals(&ex)["bytes_shipped_disks"].as_u64().unwrap() > 0,
+        "rows must move disk to disk"
+    );
+    let part = run_json(
+        &dir,
+        &[
+            "partition",
+            "--table",
+            "lineitem",
+            "--param",
+            "key=l_suppkey",
+        ],
+    );
+    let rows: u64 = part["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["rows"].as_u64().unwrap())
+        .sum();
     assert_eq!(rows, 600_572);
 
     // Bloom semi-join
-    let bloom = run_json(&dir, &["bloom_probe", "--table", "lineitem", "--param", "key=l_partkey", "--param", "project=l_orderkey, l_linenumber", "--param", "build_table=part", "--param", "build_key=p_partkey", "--param", "build_predicate=p_size < 5", "--param", "bloom_kib=8"]);
-    assert_same(&bloom, duckdb(&dir, "SELECT l_orderkey, l_linenumber FROM lineitem WHERE l_partkey IN (SELECT p_partkey FROM part WHERE p_size < 5)"), "bloom semi-join");
-    assert!(bloom["stats"]["notes"]["measured false-positive rate"].as_str().is_some());
+    let bloom = run_json(
+        &dir,
+        &[
+            "bloom_probe",
+            "--table",
+            "lineitem",
+            "--param",
+            "key=l_partkey",
+            "--param",
+            "project=l_orderkey, l_linenumber",
+            "--param",
+            "build_table=part",
+            "--param",
+            "build_key=p_partkey",
+            "--param",
+            "build_predicate=p_size < 5",
+            "--param",
+            "bloom_kib=8",
+        ],
+    );
+    assert_same(
+        &bloom,
+        duckdb(
+            &dir,
+            "SELECT l_orderkey, l_linenumber FROM lineitem WHERE l_partkey IN (SELECT p_partkey FROM part WHERE p_size < 5)",
+        ),
+        "bloom semi-join",
+    );
+    assert!(
+        bloom["stats"]["notes"]["measured false-positive rate"]
+            .as_str()
+            .is_some()
+    );
 
     // sort_runs
-    let sorted = run_json(&dir, &["sort_runs", "--table", "orders", "--scratch-kib", "1024", "--param", "order_by=o_totalprice DESC, o_orderkey", "--param", "project=o_orderkey, o_totalprice", "--param", "predicate=o_orderdate < DATE '1993-01-01'"]);
-    let ours: Vec<i64> = sorted["rows"].as_array().unwrap().iter().map(|r| r["o_orderkey"].as_i64().unwrap()).collect();
+    let sorted = run_json(
+        &dir,
+        &[
+            "sort_runs",
+            "--table",
+            "orders",
+            "--scratch-kib",
+            "1024",
+            "--param",
+            "order_by=o_totalprice DESC, o_orderkey",
+            "--param",
+            "project=o_orderkey, o_totalprice",
+            "--param",
+            "predicate=o_orderdate < DATE '1993-01-01'",
+        ],
+    );
+    let ours: Vec<i64> = sorted["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["o_orderkey"].as_i64().unwrap())
+        .collect();
     let theirs: Vec<i64> = duckdb(&dir, "SELECT o_orderkey FROM orders WHERE o_orderdate < DATE '1993-01-01' ORDER BY o_totalprice DESC, o_orderkey").iter().map(|r| r[0].as_i64().unwrap()).collect();
     assert_eq!(ours, theirs, "sort order");
 
     // zone maps: a range on the declustering key reads fewer bytes than a full scan.
-    let narrow = run_json(&dir, &["select", "--table", "lineitem", "--param", "predicate=l_orderkey < 5000", "--param", "project=l_orderkey, l_quantity"]);
-    let full = run_json(&dir, &["select", "--table", "lineitem", "--param", "predicate=l_quantity > 0", "--param", "project=l_orderkey, l_quantity"]);
-    assert_same(&narrow, duckdb(&dir, "SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey < 5000"), "narrow select");
-    let (nr, fr) = (totals(&narrow)["bytes_read"].as_u64().unwrap(), totals(&full)["bytes_read"].as_u64().unwrap());
-    assert!(nr * 2 < fr, "zone maps: {nr} bytes read vs {fr} for a full scan");
+    let narrow = run_json(
+        &dir,
+        &[
+            "select",
+            "--table",
+            "lineitem",
+            "--param",
+            "predicate=l_orderkey < 5000",
+            "--param",
+            "project=l_orderkey, l_quantity",
+        ],
+    );
+    let full = run_json(
+        &dir,
+        &[
+            "select",
+            "--table",
+            "lineitem",
+            "--param",
+            "predicate=l_quantity > 0",
+            "--param",
+            "project=l_orderkey, l_quantity",
+        ],
+    );
+    assert_same(
+        &narrow,
+        duckdb(
+            &dir,
+            "SELECT l_orderkey, l_quantity FROM lineitem WHERE l_orderkey < 5000",
+        ),
+        "narrow select",
+    );
+    let (nr, fr) = (
+        totals(&narrow)["bytes_read"].as_u64().unwrap(),
+        totals(&full)["bytes_read"].as_u64().unwrap(),
+    );
+    assert!(
+        nr * 2 < fr,
+        "zone maps: {nr} bytes read vs {fr} for a full scan"
+    );
     assert!(totals(&narrow)["bytes_skipped"].as_u64().unwrap() > 0);
 
     // limit: the rest of the stream is skipped.
-    let lim = run_json(&dir, &["select", "--table", "lineitem", "--param", "limit=10", "--param", "project=l_orderkey"]);
+    let lim = run_json(
+        &dir,
+        &[
+            "select",
+            "--table",
+            "lineitem",
+            "--param",
+            "limit=10",
+            "--param",
+            "project=l_orderkey",
+        ],
+    );
     assert_eq!(lim["rows"].as_array().unwrap().len(), 10);
 
     // bad input: typed errors, no panic, and the cluster serves the next job.
     assert!(fails(&dir, &["run", "select", "--table", "nosuch"]).contains("unknown table"));
-    assert!(fails(&dir, &["run", "select", "--table", "lineitem", "--param", "predicate=l_nope > 1"]).contains("l_nope"));
-    assert!(fails(&dir, &["run", "select", "--table", "lineitem", "--param", "predicate=l_quantity >"]).contains("SQL error"));
-    assert!(fails(&dir, &["run", "select", "--table", "lineitem", "--columns", "l_nope"]).contains("no column"));
+    assert!(
+        fails(
+            &dir,
+            &[
+                "run",
+                "select",
+                "--table",
+                "lineitem",
+                "--param",
+                "predicate=l_nope > 1"
+            ]
+        )
+        .contains("l_nope")
+    );
+    assert!(
+        fails(
+            &dir,
+            &[
+                "run",
+                "select",
+                "--table",
+                "lineitem",
+                "--param",
+                "predicate=l_quantity >"
+            ]
+        )
+        .contains("SQL error")
+    );
+    assert!(
+        fails(
+            &dir,
+            &[
+                "run",
+                "select",
+                "--table",
+                "lineitem",
+                "--columns",
+                "l_nope"
+            ]
+        )
+        .contains("no column")
+    );
     assert!(fails(&dir, &["run", "frobnicate", "--table", "lineitem"]).contains("unknown disklet"));
     // full grant: a job needing more than the disk's 64 MiB.
-    assert!(fails(&dir, &["run", "groupby", "--table", "lineitem", "--scratch-kib", "200000", "--param", "group_by=l_orderkey", "--param", "aggs=count(*)"]).contains("budget"));
+    assert!(
+        fails(
+            &dir,
+            &[
+                "run",
+                "groupby",
+                "--table",
+                "lineitem",
+                "--scratch-kib",
+                "200000",
+                "--param",
+                "group_by=l_orderkey",
+                "--param",
+                "aggs=count(*)"
+            ]
+        )
+        .contains("budget")
+    );
     // corrupt Parquet: flip bytes in one partition of disk 2.
-    let victim = std::fs::read_dir(dir.join("disk-2/tables/supplier")).unwrap().next().unwrap().unwrap().path();
+    let victim = std::fs::read_dir(dir.join("disk-2/tables/supplier"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     let mut bytes = std::fs::read(&victim).unwrap();
     let mid = bytes.len() / 2;
     for b in &mut bytes[mid..mid + 16] {
         *b ^= 0x5a;
     }
     std::fs::write(&victim, bytes).unwrap();
-    let err = fails(&dir, &["run", "aggregate", "--table", "supplier", "--param", "aggs=count(*)"]);
-    assert!(err.contains("corrupt partition") && err.contains("disk 2"), "{err}");
-    let after = run_json(&dir, &["aggregate", "--table", "lineitem", "--param", "aggs=count(*) AS n"]);
-    assert_eq!(after["rows"][0]["n"].as_u64().unwrap(), 600_572, "the cluster serves the next job");
+    let err = fails(
+        &dir,
+        &[
+            "run",
+            "aggregate",
+            "--table",
+            "supplier",
+            "--param",
+            "aggs=count(*)",
+        ],
+    );
+    assert!(
+        err.contains("corrupt partition") && err.contains("disk 2"),
+        "{err}"
+    );
+    let after = run_json(
+        &dir,
+        &[
+            "aggregate",
+            "--table",
+            "lineitem",
+            "--param",
+            "aggs=count(*) AS n",
+        ],
+    );
+    assert_eq!(
+        after["rows"][0]["n"].as_u64().unwrap(),
+        600_572,
+        "the cluster serves the next job"
+    );
     // disk unreachable: kill one disk process.
-    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
-    let pids: Vec<i32> = config.lines().filter_map(|l| l.trim().strip_prefix("pid = ")).map(|p| p.parse().unwrap()).collect();
+    let pids = common::disk_pids(&dir);
     assert_eq!(pids.len(), 4);
-    Command::new("kill").args(["-9", &pids[3].to_string()]).status().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let err = fails(&dir, &["run", "aggregate", "--table", "lineitem", "--param", "aggs=count(*)"]);
-    assert!(err.contains("unreachable") && err.contains("disk 3"), "{err}");
+    Command::new("kill")
+        .args(["-9", &pids[3].to_string()])
+        .status()
+        .unwrap();
+    common::wait_until(
+        "disk 3's process to exit after SIGKILL",
+        std::time::Duration::from_secs(10),
+        || common::process_gone(pids[3]),
+    );
+    let err = fails(
+        &dir,
+        &[
+            "run",
+            "aggregate",
+            "--table",
+            "lineitem",
+            "--param",
+            "aggs=count(*)",
+        ],
+    );
+    assert!(
+        err.contains("unreachable") && err.contains("disk 3"),
+        "{err}"
+    );
     ok(&dir, &["down"]);
     for p in pids {
-        assert!(!Path::new(&format!("/proc/{p}")).exists() || std::fs::read_to_string(format!("/proc/{p}/stat")).map(|s| s.contains(") Z ")).unwrap_or(true), "process {p} still running after down");
+        assert!(
+            common::process_gone(p),
+            "process {p} still running after down"
+        );
     }
 }
 
 #[test]
 fn malformed_config_and_port_in_use() {
     let tmp = tempfile::tempdir().unwrap();
-    std::fs::write(tmp.path().join("cluster.toml"), "[cluster]\nname = 'x'\n[[disk]]\nid = 0\naddress = '127.0.0.1:1'\nmemory_mb = 3\n").unwrap();
+    std::fs::write(
+        tmp.path().join("cluster.toml"),
+        "[cluster]\nname = 'x'\n[[disk]]\nid = 0\naddress = '127.0.0.1:1'\nmemory_mb = 3\n",
+    )
+    .unwrap();
     let err = fails(tmp.path(), &["status"]);
-    assert!(err.contains("malformed cluster config") && err.contains("memory_mb"), "{err}");
-    std::fs::write(tmp.path().join("cluster.toml"), "[cluster]\n[[disk]]\nid = 0\naddress = '127.0.0.1:9'\n").unwrap();
+    assert!(
+        err.contains("malformed cluster config") && err.contains("memory_mb"),
+        "{err}"
+    );
+    std::fs::write(
+        tmp.path().join("cluster.toml"),
+        "[cluster]\n[[disk]]\nid = 0\naddress = '127.0.0.1:9'\n",
+    )
+    .unwrap();
     let err = fails(tmp.path(), &["status"]);
     assert!(err.contains("unreachable"), "{err}");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = listener.local_addr().unwrap().to_string();
     let err = fails(&tmp.path().join("d0"), &["disk", "--listen", &taken]);
-    assert!(err.contains("cannot listen") && err.contains(&taken), "{err}");
+    assert!(
+        err.contains("cannot listen") && err.contains(&taken),
+        "{err}"
+    );
 }
 
 /// `adisk demo` (what the README's first command runs) goes end to end: built-in jobs, then
@@ -198,10 +566,20 @@ fn malformed_config_and_port_in_use() {
 fn demo_runs_end_to_end() {
     let tmp = tempfile::tempdir().unwrap();
     let out = ok(tmp.path(), &["demo", "--sf", "0.01", "--disks", "2"]);
-    assert!(out.contains("== SQL: TPC-H Q3") && out.contains("| l_orderkey"), "{out}");
+    assert!(
+        out.contains("SQL: TPC-H Q3") && out.contains("| l_orderkey"),
+        "{out}"
+    );
+    assert!(
+        out.contains("data reduction") && out.contains("less than they read"),
+        "the demo says what it shows: {out}"
+    );
     // "… shipped 531.1 KiB" → bytes.
     let shipped = |level: &str| -> f64 {
-        let line = out.lines().find(|l| l.starts_with(&format!("offload {level}:"))).unwrap_or_else(|| panic!("no {level} line in\n{out}"));
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("offload {level}:")))
+            .unwrap_or_else(|| panic!("no {level} line in\n{out}"));
         let text = line.rsplit("shipped ").next().unwrap();
         let (n, unit) = text.split_once(' ').unwrap();
         let scale = match unit.trim() {
@@ -214,6 +592,9 @@ fn demo_runs_end_to_end() {
         n.parse::<f64>().unwrap() * scale
     };
     let (none, auto) = (shipped("none"), shipped("auto"));
-    assert!(auto * 10.0 < none, "auto shipped {auto} bytes, none {none}: {out}");
+    assert!(
+        auto * 10.0 < none,
+        "auto shipped {auto} bytes, none {none}: {out}"
+    );
     assert!(out.contains("stopped (2 disks)"), "{out}");
 }

@@ -12,11 +12,9 @@ use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-
-
-
 fn tpch_text(n: u32) -> String {
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../adisk-host/src/sql/tpch/q{n:02}.sql"));
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../adisk-host/src/sql/tpch/q{n:02}.sql"));
     std::fs::read_to_string(p).expect("query text")
 }
 
@@ -43,7 +41,10 @@ impl Drop for Cluster {
 fn check_all_levels(sf: &str) {
     let c = Cluster::start(sf);
     let out = ok(c.dir(), &["tpch", "check", "--sf", sf, "--offload", "all"]);
-    assert!(out.contains("132 passed, 0 failed"), "TPC-H SF {sf}:\n{out}");
+    assert!(
+        out.contains("132 passed, 0 failed"),
+        "TPC-H SF {sf}:\n{out}"
+    );
 }
 
 #[test]
@@ -78,12 +79,24 @@ fn disk_stages(v: &Value, table: &str) -> Vec<String> {
         .unwrap()
         .iter()
         .filter(|o| o["where"] == "disk" && o["table"] == table)
-        .flat_map(|o| o["stages"].as_array().unwrap().iter().map(|s| s.as_str().unwrap().to_string()))
+        .flat_map(|o| {
+            o["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+        })
         .collect()
 }
 
 fn host_ops(v: &Value) -> Vec<String> {
-    v["operators"].as_array().unwrap().iter().filter(|o| o["where"] == "host").map(|o| o["operator"].as_str().unwrap().to_string()).collect()
+    v["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["where"] == "host")
+        .map(|o| o["operator"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -102,24 +115,60 @@ fn adhoc_sql_explain_and_bad_input() {
     for level in ["aggregate", "semijoin", "auto"] {
         let q1 = explain(dir, false, &tpch_text(1), level);
         let st = disk_stages(&q1, "lineitem");
-        assert!(st.iter().any(|s| s.starts_with("select")) && st.iter().any(|s| s.contains("AggregateExec: mode=Partial")), "Q1 {level}: {st:?}");
-        assert!(host_ops(&q1).contains(&"AggregateExec".to_string()), "Q1 {level}: final aggregation at the host");
+        assert!(
+            st.iter().any(|s| s.starts_with("select"))
+                && st.iter().any(|s| s.contains("AggregateExec: mode=Partial")),
+            "Q1 {level}: {st:?}"
+        );
+        assert!(
+            host_ops(&q1).contains(&"AggregateExec".to_string()),
+            "Q1 {level}: final aggregation at the host"
+        );
         let q6 = explain(dir, false, &tpch_text(6), level);
-        assert!(disk_stages(&q6, "lineitem").iter().any(|s| s.contains("AggregateExec: mode=Partial")), "Q6 {level}");
+        assert!(
+            disk_stages(&q6, "lineitem")
+                .iter()
+                .any(|s| s.contains("AggregateExec: mode=Partial")),
+            "Q6 {level}"
+        );
     }
     let none = explain(dir, false, &tpch_text(6), "none");
     let st = disk_stages(&none, "lineitem");
     assert_eq!(st.len(), 1, "none ships whole rows only: {st:?}");
     assert!(host_ops(&none).contains(&"FilterExec".to_string()));
     let sel = explain(dir, false, &tpch_text(12), "select");
-    assert!(disk_stages(&sel, "lineitem").iter().any(|s| s.starts_with("select")), "Q12 select at the disks");
-    assert!(!disk_stages(&sel, "lineitem").iter().any(|s| s.contains("Aggregate")), "no aggregation at the disks at level select");
+    assert!(
+        disk_stages(&sel, "lineitem")
+            .iter()
+            .any(|s| s.starts_with("select")),
+        "Q12 select at the disks"
+    );
+    assert!(
+        !disk_stages(&sel, "lineitem")
+            .iter()
+            .any(|s| s.contains("Aggregate")),
+        "no aggregation at the disks at level select"
+    );
     let proj = explain(dir, false, &tpch_text(14), "project");
-    assert!(!disk_stages(&proj, "lineitem").iter().any(|s| s.starts_with("select")), "no qualification at level project");
-    assert!(!disk_stages(&proj, "lineitem")[0].contains("l_comment"), "column elimination at level project");
+    assert!(
+        !disk_stages(&proj, "lineitem")
+            .iter()
+            .any(|s| s.starts_with("select")),
+        "no qualification at level project"
+    );
+    assert!(
+        !disk_stages(&proj, "lineitem")[0].contains("l_comment"),
+        "column elimination at level project"
+    );
     let q3 = explain(dir, false, &tpch_text(3), "semijoin");
-    let all: Vec<String> = ["orders", "lineitem"].iter().flat_map(|t| disk_stages(&q3, t)).collect();
-    assert!(all.iter().any(|s| s.starts_with("bloom_probe")), "Q3 semijoin: a Bloom probe at the disks: {all:?}");
+    let all: Vec<String> = ["orders", "lineitem"]
+        .iter()
+        .flat_map(|t| disk_stages(&q3, t))
+        .collect();
+    assert!(
+        all.iter().any(|s| s.starts_with("bloom_probe")),
+        "Q3 semijoin: a Bloom probe at the disks: {all:?}"
+    );
     assert!(host_ops(&q3).contains(&"BloomBuildExec".to_string()));
 
     // EXPLAIN ANALYZE: shipped ≤ scanned (both Arrow bytes) everywhere; shipped ≤ read from
@@ -131,25 +180,49 @@ fn adhoc_sql_explain_and_bad_input() {
         let read = v["bytes_read"].as_u64().unwrap();
         let scanned = v["bytes_scanned"].as_u64().unwrap();
         let shipped = v["bytes_shipped"].as_u64().unwrap();
-        assert!(read > 0 && shipped <= scanned, "Q{n}: shipped {shipped} > scanned {scanned}");
+        assert!(
+            read > 0 && shipped <= scanned,
+            "Q{n}: shipped {shipped} > scanned {scanned}"
+        );
         if [1, 6, 14].contains(&n) {
             assert!(shipped <= read, "Q{n}: shipped {shipped} > read {read}");
         }
         for s in v["scans"].as_array().unwrap() {
-            assert!(s["stats"]["bytes_read"].as_u64().is_some(), "Q{n}: per-disk statistics");
+            assert!(
+                s["stats"]["bytes_read"].as_u64().is_some(),
+                "Q{n}: per-disk statistics"
+            );
         }
     }
     let v = explain(dir, true, &tpch_text(3), "semijoin");
-    let bloom: Vec<&Value> = v["scans"].as_array().unwrap().iter().filter(|s| s["bloom_keys"].is_u64()).collect();
+    let bloom: Vec<&Value> = v["scans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["bloom_keys"].is_u64())
+        .collect();
     assert!(!bloom.is_empty(), "Q3 semijoin reports its filter");
     let dropped: u64 = bloom
         .iter()
-        .flat_map(|s| s["stats"]["stages"].as_array().unwrap().iter().filter(|st| st["disklet"] == "bloom_probe").map(|st| st["rows_in"].as_u64().unwrap() - st["rows_out"].as_u64().unwrap()))
+        .flat_map(|s| {
+            s["stats"]["stages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|st| st["disklet"] == "bloom_probe")
+                .map(|st| st["rows_in"].as_u64().unwrap() - st["rows_out"].as_u64().unwrap())
+        })
         .sum();
     assert!(dropped > 0, "the Bloom filter dropped rows at the disks");
-    let text = ok(dir, &["explain", "analyze", &tpch_text(3), "--offload", "semijoin"]);
+    let text = ok(
+        dir,
+        &["explain", "analyze", &tpch_text(3), "--offload", "semijoin"],
+    );
     assert!(text.contains("false-positive rate measured"), "{text}");
-    assert!(text.contains("qualified") && text.contains("semi-join") && text.contains("shipped"), "{text}");
+    assert!(
+        text.contains("qualified") && text.contains("semi-join") && text.contains("shipped"),
+        "{text}"
+    );
 
     // Bad input: clear errors, no panic, the cluster keeps serving.
     let e = fails(dir, &["sql", "SELEC l_orderkey FROM lineitem"]);
@@ -157,29 +230,70 @@ fn adhoc_sql_explain_and_bad_input() {
     let e = fails(dir, &["sql", "SELECT l_nosuch FROM lineitem"]);
     assert!(e.contains("l_nosuch"), "{e}");
     let e = fails(dir, &["sql", "SELECT l_orderkey + l_comment FROM lineitem"]);
-    assert!(e.to_lowercase().contains("cannot") || e.contains("coerce") || e.contains("No function"), "{e}");
+    assert!(
+        e.to_lowercase().contains("cannot") || e.contains("coerce") || e.contains("No function"),
+        "{e}"
+    );
     let e = fails(dir, &["sql", "SELECT 1 FROM nosuch_table"]);
     assert!(e.contains("nosuch_table"), "{e}");
-    let e = fails(dir, &["tpch", "query", "3", "--offload", "semijoin", "--bloom-kib", "1048576"]);
+    let e = fails(
+        dir,
+        &[
+            "tpch",
+            "query",
+            "3",
+            "--offload",
+            "semijoin",
+            "--bloom-kib",
+            "1048576",
+        ],
+    );
     assert!(e.contains("bloom") && e.contains("grant"), "{e}");
     let e = fails(dir, &["sql", "SELECT 1", "--offload", "everything"]);
     assert!(e.contains("offload"), "{e}");
-    let out = ok(dir, &["sql", "SELECT count(*) AS n FROM lineitem", "--format", "csv"]);
+    let out = ok(
+        dir,
+        &[
+            "sql",
+            "SELECT count(*) AS n FROM lineitem",
+            "--format",
+            "csv",
+        ],
+    );
     assert!(out.contains("60175"), "{out}");
 
-    // A disk dies in the middle of a query.
-    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
-    let pid: i32 = config.lines().filter(|l| l.trim_start().starts_with("pid")).nth(2).and_then(|l| l.split('=').nth(1)).and_then(|v| v.trim().parse().ok()).expect("pid of disk 2");
-    let long = Command::new(env!("CARGO_BIN_EXE_adisk"))
+    // A disk dies in the middle of a query. The disks' reads are throttled so that Q21 at
+    // the conventional level lasts seconds; the kill lands once disk 2 runs the query's job
+    // and while the query is still running, and the query must fail naming the disk.
+    ok(dir, &["down"]);
+    ok(dir, &["up", "--disks", "4", "--disk-read-mbps", "4"]);
+    let pid = common::disk_pids(dir)[2];
+    let mut long = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(dir)
-        .args(["tpch", "query", "21", "--offload", "none", "--format", "csv"])
+        .args([
+            "tpch",
+            "query",
+            "21",
+            "--offload",
+            "none",
+            "--format",
+            "csv",
+        ])
         .env_remove("ADISK_HOME")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(150));
+    common::wait_until(
+        "disk 2 to run a job of Q21",
+        std::time::Duration::from_secs(60),
+        || disk_jobs_running(dir, 2) > 0,
+    );
+    assert!(
+        long.try_wait().unwrap().is_none(),
+        "Q21 finished before the kill: the read throttle did not hold it"
+    );
     // SAFETY: signalling a child disk process of this test's cluster.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
@@ -187,9 +301,14 @@ fn adhoc_sql_explain_and_bad_input() {
     let out = long.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!err.contains("panicked"), "{err}");
-    if !out.status.success() {
-        assert!(err.contains("disk"), "the error names a disk: {err}");
-    }
+    assert!(
+        !out.status.success(),
+        "Q21 succeeded although disk 2 was killed mid-query"
+    );
+    assert!(
+        err.contains("disk 2"),
+        "the error names the killed disk: {err}"
+    );
     let e = fails(dir, &["sql", "SELECT count(*) FROM orders"]);
     assert!(e.contains("disk 2") && e.contains("unreachable"), "{e}");
     // Restart the cluster on the same data: the next query is served.
@@ -197,6 +316,13 @@ fn adhoc_sql_explain_and_bad_input() {
     ok(dir, &["up", "--disks", "4"]);
     let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
     assert!(out.contains("revenue"), "{out}");
+}
+
+/// Jobs running at disk `d`, from `adisk status --format json` (0 when the disk does not answer).
+fn disk_jobs_running(dir: &Path, d: usize) -> u64 {
+    let out = adisk(dir, &["status", "--format", "json"]);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    v["disks"][d]["jobs_running"].as_u64().unwrap_or(0)
 }
 
 /// The host-link and disk-read throttles really limit: what crossed them takes at least
@@ -209,9 +335,23 @@ fn throttled_link_and_disk_reads() {
     ok(d, &["up", "--disks", "4"]);
     ok(d, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
     ok(d, &["down"]);
-    ok(d, &["up", "--disks", "4", "--host-link-mbps", "200", "--disk-read-mbps", "80"]);
+    ok(
+        d,
+        &[
+            "up",
+            "--disks",
+            "4",
+            "--host-link-mbps",
+            "200",
+            "--disk-read-mbps",
+            "80",
+        ],
+    );
     let config = std::fs::read_to_string(d.join("cluster.toml")).unwrap();
-    assert!(config.contains("host_link_mbps = 200") && config.contains("read_mbps = 80"), "{config}");
+    assert!(
+        config.contains("host_link_mbps = 200") && config.contains("read_mbps = 80"),
+        "{config}"
+    );
     let q6 = tpch_text(6);
     let none = explain(d, true, &q6, "none");
     let auto = explain(d, true, &q6, "auto");
@@ -220,12 +360,29 @@ fn throttled_link_and_disk_reads() {
     for (name, v) in [("none", &none), ("auto", &auto)] {
         let shipped = v["bytes_shipped"].as_f64().unwrap();
         let wall_s = v["wall_ms"].as_f64().unwrap() / 1e3;
-        let busy_s = v["link_busy_ms"].as_f64().expect("link utilization reported") / 1e3;
+        let busy_s = v["link_busy_ms"]
+            .as_f64()
+            .expect("link utilization reported")
+            / 1e3;
         assert!(busy_s > 0.0, "{name}: link busy time");
         // Received Arrow bytes pay the bucket; shipped IPC bytes are within a few % of them.
-        assert!(wall_s >= 0.8 * shipped / link_rate, "{name}: {shipped} bytes crossed a 200 Mbit/s link in {wall_s} s");
-        let read_max = v["scans"].as_array().unwrap().iter().map(|s| s["stats"]["bytes_read"].as_f64().unwrap()).fold(0.0, f64::max);
-        assert!(wall_s >= 0.8 * read_max / (80e6 / 8.0), "{name}: a disk read {read_max} bytes at 80 Mbit/s in {wall_s} s");
+        assert!(
+            wall_s >= 0.8 * shipped / link_rate,
+            "{name}: {shipped} bytes crossed a 200 Mbit/s link in {wall_s} s"
+        );
+        let read_max = v["scans"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["stats"]["bytes_read"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            wall_s >= 0.8 * read_max / (80e6 / 8.0),
+            "{name}: a disk read {read_max} bytes at 80 Mbit/s in {wall_s} s"
+        );
     }
-    assert!(none["bytes_shipped"].as_u64().unwrap() > 100 * auto["bytes_shipped"].as_u64().unwrap(), "conventional ships whole rows");
+    assert!(
+        none["bytes_shipped"].as_u64().unwrap() > 100 * auto["bytes_shipped"].as_u64().unwrap(),
+        "conventional ships whole rows"
+    );
 }

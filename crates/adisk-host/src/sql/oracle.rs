@@ -15,8 +15,26 @@ fn cells(batches: &[RecordBatch]) -> Result<(Vec<Vec<String>>, Vec<bool>)> {
     let mut rows = Vec::new();
     let mut tolerant = Vec::new();
     for b in batches {
-        tolerant = b.schema().fields().iter().map(|f| matches!(f.data_type(), DataType::Decimal128(..) | DataType::Decimal256(..) | DataType::Float32 | DataType::Float64)).collect();
-        let fmts = b.columns().iter().map(|c| ArrayFormatter::try_new(c.as_ref(), &opts)).collect::<std::result::Result<Vec<_>, _>>().map_err(|e| HostError::Invalid(e.to_string()))?;
+        tolerant = b
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| {
+                matches!(
+                    f.data_type(),
+                    DataType::Decimal128(..)
+                        | DataType::Decimal256(..)
+                        | DataType::Float32
+                        | DataType::Float64
+                )
+            })
+            .collect();
+        let fmts = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &opts))
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(|e| HostError::Invalid(e.to_string()))?;
         for r in 0..b.num_rows() {
             rows.push(fmts.iter().map(|f| f.value(r).to_string()).collect());
         }
@@ -24,39 +42,82 @@ fn cells(batches: &[RecordBatch]) -> Result<(Vec<Vec<String>>, Vec<bool>)> {
     Ok((rows, tolerant))
 }
 
-/// Whether two decimal cells agree: relative 1e-6 or absolute 0.01 (the answers round to
-/// two or four places; averages carry more digits in one engine than in the other).
+/// Decimal places a printed number carries: `0.05` → 2, `12` → 0, `1.5e-7` → 8, `2.5E+3` → 0.
+fn printed_decimals(text: &str) -> i32 {
+    let text = text.trim();
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i32>().unwrap_or(0)),
+        None => (text, 0),
+    };
+    let fraction = mantissa.split_once('.').map_or(0, |(_, f)| f.len() as i32);
+    (fraction - exponent).max(0)
+}
+
+/// Whether two numeric cells agree to the precision the less precise of them carries: within
+/// half a unit of its last printed digit (the official answers round to two places), plus
+/// 1e-9 relative for the order in which floating-point sums were added up. A value printed
+/// with 17 significant digits on both sides must agree to about 1e-9.
 fn close(a: &str, b: &str) -> bool {
     match (a.trim().parse::<f64>(), b.trim().parse::<f64>()) {
-        (Ok(x), Ok(y)) => (x - y).abs() <= 0.01_f64.max(1e-6 * x.abs().max(y.abs())),
+        (Ok(x), Ok(y)) => {
+            let places = printed_decimals(a).min(printed_decimals(b));
+            let half_unit = 0.5 * 10f64.powi(-places);
+            let magnitude = x.abs().max(y.abs());
+            (x - y).abs() <= half_unit * (1.0 + 1e-9) + 1e-9 * magnitude
+        }
         _ => a.trim() == b.trim(),
     }
 }
 
 /// Compares a result with an answer (`|`-separated, header first, NULL as empty). Columns
 /// for which `skip(name)` holds are not compared. `Ok(())` or the first difference.
-pub fn compare(result: &QueryOutput, answer: &str, skip: impl Fn(&str) -> bool) -> std::result::Result<(), String> {
+pub fn compare(
+    result: &QueryOutput,
+    answer: &str,
+    skip: impl Fn(&str) -> bool,
+) -> std::result::Result<(), String> {
     let (rows, tolerant) = cells(&result.batches).map_err(|e| e.to_string())?;
     let mut lines = answer.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split('|').collect();
     let expected: Vec<Vec<&str>> = lines.map(|l| l.split('|').collect()).collect();
     if result.schema.fields().len() != header.len() {
-        return Err(format!("{} columns, the answer has {}", result.schema.fields().len(), header.len()));
+        return Err(format!(
+            "{} columns, the answer has {}",
+            result.schema.fields().len(),
+            header.len()
+        ));
     }
     if rows.len() != expected.len() {
-        return Err(format!("{} rows, the answer has {}", rows.len(), expected.len()));
+        return Err(format!(
+            "{} rows, the answer has {}",
+            rows.len(),
+            expected.len()
+        ));
     }
     for (i, (got, want)) in rows.iter().zip(&expected).enumerate() {
         if got.len() != want.len() {
-            return Err(format!("row {}: {} cells, the answer has {}", i + 1, got.len(), want.len()));
+            return Err(format!(
+                "row {}: {} cells, the answer has {}",
+                i + 1,
+                got.len(),
+                want.len()
+            ));
         }
         for (c, (g, w)) in got.iter().zip(want).enumerate() {
             if skip(header[c]) || (g == "NULL" && w.is_empty()) {
                 continue;
             }
-            let ok = if tolerant.get(c).copied().unwrap_or(false) { close(g, w) } else { g.trim() == w.trim() };
+            let ok = if tolerant.get(c).copied().unwrap_or(false) {
+                close(g, w)
+            } else {
+                g.trim() == w.trim()
+            };
             if !ok {
-                return Err(format!("row {}, column {}: got `{g}`, expected `{w}`", i + 1, header[c]));
+                return Err(format!(
+                    "row {}, column {}: got `{g}`, expected `{w}`",
+                    i + 1,
+                    header[c]
+                ));
             }
         }
     }
@@ -65,12 +126,19 @@ pub fn compare(result: &QueryOutput, answer: &str, skip: impl Fn(&str) -> bool) 
 
 /// Runs `queries` in DuckDB (2 threads) over the Parquet partitions the disks of a local
 /// cluster hold; one answer text (or error) per query, in the official answers' format.
-pub fn duckdb_same_data(cluster: &Cluster, catalog: &Catalog, queries: &[&str]) -> Result<Vec<std::result::Result<String, String>>> {
+pub fn duckdb_same_data(
+    cluster: &Cluster,
+    catalog: &Catalog,
+    queries: &[&str],
+) -> Result<Vec<std::result::Result<String, String>>> {
     let mut tables: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for (name, t) in &catalog.tables {
         for (d, p) in &t.placements {
             let dir = cluster.config().disks[*d as usize].dir.clone().ok_or_else(|| HostError::Invalid(format!("disk {d} has no local directory in cluster.toml; the same-data oracle needs a local cluster")))?;
-            tables.entry(name.clone()).or_default().push(dir.join(&p.file).display().to_string());
+            tables
+                .entry(name.clone())
+                .or_default()
+                .push(dir.join(&p.file).display().to_string());
         }
     }
     let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -80,19 +148,66 @@ pub fn duckdb_same_data(cluster: &Cluster, catalog: &Catalog, queries: &[&str]) 
         .arg(serde_json::to_string(&tables).map_err(|e| HostError::Invalid(e.to_string()))?)
         .arg(serde_json::to_string(queries).map_err(|e| HostError::Invalid(e.to_string()))?)
         .output()
-        .map_err(|source| HostError::Io { context: format!("running {python} for the DuckDB oracle"), source })?;
+        .map_err(|source| HostError::Io {
+            context: format!("running {python} for the DuckDB oracle"),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(HostError::Invalid(format!("DuckDB oracle: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(HostError::Invalid(format!(
+            "DuckDB oracle: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
-    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).map_err(|e| HostError::Invalid(format!("DuckDB oracle printed malformed JSON: {e}")))?;
+    let items: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| HostError::Invalid(format!("DuckDB oracle printed malformed JSON: {e}")))?;
     Ok(items
         .into_iter()
         .map(|v| match v {
             serde_json::Value::String(s) => Ok(s),
-            other => Err(other.get("error").and_then(|e| e.as_str()).unwrap_or("unknown error").to_string()),
+            other => Err(other
+                .get("error")
+                .and_then(|e| e.as_str())
+                .unwrap_or("unknown error")
+                .to_string()),
         })
         .collect())
 }
 
 const SAME_DATA_PY: &str = include_str!("duckdb_same_data.py");
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn printed_precision() {
+        assert_eq!(printed_decimals("0.05"), 2);
+        assert_eq!(printed_decimals("12"), 0);
+        assert_eq!(printed_decimals("-3.250"), 3);
+        assert_eq!(printed_decimals("1.5e-7"), 8);
+        assert_eq!(printed_decimals("2.5E+3"), 0);
+    }
+
+    #[test]
+    fn close_to_the_printed_precision_only() {
+        // An answer rounded to two places: anything that rounds to it agrees.
+        assert!(close("0.049985", "0.05"));
+        assert!(close("0.0549", "0.05"));
+        assert!(
+            !close("0.0551", "0.05"),
+            "Q1's avg_disc off by 10 % must not pass"
+        );
+        assert!(!close("0.06", "0.05"));
+        assert!(close("38273.129734", "38273.13"));
+        assert!(!close("38273.14", "38273.13"));
+        // Both sides at full precision: 1e-9 relative.
+        assert!(close("0.04998529583839761", "0.04998529583839762"));
+        assert!(!close("0.04998529583839761", "0.04998534583839761"));
+        assert!(close("55909065222.82769", "55909065222.827690001"));
+        // A six-place decimal against a full double: half a unit of the sixth place.
+        assert!(close("0.049985", "0.04998529583839761"));
+        assert!(!close("0.049987", "0.04998529583839761"));
+        assert!(close("alpha", " alpha"));
+        assert!(!close("alpha", "beta"));
+    }
+}

@@ -4,20 +4,35 @@ use std::process::{Command, Output};
 
 /// Runs `adisk --dir DIR ARGS…` (ignoring `$ADISK_HOME`).
 pub fn adisk(dir: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir).args(args).env_remove("ADISK_HOME").output().expect("adisk runs")
+    Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(args)
+        .env_remove("ADISK_HOME")
+        .output()
+        .expect("adisk runs")
 }
 
 /// Runs adisk and expects success; returns standard output.
 pub fn ok(dir: &Path, args: &[&str]) -> String {
     let out = adisk(dir, args);
-    assert!(out.status.success(), "adisk {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "adisk {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
 /// Runs adisk and expects a failure without a panic; returns standard error.
 pub fn fails(dir: &Path, args: &[&str]) -> String {
     let out = adisk(dir, args);
-    assert!(!out.status.success(), "adisk {args:?} should fail but printed:\n{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        !out.status.success(),
+        "adisk {args:?} should fail but printed:\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     let err = String::from_utf8_lossy(&out.stderr).to_string();
     assert!(!err.contains("panicked"), "adisk {args:?} panicked:\n{err}");
     err
@@ -29,7 +44,53 @@ pub fn fails(dir: &Path, args: &[&str]) -> String {
 pub fn duckdb(dir: &Path, sql: &str) -> Vec<Vec<serde_json::Value>> {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/duckdb_query.py");
     let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
-    let out = Command::new(python).arg(script).arg(dir).arg(sql).output().expect("python runs");
-    assert!(out.status.success(), "DuckDB oracle failed (pip install duckdb):\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(python)
+        .arg(script)
+        .arg(dir)
+        .arg(sql)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "DuckDB oracle failed (pip install duckdb):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serde_json::from_slice(&out.stdout).expect("oracle json")
+}
+
+/// Waits until `condition` holds, polling every 20 ms; fails the test naming `what` when it
+/// has not held within `timeout` (tests wait on conditions, never on fixed sleeps).
+#[allow(dead_code)] // not every test binary uses it
+pub fn wait_until(what: &str, timeout: std::time::Duration, mut condition: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + timeout;
+    while !condition() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// Whether process `pid` has exited (gone, or a zombie nobody reaped yet).
+#[allow(dead_code)]
+pub fn process_gone(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => true,
+    }
+}
+
+/// The pids of the disk processes `adisk up` recorded in `cluster.toml`, in disk order.
+#[allow(dead_code)]
+pub fn disk_pids(dir: &Path) -> Vec<i32> {
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
+    config
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pid"))
+        .filter_map(|v| v.trim_start().strip_prefix('='))
+        .filter_map(|p| p.trim().parse().ok())
+        .collect()
 }
