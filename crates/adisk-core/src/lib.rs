@@ -6,7 +6,8 @@
 //! ```
 //!
 //! * [`config`]: the `cluster.toml` a host reads (disks, addresses, memory) — validated, typed errors.
-//! * [`protocol`]: job specifications (input stream, disklet pipeline, output sink), action names.
+//! * [`protocol`]: job specifications (a graph: input streams, stages, outputs to sinks), action names.
+//! * [`graph`]: the checks a job graph passes before a disk admits it (ports read once, no cycles).
 //! * [`stats`]: per-job, per-stage statistics (bytes read / skipped / shipped, rows, CPU, memory).
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
 //!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
@@ -17,6 +18,7 @@
 
 pub mod bloom;
 pub mod config;
+pub mod graph;
 pub mod hash;
 pub mod protocol;
 pub mod sketch;

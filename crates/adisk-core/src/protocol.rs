@@ -80,22 +80,80 @@ pub enum Source {
         /// Schema of the batches the host sends.
         schema: Schema,
     },
+    /// Disk-resident, temporary: the [`StoredStream::Temp`] of the same name that an earlier
+    /// output of this job writes; reading starts once that output is complete.
+    Temp {
+        /// Name within the job.
+        name: String,
+    },
 }
 
-/// Where a job's output goes.
+/// Where one output stream of a job goes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum Sink {
-    /// Back to the host over the job's own Flight call.
+    /// Back to the host over the job's own Flight call (at most one output per job).
     Host,
-    /// To other disks: output `i` of the last stage (a `partition` disklet) goes to `targets[i]`.
+    /// To other disks' [`Source::Pipe`] inputs (disk-to-disk exchange): each row goes to the
+    /// target(s) its [`Route`] chooses.
     Exchange {
         /// Exchange identifier (the receivers' [`Source::Pipe`]).
         exchange_id: String,
-        /// Addresses (`host:port`) of the receiving disks, one per output.
+        /// Addresses (`host:port`) of the receiving disks.
         targets: Vec<String>,
         /// This sender's number, 0..senders-1.
         sender: u32,
+        /// How rows are routed to the targets.
+        #[serde(default)]
+        route: Route,
+    },
+    /// A disk-resident stream written to this disk's own storage.
+    Store {
+        /// What is written.
+        stream: StoredStream,
+    },
+}
+
+/// How an exchange output routes rows to its targets.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Route {
+    /// Every row to every target (replication). With one target: a plain pipe.
+    #[default]
+    Broadcast,
+    /// Row to target `hash(keys) mod targets` ([`crate::hash`], the same on every disk).
+    Hash {
+        /// Key expressions over the port's columns.
+        keys: Vec<ExprBytes>,
+    },
+    /// Row to target `i` where `bounds[i-1] < key <= bounds[i]` (target 0 below the first
+    /// bound, the last target above the last one): `targets = bounds + 1`.
+    Range {
+        /// Key expression.
+        key: ExprBytes,
+        /// Ascending literal expressions.
+        bounds: Vec<ExprBytes>,
+    },
+}
+
+/// A disk-resident stream a job writes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum StoredStream {
+    /// Temporary: lives under the job's temporary directory, is read back by a later stage
+    /// of the same job ([`Source::Temp`]) and is deleted when the job ends, also when it fails.
+    Temp {
+        /// Name within the job.
+        name: String,
+    },
+    /// A named result: a partition of table `name` (memik's "results stay at the disks"),
+    /// written through the storage layer's tmp-and-rename path; later jobs and SQL read it like
+    /// any table; listed and dropped like one.
+    Result {
+        /// Table name.
+        name: String,
+        /// Partition number (unique within the table across the cluster).
+        partition: u32,
     },
 }
 
@@ -179,6 +237,20 @@ pub enum DiskletSpec {
         /// The encoded plan.
         plan: ExprBytes,
     },
+    /// k-way merge of inputs each sorted by `keys` into one sorted output (all inputs have
+    /// the same schema).
+    Merge {
+        /// Sort keys (column expressions over the inputs).
+        keys: Vec<SortKey>,
+    },
+    /// Inner equi-join: input 0 (build) is read whole into a hash table within scratch, then
+    /// input 1 (probe) streams past it. Output: the build columns, then the probe columns.
+    HashJoin {
+        /// Key expressions over the build input.
+        build_keys: Vec<ExprBytes>,
+        /// Key expressions over the probe input (same count and types).
+        probe_keys: Vec<ExprBytes>,
+    },
     /// A user disklet installed on the disk (WebAssembly, ABI v1, see `docs/disklet-abi.md`).
     Wasm {
         /// Installed name.
@@ -213,24 +285,58 @@ impl DiskletSpec {
             DiskletSpec::SortRuns { .. } => "sort_runs",
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => "sql_select",
             DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => "sql_aggregate",
+            DiskletSpec::Merge { .. } => "merge",
+            DiskletSpec::HashJoin { .. } => "hash_join",
             DiskletSpec::Wasm { .. } => "wasm",
+        }
+    }
+
+    /// Output ports (known from the spec alone: admission sizes the grant with it).
+    pub fn output_ports(&self) -> u32 {
+        match self {
+            DiskletSpec::Partition { partitions, .. } => *partitions,
+            _ => 1,
+        }
+    }
+
+    /// Inputs the disklet takes: `None` for any number from one up (`merge`).
+    pub fn inputs(&self) -> Option<usize> {
+        match self {
+            DiskletSpec::Merge { .. } => None,
+            DiskletSpec::HashJoin { .. } => Some(2),
+            _ => Some(1),
         }
     }
 }
 
-/// A job for one disk: an input stream, a pipeline of disklets joined by pipe streams, a sink.
+/// Most stages, inputs or outputs in one job.
+pub const MAX_JOB_GRAPH_NODES: usize = 256;
+
+/// Most output ports of one stage.
+pub const MAX_STAGE_PORTS: u32 = 1024;
+
+/// A job for one disk: a graph of stages over input streams, whose outputs go to sinks.
+///
+/// ```text
+///   inputs[0] ──► stages[0] ──► stages[2] ──► outputs[0] (host)
+///   inputs[1] ──► stages[1] ──┘          └──► outputs[1] (exchange by hash, to 4 disks)
+/// ```
+///
+/// Stages are listed in an order where every stage reads only inputs and earlier stages'
+/// ports ([`Port`]), so the graph has no cycles; every port is read exactly once, by a stage or
+/// by an output. The host wires every edge; a disklet never chooses an endpoint.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct JobSpec {
     /// Unique id chosen by the host.
     pub job_id: String,
     /// Which host program submitted it (fair sharing is per program).
     pub program: String,
-    /// Input stream.
-    pub source: Source,
-    /// Disklets, in order; stage i's output is stage i+1's input.
-    pub stages: Vec<DiskletSpec>,
-    /// Output.
-    pub sink: Sink,
+    /// Input streams, [`Port::Input`]`(i)`.
+    pub inputs: Vec<Source>,
+    /// The stages (disklets) and the ports each reads.
+    pub stages: Vec<Stage>,
+    /// Output streams: a port each, to a sink.
+    pub outputs: Vec<Output>,
     /// Scratch memory requested per stage, in KiB (granted at admission or refused).
     pub scratch_kib: u64,
     /// Stream buffer size for this job, KiB (0: the disk's own; at most
@@ -238,12 +344,76 @@ pub struct JobSpec {
     /// default: fewer, larger batches cut the per-buffer cost of vectorized operators.
     #[serde(default)]
     pub buffer_kib: u64,
+    /// Temporary disk space the job may write (spill files, temporary streams), KiB; granted
+    /// at admission like memory. 0: none.
+    #[serde(default)]
+    pub temp_kib: u64,
+}
+
+/// One stage of a job: a disklet and the ports it reads, in the disklet's input order.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Stage {
+    /// The disklet.
+    pub disklet: DiskletSpec,
+    /// Its inputs.
+    pub inputs: Vec<Port>,
+}
+
+/// A stream endpoint inside a job.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum Port {
+    /// Input stream `i` of the job.
+    Input(u32),
+    /// Output port `port` of stage `stage`.
+    Stage {
+        /// Stage index.
+        stage: u32,
+        /// Output port of that stage.
+        port: u32,
+    },
+}
+
+/// An output stream of a job: one port, to one sink.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Output {
+    /// The port.
+    pub from: Port,
+    /// Where it goes.
+    pub sink: Sink,
 }
 
 /// Largest stream buffer a job may ask for, KiB.
 pub const MAX_JOB_BUFFER_KIB: u64 = 16 * 1024;
 
 impl JobSpec {
+    /// A chain: `source` → `stages[0]` → … → `stages[n-1]` → `sink` (for a final `partition`
+    /// stage with an exchange sink: output port `i` to `targets[i]`).
+    pub fn chain(job_id: impl Into<String>, program: impl Into<String>, source: Source, stages: Vec<DiskletSpec>, sink: Sink) -> Self {
+        let count = stages.len() as u32;
+        let last = |port: u32| if count == 0 { Port::Input(0) } else { Port::Stage { stage: count - 1, port } };
+        let ends_in_partition = matches!(stages.last(), Some(DiskletSpec::Partition { .. }));
+        let outputs = match sink {
+            Sink::Exchange { exchange_id, targets, sender, route: Route::Broadcast } if ends_in_partition => targets
+                .into_iter()
+                .enumerate()
+                .map(|(i, t)| Output { from: last(i as u32), sink: Sink::Exchange { exchange_id: exchange_id.clone(), targets: vec![t], sender, route: Route::Broadcast } })
+                .collect(),
+            sink => vec![Output { from: last(0), sink }],
+        };
+        let stages = stages
+            .into_iter()
+            .enumerate()
+            .map(|(i, disklet)| Stage { disklet, inputs: vec![if i == 0 { Port::Input(0) } else { Port::Stage { stage: i as u32 - 1, port: 0 } }] })
+            .collect();
+        JobSpec { job_id: job_id.into(), program: program.into(), inputs: vec![source], stages, outputs, scratch_kib: 0, buffer_kib: 0, temp_kib: 0 }
+    }
+
+    /// The disklets, in stage order.
+    pub fn disklets(&self) -> impl Iterator<Item = &DiskletSpec> {
+        self.stages.iter().map(|s| &s.disklet)
+    }
+
     /// Encodes as JSON bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).expect("a JobSpec always serializes")
@@ -396,6 +566,15 @@ pub struct DiskStatus {
     pub jobs_failed: u64,
     /// Tables and their local row counts.
     pub tables: Vec<(String, u64)>,
+    /// Temporary disk space currently granted to jobs.
+    #[serde(default)]
+    pub temp_granted_bytes: u64,
+    /// Bytes of temporary files on disk now (spill files, temporary streams).
+    #[serde(default)]
+    pub temp_files_bytes: u64,
+    /// Open disk-to-disk exchange inboxes.
+    #[serde(default)]
+    pub exchange_inboxes: u32,
 }
 
 /// Request to install a user disklet on a disk.
@@ -428,6 +607,9 @@ pub struct DiskletInfo {
     pub compiled: bool,
     /// Time its compilation took (0 if not compiled yet).
     pub compile_ns: u64,
+    /// Jobs that instantiated it (and so ran its `init`) since the disk started.
+    #[serde(default)]
+    pub instances: u64,
 }
 
 /// Request to generate deterministic grayscale images at a disk (`files/images/img-NNNNN.gray`).

@@ -33,7 +33,7 @@ pub fn status_of(e: &DiskOsError) -> Status {
         DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => Status::failed_precondition(msg),
         DiskOsError::Storage(_) => Status::internal(msg),
         DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } => Status::invalid_argument(msg),
-        DiskOsError::GrantTooLarge { .. } | DiskOsError::AdmissionQueueFull { .. } | DiskOsError::AdmissionTimeout { .. } | DiskOsError::ScratchExceeded { .. } => {
+        DiskOsError::GrantTooLarge { .. } | DiskOsError::AdmissionQueueFull { .. } | DiskOsError::AdmissionTimeout { .. } | DiskOsError::ScratchExceeded { .. } | DiskOsError::TempSpaceExceeded { .. } => {
             Status::resource_exhausted(msg)
         }
         DiskOsError::Decode { .. } => Status::data_loss(msg),
@@ -82,12 +82,11 @@ impl DiskService {
 /// Streams a running job's output as Flight data; ends with the job's error, if any.
 fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status>> {
     let RunningJob { schema, output, state, done } = job;
-    // Dropping the response (the host went away) cancels the job.
+    // Dropping the response (the host went away) cancels the job. The guard lives in the
+    // tail, which waits for the job's end: a job whose outputs all go elsewhere (other disks,
+    // results) sends the host nothing, yet runs until it is done.
     let guard = CancelOnDrop(state.clone());
-    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| {
-        let _alive = &guard;
-        Ok(adisk_diskos::disklets::compact_views(b.batch.clone()))
-    });
+    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| Ok(adisk_diskos::disklets::compact_views(b.batch.clone())));
     let counting = state.clone();
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema)
@@ -100,6 +99,7 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
             .map_err(|e| Status::internal(format!("encoding results: {e}")))
         });
     let tail = stream::once(async move {
+        let _alive = guard;
         let outcome = done.await;
         state.finish_wall();
         match outcome {

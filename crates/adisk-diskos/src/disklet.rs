@@ -1,7 +1,9 @@
 //! The disklet interface: all code that runs at a disk implements [`Disklet`].
 //!
-//! A disklet is created ("init") from its parameters and a scratch grant, is handed the input
-//! stream one buffer at a time (`process`), and is told when the input ends (`finish`). It
+//! A disklet is created ("init") from its parameters and a scratch grant, is handed its input
+//! streams one buffer at a time (`process`; a disklet with several inputs says which one it
+//! wants next, [`Disklet::next_input`]), is told when each input ends (`input_ended`) and when
+//! all have (`finish`). It
 //! emits output buffers through an [`Emitter`] onto output ports the host wired; it cannot
 //! allocate beyond its scratch (it reports its use, and the built-ins flush or fail when the
 //! grant is reached), open files or sockets, or choose its streams.
@@ -16,12 +18,23 @@ pub struct InputBuffer<'a> {
     pub batch: &'a RecordBatch,
     /// Position of the first row in the input stream (rows for tables, bytes for files).
     pub position: u64,
+    /// Which of the disklet's inputs it comes from (0 for a disklet with one input).
+    pub input: usize,
+}
+
+/// Which input a disklet wants its next buffer from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextInput {
+    /// Whichever input has a buffer first.
+    Any,
+    /// This input (if it has ended, whichever has a buffer).
+    Input(usize),
 }
 
 /// Collects what a disklet emits during one call.
 pub struct Emitter {
     outputs: Vec<Vec<RecordBatch>>,
-    skips: Vec<Range<u64>>,
+    skips: Vec<(usize, Range<u64>)>,
     done: bool,
 }
 
@@ -47,18 +60,23 @@ impl Emitter {
         }
     }
 
-    /// Asks the input stream to skip `range` (positions as in [`InputBuffer::position`]).
-    /// Advisory: buffers already read are still delivered.
+    /// Asks the (first) input stream to skip `range` (positions as in
+    /// [`InputBuffer::position`]). Advisory: buffers already read are still delivered.
     pub fn skip(&mut self, range: Range<u64>) {
+        self.skip_input(0, range);
+    }
+
+    /// Asks input `input` to skip `range`; only disk-resident inputs (tables, files) skip.
+    pub fn skip_input(&mut self, input: usize, range: Range<u64>) {
         if range.start < range.end {
-            self.skips.push(range);
+            self.skips.push((input, range));
         }
     }
 
-    /// Says the disklet needs no more input: the rest of the stream is skipped.
+    /// Says the disklet needs no more input: the rest of every input is skipped.
     pub fn done(&mut self) {
         self.done = true;
-        self.skips.push(0..u64::MAX);
+        self.skips.push((0, 0..u64::MAX));
     }
 
     /// True once [`Emitter::done`] was called.
@@ -72,8 +90,8 @@ impl Emitter {
         std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect())
     }
 
-    /// Takes the skip requests.
-    pub fn take_skips(&mut self) -> Vec<Range<u64>> {
+    /// Takes the skip requests, by input.
+    pub fn take_skips(&mut self) -> Vec<(usize, Range<u64>)> {
         std::mem::take(&mut self.skips)
     }
 }
@@ -91,12 +109,23 @@ pub trait Disklet: Send {
     fn output_ports(&self) -> usize {
         1
     }
+    /// Which input the next buffer should come from (asked before every buffer).
+    fn next_input(&self) -> NextInput {
+        NextInput::Any
+    }
     /// Processes one input buffer.
     ///
     /// # Errors
     /// Evaluation errors, or [`crate::DiskOsError::ScratchExceeded`]; the job then fails.
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()>;
-    /// Called once at the end of the input.
+    /// Called once when input `input` has delivered its last buffer (before `finish`).
+    ///
+    /// # Errors
+    /// As for `process`.
+    fn input_ended(&mut self, _input: usize, _out: &mut Emitter) -> Result<()> {
+        Ok(())
+    }
+    /// Called once after every input ended.
     fn finish(&mut self, out: &mut Emitter) -> Result<()>;
     /// Scratch bytes in use now.
     fn scratch_bytes(&self) -> u64 {

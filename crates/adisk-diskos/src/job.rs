@@ -1,19 +1,21 @@
-//! Jobs: admission, wiring of streams and disklets, fair scheduling, statistics.
-use crate::disklet::{Disklet, Emitter, InputBuffer};
+//! Jobs: admission, building and wiring of job graphs, fair scheduling, statistics.
+use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
 use crate::exchange::{ExchangeRegistry, PipeMessage};
 use crate::expr::ExprPlanner;
 use crate::memory::{Account, Grant, MemoryBudget};
 use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
 use crate::{DiskOsError, Result, disklets};
-use adisk_core::protocol::{DiskStatus, DiskletSpec, FragmentKind, JobSpec, Sink, Source};
+use crate::wiring::{Router, TempArea};
+use adisk_core::protocol::{DiskStatus, DiskletSpec, FragmentKind, JobSpec, Port, Sink, Source, StoredStream};
 use adisk_core::stats::{DiskJobStats, StageStats};
 use adisk_storage::StorageError;
 use adisk_storage::store::DiskStore;
+use adisk_storage::writer::PartitionWriter;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::physical_optimizer::pruning::PruningPredicate;
 use futures::future::BoxFuture;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,6 +23,9 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 
 /// Smallest stream buffer a job may ask for, KiB.
 pub const MIN_JOB_BUFFER_KIB: u64 = 16;
+
+/// Temporary disk space a disk grants its jobs in all, unless configured otherwise.
+pub const DEFAULT_TEMP_BYTES: u64 = 4 << 30;
 
 /// DiskOS limits of one disk.
 #[derive(Clone, Debug)]
@@ -45,6 +50,8 @@ pub struct DiskOsConfig {
     pub finished_jobs_kept: usize,
     /// Storage read rate limit in bytes per second, shared by all jobs (0: unthrottled).
     pub read_bytes_per_sec: u64,
+    /// Temporary disk space (spill files, temporary streams) the disk grants jobs in all.
+    pub temp_bytes: u64,
 }
 
 impl DiskOsConfig {
@@ -61,6 +68,7 @@ impl DiskOsConfig {
             default_scratch_bytes: (memory_bytes / 4).max(buffer_bytes),
             finished_jobs_kept: 1024,
             read_bytes_per_sec: 0,
+            temp_bytes: DEFAULT_TEMP_BYTES,
         }
     }
 }
@@ -230,12 +238,14 @@ pub struct DiskOs {
     jobs_finished: AtomicU64,
     jobs_failed: AtomicU64,
     read_limiter: Option<Arc<crate::stream::ReadLimiter>>,
+    temp_budget: MemoryBudget,
+    temp_serial: AtomicU64,
 }
 
 impl DiskOs {
     /// A DiskOS over `store`.
     pub fn new(config: DiskOsConfig, store: Arc<DiskStore>, connector: Arc<dyn PipeConnector>) -> Arc<Self> {
-        Arc::new(DiskOs {
+        let os = Arc::new(DiskOs {
             budget: Arc::new(MemoryBudget::new(config.memory_bytes, config.max_waiting_jobs, config.admission_timeout)),
             compute: Arc::new(Semaphore::new(config.compute_slots.max(1))),
             read_limiter: (config.read_bytes_per_sec > 0).then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),
@@ -247,9 +257,24 @@ impl DiskOs {
             finished: Mutex::new(VecDeque::new()),
             jobs_finished: AtomicU64::new(0),
             jobs_failed: AtomicU64::new(0),
+            temp_budget: MemoryBudget::new(config.temp_bytes, config.max_waiting_jobs, config.admission_timeout),
+            temp_serial: AtomicU64::new(0),
             config,
             store,
-        })
+        });
+        os.clear_temp_root();
+        os
+    }
+
+    /// Removes what jobs of an earlier run of this disk left in the temporary area (a crash,
+    /// a kill): no job of this run can own it.
+    fn clear_temp_root(&self) {
+        let root = self.temp_root();
+        match std::fs::remove_dir_all(&root) {
+            Ok(()) => tracing::warn!(dir = %root.display(), "removed temporary files an earlier run left"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(dir = %root.display(), "could not clear the temporary area: {e}"),
+        }
     }
 
     /// Installs the registry of user disklets (once; later calls are ignored).
@@ -262,13 +287,16 @@ impl DiskOs {
         self.user.get()
     }
 
-    fn build_stage(&self, stage: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
+    fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
         match stage {
             DiskletSpec::Wasm { name, params, fuel } => {
                 let user = self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))?;
+                let [input] = inputs else {
+                    return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` (ABI v1) takes one input, got {}", inputs.len())));
+                };
                 user.build(name, params, *fuel, input)
             }
-            _ => disklets::build(stage, input, scratch_bytes, &self.planner),
+            _ => disklets::build(stage, inputs, scratch_bytes, &self.planner),
         }
     }
 
@@ -302,6 +330,9 @@ impl DiskOs {
             jobs_finished: self.jobs_finished.load(Ordering::Relaxed),
             jobs_failed: self.jobs_failed.load(Ordering::Relaxed),
             tables: catalog.tables.iter().map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.rows).sum())).collect(),
+            temp_granted_bytes: self.temp_budget.granted_bytes(),
+            temp_files_bytes: directory_bytes(&self.temp_root()),
+            exchange_inboxes: self.exchanges.open() as u32,
         }
     }
 
@@ -314,9 +345,9 @@ impl DiskOs {
     }
 
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
-        let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib * 1024 };
+        let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib.saturating_mul(1024) };
         match stage {
-            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => requested,
+            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
@@ -337,38 +368,81 @@ impl DiskOs {
                 adisk_core::protocol::MAX_JOB_BUFFER_KIB
             )));
         }
-        if spec.stages.iter().any(|s| matches!(s, DiskletSpec::Wasm { .. })) && spec.buffer_kib * 1024 != self.config.buffer_bytes {
+        if spec.disklets().any(|s| matches!(s, DiskletSpec::Wasm { .. })) && spec.buffer_kib * 1024 != self.config.buffer_bytes {
             // A user disklet's input area is sized for the disk's buffers at install.
             return Err(DiskOsError::InvalidJob("a job with a user disklet runs with the disk's own buffer size".into()));
         }
         Ok(spec.buffer_kib * 1024)
     }
 
-    /// Admits and starts a job. `host_input` feeds a [`Source::Host`] stream.
+    /// Admits and starts a job. `host_input` feeds its [`Source::Host`] input, if it has one.
+    ///
+    /// The grant — every stream's buffer slots, every stage's scratch and the temporary disk
+    /// space — is computed from the spec alone and taken before any stage is built: no plan
+    /// fragment is decoded, no Bloom filter checked and no user disklet instantiated (its
+    /// `init` is guest code) for a job that is refused, and a failure while building returns
+    /// the grant at once.
     ///
     /// # Errors
-    /// Unknown table/column, invalid stages, memory refused — before anything runs.
+    /// A malformed graph, unknown table/column, invalid stages, memory or temporary space
+    /// refused — before anything runs.
     pub async fn start_job(self: &Arc<Self>, spec: JobSpec, host_input: Option<mpsc::Receiver<RecordBatch>>) -> Result<RunningJob> {
-        // 1. The input stream and its schema.
-        let (source_schema, table_plan) = match &spec.source {
+        let shape = adisk_core::graph::check(&spec).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+        let host_inputs = spec.inputs.iter().filter(|s| matches!(s, Source::Host { .. })).count();
+        if host_inputs > 1 || (host_inputs == 1) != host_input.is_some() {
+            return Err(DiskOsError::InvalidJob("a host-resident input needs a DoExchange call (and only it), one per job".into()));
+        }
+        let sources = spec.inputs.iter().map(|s| self.plan_source(s)).collect::<Result<Vec<_>>>()?;
+        let buffer_bytes = self.job_buffer_bytes(&spec)?;
+        let scratch: Vec<u64> = spec.disklets().map(|d| self.scratch_for(&spec, d)).collect();
+        let streams = shape.streams + spec.outputs.iter().map(|o| routed_streams(&o.sink)).sum::<u64>();
+        let buffers = streams.saturating_mul(u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream))).saturating_mul(buffer_bytes);
+        let requested = buffers.saturating_add(scratch.iter().sum::<u64>());
+        let wait = Instant::now();
+        let grant = self.budget.grant(requested).await?;
+        let temp = self.temp_grant(&spec).await?;
+        let admission_wait_ns = wait.elapsed().as_nanos() as u64;
+        // Only now is stage code run (a failure drops the grants, returning them).
+        let built = self.build(&spec, &sources, &scratch).await?;
+        let described: Vec<(&'static str, u64, (u64, u64))> = built.stages.iter().zip(&scratch).map(|(d, s)| (d.name(), *s, d.setup_ns())).collect();
+        let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
+        state.admission_wait_ns.store(admission_wait_ns, Ordering::Relaxed);
+        state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
+        *state.account.lock().expect("account lock") = Some(grant.account().clone());
+        self.running.lock().expect("running lock").push(state.clone());
+        let area = TempArea::new(&self.temp_root(), self.temp_serial.fetch_add(1, Ordering::Relaxed), temp.as_ref().map_or(0, Grant::bytes));
+        let job = Launch { spec, grants: (grant, temp), area: Arc::new(area), state, sources, built, host_input, buffer_bytes };
+        Ok(self.launch(job))
+    }
+
+    /// The temporary-space grant of `spec` (none when it asks for none).
+    async fn temp_grant(&self, spec: &JobSpec) -> Result<Option<Grant>> {
+        if spec.temp_kib == 0 {
+            return Ok(None);
+        }
+        let bytes = spec.temp_kib.saturating_mul(1024);
+        match self.temp_budget.grant(bytes).await {
+            Ok(g) => Ok(Some(g)),
+            Err(DiskOsError::GrantTooLarge { requested_bytes, budget_bytes }) => {
+                Err(DiskOsError::TempSpaceExceeded { granted_bytes: 0, detail: format!("the job asks for {requested_bytes} bytes, the disk grants at most {budget_bytes}") })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Where the jobs' temporary areas live (emptied when the disk starts).
+    fn temp_root(&self) -> std::path::PathBuf {
+        self.store.dir().join("tmp")
+    }
+
+    /// The input stream's schema and, for a table, what to read: checks the table, the
+    /// columns and the pruning predicate. A temporary stream's schema is that of the port
+    /// that writes it (known once that port's stage is built).
+    fn plan_source(&self, source: &Source) -> Result<(Option<SchemaRef>, Option<TablePlan>)> {
+        match source {
             Source::Table { table, columns, prune } => {
                 let info = self.store.table(table)?;
-                let projection: Vec<usize> = if columns.is_empty() {
-                    (0..info.schema.fields().len()).collect()
-                } else {
-                    columns
-                        .iter()
-                        .map(|c| {
-                            info.schema.index_of(c).map_err(|_| {
-                                DiskOsError::Storage(StorageError::UnknownColumn {
-                                    table: table.clone(),
-                                    column: c.clone(),
-                                    available: info.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
-                                })
-                            })
-                        })
-                        .collect::<Result<_>>()?
-                };
+                let projection = column_indices(&info, table, columns)?;
                 let schema = projected_schema(&info.schema, &projection);
                 let prune = match prune {
                     Some(p) => {
@@ -380,191 +454,182 @@ impl DiskOs {
                     }
                     None => None,
                 };
-                (schema, Some((info, projection, prune)))
+                Ok((Some(schema), Some((info, projection, prune))))
             }
-            Source::File { .. } => (file_schema(), None),
-            Source::Pipe { schema, .. } | Source::Host { schema } => (Arc::new(schema.clone()), None),
-        };
-        if matches!(spec.source, Source::Host { .. }) != host_input.is_some() {
-            return Err(DiskOsError::InvalidJob("host-resident input needs a DoExchange call (and only it)".into()));
+            Source::File { .. } => Ok((Some(file_schema()), None)),
+            Source::Pipe { schema, .. } | Source::Host { schema } => Ok((Some(Arc::new(schema.clone())), None)),
+            Source::Temp { .. } => Ok((None, None)),
         }
-        let buffer_bytes = self.job_buffer_bytes(&spec)?;
-        // 2. Init the disklets, each on the previous one's output schema.
-        let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
-        let mut scratch = Vec::with_capacity(spec.stages.len());
-        let mut schema = source_schema.clone();
-        for (i, stage) in spec.stages.iter().enumerate() {
-            let s = self.scratch_for(&spec, stage);
-            let d = if matches!(stage, DiskletSpec::Wasm { .. }) {
-                // Compiling and a user init run guest code: keep them off the async workers.
-                let (os, stage, input) = (self.clone(), stage.clone(), schema.clone());
-                tokio::task::spawn_blocking(move || os.build_stage(&stage, &input, s)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
-            } else {
-                self.build_stage(stage, &schema, s)?
-            };
-            if d.output_ports() > 1 && i + 1 != spec.stages.len() {
-                return Err(DiskOsError::InvalidJob("only the last stage may have several outputs".into()));
-            }
-            schema = d.output_schema();
-            scratch.push((d.name(), s, d.setup_ns()));
-            stages.push(d);
-        }
-        let last_ports = stages.last().map_or(1, |d| d.output_ports());
-        match &spec.sink {
-            Sink::Host if last_ports != 1 => return Err(DiskOsError::InvalidJob("a job whose output goes to the host must end with one output".into())),
-            Sink::Exchange { targets, .. } if targets.len() != last_ports || !matches!(spec.stages.last(), Some(DiskletSpec::Partition { .. })) => {
-                return Err(DiskOsError::InvalidJob(format!("an exchange needs a final partition stage with one output per target ({} targets, {last_ports} outputs)", targets.len())));
-            }
-            _ => {}
-        }
-        // 3. Admission: every stream's buffer slots and every stage's scratch, granted up front.
-        let streams = 1 + stages.len() as u64 + (last_ports as u64 - 1);
-        let buffers = streams * u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream)) * buffer_bytes;
-        let requested = buffers + scratch.iter().map(|(_, s, _)| s).sum::<u64>();
-        let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &scratch));
-        let wait = Instant::now();
-        let grant = self.budget.grant(requested).await?;
-        state.admission_wait_ns.store(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
-        *state.account.lock().expect("account lock") = Some(grant.account().clone());
-        self.running.lock().expect("running lock").push(state.clone());
-        Ok(self.launch(spec, grant, state, source_schema, table_plan, stages, schema, host_input, buffer_bytes))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn launch(
-        self: &Arc<Self>,
-        spec: JobSpec,
-        grant: Grant,
-        state: Arc<JobState>,
-        source_schema: SchemaRef,
-        table_plan: Option<(adisk_core::protocol::TableInfo, Vec<usize>, Option<Arc<PruningPredicate>>)>,
-        stages: Vec<Box<dyn Disklet>>,
-        out_schema: SchemaRef,
-        host_input: Option<mpsc::Receiver<RecordBatch>>,
-        buffer_bytes: u64,
-    ) -> RunningJob {
-        let account = grant.account().clone();
+    /// Builds (inits) the disklets in order, each on the schemas of the ports it reads, and
+    /// plans the outputs' routers. Runs after admission: building decodes plan fragments and
+    /// runs a user disklet's `init`.
+    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64]) -> Result<Built> {
+        let mut schemas: BTreeMap<Port, SchemaRef> = sources.iter().enumerate().filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s))).collect();
+        resolve_temp_schemas(spec, &mut schemas);
+        let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
+        for (i, (stage, &s)) in spec.stages.iter().zip(scratch).enumerate() {
+            let inputs = stage.inputs.iter().map(|p| schemas.get(p).cloned().ok_or_else(|| DiskOsError::InvalidJob(format!("stage {i} reads {p:?}, a temporary stream written only later")))).collect::<Result<Vec<_>>>()?;
+            let d = if matches!(stage.disklet, DiskletSpec::Wasm { .. }) {
+                // Compiling and a user init run guest code: keep them off the async workers.
+                let (os, disklet) = (self.clone(), stage.disklet.clone());
+                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
+            } else {
+                self.build_stage(&stage.disklet, &inputs, s)?
+            };
+            if d.output_ports() as u32 != stage.disklet.output_ports() {
+                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, its spec {}", d.output_ports(), stage.disklet.output_ports())));
+            }
+            for port in 0..d.output_ports() as u32 {
+                schemas.insert(Port::Stage { stage: i as u32, port }, d.output_schema());
+            }
+            resolve_temp_schemas(spec, &mut schemas);
+            stages.push(d);
+        }
+        if let Some(i) = (0..spec.inputs.len()).find(|i| !schemas.contains_key(&Port::Input(*i as u32))) {
+            return Err(DiskOsError::InvalidJob(format!("input {i}: the temporary stream it reads is never written from a known port")));
+        }
+        let routers = spec
+            .outputs
+            .iter()
+            .map(|o| match &o.sink {
+                Sink::Exchange { route, targets, .. } if targets.len() > 1 => Ok(Some(Router::new(route, &schemas[&o.from], &self.planner)?)),
+                _ => Ok(None),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Built { stages, schemas, routers })
+    }
+
+    fn launch(self: &Arc<Self>, job: Launch) -> RunningJob {
+        let Launch { spec, grants, area, state, sources, built, mut host_input, buffer_bytes } = job;
+        let Built { stages, schemas, mut routers } = built;
+        let account = grants.0.account().clone();
         let n = self.config.buffers_per_stream;
-        let skip = Arc::new(SkipList::default());
         let mut tasks: Vec<tokio::task::JoinHandle<Result<()>>> = Vec::new();
-        // Source.
-        let (src_tx, rx) = stream(n);
-        let mut rx = Some(rx);
-        match spec.source.clone() {
+        // One stream per port: inputs and every stage's output ports.
+        let (mut txs, mut rxs) = (BTreeMap::new(), BTreeMap::new());
+        for port in schemas.keys() {
+            let (t, r) = stream(n);
+            txs.insert(*port, t);
+            rxs.insert(*port, r);
+        }
+        let mut skips: BTreeMap<Port, Arc<SkipList>> = BTreeMap::new();
+        for (i, (source, (_, plan))) in spec.inputs.iter().cloned().zip(sources).enumerate() {
+            let port = Port::Input(i as u32);
+            let skip = Arc::new(SkipList::default());
+            skips.insert(port, skip.clone());
+            let tx = txs.remove(&port).expect("a stream per input");
+            let io = SourceIo { tx, skip, account: account.clone(), buffer_bytes, area: area.clone() };
+            tasks.push(self.spawn_source(source, plan, io, &state, &mut host_input));
+        }
+        for (i, (disklet, stage)) in stages.into_iter().zip(&spec.stages).enumerate() {
+            let inputs: Vec<StreamRx> = stage.inputs.iter().map(|p| rxs.remove(p).expect("the graph check: each port is read once")).collect();
+            let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32).map(|port| txs.remove(&Port::Stage { stage: i as u32, port }).expect("a stream per port")).collect();
+            let input_skips = stage.inputs.iter().map(|p| skips.get(p).cloned()).collect();
+            let ctx = StageContext { index: i, buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skips: input_skips };
+            tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, inputs, outputs, ctx)));
+        }
+        drop(txs); // ports nobody writes (none, once the graph is checked)
+        let (host_tx, host_rx) = stream(n);
+        let mut host_tx = Some(host_tx);
+        let pending = Arc::new(Mutex::new(Vec::new()));
+        let mut host_schema = None;
+        for (o, output) in spec.outputs.iter().enumerate() {
+            let rx = rxs.remove(&output.from).expect("the graph check: each port is read once");
+            let schema = schemas[&output.from].clone();
+            match &output.sink {
+                Sink::Host => {
+                    host_schema = Some(schema);
+                    tasks.push(tokio::spawn(host_sink(rx, host_tx.take().expect("one host output"), state.clone())));
+                }
+                Sink::Exchange { exchange_id, targets, sender, .. } => {
+                    let router = routers[o].take();
+                    self.spawn_exchange(&mut tasks, ExchangeOut { rx, schema, exchange_id: exchange_id.clone(), targets: targets.clone(), sender: *sender, router }, &state, &account);
+                }
+                Sink::Store { stream: StoredStream::Temp { name } } => {
+                    let (area, name) = (area.clone(), name.clone());
+                    tasks.push(tokio::task::spawn_blocking(move || area.write_stream(&name, &schema, rx).map(|_| ())));
+                }
+                Sink::Store { stream: StoredStream::Result { name, partition } } => {
+                    let (store, name, partition, pending) = (self.store.clone(), name.clone(), *partition, pending.clone());
+                    tasks.push(tokio::task::spawn_blocking(move || write_result(&store, &name, partition, schema, rx, &pending)));
+                }
+            }
+        }
+        let schema = host_schema.unwrap_or_else(|| spec.outputs.first().map_or_else(|| Arc::new(arrow::datatypes::Schema::empty()), |o| schemas[&o.from].clone()));
+        let done = self.supervise(tasks, grants, area, pending, state.clone());
+        RunningJob { schema, output: host_rx, state, done }
+    }
+
+    /// Spawns the task that feeds one input stream.
+    fn spawn_source(&self, source: Source, plan: Option<TablePlan>, io: SourceIo, state: &Arc<JobState>, host_input: &mut Option<mpsc::Receiver<RecordBatch>>) -> tokio::task::JoinHandle<Result<()>> {
+        let SourceIo { tx, skip, account, buffer_bytes, area } = io;
+        let (counters, cancel) = (state.read.clone(), state.cancel.subscribe());
+        match source {
             Source::Table { .. } => {
-                let (table, projection, prune) = table_plan.expect("table source has a plan");
-                let scan = TableScan {
-                    store: self.store.clone(),
-                    table,
-                    projection,
-                    prune,
-                    buffer_bytes,
-                    skip: skip.clone(),
-                    counters: state.read.clone(),
-                    account: account.clone(),
-                    limiter: self.read_limiter.clone(),
-                };
-                tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
+                let (table, projection, prune) = plan.expect("a table source has a plan");
+                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes, skip, counters, account, limiter: self.read_limiter.clone() };
+                tokio::task::spawn_blocking(move || scan.run(tx))
             }
             Source::File { path, offset, length } => match self.store.file_path(&path) {
                 Ok(path) => {
-                    let scan = FileScan { path, offset, length, buffer_bytes, skip: skip.clone(), counters: state.read.clone(), account: account.clone() };
-                    tasks.push(tokio::task::spawn_blocking(move || scan.run(src_tx)));
+                    let scan = FileScan { path, offset, length, buffer_bytes, skip, counters, account };
+                    tokio::task::spawn_blocking(move || scan.run(tx))
                 }
-                Err(e) => tasks.push(tokio::spawn(async move { Err(DiskOsError::Storage(e)) })),
+                Err(e) => tokio::spawn(async move { Err(DiskOsError::Storage(e)) }),
             },
             Source::Pipe { exchange_id, senders, .. } => {
                 let exchanges = self.exchanges.clone();
-                let (counters, account, cancel) = (state.read.clone(), account.clone(), state.cancel.subscribe());
-                tasks.push(tokio::spawn(async move {
-                    let result = pipe_source(&exchanges, &exchange_id, senders, &src_tx, &counters, &account, cancel).await;
+                tokio::spawn(async move {
+                    let result = pipe_source(&exchanges, &exchange_id, senders, &tx, &counters, &account, cancel).await;
                     exchanges.remove(&exchange_id);
                     result
-                }));
+                })
             }
-            Source::Host { .. } => {
-                let mut input = host_input.expect("checked at admission");
-                let (counters, account, schema) = (state.read.clone(), account.clone(), source_schema.clone());
-                let mut cancel = state.cancel.subscribe();
-                tasks.push(tokio::spawn(async move {
-                    let mut position = 0u64;
-                    loop {
-                        let batch = tokio::select! {
-                            b = input.recv() => match b { Some(b) => b, None => break },
-                            _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
-                        };
-                        if batch.schema().fields() != schema.fields() {
-                            return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
-                        }
-                        let n = batch.num_rows() as u64;
-                        let Ok(bytes) = src_tx.send_batch(batch, position, &account).await else { break };
-                        position += n;
-                        counters.rows_read.fetch_add(n, Ordering::Relaxed);
-                        counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
-                    }
-                    Ok(())
-                }));
+            Source::Host { schema } => {
+                let input = host_input.take().expect("checked at admission");
+                tokio::spawn(host_source(input, Arc::new(schema), tx, counters, account, cancel))
             }
+            Source::Temp { name } => tokio::spawn(async move { area.read_stream(&name, &tx, &account, &counters, cancel).await }),
         }
-        // Stages, joined by pipe streams.
-        let stage_count = stages.len();
-        let mut final_outputs: Vec<StreamRx> = Vec::new();
-        for (i, disklet) in stages.into_iter().enumerate() {
-            let ports = disklet.output_ports();
-            let mut txs = Vec::with_capacity(ports);
-            let mut rxs = Vec::with_capacity(ports);
-            for _ in 0..ports {
-                let (t, r) = stream(n);
-                txs.push(t);
-                rxs.push(r);
-            }
-            let ctx = StageContext { index: i, buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skip: if i == 0 { Some(skip.clone()) } else { None } };
-            let input = rx.take().expect("each stream has one consumer");
-            tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, input, txs, ctx)));
-            if i + 1 == stage_count {
-                final_outputs = rxs;
-            } else {
-                rx = rxs.pop();
-            }
-        }
-        if stage_count == 0 {
-            final_outputs = vec![rx.take().expect("source stream")];
-        }
-        // Sink.
-        let (host_tx, host_rx) = stream(n);
-        match spec.sink.clone() {
-            Sink::Host => {
-                let mut out = final_outputs.pop().expect("one output");
-                let counters = state.clone();
-                tasks.push(tokio::spawn(async move {
-                    while let Some(b) = out.recv().await {
-                        counters.rows_shipped.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
-                        if host_tx.send(b).await.is_err() {
-                            return Err(DiskOsError::Cancelled);
-                        }
-                    }
-                    Ok(())
-                }));
-            }
-            Sink::Exchange { exchange_id, targets, sender } => {
-                drop(host_tx);
-                for (target, out) in targets.into_iter().zip(final_outputs) {
-                    let connector = self.connector.clone();
-                    let (st, id, schema) = (state.clone(), exchange_id.clone(), out_schema.clone());
-                    tasks.push(tokio::spawn(async move {
-                        let (bytes, rows) = connector.send(target, id, sender, schema, out).await?;
-                        st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
-                        st.rows_shipped.fetch_add(rows, Ordering::Relaxed);
-                        Ok(())
-                    }));
+    }
+
+    /// Spawns an exchange output: straight to its one target, or through a router into one
+    /// stream per target (each counted in the grant), each sent with the connector.
+    fn spawn_exchange(&self, tasks: &mut Vec<tokio::task::JoinHandle<Result<()>>>, out: ExchangeOut, state: &Arc<JobState>, account: &Arc<Account>) {
+        let ExchangeOut { rx, schema, exchange_id, targets, sender, router } = out;
+        let mut per_target = Vec::with_capacity(targets.len());
+        match router {
+            None => per_target.push(rx),
+            Some(router) => {
+                let mut txs = Vec::with_capacity(targets.len());
+                for _ in &targets {
+                    let (t, r) = stream(self.config.buffers_per_stream);
+                    txs.push(t);
+                    per_target.push(r);
                 }
+                let account = account.clone();
+                tasks.push(tokio::task::spawn_blocking(move || route_rows(rx, &router, &txs, &account)));
             }
         }
-        // Supervisor: wait for every task, record the outcome, return the grant.
+        for (target, rx) in targets.into_iter().zip(per_target) {
+            let connector = self.connector.clone();
+            let (st, id, schema) = (state.clone(), exchange_id.clone(), schema.clone());
+            tasks.push(tokio::spawn(async move {
+                let (bytes, rows) = connector.send(target, id, sender, schema, rx).await?;
+                st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
+                st.rows_shipped.fetch_add(rows, Ordering::Relaxed);
+                Ok(())
+            }));
+        }
+    }
+
+    /// Waits for every task of a job, commits its named results if all succeeded, records the
+    /// outcome, and returns its grants and temporary files.
+    fn supervise(self: &Arc<Self>, tasks: Vec<tokio::task::JoinHandle<Result<()>>>, grants: (Grant, Option<Grant>), area: Arc<TempArea>, pending: PendingResults, st: Arc<JobState>) -> oneshot::Receiver<Result<(), DiskOsError>> {
         let (done_tx, done_rx) = oneshot::channel();
         let os = self.clone();
-        let st = state.clone();
         tokio::spawn(async move {
             let mut first_error: Option<DiskOsError> = None;
             for t in tasks {
@@ -585,14 +650,22 @@ impl DiskOs {
                     }
                 }
             }
-            drop(grant);
+            let writers: Vec<PartitionWriter> = std::mem::take(&mut *pending.lock().expect("pending lock"));
+            if first_error.is_none()
+                && let Err(e) = commit_results(&os.store, writers).await
+            {
+                st.fail(&e);
+                first_error = Some(e);
+            }
+            drop(area); // removes the job's temporary files (also on failure)
+            drop(grants);
             os.retire(&st, first_error.is_some());
             let _ = done_tx.send(match first_error {
                 Some(e) => Err(e),
                 None => Ok(()),
             });
         });
-        RunningJob { schema: out_schema, output: host_rx, state, done: done_rx }
+        done_rx
     }
 
     fn retire(&self, state: &Arc<JobState>, failed: bool) {
@@ -608,6 +681,177 @@ impl DiskOs {
             self.jobs_finished.fetch_add(1, Ordering::Relaxed);
         }
     }
+}
+
+/// Bytes of the files under `dir` (0 when it does not exist).
+fn directory_bytes(dir: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => directory_bytes(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
+}
+
+/// What a table source reads: the table, the column indices, the zone-map predicate.
+type TablePlan = (adisk_core::protocol::TableInfo, Vec<usize>, Option<Arc<PruningPredicate>>);
+
+/// Named-result partitions written but not yet committed (the job must succeed first).
+type PendingResults = Arc<Mutex<Vec<PartitionWriter>>>;
+
+/// A job's stages, built, with the schema of every port and the router of every output that
+/// has one.
+struct Built {
+    stages: Vec<Box<dyn Disklet>>,
+    schemas: BTreeMap<Port, SchemaRef>,
+    routers: Vec<Option<Router>>,
+}
+
+/// An admitted job, ready to launch.
+struct Launch {
+    spec: JobSpec,
+    grants: (Grant, Option<Grant>),
+    area: Arc<TempArea>,
+    state: Arc<JobState>,
+    sources: Vec<(Option<SchemaRef>, Option<TablePlan>)>,
+    built: Built,
+    host_input: Option<mpsc::Receiver<RecordBatch>>,
+    buffer_bytes: u64,
+}
+
+/// What a source task writes into.
+struct SourceIo {
+    tx: StreamTx,
+    skip: Arc<SkipList>,
+    account: Arc<Account>,
+    buffer_bytes: u64,
+    area: Arc<TempArea>,
+}
+
+/// One exchange output.
+struct ExchangeOut {
+    rx: StreamRx,
+    schema: SchemaRef,
+    exchange_id: String,
+    targets: Vec<String>,
+    sender: u32,
+    router: Option<Router>,
+}
+
+/// Streams an output needs beyond its port's: a routed exchange has one per target.
+fn routed_streams(sink: &Sink) -> u64 {
+    match sink {
+        Sink::Exchange { targets, .. } if targets.len() > 1 => targets.len() as u64,
+        _ => 0,
+    }
+}
+
+/// Gives each temporary input the schema of the port that writes it, once that is known
+/// (repeated while it finds more: a temporary stream may be written from another one).
+fn resolve_temp_schemas(spec: &JobSpec, schemas: &mut BTreeMap<Port, SchemaRef>) {
+    loop {
+        let mut found = false;
+        for (i, source) in spec.inputs.iter().enumerate() {
+            let Source::Temp { name } = source else { continue };
+            let port = Port::Input(i as u32);
+            let writer = spec.outputs.iter().find(|o| matches!(&o.sink, Sink::Store { stream: StoredStream::Temp { name: n } } if n == name));
+            if !schemas.contains_key(&port)
+                && let Some(schema) = writer.and_then(|o| schemas.get(&o.from)).cloned()
+            {
+                schemas.insert(port, schema);
+                found = true;
+            }
+        }
+        if !found {
+            return;
+        }
+    }
+}
+
+/// Indices of `columns` in the table (all of them when empty); a typed error names an unknown one.
+fn column_indices(info: &adisk_core::protocol::TableInfo, table: &str, columns: &[String]) -> Result<Vec<usize>> {
+    if columns.is_empty() {
+        return Ok((0..info.schema.fields().len()).collect());
+    }
+    columns
+        .iter()
+        .map(|c| {
+            info.schema.index_of(c).map_err(|_| {
+                DiskOsError::Storage(StorageError::UnknownColumn {
+                    table: table.to_string(),
+                    column: c.clone(),
+                    available: info.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
+                })
+            })
+        })
+        .collect()
+}
+
+/// Moves a port's buffers to the host's stream (they keep their slots).
+async fn host_sink(mut out: StreamRx, host_tx: StreamTx, state: Arc<JobState>) -> Result<()> {
+    while let Some(b) = out.recv().await {
+        state.rows_shipped.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+        if host_tx.send(b).await.is_err() {
+            return Err(DiskOsError::Cancelled);
+        }
+    }
+    Ok(())
+}
+
+/// Feeds a host-resident input from the job's `DoExchange` call.
+async fn host_source(mut input: mpsc::Receiver<RecordBatch>, schema: SchemaRef, tx: StreamTx, counters: Arc<ReadCounters>, account: Arc<Account>, mut cancel: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+    let mut position = 0u64;
+    loop {
+        let batch = tokio::select! {
+            b = input.recv() => match b { Some(b) => b, None => break },
+            _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
+        };
+        if batch.schema().fields() != schema.fields() {
+            return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
+        }
+        let n = batch.num_rows() as u64;
+        let Ok(bytes) = tx.send_batch(batch, position, &account).await else { break };
+        position += n;
+        counters.rows_read.fetch_add(n, Ordering::Relaxed);
+        counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
+    }
+    Ok(())
+}
+
+/// Routes a port's rows into one stream per target (blocking on backpressure).
+fn route_rows(mut rx: StreamRx, router: &Router, txs: &[StreamTx], account: &Arc<Account>) -> Result<()> {
+    while let Some(buffer) = rx.blocking_recv() {
+        for (tx, part) in txs.iter().zip(router.route(&buffer.batch, txs.len())?) {
+            let Some(part) = part else { continue };
+            let slot = tx.blocking_slot().ok_or(DiskOsError::Cancelled)?;
+            tx.blocking_send_in(slot, part, buffer.position, account).map_err(|()| DiskOsError::Cancelled)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes a named-result partition through the storage layer's tmp path; the supervisor
+/// commits it (rename + manifest) only if the whole job succeeds.
+fn write_result(store: &DiskStore, name: &str, partition: u32, schema: SchemaRef, mut rx: StreamRx, pending: &PendingResults) -> Result<()> {
+    let mut writer = store.create_partition(name, partition, schema, adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS)?;
+    while let Some(buffer) = rx.blocking_recv() {
+        writer.write(&buffer.batch)?;
+    }
+    pending.lock().expect("pending lock").push(writer);
+    Ok(())
+}
+
+async fn commit_results(store: &Arc<DiskStore>, writers: Vec<PartitionWriter>) -> Result<()> {
+    if writers.is_empty() {
+        return Ok(());
+    }
+    let store = store.clone();
+    tokio::task::spawn_blocking(move || writers.into_iter().try_for_each(|w| store.commit_partition(w).map(|_| ())))
+        .await
+        .map_err(|e| DiskOsError::InvalidJob(format!("committing results panicked: {e}")))?
+        .map_err(DiskOsError::Storage)
 }
 
 async fn pipe_source(
@@ -653,28 +897,40 @@ struct StageContext {
     state: Arc<JobState>,
     compute: Arc<Semaphore>,
     account: Arc<Account>,
-    skip: Option<Arc<SkipList>>,
+    /// Skip lists of the stage's inputs that are disk-resident sources.
+    skips: Vec<Option<Arc<SkipList>>>,
 }
 
-/// Runs `disklet.process` (or `finish` when `buffer` is None) under a compute slot, on the
-/// stage's own thread. Slots are handed out first come, first served across all jobs.
-fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, buffer: Option<Buffer>, ctx: &StageContext) -> Result<()> {
+/// What a stage asks of its disklet next.
+enum Call {
+    /// A buffer of input `.0`.
+    Process(usize, Buffer),
+    /// Input `.0` ended.
+    InputEnded(usize),
+    /// Every input ended.
+    Finish,
+}
+
+/// Runs one call of the disklet under a compute slot, on the stage's own thread. Slots are
+/// handed out first come, first served across all jobs.
+fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &StageContext) -> Result<()> {
     let wait = Instant::now();
     let permit = futures::executor::block_on(ctx.compute.acquire()).map_err(|_| DiskOsError::Cancelled)?;
     ctx.state.schedule_wait_ns.fetch_add(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
     let counters = &ctx.state.stages[ctx.index];
-    if let Some(b) = &buffer {
+    if let Call::Process(_, b) = &call {
         counters.rows_in.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
         counters.bytes_in.fetch_add(b.bytes(), Ordering::Relaxed);
     }
     let t0 = crate::thread_cpu_ns();
-    let result = match &buffer {
-        Some(b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position }, emitter),
-        None => disklet.finish(emitter),
+    let result = match &call {
+        Call::Process(input, b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position, input: *input }, emitter),
+        Call::InputEnded(input) => disklet.input_ended(*input, emitter),
+        Call::Finish => disklet.finish(emitter),
     };
     let cpu = crate::thread_cpu_ns().saturating_sub(t0);
     drop(permit);
-    drop(buffer);
+    drop(call);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
     counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
     counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
@@ -689,13 +945,7 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
         for batch in batches {
             let rows = batch.num_rows();
             let bytes = crate::disklets::batch_bytes(&batch).max(1);
-            // Batches up to twice the buffer size pass whole (a projection may widen a full
-            // input buffer a little); larger ones, such as a group-by flush, are cut.
-            let rows_per_buffer = if bytes <= 2 * ctx.buffer_bytes {
-                rows.max(1)
-            } else {
-                ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize
-            };
+            let rows_per_buffer = if bytes <= ctx.buffer_bytes { rows.max(1) } else { ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize };
             let mut offset = 0;
             while offset < rows {
                 let len = rows_per_buffer.min(rows - offset);
@@ -710,23 +960,64 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
     Ok(())
 }
 
+/// The next buffer for a stage: from the input its disklet asks for, or from whichever of its
+/// open inputs has one first. `None` once every input ended; `(i, None)` when input `i` ends.
+fn next_buffer(disklet: &dyn Disklet, open: &mut [Option<StreamRx>]) -> Option<(usize, Option<Buffer>)> {
+    let live: Vec<usize> = (0..open.len()).filter(|i| open[*i].is_some()).collect();
+    let wanted = match disklet.next_input() {
+        NextInput::Input(k) if live.contains(&k) => Some(k),
+        _ if live.len() == 1 => Some(live[0]),
+        _ => None,
+    };
+    match (wanted, live.is_empty()) {
+        (_, true) => None,
+        (Some(k), _) => Some((k, open[k].as_mut().expect("live input").blocking_recv())),
+        (None, _) => Some(recv_any(open)),
+    }
+}
+
+/// Blocks until any open input has a buffer or ends.
+fn recv_any(open: &mut [Option<StreamRx>]) -> (usize, Option<Buffer>) {
+    futures::executor::block_on(std::future::poll_fn(|cx| {
+        for (i, rx) in open.iter_mut().enumerate() {
+            if let Some(rx) = rx
+                && let std::task::Poll::Ready(b) = rx.poll_recv(cx)
+            {
+                return std::task::Poll::Ready((i, b));
+            }
+        }
+        std::task::Poll::Pending
+    }))
+}
+
 /// One disklet stage: a loop on its own blocking thread for the life of the job.
-fn run_stage(mut disklet: Box<dyn Disklet>, mut input: StreamRx, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
+fn run_stage(mut disklet: Box<dyn Disklet>, inputs: Vec<StreamRx>, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
     let mut emitter = Emitter::new(outputs.len());
+    let mut open: Vec<Option<StreamRx>> = inputs.into_iter().map(Some).collect();
     let mut scratch_charged = 0u64;
     let result = (|| {
         loop {
-            let buffer = input.blocking_recv();
+            let next = next_buffer(disklet.as_ref(), &mut open);
             if ctx.state.failed() {
                 return Ok(());
             }
-            let end = buffer.is_none();
-            step(disklet.as_mut(), &mut emitter, buffer, &ctx)?;
+            let call = match next {
+                None => Call::Finish,
+                Some((input, Some(buffer))) => Call::Process(input, buffer),
+                Some((input, None)) => {
+                    open[input] = None;
+                    Call::InputEnded(input)
+                }
+            };
+            let end = matches!(call, Call::Finish);
+            step(disklet.as_mut(), &mut emitter, call, &ctx)?;
             let scratch_now = disklet.scratch_bytes();
             ctx.account.adjust(scratch_charged, scratch_now);
             scratch_charged = scratch_now;
-            if let Some(skip) = &ctx.skip {
-                skip.add(emitter.take_skips());
+            for (input, range) in emitter.take_skips() {
+                if let Some(Some(skip)) = ctx.skips.get(input) {
+                    skip.add([range]);
+                }
             }
             let stop = emitter.is_done();
             forward(&mut emitter, &outputs, &ctx)?;
@@ -734,13 +1025,28 @@ fn run_stage(mut disklet: Box<dyn Disklet>, mut input: StreamRx, outputs: Vec<St
                 return Ok(());
             }
             if stop {
-                // The disklet needs no more input: finish now; closing the input stops the source.
-                input.close();
-                step(disklet.as_mut(), &mut emitter, None, &ctx)?;
+                // The disklet needs no more input: finish now; closing the inputs stops the sources.
+                for rx in open.iter_mut().flatten() {
+                    rx.close();
+                }
+                step(disklet.as_mut(), &mut emitter, Call::Finish, &ctx)?;
                 return forward(&mut emitter, &outputs, &ctx);
             }
         }
     })();
     ctx.account.adjust(scratch_charged, 0);
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routed_exchanges_count_a_stream_per_target() {
+        let sink = |n: usize| Sink::Exchange { exchange_id: "x".into(), targets: (0..n).map(|i| format!("d{i}")).collect(), sender: 0, route: adisk_core::protocol::Route::Broadcast };
+        assert_eq!(routed_streams(&sink(1)), 0, "one target: the port's own stream goes straight out");
+        assert_eq!(routed_streams(&sink(4)), 4);
+        assert_eq!(routed_streams(&Sink::Host), 0);
+    }
 }

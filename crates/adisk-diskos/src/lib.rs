@@ -31,6 +31,7 @@ pub mod expr;
 pub mod job;
 pub mod memory;
 pub mod stream;
+pub mod wiring;
 pub mod user;
 
 pub use job::{DiskOs, DiskOsConfig};
@@ -97,6 +98,14 @@ pub enum DiskOsError {
         context: String,
         /// Error text.
         message: String,
+    },
+    /// A job wrote more temporary data (spill files, temporary streams) than it was granted.
+    #[error("temporary space exceeded: the job was granted {granted_bytes} bytes of temporary disk space ({detail})")]
+    TempSpaceExceeded {
+        /// Bytes granted.
+        granted_bytes: u64,
+        /// What was being written.
+        detail: String,
     },
     /// A pipe stream failed (sender died, exchange timed out).
     #[error("pipe stream: {0}")]

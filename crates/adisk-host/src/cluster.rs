@@ -116,6 +116,24 @@ impl Cluster {
         Ok(Cluster { config, channels })
     }
 
+    /// Like [`Cluster::connect`], but each disk is connected to when first asked: `status`
+    /// then reports every disk that answers, and an error for each that does not.
+    ///
+    /// # Errors
+    /// A malformed disk address.
+    pub fn connect_lazy(config: ClusterConfig) -> Result<Self> {
+        let channels = config
+            .disks
+            .iter()
+            .map(|d| {
+                tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
+                    .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
+                    .map_err(|e| HostError::Unreachable { disk: d.id, address: d.address.clone(), message: e.to_string() })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Cluster { config, channels })
+    }
+
     /// The configuration.
     pub fn config(&self) -> &ClusterConfig {
         &self.config

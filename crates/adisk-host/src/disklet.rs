@@ -69,15 +69,8 @@ pub struct WasmRequest {
 }
 
 fn spec(req: &WasmRequest, source: Source) -> JobSpec {
-    JobSpec {
-        job_id: job_id(),
-        program: format!("host-{}", std::process::id()),
-        source,
-        stages: vec![DiskletSpec::Wasm { name: req.name.clone(), params: req.params.clone(), fuel: req.fuel }],
-        sink: Sink::Host,
-        scratch_kib: req.scratch_kib,
-        buffer_kib: 0,
-    }
+    let stages = vec![DiskletSpec::Wasm { name: req.name.clone(), params: req.params.clone(), fuel: req.fuel }];
+    JobSpec { scratch_kib: req.scratch_kib, ..JobSpec::chain(job_id(), format!("host-{}", std::process::id()), source, stages, Sink::Host) }
 }
 
 /// Notes on compile and instantiate time for the statistics.

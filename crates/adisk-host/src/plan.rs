@@ -9,7 +9,7 @@ use crate::cluster::{Cluster, TableEntry};
 use crate::{HostError, Result};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::hash::hash_columns;
-use adisk_core::protocol::{AggregateMode, DiskletSpec, ExprBytes, JobSpec, NamedExpr, Sink, SortKey, Source};
+use adisk_core::protocol::{AggregateMode, DiskletSpec, ExprBytes, JobSpec, NamedExpr, Route, Sink, SortKey, Source};
 use adisk_core::stats::{DiskJobStats, JobStats};
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
 use adisk_diskos::disklets::aggregate::Aggregate;
@@ -274,7 +274,7 @@ pub async fn run(cluster: &Cluster, req: &JobRequest) -> Result<JobOutput> {
 }
 
 fn spec(source: Source, stages: Vec<DiskletSpec>, sink: Sink, scratch_kib: u64) -> JobSpec {
-    JobSpec { job_id: new_id("job"), program: program_id(), source, stages, sink, scratch_kib, buffer_kib: 0 }
+    JobSpec { scratch_kib, ..JobSpec::chain(new_id("job"), program_id(), source, stages, sink) }
 }
 
 /// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives,
@@ -388,7 +388,7 @@ async fn plan_aggregate(table: &TableEntry, req: &JobRequest) -> Result<Aggregat
     };
     let prefix = if pieces.predicate.is_some() || !projection.is_empty() {
         let select = DiskletSpec::Select { predicate: pieces.predicate.as_ref().map(encode).transpose()?, projection, limit: None };
-        raw_input = adisk_diskos::disklets::build(&select, &raw_input, 0, &ExprPlanner::default())?.output_schema();
+        raw_input = adisk_diskos::disklets::build(&select, std::slice::from_ref(&raw_input), 0, &ExprPlanner::default())?.output_schema();
         vec![select]
     } else {
         vec![]
@@ -477,7 +477,7 @@ async fn run_aggregate(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
         let mut specs: Vec<(u32, JobSpec)> = holders
             .iter()
             .enumerate()
-            .map(|(i, d)| (*d, spec(plan.source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32 }, req.scratch_kib)))
+            .map(|(i, d)| (*d, spec(plan.source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast }, req.scratch_kib)))
             .collect();
         let receive = Source::Pipe { exchange_id: exchange_id.clone(), senders: holders.len() as u32, schema: partial_schema.as_ref().clone() };
         specs.extend((0..n).map(|d| (d, spec(receive.clone(), vec![final_spec.clone()], Sink::Host, req.scratch_kib))));
@@ -492,13 +492,13 @@ async fn run_aggregate(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
         return Ok(JobOutput { schema, batches, stats });
     }
     // Partial at the disks, final at the host, combined as partial batches arrive.
-    let mut host_final = adisk_diskos::disklets::build(&final_spec, &partial_schema, u64::MAX / 4, &planner)?;
+    let mut host_final = adisk_diskos::disklets::build(&final_spec, std::slice::from_ref(&partial_schema), u64::MAX / 4, &planner)?;
     let mut emitter = Emitter::new(1);
     let mut combine_ns = 0u64;
     let specs: Vec<(u32, JobSpec)> = holders.iter().map(|d| (*d, spec(plan.source.clone(), stages.clone(), Sink::Host, req.scratch_kib))).collect();
     let disks = run_phase(cluster, specs, |_, b| {
         let t = Instant::now();
-        host_final.process(&InputBuffer { batch: &b, position: 0 }, &mut emitter)?;
+        host_final.process(&InputBuffer { batch: &b, position: 0, input: 0 }, &mut emitter)?;
         combine_ns += t.elapsed().as_nanos() as u64;
         Ok(())
     })
@@ -600,10 +600,10 @@ async fn run_partition(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
     let mut specs: Vec<(u32, JobSpec)> = holders
         .iter()
         .enumerate()
-        .map(|(i, d)| (*d, spec(source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32 }, req.scratch_kib)))
+        .map(|(i, d)| (*d, spec(source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast }, req.scratch_kib)))
         .collect();
     // Receivers count what arrived and the key range, so the exchange can be checked.
-    let key_schema = adisk_diskos::disklets::build(&specs[0].1.stages[0], &plan.input, 0, &ExprPlanner::default())?.output_schema();
+    let key_schema = adisk_diskos::disklets::build(&specs[0].1.stages[0].disklet, std::slice::from_ref(&plan.input), 0, &ExprPlanner::default())?.output_schema();
     let aggs = analyze_aggregates(&key_schema, "count(*) AS rows, min(__adisk_key) AS min_key, max(__adisk_key) AS max_key").await?;
     let receive = Source::Pipe { exchange_id: exchange_id.clone(), senders: holders.len() as u32, schema: key_schema.as_ref().clone() };
     let final_stage = DiskletSpec::Aggregate { group_by: vec![], aggregates: aggs, mode: AggregateMode::Single, raw_input: None };

@@ -36,15 +36,7 @@ async fn host_resident_stream_through_a_disklet() {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
     let batches: Vec<RecordBatch> = (0..20).map(|i| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(i * 1000..(i + 1) * 1000))]).unwrap()).collect();
     let predicate = ExprBytes(((col("x") % lit(7i64)).eq(lit(3i64))).to_bytes().unwrap().to_vec());
-    let spec = JobSpec {
-        job_id: "host-stream-test".into(),
-        program: "test".into(),
-        source: Source::Host { schema: schema.as_ref().clone() },
-        stages: vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }],
-        sink: Sink::Host,
-        scratch_kib: 0,
-        buffer_kib: 0,
-    };
+    let spec = JobSpec::chain("host-stream-test", "test", Source::Host { schema: schema.as_ref().clone() }, vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }], Sink::Host);
     let input = futures::stream::iter(batches.clone()).boxed();
     let mut out = cluster.exchange(0, &spec, schema.clone(), input).await.unwrap();
     let mut got: Vec<i64> = Vec::new();
@@ -58,7 +50,7 @@ async fn host_resident_stream_through_a_disklet() {
     assert_eq!(stats.rows_shipped, expected.len() as u64);
     assert!(stats.bytes_shipped_host > 0);
     // A job naming an unknown table is refused with a typed error, and the disk goes on serving.
-    let bad = JobSpec { job_id: "bad".into(), source: Source::Table { table: "nosuch".into(), columns: vec![], prune: None }, stages: vec![], ..spec.clone() };
+    let bad = JobSpec::chain("bad", "test", Source::Table { table: "nosuch".into(), columns: vec![], prune: None }, vec![], Sink::Host);
     let err = match cluster.start(0, &bad).await {
         Err(e) => e.to_string(),
         Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
@@ -95,29 +87,13 @@ async fn concurrent_jobs_share_the_disk() {
     let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
     let cluster = Arc::new(cluster);
     let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
-    let long = JobSpec {
-        job_id: "long".into(),
-        program: "program-a".into(),
-        source: Source::Table { table: "big".into(), columns: vec![], prune: None },
-        stages: vec![DiskletSpec::Aggregate {
+    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None }, vec![DiskletSpec::Aggregate {
             group_by: vec![NamedExpr { name: "g".into(), expr: e(col("x") % lit(100_000i64)) }],
             aggregates: vec![NamedExpr { name: "s".into(), expr: e(datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x"))) }],
             mode: AggregateMode::Partial,
             raw_input: None,
-        }],
-        sink: Sink::Host,
-        scratch_kib: 8 * 1024,
-        buffer_kib: 0,
-    };
-    let short = JobSpec {
-        job_id: "short".into(),
-        program: "program-b".into(),
-        source: Source::Table { table: "small".into(), columns: vec![], prune: None },
-        stages: vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }],
-        sink: Sink::Host,
-        scratch_kib: 0,
-        buffer_kib: 0,
-    };
+        }], Sink::Host) };
+    let short = JobSpec::chain("short", "program-b", Source::Table { table: "small".into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }], Sink::Host);
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
         let mut rows = 0;
@@ -151,15 +127,7 @@ async fn abandoned_pipe_job_is_cancelled() {
     let dir = tempfile::tempdir().unwrap();
     let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
-    let spec = JobSpec {
-        job_id: "waits-forever".into(),
-        program: "test".into(),
-        source: Source::Pipe { exchange_id: "nobody-sends".into(), senders: 1, schema },
-        stages: vec![],
-        sink: Sink::Host,
-        scratch_kib: 0,
-        buffer_kib: 0,
-    };
+    let spec = JobSpec::chain("waits-forever", "test", Source::Pipe { exchange_id: "nobody-sends".into(), senders: 1, schema }, vec![], Sink::Host);
     let stream = cluster.start(0, &spec).await.unwrap();
     let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| s[0].as_ref().unwrap().memory_granted_bytes;
     assert!(granted(&cluster.status().await) > 0, "the job holds a grant while it waits");
@@ -190,15 +158,7 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
         store.commit_partition(w).unwrap();
     }
     let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = |id: &str, buffer_kib: u64| JobSpec {
-        job_id: id.into(),
-        program: "test".into(),
-        source: Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None },
-        stages: vec![],
-        sink: Sink::Host,
-        scratch_kib: 0,
-        buffer_kib,
-    };
+    let spec = |id: &str, buffer_kib: u64| JobSpec { buffer_kib, ..JobSpec::chain(id, "test", Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None }, vec![], Sink::Host) };
     let mut counts = Vec::new();
     for (id, kib) in [("disk-buffers", 0), ("own-buffers", 1024)] {
         let mut out = cluster.start(0, &spec(id, kib)).await.unwrap();

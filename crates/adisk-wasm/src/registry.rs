@@ -40,6 +40,9 @@ pub struct DiskletRegistry {
     index: Mutex<Index>,
     /// Compiled modules by sha256, with the time their compilation took.
     cache: Mutex<HashMap<String, (Module, u64)>>,
+    /// Instances made (each ran, or tried to run, the guest's `init`) per disklet since the
+    /// disk started.
+    instances: Mutex<HashMap<String, u64>>,
 }
 
 fn check_name(name: &str) -> Result<()> {
@@ -80,7 +83,7 @@ impl DiskletRegistry {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
             Err(e) => return Err(io_err(format!("reading {}", index_path.display()))(e)),
         };
-        Ok(DiskletRegistry { dir, runtime, index: Mutex::new(index), cache: Mutex::new(HashMap::new()) })
+        Ok(DiskletRegistry { dir, runtime, index: Mutex::new(index), cache: Mutex::new(HashMap::new()), instances: Mutex::new(HashMap::new()) })
     }
 
     /// The engine.
@@ -99,6 +102,7 @@ impl DiskletRegistry {
             grant_bytes: self.runtime.limits().grant_bytes(e.scratch_kib),
             compiled: cached.is_some(),
             compile_ns: cached.unwrap_or(0),
+            instances: self.instances.lock().expect("instances lock").get(name).copied().unwrap_or(0),
         }
     }
 
@@ -192,6 +196,7 @@ impl DiskletRegistry {
         let entry = self.entry(name)?;
         let (module, compile_ns) = self.module(name, &entry)?;
         let job = WasmJob { name, params, fuel, input, grant_bytes: self.runtime.limits().grant_bytes(entry.scratch_kib), compile_ns };
+        *self.instances.lock().expect("instances lock").entry(name.to_string()).or_default() += 1;
         WasmDisklet::new(&self.runtime, &module, job)
     }
 }

@@ -219,12 +219,22 @@ pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
     Ok(Cluster::connect(config).await?)
 }
 
+/// The cluster in `dir`, each disk connected to only when first asked (see
+/// [`Cluster::connect_lazy`]).
+fn connect_lazy(dir: &std::path::Path) -> Result<Cluster, CliError> {
+    let path = dir.join("cluster.toml");
+    if !path.exists() {
+        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+    }
+    Ok(Cluster::connect_lazy(ClusterConfig::load(&path)?)?)
+}
+
 async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
     match command {
         Command::Disk(args) => local::run_disk(&dir, args).await,
         Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
-        Command::Status { format } => output::status(&connect(&dir).await?, &format).await,
+        Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
         Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
             let cluster = connect(&dir).await?;
             output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables }).await

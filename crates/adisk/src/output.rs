@@ -63,7 +63,7 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
             serde_json::to_string_pretty(&serde_json::json!({ "disks": disks, "tables": tables }))
                 .expect("json")
         );
-        return Ok(());
+        return all_answered(&statuses);
     }
     check_format(format)?;
     println!(
@@ -116,7 +116,16 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
         }
         Err(e) => println!("\ncatalog unavailable: {e}"),
     }
-    Ok(())
+    all_answered(&statuses)
+}
+
+/// After a status report: an error (and a failing exit) when some disk did not answer.
+fn all_answered<T>(statuses: &[adisk_host::Result<T>]) -> Result<(), CliError> {
+    let failed: Vec<String> = statuses.iter().filter_map(|s| s.as_ref().err()).map(|e| e.to_string()).collect();
+    match failed.first() {
+        None => Ok(()),
+        Some(first) => Err(CliError::Other(format!("{} of {} disks did not answer (first: {first})", failed.len(), statuses.len()))),
+    }
 }
 
 fn check_format(format: &str) -> Result<(), CliError> {

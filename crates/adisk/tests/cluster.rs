@@ -507,6 +507,7 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
         std::time::Duration::from_secs(10),
         || common::process_gone(pids[3]),
     );
+    common::wait_refused(&dir, 3);
     let err = fails(
         &dir,
         &[
@@ -597,4 +598,54 @@ fn demo_runs_end_to_end() {
         "auto shipped {auto} bytes, none {none}: {out}"
     );
     assert!(out.contains("stopped (2 disks)"), "{out}");
+}
+
+/// A disk killed in the middle of a disk-to-disk exchange (`partition`: every disk sends to
+/// every disk): the job fails with an error naming a disk within a bounded time, and every
+/// surviving disk then reports its memory grants, exchange inboxes and temporary files
+/// released and no job running (checked through `adisk status`).
+#[test]
+fn killed_exchange_sender_fails_the_job_and_survivors_release_everything() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "4"]);
+    let _down = Down(dir);
+    ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
+    ok(dir, &["down"]);
+    // Slow reads keep the exchange running for seconds.
+    ok(dir, &["up", "--disks", "4", "--disk-read-mbps", "2"]);
+    let pids = common::disk_pids(dir);
+    let mut run = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["run", "partition", "--table", "lineitem", "--param", "key=l_orderkey", "--format", "json"])
+        .env_remove("ADISK_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let jobs_at = |d: usize| common::status_json(dir)["disks"][d]["jobs_running"].as_u64().unwrap_or(0);
+    common::wait_until("disk 3 to run its exchange jobs", std::time::Duration::from_secs(60), || jobs_at(3) >= 2);
+    assert!(run.try_wait().unwrap().is_none(), "the exchange finished before the kill");
+    Command::new("kill").args(["-9", &pids[3].to_string()]).status().unwrap();
+    let killed = std::time::Instant::now();
+    common::wait_until("the job to fail after disk 3 died", std::time::Duration::from_secs(30), || run.try_wait().unwrap().is_some());
+    let out = run.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && !err.contains("panicked"), "{err}");
+    assert!(err.contains("disk"), "the error names a disk: {err}");
+    eprintln!("failed {:.1} s after the kill: {}", killed.elapsed().as_secs_f64(), err.lines().last().unwrap_or(""));
+    let released = |status: &Value| {
+        (0..3).all(|d| {
+            let s = &status["disks"][d];
+            ["memory_granted_bytes", "exchange_inboxes", "temp_granted_bytes", "temp_files_bytes", "jobs_running"].iter().all(|k| s[*k].as_u64() == Some(0))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let mut status = common::status_json(dir);
+    while !released(&status) {
+        assert!(std::time::Instant::now() < deadline, "disks 0-2 still hold grants, inboxes or temporary files 15 s after the failure: {status:#}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        status = common::status_json(dir);
+    }
 }

@@ -309,6 +309,7 @@ fn adhoc_sql_explain_and_bad_input() {
         err.contains("disk 2"),
         "the error names the killed disk: {err}"
     );
+    common::wait_refused(dir, 2);
     let e = fails(dir, &["sql", "SELECT count(*) FROM orders"]);
     assert!(e.contains("disk 2") && e.contains("unreachable"), "{e}");
     // Restart the cluster on the same data: the next query is served.

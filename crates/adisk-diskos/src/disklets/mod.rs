@@ -2,6 +2,8 @@
 pub mod aggregate;
 pub mod bloom_probe;
 pub mod fragment;
+pub mod hash_join;
+pub mod merge;
 pub mod partition;
 pub mod select;
 pub mod sort_runs;
@@ -15,18 +17,28 @@ use arrow::datatypes::SchemaRef;
 use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
-/// Instantiates a disklet ("init"): parameters from `spec`, input schema, scratch grant.
-pub fn build(spec: &DiskletSpec, input: &SchemaRef, scratch_bytes: u64, planner: &ExprPlanner) -> Result<Box<dyn Disklet>> {
+/// Instantiates a disklet ("init"): parameters from `spec`, the schemas of its inputs,
+/// scratch grant.
+///
+/// # Errors
+/// Parameters that do not plan over the inputs, or as many inputs as the disklet takes.
+pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, planner: &ExprPlanner) -> Result<Box<dyn Disklet>> {
+    let one = || match inputs {
+        [input] => Ok(input),
+        _ => Err(DiskOsError::InvalidJob(format!("`{}` takes one input, got {}", spec.name(), inputs.len()))),
+    };
     Ok(match spec {
-        DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, input, planner)?),
+        DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, one()?, planner)?),
         DiskletSpec::Aggregate { group_by, aggregates, mode, raw_input } => {
             let raw_input = raw_input.clone().map(Arc::new);
-            Box::new(aggregate::Aggregate::new(group_by, aggregates, *mode, raw_input, input, scratch_bytes, planner)?)
+            Box::new(aggregate::Aggregate::new(group_by, aggregates, *mode, raw_input, one()?, scratch_bytes, planner)?)
         }
-        DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), input, scratch_bytes, planner)?),
-        DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, input, planner)?),
-        DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, input, scratch_bytes, planner)?),
-        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, input, scratch_bytes)?),
+        DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), one()?, scratch_bytes, planner)?),
+        DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, one()?, planner)?),
+        DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, one()?, scratch_bytes, planner)?),
+        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, one()?, scratch_bytes)?),
+        DiskletSpec::Merge { keys } => Box::new(merge::Merge::new(keys, inputs, scratch_bytes, planner)?),
+        DiskletSpec::HashJoin { build_keys, probe_keys } => Box::new(hash_join::HashJoin::new(build_keys, probe_keys, inputs, scratch_bytes, planner)?),
         DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),
     })
 }

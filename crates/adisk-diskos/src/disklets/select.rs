@@ -157,7 +157,7 @@ mod tests {
             expected += a.iter().zip(b.iter()).filter(|(a, b)| matches!(a, Some(a) if *a > 10 && *a != 500) && b.unwrap() <= 3).count();
             let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b)]).unwrap();
             let mut out = Emitter::new(1);
-            select.process(&InputBuffer { batch: &batch, position: 0 }, &mut out).unwrap();
+            select.process(&InputBuffer { batch: &batch, position: 0, input: 0 }, &mut out).unwrap();
             kept += out.take_outputs()[0].iter().map(|b| b.num_rows()).sum::<usize>();
         }
         assert_eq!(kept, expected);

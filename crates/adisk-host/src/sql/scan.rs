@@ -342,15 +342,7 @@ impl DiskScanExec {
         if let Some(f) = &p.fragment {
             stages.push(DiskletSpec::Fragment { kind: f.kind, plan: ExprBytes(f.bytes.clone()) });
         }
-        Ok(JobSpec {
-            job_id: crate::plan::new_id("sql"),
-            program: crate::plan::program_id(),
-            source,
-            stages,
-            sink: Sink::Host,
-            scratch_kib: self.settings.scratch_kib,
-            buffer_kib: self.settings.buffer_kib,
-        })
+        Ok(JobSpec { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, ..JobSpec::chain(crate::plan::new_id("sql"), crate::plan::program_id(), source, stages, Sink::Host) })
     }
 
     /// One-line description of the bundle, for EXPLAIN.
@@ -613,7 +605,7 @@ fn async_stream(
         let job = job_for(bloom.as_deref(), &extras).map_err(to_df)?;
         // The false-positive rate is measured for a scan with a single filter.
         let key_idx = match (&bloom_spec, &bloom) {
-            (Some(spec), Some(_)) if extras.is_empty() && !job.stages.iter().any(|s| matches!(s, DiskletSpec::Fragment { .. })) => {
+            (Some(spec), Some(_)) if extras.is_empty() && !job.disklets().any(|s| matches!(s, DiskletSpec::Fragment { .. })) => {
                 spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>()
             }
             _ => vec![],
@@ -676,13 +668,13 @@ fn async_stream(
 /// Index of column `name` in the output of `job`'s last stage before any fragment (the
 /// Bloom stage's output has the select stage's columns).
 fn schema_index(job: &JobSpec, name: &str) -> usize {
-    for st in &job.stages {
+    for st in job.disklets() {
         if let DiskletSpec::Select { projection, .. } = st {
             return projection.iter().position(|p| p.name == name).unwrap_or(0);
         }
     }
-    match &job.source {
-        Source::Table { columns, .. } => columns.iter().position(|c| c == name).unwrap_or(0),
+    match job.inputs.first() {
+        Some(Source::Table { columns, .. }) => columns.iter().position(|c| c == name).unwrap_or(0),
         _ => 0,
     }
 }

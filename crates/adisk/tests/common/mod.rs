@@ -94,3 +94,26 @@ pub fn disk_pids(dir: &Path) -> Vec<i32> {
         .filter_map(|p| p.trim().parse().ok())
         .collect()
 }
+
+/// `adisk status --format json` (disks that do not answer carry an `error`).
+#[allow(dead_code)]
+pub fn status_json(dir: &Path) -> serde_json::Value {
+    let out = adisk(dir, &["status", "--format", "json"]);
+    serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null)
+}
+
+/// The address of disk `d` in `cluster.toml`.
+#[allow(dead_code)]
+pub fn disk_address(dir: &Path, d: usize) -> String {
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
+    let addresses: Vec<String> = config.lines().filter_map(|l| l.trim().strip_prefix("address")).filter_map(|v| v.trim_start().strip_prefix('=')).map(|v| v.trim().trim_matches('"').to_string()).collect();
+    addresses[d].clone()
+}
+
+/// Waits until disk `d` (just killed) refuses connections: its process may still be exiting
+/// (the thread-group leader turns zombie before the other threads release the socket).
+#[allow(dead_code)]
+pub fn wait_refused(dir: &Path, d: usize) {
+    let address = disk_address(dir, d);
+    wait_until(&format!("disk {d} at {address} to refuse connections"), std::time::Duration::from_secs(10), || std::net::TcpStream::connect(&address).is_err());
+}

@@ -1,0 +1,333 @@
+//! Job graphs (issue 10), in-process disks over real Flight sockets on 127.0.0.1, each result
+//! checked against a plain Rust computation over the same rows:
+//! * two-input stages — a merge of sorted streams, a hash join's build and probe — on one disk
+//!   and across four disks (inputs fed by hash exchanges);
+//! * exchange by hash, by range and by broadcast across four disks;
+//! * a stage with several output ports, each written as a named result that the next job and
+//!   SQL read;
+//! * a temporary stream written and read back in one job, removed when it ends; a job past
+//!   its temporary-space grant fails, typed, and leaves no file.
+use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
+use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Output, Port, Route, Sink, SortKey, Source, Stage, StoredStream};
+use adisk_disk::{DiskNode, DiskNodeConfig};
+use adisk_diskos::DiskOsConfig;
+use adisk_host::Cluster;
+use adisk_storage::store::DiskStore;
+use arrow::array::{AsArray, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::prelude::{Expr, col, lit};
+use datafusion_proto::bytes::Serializeable;
+use futures::StreamExt;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+type Server = tokio::task::JoinHandle<Result<(), adisk_disk::DiskNodeError>>;
+
+/// `n` disk nodes on 127.0.0.1 over the directories of `dirs`, and a cluster client.
+struct Disks {
+    cluster: Arc<Cluster>,
+    stops: Vec<tokio::sync::oneshot::Sender<()>>,
+    servers: Vec<Server>,
+}
+
+impl Disks {
+    async fn start(dirs: &[std::path::PathBuf]) -> Self {
+        let (mut configs, mut stops, mut servers) = (Vec::new(), Vec::new(), Vec::new());
+        for (id, dir) in dirs.iter().enumerate() {
+            let os = DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2);
+            let node = DiskNode::bind(DiskNodeConfig { dir: dir.clone(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
+            configs.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
+            let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+            servers.push(tokio::spawn(node.serve(async move {
+                let _ = stop_rx.await;
+            })));
+            stops.push(stop_tx);
+        }
+        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 }, disks: configs };
+        Disks { cluster: Arc::new(Cluster::connect(config).await.unwrap()), stops, servers }
+    }
+
+    async fn stop(self) {
+        for s in self.stops {
+            let _ = s.send(());
+        }
+        for s in self.servers {
+            s.await.unwrap().unwrap();
+        }
+    }
+
+    fn address(&self, d: usize) -> String {
+        self.cluster.address(d as u32).to_string()
+    }
+
+    /// Runs one job per disk at once; every job's output rows, by disk.
+    async fn run(&self, jobs: Vec<(usize, JobSpec)>) -> Result<BTreeMap<usize, Vec<RecordBatch>>, String> {
+        let runs = jobs.into_iter().map(|(d, spec)| {
+            let cluster = self.cluster.clone();
+            async move {
+                let mut stream = cluster.start(d as u32, &spec).await.map_err(|e| e.to_string())?;
+                let mut batches = Vec::new();
+                while let Some(b) = stream.next().await {
+                    batches.push(b.map_err(|e| e.to_string())?);
+                }
+                Ok::<_, String>((d, batches))
+            }
+        });
+        let mut out: BTreeMap<usize, Vec<RecordBatch>> = BTreeMap::new();
+        for r in futures::future::join_all(runs).await {
+            let (d, b) = r?;
+            out.entry(d).or_default().extend(b);
+        }
+        Ok(out)
+    }
+}
+
+fn e(x: Expr) -> ExprBytes {
+    ExprBytes(x.to_bytes().unwrap().to_vec())
+}
+
+fn schema(names: &[&str]) -> SchemaRef {
+    Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Int64, false)).collect::<Vec<_>>()))
+}
+
+/// Writes table `name` (Int64 columns) as partition `partition` of the disk in `dir`.
+fn write_table(dir: &std::path::Path, disk: u32, name: &str, partition: u32, columns: &[(&str, Vec<i64>)]) {
+    let store = DiskStore::open(dir, disk).unwrap();
+    let names: Vec<&str> = columns.iter().map(|(n, _)| *n).collect();
+    let schema = schema(&names);
+    let arrays = columns.iter().map(|(_, v)| Arc::new(Int64Array::from(v.clone())) as arrow::array::ArrayRef).collect();
+    let mut w = store.create_partition(name, partition, schema.clone(), 4096).unwrap();
+    w.write(&RecordBatch::try_new(schema, arrays).unwrap()).unwrap();
+    store.commit_partition(w).unwrap();
+}
+
+fn column(batches: &[RecordBatch], name: &str) -> Vec<i64> {
+    batches.iter().flat_map(|b| b.column(b.schema().index_of(name).unwrap()).as_primitive::<Int64Type>().values().to_vec()).collect()
+}
+
+fn table(name: &str) -> Source {
+    Source::Table { table: name.into(), columns: vec![], prune: None }
+}
+
+fn graph(id: &str, inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobSpec {
+    JobSpec { job_id: id.into(), program: "graphs".into(), inputs, stages, outputs, scratch_kib: 8 * 1024, buffer_kib: 0, temp_kib: 0 }
+}
+
+fn stage(disklet: DiskletSpec, inputs: &[Port]) -> Stage {
+    Stage { disklet, inputs: inputs.to_vec() }
+}
+
+fn output(from: Port, sink: Sink) -> Output {
+    Output { from, sink }
+}
+
+const S0: Port = Port::Stage { stage: 0, port: 0 };
+
+fn merge(key: &str) -> DiskletSpec {
+    DiskletSpec::Merge { keys: vec![SortKey { expr: e(col(key)), descending: false, nulls_first: false }] }
+}
+
+fn join(build: &str, probe: &str) -> DiskletSpec {
+    DiskletSpec::HashJoin { build_keys: vec![e(col(build))], probe_keys: vec![e(col(probe))] }
+}
+
+/// A deterministic spread of values (no randomness source needed).
+fn values(seed: i64, n: usize, modulo: i64) -> Vec<i64> {
+    (0..n as i64).map(|i| (i * 7919 + seed * 104_729) % modulo).collect()
+}
+
+/// Join reference: every (k, v) pair with dim.k = fact.fk, as a nested loop does it.
+fn nested_loop(dim: &[i64], fact: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = dim.iter().flat_map(|k| fact.iter().filter(move |(fk, _)| fk == k).map(move |(_, v)| (*k, *v))).collect();
+    out.sort();
+    out
+}
+
+fn joined(batches: &[RecordBatch]) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = column(batches, "k").into_iter().zip(column(batches, "v")).collect();
+    out.sort();
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_input_stages_on_one_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut a = values(1, 5000, 100_000);
+    let mut b = values(2, 7000, 100_000);
+    a.sort();
+    b.sort();
+    write_table(dir.path(), 0, "a", 0, &[("x", a.clone())]);
+    write_table(dir.path(), 0, "b", 1, &[("x", b.clone())]);
+    let dim: Vec<i64> = (0..500).collect();
+    let fact: Vec<(i64, i64)> = values(3, 20_000, 800).into_iter().zip(0..).collect();
+    write_table(dir.path(), 0, "dim", 2, &[("k", dim.clone())]);
+    write_table(dir.path(), 0, "fact", 3, &[("fk", fact.iter().map(|f| f.0).collect()), ("v", fact.iter().map(|f| f.1).collect())]);
+    let disks = Disks::start(&[dir.path().to_path_buf()]).await;
+
+    let merged = graph("merge", vec![table("a"), table("b")], vec![stage(merge("x"), &[Port::Input(0), Port::Input(1)])], vec![output(S0, Sink::Host)]);
+    let out = disks.run(vec![(0, merged)]).await.unwrap();
+    let mut expected = [a, b].concat();
+    expected.sort();
+    assert_eq!(column(&out[&0], "x"), expected, "merge of two sorted streams = sort of both");
+
+    let joined_job = graph("join", vec![table("dim"), table("fact")], vec![stage(join("k", "fk"), &[Port::Input(0), Port::Input(1)])], vec![output(S0, Sink::Host)]);
+    let out = disks.run(vec![(0, joined_job)]).await.unwrap();
+    assert_eq!(joined(&out[&0]), nested_loop(&dim, &fact));
+    disks.stop().await;
+}
+
+/// Four disks; each holds part of `dim` and of `fact`. Senders repartition both by the join
+/// key (hash exchange, disk to disk); each disk joins what it received.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_join_across_disks_after_hash_exchange() {
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let (mut all_dim, mut all_fact) = (Vec::new(), Vec::new());
+    for (d, dir) in dirs.iter().enumerate() {
+        let dim: Vec<i64> = (0..300).map(|i| i * 4 + d as i64).collect();
+        let fact: Vec<(i64, i64)> = values(d as i64, 5000, 1500).into_iter().zip((0..).map(|i| i * 10 + d as i64)).collect();
+        write_table(dir.path(), d as u32, "dim", d as u32, &[("k", dim.clone())]);
+        write_table(dir.path(), d as u32, "fact", d as u32, &[("fk", fact.iter().map(|f| f.0).collect()), ("v", fact.iter().map(|f| f.1).collect())]);
+        all_dim.extend(dim);
+        all_fact.extend(fact);
+    }
+    let disks = Disks::start(&dirs.iter().map(|d| d.path().to_path_buf()).collect::<Vec<_>>()).await;
+    let targets: Vec<String> = (0..4).map(|d| disks.address(d)).collect();
+    let send = |d: usize, name: &str, key: &str, exchange: &str| {
+        let sink = Sink::Exchange { exchange_id: exchange.into(), targets: targets.clone(), sender: d as u32, route: Route::Hash { keys: vec![e(col(key))] } };
+        (d, graph(&format!("send-{name}-{d}"), vec![table(name)], vec![], vec![output(Port::Input(0), sink)]))
+    };
+    let pipe = |id: &str, names: &[&str]| Source::Pipe { exchange_id: id.into(), senders: 4, schema: schema(names).as_ref().clone() };
+    let mut jobs = Vec::new();
+    for d in 0..4 {
+        jobs.push(send(d, "dim", "k", "g-dim"));
+        jobs.push(send(d, "fact", "fk", "g-fact"));
+        let receive = graph(&format!("join-{d}"), vec![pipe("g-dim", &["k"]), pipe("g-fact", &["fk", "v"])], vec![stage(join("k", "fk"), &[Port::Input(0), Port::Input(1)])], vec![output(S0, Sink::Host)]);
+        jobs.push((d, receive));
+    }
+    let out = disks.run(jobs).await.unwrap();
+    let everything: Vec<RecordBatch> = out.values().flatten().cloned().collect();
+    assert_eq!(joined(&everything), nested_loop(&all_dim, &all_fact));
+    // Each disk joined only keys that hash to it.
+    for (d, batches) in &out {
+        for k in column(batches, "k") {
+            let h = adisk_core::hash::hash_i128(i128::from(k));
+            assert_eq!(h % 4, *d as u64, "key {k} joined at disk {d}");
+        }
+    }
+    disks.stop().await;
+}
+
+/// Rows of a four-disk table routed by hash, range and broadcast: every row lands where the
+/// route says, exactly once (broadcast: once per disk).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_by_hash_range_and_broadcast() {
+    let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let mut all = Vec::new();
+    for (d, dir) in dirs.iter().enumerate() {
+        let x = values(d as i64 + 10, 3000, 10_000);
+        write_table(dir.path(), d as u32, "t", d as u32, &[("x", x.clone())]);
+        all.extend(x);
+    }
+    all.sort();
+    let disks = Disks::start(&dirs.iter().map(|d| d.path().to_path_buf()).collect::<Vec<_>>()).await;
+    let targets: Vec<String> = (0..4).map(|d| disks.address(d)).collect();
+    let routes = [
+        ("hash", Route::Hash { keys: vec![e(col("x"))] }),
+        ("range", Route::Range { key: e(col("x")), bounds: vec![e(lit(2500i64)), e(lit(5000i64)), e(lit(7500i64))] }),
+        ("broadcast", Route::Broadcast),
+    ];
+    for (name, route) in routes {
+        let id = format!("x-{name}");
+        let mut jobs = Vec::new();
+        for d in 0..4 {
+            let sink = Sink::Exchange { exchange_id: id.clone(), targets: targets.clone(), sender: d as u32, route: route.clone() };
+            jobs.push((d, graph(&format!("{id}-send-{d}"), vec![table("t")], vec![], vec![output(Port::Input(0), sink)])));
+            let receive = Source::Pipe { exchange_id: id.clone(), senders: 4, schema: schema(&["x"]).as_ref().clone() };
+            jobs.push((d, graph(&format!("{id}-recv-{d}"), vec![receive], vec![], vec![output(Port::Input(0), Sink::Host)])));
+        }
+        let out = disks.run(jobs).await.unwrap();
+        for (d, batches) in &out {
+            let got = column(batches, "x");
+            for x in &got {
+                let expected_disk = match name {
+                    "hash" => (adisk_core::hash::hash_i128(i128::from(*x)) % 4) as usize,
+                    "range" => [2500, 5000, 7500].iter().filter(|b| x > b).count(),
+                    _ => *d,
+                };
+                assert_eq!(expected_disk, *d, "{name}: {x} arrived at disk {d}");
+            }
+            if name == "broadcast" {
+                let mut got = got.clone();
+                got.sort();
+                assert_eq!(got, all, "broadcast: disk {d} has every row");
+            }
+        }
+        if name != "broadcast" {
+            let mut got: Vec<i64> = out.values().flat_map(|b| column(b, "x")).collect();
+            got.sort();
+            assert_eq!(got, all, "{name}: every row exactly once");
+        }
+    }
+    disks.stop().await;
+}
+
+/// A `partition` stage's two output ports go to two named results; the next job reads one of
+/// them like a table, and SQL reads both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_output_ports_to_named_results_read_by_jobs_and_sql() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = values(5, 10_000, 1_000_000);
+    write_table(dir.path(), 0, "t", 0, &[("x", x.clone())]);
+    let disks = Disks::start(&[dir.path().to_path_buf()]).await;
+    let split = DiskletSpec::Partition { keys: vec![e(col("x"))], partitions: 2 };
+    let result = |name: &str| Sink::Store { stream: StoredStream::Result { name: name.into(), partition: 0 } };
+    let job = graph("split", vec![table("t")], vec![stage(split, &[Port::Input(0)])], vec![output(S0, result("t_even")), output(Port::Stage { stage: 0, port: 1 }, result("t_odd"))]);
+    let out = disks.run(vec![(0, job)]).await.unwrap();
+    assert!(out[&0].iter().all(|b| b.num_rows() == 0), "nothing goes to the host");
+    let read = |name: &str| graph(&format!("read-{name}"), vec![table(name)], vec![], vec![output(Port::Input(0), Sink::Host)]);
+    let even = column(&disks.run(vec![(0, read("t_even"))]).await.unwrap()[&0], "x");
+    let odd = column(&disks.run(vec![(0, read("t_odd"))]).await.unwrap()[&0], "x");
+    assert!(even.iter().all(|v| adisk_core::hash::hash_i128(i128::from(*v)) % 2 == 0));
+    assert!(odd.iter().all(|v| adisk_core::hash::hash_i128(i128::from(*v)) % 2 == 1));
+    let mut both = [even.clone(), odd.clone()].concat();
+    both.sort();
+    let mut expected = x.clone();
+    expected.sort();
+    assert_eq!(both, expected);
+    let engine = adisk_host::sql::SqlEngine::new(disks.cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    let sql = engine.query("SELECT (SELECT count(*) FROM t_even) AS e, (SELECT count(*) FROM t_odd) AS o").await.unwrap();
+    let b = &sql.batches[0];
+    assert_eq!((b.column(0).as_primitive::<Int64Type>().value(0), b.column(1).as_primitive::<Int64Type>().value(0)), (even.len() as i64, odd.len() as i64));
+    disks.stop().await;
+}
+
+fn spill_job(id: &str, temp_kib: u64) -> JobSpec {
+    let keep = DiskletSpec::Select { predicate: Some(e(col("x").gt_eq(lit(0i64)))), projection: vec![], limit: None };
+    let stages = vec![stage(keep.clone(), &[Port::Input(0)]), stage(keep, &[Port::Input(1)])];
+    let outputs = vec![output(S0, Sink::Store { stream: StoredStream::Temp { name: "spill".into() } }), output(Port::Stage { stage: 1, port: 0 }, Sink::Host)];
+    JobSpec { temp_kib, ..graph(id, vec![table("t"), Source::Temp { name: "spill".into() }], stages, outputs) }
+}
+
+async fn temp_released(disks: &Disks) {
+    let status = disks.cluster.status().await.remove(0).unwrap();
+    assert_eq!((status.temp_granted_bytes, status.temp_files_bytes, status.memory_granted_bytes), (0, 0, 0), "grants and temporary files released: {status:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn temporary_stream_written_read_back_and_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let x = values(9, 50_000, 1_000_000);
+    write_table(dir.path(), 0, "t", 0, &[("x", x.clone())]);
+    let disks = Disks::start(&[dir.path().to_path_buf()]).await;
+    let out = disks.run(vec![(0, spill_job("spill", 64 * 1024))]).await.unwrap();
+    assert_eq!(column(&out[&0], "x"), x, "read back in the order written");
+    let stats = disks.cluster.job_stats(0, "spill").await.unwrap();
+    assert_eq!(stats.rows_read, 2 * x.len() as u64, "the table once, then the temporary stream");
+    temp_released(&disks).await;
+    // Past its temporary-space grant (16 KiB for 400 KB of rows): a typed error, no file left.
+    let err = disks.run(vec![(0, spill_job("too-small", 16))]).await.unwrap_err();
+    assert!(err.contains("temporary space exceeded"), "{err}");
+    temp_released(&disks).await;
+    assert!(!dir.path().join("tmp").read_dir().is_ok_and(|mut d| d.next().is_some()), "no file under tmp/");
+    disks.stop().await;
+}
