@@ -5,6 +5,11 @@ The TOML files are the source of truth and are committed; this script only keeps
 shared device catalogues consistent. Every number is taken from the paper named in the
 comment next to it, or marked as an assumption (see docs/simulator.md)."""
 import os
+import re
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from sources import lookup  # noqa: E402
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 
@@ -24,11 +29,77 @@ def lines(wl):
     out.append(cur.strip())
     return "\n".join(out)
 
+KEY_RE = re.compile(r'^\s*("[^"]*"|[A-Za-z0-9_-]+)\s*=')
+PAPERS_DIR = os.environ.get("ADISK_PAPERS_DIR", os.path.join(ROOT, "..", "..", "shared", "papers"))
+QUOTE_RE = re.compile(r'^# source: (\S+) .*? — "(.*)"$')
+
+
+def normalize(text):
+    return " ".join(text.replace("*", "").replace("`", "").split())
+
+
+def check_quotes(comment):
+    """Every quoted phrase must occur in its paper (when the papers are reachable)."""
+    for line in comment.splitlines():
+        m = QUOTE_RE.match(line)
+        if line.startswith("# source:") and not m:
+            raise SystemExit(f"malformed source line: {line}")
+        if not m or not os.path.isdir(PAPERS_DIR):
+            continue
+        paper, quote = m.group(1), m.group(2)
+        with open(os.path.join(PAPERS_DIR, paper), encoding="utf-8") as fh:
+            if normalize(quote) not in normalize(fh.read()):
+                raise SystemExit(f"quote not found in {paper}: {quote}")
+
+
+def strip_inline_comment(line):
+    """Drop a trailing '# …' that is outside double-quoted strings."""
+    in_str = False
+    for i, ch in enumerate(line):
+        if ch == '"':
+            in_str = not in_str
+        elif ch == "#" and not in_str:
+            return line[:i].rstrip()
+    return line
+
+
+def annotate(paper, name, text):
+    """Put the source/assumption comment of every key directly above it."""
+    out, table, label = [], "", None
+    for line in text.split("\n"):
+        s = line.strip()
+        if s.startswith("["):
+            table = s.strip("[]").strip()
+            label = None
+            out.append(line)
+            continue
+        m = KEY_RE.match(line)
+        if not m:
+            out.append(line)
+            continue
+        key = m.group(1).strip('"')
+        if table == "variants" and key == "label":
+            label = line.split("=", 1)[1].strip().strip('"')
+        tpath = f"variants{{{label}}}" if table == "variants" and key != "label" else ("variants{*}" if table == "variants" else table)
+        if table == "variants" and key == "label":
+            tpath = f"variants{{{label}}}"
+        path = f"{tpath}.{key}" if tpath else key
+        comment = lookup(paper, name, path)
+        if comment is None and table == "variants" and key == "label":
+            comment = lookup(paper, name, f"variants{{*}}.label")
+        if comment is None:
+            raise SystemExit(f"{paper}/{name}.toml: no source or assumption for `{path}`")
+        check_quotes(comment)
+        out.extend(comment.split("\n"))
+        out.append(strip_inline_comment(line))
+    return "\n".join(out)
+
+
 def w(paper, name, text):
     d = os.path.join(ROOT, paper)
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, name + ".toml"), "w") as f:
-        f.write(text.strip() + "\n")
+        f.write(annotate(paper, name, text.strip()) + "\n")
 
 # ---------------------------------------------------------------- acharya
 ACHARYA_DEVICES = """
@@ -88,7 +159,8 @@ host_cpu = "host_today"
 host_memory_mb = 1024    # Table 1
 io_link = "loop_today"
 io_loops = 2
-queue_depth = 8          # §4: up to eight asynchronous stripe requests{sp}
+queue_depth = 8          # §4: up to eight asynchronous stripe requests
+queue_depth_sort_phase_one = 2{sp}
 
 [systems.active_today]
 kind = "active_disks"
@@ -111,7 +183,8 @@ host_cpu = "host_future"
 host_memory_mb = 1024
 io_link = "loop_future"
 io_loops = 2
-queue_depth = 8{sp}
+queue_depth = 8
+queue_depth_sort_phase_one = 2{sp}
 
 [systems.active_future]
 kind = "active_disks"
@@ -1003,3 +1076,62 @@ def write_embedded():
         fh.write("\n".join(entries) + "\n];\n")
 
 write_embedded()
+
+
+# ---------------------------------------------------------------- assumption tables in docs
+def assumption_tables():
+    """Markdown: per paper, every assumption of its experiment files with its justification."""
+    out = []
+    for paper in ["acharya", "uysal", "memik", "riedel", "chiu"]:
+        rows = {}
+        d = os.path.join(ROOT, paper)
+        for f in sorted(os.listdir(d)):
+            if not f.endswith(".toml"):
+                continue
+            table, block = "", []
+            for line in open(os.path.join(d, f), encoding="utf-8"):
+                s = line.strip()
+                if s.startswith("#"):
+                    block.append(s)
+                    continue
+                if s.startswith("["):
+                    table, block = s.strip("[]"), []
+                    continue
+                m = KEY_RE.match(line)
+                if m:
+                    key = m.group(1).strip('"')
+                    value = line.split("=", 1)[1].strip()
+                    for c in block:
+                        if c.startswith("# assumption:"):
+                            body = c[len("# assumption:"):].strip()
+                            why, considered = body.split("; considered:", 1)
+                            path = f"{table}.{key}" if table != "variants" else f"variants.{key}"
+                            r = rows.setdefault((why.strip(), considered.strip()), {"keys": set(), "values": set(), "files": set()})
+                            r["keys"].add(path)
+                            r["values"].add(value if len(value) < 40 else value[:37] + "…")
+                            r["files"].add(f[:-5])
+                block = []
+        out.append(f"\n#### {paper}-… ({len(rows)} assumptions)\n")
+        out.append("| keys | value(s) | why | also considered | files |")
+        out.append("|---|---|---|---|---|")
+        for (why, considered), r in sorted(rows.items(), key=lambda kv: sorted(kv[1]["keys"])[0]):
+            keys = ", ".join(f"`{k}`" for k in sorted(r["keys"])[:4]) + (f" (+{len(r['keys']) - 4})" if len(r["keys"]) > 4 else "")
+            vals = ", ".join(sorted(r["values"])[:3]).replace("|", "\\|") + (" …" if len(r["values"]) > 3 else "")
+            files = "all" if len(r["files"]) == len([x for x in os.listdir(d) if x.endswith(".toml")]) else ", ".join(sorted(r["files"]))
+            out.append(f"| {keys} | {vals} | {why.replace('|', '/')} | {considered.replace('|', '/')} | {files} |")
+    return "\n".join(out) + "\n"
+
+
+def write_docs_tables():
+    doc = os.path.join(ROOT, "..", "docs", "simulator.md")
+    text = open(doc, encoding="utf-8").read()
+    begin, end = "<!-- assumptions:begin (generated by experiments/generate.py) -->", "<!-- assumptions:end -->"
+    if begin not in text:
+        return
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    with open(doc, "w", encoding="utf-8") as fh:
+        fh.write(head + begin + "\n" + assumption_tables() + end + tail)
+
+
+write_docs_tables()

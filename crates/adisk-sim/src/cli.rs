@@ -44,6 +44,20 @@ pub enum SimCommand {
         #[arg(long)]
         experiments: Option<PathBuf>,
     },
+    /// Rerun an experiment with each assumption halved and doubled; report which comparisons change
+    Sensitivity {
+        /// Experiment file (TOML).
+        file: PathBuf,
+        /// Scale each assumption by 1/FACTOR and by FACTOR.
+        #[arg(long, default_value_t = 2.0)]
+        factor: f64,
+        /// Only keys whose dotted path contains this text.
+        #[arg(long)]
+        only: Option<String>,
+        /// Write the report here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Benchmark the event loop (events/s) and the time of `reproduce all`
     Bench {
         /// Events to process.
@@ -118,10 +132,19 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
         } => {
             let t = reproduce(&paper, &out, experiments.as_deref(), true)?;
             eprintln!(
-                "reproduce {paper}: {} experiment files, {} runs",
-                t.files, t.runs
+                "reproduce {paper}: {} experiment files, {} runs, {} of {} stated conclusions hold",
+                t.files, t.runs, t.conclusions_hold, t.conclusions
             );
             Ok(())
+        }
+        SimCommand::Sensitivity {
+            file,
+            factor,
+            only,
+            out,
+        } => {
+            let text = crate::sensitivity::run(&file, factor, only.as_deref())?;
+            emit(out.as_deref(), &text)
         }
         SimCommand::Bench { events } => {
             let start = std::time::Instant::now();
@@ -174,6 +197,10 @@ pub struct ReproduceTotals {
     pub runs: usize,
     /// Simulated events.
     pub events: u64,
+    /// Stated conclusions evaluated (see `conclusions`).
+    pub conclusions: usize,
+    /// Of which hold.
+    pub conclusions_hold: usize,
 }
 
 /// Experiment files of `paper` (or all): from `dir`, ./experiments, the source tree, or the built-in copies.
@@ -250,6 +277,7 @@ pub fn reproduce(
 ) -> Result<ReproduceTotals, SimError> {
     let sources = experiment_sources(paper, dir)?;
     let mut totals = ReproduceTotals::default();
+    let mut runs = crate::conclusions::Runs::default();
     for (path, text) in sources {
         let l: Loaded = experiment::load_str(&path, &text)?;
         let pts = experiment::points(&l, true)?;
@@ -262,6 +290,19 @@ pub fn reproduce(
         totals.files += 1;
         totals.runs += reports.len();
         totals.events += reports.iter().map(|r| r.events).sum::<u64>();
+        runs.add(&crate::conclusions::file_key(&path), reports);
     }
+    let verdicts = crate::conclusions::evaluate(&runs);
+    let summary = crate::conclusions::summary(&verdicts);
+    let path = out.join("conclusions.txt");
+    std::fs::write(&path, &summary).map_err(|e| SimError::Io {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    if print {
+        print!("{summary}");
+    }
+    totals.conclusions_hold = verdicts.iter().filter(|v| v.status() == "holds").count();
+    totals.conclusions = verdicts.len();
     Ok(totals)
 }

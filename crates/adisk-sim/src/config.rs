@@ -208,6 +208,10 @@ pub struct SystemConfig {
     /// Host asynchronous requests outstanding per disk.
     #[serde(default = "four_u32")]
     pub queue_depth: u32,
+    /// Requests outstanding per disk in the first (partitioning) phase of sort, when it
+    /// differs from `queue_depth` (acharya-… §4: "two for sort phase one").
+    #[serde(default)]
+    pub queue_depth_sort_phase_one: Option<u32>,
     /// Cost parameters that differ for work executed at this system's workers (e.g. a
     /// different processor family in the disks, riedel-… Table 8); same names as
     /// `workload.cost_overrides`.

@@ -354,6 +354,9 @@ pub struct Phase {
     pub write_estimates: Vec<(u32, f64)>,
     /// Bytes the coordinator writes to its volume after all workers finished.
     pub coord_writes: Vec<(u32, f64)>,
+    /// Requests in flight per worker stream in this phase, if not the topology's
+    /// `buffers_per_worker`.
+    pub requests_in_flight: Option<u32>,
 }
 
 impl Phase {
@@ -373,6 +376,7 @@ impl Phase {
             write_vol: 0,
             write_estimates: Vec::new(),
             coord_writes: Vec::new(),
+            requests_in_flight: None,
         }
     }
 }
@@ -812,7 +816,10 @@ impl<'p> Engine<'p> {
         let needed = (total_input / cap as f64).ceil() as u64;
         self.chunk_bytes = min_chunk.max(needed.div_ceil(req) * req);
         let requests_per_chunk = (self.chunk_bytes / req).max(1) as u32;
-        self.k_chunks = (self.topo.buffers_per_worker / requests_per_chunk).max(2);
+        let in_flight = ph
+            .requests_in_flight
+            .unwrap_or(self.topo.buffers_per_worker);
+        self.k_chunks = (in_flight / requests_per_chunk).max(2);
         self.timings.push(PhaseTiming {
             name: ph.name.clone(),
             start_s: now.as_secs_f64(),

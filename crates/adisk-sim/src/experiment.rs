@@ -56,8 +56,17 @@ pub struct Point {
     pub exp: ExperimentFile,
 }
 
+/// A change applied to every point's raw tree after its variant and sweep values are set
+/// (used by `sensitivity` to scale one key); returns a reason on failure.
+pub type Adjust<'a> = &'a dyn Fn(&mut toml::Value) -> Result<(), String>;
+
 /// Expand variants × the cartesian product of the sweep axes (or just the base when `sweep` is false).
 pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
+    points_adjusted(l, sweep, &|_| Ok(()))
+}
+
+/// [`points`], with `adjust` applied to every point after its overrides.
+pub fn points_adjusted(l: &Loaded, sweep: bool, adjust: Adjust) -> Result<Vec<Point>, SimError> {
     let file = l.path.display().to_string();
     let cfg_err = |key: &str, reason: String| SimError::Config {
         file: file.clone(),
@@ -117,6 +126,7 @@ pub fn points(l: &Loaded, sweep: bool) -> Result<Vec<Point>, SimError> {
                     .map_err(|r| cfg_err(&format!("sweep.{k}"), r))?;
                 labels.insert(k.clone(), config::value_label(v));
             }
+            adjust(&mut raw).map_err(|r| cfg_err("sensitivity", r))?;
             let exp = config::from_value(&l.path, &l.src, raw)?;
             out.push(Point { labels, exp });
         }
@@ -189,7 +199,10 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
         cost_err(r)
     })?;
     let request_bytes = (request_kb * 1024.0).round() as u64;
-    let ctx = Wctx::new(&topo, sys.kind, &costs, &worker_costs, request_bytes as f64);
+    let mut ctx = Wctx::new(&topo, sys.kind, &costs, &worker_costs, request_bytes as f64);
+    ctx.sort_phase_one_requests = sys
+        .queue_depth_sort_phase_one
+        .map(|q| (topo.buffers_per_worker * q / sys.queue_depth.max(1)).max(2));
     let plan = workload::compile(&exp.workload, &ctx).map_err(err)?;
     let gran = Granularity {
         request_bytes,

@@ -35,6 +35,7 @@
 
 pub mod arch;
 pub mod cli;
+pub mod conclusions;
 pub mod config;
 pub mod costs;
 pub mod des;
@@ -44,8 +45,10 @@ pub mod experiment;
 pub mod model;
 pub mod report;
 pub mod rng;
+pub mod sensitivity;
 pub mod svg;
 pub mod time;
+pub mod trace;
 pub mod workload;
 
 /// Errors of the simulator.

@@ -154,6 +154,7 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     p1.input = Input::File(rel);
     p1.cycles_per_byte = ctx.c("partition_cycles_per_tuple") / t;
     p1.write_vol = 1;
+    p1.requests_in_flight = ctx.sort_phase_one_requests;
     let runs0 = plan.file("runs0");
     let write = if sp.in_memory { None } else { Some(runs0) };
     p1.flows.push(flow(

@@ -41,6 +41,9 @@ pub struct Wctx<'a> {
     pub via_host: bool,
     /// Disk groups (sd_groups).
     pub groups: usize,
+    /// Requests in flight per worker in sort's first phase, if the system sets
+    /// `queue_depth_sort_phase_one`.
+    pub sort_phase_one_requests: Option<u32>,
 }
 
 /// OS memory footprint of a full-function host OS: 24 MB (uysal-… §4, from Acharya & Setia).
@@ -91,6 +94,7 @@ impl<'a> Wctx<'a> {
             worker_disks,
             via_host: topo.via_host,
             groups: topo.groups.max(1) as usize,
+            sort_phase_one_requests: None,
         }
     }
     /// Cost parameter.

@@ -1,0 +1,309 @@
+//! The papers' stated conclusions as assertions over the simulator's output (issue 15,
+//! point 4): the fidelity suite.
+//!
+//! Each [`Conclusion`] quotes the sentence it rests on (checked against the paper by the
+//! traceability test), names the runs it needs (experiment file and sweep-point labels) and
+//! checks them. Words of degree are read the same way everywhere: "significantly",
+//! "substantially", "dramatically" mean a factor of at least 2; "similar" means within a
+//! factor of 2; "marginal" means less than 10%. A conclusion the model does not reproduce is
+//! kept and marked [`Conclusion::known_divergence`] with the reason; it is counted and
+//! printed, never dropped.
+//!
+//! `adisk sim reproduce all` evaluates every conclusion over the runs it made; the
+//! `conclusions` test runs only the points the conclusions need.
+
+use crate::SimError;
+use crate::engine::ResKind;
+use crate::experiment;
+use crate::report::RunReport;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// Runs a conclusion needs: the points of `file` whose labels include every pair.
+#[derive(Clone, Copy, Debug)]
+pub struct Need {
+    /// Experiment file under `experiments/` (`paper/name.toml`).
+    pub file: &'static str,
+    /// Label constraints (`axis`, value); empty = every point of the file.
+    pub select: &'static [(&'static str, &'static str)],
+}
+
+/// What a check measured and whether the conclusion holds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Outcome {
+    /// Whether the simulator's output agrees with the sentence.
+    pub holds: bool,
+    /// What was measured (printed next to the verdict).
+    pub measured: String,
+}
+
+/// A check over the runs; `Err` names a run that is missing.
+pub type Check = fn(&Runs) -> Result<Outcome, String>;
+
+/// One stated conclusion of a paper.
+#[derive(Clone, Copy, Debug)]
+pub struct Conclusion {
+    /// Stable identifier.
+    pub id: &'static str,
+    /// Paper file the sentence is quoted from.
+    pub paper_file: &'static str,
+    /// Section or table.
+    pub locator: &'static str,
+    /// The sentence (or its operative part), verbatim.
+    pub quote: &'static str,
+    /// How the sentence is read as an assertion.
+    pub reading: &'static str,
+    /// Runs needed.
+    pub needs: &'static [Need],
+    /// The assertion.
+    pub check: Check,
+    /// Why the model does not reproduce it, if it does not (the test then expects it to fail).
+    pub known_divergence: Option<&'static str>,
+}
+
+/// Reports by experiment file.
+#[derive(Debug, Default)]
+pub struct Runs {
+    by_file: BTreeMap<String, Vec<RunReport>>,
+}
+
+impl Runs {
+    /// Add the reports of one file (`paper/name.toml`).
+    pub fn add(&mut self, file: &str, reports: Vec<RunReport>) {
+        self.by_file
+            .entry(file.to_string())
+            .or_default()
+            .extend(reports);
+    }
+
+    /// Every report of `file` whose point has all `select` labels.
+    pub fn all(&self, file: &str, select: &[(&str, &str)]) -> Vec<&RunReport> {
+        self.by_file
+            .get(file)
+            .map(|rs| rs.iter().filter(|r| matches(r, select)).collect())
+            .unwrap_or_default()
+    }
+
+    /// The first report of `file` matching `select`.
+    pub fn get(&self, file: &str, select: &[(&str, &str)]) -> Result<&RunReport, String> {
+        self.all(file, select)
+            .into_iter()
+            .next()
+            .ok_or_else(|| format!("no run of {file} with {select:?}"))
+    }
+
+    /// Total time of the run of `file` matching `select`, s.
+    pub fn total_s(&self, file: &str, select: &[(&str, &str)]) -> Result<f64, String> {
+        self.get(file, select).map(|r| r.total_s)
+    }
+}
+
+fn matches(r: &RunReport, select: &[(&str, &str)]) -> bool {
+    select
+        .iter()
+        .all(|(k, v)| r.point.get(*k).map(String::as_str) == Some(*v))
+}
+
+/// Processor busy time over all processors per byte of input, ns/byte.
+pub fn cpu_ns_per_input_byte(r: &RunReport) -> f64 {
+    let busy_s: f64 = r
+        .resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Cpu)
+        .map(|x| x.busy_s)
+        .sum();
+    busy_s * 1e9 / r.input_bytes.max(1.0)
+}
+
+/// Bytes sent into the network (switch ports) or onto the loops/buses that carry messages.
+pub fn network_bytes_sent(r: &RunReport) -> u64 {
+    r.resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Link && x.name.ends_with("port-tx"))
+        .map(|x| x.bytes_in)
+        .sum()
+}
+
+/// Bytes received by the named node's network port.
+pub fn port_bytes_received(r: &RunReport, node: &str) -> u64 {
+    let name = format!("{node}.port-rx");
+    r.resources
+        .iter()
+        .filter(|x| x.name == name)
+        .map(|x| x.bytes_in)
+        .sum()
+}
+
+/// Bytes carried by the host's I/O interconnect (loops/buses named `…loop…` or `…bus…`).
+pub fn interconnect_bytes(r: &RunReport) -> u64 {
+    r.resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Link && x.component == "interconnect")
+        .map(|x| x.bytes_in)
+        .sum()
+}
+
+/// Mean utilisation of the drives.
+pub fn mean_drive_utilization(r: &RunReport) -> f64 {
+    let drives: Vec<f64> = r
+        .resources
+        .iter()
+        .filter(|x| x.kind == ResKind::Disk)
+        .map(|x| x.utilization)
+        .collect();
+    drives.iter().sum::<f64>() / drives.len().max(1) as f64
+}
+
+fn outcome(holds: bool, measured: String) -> Result<Outcome, String> {
+    Ok(Outcome { holds, measured })
+}
+
+mod acharya;
+mod chiu;
+mod memik;
+mod riedel;
+mod uysal;
+
+/// Every stated conclusion, paper by paper.
+pub const CONCLUSIONS: &[Conclusion] = &[
+    acharya::HOST_KEEPS_FEW_DRIVES_BUSY,
+    acharya::HOST_BOTTLENECK_WHEN_REDISTRIBUTING,
+    acharya::PROCESSING_SCALES_WITH_DISKS,
+    uysal::SELECT_AGGREGATE_LITTLE_COMPUTATION,
+    uysal::GROUP_BY_LARGER_RESULTS_THAN_SELECT,
+    uysal::GROUP_BY_MORE_COMPUTATION_THAN_SELECT,
+    uysal::DATACUBE_MORE_COMPUTATION_THAN_GROUP_BY,
+    uysal::DATACUBE_MORE_DATA_THAN_GROUP_BY,
+    uysal::SORT_MORE_COMMUNICATION_THAN_DATACUBE,
+    uysal::SORT_AND_JOIN_SIMILAR_COMMUNICATION,
+    uysal::DMINE_LESS_COMMUNICATION,
+    uysal::CONV_EARTH_COMPUTE_INTENSIVE,
+    uysal::MORE_BUFFERS_TOLERATE_LATENCY,
+    memik::SMART_DISKS_SUBSTANTIAL_BENEFITS,
+    memik::BUNDLING_EFFECTIVE,
+    memik::MORE_TUPLES_MARGINAL,
+    memik::BUNDLES_INVERSELY_PROPORTIONAL,
+    memik::HIGH_PERFORMANCE_UNDER_VARIATIONS,
+    memik::INDEXED_SELECTION_GAINS_LESS,
+    chiu::SMART_DISKS_OUTPERFORMED_HOST_AND_CLUSTERS,
+    chiu::NO_CLIENT_ROUTING_WITHIN_A_GROUP,
+    riedel::REDUCES_DATA_TRAFFIC,
+    riedel::EXPLOITS_PARALLELISM,
+    riedel::DRAMATIC_GAINS,
+    riedel::SERVER_BOTTLENECK_CPU_OR_INTERCONNECT,
+    riedel::BETA_FASTER_SELECT_JOIN_SLOWER_AGGREGATE,
+    riedel::AGGREGATION_MORE_COMPUTATION,
+    riedel::UYSAL_AD_BEAT_SMP_MATCH_CLUSTERS,
+];
+
+/// The verdict of one conclusion.
+#[derive(Clone, Debug)]
+pub struct Verdict {
+    /// The conclusion.
+    pub conclusion: Conclusion,
+    /// Its outcome, or why it could not be evaluated.
+    pub outcome: Result<Outcome, String>,
+}
+
+impl Verdict {
+    /// holds / fails / known divergence / not evaluated.
+    pub fn status(&self) -> &'static str {
+        match (&self.outcome, self.conclusion.known_divergence) {
+            (Ok(o), _) if o.holds => "holds",
+            (Ok(_), Some(_)) => "known divergence",
+            (Ok(_), None) => "FAILS",
+            (Err(_), _) => "not evaluated",
+        }
+    }
+}
+
+/// Evaluate every conclusion over `runs`.
+pub fn evaluate(runs: &Runs) -> Vec<Verdict> {
+    CONCLUSIONS
+        .iter()
+        .map(|c| Verdict {
+            conclusion: *c,
+            outcome: (c.check)(runs),
+        })
+        .collect()
+}
+
+/// Printed summary: one line per conclusion, then the counts.
+pub fn summary(verdicts: &[Verdict]) -> String {
+    let mut s = String::from("== stated conclusions (fidelity suite)\n");
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for v in verdicts {
+        *counts.entry(v.status()).or_default() += 1;
+        let detail = match &v.outcome {
+            Ok(o) => o.measured.clone(),
+            Err(e) => e.clone(),
+        };
+        let _ = writeln!(
+            s,
+            "[{}] {} ({} {}): {}",
+            v.status(),
+            v.conclusion.id,
+            v.conclusion.paper_file,
+            v.conclusion.locator,
+            detail
+        );
+        if let (Some(reason), "known divergence") = (v.conclusion.known_divergence, v.status()) {
+            let _ = writeln!(s, "    reason: {reason}");
+        }
+    }
+    let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "conclusions: {} of {} hold, {} known divergences, {} fail, {} not evaluated",
+        count("holds"),
+        verdicts.len(),
+        count("known divergence"),
+        count("FAILS"),
+        count("not evaluated")
+    );
+    s
+}
+
+/// `paper/name.toml` of an experiment path.
+pub fn file_key(path: &Path) -> String {
+    let parts: Vec<String> = path
+        .components()
+        .rev()
+        .take(2)
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+/// Run only the points the conclusions need (from `dir`, ./experiments, the source tree or
+/// the built-in copies).
+pub fn run_needed(dir: Option<&Path>) -> Result<Runs, SimError> {
+    let mut wanted: BTreeMap<&str, Vec<&[(&str, &str)]>> = BTreeMap::new();
+    for c in CONCLUSIONS {
+        for n in c.needs {
+            wanted.entry(n.file).or_default().push(n.select);
+        }
+    }
+    let sources = crate::cli::experiment_sources("all", dir)?;
+    let mut runs = Runs::default();
+    for (path, text) in sources {
+        let key = file_key(&path);
+        let Some(selects) = wanted.get(key.as_str()) else {
+            continue;
+        };
+        let loaded = experiment::load_str(&path, &text)?;
+        let points: Vec<experiment::Point> = experiment::points(&loaded, true)?
+            .into_iter()
+            .filter(|p| {
+                selects.iter().any(|sel| {
+                    sel.iter()
+                        .all(|(k, v)| p.labels.get(*k).map(String::as_str) == Some(*v))
+                })
+            })
+            .collect();
+        let reports = experiment::run_points(&path, &points, None, false)?;
+        runs.add(&key, reports);
+    }
+    Ok(runs)
+}

@@ -1,0 +1,487 @@
+//! `adisk sim sensitivity FILE [--factor 2]`: rerun an experiment with each assumption
+//! halved and doubled and report which of its comparisons change (issue 15, point 3).
+//!
+//! The assumptions are the numeric keys of the file tagged `# assumption:` (see `trace`) and
+//! the processing costs whose source in `costs::COSTS` is an assumption. Each is multiplied
+//! by `1/factor` and by `factor` at every sweep point, after the point's variant and sweep
+//! values are applied (so a variant that sets the key is scaled too). Integers are rounded
+//! and kept at least 1.
+//!
+//! Comparisons:
+//! * **rankings**: at each point of the other axes, the order of the series (the report's
+//!   `series` axis, else `run.system`, else the swept axis of the report's baseline, else the
+//!   first swept axis other than `x`) by total
+//!   time. A pair counts as flipped only if its order changes and the two times differ by at
+//!   least 1% in the base run or the rerun (closer pairs are ties).
+//! * **crossovers**: for each pair of series and each value of the remaining axes, the
+//!   values of `x` between which the faster series changes.
+//! * **ranges**: with a baseline, each series' range (min–max) of normalized time; changed
+//!   when an end moves by more than 10%.
+//! * **conclusions**: the verdict of every stated conclusion whose runs all come from this
+//!   file.
+
+use crate::SimError;
+use crate::conclusions::{self, Runs};
+use crate::config;
+use crate::costs::COSTS;
+use crate::experiment::{self, Loaded};
+use crate::report::RunReport;
+use crate::trace;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+/// A key the sensitivity run scales.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AssumptionKey {
+    /// Dotted key in the experiment tree.
+    pub path: String,
+    /// Value used when a point does not set the key (cost defaults).
+    pub default: Option<f64>,
+}
+
+/// Numeric assumption keys of an experiment file, then assumed cost parameters; plus the
+/// assumption keys that are not scalable numbers (listed, not scaled).
+pub fn assumption_keys(text: &str) -> (Vec<AssumptionKey>, Vec<String>) {
+    let mut keys = Vec::new();
+    let mut skipped = Vec::new();
+    for k in trace::scan(text)
+        .0
+        .into_iter()
+        .filter(|k| k.is_assumption())
+    {
+        let top = k.path.split('.').next().unwrap_or("");
+        let scalable = !matches!(top, "sweep" | "report" | "experiment")
+            && !top.starts_with("variants")
+            && parse_value(&k.value_text).is_some_and(|v| scale_value(&v, 1.0).is_some());
+        if scalable {
+            keys.push(AssumptionKey {
+                path: k.path,
+                default: None,
+            });
+        } else {
+            skipped.push(k.path);
+        }
+    }
+    for (name, value, source) in COSTS {
+        if source.starts_with("assumption") {
+            keys.push(AssumptionKey {
+                path: format!("workload.cost_overrides.{name}"),
+                default: Some(*value),
+            });
+        }
+    }
+    (keys, skipped)
+}
+
+fn parse_value(text: &str) -> Option<toml::Value> {
+    let table: toml::Table = toml::from_str(&format!("v = {text}")).ok()?;
+    table.get("v").cloned()
+}
+
+/// `v` scaled by `factor` (integers rounded, at least 1); None if `v` is not numeric.
+pub fn scale_value(v: &toml::Value, factor: f64) -> Option<toml::Value> {
+    match v {
+        toml::Value::Integer(i) => Some(toml::Value::Integer(
+            ((*i as f64 * factor).round() as i64).max(1),
+        )),
+        toml::Value::Float(f) => Some(toml::Value::Float(f * factor)),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|x| scale_value(x, factor))
+            .collect::<Option<Vec<_>>>()
+            .map(toml::Value::Array),
+        _ => None,
+    }
+}
+
+fn scaler(
+    key: &AssumptionKey,
+    factor: f64,
+) -> impl Fn(&mut toml::Value) -> Result<(), String> + '_ {
+    move |raw: &mut toml::Value| {
+        let current = config::get_dotted(raw, &key.path)
+            .cloned()
+            .or_else(|| key.default.map(toml::Value::Float));
+        let Some(current) = current else {
+            return Ok(()); // this point does not use the key
+        };
+        let scaled = scale_value(&current, factor)
+            .ok_or_else(|| format!("{} is not a number at this point", key.path))?;
+        config::set_dotted(raw, &key.path, scaled)
+    }
+}
+
+/// What changed in one rerun.
+#[derive(Clone, Debug, Default)]
+pub struct Changes {
+    /// Ranking flips: "point: a<b → b<a".
+    pub rankings: Vec<String>,
+    /// Ranking groups compared.
+    pub ranking_groups: usize,
+    /// Crossover changes.
+    pub crossovers: Vec<String>,
+    /// Range changes.
+    pub ranges: Vec<String>,
+    /// Conclusion verdict changes.
+    pub conclusions: Vec<String>,
+    /// The rerun failed (reason).
+    pub failed: Option<String>,
+}
+
+impl Changes {
+    /// Whether nothing changed.
+    pub fn is_unchanged(&self) -> bool {
+        self.rankings.is_empty()
+            && self.crossovers.is_empty()
+            && self.ranges.is_empty()
+            && self.conclusions.is_empty()
+            && self.failed.is_none()
+    }
+}
+
+fn series_axis(l: &Loaded, reports: &[RunReport]) -> Option<String> {
+    if let Some(s) = &l.exp.report.series {
+        return Some(s.clone());
+    }
+    let swept: Vec<String> = distinct_axes(reports);
+    if swept.iter().any(|a| a == "run.system") {
+        return Some("run.system".into());
+    }
+    if let Some(axis) = l.exp.report.baseline.keys().find(|k| swept.contains(k)) {
+        return Some(axis.clone());
+    }
+    swept
+        .into_iter()
+        .find(|a| Some(a) != l.exp.report.x.as_ref())
+}
+
+fn distinct_axes(reports: &[RunReport]) -> Vec<String> {
+    let mut values: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for r in reports {
+        for (k, v) in &r.point {
+            values.entry(k.as_str()).or_default().insert(v.as_str());
+        }
+    }
+    values
+        .into_iter()
+        .filter(|(_, v)| v.len() > 1)
+        .map(|(k, _)| k.to_string())
+        .collect()
+}
+
+fn key_without(r: &RunReport, skip: &[&str]) -> String {
+    r.point
+        .iter()
+        .filter(|(k, _)| !skip.contains(&k.as_str()))
+        .map(|(k, v)| format!("{}={v}", k.rsplit('.').next().unwrap_or(k)))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// (group → series → total_s) in file order.
+type Grouped = BTreeMap<String, Vec<(String, f64)>>;
+
+fn group(reports: &[RunReport], skip: &[&str], series: &str) -> Grouped {
+    let mut g: Grouped = BTreeMap::new();
+    for r in reports {
+        let s = r
+            .point
+            .get(series)
+            .cloned()
+            .unwrap_or_else(|| r.system.clone());
+        g.entry(key_without(r, skip))
+            .or_default()
+            .push((s, r.total_s));
+    }
+    g
+}
+
+fn ranking_flips(base: &[RunReport], rerun: &[RunReport], series: &str) -> (Vec<String>, usize) {
+    let b = group(base, &[series], series);
+    let p = group(rerun, &[series], series);
+    let mut flips = Vec::new();
+    for (point, bs) in &b {
+        let Some(ps) = p.get(point) else { continue };
+        for i in 0..bs.len() {
+            for j in i + 1..bs.len() {
+                let (Some(pi), Some(pj)) = (ps.get(i), ps.get(j)) else {
+                    continue;
+                };
+                let (bi, bj) = (bs[i].1, bs[j].1);
+                let clear = |a: f64, c: f64| (a - c).abs() >= 0.01 * a.max(c);
+                if (bi < bj) != (pi.1 < pj.1) && (clear(bi, bj) || clear(pi.1, pj.1)) {
+                    let order = |x: f64, y: f64| if x < y { "<" } else { ">" };
+                    flips.push(format!(
+                        "{point}: {} {} {} became {}",
+                        bs[i].0,
+                        order(bi, bj),
+                        bs[j].0,
+                        order(pi.1, pj.1)
+                    ));
+                }
+            }
+        }
+    }
+    (flips, b.len())
+}
+
+fn crossovers(reports: &[RunReport], series: &str, x: &str) -> BTreeMap<String, Vec<String>> {
+    // group by the other axes, then by series: (x value, total) in file order.
+    let mut g: BTreeMap<String, BTreeMap<String, Vec<(String, f64)>>> = BTreeMap::new();
+    for r in reports {
+        let s = r.point.get(series).cloned().unwrap_or_default();
+        let xv = r.point.get(x).cloned().unwrap_or_default();
+        g.entry(key_without(r, &[series, x]))
+            .or_default()
+            .entry(s)
+            .or_default()
+            .push((xv, r.total_s));
+    }
+    let mut out = BTreeMap::new();
+    for (others, by_series) in g {
+        let names: Vec<&String> = by_series.keys().collect();
+        for i in 0..names.len() {
+            for j in i + 1..names.len() {
+                let (a, b) = (&by_series[names[i]], &by_series[names[j]]);
+                let mut at = Vec::new();
+                for k in 1..a.len().min(b.len()) {
+                    if (a[k - 1].1 < b[k - 1].1) != (a[k].1 < b[k].1) {
+                        at.push(format!("{}-{}", a[k - 1].0, a[k].0));
+                    }
+                }
+                out.insert(format!("{others} {} vs {}", names[i], names[j]), at);
+            }
+        }
+    }
+    out
+}
+
+fn ranges(l: &Loaded, reports: &[RunReport], series: &str) -> BTreeMap<String, (f64, f64)> {
+    let ratios = experiment::baseline_ratios(reports, &l.exp.report.baseline);
+    let mut out: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for (r, ratio) in reports.iter().zip(ratios) {
+        let Some(x) = ratio else { continue };
+        let s = r
+            .point
+            .get(series)
+            .cloned()
+            .unwrap_or_else(|| r.system.clone());
+        let e = out.entry(s).or_insert((x, x));
+        e.0 = e.0.min(x);
+        e.1 = e.1.max(x);
+    }
+    out
+}
+
+fn own_conclusions(file: &str) -> Vec<&'static conclusions::Conclusion> {
+    conclusions::CONCLUSIONS
+        .iter()
+        .filter(|c| c.needs.iter().all(|n| n.file == file))
+        .collect()
+}
+
+fn verdicts(file: &str, reports: &[RunReport]) -> BTreeMap<&'static str, Option<bool>> {
+    let mut runs = Runs::default();
+    runs.add(file, reports.to_vec());
+    own_conclusions(file)
+        .into_iter()
+        .map(|c| (c.id, (c.check)(&runs).ok().map(|o| o.holds)))
+        .collect()
+}
+
+/// Compare a rerun with the base run.
+pub fn compare(l: &Loaded, file: &str, base: &[RunReport], rerun: &[RunReport]) -> Changes {
+    let mut ch = Changes::default();
+    let Some(series) = series_axis(l, base) else {
+        return ch;
+    };
+    (ch.rankings, ch.ranking_groups) = ranking_flips(base, rerun, &series);
+    if let Some(x) = l.exp.report.x.as_ref().filter(|x| **x != series) {
+        let (b, p) = (crossovers(base, &series, x), crossovers(rerun, &series, x));
+        for (pair, at) in &b {
+            let now = p.get(pair).cloned().unwrap_or_default();
+            if *at != now {
+                ch.crossovers.push(format!("{pair}: {at:?} became {now:?}"));
+            }
+        }
+    }
+    if !l.exp.report.baseline.is_empty() {
+        let (b, p) = (ranges(l, base, &series), ranges(l, rerun, &series));
+        for (s, (lo, hi)) in &b {
+            let Some((plo, phi)) = p.get(s) else { continue };
+            if (plo / lo - 1.0).abs() > 0.1 || (phi / hi - 1.0).abs() > 0.1 {
+                ch.ranges
+                    .push(format!("{s}: {lo:.2}-{hi:.2} became {plo:.2}-{phi:.2}"));
+            }
+        }
+    }
+    let (vb, vp) = (verdicts(file, base), verdicts(file, rerun));
+    for (id, before) in vb {
+        let after = vp.get(id).copied().flatten();
+        if before != after {
+            let word = |v: Option<bool>| match v {
+                Some(true) => "holds",
+                Some(false) => "fails",
+                None => "not evaluated",
+            };
+            ch.conclusions
+                .push(format!("{id}: {} became {}", word(before), word(after)));
+        }
+    }
+    ch
+}
+
+/// Run the sensitivity analysis of one file and return the printed report.
+pub fn run(path: &Path, factor: f64, only: Option<&str>) -> Result<String, SimError> {
+    if !(factor.is_finite() && factor > 1.0) {
+        return Err(SimError::Usage(format!(
+            "--factor must be a number > 1, got {factor}"
+        )));
+    }
+    let l = experiment::load(path)?;
+    let file = conclusions::file_key(path);
+    let base = experiment::run_points(path, &experiment::points(&l, true)?, None, false)?;
+    let (mut keys, skipped) = assumption_keys(&l.src);
+    if let Some(pattern) = only {
+        keys.retain(|k| k.path.contains(pattern));
+    }
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "== sensitivity of {file}: {} assumption keys × (1/{factor}, {factor}), {} runs each; series axis {}",
+        keys.len(),
+        base.len(),
+        series_axis(&l, &base).unwrap_or_else(|| "-".into())
+    );
+    if !skipped.is_empty() {
+        let _ = writeln!(
+            s,
+            "not scaled (not a number, or a sweep/variant/report key): {}",
+            skipped.join(", ")
+        );
+    }
+    let mut robust = 0;
+    for key in &keys {
+        let mut lines = Vec::new();
+        for f in [1.0 / factor, factor] {
+            let ch = rerun(path, &l, &file, &base, key, f);
+            if !ch.is_unchanged() {
+                lines.push(describe(f, &ch));
+            }
+        }
+        if lines.is_empty() {
+            robust += 1;
+            let _ = writeln!(s, "{}: no comparison changes", key.path);
+        } else {
+            let _ = writeln!(s, "{}:", key.path);
+            for line in lines {
+                let _ = writeln!(s, "{line}");
+            }
+        }
+    }
+    let _ = writeln!(
+        s,
+        "robust: {robust} of {} keys change no ranking, crossover, range or conclusion when scaled by 1/{factor} and {factor}",
+        keys.len()
+    );
+    Ok(s)
+}
+
+fn rerun(
+    path: &Path,
+    l: &Loaded,
+    file: &str,
+    base: &[RunReport],
+    key: &AssumptionKey,
+    f: f64,
+) -> Changes {
+    let scale = scaler(key, f);
+    let reports = experiment::points_adjusted(l, true, &scale)
+        .and_then(|pts| experiment::run_points(path, &pts, None, false));
+    match reports {
+        Ok(r) => compare(l, file, base, &r),
+        Err(e) => Changes {
+            failed: Some(e.to_string()),
+            ..Changes::default()
+        },
+    }
+}
+
+fn describe(f: f64, ch: &Changes) -> String {
+    let mut s = format!("  ×{f}:");
+    if let Some(e) = &ch.failed {
+        let _ = write!(s, " rerun failed: {e}");
+        return s;
+    }
+    let mut part = |name: &str, items: &[String], total: Option<usize>| {
+        if items.is_empty() {
+            return;
+        }
+        let of = total
+            .map(|t| format!(" (of {t} points)"))
+            .unwrap_or_default();
+        let shown: Vec<&str> = items.iter().take(3).map(String::as_str).collect();
+        let more = if items.len() > 3 {
+            format!("; … {} more", items.len() - 3)
+        } else {
+            String::new()
+        };
+        let _ = write!(
+            s,
+            "\n    {} {name}{of}: {}{more}",
+            items.len(),
+            shown.join("; ")
+        );
+    };
+    part("ranking flips", &ch.rankings, Some(ch.ranking_groups));
+    part("crossover changes", &ch.crossovers, None);
+    part("range changes", &ch.ranges, None);
+    part("conclusion changes", &ch.conclusions, None);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_rounds_integers_and_keeps_them_positive() {
+        assert_eq!(
+            scale_value(&toml::Value::Integer(3), 0.5),
+            Some(toml::Value::Integer(2))
+        );
+        assert_eq!(
+            scale_value(&toml::Value::Integer(1), 0.5),
+            Some(toml::Value::Integer(1))
+        );
+        assert_eq!(
+            scale_value(&toml::Value::Float(2.5), 2.0),
+            Some(toml::Value::Float(5.0))
+        );
+        assert_eq!(scale_value(&toml::Value::String("x".into()), 2.0), None);
+    }
+
+    #[test]
+    fn assumption_keys_are_numeric_model_keys_and_assumed_costs() {
+        let text = "[run]\n# assumption: a; considered: b\nrequest_kb = 64.0\n[systems.s]\n# assumption: a; considered: b\nfrontend_link = \"gigabit\"\n[report]\n# assumption: a; considered: b\nx = \"run.disks\"\n";
+        let (keys, skipped) = assumption_keys(text);
+        assert_eq!(keys[0].path, "run.request_kb");
+        assert!(
+            keys.iter()
+                .any(|k| k.path == "workload.cost_overrides.hash_group_cycles_per_tuple")
+        );
+        assert!(
+            !keys
+                .iter()
+                .any(|k| k.path == "workload.cost_overrides.select_cycles_per_byte")
+        );
+        assert_eq!(
+            skipped,
+            vec![
+                "systems.s.frontend_link".to_string(),
+                "report.x".to_string()
+            ]
+        );
+    }
+}

@@ -1,0 +1,30 @@
+//! `adisk sim sensitivity` (issue 15, point 3) on a reduced copy of an experiment file.
+
+use std::path::Path;
+
+#[test]
+fn sensitivity_scales_assumptions_and_reports_every_key() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/riedel/select.toml");
+    let text = std::fs::read_to_string(&src).unwrap();
+    let reduced = text.replace(
+        "\"run.disks\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]",
+        "\"run.disks\" = [1, 8]",
+    );
+    assert_ne!(
+        reduced, text,
+        "the sweep line of riedel/select.toml changed; update this test"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("select.toml");
+    std::fs::write(&path, reduced).unwrap();
+    let report = adisk_sim::sensitivity::run(&path, 2.0, Some("atm155.bandwidth_mbps")).unwrap();
+    println!("{report}");
+    assert!(report.contains("1 assumption keys"), "{report}");
+    assert!(
+        report.contains("devices.links.atm155.bandwidth_mbps"),
+        "{report}"
+    );
+    assert!(report.contains("robust: "), "{report}");
+    let err = adisk_sim::sensitivity::run(&path, 1.0, None).unwrap_err();
+    assert!(err.to_string().contains("--factor"), "{err}");
+}
