@@ -66,6 +66,42 @@ pub struct ClusterSection {
     /// Limit on what all disks together may send the host, in Mbit/s (0: unlimited).
     #[serde(default)]
     pub host_link_mbps: u64,
+    /// How disk-to-disk streams travel: straight between disks, or through the host.
+    #[serde(default)]
+    pub exchange: ExchangeMode,
+}
+
+/// How disk-to-disk (exchange) streams travel.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ExchangeMode {
+    /// Disk to disk over their own connection (uysal's direct communication; chiu's fully
+    /// distributed smart disks).
+    #[default]
+    Direct,
+    /// Every stream passes through the host's relay, on the host link (uysal's communication
+    /// restricted to the front-end; chiu's partially distributed system).
+    ViaHost,
+}
+
+impl std::fmt::Display for ExchangeMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ExchangeMode::Direct => "direct",
+            ExchangeMode::ViaHost => "via-host",
+        })
+    }
+}
+
+impl std::str::FromStr for ExchangeMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "direct" => Ok(ExchangeMode::Direct),
+            "via-host" => Ok(ExchangeMode::ViaHost),
+            other => Err(format!("unknown exchange mode `{other}` (direct, via-host)")),
+        }
+    }
 }
 
 fn default_name() -> String {

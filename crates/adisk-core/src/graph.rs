@@ -266,7 +266,7 @@ mod tests {
         // A partition stage's ports go one per target.
         let partition = DiskletSpec::Partition { keys: vec![], partitions: 3 };
         let targets: Vec<String> = (0..3).map(|i| format!("d{i}")).collect();
-        let ex = JobSpec::chain("j", "p", pipe("a"), vec![partition], Sink::Exchange { exchange_id: "x".into(), targets, sender: 0, route: Route::Broadcast });
+        let ex = JobSpec::chain("j", "p", pipe("a"), vec![partition], Sink::Exchange { exchange_id: "x".into(), targets, sender: 0, route: Route::Broadcast, relay: None });
         assert_eq!(ex.outputs.len(), 3);
         assert_eq!(check(&ex).unwrap().streams, 4);
     }
@@ -287,7 +287,7 @@ mod tests {
         assert!(matches!(e, Err(GraphError::Wiring(_))));
         let two_hosts = job(vec![pipe("a"), pipe("b")], vec![], vec![out(Port::Input(0), Sink::Host), out(Port::Input(1), Sink::Host)]);
         assert!(matches!(check(&two_hosts), Err(GraphError::Wiring(_))));
-        let range = Sink::Exchange { exchange_id: "x".into(), targets: vec!["a".into(), "b".into()], sender: 0, route: Route::Range { key: ExprBytes(vec![]), bounds: vec![] } };
+        let range = Sink::Exchange { exchange_id: "x".into(), targets: vec!["a".into(), "b".into()], sender: 0, route: Route::Range { key: ExprBytes(vec![]), bounds: vec![] }, relay: None };
         assert!(matches!(check(&job(vec![pipe("a")], vec![], vec![out(Port::Input(0), range)])), Err(GraphError::Wiring(_))));
     }
 

@@ -106,6 +106,10 @@ pub enum Sink {
         /// How rows are routed to the targets.
         #[serde(default)]
         route: Route,
+        /// Address (`host:port`) of a relay every stream of this output passes through on its
+        /// way to a target (the host's, for `exchange = "via-host"`); None: straight to it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        relay: Option<String>,
     },
     /// A disk-resident stream written to this disk's own storage.
     Store {
@@ -387,6 +391,15 @@ pub struct Output {
 pub const MAX_JOB_BUFFER_KIB: u64 = 16 * 1024;
 
 impl JobSpec {
+    /// Routes every exchange output that names no relay of its own through `relay`.
+    pub fn relay_exchanges(&mut self, relay: &str) {
+        for output in &mut self.outputs {
+            if let Sink::Exchange { relay: r @ None, .. } = &mut output.sink {
+                *r = Some(relay.to_string());
+            }
+        }
+    }
+
     /// A chain: `source` → `stages[0]` → … → `stages[n-1]` → `sink` (for a final `partition`
     /// stage with an exchange sink: output port `i` to `targets[i]`).
     pub fn chain(job_id: impl Into<String>, program: impl Into<String>, source: Source, stages: Vec<DiskletSpec>, sink: Sink) -> Self {
@@ -394,10 +407,10 @@ impl JobSpec {
         let last = |port: u32| if count == 0 { Port::Input(0) } else { Port::Stage { stage: count - 1, port } };
         let ends_in_partition = matches!(stages.last(), Some(DiskletSpec::Partition { .. }));
         let outputs = match sink {
-            Sink::Exchange { exchange_id, targets, sender, route: Route::Broadcast } if ends_in_partition => targets
+            Sink::Exchange { exchange_id, targets, sender, route: Route::Broadcast, relay } if ends_in_partition => targets
                 .into_iter()
                 .enumerate()
-                .map(|(i, t)| Output { from: last(i as u32), sink: Sink::Exchange { exchange_id: exchange_id.clone(), targets: vec![t], sender, route: Route::Broadcast } })
+                .map(|(i, t)| Output { from: last(i as u32), sink: Sink::Exchange { exchange_id: exchange_id.clone(), targets: vec![t], sender, route: Route::Broadcast, relay: relay.clone() } })
                 .collect(),
             sink => vec![Output { from: last(0), sink }],
         };
@@ -430,6 +443,16 @@ impl JobSpec {
 pub enum PutCommand {
     /// A pipe stream from sender `sender` into exchange `exchange_id`.
     Exchange {
+        /// Exchange id.
+        exchange_id: String,
+        /// Sender number.
+        sender: u32,
+    },
+    /// A pipe stream for exchange `exchange_id` at disk `target`, sent to the host's relay,
+    /// which forwards it there as an [`PutCommand::Exchange`] (`exchange = "via-host"`).
+    Relay {
+        /// Address (`host:port`) of the receiving disk.
+        target: String,
         /// Exchange id.
         exchange_id: String,
         /// Sender number.

@@ -1,7 +1,7 @@
 //! The Flight service of a disk node.
 use adisk_core::protocol::{GenerateTpch, JobSpec, LoadProgress, PutCommand, action};
 use adisk_diskos::exchange::PipeMessage;
-use adisk_diskos::job::{PipeConnector, RunningJob};
+use adisk_diskos::job::{PipeConnector, PipeRoute, RunningJob};
 use adisk_diskos::stream::StreamRx;
 use adisk_diskos::{DiskOs, DiskOsError};
 use adisk_storage::StorageError;
@@ -33,7 +33,13 @@ pub fn status_of(e: &DiskOsError) -> Status {
         DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => Status::failed_precondition(msg),
         DiskOsError::Storage(_) => Status::internal(msg),
         DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } => Status::invalid_argument(msg),
-        DiskOsError::GrantTooLarge { .. } | DiskOsError::AdmissionQueueFull { .. } | DiskOsError::AdmissionTimeout { .. } | DiskOsError::ScratchExceeded { .. } | DiskOsError::TempSpaceExceeded { .. } => {
+        DiskOsError::GrantTooLarge { .. }
+        | DiskOsError::AdmissionQueueFull { .. }
+        | DiskOsError::AdmissionTimeout { .. }
+        | DiskOsError::ScratchExceeded { .. }
+        | DiskOsError::TempSpaceExceeded { .. }
+        | DiskOsError::ComputeQueueFull { .. }
+        | DiskOsError::BufferExceeded { .. } => {
             Status::resource_exhausted(msg)
         }
         DiskOsError::Decode { .. } => Status::data_loss(msg),
@@ -201,20 +207,17 @@ impl FlightService for DiskService {
         let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
         match command {
             PutCommand::Exchange { exchange_id, sender } => {
-                let inbox = self.os.exchanges().sender(&exchange_id).map_err(Status::resource_exhausted)?;
+                let mut inbox = self.os.exchanges().sender(&exchange_id).map_err(Status::resource_exhausted)?;
+                let terms = inbox.claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT).await.map_err(|e| Status::deadline_exceeded(format!("exchange {exchange_id}: {e}")))?;
                 let mut failure = None;
                 while let Some(b) = batches.next().await {
-                    match b {
-                        Ok(batch) => {
-                            if inbox.send(PipeMessage::Batch(batch)).await.is_err() {
-                                failure = Some("receiver is gone".to_string());
-                                break;
-                            }
-                        }
-                        Err(e) => {
-                            failure = Some(e.to_string());
-                            break;
-                        }
+                    let sent = match b {
+                        Ok(batch) => inbox.send_batch(batch, &terms).await,
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(why) = sent {
+                        failure = Some(why);
+                        break;
                     }
                 }
                 match failure {
@@ -228,6 +231,7 @@ impl FlightService for DiskService {
                     }
                 }
             }
+            PutCommand::Relay { target, .. } => Err(Status::invalid_argument(format!("this is a disk, not the host's relay: send the stream to {target} directly"))),
             PutCommand::Load { table, partition, row_group_rows } => {
                 let store = self.os.store().clone();
                 let mut writer = None;
@@ -342,15 +346,22 @@ fn generate_tpch(os: Arc<DiskOs>, req: GenerateTpch) -> BoxStream<'static, Resul
 pub struct FlightPipeConnector;
 
 impl PipeConnector for FlightPipeConnector {
-    fn send(&self, target: String, exchange_id: String, sender: u32, schema: SchemaRef, rx: StreamRx) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
+    fn send(&self, route: PipeRoute, schema: SchemaRef, rx: StreamRx) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
         async move {
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
-                .map_err(|e| DiskOsError::Pipe(format!("bad target address {target}: {e}")))?
+            let PipeRoute { target, relay, exchange_id, sender } = route;
+            // Via the host: the stream goes to its relay, which names the target.
+            let (peer, command) = match relay {
+                Some(relay) => (format!("the host's relay {relay}"), (relay, PutCommand::Relay { target: target.clone(), exchange_id, sender })),
+                None => (format!("disk {target}"), (target.clone(), PutCommand::Exchange { exchange_id, sender })),
+            };
+            let (address, command) = command;
+            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?
                 .connect_timeout(Duration::from_secs(5))
                 .tcp_nodelay(true);
-            let channel = endpoint.connect().await.map_err(|e| DiskOsError::Pipe(format!("disk {target} unreachable: {e}")))?;
+            let channel = endpoint.connect().await.map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
             let mut client = FlightClient::new(channel);
-            let cmd = serde_json::to_vec(&PutCommand::Exchange { exchange_id: exchange_id.clone(), sender }).expect("command serializes");
+            let cmd = serde_json::to_vec(&command).expect("command serializes");
             let counters = Arc::new((std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)));
             let c2 = counters.clone();
             let batches = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |b| {
@@ -368,8 +379,8 @@ impl PipeConnector for FlightPipeConnector {
                     }
                     r
                 });
-            let results = client.do_put(data).await.map_err(|e| DiskOsError::Pipe(format!("sending to {target}: {e}")))?;
-            results.try_collect::<Vec<_>>().await.map_err(|e| DiskOsError::Pipe(format!("sending to {target}: {e}")))?;
+            let results = client.do_put(data).await.map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
+            results.try_collect::<Vec<_>>().await.map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
             Ok((counters.0.load(Ordering::Relaxed), counters.1.load(Ordering::Relaxed)))
         }
         .boxed()

@@ -8,7 +8,9 @@
 //! allocate beyond its scratch (it reports its use, and the built-ins flush or fail when the
 //! grant is reached), open files or sockets, or choose its streams.
 use crate::Result;
+use crate::memory::Account;
 use arrow::array::RecordBatch;
+use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use std::ops::Range;
 
@@ -32,16 +34,39 @@ pub enum NextInput {
 }
 
 /// Collects what a disklet emits during one call.
+///
+/// Under DiskOS the emitter is capped: what one call emits is held (and charged to the job)
+/// until the call returns and it is forwarded, so it may not exceed the stage's output
+/// allowance; an emit past it is dropped and fails the call ([`Emitter::overflow`]).
 pub struct Emitter {
     outputs: Vec<Vec<RecordBatch>>,
     skips: Vec<(usize, Range<u64>)>,
     done: bool,
+    cap_bytes: u64,
+    held_bytes: u64,
+    overflow: Option<u64>,
+    account: Option<Arc<Account>>,
 }
 
 impl Emitter {
-    /// An emitter with `ports` output ports.
+    /// An uncapped emitter with `ports` output ports (tests, host-side use).
     pub fn new(ports: usize) -> Self {
-        Emitter { outputs: (0..ports).map(|_| Vec::new()).collect(), skips: Vec::new(), done: false }
+        Emitter { outputs: (0..ports).map(|_| Vec::new()).collect(), skips: Vec::new(), done: false, cap_bytes: u64::MAX, held_bytes: 0, overflow: None, account: None }
+    }
+
+    /// An emitter that holds at most `cap_bytes` of output per call, charged to `account`.
+    pub fn capped(ports: usize, cap_bytes: u64, account: &Arc<Account>) -> Self {
+        let mut e = Emitter::new(ports);
+        e.cap_bytes = cap_bytes;
+        e.account = Some(account.clone());
+        e
+    }
+
+    /// The first emit refused for want of room during this call, with the bytes it would
+    /// have brought the call's output to: the call fails with
+    /// [`crate::DiskOsError::BufferExceeded`].
+    pub fn overflow(&self) -> Option<crate::DiskOsError> {
+        self.overflow.map(|bytes| crate::DiskOsError::BufferExceeded { what: "one call's output".into(), bytes, cap_bytes: self.cap_bytes })
     }
 
     /// Number of output ports.
@@ -55,9 +80,20 @@ impl Emitter {
     /// If `port` is not one of the disklet's output ports (a bug in the disklet).
     pub fn emit(&mut self, port: usize, batch: RecordBatch) {
         assert!(port < self.outputs.len(), "disklet emitted on port {port} of {}", self.outputs.len());
-        if batch.num_rows() > 0 {
-            self.outputs[port].push(batch);
+        if batch.num_rows() == 0 || self.overflow.is_some() {
+            return;
         }
+        let bytes = crate::disklets::batch_bytes(&batch);
+        let total = self.held_bytes.saturating_add(bytes);
+        if total > self.cap_bytes {
+            self.overflow = Some(total);
+            return;
+        }
+        self.held_bytes = total;
+        if let Some(a) = &self.account {
+            a.charge(bytes);
+        }
+        self.outputs[port].push(batch);
     }
 
     /// Asks the (first) input stream to skip `range` (positions as in
@@ -84,8 +120,12 @@ impl Emitter {
         self.done
     }
 
-    /// Takes the emitted batches, per port.
+    /// Takes the emitted batches, per port (their charge ends here: the taker charges them).
     pub fn take_outputs(&mut self) -> Vec<Vec<RecordBatch>> {
+        if let Some(a) = &self.account {
+            a.release(self.held_bytes);
+        }
+        self.held_bytes = 0;
         let ports = self.outputs.len();
         std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect())
     }
@@ -93,6 +133,14 @@ impl Emitter {
     /// Takes the skip requests, by input.
     pub fn take_skips(&mut self) -> Vec<(usize, Range<u64>)> {
         std::mem::take(&mut self.skips)
+    }
+}
+
+impl Drop for Emitter {
+    fn drop(&mut self) {
+        if let Some(a) = &self.account {
+            a.release(self.held_bytes);
+        }
     }
 }
 

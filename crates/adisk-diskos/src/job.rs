@@ -3,6 +3,7 @@ use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
 use crate::exchange::{ExchangeRegistry, PipeMessage};
 use crate::expr::ExprPlanner;
 use crate::memory::{Account, Grant, MemoryBudget};
+use crate::sched::{FairScheduler, JobCompute, MAX_COMPUTE_WAITERS_DEFAULT};
 use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
 use crate::{DiskOsError, Result, disklets};
 use crate::wiring::{Router, TempArea};
@@ -19,7 +20,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
 
 /// Smallest stream buffer a job may ask for, KiB.
 pub const MIN_JOB_BUFFER_KIB: u64 = 16;
@@ -38,8 +39,10 @@ pub struct DiskOsConfig {
     pub buffer_bytes: u64,
     /// Buffers per stream.
     pub buffers_per_stream: u32,
-    /// Disklet buffers processed at once (compute slots).
+    /// Buffers processed or decoded at once (compute slots, shared fairly per program).
     pub compute_slots: usize,
+    /// Steps that may wait for a compute slot.
+    pub max_compute_waiters: u32,
     /// Jobs that may wait for memory.
     pub max_waiting_jobs: u32,
     /// Longest wait for memory.
@@ -63,6 +66,7 @@ impl DiskOsConfig {
             buffer_bytes,
             buffers_per_stream,
             compute_slots: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            max_compute_waiters: MAX_COMPUTE_WAITERS_DEFAULT,
             max_waiting_jobs: 64,
             admission_timeout: Duration::from_secs(60),
             default_scratch_bytes: (memory_bytes / 4).max(buffer_bytes),
@@ -73,10 +77,23 @@ impl DiskOsConfig {
     }
 }
 
+/// Where one pipe stream of an exchange output goes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PipeRoute {
+    /// Address of the receiving disk.
+    pub target: String,
+    /// Address of the relay the stream passes through (the host's), if any.
+    pub relay: Option<String>,
+    /// Exchange id.
+    pub exchange_id: String,
+    /// The sending job's number among the exchange's senders.
+    pub sender: u32,
+}
+
 /// Sends the output ports of an exchange job to other disks (provided by the disk server).
 pub trait PipeConnector: Send + Sync + 'static {
-    /// Streams `rx` to `target` as sender `sender` of exchange `exchange_id`; returns (bytes, rows) sent.
-    fn send(&self, target: String, exchange_id: String, sender: u32, schema: SchemaRef, rx: StreamRx) -> BoxFuture<'static, Result<(u64, u64)>>;
+    /// Streams `rx` along `route`; returns (bytes, rows) sent.
+    fn send(&self, route: PipeRoute, schema: SchemaRef, rx: StreamRx) -> BoxFuture<'static, Result<(u64, u64)>>;
 }
 
 #[derive(Default)]
@@ -108,7 +125,7 @@ pub struct JobState {
     /// CPU time spent encoding output (counted by the server).
     pub encode_cpu_ns: AtomicU64,
     admission_wait_ns: AtomicU64,
-    schedule_wait_ns: AtomicU64,
+    schedule_wait_ns: Arc<AtomicU64>,
     granted_bytes: AtomicU64,
     account: Mutex<Option<Arc<Account>>>,
     wall_ns: AtomicU64,
@@ -135,7 +152,7 @@ impl JobState {
             rows_shipped: AtomicU64::new(0),
             encode_cpu_ns: AtomicU64::new(0),
             admission_wait_ns: AtomicU64::new(0),
-            schedule_wait_ns: AtomicU64::new(0),
+            schedule_wait_ns: Arc::new(AtomicU64::new(0)),
             granted_bytes: AtomicU64::new(0),
             account: Mutex::new(None),
             wall_ns: AtomicU64::new(0),
@@ -228,7 +245,7 @@ pub struct DiskOs {
     config: DiskOsConfig,
     store: Arc<DiskStore>,
     budget: Arc<MemoryBudget>,
-    compute: Arc<Semaphore>,
+    compute: Arc<FairScheduler>,
     planner: ExprPlanner,
     exchanges: Arc<ExchangeRegistry>,
     connector: Arc<dyn PipeConnector>,
@@ -247,7 +264,7 @@ impl DiskOs {
     pub fn new(config: DiskOsConfig, store: Arc<DiskStore>, connector: Arc<dyn PipeConnector>) -> Arc<Self> {
         let os = Arc::new(DiskOs {
             budget: Arc::new(MemoryBudget::new(config.memory_bytes, config.max_waiting_jobs, config.admission_timeout)),
-            compute: Arc::new(Semaphore::new(config.compute_slots.max(1))),
+            compute: FairScheduler::new(u32::try_from(config.compute_slots).unwrap_or(u32::MAX), config.max_compute_waiters),
             read_limiter: (config.read_bytes_per_sec > 0).then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),
             planner: ExprPlanner::default(),
             exchanges: Arc::new(ExchangeRegistry::new(config.buffers_per_stream as usize)),
@@ -395,9 +412,8 @@ impl DiskOs {
         let sources = spec.inputs.iter().map(|s| self.plan_source(s)).collect::<Result<Vec<_>>>()?;
         let buffer_bytes = self.job_buffer_bytes(&spec)?;
         let scratch: Vec<u64> = spec.disklets().map(|d| self.scratch_for(&spec, d)).collect();
-        let streams = shape.streams + spec.outputs.iter().map(|o| routed_streams(&o.sink)).sum::<u64>();
-        let buffers = streams.saturating_mul(u64::from(crate::stream::slots_per_stream(self.config.buffers_per_stream))).saturating_mul(buffer_bytes);
-        let requested = buffers.saturating_add(scratch.iter().sum::<u64>());
+        let sizes = GrantSizes { buffer_bytes, slots_per_stream: crate::stream::slots_per_stream(self.config.buffers_per_stream), inbox_messages: self.exchanges.capacity() };
+        let requested = job_grant(&spec, shape.streams, &scratch, &sizes);
         let wait = Instant::now();
         let grant = self.budget.grant(requested).await?;
         let temp = self.temp_grant(&spec).await?;
@@ -515,19 +531,21 @@ impl DiskOs {
             rxs.insert(*port, r);
         }
         let mut skips: BTreeMap<Port, Arc<SkipList>> = BTreeMap::new();
+        let compute = self.job_compute(&spec, &state);
         for (i, (source, (_, plan))) in spec.inputs.iter().cloned().zip(sources).enumerate() {
             let port = Port::Input(i as u32);
             let skip = Arc::new(SkipList::default());
             skips.insert(port, skip.clone());
             let tx = txs.remove(&port).expect("a stream per input");
-            let io = SourceIo { tx, skip, account: account.clone(), buffer_bytes, area: area.clone() };
+            let io = SourceIo { tx, skip, account: account.clone(), buffer_bytes, area: area.clone(), compute: compute.clone() };
             tasks.push(self.spawn_source(source, plan, io, &state, &mut host_input));
         }
         for (i, (disklet, stage)) in stages.into_iter().zip(&spec.stages).enumerate() {
             let inputs: Vec<StreamRx> = stage.inputs.iter().map(|p| rxs.remove(p).expect("the graph check: each port is read once")).collect();
             let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32).map(|port| txs.remove(&Port::Stage { stage: i as u32, port }).expect("a stream per port")).collect();
             let input_skips = stage.inputs.iter().map(|p| skips.get(p).cloned()).collect();
-            let ctx = StageContext { index: i, buffer_bytes, state: state.clone(), compute: self.compute.clone(), account: account.clone(), skips: input_skips };
+            let emit_cap = state.stages[i].scratch_granted.saturating_add(emit_allowance(buffer_bytes, stage.disklet.output_ports()));
+            let ctx = StageContext { index: i, buffer_bytes, emit_cap, state: state.clone(), compute: compute.clone(), account: account.clone(), skips: input_skips };
             tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, inputs, outputs, ctx)));
         }
         drop(txs); // ports nobody writes (none, once the graph is checked)
@@ -543,9 +561,10 @@ impl DiskOs {
                     host_schema = Some(schema);
                     tasks.push(tokio::spawn(host_sink(rx, host_tx.take().expect("one host output"), state.clone())));
                 }
-                Sink::Exchange { exchange_id, targets, sender, .. } => {
+                Sink::Exchange { exchange_id, targets, sender, relay, .. } => {
                     let router = routers[o].take();
-                    self.spawn_exchange(&mut tasks, ExchangeOut { rx, schema, exchange_id: exchange_id.clone(), targets: targets.clone(), sender: *sender, router }, &state, &account);
+                    let out = ExchangeOut { rx, schema, exchange_id: exchange_id.clone(), targets: targets.clone(), sender: *sender, relay: relay.clone(), router };
+                    self.spawn_exchange(&mut tasks, out, &state, &account);
                 }
                 Sink::Store { stream: StoredStream::Temp { name } } => {
                     let (area, name) = (area.clone(), name.clone());
@@ -564,17 +583,17 @@ impl DiskOs {
 
     /// Spawns the task that feeds one input stream.
     fn spawn_source(&self, source: Source, plan: Option<TablePlan>, io: SourceIo, state: &Arc<JobState>, host_input: &mut Option<mpsc::Receiver<RecordBatch>>) -> tokio::task::JoinHandle<Result<()>> {
-        let SourceIo { tx, skip, account, buffer_bytes, area } = io;
+        let SourceIo { tx, skip, account, buffer_bytes, area, compute } = io;
         let (counters, cancel) = (state.read.clone(), state.cancel.subscribe());
         match source {
             Source::Table { .. } => {
                 let (table, projection, prune) = plan.expect("a table source has a plan");
-                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes, skip, counters, account, limiter: self.read_limiter.clone() };
+                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes, skip, counters, account, limiter: self.read_limiter.clone(), compute };
                 tokio::task::spawn_blocking(move || scan.run(tx))
             }
             Source::File { path, offset, length } => match self.store.file_path(&path) {
                 Ok(path) => {
-                    let scan = FileScan { path, offset, length, buffer_bytes, skip, counters, account };
+                    let scan = FileScan { path, offset, length, buffer_bytes, skip, counters, account, compute };
                     tokio::task::spawn_blocking(move || scan.run(tx))
                 }
                 Err(e) => tokio::spawn(async move { Err(DiskOsError::Storage(e)) }),
@@ -582,7 +601,8 @@ impl DiskOs {
             Source::Pipe { exchange_id, senders, .. } => {
                 let exchanges = self.exchanges.clone();
                 tokio::spawn(async move {
-                    let result = pipe_source(&exchanges, &exchange_id, senders, &tx, &counters, &account, cancel).await;
+                    let terms = crate::exchange::InboxTerms { account, buffer_bytes };
+                    let result = pipe_source(&exchanges, &exchange_id, senders, &tx, &counters, terms, cancel).await;
                     exchanges.remove(&exchange_id);
                     result
                 })
@@ -598,7 +618,7 @@ impl DiskOs {
     /// Spawns an exchange output: straight to its one target, or through a router into one
     /// stream per target (each counted in the grant), each sent with the connector.
     fn spawn_exchange(&self, tasks: &mut Vec<tokio::task::JoinHandle<Result<()>>>, out: ExchangeOut, state: &Arc<JobState>, account: &Arc<Account>) {
-        let ExchangeOut { rx, schema, exchange_id, targets, sender, router } = out;
+        let ExchangeOut { rx, schema, exchange_id, targets, sender, relay, router } = out;
         let mut per_target = Vec::with_capacity(targets.len());
         match router {
             None => per_target.push(rx),
@@ -615,14 +635,20 @@ impl DiskOs {
         }
         for (target, rx) in targets.into_iter().zip(per_target) {
             let connector = self.connector.clone();
-            let (st, id, schema) = (state.clone(), exchange_id.clone(), schema.clone());
+            let (st, schema) = (state.clone(), schema.clone());
+            let route = PipeRoute { target, relay: relay.clone(), exchange_id: exchange_id.clone(), sender };
             tasks.push(tokio::spawn(async move {
-                let (bytes, rows) = connector.send(target, id, sender, schema, rx).await?;
+                let (bytes, rows) = connector.send(route, schema, rx).await?;
                 st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
                 st.rows_shipped.fetch_add(rows, Ordering::Relaxed);
                 Ok(())
             }));
         }
+    }
+
+    /// The job's handle on the compute slots: its program's share, its cancellation, its wait.
+    fn job_compute(&self, spec: &JobSpec, state: &JobState) -> JobCompute {
+        JobCompute::new(self.compute.clone(), &spec.program, state.cancel.subscribe(), state.schedule_wait_ns.clone())
     }
 
     /// Waits for every task of a job, commits its named results if all succeeded, records the
@@ -728,6 +754,7 @@ struct SourceIo {
     account: Arc<Account>,
     buffer_bytes: u64,
     area: Arc<TempArea>,
+    compute: JobCompute,
 }
 
 /// One exchange output.
@@ -737,7 +764,38 @@ struct ExchangeOut {
     exchange_id: String,
     targets: Vec<String>,
     sender: u32,
+    relay: Option<String>,
     router: Option<Router>,
+}
+
+/// The sizes a job's grant is made of.
+struct GrantSizes {
+    buffer_bytes: u64,
+    slots_per_stream: u32,
+    inbox_messages: usize,
+}
+
+/// The memory grant of `spec`, from the spec alone: every stream's buffer slots (`streams`
+/// ports, plus a stream per target of a routed exchange), every stage's scratch and output
+/// allowance, and every pipe input's inbox (its queue plus the buffer a sender is handing
+/// over and the rest of a message being cut).
+fn job_grant(spec: &JobSpec, streams: u64, scratch: &[u64], sizes: &GrantSizes) -> u64 {
+    let b = crate::stream::buffer_cap(sizes.buffer_bytes);
+    let streams = streams + spec.outputs.iter().map(|o| routed_streams(&o.sink)).sum::<u64>();
+    let buffers = streams.saturating_mul(u64::from(sizes.slots_per_stream)).saturating_mul(b);
+    let outputs: u64 = spec.stages.iter().map(|s| emit_allowance(b, s.disklet.output_ports())).sum();
+    let pipes = spec.inputs.iter().filter(|s| matches!(s, Source::Pipe { .. })).count() as u64;
+    let inboxes = pipes.saturating_mul(sizes.inbox_messages as u64 + 2).saturating_mul(b);
+    buffers.saturating_add(scratch.iter().sum::<u64>()).saturating_add(outputs).saturating_add(inboxes)
+}
+
+/// Buffers of output a stage may hold per port between a call and forwarding, beyond what its
+/// scratch held (the state a call turns into output).
+pub const EMIT_BUFFERS_PER_PORT: u64 = 2;
+
+/// A stage's output allowance in its job's grant: [`EMIT_BUFFERS_PER_PORT`] buffers per port.
+fn emit_allowance(buffer_bytes: u64, ports: u32) -> u64 {
+    buffer_bytes.saturating_mul(EMIT_BUFFERS_PER_PORT).saturating_mul(u64::from(ports.max(1)))
 }
 
 /// Streams an output needs beyond its port's: a routed exchange has one per target.
@@ -860,10 +918,10 @@ async fn pipe_source(
     senders: u32,
     tx: &StreamTx,
     counters: &ReadCounters,
-    account: &Arc<Account>,
+    terms: crate::exchange::InboxTerms,
     mut cancel: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let mut inbox = exchanges.receiver(exchange_id).map_err(DiskOsError::Pipe)?;
+    let mut inbox = exchanges.receiver(exchange_id, terms).map_err(DiskOsError::Pipe)?;
     let mut done = vec![false; senders as usize];
     let mut position = 0;
     while done.iter().any(|d| !d) {
@@ -874,9 +932,9 @@ async fn pipe_source(
         };
         match msg {
             None => return Err(DiskOsError::Pipe(format!("exchange `{exchange_id}` closed early"))),
-            Some(PipeMessage::Batch(batch)) => {
-                let n = batch.num_rows() as u64;
-                let Ok(bytes) = tx.send_batch(batch, position, account).await else { return Ok(()) };
+            Some(PipeMessage::Batch(buffer)) => {
+                let n = buffer.batch.num_rows() as u64;
+                let Ok(bytes) = tx.send_charged(buffer, position).await else { return Ok(()) };
                 position += n;
                 counters.rows_read.fetch_add(n, Ordering::Relaxed);
                 counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
@@ -894,8 +952,10 @@ async fn pipe_source(
 struct StageContext {
     index: usize,
     buffer_bytes: u64,
+    /// Most bytes one call of the disklet may emit (its scratch plus its output allowance).
+    emit_cap: u64,
     state: Arc<JobState>,
-    compute: Arc<Semaphore>,
+    compute: JobCompute,
     account: Arc<Account>,
     /// Skip lists of the stage's inputs that are disk-resident sources.
     skips: Vec<Option<Arc<SkipList>>>,
@@ -912,47 +972,43 @@ enum Call {
 }
 
 /// Runs one call of the disklet under a compute slot, on the stage's own thread. Slots are
-/// handed out first come, first served across all jobs.
+/// shared fairly between programs ([`crate::sched`]).
 fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &StageContext) -> Result<()> {
-    let wait = Instant::now();
-    let permit = futures::executor::block_on(ctx.compute.acquire()).map_err(|_| DiskOsError::Cancelled)?;
-    ctx.state.schedule_wait_ns.fetch_add(wait.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let slot = ctx.compute.acquire()?;
     let counters = &ctx.state.stages[ctx.index];
     if let Call::Process(_, b) = &call {
         counters.rows_in.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
         counters.bytes_in.fetch_add(b.bytes(), Ordering::Relaxed);
     }
-    let t0 = crate::thread_cpu_ns();
     let result = match &call {
         Call::Process(input, b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position, input: *input }, emitter),
         Call::InputEnded(input) => disklet.input_ended(*input, emitter),
         Call::Finish => disklet.finish(emitter),
     };
-    let cpu = crate::thread_cpu_ns().saturating_sub(t0);
-    drop(permit);
+    let cpu = slot.release();
     drop(call);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
     counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
     counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
-    result
+    result?;
+    emitter.overflow().map_or(Ok(()), Err)
 }
 
 /// Sends what the disklet emitted downstream (blocking on backpressure), cut into buffers of
 /// at most `buffer_bytes` so a stream never holds more than its share of the grant.
 fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> Result<()> {
     let counters = &ctx.state.stages[ctx.index];
-    for (port, batches) in emitter.take_outputs().into_iter().enumerate() {
+    let taken = emitter.take_outputs();
+    // What waits to be forwarded stays charged until it is in a buffer.
+    let mut held = crate::memory::Held::new(&ctx.account, taken.iter().flatten().map(crate::disklets::batch_bytes).sum());
+    for (port, batches) in taken.into_iter().enumerate() {
         for batch in batches {
-            let rows = batch.num_rows();
-            let bytes = crate::disklets::batch_bytes(&batch).max(1);
-            let rows_per_buffer = if bytes <= ctx.buffer_bytes { rows.max(1) } else { ((rows as u128 * u128::from(ctx.buffer_bytes)) / u128::from(bytes)).clamp(1, rows.max(1) as u128) as usize };
-            let mut offset = 0;
-            while offset < rows {
-                let len = rows_per_buffer.min(rows - offset);
+            for piece in crate::stream::cut(&batch, crate::stream::buffer_cap(ctx.buffer_bytes))? {
+                let (rows, piece_bytes) = (piece.num_rows() as u64, crate::disklets::batch_bytes(&piece));
                 let slot = outputs[port].blocking_slot().ok_or(DiskOsError::Cancelled)?;
-                let bytes = outputs[port].blocking_send_in(slot, batch.slice(offset, len), 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
-                offset += len;
-                counters.rows_out.fetch_add(len as u64, Ordering::Relaxed);
+                held.release(piece_bytes);
+                let bytes = outputs[port].blocking_send_in(slot, piece, 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
+                counters.rows_out.fetch_add(rows, Ordering::Relaxed);
                 counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
             }
         }
@@ -992,7 +1048,7 @@ fn recv_any(open: &mut [Option<StreamRx>]) -> (usize, Option<Buffer>) {
 
 /// One disklet stage: a loop on its own blocking thread for the life of the job.
 fn run_stage(mut disklet: Box<dyn Disklet>, inputs: Vec<StreamRx>, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
-    let mut emitter = Emitter::new(outputs.len());
+    let mut emitter = Emitter::capped(outputs.len(), ctx.emit_cap, &ctx.account);
     let mut open: Vec<Option<StreamRx>> = inputs.into_iter().map(Some).collect();
     let mut scratch_charged = 0u64;
     let result = (|| {
@@ -1044,9 +1100,27 @@ mod tests {
 
     #[test]
     fn routed_exchanges_count_a_stream_per_target() {
-        let sink = |n: usize| Sink::Exchange { exchange_id: "x".into(), targets: (0..n).map(|i| format!("d{i}")).collect(), sender: 0, route: adisk_core::protocol::Route::Broadcast };
+        let sink = |n: usize| Sink::Exchange { exchange_id: "x".into(), targets: (0..n).map(|i| format!("d{i}")).collect(), sender: 0, route: adisk_core::protocol::Route::Broadcast, relay: None };
         assert_eq!(routed_streams(&sink(1)), 0, "one target: the port's own stream goes straight out");
         assert_eq!(routed_streams(&sink(4)), 4);
         assert_eq!(routed_streams(&Sink::Host), 0);
+    }
+
+    /// A pipe into a merge with a temporary stream beside it: every part of the grant is there.
+    #[test]
+    fn the_grant_counts_buffers_scratch_outputs_and_inboxes() {
+        use adisk_core::protocol::{Output, Stage};
+        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false)]);
+        let spec = JobSpec {
+            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Temp { name: "runs".into() }],
+            stages: vec![Stage { disklet: DiskletSpec::Merge { keys: vec![] }, inputs: vec![Port::Input(0), Port::Input(1)] }],
+            outputs: vec![Output { from: Port::Stage { stage: 0, port: 0 }, sink: Sink::Host }],
+            ..JobSpec::chain("j", "p", Source::Temp { name: "unused".into() }, vec![], Sink::Host)
+        };
+        let sizes = GrantSizes { buffer_bytes: 1000, slots_per_stream: 4, inbox_messages: 2 };
+        let streams = 3; // two inputs, one stage port
+        let b = 1000 + crate::stream::BUFFER_SLACK_BYTES;
+        let expected = streams * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2) * b;
+        assert_eq!(job_grant(&spec, streams, &[7000], &sizes), expected);
     }
 }

@@ -6,8 +6,8 @@
 //!   ┌── source ─────────────▼──────────────┐   pipe     ┌─ stage 1 ─┐  pipe   ┌─ stage k ─┐
 //!   │ table: Parquet partitions, zone maps │──[N bufs]─►│ disklet   │─[N]─► … │ disklet   │──► sink
 //!   │ file: byte ranges                    │            └───────────┘         └───────────┘   host /
-//!   │ pipe: DoPut from other disks         │   ▲ skip requests             compute slots:   other
-//!   │ host: DoExchange                     │   └──────────────────         FIFO, per buffer  disks
+//!   │ pipe: DoPut from other disks         │   ▲ skip requests        compute slots: fair     other
+//!   │ host: DoExchange                     │   └──────────────────     per program, per buffer disks
 //!   └──────────────────────────────────────┘
 //! ```
 //!
@@ -17,11 +17,14 @@
 //!   `process(buffer, emit)`, `finish(emit)` — and the [`disklet::Emitter`].
 //! * [`disklets`]: the built-in disklets (select, aggregate/group-by, bloom_probe, partition, sort_runs).
 //! * [`exchange`]: inboxes of disk-to-disk pipe streams.
+//! * [`sched`]: the compute slots, shared fairly between host programs.
 //! * [`job`]: wiring a [`adisk_core::protocol::JobSpec`] into tasks, scheduling, statistics.
 //!
-//! Jobs of several host programs run at once. Every buffer a disklet processes needs a
-//! compute slot; slots are handed out first-come-first-served, so jobs share the processor
-//! buffer by buffer instead of running to completion one after another.
+//! Jobs of several host programs run at once. Every buffer a disklet processes, and every
+//! buffer a scan reads and decodes, needs a compute slot; slots are handed out buffer by buffer
+//! and fairly per host program (`JobSpec::program`, start-time fair queuing on the CPU time
+//! each program used), so a program with one job gets the same share of the disk as one with
+//! many, and jobs never run to completion one after another.
 #![warn(missing_docs)]
 
 pub mod disklet;
@@ -30,6 +33,7 @@ pub mod exchange;
 pub mod expr;
 pub mod job;
 pub mod memory;
+pub mod sched;
 pub mod stream;
 pub mod wiring;
 pub mod user;
@@ -61,6 +65,12 @@ pub enum DiskOsError {
         /// Jobs waiting.
         waiting: u32,
     },
+    /// Too many steps already wait for a compute slot.
+    #[error("compute queue full: {waiting} steps already wait for a compute slot")]
+    ComputeQueueFull {
+        /// Steps waiting.
+        waiting: u32,
+    },
     /// The grant did not come in time.
     #[error("no memory grant within {waited_ms} ms ({requested_bytes} bytes requested, {granted_bytes} of {budget_bytes} in use)")]
     AdmissionTimeout {
@@ -82,6 +92,16 @@ pub enum DiskOsError {
         granted_bytes: u64,
         /// What overflowed.
         detail: String,
+    },
+    /// A stream buffer, or a stage's output, would be larger than its grant allows.
+    #[error("{what} of {bytes} bytes exceeds its cap of {cap_bytes} bytes")]
+    BufferExceeded {
+        /// What was too large (a row, one call's output, a pipe message).
+        what: String,
+        /// Its size.
+        bytes: u64,
+        /// The cap.
+        cap_bytes: u64,
     },
     /// DataFusion planning or evaluation error.
     #[error("{context}: {source}")]

@@ -142,6 +142,33 @@ impl Account {
     }
 }
 
+/// Bytes a producer holds outside any stream buffer (emitted output not yet forwarded, the
+/// rest of a decoded batch not yet cut into buffers), charged to its job until released.
+pub struct Held {
+    account: Arc<Account>,
+    bytes: u64,
+}
+
+impl Held {
+    /// Charges `bytes` to `account` until released or dropped.
+    pub fn new(account: &Arc<Account>, bytes: u64) -> Self {
+        account.charge(bytes);
+        Held { account: account.clone(), bytes }
+    }
+    /// Releases `bytes` of the charge (those moved into a buffer, which charges them itself).
+    pub fn release(&mut self, bytes: u64) {
+        let bytes = bytes.min(self.bytes);
+        self.account.release(bytes);
+        self.bytes -= bytes;
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.account.release(self.bytes);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +187,18 @@ mod tests {
         drop(g);
         assert_eq!(waiter.await.unwrap().unwrap(), 512 * 1024);
         assert_eq!(b.granted_bytes(), 0);
+    }
+
+    #[test]
+    fn held_bytes_are_charged_until_released() {
+        let account = Arc::new(Account::default());
+        let mut held = Held::new(&account, 1000);
+        account.charge(300); // a buffer of 300 of them
+        held.release(300);
+        assert_eq!((account.in_use(), account.peak()), (1000, 1300));
+        held.release(5000);
+        assert_eq!(account.in_use(), 300, "never releases more than it holds");
+        drop(held);
+        assert_eq!(account.in_use(), 300);
     }
 }

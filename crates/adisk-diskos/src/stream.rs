@@ -6,6 +6,7 @@
 //! Every buffer is charged to its job's [`Account`] while it exists.
 use crate::disklets::batch_bytes;
 use crate::memory::Account;
+use crate::sched::JobCompute;
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::{PartitionInfo, TableInfo};
 use adisk_storage::reader::CountingFile;
@@ -111,6 +112,16 @@ impl StreamTx {
         self.tx.send(b).await.map(|()| bytes).map_err(|_| ())
     }
 
+    /// Takes a slot for a buffer charged elsewhere (an inbox's), and sends it at `position`.
+    /// Err if the consumer is gone.
+    pub async fn send_charged(&self, mut b: Buffer, position: u64) -> Result<u64, ()> {
+        let slot = self.slot().await.ok_or(())?;
+        b._slot = Some(slot);
+        b.position = position;
+        let bytes = b.bytes;
+        self.tx.send(b).await.map(|()| bytes).map_err(|_| ())
+    }
+
     /// Forwards a buffer from another stream (it keeps its slot there).
     pub async fn send(&self, b: Buffer) -> Result<(), ()> {
         self.tx.send(b).await.map_err(|_| ())
@@ -120,6 +131,45 @@ impl StreamTx {
     pub async fn closed(&self) {
         self.tx.closed().await
     }
+}
+
+/// Bytes a stream buffer may hold beyond its payload size: the per-column metadata of a
+/// buffer (a file buffer is `buffer_bytes` of payload plus its offset and a value offset).
+pub const BUFFER_SLACK_BYTES: u64 = 1024;
+
+/// The most a buffer of `buffer_bytes` may hold, in bytes: what the grant counts per slot.
+pub fn buffer_cap(buffer_bytes: u64) -> u64 {
+    buffer_bytes.saturating_add(BUFFER_SLACK_BYTES)
+}
+
+/// Cuts `batch` into consecutive slices of at most `cap` bytes each ([`batch_bytes`]): the
+/// rows are split in proportion to the bytes, and a slice still over the cap (rows of uneven
+/// size) is halved until it fits.
+///
+/// # Errors
+/// [`DiskOsError::BufferExceeded`] when a single row is larger than `cap`.
+pub fn cut(batch: &RecordBatch, cap: u64) -> Result<Vec<RecordBatch>> {
+    let (rows, bytes) = (batch.num_rows(), batch_bytes(batch));
+    if bytes <= cap || rows == 0 {
+        return Ok(vec![batch.clone()]);
+    }
+    let even = ((rows as u128 * u128::from(cap)) / u128::from(bytes)).clamp(1, rows as u128) as usize;
+    let mut pieces = Vec::with_capacity(rows.div_ceil(even));
+    let mut offset = 0;
+    while offset < rows {
+        let mut len = even.min(rows - offset);
+        let mut piece = batch.slice(offset, len);
+        while batch_bytes(&piece) > cap {
+            if len == 1 {
+                return Err(DiskOsError::BufferExceeded { what: format!("row {offset}"), bytes: batch_bytes(&piece), cap_bytes: cap });
+            }
+            len /= 2;
+            piece = batch.slice(offset, len);
+        }
+        offset += len;
+        pieces.push(piece);
+    }
+    Ok(pieces)
 }
 
 /// Skip requests of the consumer of a disk-resident stream.
@@ -260,6 +310,8 @@ pub struct TableScan {
     pub account: Arc<Account>,
     /// The disk's storage rate limit, if any.
     pub limiter: Option<Arc<ReadLimiter>>,
+    /// Compute slots: each buffer is read and decoded under one, charged to the job's program.
+    pub compute: JobCompute,
 }
 
 /// A storage read-rate limit shared by every job of a disk (`--read-mbps`): readers pay for
@@ -331,7 +383,7 @@ impl TableScan {
         let counting = CountingFile::new(file, self.counters.bytes_read.clone())
             .map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("opening {}", path.display()), source: e }))?;
         #[allow(deprecated)]
-        let meta = ArrowReaderMetadata::load(&counting, ArrowReaderOptions::new().with_page_index(true)).map_err(decode)?;
+        let meta = self.compute.run(|| ArrowReaderMetadata::load(&counting, ArrowReaderOptions::new().with_page_index(true)))?.map_err(decode)?;
         let md = meta.metadata().clone();
         let keep: Vec<bool> = match &self.prune {
             Some(p) => {
@@ -354,7 +406,6 @@ impl TableScan {
         let reorder: Option<Vec<usize>> =
             (sorted != self.projection).then(|| self.projection.iter().map(|c| sorted.binary_search(c).unwrap_or(0)).collect());
         let mut rg_base = row_base;
-        let mut rows_per_buffer = None;
         for (rg_index, rg) in md.row_groups().iter().enumerate() {
             let rg_rows = rg.num_rows() as u64;
             let range = rg_base..rg_base + rg_rows;
@@ -365,11 +416,10 @@ impl TableScan {
                 self.counters.bytes_skipped.fetch_add(projected_bytes, Ordering::Relaxed);
                 continue;
             }
-            let rows = *rows_per_buffer.get_or_insert_with(|| {
-                let uncompressed: u64 = self.projection.iter().map(|c| rg.column(*c).uncompressed_size() as u64).sum();
-                let per_row = (uncompressed / rg_rows.max(1)).max(1) + 8 * self.projection.len() as u64;
-                ((self.buffer_bytes * 4 / 5) / per_row).clamp(64, 1 << 20) as usize
-            });
+            // Rows per buffer from this row group's own width (row groups differ).
+            let uncompressed: u64 = self.projection.iter().map(|c| rg.column(*c).uncompressed_size() as u64).sum();
+            let per_row = (uncompressed / rg_rows.max(1)).max(1) + 8 * self.projection.len() as u64;
+            let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
             let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(counting.clone(), meta.clone())
                 .with_projection(mask.clone())
                 .with_row_groups(vec![rg_index])
@@ -385,8 +435,9 @@ impl TableScan {
             let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
+                // The compute slot is held for the decoding only, never while blocked on the stream.
                 let Some(slot) = tx.blocking_slot() else { return Ok(false) };
-                let Some(batch) = reader.next() else { break };
+                let Some(batch) = self.compute.run(|| reader.next())? else { break };
                 if let Some(l) = &self.limiter {
                     let now = self.counters.bytes_read.load(Ordering::Relaxed);
                     l.pay(now.saturating_sub(paid));
@@ -396,12 +447,36 @@ impl TableScan {
                 if let Some(order) = &reorder {
                     batch = batch.project(order).map_err(|e| DiskOsError::Decode { context: "ordering scanned columns".into(), message: e.to_string() })?;
                 }
-                let n = batch.num_rows() as u64;
-                let Ok(bytes) = tx.blocking_send_in(slot, batch, position, &self.account) else { return Ok(false) };
-                self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
-                self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
-                position += n;
+                if !self.send_capped(tx, slot, batch, &mut position)? {
+                    return Ok(false);
+                }
             }
+        }
+        Ok(true)
+    }
+}
+
+impl TableScan {
+    /// Sends a decoded batch in `slot`; a batch over the buffer size (rows wider than the row
+    /// group's average) is cut into buffers that fit, each in its own slot, and what waits to
+    /// be sent is charged to the job meanwhile. False if the consumer went away.
+    fn send_capped(&self, tx: &StreamTx, slot: OwnedSemaphorePermit, batch: RecordBatch, position: &mut u64) -> Result<bool> {
+        let mut held = crate::memory::Held::new(&self.account, batch_bytes(&batch));
+        let mut slot = Some(slot);
+        for piece in cut(&batch, buffer_cap(self.buffer_bytes))? {
+            let slot = match slot.take() {
+                Some(s) => s,
+                None => match tx.blocking_slot() {
+                    Some(s) => s,
+                    None => return Ok(false),
+                },
+            };
+            let n = piece.num_rows() as u64;
+            held.release(batch_bytes(&piece)); // the buffer charges it from now on
+            let Ok(bytes) = tx.blocking_send_in(slot, piece, *position, &self.account) else { return Ok(false) };
+            self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
+            self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
+            *position += n;
         }
         Ok(true)
     }
@@ -428,6 +503,8 @@ pub struct FileScan {
     pub counters: Arc<ReadCounters>,
     /// The job's account.
     pub account: Arc<Account>,
+    /// Compute slots: each buffer is read under one, charged to the job's program.
+    pub compute: JobCompute,
 }
 
 impl FileScan {
@@ -451,7 +528,8 @@ impl FileScan {
                 continue;
             }
             let Some(slot) = tx.blocking_slot() else { break };
-            file.read_exact_at(&mut buf[..len as usize], pos).map_err(io)?;
+            let chunk = &mut buf[..len as usize];
+            self.compute.run(|| file.read_exact_at(chunk, pos))?.map_err(io)?;
             self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
             let batch = RecordBatch::try_new(
                 schema.clone(),
@@ -471,6 +549,7 @@ impl FileScan {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use arrow::array::AsArray;
     #[test]
     fn skip_list_selection() {
         let s = SkipList::default();
@@ -480,5 +559,30 @@ mod tests {
         let (sel, skipped) = s.selection(&(0..40)).unwrap();
         assert_eq!(skipped, 20);
         assert_eq!(sel.row_count(), 20);
+    }
+
+    fn strings(lengths: &[usize]) -> RecordBatch {
+        let values: Vec<String> = lengths.iter().map(|n| "x".repeat(*n)).collect();
+        let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
+        RecordBatch::try_new(schema, vec![Arc::new(arrow::array::StringArray::from(values))]).unwrap()
+    }
+
+    #[test]
+    fn cut_keeps_every_row_in_order_and_every_piece_under_the_cap() {
+        // Short rows, then rows 100 times longer: an even split by rows would overflow.
+        let lengths: Vec<usize> = (0..1000).map(|i| if i < 900 { 10 } else { 1000 }).collect();
+        let batch = strings(&lengths);
+        let cap = 8 * 1024;
+        let pieces = cut(&batch, cap).unwrap();
+        assert!(pieces.iter().all(|p| batch_bytes(p) <= cap), "{:?}", pieces.iter().map(batch_bytes).collect::<Vec<_>>());
+        let rows: Vec<usize> = pieces.iter().flat_map(|p| p.column(0).as_string::<i32>().iter().map(|s| s.unwrap().len()).collect::<Vec<_>>()).collect();
+        assert_eq!(rows, lengths);
+        assert_eq!(cut(&batch, u64::MAX).unwrap().len(), 1, "a batch under the cap stays whole");
+    }
+
+    #[test]
+    fn cut_refuses_a_row_larger_than_the_cap() {
+        let err = cut(&strings(&[10, 100_000]), 4096).unwrap_err();
+        assert!(matches!(err, DiskOsError::BufferExceeded { cap_bytes: 4096, .. }), "{err}");
     }
 }

@@ -1,6 +1,6 @@
 //! Connections to the disks, the merged catalog, and job execution.
 use crate::{HostError, Result};
-use adisk_core::config::ClusterConfig;
+use adisk_core::config::{ClusterConfig, ExchangeMode};
 use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, PartitionInfo, action};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
@@ -15,6 +15,16 @@ use std::time::Duration;
 
 /// Connect timeout per disk.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Where the host's exchange relay listens (disks of a local cluster reach it on loopback).
+const RELAY_LISTEN: &str = "127.0.0.1:0";
+
+fn exchange_code(mode: ExchangeMode) -> u8 {
+    match mode {
+        ExchangeMode::Direct => 0,
+        ExchangeMode::ViaHost => 1,
+    }
+}
 
 /// A table across the cluster.
 #[derive(Clone, Debug)]
@@ -81,6 +91,9 @@ impl Catalog {
 pub struct Cluster {
     config: ClusterConfig,
     channels: Vec<tonic::transport::Channel>,
+    exchange: std::sync::atomic::AtomicU8,
+    host_link: Option<Arc<crate::sql::TokenBucket>>,
+    relay: tokio::sync::OnceCell<crate::relay::Relay>,
 }
 
 pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
@@ -113,7 +126,62 @@ impl Cluster {
             let channel = endpoint.connect().await.map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())))?;
             channels.push(channel);
         }
-        Ok(Cluster { config, channels })
+        Ok(Cluster::new(config, channels))
+    }
+
+    fn new(config: ClusterConfig, channels: Vec<tonic::transport::Channel>) -> Self {
+        let host_link = match config.cluster.host_link_mbps {
+            0 => None,
+            mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
+        };
+        let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
+        Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new() }
+    }
+
+    /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
+    /// every stream the host relays; None: unthrottled.
+    pub fn host_link(&self) -> Option<&Arc<crate::sql::TokenBucket>> {
+        self.host_link.as_ref()
+    }
+
+    /// How this host sends disk-to-disk streams from now on (the cluster file's `exchange`
+    /// until changed).
+    pub fn set_exchange_mode(&self, mode: ExchangeMode) {
+        self.exchange.store(exchange_code(mode), std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// How disk-to-disk streams travel.
+    pub fn exchange_mode(&self) -> ExchangeMode {
+        match self.exchange.load(std::sync::atomic::Ordering::Relaxed) {
+            0 => ExchangeMode::Direct,
+            _ => ExchangeMode::ViaHost,
+        }
+    }
+
+    /// What the host's exchange relay moved (zero when no stream went via the host).
+    pub fn relay_stats(&self) -> crate::relay::RelayStats {
+        self.relay.get().map(|r| r.stats()).unwrap_or_default()
+    }
+
+    /// The relay's address, starting it on first use.
+    async fn relay_address(&self) -> Result<String> {
+        let relay = self
+            .relay
+            .get_or_try_init(|| crate::relay::Relay::start(RELAY_LISTEN, self.host_link.clone()))
+            .await
+            .map_err(|e| HostError::Invalid(format!("cannot start the host's exchange relay on {RELAY_LISTEN}: {e}")))?;
+        Ok(relay.address().to_string())
+    }
+
+    /// `spec` as it is sent: in `via-host` mode, its exchange outputs go through the relay.
+    async fn routed(&self, spec: &JobSpec) -> Result<Vec<u8>> {
+        let has_exchange = spec.outputs.iter().any(|o| matches!(o.sink, adisk_core::protocol::Sink::Exchange { relay: None, .. }));
+        if self.exchange_mode() == ExchangeMode::Direct || !has_exchange {
+            return Ok(spec.to_bytes());
+        }
+        let mut spec = spec.clone();
+        spec.relay_exchanges(&self.relay_address().await?);
+        Ok(spec.to_bytes())
     }
 
     /// Like [`Cluster::connect`], but each disk is connected to when first asked: `status`
@@ -131,7 +199,7 @@ impl Cluster {
                     .map_err(|e| HostError::Unreachable { disk: d.id, address: d.address.clone(), message: e.to_string() })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Cluster { config, channels })
+        Ok(Cluster::new(config, channels))
     }
 
     /// The configuration.
@@ -194,9 +262,10 @@ impl Cluster {
 
     /// Starts `spec` on disk `d`; returns its result stream.
     pub async fn start(&self, d: u32, spec: &JobSpec) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let ticket = self.routed(spec).await?;
         let mut c = self.client(d);
         let address = self.address(d).to_string();
-        let stream = c.do_get(Ticket::new(spec.to_bytes())).await.map_err(|e| flight_err(d, &address, e))?;
+        let stream = c.do_get(Ticket::new(ticket)).await.map_err(|e| flight_err(d, &address, e))?;
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
@@ -209,11 +278,12 @@ impl Cluster {
         schema: SchemaRef,
         input: BoxStream<'static, RecordBatch>,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+        let command = self.routed(spec).await?;
         let mut c = self.client(d);
         let address = self.address(d).to_string();
         let data = arrow_flight::encode::FlightDataEncoderBuilder::new()
             .with_schema(schema)
-            .with_flight_descriptor(Some(arrow_flight::FlightDescriptor::new_cmd(spec.to_bytes())))
+            .with_flight_descriptor(Some(arrow_flight::FlightDescriptor::new_cmd(command)))
             .build(input.map(Ok));
         let stream = c.do_exchange(data).await.map_err(|e| flight_err(d, &address, e))?;
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())

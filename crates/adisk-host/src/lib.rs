@@ -20,8 +20,10 @@
 
 pub mod cluster;
 pub mod disklet;
+pub mod exchange;
 pub mod load;
 pub mod plan;
+pub mod relay;
 pub mod sql;
 
 pub use cluster::{Catalog, Cluster, TableEntry};

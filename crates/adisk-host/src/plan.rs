@@ -257,6 +257,7 @@ async fn plan_select(table: &TableEntry, req: &JobRequest, list: &str, order_by:
 /// Runs a built-in disklet job on every disk holding the table and combines the results.
 pub async fn run(cluster: &Cluster, req: &JobRequest) -> Result<JobOutput> {
     let started = Instant::now();
+    let relayed = cluster.relay_stats().bytes;
     let catalog = cluster.catalog().await?;
     let table = catalog.table(&req.table)?.clone();
     let mut output = match req.disklet.as_str() {
@@ -270,6 +271,9 @@ pub async fn run(cluster: &Cluster, req: &JobRequest) -> Result<JobOutput> {
     };
     output.stats.wall_ns = started.elapsed().as_nanos() as u64;
     output.stats.result_rows = output.rows() as u64;
+    if cluster.exchange_mode() == adisk_core::config::ExchangeMode::ViaHost {
+        output.stats.notes.insert("bytes_via_host".into(), (cluster.relay_stats().bytes - relayed).to_string());
+    }
     Ok(output)
 }
 
@@ -477,7 +481,7 @@ async fn run_aggregate(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
         let mut specs: Vec<(u32, JobSpec)> = holders
             .iter()
             .enumerate()
-            .map(|(i, d)| (*d, spec(plan.source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast }, req.scratch_kib)))
+            .map(|(i, d)| (*d, spec(plan.source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast, relay: None }, req.scratch_kib)))
             .collect();
         let receive = Source::Pipe { exchange_id: exchange_id.clone(), senders: holders.len() as u32, schema: partial_schema.as_ref().clone() };
         specs.extend((0..n).map(|d| (d, spec(receive.clone(), vec![final_spec.clone()], Sink::Host, req.scratch_kib))));
@@ -600,7 +604,7 @@ async fn run_partition(cluster: &Cluster, table: &TableEntry, req: &JobRequest) 
     let mut specs: Vec<(u32, JobSpec)> = holders
         .iter()
         .enumerate()
-        .map(|(i, d)| (*d, spec(source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast }, req.scratch_kib)))
+        .map(|(i, d)| (*d, spec(source.clone(), stages.clone(), Sink::Exchange { exchange_id: exchange_id.clone(), targets: targets.clone(), sender: i as u32, route: Route::Broadcast, relay: None }, req.scratch_kib)))
         .collect();
     // Receivers count what arrived and the key range, so the exchange can be checked.
     let key_schema = adisk_diskos::disklets::build(&specs[0].1.stages[0].disklet, std::slice::from_ref(&plan.input), 0, &ExprPlanner::default())?.output_schema();

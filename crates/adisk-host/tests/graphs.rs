@@ -2,12 +2,12 @@
 //! checked against a plain Rust computation over the same rows:
 //! * two-input stages — a merge of sorted streams, a hash join's build and probe — on one disk
 //!   and across four disks (inputs fed by hash exchanges);
-//! * exchange by hash, by range and by broadcast across four disks;
+//! * exchange by hash, by range and by broadcast across four disks, direct and via the host;
 //! * a stage with several output ports, each written as a named result that the next job and
 //!   SQL read;
 //! * a temporary stream written and read back in one job, removed when it ends; a job past
 //!   its temporary-space grant fails, typed, and leaves no file.
-use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
+use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig, ExchangeMode};
 use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Output, Port, Route, Sink, SortKey, Source, Stage, StoredStream};
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
@@ -43,7 +43,7 @@ impl Disks {
             })));
             stops.push(stop_tx);
         }
-        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0 }, disks: configs };
+        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default() }, disks: configs };
         Disks { cluster: Arc::new(Cluster::connect(config).await.unwrap()), stops, servers }
     }
 
@@ -193,7 +193,7 @@ async fn hash_join_across_disks_after_hash_exchange() {
     let disks = Disks::start(&dirs.iter().map(|d| d.path().to_path_buf()).collect::<Vec<_>>()).await;
     let targets: Vec<String> = (0..4).map(|d| disks.address(d)).collect();
     let send = |d: usize, name: &str, key: &str, exchange: &str| {
-        let sink = Sink::Exchange { exchange_id: exchange.into(), targets: targets.clone(), sender: d as u32, route: Route::Hash { keys: vec![e(col(key))] } };
+        let sink = Sink::Exchange { exchange_id: exchange.into(), targets: targets.clone(), sender: d as u32, route: Route::Hash { keys: vec![e(col(key))] }, relay: None };
         (d, graph(&format!("send-{name}-{d}"), vec![table(name)], vec![], vec![output(Port::Input(0), sink)]))
     };
     let pipe = |id: &str, names: &[&str]| Source::Pipe { exchange_id: id.into(), senders: 4, schema: schema(names).as_ref().clone() };
@@ -217,10 +217,12 @@ async fn hash_join_across_disks_after_hash_exchange() {
     disks.stop().await;
 }
 
-/// Rows of a four-disk table routed by hash, range and broadcast: every row lands where the
-/// route says, exactly once (broadcast: once per disk).
+/// Rows of a four-disk table routed by hash, range and broadcast, straight between disks and
+/// through the host's relay: every row lands where the route says, exactly once (broadcast:
+/// once per disk), the two modes deliver the same rows to the same disks, and via the host
+/// every byte the senders ship passes the relay.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exchange_by_hash_range_and_broadcast() {
+async fn exchange_by_hash_range_and_broadcast_direct_and_via_host() {
     let dirs: Vec<_> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let mut all = Vec::new();
     for (d, dir) in dirs.iter().enumerate() {
@@ -230,45 +232,76 @@ async fn exchange_by_hash_range_and_broadcast() {
     }
     all.sort();
     let disks = Disks::start(&dirs.iter().map(|d| d.path().to_path_buf()).collect::<Vec<_>>()).await;
-    let targets: Vec<String> = (0..4).map(|d| disks.address(d)).collect();
     let routes = [
         ("hash", Route::Hash { keys: vec![e(col("x"))] }),
         ("range", Route::Range { key: e(col("x")), bounds: vec![e(lit(2500i64)), e(lit(5000i64)), e(lit(7500i64))] }),
         ("broadcast", Route::Broadcast),
     ];
     for (name, route) in routes {
-        let id = format!("x-{name}");
-        let mut jobs = Vec::new();
-        for d in 0..4 {
-            let sink = Sink::Exchange { exchange_id: id.clone(), targets: targets.clone(), sender: d as u32, route: route.clone() };
-            jobs.push((d, graph(&format!("{id}-send-{d}"), vec![table("t")], vec![], vec![output(Port::Input(0), sink)])));
-            let receive = Source::Pipe { exchange_id: id.clone(), senders: 4, schema: schema(&["x"]).as_ref().clone() };
-            jobs.push((d, graph(&format!("{id}-recv-{d}"), vec![receive], vec![], vec![output(Port::Input(0), Sink::Host)])));
-        }
-        let out = disks.run(jobs).await.unwrap();
-        for (d, batches) in &out {
-            let got = column(batches, "x");
-            for x in &got {
-                let expected_disk = match name {
-                    "hash" => (adisk_core::hash::hash_i128(i128::from(*x)) % 4) as usize,
-                    "range" => [2500, 5000, 7500].iter().filter(|b| x > b).count(),
-                    _ => *d,
-                };
-                assert_eq!(expected_disk, *d, "{name}: {x} arrived at disk {d}");
-            }
-            if name == "broadcast" {
-                let mut got = got.clone();
-                got.sort();
-                assert_eq!(got, all, "broadcast: disk {d} has every row");
-            }
-        }
-        if name != "broadcast" {
-            let mut got: Vec<i64> = out.values().flat_map(|b| column(b, "x")).collect();
-            got.sort();
-            assert_eq!(got, all, "{name}: every row exactly once");
-        }
+        let direct = exchange_rows(&disks, &format!("{name}-direct"), &route, ExchangeMode::Direct).await;
+        check_routed(name, &direct, &all);
+        let via_host = exchange_rows(&disks, &format!("{name}-via-host"), &route, ExchangeMode::ViaHost).await;
+        assert_eq!(via_host, direct, "{name}: via the host, each disk receives what it receives directly");
     }
     disks.stop().await;
+}
+
+/// Runs an exchange of table `t` over all four disks in `mode`: the rows each disk received
+/// (sorted). Checks the bytes the senders shipped against what the relay forwarded.
+async fn exchange_rows(disks: &Disks, id: &str, route: &Route, mode: ExchangeMode) -> BTreeMap<usize, Vec<i64>> {
+    disks.cluster.set_exchange_mode(mode);
+    let relayed_before = disks.cluster.relay_stats();
+    let targets: Vec<String> = (0..4).map(|d| disks.address(d)).collect();
+    let mut jobs = Vec::new();
+    for d in 0..4 {
+        let sink = Sink::Exchange { exchange_id: id.to_string(), targets: targets.clone(), sender: d as u32, route: route.clone(), relay: None };
+        jobs.push((d, graph(&format!("{id}-send-{d}"), vec![table("t")], vec![], vec![output(Port::Input(0), sink)])));
+        let receive = Source::Pipe { exchange_id: id.to_string(), senders: 4, schema: schema(&["x"]).as_ref().clone() };
+        jobs.push((d, graph(&format!("{id}-recv-{d}"), vec![receive], vec![], vec![output(Port::Input(0), Sink::Host)])));
+    }
+    let out = disks.run(jobs).await.unwrap();
+    let mut shipped = 0;
+    for d in 0..4 {
+        shipped += disks.cluster.job_stats(d, &format!("{id}-send-{d}")).await.unwrap().bytes_shipped_disks;
+    }
+    let relayed = disks.cluster.relay_stats();
+    let streams = 4 * 4; // senders × targets
+    match mode {
+        ExchangeMode::Direct => assert_eq!(relayed, relayed_before, "{id}: nothing passes the relay"),
+        ExchangeMode::ViaHost => {
+            assert_eq!(relayed.bytes - relayed_before.bytes, shipped, "{id}: the relay forwarded every byte shipped");
+            assert_eq!((relayed.streams - relayed_before.streams, relayed.streams_failed), (streams, 0), "{id}: one stream per sender and target");
+        }
+    }
+    out.iter()
+        .map(|(d, batches)| {
+            let mut x = column(batches, "x");
+            x.sort();
+            (*d, x)
+        })
+        .collect()
+}
+
+/// Every row of `all` arrived where route `name` sends it, exactly once (broadcast: once per disk).
+fn check_routed(name: &str, out: &BTreeMap<usize, Vec<i64>>, all: &[i64]) {
+    for (d, got) in out {
+        for x in got {
+            let expected_disk = match name {
+                "hash" => (adisk_core::hash::hash_i128(i128::from(*x)) % 4) as usize,
+                "range" => [2500, 5000, 7500].iter().filter(|b| x > b).count(),
+                _ => *d,
+            };
+            assert_eq!(expected_disk, *d, "{name}: {x} arrived at disk {d}");
+        }
+        if name == "broadcast" {
+            assert_eq!(got, all, "broadcast: disk {d} has every row");
+        }
+    }
+    if name != "broadcast" {
+        let mut got: Vec<i64> = out.values().flatten().copied().collect();
+        got.sort();
+        assert_eq!(got, all, "{name}: every row exactly once");
+    }
 }
 
 /// A `partition` stage's two output ports go to two named results; the next job reads one of

@@ -28,8 +28,8 @@ const EMITS_AT_INIT: &str = r#"(module
 struct NoPipes;
 
 impl adisk_diskos::job::PipeConnector for NoPipes {
-    fn send(&self, target: String, _: String, _: u32, _: arrow::datatypes::SchemaRef, _: StreamRx) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
-        Box::pin(async move { Err(DiskOsError::Pipe(format!("no pipes in this test (asked for {target})"))) })
+    fn send(&self, route: adisk_diskos::job::PipeRoute, _: arrow::datatypes::SchemaRef, _: StreamRx) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
+        Box::pin(async move { Err(DiskOsError::Pipe(format!("no pipes in this test (asked for {})", route.target))) })
     }
 }
 

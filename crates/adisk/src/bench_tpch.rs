@@ -138,7 +138,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     if cdir.join("cluster.toml").exists() {
         let _ = down(&cdir).await;
     }
-    let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: a.host_link_mbps, disk_read_mbps: a.disk_read_mbps };
+    let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: a.host_link_mbps, disk_read_mbps: a.disk_read_mbps, exchange: Default::default() };
     up(&cdir, &args).await?;
     let result = async {
         let cluster = Arc::new(crate::connect(&cdir).await?);

@@ -57,6 +57,10 @@ pub struct UpArgs {
     /// Storage read rate limit of each disk, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub disk_read_mbps: u64,
+    /// How disk-to-disk streams travel: `direct` between disks, or `via-host` through the
+    /// host's relay (counted on the host link).
+    #[arg(long, default_value_t = adisk_core::config::ExchangeMode::Direct)]
+    pub exchange: adisk_core::config::ExchangeMode,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -74,6 +78,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         cluster: ClusterSection {
             name: "check".into(),
             host_link_mbps: 0,
+            exchange: Default::default(),
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -228,6 +233,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
         cluster: ClusterSection {
             name: "local".into(),
             host_link_mbps: args.host_link_mbps,
+            exchange: args.exchange,
         },
         disks,
     };
@@ -317,6 +323,7 @@ pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
             buffers_per_stream: 2,
             host_link_mbps: 0,
             disk_read_mbps: 0,
+            exchange: Default::default(),
         },
     )
     .await?;

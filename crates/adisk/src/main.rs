@@ -1,5 +1,7 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
+mod bench_exchange;
+mod bench_fair;
 mod bench_tpch;
 mod disklet_cmd;
 mod local;

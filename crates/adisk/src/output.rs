@@ -28,6 +28,12 @@ pub enum BenchCommand {
     /// The 22 TPC-H queries: offload auto vs none (conventional) vs DuckDB (2 threads) on the
     /// same files, medians of repeats, with data reduction.
     Tpch(crate::bench_tpch::TpchBenchArgs),
+    /// Fair sharing per host program: one query alone, then beside a crowd of copies from
+    /// another program and from its own, on one disk.
+    Fair(crate::bench_fair::FairBenchArgs),
+    /// Disk-to-disk streams: a pair and all-to-all, direct and via the host, against the
+    /// loopback Flight DoPut rate measured in the same run.
+    Exchange(crate::bench_exchange::ExchangeBenchArgs),
     /// User disklets: the WASM count_if example vs the built-in native disklets on lineitem, one disk.
     Disklet {
         /// Scale factor.
@@ -265,6 +271,8 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
             python,
         } => crate::bench::scan(dir, sf, &disks, repeats.max(1), &python).await,
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
+        BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
+        BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
         BenchCommand::Disklet { sf, repeats, sdk } => {
             crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await
         }

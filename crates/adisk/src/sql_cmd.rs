@@ -22,11 +22,15 @@ pub struct EngineArgs {
     /// Stream buffer size of the disk jobs, KiB (0: the disks' default).
     #[arg(long, default_value_t = adisk_host::sql::SQL_BUFFER_KIB)]
     pub buffer_kib: u64,
+    /// The host program the disk jobs count as: disks share their processing fairly between
+    /// programs (default: one program per `adisk` process).
+    #[arg(long)]
+    pub program: Option<String>,
 }
 
 impl EngineArgs {
     pub fn options(&self, offload: Offload) -> SqlOptions {
-        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0, buffer_kib: self.buffer_kib }
+        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0, buffer_kib: self.buffer_kib, program: self.program.clone() }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
         Ok(self.offload.parse::<Offload>()?)

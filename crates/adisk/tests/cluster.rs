@@ -606,6 +606,17 @@ fn demo_runs_end_to_end() {
 /// released and no job running (checked through `adisk status`).
 #[test]
 fn killed_exchange_sender_fails_the_job_and_survivors_release_everything() {
+    killed_exchange_sender(&[]);
+}
+
+/// The same through the host's relay (`exchange = "via-host"`): the relay turns the dead
+/// sender's broken stream into a failed one at every receiver, never a short one.
+#[test]
+fn killed_exchange_sender_via_host_fails_the_job_and_survivors_release_everything() {
+    killed_exchange_sender(&["--exchange", "via-host"]);
+}
+
+fn killed_exchange_sender(up_args: &[&str]) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     ok(dir, &["up", "--disks", "4"]);
@@ -613,7 +624,7 @@ fn killed_exchange_sender_fails_the_job_and_survivors_release_everything() {
     ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
     ok(dir, &["down"]);
     // Slow reads keep the exchange running for seconds.
-    ok(dir, &["up", "--disks", "4", "--disk-read-mbps", "2"]);
+    ok(dir, &[&["up", "--disks", "4", "--disk-read-mbps", "2"][..], up_args].concat());
     let pids = common::disk_pids(dir);
     let mut run = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")

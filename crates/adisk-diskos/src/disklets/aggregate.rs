@@ -26,8 +26,10 @@ use std::sync::Arc;
 
 /// Rows interned between two scratch checks.
 pub const CHUNK_ROWS: usize = 4096;
-/// Fraction of the scratch grant at which partial groups are flushed.
-pub const FLUSH_FRACTION: f64 = 0.75;
+/// Fraction of the scratch grant at which partial groups are flushed. A flush turns the table
+/// into output batches of about its size, held until the call returns while the next chunks
+/// refill the table: at half the grant, table and output fit the grant together.
+pub const FLUSH_FRACTION: f64 = 0.5;
 
 /// The `aggregate` / group-by disklet (also used by the host to combine partial states).
 pub struct Aggregate {

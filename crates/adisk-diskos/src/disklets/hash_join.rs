@@ -21,6 +21,9 @@ use std::sync::Arc;
 /// Bytes a hash-table entry costs beyond its key (map slot, row-index vector).
 const ENTRY_OVERHEAD_BYTES: u64 = 48;
 
+/// Joined rows per emitted batch at most.
+pub const OUTPUT_ROWS: usize = 8192;
+
 /// The `hash_join` disklet.
 pub struct HashJoin {
     build_keys: Vec<Arc<dyn PhysicalExpr>>,
@@ -123,6 +126,8 @@ impl HashJoin {
         Ok(())
     }
 
+    /// Emits the matches of `batch`, [`OUTPUT_ROWS`] pairs at a time (a key matching many
+    /// build rows never makes one huge batch); stops once the emitter is full.
     fn probe(&mut self, batch: &RecordBatch, out: &mut Emitter) -> Result<()> {
         self.seal_build()?;
         let arrays = evaluate_all(&self.probe_keys, batch)?;
@@ -132,17 +137,31 @@ impl HashJoin {
             if arrays.iter().any(|a| a.is_null(r)) {
                 continue;
             }
-            let row = rows.row(r);
-            if let Some(matches) = self.table.get(row.as_ref()) {
-                build_idx.extend_from_slice(matches);
-                probe_idx.extend(std::iter::repeat_n(r as u64, matches.len()));
+            let Some(matches) = self.table.get(rows.row(r).as_ref()) else { continue };
+            let mut rest: &[u32] = matches;
+            while !rest.is_empty() {
+                let (now, later) = rest.split_at((OUTPUT_ROWS - build_idx.len()).min(rest.len()));
+                build_idx.extend_from_slice(now);
+                probe_idx.extend(std::iter::repeat_n(r as u64, now.len()));
+                rest = later;
+                if build_idx.len() == OUTPUT_ROWS {
+                    self.emit_pairs(batch, &mut build_idx, &mut probe_idx, out)?;
+                    if out.overflow().is_some() {
+                        return Ok(()); // the call fails with the overflow
+                    }
+                }
             }
         }
+        self.emit_pairs(batch, &mut build_idx, &mut probe_idx, out)
+    }
+
+    /// Emits the joined rows of the pairs (build row, probe row) collected so far.
+    fn emit_pairs(&self, batch: &RecordBatch, build_idx: &mut Vec<u32>, probe_idx: &mut Vec<u64>, out: &mut Emitter) -> Result<()> {
         if build_idx.is_empty() {
             return Ok(());
         }
-        let build = self.build.as_ref().expect("sealed above");
-        let (b, p) = (UInt32Array::from(build_idx), UInt64Array::from(probe_idx));
+        let build = self.build.as_ref().expect("sealed before probing");
+        let (b, p) = (UInt32Array::from(std::mem::take(build_idx)), UInt64Array::from(std::mem::take(probe_idx)));
         let mut columns: Vec<ArrayRef> = build.columns().iter().map(|c| take(c, &b, None)).collect::<std::result::Result<_, _>>().map_err(arrow_err("join output"))?;
         for c in batch.columns() {
             columns.push(take(c, &p, None).map_err(arrow_err("join output"))?);
@@ -244,6 +263,37 @@ mod tests {
         }
         expected.sort();
         assert_eq!(got, expected);
+    }
+
+    /// One key matching 10 000 build rows, probed 100 times: a million joined rows. They come
+    /// in batches of at most OUTPUT_ROWS; a capped emitter stops the flood at its cap, charged
+    /// to the job, and the call fails typed.
+    #[test]
+    fn a_fan_out_flood_is_emitted_in_pieces_and_stopped_at_the_cap() {
+        let b = schema(&[("k", DataType::Int64)]);
+        let p = schema(&[("pk", DataType::Int64)]);
+        let build = RecordBatch::try_new(b.clone(), vec![Arc::new(Int64Array::from(vec![7i64; 10_000]))]).unwrap();
+        let probe = RecordBatch::try_new(p.clone(), vec![Arc::new(Int64Array::from(vec![7i64; 100]))]).unwrap();
+        let run = |out: &mut Emitter| {
+            let mut j = HashJoin::new(&[key("k")], &[key("pk")], &[b.clone(), p.clone()], 1 << 20, &ExprPlanner::default()).unwrap();
+            j.process(&InputBuffer { batch: &build, position: 0, input: 0 }, out).unwrap();
+            j.input_ended(0, out).unwrap();
+            j.process(&InputBuffer { batch: &probe, position: 0, input: 1 }, out).unwrap();
+        };
+        let mut free = Emitter::new(1);
+        run(&mut free);
+        let batches = free.take_outputs().remove(0);
+        assert!(batches.iter().all(|b| b.num_rows() <= OUTPUT_ROWS));
+        assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1_000_000);
+        let account = Arc::new(crate::memory::Account::default());
+        let cap = 1 << 20;
+        let mut capped = Emitter::capped(1, cap, &account);
+        run(&mut capped);
+        let err = capped.overflow().expect("the flood overflowed");
+        assert!(matches!(err, DiskOsError::BufferExceeded { cap_bytes, .. } if cap_bytes == cap), "{err}");
+        assert!(account.peak() <= cap, "peak {} over the cap {cap}", account.peak());
+        drop(capped);
+        assert_eq!(account.in_use(), 0, "a dropped emitter returns its charge");
     }
 
     #[test]

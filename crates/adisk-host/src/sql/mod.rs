@@ -132,6 +132,8 @@ pub struct SqlSettings {
     pub host_link: Option<Arc<TokenBucket>>,
     /// The cost model (used by `auto`).
     pub cost: cost::CostModel,
+    /// The host program the disk jobs belong to: the unit of fair sharing at the disks.
+    pub program: String,
 }
 
 impl SqlSettings {
@@ -247,6 +249,9 @@ pub struct SqlOptions {
     pub host_threads: usize,
     /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
     pub buffer_kib: u64,
+    /// The host program the disk jobs belong to (the unit of fair sharing at the disks;
+    /// None: `host-<pid>`, one program per host process).
+    pub program: Option<String>,
 }
 
 /// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
@@ -256,7 +261,7 @@ pub const SQL_BUFFER_KIB: u64 = 1024;
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB }
+        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB, program: None }
     }
 }
 
@@ -314,12 +319,10 @@ impl SqlEngine {
         if bloom_bytes < 64 {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
-        let link = match cluster.config().cluster.host_link_mbps {
-            0 => None,
-            mbps => Some(Arc::new(TokenBucket::new(mbps))),
-        };
+        let link = cluster.host_link().cloned();
         let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog.tables.values().map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values()))).collect();
-        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone() });
+        let program = opts.program.clone().unwrap_or_else(crate::plan::program_id);
+        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone(), program: program.clone() });
         let settings = settings_for(false);
         let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
         let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;

@@ -342,7 +342,7 @@ impl DiskScanExec {
         if let Some(f) = &p.fragment {
             stages.push(DiskletSpec::Fragment { kind: f.kind, plan: ExprBytes(f.bytes.clone()) });
         }
-        Ok(JobSpec { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, ..JobSpec::chain(crate::plan::new_id("sql"), crate::plan::program_id(), source, stages, Sink::Host) })
+        Ok(JobSpec { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, ..JobSpec::chain(crate::plan::new_id("sql"), self.settings.program.clone(), source, stages, Sink::Host) })
     }
 
     /// One-line description of the bundle, for EXPLAIN.
