@@ -289,15 +289,32 @@ impl DiskOs {
 
     fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
         match stage {
-            DiskletSpec::Wasm { name, params, fuel } => {
-                let user = self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))?;
-                let [input] = inputs else {
-                    return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` (ABI v1) takes one input, got {}", inputs.len())));
-                };
-                user.build(name, params, *fuel, input)
-            }
+            DiskletSpec::Wasm { name, params, fuel } => self.user_disklets_or_refuse()?.build(name, params, *fuel, inputs),
             _ => disklets::build(stage, inputs, scratch_bytes, &self.planner),
         }
+    }
+
+    fn user_disklets_or_refuse(&self) -> Result<&Arc<dyn crate::user::UserDisklets>> {
+        self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))
+    }
+
+    /// Checks every user disklet stage against the shape its module declared at install: the
+    /// inputs it reads and the output ports the job reads (`ports`, per stage, from the graph
+    /// check). Runs before admission; no guest code runs.
+    fn check_user_shapes(&self, spec: &JobSpec, ports: &[u32]) -> Result<()> {
+        for (i, stage) in spec.stages.iter().enumerate() {
+            let DiskletSpec::Wasm { name, .. } = &stage.disklet else { continue };
+            let declared = self.user_disklets_or_refuse()?.shape(name)?;
+            let wired = (stage.inputs.len(), ports[i] as usize);
+            if (declared.inputs, declared.outputs) != wired {
+                let message = format!(
+                    "stage {i}: user disklet `{name}` (ABI v{}) takes {} input(s) and writes {} output port(s); the job wires {} input(s) and reads {} port(s)",
+                    declared.abi, declared.inputs, declared.outputs, wired.0, wired.1
+                );
+                return Err(DiskOsError::UserDisklet { kind: crate::user::UserDiskletFailure::Invalid, message });
+            }
+        }
+        Ok(())
     }
 
     /// The store.
@@ -388,6 +405,7 @@ impl DiskOs {
     /// refused — before anything runs.
     pub async fn start_job(self: &Arc<Self>, spec: JobSpec, host_input: Option<mpsc::Receiver<RecordBatch>>) -> Result<RunningJob> {
         let shape = adisk_core::graph::check(&spec).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+        self.check_user_shapes(&spec, &shape.stage_ports)?;
         let host_inputs = spec.inputs.iter().filter(|s| matches!(s, Source::Host { .. })).count();
         if host_inputs > 1 || (host_inputs == 1) != host_input.is_some() {
             return Err(DiskOsError::InvalidJob("a host-resident input needs a DoExchange call (and only it), one per job".into()));
@@ -403,7 +421,7 @@ impl DiskOs {
         let temp = self.temp_grant(&spec).await?;
         let admission_wait_ns = wait.elapsed().as_nanos() as u64;
         // Only now is stage code run (a failure drops the grants, returning them).
-        let built = self.build(&spec, &sources, &scratch).await?;
+        let built = self.build(&spec, &sources, &scratch, &shape.stage_ports).await?;
         let described: Vec<(&'static str, u64, (u64, u64))> = built.stages.iter().zip(&scratch).map(|(d, s)| (d.name(), *s, d.setup_ns())).collect();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
         state.admission_wait_ns.store(admission_wait_ns, Ordering::Relaxed);
@@ -465,7 +483,7 @@ impl DiskOs {
     /// Builds (inits) the disklets in order, each on the schemas of the ports it reads, and
     /// plans the outputs' routers. Runs after admission: building decodes plan fragments and
     /// runs a user disklet's `init`.
-    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64]) -> Result<Built> {
+    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64], ports: &[u32]) -> Result<Built> {
         let mut schemas: BTreeMap<Port, SchemaRef> = sources.iter().enumerate().filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s))).collect();
         resolve_temp_schemas(spec, &mut schemas);
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
@@ -478,11 +496,11 @@ impl DiskOs {
             } else {
                 self.build_stage(&stage.disklet, &inputs, s)?
             };
-            if d.output_ports() as u32 != stage.disklet.output_ports() {
-                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, its spec {}", d.output_ports(), stage.disklet.output_ports())));
+            if d.output_ports() as u32 != ports[i] {
+                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, the job reads {}", d.output_ports(), ports[i])));
             }
-            for port in 0..d.output_ports() as u32 {
-                schemas.insert(Port::Stage { stage: i as u32, port }, d.output_schema());
+            for port in 0..d.output_ports() {
+                schemas.insert(Port::Stage { stage: i as u32, port: port as u32 }, d.port_schema(port));
             }
             resolve_temp_schemas(spec, &mut schemas);
             stages.push(d);
