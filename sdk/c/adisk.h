@@ -1,4 +1,6 @@
-/* adisk.h: write ActiveDisk user disklets in C (ABI v1, docs/disklet-abi.md).
+/* adisk.h: write ActiveDisk user disklets in C (ABI v1, docs/disklet-abi.md). For ABI v2
+ * (several inputs and output ports) include adisk2.h instead: it includes this file with the
+ * v2 imports in place of the v1 ones.
  *
  * Build with sdk/c/build.sh (Debian clang + lld, --target=wasm32, no libc). A disklet defines
  * the four exports below; ADISK_DEFAULT_INPUT_AREA defines adisk_input_area for you.
@@ -17,7 +19,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define ADISK_IMPORT(n) __attribute__((import_module("adisk_v1"), import_name(n)))
+#ifndef ADISK_ABI_MODULE
+#define ADISK_ABI_MODULE "adisk_v1"
+#endif
+#define ADISK_IMPORT(n) __attribute__((import_module(ADISK_ABI_MODULE), import_name(n)))
 #define ADISK_EXPORT(n) __attribute__((export_name(n)))
 
 /* Return codes. */
@@ -42,10 +47,12 @@
 /* Imports. emit: one output record (raw bytes, or an ADT1 table once an output is declared).
  * skip: ask the input stream to skip [start, end) (rows for tables, bytes for files).
  * declare_output (init only): "name:type,..." with types int32 int64 float64 date32 utf8 binary bool. */
+ADISK_IMPORT("log") void adisk_log(const char *ptr, int32_t len);
+#ifndef ADISK_V2
 ADISK_IMPORT("emit") int32_t adisk_emit(const void *ptr, int32_t len);
 ADISK_IMPORT("skip") void adisk_skip(int64_t start, int64_t end);
-ADISK_IMPORT("log") void adisk_log(const char *ptr, int32_t len);
 ADISK_IMPORT("declare_output") int32_t adisk_declare_output(const char *spec, int32_t len);
+#endif
 
 /* The compiler may call these; bulk-memory instructions (-mbulk-memory) do the work. */
 __attribute__((weak)) void *memcpy(void *d, const void *s, size_t n) { return __builtin_memcpy(d, s, n); }
@@ -61,7 +68,9 @@ static inline const char *adisk_keep_params(char *dst, int32_t capacity, const c
 
 static inline size_t adisk_strlen(const char *s) { size_t n = 0; while (s[n]) n++; return n; }
 static inline void adisk_log_str(const char *s) { adisk_log(s, (int32_t)adisk_strlen(s)); }
+#ifndef ADISK_V2
 static inline int32_t adisk_declare(const char *spec) { return adisk_declare_output(spec, (int32_t)adisk_strlen(spec)); }
+#endif
 
 /* Grows linear memory by whole pages; returns the new region or NULL (grant exhausted). */
 static inline void *adisk_grow(uint32_t bytes) {
@@ -69,9 +78,11 @@ static inline void *adisk_grow(uint32_t bytes) {
   return old < 0 ? NULL : (void *)(uintptr_t)((uint32_t)old * 65536u);
 }
 
+#ifndef ADISK_V2
 #define ADISK_DEFAULT_INPUT_AREA \
   ADISK_EXPORT("adisk_input_area") int32_t adisk_input_area(int32_t capacity) { \
     return (int32_t)(uintptr_t)adisk_grow((uint32_t)capacity); }
+#endif
 
 /* ---- parameters: "key=value\n" lines -------------------------------------------------- */
 
@@ -173,10 +184,10 @@ static inline int64_t adisk_value_i64(const adisk_table *t, uint32_t c, uint32_t
   }
 }
 
-/* Column index of `name` in the "_columns" parameter (comma-separated input column names), or -1. */
-static inline int32_t adisk_column_index(const char *params, int32_t n, const char *name, int32_t name_len) {
+/* Index of `name` in the comma-separated list of parameter `key`, or -1. */
+static inline int32_t adisk_list_index(const char *params, int32_t n, const char *key, const char *name, int32_t name_len) {
   const char *v; int32_t len;
-  if (!adisk_param(params, n, "_columns", &v, &len)) return -1;
+  if (!adisk_param(params, n, key, &v, &len)) return -1;
   int32_t idx = 0, i = 0;
   while (i <= len) {
     int32_t e = i;
@@ -191,9 +202,14 @@ static inline int32_t adisk_column_index(const char *params, int32_t n, const ch
   return -1;
 }
 
-/* Emits `rows` rows of `ncols` INT64 columns (no nulls) as one ADT1 buffer built in `scratch`
- * (16 + 16*ncols + 8*ncols*rows bytes). The output must have been declared with matching types. */
-static inline int32_t adisk_emit_i64_table(uint8_t *scratch, const int64_t *const *cols, uint32_t ncols, uint32_t rows) {
+/* Column index of `name` in the "_columns" parameter (comma-separated input column names), or -1. */
+static inline int32_t adisk_column_index(const char *params, int32_t n, const char *name, int32_t name_len) {
+  return adisk_list_index(params, n, "_columns", name, name_len);
+}
+
+/* Builds `rows` rows of `ncols` INT64 columns (no nulls) as one ADT1 buffer in `scratch`
+ * (16 + 16*ncols + 8*ncols*rows bytes); returns its length. */
+static inline int32_t adisk_i64_table(uint8_t *scratch, const int64_t *const *cols, uint32_t ncols, uint32_t rows) {
   uint32_t *h = (uint32_t *)scratch;
   uint32_t data = 16 + 16 * ncols;
   h[0] = 0x31544441u; h[1] = rows; h[2] = ncols; h[3] = data + 8 * ncols * rows;
@@ -202,7 +218,15 @@ static inline int32_t adisk_emit_i64_table(uint8_t *scratch, const int64_t *cons
     d[0] = ADISK_INT64; d[1] = data + 8 * rows * c; d[2] = 0; d[3] = 0;
     __builtin_memcpy(scratch + d[1], cols[c], 8 * rows);
   }
-  return adisk_emit(scratch, (int32_t)h[3]);
+  return (int32_t)h[3];
 }
+
+#ifndef ADISK_V2
+/* Emits `rows` rows of `ncols` INT64 columns (no nulls) as one ADT1 buffer built in `scratch`
+ * (16 + 16*ncols + 8*ncols*rows bytes). The output must have been declared with matching types. */
+static inline int32_t adisk_emit_i64_table(uint8_t *scratch, const int64_t *const *cols, uint32_t ncols, uint32_t rows) {
+  return adisk_emit(scratch, adisk_i64_table(scratch, cols, ncols, rows));
+}
+#endif
 
 #endif

@@ -102,12 +102,23 @@ fn stage_ports(spec: &JobSpec) -> Result<Vec<u32>, GraphError> {
     spec.stages
         .iter()
         .enumerate()
-        .map(|(i, s)| match s.disklet.output_ports() {
+        .map(|(i, s)| match s.disklet.output_ports().unwrap_or_else(|| wired_ports(spec, i)) {
             0 => Err(GraphError::Wiring(format!("stage {i} (`{}`) has no output port", s.disklet.name()))),
             n if n > MAX_STAGE_PORTS => Err(GraphError::TooLarge(format!("stage {i} has {n} output ports (at most {MAX_STAGE_PORTS})"))),
             n => Ok(n),
         })
         .collect()
+}
+
+/// Ports of stage `stage` the job reads: one more than the highest read (at least one; a port
+/// below it that nobody reads is then reported as unread).
+fn wired_ports(spec: &JobSpec, stage: usize) -> u32 {
+    let read = spec.stages.iter().flat_map(|s| s.inputs.iter()).chain(spec.outputs.iter().map(|o| &o.from));
+    let highest = read.filter_map(|p| match *p {
+        Port::Stage { stage: s, port } if s as usize == stage => Some(port),
+        _ => None,
+    });
+    highest.max().map_or(1, |p| p.saturating_add(1))
 }
 
 fn check_input_count(i: usize, stage: &crate::protocol::Stage) -> Result<(), GraphError> {
@@ -289,6 +300,18 @@ mod tests {
         assert!(matches!(check(&two_hosts), Err(GraphError::Wiring(_))));
         let range = Sink::Exchange { exchange_id: "x".into(), targets: vec!["a".into(), "b".into()], sender: 0, route: Route::Range { key: ExprBytes(vec![]), bounds: vec![] }, relay: None };
         assert!(matches!(check(&job(vec![pipe("a")], vec![], vec![out(Port::Input(0), range)])), Err(GraphError::Wiring(_))));
+    }
+
+    #[test]
+    fn user_disklet_shape_comes_from_the_wiring() {
+        let wasm = DiskletSpec::Wasm { name: "split".into(), params: Default::default(), fuel: None };
+        let port = |p| Port::Stage { stage: 0, port: p };
+        let two = job(vec![pipe("a"), pipe("b")], vec![stage(wasm.clone(), &[Port::Input(0), Port::Input(1)])], vec![out(port(0), Sink::Host), out(port(1), temp("t"))]);
+        assert_eq!(check(&two).unwrap(), Shape { stage_ports: vec![2], streams: 4 });
+        let gap = job(vec![pipe("a")], vec![stage(wasm.clone(), &[Port::Input(0)])], vec![out(port(1), Sink::Host)]);
+        assert_eq!(check(&gap), Err(GraphError::PortUse { port: port(0), times: 0 }));
+        let none = job(vec![pipe("a")], vec![stage(wasm, &[])], vec![out(port(0), Sink::Host)]);
+        assert!(matches!(check(&none), Err(GraphError::InputCount { got: 0, .. })), "a user disklet reads at least one input");
     }
 
     #[test]

@@ -255,7 +255,11 @@ pub enum DiskletSpec {
         /// Key expressions over the probe input (same count and types).
         probe_keys: Vec<ExprBytes>,
     },
-    /// A user disklet installed on the disk (WebAssembly, ABI v1, see `docs/disklet-abi.md`).
+    /// A user disklet installed on the disk (WebAssembly, ABI v1 or v2, see
+    /// `docs/disklet-abi.md`). Its module declares how many inputs and output ports it has
+    /// (ABI v1: one of each); the stage wires that many inputs, and the job reads its ports
+    /// `0..k` (the graph takes `k` from the wiring, the disk checks it against the module
+    /// before admission).
     Wasm {
         /// Installed name.
         name: String,
@@ -295,18 +299,22 @@ impl DiskletSpec {
         }
     }
 
-    /// Output ports (known from the spec alone: admission sizes the grant with it).
-    pub fn output_ports(&self) -> u32 {
+    /// Output ports, known from the spec alone (admission sizes the grant with them); `None`
+    /// for a user disklet, whose module declares them: the job's wiring says how many
+    /// ([`crate::graph::check`] counts the ports read), the disk checks them against the module.
+    pub fn output_ports(&self) -> Option<u32> {
         match self {
-            DiskletSpec::Partition { partitions, .. } => *partitions,
-            _ => 1,
+            DiskletSpec::Partition { partitions, .. } => Some(*partitions),
+            DiskletSpec::Wasm { .. } => None,
+            _ => Some(1),
         }
     }
 
-    /// Inputs the disklet takes: `None` for any number from one up (`merge`).
+    /// Inputs the disklet takes: `None` for any number from one up (`merge`; a user disklet,
+    /// whose module declares its count, checked by the disk).
     pub fn inputs(&self) -> Option<usize> {
         match self {
-            DiskletSpec::Merge { .. } => None,
+            DiskletSpec::Merge { .. } | DiskletSpec::Wasm { .. } => None,
             DiskletSpec::HashJoin { .. } => Some(2),
             _ => Some(1),
         }
@@ -624,7 +632,7 @@ pub struct DiskletInfo {
     pub scratch_kib: u64,
     /// Declared maximum of the module's memory.
     pub memory_max_bytes: u64,
-    /// Memory grant on this disk (scratch + input area).
+    /// Memory grant on this disk (scratch + one input area per input).
     pub grant_bytes: u64,
     /// True if the compiled module is in the disk's cache.
     pub compiled: bool,
@@ -633,6 +641,15 @@ pub struct DiskletInfo {
     /// Jobs that instantiated it (and so ran its `init`) since the disk started.
     #[serde(default)]
     pub instances: u64,
+    /// ABI version of the module (1 or 2; 0 from a disk that predates ABI v2).
+    #[serde(default)]
+    pub abi: u32,
+    /// Inputs the module reads (ABI v1: 1).
+    #[serde(default)]
+    pub inputs: u32,
+    /// Output ports the module writes (ABI v1: 1).
+    #[serde(default)]
+    pub outputs: u32,
 }
 
 /// Request to generate deterministic grayscale images at a disk (`files/images/img-NNNNN.gray`).

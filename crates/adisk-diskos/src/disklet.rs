@@ -153,9 +153,13 @@ pub trait Disklet: Send {
     fn name(&self) -> &'static str;
     /// Schema of every output port.
     fn output_schema(&self) -> SchemaRef;
-    /// Number of output ports (1 except for `partition`).
+    /// Number of output ports (1 except for `partition` and user disklets that declare more).
     fn output_ports(&self) -> usize {
         1
+    }
+    /// Schema of output port `port` (the same for every port unless the disklet says otherwise).
+    fn port_schema(&self, _port: usize) -> SchemaRef {
+        self.output_schema()
     }
     /// Which input the next buffer should come from (asked before every buffer).
     fn next_input(&self) -> NextInput {

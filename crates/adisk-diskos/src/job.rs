@@ -306,15 +306,32 @@ impl DiskOs {
 
     fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
         match stage {
-            DiskletSpec::Wasm { name, params, fuel } => {
-                let user = self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))?;
-                let [input] = inputs else {
-                    return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` (ABI v1) takes one input, got {}", inputs.len())));
-                };
-                user.build(name, params, *fuel, input)
-            }
+            DiskletSpec::Wasm { name, params, fuel } => self.user_disklets_or_refuse()?.build(name, params, *fuel, inputs),
             _ => disklets::build(stage, inputs, scratch_bytes, &self.planner),
         }
+    }
+
+    fn user_disklets_or_refuse(&self) -> Result<&Arc<dyn crate::user::UserDisklets>> {
+        self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))
+    }
+
+    /// Checks every user disklet stage against the shape its module declared at install: the
+    /// inputs it reads and the output ports the job reads (`ports`, per stage, from the graph
+    /// check). Runs before admission; no guest code runs.
+    fn check_user_shapes(&self, spec: &JobSpec, ports: &[u32]) -> Result<()> {
+        for (i, stage) in spec.stages.iter().enumerate() {
+            let DiskletSpec::Wasm { name, .. } = &stage.disklet else { continue };
+            let declared = self.user_disklets_or_refuse()?.shape(name)?;
+            let wired = (stage.inputs.len(), ports[i] as usize);
+            if (declared.inputs, declared.outputs) != wired {
+                let message = format!(
+                    "stage {i}: user disklet `{name}` (ABI v{}) takes {} input(s) and writes {} output port(s); the job wires {} input(s) and reads {} port(s)",
+                    declared.abi, declared.inputs, declared.outputs, wired.0, wired.1
+                );
+                return Err(DiskOsError::UserDisklet { kind: crate::user::UserDiskletFailure::Invalid, message });
+            }
+        }
+        Ok(())
     }
 
     /// The store.
@@ -405,6 +422,7 @@ impl DiskOs {
     /// refused — before anything runs.
     pub async fn start_job(self: &Arc<Self>, spec: JobSpec, host_input: Option<mpsc::Receiver<RecordBatch>>) -> Result<RunningJob> {
         let shape = adisk_core::graph::check(&spec).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+        self.check_user_shapes(&spec, &shape.stage_ports)?;
         let host_inputs = spec.inputs.iter().filter(|s| matches!(s, Source::Host { .. })).count();
         if host_inputs > 1 || (host_inputs == 1) != host_input.is_some() {
             return Err(DiskOsError::InvalidJob("a host-resident input needs a DoExchange call (and only it), one per job".into()));
@@ -413,13 +431,13 @@ impl DiskOs {
         let buffer_bytes = self.job_buffer_bytes(&spec)?;
         let scratch: Vec<u64> = spec.disklets().map(|d| self.scratch_for(&spec, d)).collect();
         let sizes = GrantSizes { buffer_bytes, slots_per_stream: crate::stream::slots_per_stream(self.config.buffers_per_stream), inbox_messages: self.exchanges.capacity() };
-        let requested = job_grant(&spec, shape.streams, &scratch, &sizes);
+        let requested = job_grant(&spec, &shape, &scratch, &sizes);
         let wait = Instant::now();
         let grant = self.budget.grant(requested).await?;
         let temp = self.temp_grant(&spec).await?;
         let admission_wait_ns = wait.elapsed().as_nanos() as u64;
         // Only now is stage code run (a failure drops the grants, returning them).
-        let built = self.build(&spec, &sources, &scratch).await?;
+        let built = self.build(&spec, &sources, &scratch, &shape.stage_ports).await?;
         let described: Vec<(&'static str, u64, (u64, u64))> = built.stages.iter().zip(&scratch).map(|(d, s)| (d.name(), *s, d.setup_ns())).collect();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
         state.admission_wait_ns.store(admission_wait_ns, Ordering::Relaxed);
@@ -481,7 +499,7 @@ impl DiskOs {
     /// Builds (inits) the disklets in order, each on the schemas of the ports it reads, and
     /// plans the outputs' routers. Runs after admission: building decodes plan fragments and
     /// runs a user disklet's `init`.
-    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64]) -> Result<Built> {
+    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64], ports: &[u32]) -> Result<Built> {
         let mut schemas: BTreeMap<Port, SchemaRef> = sources.iter().enumerate().filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s))).collect();
         resolve_temp_schemas(spec, &mut schemas);
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
@@ -494,11 +512,11 @@ impl DiskOs {
             } else {
                 self.build_stage(&stage.disklet, &inputs, s)?
             };
-            if d.output_ports() as u32 != stage.disklet.output_ports() {
-                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, its spec {}", d.output_ports(), stage.disklet.output_ports())));
+            if d.output_ports() as u32 != ports[i] {
+                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, the job reads {}", d.output_ports(), ports[i])));
             }
-            for port in 0..d.output_ports() as u32 {
-                schemas.insert(Port::Stage { stage: i as u32, port }, d.output_schema());
+            for port in 0..d.output_ports() {
+                schemas.insert(Port::Stage { stage: i as u32, port: port as u32 }, d.port_schema(port));
             }
             resolve_temp_schemas(spec, &mut schemas);
             stages.push(d);
@@ -544,7 +562,7 @@ impl DiskOs {
             let inputs: Vec<StreamRx> = stage.inputs.iter().map(|p| rxs.remove(p).expect("the graph check: each port is read once")).collect();
             let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32).map(|port| txs.remove(&Port::Stage { stage: i as u32, port }).expect("a stream per port")).collect();
             let input_skips = stage.inputs.iter().map(|p| skips.get(p).cloned()).collect();
-            let emit_cap = state.stages[i].scratch_granted.saturating_add(emit_allowance(buffer_bytes, stage.disklet.output_ports()));
+            let emit_cap = state.stages[i].scratch_granted.saturating_add(emit_allowance(buffer_bytes, outputs.len() as u32));
             let ctx = StageContext { index: i, buffer_bytes, emit_cap, state: state.clone(), compute: compute.clone(), account: account.clone(), skips: input_skips };
             tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, inputs, outputs, ctx)));
         }
@@ -779,11 +797,12 @@ struct GrantSizes {
 /// ports, plus a stream per target of a routed exchange), every stage's scratch and output
 /// allowance, and every pipe input's inbox (its queue plus the buffer a sender is handing
 /// over and the rest of a message being cut).
-fn job_grant(spec: &JobSpec, streams: u64, scratch: &[u64], sizes: &GrantSizes) -> u64 {
+fn job_grant(spec: &JobSpec, shape: &adisk_core::graph::Shape, scratch: &[u64], sizes: &GrantSizes) -> u64 {
+    let (streams, stage_ports) = (shape.streams, &shape.stage_ports);
     let b = crate::stream::buffer_cap(sizes.buffer_bytes);
     let streams = streams + spec.outputs.iter().map(|o| routed_streams(&o.sink)).sum::<u64>();
     let buffers = streams.saturating_mul(u64::from(sizes.slots_per_stream)).saturating_mul(b);
-    let outputs: u64 = spec.stages.iter().map(|s| emit_allowance(b, s.disklet.output_ports())).sum();
+    let outputs: u64 = stage_ports.iter().map(|ports| emit_allowance(b, *ports)).sum();
     let pipes = spec.inputs.iter().filter(|s| matches!(s, Source::Pipe { .. })).count() as u64;
     let inboxes = pipes.saturating_mul(sizes.inbox_messages as u64 + 2).saturating_mul(b);
     buffers.saturating_add(scratch.iter().sum::<u64>()).saturating_add(outputs).saturating_add(inboxes)
@@ -1106,21 +1125,22 @@ mod tests {
         assert_eq!(routed_streams(&Sink::Host), 0);
     }
 
-    /// A pipe into a merge with a temporary stream beside it: every part of the grant is there.
+    /// A pipe merged with a table: every part of the grant is there.
     #[test]
     fn the_grant_counts_buffers_scratch_outputs_and_inboxes() {
         use adisk_core::protocol::{Output, Stage};
         let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false)]);
         let spec = JobSpec {
-            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Temp { name: "runs".into() }],
+            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Table { table: "t".into(), columns: vec![], prune: None }],
             stages: vec![Stage { disklet: DiskletSpec::Merge { keys: vec![] }, inputs: vec![Port::Input(0), Port::Input(1)] }],
             outputs: vec![Output { from: Port::Stage { stage: 0, port: 0 }, sink: Sink::Host }],
             ..JobSpec::chain("j", "p", Source::Temp { name: "unused".into() }, vec![], Sink::Host)
         };
         let sizes = GrantSizes { buffer_bytes: 1000, slots_per_stream: 4, inbox_messages: 2 };
-        let streams = 3; // two inputs, one stage port
+        let shape = adisk_core::graph::check(&spec).unwrap();
+        assert_eq!(shape.streams, 3, "two inputs, one stage port");
         let b = 1000 + crate::stream::BUFFER_SLACK_BYTES;
-        let expected = streams * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2) * b;
-        assert_eq!(job_grant(&spec, streams, &[7000], &sizes), expected);
+        let expected = 3 * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2) * b;
+        assert_eq!(job_grant(&spec, &shape, &[7000], &sizes), expected);
     }
 }

@@ -23,6 +23,17 @@ pub enum UserDiskletFailure {
     Failed,
 }
 
+/// What an installed user disklet declares: its ABI version, inputs and output ports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserShape {
+    /// ABI version (1 or 2).
+    pub abi: u32,
+    /// Inputs it reads (ABI v1: one).
+    pub inputs: usize,
+    /// Output ports it writes (ABI v1: one).
+    pub outputs: usize,
+}
+
 /// The installed user disklets of a disk.
 pub trait UserDisklets: Send + Sync + 'static {
     /// Memory grant of disklet `name` (its whole linear memory), bytes.
@@ -30,9 +41,16 @@ pub trait UserDisklets: Send + Sync + 'static {
     /// # Errors
     /// Not installed.
     fn grant_bytes(&self, name: &str) -> Result<u64>;
-    /// Instantiates `name` for one job and runs its init with `params`.
+    /// The shape disklet `name` declared when it was installed (no guest code runs).
     ///
     /// # Errors
-    /// Not installed, invalid input, or a failure of the disklet's init.
-    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, input: &SchemaRef) -> Result<Box<dyn Disklet>>;
+    /// Not installed.
+    fn shape(&self, name: &str) -> Result<UserShape>;
+    /// Instantiates `name` for one job over `inputs` (one schema per input, in order) and
+    /// runs its init with `params`.
+    ///
+    /// # Errors
+    /// Not installed, inputs that do not match its shape, invalid input, or a failure of the
+    /// disklet's init.
+    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> Result<Box<dyn Disklet>>;
 }

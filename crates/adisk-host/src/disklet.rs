@@ -1,10 +1,11 @@
 //! User disklets from the host: install a WebAssembly module on every disk, list, remove, and
-//! run one on a table or on plain files (each file is one job on the disk holding it); and the
-//! deterministic images the convolution example reads.
+//! run one on a table, on several tables (ABI v2: table `i` is input `i`), or on plain files
+//! (each file is one job on the disk holding it); and the deterministic images the convolution
+//! example reads.
 use crate::cluster::Cluster;
 use crate::plan::JobOutput;
 use crate::{HostError, Result};
-use adisk_core::protocol::{DiskletInfo, DiskletSpec, ExprBytes, FileInfo, GenerateImages, InstallDisklet, JobSpec, Sink, Source, action};
+use adisk_core::protocol::{DiskletInfo, DiskletSpec, ExprBytes, FileInfo, GenerateImages, InstallDisklet, JobSpec, Output, Port, Sink, Source, Stage, action};
 use adisk_core::stats::{DiskJobStats, JobStats};
 use arrow::array::RecordBatch;
 use futures::StreamExt;
@@ -68,9 +69,12 @@ pub struct WasmRequest {
     pub scratch_kib: u64,
 }
 
-fn spec(req: &WasmRequest, source: Source) -> JobSpec {
-    let stages = vec![DiskletSpec::Wasm { name: req.name.clone(), params: req.params.clone(), fuel: req.fuel }];
-    JobSpec { scratch_kib: req.scratch_kib, ..JobSpec::chain(job_id(), format!("host-{}", std::process::id()), source, stages, Sink::Host) }
+/// One stage running the disklet over `inputs` (in order), its port 0 to the host.
+fn spec(req: &WasmRequest, inputs: Vec<Source>) -> JobSpec {
+    let disklet = DiskletSpec::Wasm { name: req.name.clone(), params: req.params.clone(), fuel: req.fuel };
+    let stage = Stage { disklet, inputs: (0..inputs.len() as u32).map(Port::Input).collect() };
+    let output = Output { from: Port::Stage { stage: 0, port: 0 }, sink: Sink::Host };
+    JobSpec { job_id: job_id(), program: format!("host-{}", std::process::id()), inputs, stages: vec![stage], outputs: vec![output], scratch_kib: req.scratch_kib, buffer_kib: 0, temp_kib: 0 }
 }
 
 /// Notes on compile and instantiate time for the statistics.
@@ -91,24 +95,43 @@ pub fn setup_notes(stats: &mut JobStats) {
 /// # Errors
 /// Unknown table or column, a disk's refusal or the disklet's failure (typed, per disk).
 pub async fn run_table(cluster: &Cluster, req: &WasmRequest, table: &str, columns: &[String]) -> Result<JobOutput> {
+    run_tables(cluster, req, &[(table.to_string(), columns.to_vec())]).await
+}
+
+/// Runs `req` over several tables at once, `(table, columns)` each (columns: empty = all):
+/// table `i` is the disklet's input `i` (an ABI v2 disklet declares how many it takes). One
+/// job per disk, over that disk's partitions of every table; the tables must be on the same
+/// disks. The output is each disk's rows in the order it emitted them, disk after disk.
+///
+/// # Errors
+/// Unknown table or column, tables on different disks, a disk's refusal (a disklet taking
+/// another number of inputs is refused before it runs) or the disklet's failure.
+pub async fn run_tables(cluster: &Cluster, req: &WasmRequest, tables: &[(String, Vec<String>)]) -> Result<JobOutput> {
     let started = Instant::now();
     let catalog = cluster.catalog().await?;
-    let entry = catalog.table(table)?;
-    for c in columns {
-        if entry.schema.index_of(c).is_err() {
+    let (mut sources, mut disks) = (Vec::with_capacity(tables.len()), None);
+    for (table, columns) in tables {
+        let entry = catalog.table(table)?;
+        if let Some(c) = columns.iter().find(|c| entry.schema.index_of(c).is_err()) {
             return Err(HostError::Invalid(format!("table `{table}` has no column `{c}`")));
         }
+        let held = entry.disks();
+        if *disks.get_or_insert_with(|| held.clone()) != held {
+            return Err(HostError::Invalid(format!("tables `{}` and `{table}` are not on the same disks (a disklet over several tables runs where all of them are)", tables[0].0)));
+        }
+        sources.push(Source::Table { table: table.clone(), columns: columns.clone(), prune: None });
     }
-    let source = Source::Table { table: table.to_string(), columns: columns.to_vec(), prune: None };
-    let specs: Vec<(u32, JobSpec)> = entry.disks().into_iter().map(|d| (d, spec(req, source.clone()))).collect();
-    let mut batches = Vec::new();
-    let disks = crate::plan::run_phase(cluster, specs, |_, b| {
-        batches.push(b);
+    let specs: Vec<(u32, JobSpec)> = disks.unwrap_or_default().into_iter().map(|d| (d, spec(req, sources.clone()))).collect();
+    let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
+    let disks = crate::plan::run_phase(cluster, specs, |d, b| {
+        per_disk.entry(d).or_default().push(b);
         Ok(())
     })
     .await?;
+    let batches: Vec<RecordBatch> = per_disk.into_values().flatten().collect();
     let schema = batches.first().map(|b| b.schema()).unwrap_or_else(crate::cluster::empty_schema);
-    let mut stats = JobStats { description: format!("wasm disklet `{}` on {table}", req.name), disks, ..Default::default() };
+    let names: Vec<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
+    let mut stats = JobStats { description: format!("wasm disklet `{}` on {}", req.name, names.join(", ")), disks, ..Default::default() };
     setup_notes(&mut stats);
     stats.wall_ns = started.elapsed().as_nanos() as u64;
     let out = JobOutput { schema, batches, stats };
@@ -148,7 +171,7 @@ pub async fn run_files(cluster: &Cluster, req: &WasmRequest, prefix: &str) -> Re
     if files.is_empty() {
         return Err(HostError::Invalid(format!("no files under `{prefix}` on any disk")));
     }
-    let specs: Vec<(u32, String, JobSpec)> = files.into_iter().map(|(d, f)| (d, f.path.clone(), spec(req, Source::File { path: f.path, offset: 0, length: None }))).collect();
+    let specs: Vec<(u32, String, JobSpec)> = files.into_iter().map(|(d, f)| (d, f.path.clone(), spec(req, vec![Source::File { path: f.path, offset: 0, length: None }]))).collect();
     let streams = futures::future::try_join_all(specs.iter().enumerate().map(|(i, (d, _, s))| async move { cluster.start(*d, s).await.map(|st| st.map(move |r| (i, r))) })).await?;
     let mut merged = futures::stream::select_all(streams);
     let mut outputs: Vec<Vec<RecordBatch>> = vec![Vec::new(); specs.len()];

@@ -1,4 +1,5 @@
-//! ABI v1 constants and the ADT1 table layout (see `docs/disklet-abi.md`).
+//! ABI constants (v1, and v2 in [`v2`]), module shapes and the ADT1 table layout (see
+//! `docs/disklet-abi.md`).
 //!
 //! An ADT1 buffer: a 16-byte header `magic u32 = "ADT1", row_count u32, column_count u32,
 //! total_bytes u32`, then one 16-byte descriptor per column `type u8, scale i8, reserved u16,
@@ -8,7 +9,7 @@
 //! `data_offset` into the bytes at `aux_offset`.
 use crate::error::{Result, WasmError};
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
@@ -44,12 +45,80 @@ pub mod types {
     pub const BOOL: u8 = 8;
 }
 
-/// Exports every disklet provides: (name, parameter count, result count), all i32 except
-/// `adisk_process`'s third parameter (i64 position).
-pub const REQUIRED_EXPORTS: [(&str, usize); 4] = [("adisk_input_area", 1), ("adisk_init", 2), ("adisk_process", 3), ("adisk_finish", 0)];
+/// Exports every ABI v1 disklet provides: name and parameter types as text; each returns one i32.
+pub const REQUIRED_EXPORTS: [(&str, &str); 4] = [("adisk_input_area", "i32"), ("adisk_init", "i32 i32"), ("adisk_process", "i32 i32 i64"), ("adisk_finish", "")];
 
-/// Imports a disklet may use: name, parameter types as text, result count.
+/// Imports an ABI v1 disklet may use: name, parameter types as text, result count.
 pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [("emit", "i32 i32", 1), ("skip", "i64 i64", 0), ("log", "i32 i32", 0), ("declare_output", "i32 i32", 1)];
+
+/// ABI v2: several inputs (one input area each) and several output ports.
+pub mod v2 {
+    /// The import module of ABI v2.
+    pub const IMPORT_MODULE: &str = "adisk_v2";
+    /// The custom section in which a v2 module declares its shape: `inputs=N outputs=K`.
+    pub const SHAPE_SECTION: &str = "adisk_v2";
+    /// Most inputs a module may declare.
+    pub const MAX_INPUTS: u32 = 16;
+    /// Most output ports a module may declare.
+    pub const MAX_OUTPUTS: u32 = 64;
+    /// What `adisk_next_input` returns for "any input".
+    pub const ANY_INPUT: i32 = -1;
+    /// Exports every v2 disklet provides: name and parameter types as text; each returns one i32.
+    pub const REQUIRED_EXPORTS: [(&str, &str); 6] = [
+        ("adisk_input_area", "i32 i32"),
+        ("adisk_init", "i32 i32"),
+        ("adisk_next_input", ""),
+        ("adisk_process", "i32 i32 i32 i64"),
+        ("adisk_input_ended", "i32"),
+        ("adisk_finish", ""),
+    ];
+    /// Imports a v2 disklet may use: name, parameter types as text, result count.
+    pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [("emit", "i32 i32 i32", 1), ("skip", "i32 i64 i64", 0), ("log", "i32 i32", 0), ("declare_output", "i32 i32 i32", 1)];
+}
+
+/// A module's ABI version and the inputs and output ports it declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    /// ABI version, 1 or 2.
+    pub abi: u32,
+    /// Inputs.
+    pub inputs: u32,
+    /// Output ports.
+    pub outputs: u32,
+}
+
+impl Shape {
+    /// Every ABI v1 module: one input, one output.
+    pub const V1: Shape = Shape { abi: 1, inputs: 1, outputs: 1 };
+}
+
+/// Parses the [`v2::SHAPE_SECTION`] text: `inputs=N outputs=K` (whitespace-separated, trailing
+/// NULs ignored), `1 <= N <= MAX_INPUTS`, `1 <= K <= MAX_OUTPUTS`.
+///
+/// # Errors
+/// A message naming what is wrong.
+pub fn parse_shape(section: &[u8]) -> Result<Shape, String> {
+    let text = std::str::from_utf8(section).map_err(|_| "the shape is not UTF-8 text".to_string())?;
+    let (mut inputs, mut outputs) = (None, None);
+    for item in text.trim_end_matches('\0').split_whitespace() {
+        let (key, value) = item.split_once('=').ok_or_else(|| format!("`{item}` is not key=value"))?;
+        let n: u32 = value.parse().map_err(|_| format!("`{item}`: `{value}` is not a number"))?;
+        let slot = match key {
+            "inputs" => &mut inputs,
+            "outputs" => &mut outputs,
+            other => return Err(format!("unknown key `{other}` (the shape has `inputs=` and `outputs=`)")),
+        };
+        if slot.replace(n).is_some() {
+            return Err(format!("`{key}` is given twice"));
+        }
+    }
+    let inputs = inputs.ok_or("the shape has no `inputs=`")?;
+    let outputs = outputs.ok_or("the shape has no `outputs=`")?;
+    if !(1..=v2::MAX_INPUTS).contains(&inputs) || !(1..=v2::MAX_OUTPUTS).contains(&outputs) {
+        return Err(format!("inputs={inputs} outputs={outputs}: a module has 1 to {} inputs and 1 to {} outputs", v2::MAX_INPUTS, v2::MAX_OUTPUTS));
+    }
+    Ok(Shape { abi: 2, inputs, outputs })
+}
 
 /// Return codes of the exports and imports.
 pub mod codes {
@@ -67,6 +136,8 @@ pub mod codes {
     pub const FAILED: i32 = -4;
     /// `emit`/`declare_output`: the buffer is malformed (bad layout, out of bounds).
     pub const BAD_BUFFER: i32 = -5;
+    /// `emit`/`declare_output` (ABI v2): no such output port.
+    pub const BAD_PORT: i32 = -6;
 
     /// Text for a code returned by the guest.
     pub fn describe(code: i32) -> String {
@@ -76,6 +147,7 @@ pub mod codes {
             NO_SCRATCH => "out of scratch memory",
             FAILED => "disklet failure",
             BAD_BUFFER => "malformed buffer",
+            BAD_PORT => "no such output port",
             _ => "unknown error code",
         };
         format!("error code {code} ({what})")
@@ -94,6 +166,23 @@ fn ty_code(dt: &DataType) -> Option<(u8, i8)> {
         DataType::Boolean => (types::BOOL, 0),
         _ => return None,
     })
+}
+
+/// The `declare_output` type of the ADT1 column a column of type `dt` travels as
+/// (`decimal64(S)` for decimals), or `None` if ADT1 does not carry it.
+pub fn type_name(dt: &DataType) -> Option<String> {
+    let (code, scale) = ty_code(dt)?;
+    let name = match code {
+        types::INT32 => "int32",
+        types::INT64 => "int64",
+        types::FLOAT64 => "float64",
+        types::DECIMAL64 => return Some(format!("decimal64({scale})")),
+        types::DATE32 => "date32",
+        types::UTF8 => "utf8",
+        types::BINARY => "binary",
+        _ => "bool",
+    };
+    Some(name.to_string())
 }
 
 /// Checks that every column of `schema` has an ADT1 type.
@@ -252,7 +341,7 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
 }
 
 /// Parses a `declare_output` text: `name:type[,name:type…]`, types `int32`, `int64`,
-/// `float64`, `date32`, `utf8`, `binary`, `bool`.
+/// `float64`, `date32`, `utf8`, `binary`, `bool`, `decimal64(S)` (precision 18, scale `S`).
 ///
 /// # Errors
 /// A message naming the bad entry.
@@ -268,7 +357,10 @@ pub fn parse_output_spec(text: &str) -> Result<SchemaRef, String> {
             "utf8" => DataType::Utf8,
             "binary" => DataType::Binary,
             "bool" => DataType::Boolean,
-            other => return Err(format!("unknown output type `{other}` for column `{name}`")),
+            other => match decimal_scale(other) {
+                Some(scale) => DataType::Decimal128(18, scale),
+                None => return Err(format!("unknown output type `{other}` for column `{name}`")),
+            },
         };
         fields.push(Field::new(name.trim(), dt, true));
     }
@@ -276,6 +368,12 @@ pub fn parse_output_spec(text: &str) -> Result<SchemaRef, String> {
         return Err(format!("an output declaration needs 1 to {MAX_COLUMNS} columns"));
     }
     Ok(Arc::new(Schema::new(fields)))
+}
+
+/// The scale of `decimal64(S)`, 0 <= S <= 18.
+fn decimal_scale(ty: &str) -> Option<i8> {
+    let scale: i8 = ty.strip_prefix("decimal64(")?.strip_suffix(')')?.trim().parse().ok()?;
+    (0..=18).contains(&scale).then_some(scale)
 }
 
 fn get_u32(buf: &[u8], at: usize) -> Result<u32, String> {
@@ -319,6 +417,14 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
             types::INT32 => Arc::new(Int32Array::from_iter((0..rows).map(|r| pick(r).then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))))),
             types::DATE32 => Arc::new(Date32Array::from_iter((0..rows).map(|r| pick(r).then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))))),
             types::INT64 => Arc::new(Int64Array::from_iter((0..rows).map(|r| pick(r).then(|| i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))))),
+            types::DECIMAL64 => {
+                let DataType::Decimal128(precision, scale) = f.data_type() else { return Err(format!("column {i}: not a decimal")) };
+                if buf[desc + 1] as i8 != *scale {
+                    return Err(format!("column {i} `{}` has scale {}, declared {scale}", f.name(), buf[desc + 1] as i8));
+                }
+                let values = Decimal128Array::from_iter((0..rows).map(|r| pick(r).then(|| i128::from(i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes"))))));
+                Arc::new(values.with_precision_and_scale(*precision, *scale).map_err(|e| format!("column {i}: {e}"))?)
+            }
             types::FLOAT64 => Arc::new(Float64Array::from_iter((0..rows).map(|r| pick(r).then(|| f64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))))),
             types::BOOL => Arc::new(BooleanArray::from_iter((0..rows).map(|r| pick(r).then(|| raw[r] != 0)))),
             types::UTF8 | types::BINARY => {
@@ -350,7 +456,6 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::Decimal128Array;
 
     #[test]
     fn encode_decode_round_trip() {
@@ -380,5 +485,33 @@ mod tests {
         assert_eq!(decoded.column(0).as_primitive::<arrow::datatypes::Int64Type>().iter().collect::<Vec<_>>(), vec![None, Some(3)]);
         assert_eq!(decoded.column(1).as_string::<i32>().value(0), "yz");
         assert!(decode(&out[..20], &back_schema).is_err());
+    }
+
+    #[test]
+    fn shapes_parse_and_refuse() {
+        assert_eq!(parse_shape(b"inputs=2 outputs=3\0").unwrap(), Shape { abi: 2, inputs: 2, outputs: 3 });
+        assert_eq!(parse_shape(b" outputs=1\ninputs=16 ").unwrap(), Shape { abi: 2, inputs: 16, outputs: 1 });
+        for (bad, why) in [("inputs=2", "no `outputs=`"), ("inputs=0 outputs=1", "1 to 16"), ("inputs=1 outputs=65", "1 to 64"), ("inputs=1 inputs=2 outputs=1", "twice"), ("inputs=x outputs=1", "not a number"), ("ports=1", "unknown key"), ("inputs", "key=value")] {
+            let e = parse_shape(bad.as_bytes()).unwrap_err();
+            assert!(e.contains(why), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn decimals_declare_describe_and_decode() {
+        let dt = DataType::Decimal128(12, 2);
+        assert_eq!(type_name(&dt).as_deref(), Some("decimal64(2)"));
+        assert_eq!(type_name(&DataType::Int8).as_deref(), Some("int32"));
+        assert_eq!(type_name(&DataType::Float16), None);
+        let schema = parse_output_spec("d:decimal64(2),n:int64").unwrap();
+        assert_eq!(schema.field(0).data_type(), &DataType::Decimal128(18, 2));
+        assert!(parse_output_spec("d:decimal64(19)").is_err() && parse_output_spec("d:decimal64(x)").is_err());
+        let d = Decimal128Array::from(vec![Some(1234), None, Some(-5)]).with_precision_and_scale(18, 2).unwrap();
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(d), Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+        let mut out = Vec::new();
+        encode(&batch, 0, 3, &mut out).unwrap();
+        assert_eq!(decode(&out, &schema).unwrap(), batch);
+        let other_scale = parse_output_spec("d:decimal64(3),n:int64").unwrap();
+        assert!(decode(&out, &other_scale).unwrap_err().contains("scale"));
     }
 }

@@ -18,12 +18,14 @@ pub enum WasmError {
     #[error("malformed module: {0}")]
     Malformed(String),
     /// An import outside the ActiveDisk ABI (WASI, `env`, other modules, unknown functions).
-    #[error("forbidden import `{module}::{name}`: only the functions of `{}` may be imported", crate::abi::IMPORT_MODULE)]
+    #[error("forbidden import `{module}::{name}`: only the functions of `{allowed}` may be imported")]
     ForbiddenImport {
         /// Module of the import.
         module: String,
         /// Name of the import.
         name: String,
+        /// The import module of the module's ABI version (`adisk_v1`, `adisk_v2`).
+        allowed: &'static str,
     },
     /// An ABI import or export with the wrong signature, or a required export is missing.
     #[error("ABI violation: {0}")]

@@ -2,22 +2,28 @@
 //!
 //! ```text
 //!  adisk disklet install f.wasm ──► DiskletRegistry::install: size bound, compile (wasmtime),
-//!                                   imports ⊆ adisk_v1, exports present, memory max ≤ grant,
-//!                                   disklets/<name>.wasm + index.json (tmp + rename), cache
-//!  JobSpec stage Wasm{name,params} ─► DiskOS ─► registry.build ─► WasmDisklet (one Store):
-//!        input buffer ──ADT1 copy──► guest input area ──adisk_process──► emit ─► Emitter
+//!                                   ABI version (v1 / v2), imports ⊆ adisk_v1 or adisk_v2,
+//!                                   exports present, v2 shape (inputs, ports), memory max ≤
+//!                                   grant, disklets/<name>.wasm + index.json (tmp + rename), cache
+//!  JobSpec stage Wasm{name,params} ─► DiskOS (shape checked before admission) ─► registry.build
+//!        ─► WasmDisklet (one Store): input buffers ──ADT1 copy──► the input's area in guest
+//!        memory ──adisk_process──► emit(port) ─► Emitter; the guest picks its next input
 //!        limits: memory ≤ grant (limiter), fuel per job, output per call/job, traps → typed errors
 //! ```
 //!
-//! * [`abi`]: ABI v1 constants and the ADT1 table layout (`docs/disklet-abi.md`).
-//! * [`runtime`]: the engine, install-time validation, [`runtime::WasmDisklet`].
+//! * [`abi`]: ABI constants (v1, v2), shapes, and the ADT1 table layout (`docs/disklet-abi.md`).
+//! * [`validate`]: install-time validation of a compiled module.
+//! * [`runtime`]: the engine and [`runtime::WasmDisklet`].
 //! * [`registry`]: installed modules on a disk and the compiled-module cache.
 #![warn(missing_docs)]
 
 pub mod abi;
 pub mod error;
+mod host;
+mod input;
 pub mod registry;
 pub mod runtime;
+pub mod validate;
 
 pub use error::WasmError;
 pub use registry::DiskletRegistry;

@@ -1,10 +1,12 @@
 //! The per-disk registry of installed user disklets: `disklets/<name>.wasm` plus
-//! `disklets/index.json` (name → sha256, size, scratch), both written to a temporary file,
+//! `disklets/index.json` (name → sha256, size, scratch, ABI version and shape), both written to a temporary file,
 //! fsynced and renamed; compiled modules cached in memory by hash ("install once, run many").
+use crate::abi::Shape;
 use crate::error::{Result, WasmError, io_err};
 use crate::runtime::{WasmDisklet, WasmJob, WasmRuntime, WasmStage};
 use adisk_core::protocol::DiskletInfo;
 use adisk_diskos::disklet::Disklet;
+use adisk_diskos::user::UserShape;
 use arrow::datatypes::SchemaRef;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -26,6 +28,27 @@ struct Entry {
     size_bytes: u64,
     scratch_kib: u64,
     memory_max_bytes: u64,
+    /// ABI version, inputs and output ports (absent in indexes written before ABI v2: v1).
+    #[serde(default = "one")]
+    abi: u32,
+    #[serde(default = "one")]
+    inputs: u32,
+    #[serde(default = "one")]
+    outputs: u32,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Entry {
+    fn shape(&self) -> Shape {
+        Shape { abi: self.abi, inputs: self.inputs, outputs: self.outputs }
+    }
+
+    fn grant_bytes(&self, runtime: &WasmRuntime) -> u64 {
+        runtime.limits().grant_bytes_for(self.scratch_kib, self.inputs)
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize, Default)]
@@ -99,10 +122,13 @@ impl DiskletRegistry {
             size_bytes: e.size_bytes,
             scratch_kib: e.scratch_kib,
             memory_max_bytes: e.memory_max_bytes,
-            grant_bytes: self.runtime.limits().grant_bytes(e.scratch_kib),
+            grant_bytes: e.grant_bytes(&self.runtime),
             compiled: cached.is_some(),
             compile_ns: cached.unwrap_or(0),
             instances: self.instances.lock().expect("instances lock").get(name).copied().unwrap_or(0),
+            abi: e.abi,
+            inputs: e.inputs,
+            outputs: e.outputs,
         }
     }
 
@@ -115,15 +141,15 @@ impl DiskletRegistry {
         if scratch_kib > MAX_SCRATCH_KIB {
             return Err(WasmError::Memory(format!("scratch {scratch_kib} KiB is more than the {MAX_SCRATCH_KIB} KiB limit")));
         }
-        let grant = self.runtime.limits().grant_bytes(scratch_kib);
-        let (module, facts) = self.runtime.compile(bytes, grant)?;
+        let (module, facts) = self.runtime.compile(bytes, scratch_kib)?;
         let sha256 = sha256_hex(bytes);
         let mut index = self.index.lock().expect("index lock");
         if !index.disklets.contains_key(name) && index.disklets.len() >= MAX_INSTALLED {
             return Err(WasmError::Registry(format!("{MAX_INSTALLED} disklets are already installed")));
         }
         write_atomically(&self.dir.join(format!("{name}.wasm")), bytes)?;
-        let entry = Entry { sha256: sha256.clone(), size_bytes: bytes.len() as u64, scratch_kib, memory_max_bytes: facts.memory_max_bytes };
+        let Shape { abi, inputs, outputs } = facts.shape;
+        let entry = Entry { sha256: sha256.clone(), size_bytes: bytes.len() as u64, scratch_kib, memory_max_bytes: facts.memory_max_bytes, abi, inputs, outputs };
         let mut next = index.clone();
         next.disklets.insert(name.to_string(), entry.clone());
         write_atomically(&self.dir.join("index.json"), &serde_json::to_vec_pretty(&next).expect("index serializes"))?;
@@ -167,7 +193,15 @@ impl DiskletRegistry {
     /// # Errors
     /// [`WasmError::NotInstalled`].
     pub fn grant_bytes(&self, name: &str) -> Result<u64> {
-        Ok(self.runtime.limits().grant_bytes(self.entry(name)?.scratch_kib))
+        Ok(self.entry(name)?.grant_bytes(&self.runtime))
+    }
+
+    /// ABI version, inputs and output ports of an installed disklet.
+    ///
+    /// # Errors
+    /// [`WasmError::NotInstalled`].
+    pub fn shape(&self, name: &str) -> Result<Shape> {
+        Ok(self.entry(name)?.shape())
     }
 
     /// The compiled module (from the cache, or read, checked against its hash and compiled),
@@ -182,20 +216,29 @@ impl DiskletRegistry {
             return Err(WasmError::Registry(format!("{} does not match its recorded sha256", path.display())));
         }
         let started = Instant::now();
-        let (module, _) = self.runtime.compile(&bytes, self.runtime.limits().grant_bytes(entry.scratch_kib))?;
+        let (module, _) = self.runtime.compile(&bytes, entry.scratch_kib)?;
         let ns = started.elapsed().as_nanos() as u64;
         self.cache.lock().expect("cache lock").insert(entry.sha256.clone(), (module.clone(), ns));
         Ok((module, ns))
     }
 
-    /// Instantiates an installed disklet for one job and runs its init.
+    /// Instantiates an installed one-input disklet for one job and runs its init.
     ///
     /// # Errors
     /// [`WasmError::NotInstalled`], and everything [`WasmDisklet::new`] reports.
     pub fn instantiate(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, input: &SchemaRef) -> Result<WasmDisklet> {
+        self.instantiate_inputs(name, params, fuel, std::slice::from_ref(input))
+    }
+
+    /// Instantiates an installed disklet over `inputs` (as many as its shape declares) for one
+    /// job and runs its init.
+    ///
+    /// # Errors
+    /// [`WasmError::NotInstalled`], and everything [`WasmDisklet::new`] reports.
+    pub fn instantiate_inputs(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> Result<WasmDisklet> {
         let entry = self.entry(name)?;
         let (module, compile_ns) = self.module(name, &entry)?;
-        let job = WasmJob { name, params, fuel, input, grant_bytes: self.runtime.limits().grant_bytes(entry.scratch_kib), compile_ns };
+        let job = WasmJob { name, params, fuel, inputs, shape: entry.shape(), grant_bytes: entry.grant_bytes(&self.runtime), compile_ns };
         *self.instances.lock().expect("instances lock").entry(name.to_string()).or_default() += 1;
         WasmDisklet::new(&self.runtime, &module, job)
     }
@@ -206,8 +249,13 @@ impl adisk_diskos::user::UserDisklets for DiskletRegistry {
         DiskletRegistry::grant_bytes(self, name).map_err(crate::to_diskos_error)
     }
 
-    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, input: &SchemaRef) -> adisk_diskos::Result<Box<dyn Disklet>> {
-        let d = self.instantiate(name, params, fuel, input).map_err(crate::to_diskos_error)?;
+    fn shape(&self, name: &str) -> adisk_diskos::Result<UserShape> {
+        let s = DiskletRegistry::shape(self, name).map_err(crate::to_diskos_error)?;
+        Ok(UserShape { abi: s.abi, inputs: s.inputs as usize, outputs: s.outputs as usize })
+    }
+
+    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> adisk_diskos::Result<Box<dyn Disklet>> {
+        let d = self.instantiate_inputs(name, params, fuel, inputs).map_err(crate::to_diskos_error)?;
         Ok(Box::new(WasmStage(d)))
     }
 }

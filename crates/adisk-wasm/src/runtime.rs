@@ -1,15 +1,23 @@
-//! The wasmtime engine, install-time validation, and [`WasmDisklet`]: a user disklet behind the
-//! DiskOS [`Disklet`] interface, sandboxed in its own store with a memory grant, a fuel budget
-//! and output caps.
-use crate::abi::{self, IMPORT_MODULE, codes};
+//! The wasmtime engine and [`WasmDisklet`]: a user disklet behind the DiskOS [`Disklet`]
+//! interface, sandboxed in its own store with a memory grant, a fuel budget and output caps.
+//!
+//! A job's inputs are queued per input (`input.rs`) and handed to the guest by a pump:
+//! after every call the guest says which input it wants next (ABI v2 `adisk_next_input`; ABI v1:
+//! any), and the pump hands it that input's next chunk, or tells it that input ended, until the
+//! input it wants has nothing queued; DiskOS then brings a buffer of that input
+//! ([`Disklet::next_input`]). An ABI v1 module sees exactly the calls it saw before v2 existed.
+use crate::abi::{self, Shape, codes, v2};
 use crate::error::{Result, WasmError};
-use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
-use arrow::array::{Array, AsArray, BinaryArray, RecordBatch};
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use crate::host::{self, HostState, raw_output_schema};
+use crate::input::Input;
+use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer, NextInput};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Schema, SchemaRef};
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Instant;
-use wasmtime::{Caller, Config, Engine, ExternType, Instance, Linker, Memory, Module, ResourceLimiter, Store, Trap, TypedFunc, ValType};
+use wasmtime::{Config, Engine, Instance, Module, ResourceLimiter, Store, Trap, TypedFunc};
+
+pub use crate::validate::ModuleFacts;
 
 /// Size of a WebAssembly page.
 pub const PAGE_BYTES: u64 = 64 * 1024;
@@ -61,17 +69,13 @@ impl WasmLimits {
 
     /// Memory grant of a disklet installed with `scratch_kib`: scratch + input area.
     pub fn grant_bytes(&self, scratch_kib: u64) -> u64 {
-        scratch_kib.saturating_mul(1024).saturating_add(self.input_area_bytes())
+        self.grant_bytes_for(scratch_kib, 1)
     }
-}
 
-/// What install-time validation found out about a module.
-#[derive(Clone, Debug)]
-pub struct ModuleFacts {
-    /// Declared maximum of the module's memory, bytes.
-    pub memory_max_bytes: u64,
-    /// Time spent compiling.
-    pub compile_ns: u64,
+    /// Memory grant of a disklet with `inputs` inputs: scratch + one input area per input.
+    pub fn grant_bytes_for(&self, scratch_kib: u64, inputs: u32) -> u64 {
+        scratch_kib.saturating_mul(1024).saturating_add(self.input_area_bytes().saturating_mul(u64::from(inputs)))
+    }
 }
 
 /// The engine shared by all user disklets of a disk.
@@ -82,7 +86,7 @@ pub struct WasmRuntime {
 }
 
 impl WasmRuntime {
-    /// An engine with fuel metering and only the WebAssembly features ABI v1 allows.
+    /// An engine with fuel metering and only the WebAssembly features the ABI allows.
     ///
     /// # Errors
     /// [`WasmError::Registry`] if the engine cannot be created on this machine.
@@ -102,183 +106,23 @@ impl WasmRuntime {
         &self.limits
     }
 
-    /// Compiles and validates a module against ABI v1 and a memory grant.
+    /// Compiles a module (binary or WAT text) and validates it against its ABI version and the
+    /// memory grant of `scratch_kib` (scratch + one input area per declared input).
     ///
     /// # Errors
     /// [`WasmError::ModuleTooLarge`], [`WasmError::Malformed`], [`WasmError::ForbiddenImport`],
     /// [`WasmError::Abi`], [`WasmError::Memory`].
-    pub fn compile(&self, bytes: &[u8], grant_bytes: u64) -> Result<(Module, ModuleFacts)> {
+    pub fn compile(&self, bytes: &[u8], scratch_kib: u64) -> Result<(Module, ModuleFacts)> {
         if bytes.len() as u64 > self.limits.module_bytes_max {
             return Err(WasmError::ModuleTooLarge { size_bytes: bytes.len() as u64, limit_bytes: self.limits.module_bytes_max });
         }
         let started = Instant::now();
-        let module = Module::new(&self.engine, bytes).map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
+        let wasm = wat::parse_bytes(bytes).map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
+        let module = Module::from_binary(&self.engine, &wasm).map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
         let compile_ns = started.elapsed().as_nanos() as u64;
-        let facts = validate(&module, grant_bytes, compile_ns)?;
+        let facts = crate::validate::validate(&module, &wasm, &self.limits, scratch_kib, compile_ns)?;
         Ok((module, facts))
     }
-}
-
-fn valtypes(types: impl Iterator<Item = ValType>) -> String {
-    types.map(|t| t.to_string()).collect::<Vec<_>>().join(" ")
-}
-
-fn validate(module: &Module, grant_bytes: u64, compile_ns: u64) -> Result<ModuleFacts> {
-    for import in module.imports() {
-        let allowed = abi::ALLOWED_IMPORTS.iter().find(|(name, ..)| *name == import.name());
-        let (Some((name, params, results)), true) = (allowed, import.module() == IMPORT_MODULE) else {
-            return Err(WasmError::ForbiddenImport { module: import.module().to_string(), name: import.name().to_string() });
-        };
-        let ExternType::Func(f) = import.ty() else {
-            return Err(WasmError::Abi(format!("import `{IMPORT_MODULE}::{name}` must be a function")));
-        };
-        if valtypes(f.params()) != *params || f.results().len() != *results || f.results().any(|t| !matches!(t, ValType::I32)) {
-            return Err(WasmError::Abi(format!("import `{name}` must have parameters ({params}) and {results} i32 result(s)")));
-        }
-    }
-    for (name, arity) in abi::REQUIRED_EXPORTS {
-        let Some(ExternType::Func(f)) = module.get_export(name) else {
-            return Err(WasmError::Abi(format!("required export `{name}` is missing or not a function")));
-        };
-        let expected = if name == "adisk_process" { "i32 i32 i64".to_string() } else { vec!["i32"; arity].join(" ") };
-        if valtypes(f.params()) != expected || f.results().len() != 1 || f.results().any(|t| !matches!(t, ValType::I32)) {
-            return Err(WasmError::Abi(format!("export `{name}` must take ({expected}) and return one i32")));
-        }
-    }
-    let Some(ExternType::Memory(memory)) = module.get_export("memory") else {
-        return Err(WasmError::Abi("the module must export its memory as `memory`".into()));
-    };
-    if memory.is_shared() || memory.is_64() {
-        return Err(WasmError::Memory("shared and 64-bit memories are not allowed".into()));
-    }
-    let Some(max_pages) = memory.maximum() else {
-        return Err(WasmError::Memory(format!("the memory declares no maximum; declare one within the grant of {grant_bytes} bytes (clang: -Wl,--max-memory=N)")));
-    };
-    let memory_max_bytes = max_pages.saturating_mul(memory.page_size());
-    if memory_max_bytes > grant_bytes {
-        return Err(WasmError::Memory(format!("the memory declares a maximum of {memory_max_bytes} bytes, more than the grant of {grant_bytes} bytes (scratch + input area)")));
-    }
-    Ok(ModuleFacts { memory_max_bytes, compile_ns })
-}
-
-/// Per-store state the imports see.
-struct HostState {
-    name: String,
-    limits: WasmLimits,
-    grant_bytes: u64,
-    memory: Option<Memory>,
-    in_init: bool,
-    output_schema: Option<SchemaRef>,
-    pending: Vec<RecordBatch>,
-    skips: Vec<std::ops::Range<u64>>,
-    call_output_bytes: u64,
-    job_output_bytes: u64,
-    log_lines: u32,
-}
-
-impl ResourceLimiter for HostState {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired as u64 > self.grant_bytes {
-            return Err(wasmtime::Error::new(WasmError::MemoryExceeded { name: self.name.clone(), desired_bytes: desired as u64, grant_bytes: self.grant_bytes }));
-        }
-        Ok(true)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 65_536)
-    }
-
-    fn instances(&self) -> usize {
-        1
-    }
-    fn tables(&self) -> usize {
-        4
-    }
-    fn memories(&self) -> usize {
-        1
-    }
-}
-
-fn guest_bytes(caller: &Caller<'_, HostState>, ptr: i32, len: i32) -> Option<Vec<u8>> {
-    let memory = caller.data().memory?;
-    let data = memory.data(caller);
-    let (start, len) = (usize::try_from(ptr).ok()?, usize::try_from(len).ok()?);
-    data.get(start..start.checked_add(len)?).map(<[u8]>::to_vec)
-}
-
-fn raw_output_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("bytes", DataType::Binary, false)]))
-}
-
-fn linker(engine: &Engine) -> wasmtime::Result<Linker<HostState>> {
-    let mut linker = Linker::new(engine);
-    linker.func_wrap(IMPORT_MODULE, "emit", |caller: Caller<'_, HostState>, ptr: i32, len: i32| -> wasmtime::Result<i32> { emit(caller, ptr, len) })?;
-    linker.func_wrap(IMPORT_MODULE, "skip", |mut caller: Caller<'_, HostState>, start: i64, end: i64| -> wasmtime::Result<()> {
-        let state = caller.data_mut();
-        if state.skips.len() >= state.limits.skips_per_call {
-            return Err(wasmtime::Error::new(WasmError::OutputExceeded { name: state.name.clone(), detail: format!("more than {} skip requests in one call", state.limits.skips_per_call) }));
-        }
-        let (start, end) = (start as u64, end as u64);
-        if start < end {
-            state.skips.push(start..end);
-        }
-        Ok(())
-    })?;
-    linker.func_wrap(IMPORT_MODULE, "log", |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| {
-        let text = guest_bytes(&caller, ptr, len.clamp(0, 1024)).map(|b| String::from_utf8_lossy(&b).to_string()).unwrap_or_else(|| "<log buffer out of bounds>".into());
-        let state = caller.data_mut();
-        if state.log_lines < state.limits.log_lines_per_job {
-            state.log_lines += 1;
-            tracing::info!(disklet = %state.name, "{text}");
-        }
-    })?;
-    linker.func_wrap(IMPORT_MODULE, "declare_output", |mut caller: Caller<'_, HostState>, ptr: i32, len: i32| -> i32 {
-        let Some(text) = guest_bytes(&caller, ptr, len.clamp(0, 64 * 1024)) else { return codes::BAD_BUFFER };
-        let state = caller.data_mut();
-        if !state.in_init {
-            return codes::BAD_BUFFER;
-        }
-        match abi::parse_output_spec(&String::from_utf8_lossy(&text)) {
-            Ok(schema) => {
-                state.output_schema = Some(schema);
-                codes::OK
-            }
-            Err(why) => {
-                tracing::info!(disklet = %state.name, "declare_output refused: {why}");
-                codes::BAD_BUFFER
-            }
-        }
-    })?;
-    Ok(linker)
-}
-
-fn emit(mut caller: Caller<'_, HostState>, ptr: i32, len: i32) -> wasmtime::Result<i32> {
-    let len_bytes = u64::try_from(len).unwrap_or(0);
-    {
-        let state = caller.data_mut();
-        state.call_output_bytes += len_bytes;
-        state.job_output_bytes += len_bytes;
-        if state.call_output_bytes > state.limits.output_bytes_per_call {
-            return Err(wasmtime::Error::new(WasmError::OutputExceeded { name: state.name.clone(), detail: format!("more than {} bytes emitted in one call", state.limits.output_bytes_per_call) }));
-        }
-        if state.job_output_bytes > state.limits.output_bytes_per_job {
-            return Err(wasmtime::Error::new(WasmError::OutputExceeded { name: state.name.clone(), detail: format!("more than {} bytes emitted by the job", state.limits.output_bytes_per_job) }));
-        }
-    }
-    let Some(bytes) = guest_bytes(&caller, ptr, len) else { return Ok(codes::BAD_BUFFER) };
-    let state = caller.data_mut();
-    let batch = match &state.output_schema {
-        None => RecordBatch::try_new(raw_output_schema(), vec![Arc::new(BinaryArray::from(vec![bytes.as_slice()]))]).map_err(|e| wasmtime::Error::msg(e.to_string()))?,
-        Some(schema) => match abi::decode(&bytes, schema) {
-            Ok(b) => b,
-            Err(why) => {
-                tracing::info!(disklet = %state.name, "emit refused: {why}");
-                return Ok(codes::BAD_BUFFER);
-            }
-        },
-    };
-    state.pending.push(batch);
-    Ok(codes::OK)
 }
 
 /// Parameters of one user disklet job.
@@ -289,27 +133,66 @@ pub struct WasmJob<'a> {
     pub params: &'a BTreeMap<String, String>,
     /// Fuel budget asked for (None: the default).
     pub fuel: Option<u64>,
-    /// Schema of the input stream.
-    pub input: &'a SchemaRef,
+    /// Schemas of the input streams, in order.
+    pub inputs: &'a [SchemaRef],
+    /// ABI version, inputs and output ports the module declared.
+    pub shape: Shape,
     /// Memory grant.
     pub grant_bytes: u64,
     /// Time spent compiling for this job (0 when the compiled module was cached).
     pub compile_ns: u64,
 }
 
+/// The guest's `adisk_process`, by ABI version.
+#[derive(Clone)]
+enum ProcessFn {
+    /// `(buf, len, position)`.
+    V1(TypedFunc<(i32, i32, i64), i32>),
+    /// `(input, buf, len, position)`.
+    V2(TypedFunc<(i32, i32, i32, i64), i32>),
+}
+
+/// The exports a job calls after init.
+struct Exports {
+    process: ProcessFn,
+    finish: TypedFunc<(), i32>,
+    /// ABI v2 only.
+    next_input: Option<TypedFunc<(), i32>>,
+    /// ABI v2 only.
+    input_ended: Option<TypedFunc<i32, i32>>,
+}
+
+impl Exports {
+    fn get(store: &mut Store<HostState>, instance: &Instance, abi: u32) -> Result<Self> {
+        let abi_err = |e: wasmtime::Error| WasmError::Abi(format!("{e:#}"));
+        let finish = instance.get_typed_func(&mut *store, "adisk_finish").map_err(abi_err)?;
+        if abi == 1 {
+            let process = ProcessFn::V1(instance.get_typed_func(&mut *store, "adisk_process").map_err(abi_err)?);
+            return Ok(Exports { process, finish, next_input: None, input_ended: None });
+        }
+        Ok(Exports {
+            process: ProcessFn::V2(instance.get_typed_func(&mut *store, "adisk_process").map_err(abi_err)?),
+            finish,
+            next_input: Some(instance.get_typed_func(&mut *store, "adisk_next_input").map_err(abi_err)?),
+            input_ended: Some(instance.get_typed_func(&mut *store, "adisk_input_ended").map_err(abi_err)?),
+        })
+    }
+}
+
 /// A user disklet instance: one store, one instance, for the life of one job.
 pub struct WasmDisklet {
     store: Store<HostState>,
-    input_area: u32,
+    exports: Exports,
+    inputs: Vec<Input>,
     input_capacity: usize,
-    process_fn: TypedFunc<(i32, i32, i64), i32>,
-    finish_fn: TypedFunc<(), i32>,
-    raw_input: bool,
-    input_schema: SchemaRef,
-    output_schema: SchemaRef,
+    /// The input the guest asked for last (`None`: any).
+    wanted: Option<usize>,
+    output_schemas: Vec<SchemaRef>,
     fuel: u64,
     encoded: Vec<u8>,
     failed: bool,
+    /// The guest returned DONE: it takes no more input.
+    done: bool,
     compile_ns: u64,
     instantiate_ns: u64,
 }
@@ -325,89 +208,128 @@ impl std::fmt::Debug for WasmDisklet {
     }
 }
 
+/// Checks the job's inputs against the module's shape and the types ADT1 carries.
+fn check_inputs(job: &WasmJob<'_>) -> Result<()> {
+    if job.inputs.len() != job.shape.inputs as usize {
+        return Err(WasmError::InvalidJob(format!("user disklet `{}` (ABI v{}) takes {} input(s), the stage wires {}", job.name, job.shape.abi, job.shape.inputs, job.inputs.len())));
+    }
+    job.inputs.iter().filter(|s| !is_file_schema(s)).try_for_each(|s| abi::check_input_schema(s))
+}
+
+/// The init parameters: the user's `key=value` lines, then the host's description of the
+/// inputs (ABI v1: `_input`, `_columns`; v2: `_inputs`, `_outputs`, and per input `i`
+/// `_input.i`, `_columns.i` and, for tables, `_types.i`).
+fn params_text(job: &WasmJob<'_>) -> String {
+    let mut text: String = job.params.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    let kind = |s: &SchemaRef| if is_file_schema(s) { "bytes" } else { "table" };
+    let names = |s: &SchemaRef| s.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(",");
+    if job.shape.abi == 1 {
+        let input = &job.inputs[0];
+        text.push_str(&format!("_input={}\n_columns={}\n", kind(input), names(input)));
+        return text;
+    }
+    text.push_str(&format!("_inputs={}\n_outputs={}\n", job.inputs.len(), job.shape.outputs));
+    for (i, s) in job.inputs.iter().enumerate() {
+        text.push_str(&format!("_input.{i}={}\n_columns.{i}={}\n", kind(s), names(s)));
+        if !is_file_schema(s) {
+            let types: Vec<String> = s.fields().iter().filter_map(|f| abi::type_name(f.data_type())).collect();
+            text.push_str(&format!("_types.{i}={}\n", types.join(",")));
+        }
+    }
+    text
+}
+
+/// Asks the guest for one input area per input (ABI v1 `adisk_input_area(capacity)`, v2
+/// `adisk_input_area(input, capacity)`): each inside memory, none overlapping another.
+fn reserve_areas(store: &mut Store<HostState>, instance: &Instance, job: &WasmJob<'_>, capacity: usize, fuel: u64) -> Result<Vec<u32>> {
+    let abi_err = |e: wasmtime::Error| WasmError::Abi(format!("{e:#}"));
+    let trap = |e: wasmtime::Error| classify(e, job.name, fuel, "init");
+    let mut areas: Vec<u32> = Vec::with_capacity(job.inputs.len());
+    for i in 0..job.inputs.len() {
+        let (area, call) = if job.shape.abi == 1 {
+            let f: TypedFunc<i32, i32> = instance.get_typed_func(&mut *store, "adisk_input_area").map_err(abi_err)?;
+            (f.call(&mut *store, capacity as i32).map_err(trap)?, format!("adisk_input_area({capacity})"))
+        } else {
+            let f: TypedFunc<(i32, i32), i32> = instance.get_typed_func(&mut *store, "adisk_input_area").map_err(abi_err)?;
+            (f.call(&mut *store, (i as i32, capacity as i32)).map_err(trap)?, format!("adisk_input_area({i}, {capacity})"))
+        };
+        let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
+        let refuse = |why: String| WasmError::Guest { name: job.name.to_string(), phase: "init", message: format!("{call} returned {area}, {why}") };
+        if area <= 0 || (area as usize).saturating_add(capacity) > memory_len {
+            return Err(refuse(format!("not a region inside the {memory_len}-byte memory (is the grant too small?)")));
+        }
+        if let Some(other) = areas.iter().position(|a| (*a as usize).abs_diff(area as usize) < capacity) {
+            return Err(refuse(format!("which overlaps the input area of input {other}")));
+        }
+        areas.push(area as u32);
+    }
+    Ok(areas)
+}
+
+/// Copies the parameters into input area 0 and runs the guest's init.
+fn run_init(store: &mut Store<HostState>, instance: &Instance, job: &WasmJob<'_>, area: u32, capacity: usize, fuel: u64) -> Result<()> {
+    let text = params_text(job);
+    if text.len() > capacity {
+        return Err(WasmError::InvalidJob(format!("parameters take {} bytes, more than the {capacity}-byte input area", text.len())));
+    }
+    let memory = store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
+    memory.data_mut(&mut *store)[area as usize..area as usize + text.len()].copy_from_slice(text.as_bytes());
+    let init: TypedFunc<(i32, i32), i32> = instance.get_typed_func(&mut *store, "adisk_init").map_err(|e| WasmError::Abi(format!("{e:#}")))?;
+    let rc = init.call(&mut *store, (area as i32, text.len() as i32)).map_err(|e| classify(e, job.name, fuel, "init"))?;
+    if rc != codes::OK {
+        return Err(WasmError::Guest { name: job.name.to_string(), phase: "init", message: codes::describe(rc) });
+    }
+    store.data_mut().in_init = false;
+    Ok(())
+}
+
 impl WasmDisklet {
-    /// Instantiates `module` for one job and runs its init.
+    /// Instantiates `module` for one job, reserves its input areas, runs its init and asks
+    /// which input it wants first.
     ///
     /// # Errors
-    /// [`WasmError::InvalidJob`] (input types, fuel, parameters too long), and any run-time
-    /// failure of `adisk_input_area` / `adisk_init` (trap, budget, error code).
+    /// [`WasmError::InvalidJob`] (input count or types, fuel, parameters too long), and any
+    /// run-time failure of `adisk_input_area` / `adisk_init` / `adisk_next_input` (trap,
+    /// budget, error code).
     pub fn new(runtime: &WasmRuntime, module: &Module, job: WasmJob<'_>) -> Result<Self> {
         let started = Instant::now();
         let limits = runtime.limits.clone();
-        let raw_input = is_file_schema(job.input);
-        if !raw_input {
-            abi::check_input_schema(job.input)?;
-        }
+        check_inputs(&job)?;
         let fuel = job.fuel.unwrap_or(limits.fuel_default);
         if fuel == 0 || fuel > limits.fuel_max {
             return Err(WasmError::InvalidJob(format!("fuel budget {fuel} is outside 1..={}", limits.fuel_max)));
         }
-        let name = job.name.to_string();
-        let state = HostState {
-            name: name.clone(),
-            limits: limits.clone(),
-            grant_bytes: job.grant_bytes,
-            memory: None,
-            in_init: true,
-            output_schema: None,
-            pending: Vec::new(),
-            skips: Vec::new(),
-            call_output_bytes: 0,
-            job_output_bytes: 0,
-            log_lines: 0,
-        };
+        let state = HostState::new(job.name, limits.clone(), job.grant_bytes, job.inputs.len(), job.shape.outputs as usize);
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
         store.set_fuel(fuel).map_err(|e| WasmError::Registry(format!("fuel: {e}")))?;
-        let trap = |e: wasmtime::Error| classify(e, &name, fuel, "init");
-        let linker = linker(&runtime.engine).map_err(|e| WasmError::Registry(format!("linker: {e}")))?;
-        let instance: Instance = linker.instantiate(&mut store, module).map_err(trap)?;
+        let linker = host::linker(&runtime.engine).map_err(|e| WasmError::Registry(format!("linker: {e}")))?;
+        let instance: Instance = linker.instantiate(&mut store, module).map_err(|e| classify(e, job.name, fuel, "init"))?;
         let memory = instance.get_memory(&mut store, "memory").ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
         store.data_mut().memory = Some(memory);
-        let abi_err = |e: wasmtime::Error| WasmError::Abi(format!("{e:#}"));
-        let input_area_fn: TypedFunc<i32, i32> = instance.get_typed_func(&mut store, "adisk_input_area").map_err(abi_err)?;
-        let init_fn: TypedFunc<(i32, i32), i32> = instance.get_typed_func(&mut store, "adisk_init").map_err(abi_err)?;
-        let process_fn = instance.get_typed_func(&mut store, "adisk_process").map_err(abi_err)?;
-        let finish_fn = instance.get_typed_func(&mut store, "adisk_finish").map_err(abi_err)?;
+        let exports = Exports::get(&mut store, &instance, job.shape.abi)?;
         let input_capacity = limits.input_area_bytes() as usize;
-        let area = input_area_fn.call(&mut store, input_capacity as i32).map_err(trap)?;
-        let memory_len = memory.data_size(&store);
-        if area <= 0 || (area as usize).saturating_add(input_capacity) > memory_len {
-            return Err(WasmError::Guest { name, phase: "init", message: format!("adisk_input_area({input_capacity}) returned {area}, not a region inside the {memory_len}-byte memory (is the grant too small?)") });
-        }
-        // Parameters, as `key=value` lines, plus the input description.
-        let mut text = String::new();
-        for (k, v) in job.params {
-            text.push_str(&format!("{k}={v}\n"));
-        }
-        text.push_str(&format!("_input={}\n", if raw_input { "bytes" } else { "table" }));
-        let names: Vec<&str> = job.input.fields().iter().map(|f| f.name().as_str()).collect();
-        text.push_str(&format!("_columns={}\n", names.join(",")));
-        if text.len() > input_capacity {
-            return Err(WasmError::InvalidJob(format!("parameters take {} bytes, more than the {input_capacity}-byte input area", text.len())));
-        }
-        memory.data_mut(&mut store)[area as usize..area as usize + text.len()].copy_from_slice(text.as_bytes());
-        let rc = init_fn.call(&mut store, (area, text.len() as i32)).map_err(trap)?;
-        if rc != codes::OK {
-            return Err(WasmError::Guest { name, phase: "init", message: codes::describe(rc) });
-        }
-        store.data_mut().in_init = false;
-        let output_schema = store.data().output_schema.clone().unwrap_or_else(raw_output_schema);
-        Ok(WasmDisklet {
+        let areas = reserve_areas(&mut store, &instance, &job, input_capacity, fuel)?;
+        run_init(&mut store, &instance, &job, areas[0], input_capacity, fuel)?;
+        let output_schemas = store.data().output_schemas.iter().map(|s| s.clone().unwrap_or_else(raw_output_schema)).collect();
+        let inputs = job.inputs.iter().zip(areas).map(|(s, area)| Input::new(area, s.clone(), is_file_schema(s))).collect();
+        let mut d = WasmDisklet {
             store,
-            input_area: area as u32,
+            exports,
+            inputs,
             input_capacity,
-            process_fn,
-            finish_fn,
-            raw_input,
-            input_schema: job.input.clone(),
-            output_schema,
+            wanted: None,
+            output_schemas,
             fuel,
             encoded: Vec::with_capacity(input_capacity),
             failed: false,
+            done: false,
             compile_ns: job.compile_ns,
-            instantiate_ns: started.elapsed().as_nanos() as u64,
-        })
+            instantiate_ns: 0,
+        };
+        d.wanted = d.ask_next_input()?;
+        d.instantiate_ns = started.elapsed().as_nanos() as u64;
+        Ok(d)
     }
 
     /// Compile time (0 when cached) and instantiate+init time of this instance, ns.
@@ -420,6 +342,27 @@ impl WasmDisklet {
         self.fuel - self.store.get_fuel().unwrap_or(0)
     }
 
+    /// Output ports.
+    pub fn output_ports(&self) -> usize {
+        self.output_schemas.len()
+    }
+
+    /// Schema of output port `port` (raw `bytes` unless the guest declared one).
+    ///
+    /// # Panics
+    /// If `port` is not one of the disklet's ports.
+    pub fn port_schema(&self, port: usize) -> SchemaRef {
+        self.output_schemas[port].clone()
+    }
+
+    /// The input the guest wants its next buffer from.
+    pub fn next_input(&self) -> NextInput {
+        match self.wanted {
+            Some(i) if !self.inputs[i].told_ended => NextInput::Input(i),
+            _ => NextInput::Any,
+        }
+    }
+
     fn check_alive(&self) -> Result<()> {
         if self.failed {
             return Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "process", message: "the instance already failed".into() });
@@ -427,112 +370,168 @@ impl WasmDisklet {
         Ok(())
     }
 
-    /// Copies `len` bytes of `self.encoded` (or `bytes`) into the input area and calls process.
-    fn call_process(&mut self, bytes: Option<&[u8]>, position: u64, out: &mut Emitter) -> Result<bool> {
-        let data: &[u8] = bytes.unwrap_or(&self.encoded);
-        let memory = self.store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
-        let start = self.input_area as usize;
-        memory.data_mut(&mut self.store)[start..start + data.len()].copy_from_slice(data);
-        let len = data.len() as i32;
+    /// Calls into the guest with a fresh per-call output allowance, then moves what it emitted
+    /// and the skips it asked for to `out`. A trap or exhausted budget becomes a typed error
+    /// and leaves the instance unusable.
+    fn call<R>(&mut self, phase: &'static str, out: &mut Emitter, f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>) -> Result<R> {
         self.store.data_mut().call_output_bytes = 0;
-        let result = self.process_fn.call(&mut self.store, (self.input_area as i32, len, position as i64));
+        let result = f(&mut self.store);
         self.drain(out);
-        let rc = result.map_err(|e| {
+        result.map_err(|e| {
             self.failed = true;
-            classify(e, &self.store.data().name, self.fuel, "process")
-        })?;
+            classify(e, &self.store.data().name, self.fuel, phase)
+        })
+    }
+
+    /// A return code: true for DONE (where `done_allowed`), false for OK, else the job fails.
+    fn code(&mut self, phase: &'static str, rc: i32, done_allowed: bool) -> Result<bool> {
         match rc {
             codes::OK => Ok(false),
-            codes::DONE => Ok(true),
+            codes::DONE if done_allowed => Ok(true),
             other => {
                 self.failed = true;
-                Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "process", message: codes::describe(other) })
+                Err(WasmError::Guest { name: self.store.data().name.clone(), phase, message: codes::describe(other) })
             }
         }
     }
 
     fn drain(&mut self, out: &mut Emitter) {
         let state = self.store.data_mut();
-        for b in state.pending.drain(..) {
-            out.emit(0, b);
+        for (port, b) in state.pending.drain(..) {
+            out.emit(port, b);
         }
-        for s in state.skips.drain(..) {
-            out.skip(s);
+        for (input, s) in state.skips.drain(..) {
+            out.skip_input(input, s);
         }
     }
 
-    /// Processes one Arrow batch (table input) or the byte rows of a file stream.
-    ///
-    /// # Errors
-    /// See [`WasmError`]; the instance is unusable afterwards.
-    pub fn process_batch(&mut self, batch: &RecordBatch, position: u64, out: &mut Emitter) -> Result<()> {
-        self.check_alive()?;
-        if self.raw_input {
-            let offsets = batch.column(0).as_primitive::<UInt64Type>().clone();
-            let bytes = batch.column(1).as_binary::<i32>().clone();
-            for r in 0..batch.num_rows() {
-                let (base, value) = (offsets.value(r), bytes.value(r));
-                for (i, chunk) in value.chunks(self.input_capacity).enumerate() {
-                    if self.call_process(Some(chunk), base + (i * self.input_capacity) as u64, out)? {
-                        out.done();
-                        return Ok(());
-                    }
-                }
+    /// Which input the guest wants next (ABI v2 `adisk_next_input`; v1: any). Output it emits
+    /// here leaves with the next call's.
+    fn ask_next_input(&mut self) -> Result<Option<usize>> {
+        let Some(f) = &self.exports.next_input else { return Ok(None) };
+        let result = f.call(&mut self.store, ());
+        let rc = result.map_err(|e| {
+            self.failed = true;
+            classify(e, &self.store.data().name, self.fuel, "next_input")
+        })?;
+        match usize::try_from(rc) {
+            _ if rc == v2::ANY_INPUT => Ok(None),
+            Ok(i) if i < self.inputs.len() => Ok(Some(i)),
+            _ => {
+                self.failed = true;
+                let message = format!("adisk_next_input returned {rc}; the disklet has {} input(s) (-1: any)", self.inputs.len());
+                Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "next_input", message })
             }
-            return Ok(());
         }
-        // Hand the columns over in the order `_columns` announced (a scan may deliver them in file order).
-        let reordered;
-        let batch = if batch.schema().fields() == self.input_schema.fields() {
-            batch
-        } else {
-            let mut columns = Vec::with_capacity(self.input_schema.fields().len());
-            for f in self.input_schema.fields() {
-                let c = batch.column_by_name(f.name()).ok_or_else(|| WasmError::InvalidJob(format!("input buffer lacks column `{}`", f.name())))?;
-                columns.push(c.clone());
-            }
-            reordered = RecordBatch::try_new(self.input_schema.clone(), columns).map_err(|e| WasmError::InvalidJob(format!("input buffer does not match the input schema: {e}")))?;
-            &reordered
-        };
-        let rows = batch.num_rows();
-        let mut start = 0;
-        while start < rows {
-            let mut len = rows - start;
-            while abi::encoded_len(batch, start, len) > self.input_capacity {
-                if len == 1 {
-                    return Err(WasmError::InvalidJob(format!("row {} takes more than the {}-byte input area", position + start as u64, self.input_capacity)));
-                }
-                len = len.div_ceil(2);
-            }
-            let mut encoded = std::mem::take(&mut self.encoded);
-            abi::encode(batch, start, len, &mut encoded)?;
-            self.encoded = encoded;
-            if self.call_process(None, position + start as u64, out)? {
-                out.done();
+    }
+
+    /// The input to hand the guest something from now: the one it wants if that has something
+    /// ready, or, when it wants any (or one that ended), the first that has.
+    fn deliverable(&self) -> Option<usize> {
+        if self.done {
+            return None;
+        }
+        match self.wanted {
+            Some(i) if !self.inputs[i].told_ended => self.inputs[i].ready().then_some(i),
+            _ => self.inputs.iter().position(Input::ready),
+        }
+    }
+
+    /// Hands the guest chunks and input ends while it wants something that is ready.
+    fn pump(&mut self, out: &mut Emitter) -> Result<()> {
+        while let Some(i) = self.deliverable() {
+            let done = if self.inputs[i].queue.is_empty() { self.tell_ended(i, out)? } else { self.deliver_chunk(i, out)? };
+            if done {
+                self.stop(out);
                 return Ok(());
             }
-            start += len;
+            self.wanted = self.ask_next_input()?;
         }
         Ok(())
     }
 
-    /// Calls the guest's finish.
+    /// The guest returned DONE: it takes no more input from any input.
+    fn stop(&mut self, out: &mut Emitter) {
+        self.done = true;
+        self.inputs.iter_mut().for_each(|i| i.queue.clear());
+        out.done();
+    }
+
+    fn deliver_chunk(&mut self, i: usize, out: &mut Emitter) -> Result<bool> {
+        let mut encoded = std::mem::take(&mut self.encoded);
+        let result = self.inputs[i].next_chunk(self.input_capacity, &mut encoded).and_then(|position| self.call_process(i, &encoded, position, out));
+        self.encoded = encoded;
+        result
+    }
+
+    /// Copies one chunk into input `i`'s area and calls process; true if the guest is DONE.
+    fn call_process(&mut self, i: usize, data: &[u8], position: u64, out: &mut Emitter) -> Result<bool> {
+        let area = self.inputs[i].area;
+        let memory = self.store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
+        memory.data_mut(&mut self.store)[area as usize..area as usize + data.len()].copy_from_slice(data);
+        let (buf, len, pos) = (area as i32, data.len() as i32, position as i64);
+        let rc = match self.exports.process.clone() {
+            ProcessFn::V1(f) => self.call("process", out, |s| f.call(s, (buf, len, pos)))?,
+            ProcessFn::V2(f) => self.call("process", out, |s| f.call(s, (i as i32, buf, len, pos)))?,
+        };
+        self.code("process", rc, true)
+    }
+
+    /// Tells the guest input `i` ended (ABI v2 `adisk_input_ended`); true if it is DONE.
+    fn tell_ended(&mut self, i: usize, out: &mut Emitter) -> Result<bool> {
+        self.inputs[i].told_ended = true;
+        let Some(f) = self.exports.input_ended.clone() else { return Ok(false) };
+        let rc = self.call("input_ended", out, |s| f.call(s, i as i32))?;
+        self.code("input_ended", rc, true)
+    }
+
+    /// Processes one buffer of input `input`: an Arrow batch (table input) or the byte rows of a
+    /// file stream, handed over in input-area-sized chunks as the guest asks for them.
+    ///
+    /// # Errors
+    /// See [`WasmError`]; the instance is unusable afterwards.
+    pub fn process_input(&mut self, input: usize, batch: &RecordBatch, position: u64, out: &mut Emitter) -> Result<()> {
+        self.check_alive()?;
+        let count = self.inputs.len();
+        let slot = self.inputs.get_mut(input).ok_or_else(|| WasmError::InvalidJob(format!("a buffer of input {input}, but the disklet has {count}")))?;
+        if !self.done {
+            slot.push(batch, position)?;
+        }
+        self.pump(out)
+    }
+
+    /// Processes one buffer of the (first) input.
+    ///
+    /// # Errors
+    /// See [`WasmDisklet::process_input`].
+    pub fn process_batch(&mut self, batch: &RecordBatch, position: u64, out: &mut Emitter) -> Result<()> {
+        self.process_input(0, batch, position, out)
+    }
+
+    /// Input `input` ended: the guest is told once it has been handed the input's last chunk.
+    ///
+    /// # Errors
+    /// See [`WasmError`].
+    pub fn end_input(&mut self, input: usize, out: &mut Emitter) -> Result<()> {
+        self.check_alive()?;
+        if let Some(slot) = self.inputs.get_mut(input) {
+            slot.ended = true;
+        }
+        self.pump(out)
+    }
+
+    /// Ends every input (handing over what is queued, unless the guest is DONE) and calls the
+    /// guest's finish.
     ///
     /// # Errors
     /// See [`WasmError`].
     pub fn finish_job(&mut self, out: &mut Emitter) -> Result<()> {
         self.check_alive()?;
-        self.store.data_mut().call_output_bytes = 0;
-        let result = self.finish_fn.call(&mut self.store, ());
-        self.drain(out);
-        let rc = result.map_err(|e| {
-            self.failed = true;
-            classify(e, &self.store.data().name, self.fuel, "finish")
-        })?;
-        if rc != codes::OK {
-            return Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "finish", message: codes::describe(rc) });
-        }
-        Ok(())
+        self.inputs.iter_mut().for_each(|i| i.ended = true);
+        self.pump(out)?;
+        let f = self.exports.finish.clone();
+        let rc = self.call("finish", out, |s| f.call(s, ()))?;
+        self.code("finish", rc, false).map(|_| ())
     }
 
     /// Bytes of guest memory in use.
@@ -571,10 +570,22 @@ impl Disklet for WasmStage {
         "wasm"
     }
     fn output_schema(&self) -> SchemaRef {
-        self.0.output_schema.clone()
+        self.0.port_schema(0)
+    }
+    fn output_ports(&self) -> usize {
+        self.0.output_ports()
+    }
+    fn port_schema(&self, port: usize) -> SchemaRef {
+        self.0.port_schema(port)
+    }
+    fn next_input(&self) -> NextInput {
+        self.0.next_input()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> adisk_diskos::Result<()> {
-        self.0.process_batch(input.batch, input.position, out).map_err(to_os)
+        self.0.process_input(input.input, input.batch, input.position, out).map_err(to_os)
+    }
+    fn input_ended(&mut self, input: usize, out: &mut Emitter) -> adisk_diskos::Result<()> {
+        self.0.end_input(input, out).map_err(to_os)
     }
     fn finish(&mut self, out: &mut Emitter) -> adisk_diskos::Result<()> {
         self.0.finish_job(out).map_err(to_os)
@@ -591,5 +602,4 @@ impl Disklet for WasmStage {
 fn _assert_send() {
     fn send<T: Send>() {}
     send::<WasmDisklet>();
-    let _ = |a: &dyn Array| a.len();
 }

@@ -40,10 +40,11 @@ pub enum DiskletCommand {
 pub struct RunArgs {
     /// Installed name.
     name: String,
-    /// Table input.
+    /// Table input, `TABLE` or `TABLE:COL,COL…`; repeat it for a disklet with several inputs
+    /// (ABI v2: the i-th `--table` is input i; the tables must be on the same disks).
     #[arg(long, conflicts_with = "file", required_unless_present = "file")]
-    table: Option<String>,
-    /// Columns of the table to hand the disklet (default: all).
+    table: Vec<String>,
+    /// Columns to hand the disklet from every table given without its own (default: all).
     #[arg(long, value_delimiter = ',')]
     columns: Vec<String>,
     /// File input: a file or directory under each disk's files/ (one job per file).
@@ -84,10 +85,11 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
                 println!("{}", serde_json::to_string_pretty(&all).expect("json"));
                 return Ok(());
             }
-            println!("{:<5} {:<16} {:<18} {:>10} {:>12} {:>9} {:>11}", "disk", "name", "sha256", "bytes", "grant", "compiled", "compile_ms");
+            println!("{:<5} {:<16} {:<18} {:<11} {:>10} {:>12} {:>9} {:>11}", "disk", "name", "sha256", "abi in>out", "bytes", "grant", "compiled", "compile_ms");
             for (d, infos) in all {
                 for i in infos {
-                    println!("{d:<5} {:<16} {:<18} {:>10} {:>12} {:>9} {:>11.2}", i.name, &i.sha256[..16], i.size_bytes, i.grant_bytes, i.compiled, i.compile_ns as f64 / 1e6);
+                    let shape = format!("v{} {}>{}", i.abi, i.inputs, i.outputs);
+                    println!("{d:<5} {:<16} {:<18} {shape:<11} {:>10} {:>12} {:>9} {:>11.2}", i.name, &i.sha256[..16], i.size_bytes, i.grant_bytes, i.compiled, i.compile_ns as f64 / 1e6);
                 }
             }
             Ok(())
@@ -106,8 +108,9 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
 
 async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
     let req = WasmRequest { name: a.name.clone(), params: a.params.into_iter().collect(), fuel: a.fuel, scratch_kib: 0 };
-    if let Some(table) = &a.table {
-        let out = disklet::run_table(cluster, &req, table, &a.columns).await?;
+    if !a.table.is_empty() {
+        let tables = table_inputs(&a.table, &a.columns);
+        let out = disklet::run_tables(cluster, &req, &tables).await?;
         return crate::output::print_job(&out, &a.format, a.max_rows);
     }
     let prefix = a.file.unwrap_or_default();
@@ -143,6 +146,17 @@ async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
     println!("({} files)\n\n{}", rows.len(), out.stats.description);
     print!("{}", out.stats.render_table());
     Ok(())
+}
+
+/// `--table` arguments as (table, columns): `TABLE:COL,COL…`, or `TABLE` with `--columns`.
+fn table_inputs(tables: &[String], columns: &[String]) -> Vec<(String, Vec<String>)> {
+    tables
+        .iter()
+        .map(|t| match t.split_once(':') {
+            Some((table, cols)) => (table.to_string(), cols.split(',').map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()),
+            None => (t.clone(), columns.to_vec()),
+        })
+        .collect()
 }
 
 pub async fn load_images(dir: &Path, count: u32, side: u32) -> Result<(), CliError> {
@@ -229,4 +243,16 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
     .await;
     crate::local::down(&cdir).await?;
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn several_tables_become_inputs_in_order() {
+        let cols = vec!["k".to_string()];
+        let tables = table_inputs(&["a".into(), "b:x, y".into()], &cols);
+        assert_eq!(tables, vec![("a".to_string(), cols.clone()), ("b".to_string(), vec!["x".to_string(), "y".to_string()])]);
+    }
 }
