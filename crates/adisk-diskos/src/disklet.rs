@@ -39,7 +39,7 @@ pub enum NextInput {
 /// until the call returns and it is forwarded, so it may not exceed the stage's output
 /// allowance; an emit past it is dropped and fails the call ([`Emitter::overflow`]).
 pub struct Emitter {
-    outputs: Vec<Vec<RecordBatch>>,
+    outputs: Vec<Vec<(RecordBatch, u64)>>,
     skips: Vec<(usize, Range<u64>)>,
     done: bool,
     cap_bytes: u64,
@@ -93,7 +93,7 @@ impl Emitter {
         if let Some(a) = &self.account {
             a.charge(bytes);
         }
-        self.outputs[port].push(batch);
+        self.outputs[port].push((batch, bytes));
     }
 
     /// Asks the (first) input stream to skip `range` (positions as in
@@ -122,12 +122,18 @@ impl Emitter {
 
     /// Takes the emitted batches, per port (their charge ends here: the taker charges them).
     pub fn take_outputs(&mut self) -> Vec<Vec<RecordBatch>> {
+        self.take_sized_outputs().0.into_iter().map(|port| port.into_iter().map(|(b, _)| b).collect()).collect()
+    }
+
+    /// Takes the emitted batches with their bytes, per port, and the bytes in all (their
+    /// charge ends here: the taker charges them).
+    pub fn take_sized_outputs(&mut self) -> (Vec<Vec<(RecordBatch, u64)>>, u64) {
         if let Some(a) = &self.account {
             a.release(self.held_bytes);
         }
-        self.held_bytes = 0;
+        let held = std::mem::take(&mut self.held_bytes);
         let ports = self.outputs.len();
-        std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect())
+        (std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect()), held)
     }
 
     /// Takes the skip requests, by input.

@@ -1017,16 +1017,16 @@ fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &Stag
 /// at most `buffer_bytes` so a stream never holds more than its share of the grant.
 fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> Result<()> {
     let counters = &ctx.state.stages[ctx.index];
-    let taken = emitter.take_outputs();
+    let (taken, held_bytes) = emitter.take_sized_outputs();
     // What waits to be forwarded stays charged until it is in a buffer.
-    let mut held = crate::memory::Held::new(&ctx.account, taken.iter().flatten().map(crate::disklets::batch_bytes).sum());
+    let mut held = crate::memory::Held::new(&ctx.account, held_bytes);
     for (port, batches) in taken.into_iter().enumerate() {
-        for batch in batches {
-            for piece in crate::stream::cut(&batch, crate::stream::buffer_cap(ctx.buffer_bytes))? {
-                let (rows, piece_bytes) = (piece.num_rows() as u64, crate::disklets::batch_bytes(&piece));
+        for (batch, bytes) in batches {
+            for (piece, piece_bytes) in crate::stream::cut_sized(&batch, bytes, crate::stream::buffer_cap(ctx.buffer_bytes))? {
+                let rows = piece.num_rows() as u64;
                 let slot = outputs[port].blocking_slot().ok_or(DiskOsError::Cancelled)?;
                 held.release(piece_bytes);
-                let bytes = outputs[port].blocking_send_in(slot, piece, 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
+                let bytes = outputs[port].blocking_send_sized(slot, piece, piece_bytes, 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
                 counters.rows_out.fetch_add(rows, Ordering::Relaxed);
                 counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
             }

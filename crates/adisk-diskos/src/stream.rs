@@ -47,6 +47,10 @@ impl Buffer {
 
     fn in_slot(batch: RecordBatch, position: u64, account: &Arc<Account>, slot: Option<OwnedSemaphorePermit>) -> Self {
         let bytes = batch_bytes(&batch);
+        Self::sized(batch, bytes, position, account, slot)
+    }
+
+    fn sized(batch: RecordBatch, bytes: u64, position: u64, account: &Arc<Account>, slot: Option<OwnedSemaphorePermit>) -> Self {
         account.charge(bytes);
         Buffer { batch, position, bytes, account: account.clone(), _slot: slot }
     }
@@ -104,6 +108,12 @@ impl StreamTx {
         self.tx.blocking_send(b).map(|()| bytes).map_err(|_| ())
     }
 
+    /// [`StreamTx::blocking_send_in`] for a batch whose [`batch_bytes`] are known.
+    pub fn blocking_send_sized(&self, slot: OwnedSemaphorePermit, batch: RecordBatch, bytes: u64, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+        let b = Buffer::sized(batch, bytes, position, account, Some(slot));
+        self.tx.blocking_send(b).map(|()| bytes).map_err(|_| ())
+    }
+
     /// Takes a slot, wraps `batch` and sends it. Err if the consumer is gone.
     pub async fn send_batch(&self, batch: RecordBatch, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
         let slot = self.slot().await.ok_or(())?;
@@ -149,9 +159,17 @@ pub fn buffer_cap(buffer_bytes: u64) -> u64 {
 /// # Errors
 /// [`DiskOsError::BufferExceeded`] when a single row is larger than `cap`.
 pub fn cut(batch: &RecordBatch, cap: u64) -> Result<Vec<RecordBatch>> {
-    let (rows, bytes) = (batch.num_rows(), batch_bytes(batch));
+    Ok(cut_sized(batch, batch_bytes(batch), cap)?.into_iter().map(|(piece, _)| piece).collect())
+}
+
+/// [`cut`] for a batch of `bytes` ([`batch_bytes`]), each piece with its bytes.
+///
+/// # Errors
+/// As [`cut`].
+pub fn cut_sized(batch: &RecordBatch, bytes: u64, cap: u64) -> Result<Vec<(RecordBatch, u64)>> {
+    let rows = batch.num_rows();
     if bytes <= cap || rows == 0 {
-        return Ok(vec![batch.clone()]);
+        return Ok(vec![(batch.clone(), bytes)]);
     }
     let even = ((rows as u128 * u128::from(cap)) / u128::from(bytes)).clamp(1, rows as u128) as usize;
     let mut pieces = Vec::with_capacity(rows.div_ceil(even));
@@ -159,15 +177,17 @@ pub fn cut(batch: &RecordBatch, cap: u64) -> Result<Vec<RecordBatch>> {
     while offset < rows {
         let mut len = even.min(rows - offset);
         let mut piece = batch.slice(offset, len);
-        while batch_bytes(&piece) > cap {
+        let mut piece_bytes = batch_bytes(&piece);
+        while piece_bytes > cap {
             if len == 1 {
-                return Err(DiskOsError::BufferExceeded { what: format!("row {offset}"), bytes: batch_bytes(&piece), cap_bytes: cap });
+                return Err(DiskOsError::BufferExceeded { what: format!("row {offset}"), bytes: piece_bytes, cap_bytes: cap });
             }
             len /= 2;
             piece = batch.slice(offset, len);
+            piece_bytes = batch_bytes(&piece);
         }
         offset += len;
-        pieces.push(piece);
+        pieces.push((piece, piece_bytes));
     }
     Ok(pieces)
 }
@@ -461,9 +481,10 @@ impl TableScan {
     /// group's average) is cut into buffers that fit, each in its own slot, and what waits to
     /// be sent is charged to the job meanwhile. False if the consumer went away.
     fn send_capped(&self, tx: &StreamTx, slot: OwnedSemaphorePermit, batch: RecordBatch, position: &mut u64) -> Result<bool> {
-        let mut held = crate::memory::Held::new(&self.account, batch_bytes(&batch));
+        let bytes = batch_bytes(&batch);
+        let mut held = crate::memory::Held::new(&self.account, bytes);
         let mut slot = Some(slot);
-        for piece in cut(&batch, buffer_cap(self.buffer_bytes))? {
+        for (piece, piece_bytes) in cut_sized(&batch, bytes, buffer_cap(self.buffer_bytes))? {
             let slot = match slot.take() {
                 Some(s) => s,
                 None => match tx.blocking_slot() {
@@ -472,8 +493,8 @@ impl TableScan {
                 },
             };
             let n = piece.num_rows() as u64;
-            held.release(batch_bytes(&piece)); // the buffer charges it from now on
-            let Ok(bytes) = tx.blocking_send_in(slot, piece, *position, &self.account) else { return Ok(false) };
+            held.release(piece_bytes); // the buffer charges it from now on
+            let Ok(bytes) = tx.blocking_send_sized(slot, piece, piece_bytes, *position, &self.account) else { return Ok(false) };
             self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
             self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
             *position += n;

@@ -107,17 +107,7 @@ pub async fn run(
             ),
         ));
     }
-    let count = DiskletSpec::Aggregate {
-        group_by: vec![],
-        aggregates: vec![NamedExpr {
-            name: "rows".into(),
-            expr: crate::plan::encode_expr(&datafusion::functions_aggregate::expr_fn::count(lit(
-                1,
-            )))?,
-        }],
-        mode: AggregateMode::Single,
-        raw_input: None,
-    };
+    let count = count_rows()?;
     for d in &receivers {
         let source = Source::Pipe {
             exchange_id: id.clone(),
@@ -160,6 +150,50 @@ pub async fn run(
         )));
     }
     Ok(run)
+}
+
+/// A stage counting its input rows (one row out).
+fn count_rows() -> Result<DiskletSpec> {
+    let count = datafusion::functions_aggregate::expr_fn::count(lit(1));
+    Ok(DiskletSpec::Aggregate {
+        group_by: vec![],
+        aggregates: vec![NamedExpr {
+            name: "rows".into(),
+            expr: crate::plan::encode_expr(&count)?,
+        }],
+        mode: AggregateMode::Single,
+        raw_input: None,
+    })
+}
+
+/// The same columns scanned and counted at disk `d`, nothing exchanged: what the senders'
+/// side costs alone. Returns (Arrow bytes scanned, wall ns).
+///
+/// # Errors
+/// Unknown table or columns, the disk failing.
+pub async fn scan_only(
+    cluster: &Cluster,
+    table: &str,
+    columns: &[String],
+    d: u32,
+) -> Result<(u64, u64)> {
+    let id = format!("{}-scan-{d}", crate::plan::new_id("exchange"));
+    let source = Source::Table {
+        table: table.to_string(),
+        columns: columns.to_vec(),
+        prune: None,
+    };
+    let spec = JobSpec::chain(
+        id.clone(),
+        crate::plan::program_id(),
+        source,
+        vec![count_rows()?],
+        Sink::Host,
+    );
+    let started = Instant::now();
+    crate::plan::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
+    let wall_ns = started.elapsed().as_nanos() as u64;
+    Ok((cluster.job_stats(d, &id).await?.bytes_scanned, wall_ns))
 }
 
 fn projected(schema: &SchemaRef, columns: &[String]) -> Result<SchemaRef> {

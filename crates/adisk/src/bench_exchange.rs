@@ -159,6 +159,21 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
         "{:<28} {:>10.1} {:>12} {:>10} {:>11.0}%",
         "loopback DoPut (1 stream)", raw, "-", "-", 100.0
     );
+    let mut scans = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        let (bytes, ns) =
+            adisk_host::exchange::scan_only(&cluster, "lineitem", &a.columns, 0).await?;
+        scans.push(bytes as f64 / 1e6 / (ns.max(1) as f64 / 1e9));
+    }
+    let scan = median(scans);
+    println!(
+        "{:<28} {:>10.1} {:>12} {:>10} {:>11.0}%",
+        "scan + count at disk 0",
+        scan,
+        "-",
+        "-",
+        100.0 * scan / raw
+    );
     for mode in [ExchangeMode::Direct, ExchangeMode::ViaHost] {
         cluster.set_exchange_mode(mode);
         for (name, pattern) in [
@@ -182,5 +197,6 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
     println!(
         "vs_loopback: against one DoPut stream from this process to a discarding server in this process (no disk, no decoding)."
     );
+    println!("scan + count: the senders' side alone (Arrow bytes scanned / wall), no exchange.");
     Ok(())
 }
