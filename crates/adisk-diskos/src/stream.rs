@@ -436,9 +436,20 @@ impl TableScan {
                 self.counters.bytes_skipped.fetch_add(projected_bytes, Ordering::Relaxed);
                 continue;
             }
-            // Rows per buffer from this row group's own width (row groups differ).
-            let uncompressed: u64 = self.projection.iter().map(|c| rg.column(*c).uncompressed_size() as u64).sum();
-            let per_row = (uncompressed / rg_rows.max(1)).max(1) + 8 * self.projection.len() as u64;
+            // Rows per buffer from this row group's own width (row groups differ): per column,
+            // its Parquet bytes per row or its Arrow width, whichever is larger (a decimal of
+            // 8 Parquet bytes is 16 in Arrow), plus an offset or validity allowance.
+            let arrow = meta.schema();
+            let per_row: u64 = self
+                .projection
+                .iter()
+                .map(|c| {
+                    let parquet = rg.column(*c).uncompressed_size() as u64 / rg_rows.max(1);
+                    let width = arrow.fields().get(*c).and_then(|f| f.data_type().primitive_width()).unwrap_or(0) as u64;
+                    parquet.max(width) + 8
+                })
+                .sum::<u64>()
+                .max(1);
             let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
             let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(counting.clone(), meta.clone())
                 .with_projection(mask.clone())
