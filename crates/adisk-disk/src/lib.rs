@@ -42,6 +42,22 @@ pub enum DiskNodeError {
         /// Cause.
         source: adisk_wasm::WasmError,
     },
+    /// Another process serves the data directory.
+    #[error("data directory {dir} is already served by another disk process ({holder}); stop it first (`adisk down`)")]
+    DirectoryInUse {
+        /// Directory.
+        dir: PathBuf,
+        /// Who holds it, as its lock file says.
+        holder: String,
+    },
+    /// The directory's lock file cannot be created or locked.
+    #[error("cannot lock data directory {dir}: {source}")]
+    Lock {
+        /// Directory.
+        dir: PathBuf,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// The data directory cannot be opened.
     #[error("cannot open data directory {dir}: {source}")]
     Store {
@@ -71,18 +87,51 @@ pub struct DiskNode {
     listener: TcpListener,
     service: DiskService,
     address: SocketAddr,
+    /// The data directory's lock, held while the node lives (one process per directory).
+    _lock: std::fs::File,
+}
+
+/// Name of the lock file in a disk's data directory (it records the holder's pid).
+pub const LOCK_FILE: &str = "disk.lock";
+
+/// Takes the exclusive lock of data directory `dir` (created if missing), recording this
+/// process's pid in it; the lock ends with the process, however it ends.
+///
+/// # Errors
+/// [`DiskNodeError::DirectoryInUse`] when another process holds it.
+pub fn lock_dir(dir: &std::path::Path) -> Result<std::fs::File, DiskNodeError> {
+    use std::io::{Read, Seek, Write};
+    let err = |source| DiskNodeError::Lock { dir: dir.to_path_buf(), source };
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(LOCK_FILE)).map_err(err)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = file.read_to_string(&mut holder);
+            let holder = match holder.trim() {
+                "" => "pid unknown".to_string(),
+                pid => format!("pid {pid}"),
+            };
+            return Err(DiskNodeError::DirectoryInUse { dir: dir.to_path_buf(), holder });
+        }
+        Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
+    }
+    file.set_len(0).and_then(|()| file.rewind()).and_then(|()| write!(file, "{}", std::process::id())).and_then(|()| file.flush()).map_err(err)?;
+    Ok(file)
 }
 
 impl DiskNode {
     /// Opens the store and binds the listener.
     pub async fn bind(config: DiskNodeConfig) -> Result<Self, DiskNodeError> {
+        let lock = lock_dir(&config.dir)?;
         let store = DiskStore::open(&config.dir, config.os.disk_id).map_err(|source| DiskNodeError::Store { dir: config.dir.clone(), source })?;
         let listener = TcpListener::bind(&config.listen).await.map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
         let address = listener.local_addr().map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
         let runtime = adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes)).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
         let registry = adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
         let os = DiskOs::new(config.os, Arc::new(store), Arc::new(FlightPipeConnector::default()));
-        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address })
+        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address, _lock: lock })
     }
 
     /// The bound address.
