@@ -273,10 +273,12 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         return Err(CliError::Other(format!("no cluster at {}", dir.display())));
     }
     let config = ClusterConfig::load(&path)?;
+    // Only processes that hold their disk's directory lock are ours: a pid the OS gave to an
+    // unrelated process since is never waited for or signalled.
+    let pids: Vec<u32> = config.disks.iter().filter_map(|d| d.pid.filter(|p| holds_lock(*p, d.dir.as_deref()))).collect();
     if let Ok(cluster) = adisk_host::Cluster::connect(config.clone()).await {
         cluster.shutdown().await;
     }
-    let pids: Vec<u32> = config.disks.iter().filter_map(|d| d.pid).collect();
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut signalled = false;
     loop {
@@ -309,6 +311,22 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         config.disks.len()
     );
     Ok(())
+}
+
+/// Whether process `pid` is the disk process serving `data` (it holds the directory's lock
+/// and the lock file names it). Without a known directory, trusts the pid.
+fn holds_lock(pid: u32, data: Option<&Path>) -> bool {
+    use std::io::Read;
+    let Some(data) = data else { return true };
+    let Ok(mut file) = std::fs::File::open(data.join(adisk_disk::LOCK_FILE)) else { return false };
+    match file.try_lock_shared() {
+        Ok(()) => false, // nobody holds it: the disk is gone
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string()
+        }
+        Err(std::fs::TryLockError::Error(_)) => true,
+    }
 }
 
 /// The embedded demo.

@@ -660,3 +660,26 @@ fn killed_exchange_sender(up_args: &[&str]) {
         status = common::status_json(dir);
     }
 }
+
+/// `down` signals only its own disk processes: a second disk process on a served directory is
+/// refused, and a pid in `cluster.toml` that now belongs to an unrelated process (as when the
+/// OS reuses it) is left alone, while the real disk still stops.
+#[test]
+fn down_stops_only_its_own_disks_and_a_served_directory_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "1"]);
+    let _down = Down(dir);
+    let disk = common::disk_pids(dir)[0];
+    let second = Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir.join("disk-0")).args(["disk", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(!second.status.success() && err.contains("already served") && err.contains(&format!("pid {disk}")), "{err}");
+    let mut stranger = Command::new("sleep").arg("60").spawn().unwrap();
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    std::fs::write(dir.join("cluster.toml"), config.replace(&format!("pid = {disk}"), &format!("pid = {}", stranger.id()))).unwrap();
+    ok(dir, &["down"]);
+    common::wait_until("the disk process to stop", std::time::Duration::from_secs(15), || common::process_gone(disk));
+    assert!(stranger.try_wait().unwrap().is_none(), "down signalled a process that is not its disk");
+    stranger.kill().unwrap();
+    let _ = stranger.wait();
+}
