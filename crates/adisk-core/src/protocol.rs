@@ -174,7 +174,7 @@ pub enum AggregateMode {
     Single,
 }
 
-/// One sort key of `sort_runs`.
+/// One sort key (of `merge`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SortKey {
     /// Expression to sort by.
@@ -225,12 +225,6 @@ pub enum DiskletSpec {
         /// Number of outputs.
         partitions: u32,
     },
-    /// Sort input into runs that fit in scratch; each run is emitted sorted, with a `run`
-    /// column numbering the runs.
-    SortRuns {
-        /// Sort keys.
-        keys: Vec<SortKey>,
-    },
     /// A relational bundle: a DataFusion physical-plan fragment (`datafusion-proto` bytes) whose
     /// one leaf is an `EmptyExec` standing for this stage's input stream. Only per-row and
     /// partial operators are accepted (filter, projection, partial aggregation); the disk
@@ -278,8 +272,24 @@ pub enum DiskletSpec {
 pub enum FragmentKind {
     /// Filters and projections.
     Select,
-    /// A partial aggregation (possibly above filters and projections).
+    /// An aggregation (possibly above filters and projections): partial where the disk holds
+    /// the raw rows, final where an exchange brought it every partial state of its groups.
     Aggregate,
+    /// A sort of the stage's whole input (possibly above filters and projections, possibly
+    /// keeping only the first rows): DataFusion's sort, which sorts runs within the scratch
+    /// grant and merges them.
+    Sort,
+}
+
+impl FragmentKind {
+    /// The disklet name statistics report for a fragment of this kind.
+    pub fn disklet_name(self) -> &'static str {
+        match self {
+            FragmentKind::Select => "sql_select",
+            FragmentKind::Aggregate => "sql_aggregate",
+            FragmentKind::Sort => "sql_sort",
+        }
+    }
 }
 
 impl DiskletSpec {
@@ -290,9 +300,7 @@ impl DiskletSpec {
             DiskletSpec::Aggregate { .. } => "aggregate",
             DiskletSpec::BloomProbe { .. } => "bloom_probe",
             DiskletSpec::Partition { .. } => "partition",
-            DiskletSpec::SortRuns { .. } => "sort_runs",
-            DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => "sql_select",
-            DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } => "sql_aggregate",
+            DiskletSpec::Fragment { kind, .. } => kind.disklet_name(),
             DiskletSpec::Merge { .. } => "merge",
             DiskletSpec::HashJoin { .. } => "hash_join",
             DiskletSpec::Wasm { .. } => "wasm",

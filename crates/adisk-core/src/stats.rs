@@ -22,6 +22,9 @@ pub struct StageStats {
     pub scratch_peak_bytes: u64,
     /// Times partial results were flushed because scratch filled (group-by) or runs emitted.
     pub flushes: u64,
+    /// Bytes spilled to the job's temporary area (a sort or aggregation past its scratch).
+    #[serde(default)]
+    pub spilled_bytes: u64,
     /// User disklets: time compiling the module for this job (0 when the compiled module was cached).
     #[serde(default)]
     pub compile_ns: u64,

@@ -74,6 +74,11 @@ impl Emitter {
         self.outputs.len()
     }
 
+    /// Bytes this call may still emit before the cap.
+    pub fn room(&self) -> u64 {
+        self.cap_bytes.saturating_sub(self.held_bytes)
+    }
+
     /// Emits a batch on output `port`. Empty batches are dropped.
     ///
     /// # Panics
@@ -191,6 +196,24 @@ pub trait Disklet: Send {
     }
     /// Times partial state was flushed for lack of scratch (or runs produced).
     fn flushes(&self) -> u64 {
+        0
+    }
+    /// Whether the disklet holds output it could not emit in its last call (its emitter was
+    /// full): DiskOS forwards what was emitted, then calls [`Disklet::more_output`] until this
+    /// is false, before any further input. Operators whose output is much larger than one
+    /// call's allowance (a sort handing back its whole input) use it.
+    fn has_more_output(&self) -> bool {
+        false
+    }
+    /// Emits more of the output held back (see [`Disklet::has_more_output`]).
+    ///
+    /// # Errors
+    /// As for `process`.
+    fn more_output(&mut self, _out: &mut Emitter) -> Result<()> {
+        Ok(())
+    }
+    /// Bytes spilled to the job's temporary area so far.
+    fn spilled_bytes(&self) -> u64 {
         0
     }
     /// Time spent before the first buffer: compiling (0 when cached) and instantiating +

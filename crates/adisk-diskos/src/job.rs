@@ -6,6 +6,7 @@ use crate::memory::{Account, Grant, MemoryBudget};
 use crate::sched::{FairScheduler, JobCompute, MAX_COMPUTE_WAITERS_DEFAULT};
 use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
 use crate::{DiskOsError, Result, disklets};
+use crate::disklets::fragment::Spill;
 use crate::wiring::{Router, TempArea};
 use adisk_core::protocol::{DiskStatus, DiskletSpec, FragmentKind, JobSpec, Port, Sink, Source, StoredStream};
 use adisk_core::stats::{DiskJobStats, StageStats};
@@ -107,6 +108,7 @@ struct StageCounters {
     scratch_granted: u64,
     scratch_peak: AtomicU64,
     flushes: AtomicU64,
+    spilled: AtomicU64,
     setup_ns: (u64, u64),
 }
 
@@ -194,6 +196,7 @@ impl JobState {
                 scratch_granted_bytes: s.scratch_granted,
                 scratch_peak_bytes: l(&s.scratch_peak),
                 flushes: l(&s.flushes),
+                spilled_bytes: l(&s.spilled),
                 compile_ns: s.setup_ns.0,
                 instantiate_ns: s.setup_ns.1,
             })
@@ -304,10 +307,10 @@ impl DiskOs {
         self.user.get()
     }
 
-    fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64) -> Result<Box<dyn Disklet>> {
+    fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, spill: Option<&Spill>) -> Result<Box<dyn Disklet>> {
         match stage {
             DiskletSpec::Wasm { name, params, fuel } => self.user_disklets_or_refuse()?.build(name, params, *fuel, inputs),
-            _ => disklets::build(stage, inputs, scratch_bytes, &self.planner),
+            _ => disklets::build(stage, inputs, scratch_bytes, &self.planner, spill),
         }
     }
 
@@ -381,7 +384,7 @@ impl DiskOs {
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
         let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib.saturating_mul(1024) };
         match stage {
-            DiskletSpec::Aggregate { .. } | DiskletSpec::SortRuns { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
+            DiskletSpec::Aggregate { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
@@ -436,15 +439,15 @@ impl DiskOs {
         let grant = self.budget.grant(requested).await?;
         let temp = self.temp_grant(&spec).await?;
         let admission_wait_ns = wait.elapsed().as_nanos() as u64;
+        let area = TempArea::new(&self.temp_root(), self.temp_serial.fetch_add(1, Ordering::Relaxed), temp.as_ref().map_or(0, Grant::bytes));
         // Only now is stage code run (a failure drops the grants, returning them).
-        let built = self.build(&spec, &sources, &scratch, &shape.stage_ports).await?;
+        let built = self.build(&spec, &sources, &scratch, &shape.stage_ports, &area).await?;
         let described: Vec<(&'static str, u64, (u64, u64))> = built.stages.iter().zip(&scratch).map(|(d, s)| (d.name(), *s, d.setup_ns())).collect();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
         state.admission_wait_ns.store(admission_wait_ns, Ordering::Relaxed);
         state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
         *state.account.lock().expect("account lock") = Some(grant.account().clone());
         self.running.lock().expect("running lock").push(state.clone());
-        let area = TempArea::new(&self.temp_root(), self.temp_serial.fetch_add(1, Ordering::Relaxed), temp.as_ref().map_or(0, Grant::bytes));
         let job = Launch { spec, grants: (grant, temp), area: Arc::new(area), state, sources, built, host_input, buffer_bytes };
         Ok(self.launch(job))
     }
@@ -499,7 +502,8 @@ impl DiskOs {
     /// Builds (inits) the disklets in order, each on the schemas of the ports it reads, and
     /// plans the outputs' routers. Runs after admission: building decodes plan fragments and
     /// runs a user disklet's `init`.
-    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64], ports: &[u32]) -> Result<Built> {
+    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64], ports: &[u32], area: &TempArea) -> Result<Built> {
+        let spills = spill_shares(spec, area);
         let mut schemas: BTreeMap<Port, SchemaRef> = sources.iter().enumerate().filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s))).collect();
         resolve_temp_schemas(spec, &mut schemas);
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
@@ -508,9 +512,9 @@ impl DiskOs {
             let d = if matches!(stage.disklet, DiskletSpec::Wasm { .. }) {
                 // Compiling and a user init run guest code: keep them off the async workers.
                 let (os, disklet) = (self.clone(), stage.disklet.clone());
-                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
+                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s, None)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
             } else {
-                self.build_stage(&stage.disklet, &inputs, s)?
+                self.build_stage(&stage.disklet, &inputs, s, spills[i].as_ref())?
             };
             if d.output_ports() as u32 != ports[i] {
                 return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, the job reads {}", d.output_ports(), ports[i])));
@@ -825,6 +829,18 @@ fn routed_streams(sink: &Sink) -> u64 {
     }
 }
 
+/// Where each stage may spill: stages that can (plan fragments that sort or aggregate) share
+/// the job's temporary-space grant equally, each capped at its share, in its own directory of
+/// the job's area. A job that also writes temporary streams gives them the whole grant, and
+/// its stages do not spill (a full sort or aggregation then fails at its scratch, typed).
+fn spill_shares(spec: &JobSpec, area: &TempArea) -> Vec<Option<Spill>> {
+    let spills = |d: &DiskletSpec| matches!(d, DiskletSpec::Fragment { kind: FragmentKind::Sort | FragmentKind::Aggregate, .. });
+    let temp_streams = spec.outputs.iter().any(|o| matches!(o.sink, Sink::Store { stream: StoredStream::Temp { .. } }));
+    let count = spec.disklets().filter(|d| spills(d)).count() as u64;
+    let share = if temp_streams || count == 0 { 0 } else { area.limit_bytes() / count };
+    spec.disklets().enumerate().map(|(i, d)| (spills(d) && share > 0).then(|| Spill { dir: area.dir().join(format!("spill-stage-{i}")), bytes: share })).collect()
+}
+
 /// Gives each temporary input the schema of the port that writes it, once that is known
 /// (repeated while it finds more: a temporary stream may be written from another one).
 fn resolve_temp_schemas(spec: &JobSpec, schemas: &mut BTreeMap<Port, SchemaRef>) {
@@ -988,6 +1004,8 @@ enum Call {
     InputEnded(usize),
     /// Every input ended.
     Finish,
+    /// The disklet holds output back ([`Disklet::has_more_output`]).
+    More,
 }
 
 /// Runs one call of the disklet under a compute slot, on the stage's own thread. Slots are
@@ -1003,12 +1021,14 @@ fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &Stag
         Call::Process(input, b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position, input: *input }, emitter),
         Call::InputEnded(input) => disklet.input_ended(*input, emitter),
         Call::Finish => disklet.finish(emitter),
+        Call::More => disklet.more_output(emitter),
     };
     let cpu = slot.release();
     drop(call);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
     counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
     counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
+    counters.spilled.store(disklet.spilled_bytes(), Ordering::Relaxed);
     result?;
     emitter.overflow().map_or(Ok(()), Err)
 }
@@ -1096,6 +1116,10 @@ fn run_stage(mut disklet: Box<dyn Disklet>, inputs: Vec<StreamRx>, outputs: Vec<
             }
             let stop = emitter.is_done();
             forward(&mut emitter, &outputs, &ctx)?;
+            while disklet.has_more_output() && !ctx.state.failed() {
+                step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
+                forward(&mut emitter, &outputs, &ctx)?;
+            }
             if end {
                 return Ok(());
             }
@@ -1105,7 +1129,12 @@ fn run_stage(mut disklet: Box<dyn Disklet>, inputs: Vec<StreamRx>, outputs: Vec<
                     rx.close();
                 }
                 step(disklet.as_mut(), &mut emitter, Call::Finish, &ctx)?;
-                return forward(&mut emitter, &outputs, &ctx);
+                forward(&mut emitter, &outputs, &ctx)?;
+                while disklet.has_more_output() && !ctx.state.failed() {
+                    step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
+                    forward(&mut emitter, &outputs, &ctx)?;
+                }
+                return Ok(());
             }
         }
     })();

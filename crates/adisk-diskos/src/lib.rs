@@ -15,7 +15,7 @@
 //! * [`stream`]: fixed-size stream buffers and the stream readers (table, file).
 //! * [`disklet`]: the disklet interface — `init` (construction with params and scratch),
 //!   `process(buffer, emit)`, `finish(emit)` — and the [`disklet::Emitter`].
-//! * [`disklets`]: the built-in disklets (select, aggregate/group-by, bloom_probe, partition, sort_runs).
+//! * [`disklets`]: the built-in disklets (select, aggregate/group-by, bloom_probe, partition, merge, hash_join, and the plan-fragment runner).
 //! * [`exchange`]: inboxes of disk-to-disk pipe streams.
 //! * [`sched`]: the compute slots, shared fairly between host programs.
 //! * [`job`]: wiring a [`adisk_core::protocol::JobSpec`] into tasks, scheduling, statistics.

@@ -137,6 +137,16 @@ impl TempArea {
         TempArea { dir: root.join(format!("job-{serial}")), limit_bytes, written: Arc::new(AtomicU64::new(0)), done: Mutex::new(HashMap::new()) }
     }
 
+    /// The area's directory (created at the first write).
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The job's temporary-space grant, bytes.
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
     /// Bytes written so far.
     pub fn written_bytes(&self) -> u64 {
         self.written.load(Ordering::Relaxed)

@@ -3,7 +3,7 @@
 //! (each file is one job on the disk holding it); and the deterministic images the convolution
 //! example reads.
 use crate::cluster::Cluster;
-use crate::plan::JobOutput;
+use crate::jobs::JobOutput;
 use crate::{HostError, Result};
 use adisk_core::protocol::{DiskletInfo, DiskletSpec, ExprBytes, FileInfo, GenerateImages, InstallDisklet, JobSpec, Output, Port, Sink, Source, Stage, action};
 use adisk_core::stats::{DiskJobStats, JobStats};
@@ -123,7 +123,7 @@ pub async fn run_tables(cluster: &Cluster, req: &WasmRequest, tables: &[(String,
     }
     let specs: Vec<(u32, JobSpec)> = disks.unwrap_or_default().into_iter().map(|d| (d, spec(req, sources.clone()))).collect();
     let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
-    let disks = crate::plan::run_phase(cluster, specs, |d, b| {
+    let disks = crate::jobs::run_phase(cluster, specs, |d, b| {
         per_disk.entry(d).or_default().push(b);
         Ok(())
     })

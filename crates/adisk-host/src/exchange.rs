@@ -74,13 +74,13 @@ pub async fn run(
         Pattern::Pair { from, to } => (vec![from], vec![to]),
         Pattern::AllToAll => (holders, (0..cluster.disk_count()).collect()),
     };
-    let id = crate::plan::new_id("exchange");
+    let id = crate::jobs::new_id("exchange");
     let targets: Vec<String> = receivers
         .iter()
         .map(|d| cluster.address(*d).to_string())
         .collect();
     let route = Route::Hash {
-        keys: vec![crate::plan::encode_expr(&col(schema.field(0).name()))?],
+        keys: vec![crate::jobs::encode_expr(&col(schema.field(0).name()))?],
     };
     let mut jobs = Vec::new();
     for (i, d) in senders.iter().enumerate() {
@@ -100,7 +100,7 @@ pub async fn run(
             *d,
             JobSpec::chain(
                 format!("{id}-send-{d}"),
-                crate::plan::program_id(),
+                crate::jobs::program_id(),
                 source,
                 vec![],
                 sink,
@@ -118,7 +118,7 @@ pub async fn run(
             *d,
             JobSpec::chain(
                 format!("{id}-recv-{d}"),
-                crate::plan::program_id(),
+                crate::jobs::program_id(),
                 source,
                 vec![count.clone()],
                 Sink::Host,
@@ -127,7 +127,7 @@ pub async fn run(
     }
     let started = Instant::now();
     let mut rows = 0u64;
-    crate::plan::run_phase(cluster, jobs, |_, batch| {
+    crate::jobs::run_phase(cluster, jobs, |_, batch| {
         rows += counted(&batch);
         Ok(())
     })
@@ -159,7 +159,7 @@ fn count_rows() -> Result<DiskletSpec> {
         group_by: vec![],
         aggregates: vec![NamedExpr {
             name: "rows".into(),
-            expr: crate::plan::encode_expr(&count)?,
+            expr: crate::jobs::encode_expr(&count)?,
         }],
         mode: AggregateMode::Single,
         raw_input: None,
@@ -177,7 +177,7 @@ pub async fn scan_only(
     columns: &[String],
     d: u32,
 ) -> Result<(u64, u64)> {
-    let id = format!("{}-scan-{d}", crate::plan::new_id("exchange"));
+    let id = format!("{}-scan-{d}", crate::jobs::new_id("exchange"));
     let source = Source::Table {
         table: table.to_string(),
         columns: columns.to_vec(),
@@ -185,13 +185,13 @@ pub async fn scan_only(
     };
     let spec = JobSpec::chain(
         id.clone(),
-        crate::plan::program_id(),
+        crate::jobs::program_id(),
         source,
         vec![count_rows()?],
         Sink::Host,
     );
     let started = Instant::now();
-    crate::plan::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
+    crate::jobs::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
     let wall_ns = started.elapsed().as_nanos() as u64;
     Ok((cluster.job_stats(d, &id).await?.bytes_scanned, wall_ns))
 }

@@ -1,20 +1,24 @@
-//! The ActiveDisk host: knows the cluster and the catalog, plans built-in disklet jobs,
-//! runs them on every disk holding a table, merges result streams as they arrive, combines
-//! partial aggregates, and collects per-disk statistics.
+//! The ActiveDisk host: knows the cluster and the catalog, plans every request — SQL text,
+//! `adisk run` parameters, WebAssembly disklet runs — through one planner into disk jobs, runs
+//! them on every disk holding a table, merges result streams as they arrive, and collects
+//! per-disk statistics.
 //!
 //! ```text
-//!   JobRequest ─► plan (DataFusion: parse, resolve, type-check) ─► JobSpec per disk
-//!        │                                                          │ DoGet (Flight)
-//!        ▼                                                          ▼
-//!   combine (merge streams as they arrive; final aggregation) ◄── result batches
-//!        │                                                     ◄── job_stats (action)
+//!   SQL text ─────────────┐
+//!   adisk run (params) ───┤─► sql (DataFusion plan + offload rules) ─► jobs (JobSpec per disk)
+//!                         │                                              │ DoGet (Flight)
+//!                         ▼                                              ▼
+//!   combine (DataFusion operators at the host; merged streams) ◄── result batches
+//!        │                                                      ◄── job_stats (action)
 //!        ▼
-//!   JobOutput { batches, JobStats }
+//!   QueryOutput / JobOutput { batches, JobStats }
 //! ```
 //!
 //! * [`cluster`]: connections, catalog, status, shutdown, running job specs.
-//! * [`plan`]: turning a disklet name + parameters into job specs.
+//! * [`jobs`]: the one job builder and runner (ids, programs, sizes, result streams).
 //! * [`sql`]: SQL over the disks (DataFusion + offload rules), EXPLAIN, TPC-H.
+//! * [`run`]: `adisk run DISKLET`: parameters → a DataFusion plan for [`sql`].
+//! * [`disklet`]: WebAssembly disklet jobs; [`exchange`]: the exchange benchmark's jobs.
 //! * [`load`]: TPC-H generation at the disks; Parquet/CSV loads with declustering.
 #![warn(missing_docs)]
 
@@ -22,12 +26,14 @@ pub mod cluster;
 pub mod disklet;
 pub mod exchange;
 pub mod load;
-pub mod plan;
+pub mod jobs;
 pub mod relay;
+pub mod run;
 pub mod sql;
 
 pub use cluster::{Catalog, Cluster, TableEntry};
-pub use plan::{JobOutput, JobRequest};
+pub use jobs::JobOutput;
+pub use run::JobRequest;
 
 /// Errors seen by the host.
 #[derive(Debug, thiserror::Error)]

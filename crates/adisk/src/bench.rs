@@ -105,14 +105,14 @@ pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, pyth
         loaded?;
         let config = up(&cdir, &args).await?;
         let result = async {
-            let cluster = crate::connect(&cdir).await?;
+            let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
             for (name, req, sql) in &queries {
-                adisk_host::plan::run(&cluster, req).await?; // warm-up (first open verifies checksums)
+                adisk_host::run::run(&cluster, req).await?; // warm-up (first open verifies checksums)
                 let mut walls = Vec::with_capacity(repeats);
                 let mut disk_walls = Vec::with_capacity(repeats);
                 let mut last = None;
                 for _ in 0..repeats {
-                    let out = adisk_host::plan::run(&cluster, req).await?;
+                    let out = adisk_host::run::run(&cluster, req).await?;
                     walls.push(out.stats.wall_ns as f64 / 1e9);
                     disk_walls.push(out.stats.totals().wall_ns_max as f64 / 1e9);
                     last = Some(out);

@@ -200,7 +200,7 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
     let args = crate::local::UpArgs { disks: 1, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default() };
     crate::local::up(&cdir, &args).await?;
     let result = async {
-        let cluster = crate::connect(&cdir).await?;
+        let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
         let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
         if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
             crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()] }).await?;
@@ -221,12 +221,12 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
                 adisk_host::JobRequest { disklet: "select".into(), table: "lineitem".into(), params: [("predicate".to_string(), Q6_PREDICATE.to_string()), ("project".to_string(), "l_orderkey".to_string())].into_iter().collect(), ..Default::default() }
             };
             let wasm_req = WasmRequest { name: "count_if".into(), params: [("where".to_string(), Q6_WHERE.to_string()), ("mode".to_string(), mode.to_string())].into_iter().collect(), fuel: None, scratch_kib: 0 };
-            adisk_host::plan::run(&cluster, &native_req).await?; // warm-up
+            adisk_host::run::run(&cluster, &native_req).await?; // warm-up
             disklet::run_table(&cluster, &wasm_req, "lineitem", &columns).await?;
             let (mut native, mut wasm, mut inst) = (Vec::new(), Vec::new(), Vec::new());
             let mut result_rows = (0u64, 0u64);
             for _ in 0..repeats {
-                let n = adisk_host::plan::run(&cluster, &native_req).await?;
+                let n = adisk_host::run::run(&cluster, &native_req).await?;
                 native.push(disk_s(&n.stats));
                 let w = disklet::run_table(&cluster, &wasm_req, "lineitem", &columns).await?;
                 wasm.push(disk_s(&w.stats));

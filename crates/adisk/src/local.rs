@@ -365,7 +365,7 @@ their ratio, the data reduction, is what computing where the data lives saves.";
 
 async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
     println!("{DEMO_INTRO}\n");
-    let cluster = crate::connect(dir).await?;
+    let cluster = std::sync::Arc::new(crate::connect(dir).await?);
     let tables = adisk_storage::tpch::TABLES.map(String::from).to_vec();
     crate::output::load_tpch(
         &cluster,
@@ -385,7 +385,6 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
         "\n== 2. Q1-like group-by: at the disks, select → hash group-by; at the host, merge of partial groups =="
     );
     demo_job(&cluster, &demo_q1()).await?;
-    let cluster = std::sync::Arc::new(cluster);
     let q3 = adisk_host::sql::tpch::query(3)?;
     println!(
         "\n== 3. SQL: TPC-H Q3 (`adisk tpch query 3`), conventional (offload none) vs auto =="
@@ -421,10 +420,10 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
 
 /// Runs one built-in job of the demo and prints its rows, statistics and data reduction.
 async fn demo_job(
-    cluster: &adisk_host::Cluster,
+    cluster: &std::sync::Arc<adisk_host::Cluster>,
     job: &adisk_host::JobRequest,
 ) -> Result<(), CliError> {
-    let out = adisk_host::plan::run(cluster, job).await?;
+    let out = adisk_host::run::run(cluster, job).await?;
     crate::output::print_job(&out, "table", 20)?;
     let totals = out.stats.totals();
     println!(

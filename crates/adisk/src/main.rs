@@ -11,7 +11,7 @@ mod sql_cmd;
 use adisk_core::config::ClusterConfig;
 use adisk_host::cluster::Cluster;
 use adisk_host::load::{FileFormat, TpchLoad};
-use adisk_host::plan::JobRequest;
+use adisk_host::JobRequest;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -125,7 +125,7 @@ struct FileLoadArgs {
 
 #[derive(clap::Args, Debug)]
 struct RunArgs {
-    /// scan | select | aggregate | groupby | bloom_probe | partition | sort_runs
+    /// scan | select | aggregate | groupby | bloom_probe | partition | sort
     disklet: String,
     /// Table to run on.
     #[arg(long)]
@@ -140,6 +140,10 @@ struct RunArgs {
     /// Scratch per disklet, KiB (0: a quarter of each disk's memory).
     #[arg(long, default_value_t = 0)]
     scratch_kib: u64,
+    /// Temporary disk space per disk job, KiB: a `sort` (or a final aggregation) past its
+    /// scratch spills sorted runs there and merges them (0: none; it fails instead).
+    #[arg(long, default_value_t = 0)]
+    temp_kib: u64,
     /// Output format: table or json.
     #[arg(long, default_value = "table")]
     format: String,
@@ -244,9 +248,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster).await,
         Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster).await,
         Command::Run(a) => {
-            let cluster = connect(&dir).await?;
-            let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib };
-            let out = adisk_host::plan::run(&cluster, &req).await?;
+            let cluster = std::sync::Arc::new(connect(&dir).await?);
+            let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib, temp_kib: a.temp_kib };
+            let out = adisk_host::run::run(&cluster, &req).await?;
             output::print_job(&out, &a.format, a.max_rows)
         }
         Command::Sql(a) => sql_cmd::sql(&dir, a).await,

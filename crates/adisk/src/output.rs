@@ -2,7 +2,7 @@
 use crate::CliError;
 use adisk_host::cluster::Cluster;
 use adisk_host::load::{FileFormat, TpchLoad};
-use adisk_host::plan::JobOutput;
+use adisk_host::JobOutput;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 

@@ -19,6 +19,10 @@ pub struct EngineArgs {
     /// Scratch per disk stage, KiB (0: the disk's default, a quarter of its memory).
     #[arg(long, default_value_t = 0)]
     pub scratch_kib: u64,
+    /// Temporary disk space per disk job, KiB: sorts and aggregations past their scratch spill
+    /// there (0: none; they fail instead).
+    #[arg(long, default_value_t = 0)]
+    pub temp_kib: u64,
     /// Stream buffer size of the disk jobs, KiB (0: the disks' default).
     #[arg(long, default_value_t = adisk_host::sql::SQL_BUFFER_KIB)]
     pub buffer_kib: u64,
@@ -30,7 +34,7 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     pub fn options(&self, offload: Offload) -> SqlOptions {
-        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, host_threads: 0, buffer_kib: self.buffer_kib, program: self.program.clone() }
+        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, temp_kib: self.temp_kib, host_threads: 0, buffer_kib: self.buffer_kib, program: self.program.clone() }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
         Ok(self.offload.parse::<Offload>()?)

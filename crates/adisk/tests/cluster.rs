@@ -210,7 +210,7 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
             .as_array()
             .unwrap()
             .iter()
-            .find(|s| s["disklet"] == "aggregate")
+            .find(|s| s["disklet"] == "sql_aggregate")
             .unwrap();
         assert!(
             agg_stage["scratch_peak_bytes"].as_u64().unwrap()
@@ -304,11 +304,11 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
             .is_some()
     );
 
-    // sort_runs
+    // sort: each disk sorts its part, the host merges the sorted streams.
     let sorted = run_json(
         &dir,
         &[
-            "sort_runs",
+            "sort",
             "--table",
             "orders",
             "--scratch-kib",
@@ -329,6 +329,12 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
         .collect();
     let theirs: Vec<i64> = duckdb(&dir, "SELECT o_orderkey FROM orders WHERE o_orderdate < DATE '1993-01-01' ORDER BY o_totalprice DESC, o_orderkey").iter().map(|r| r[0].as_i64().unwrap()).collect();
     assert_eq!(ours, theirs, "sort order");
+    let at_disks: u64 = sorted["stats"]["notes"]["rows sorted at the disks"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(at_disks as usize, ours.len(), "every row is sorted at its disk");
 
     // zone maps: a range on the declustering key reads fewer bytes than a full scan.
     let narrow = run_json(

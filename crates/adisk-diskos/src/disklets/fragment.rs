@@ -9,18 +9,22 @@
 //!
 //! Memory: the fragment's DataFusion memory pool is the stage's scratch grant. A partial
 //! aggregation that fills it emits its groups early (DataFusion's early emit), so memory stays
-//! within the grant whatever the number of groups; spilling to files is disabled.
+//! within the grant whatever the number of groups. A sort or a final aggregation that fills it
+//! spills to the job's temporary area when the job was granted temporary space ([`Spill`]:
+//! its own directory, capped at its share of the grant): DataFusion writes sorted runs and
+//! merges them back — the disk-side external sort. Without temporary space, it fails typed.
 use crate::disklet::{Disklet, Emitter, InputBuffer};
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::FragmentKind;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
-use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
@@ -34,11 +38,44 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// Operators a fragment may contain besides its leaf.
-pub const ALLOWED_OPERATORS: [&str; 3] = ["FilterExec", "ProjectionExec", "AggregateExec (partial)"];
+pub const ALLOWED_OPERATORS: [&str; 4] = ["FilterExec", "ProjectionExec", "AggregateExec", "SortExec"];
 
-/// Polls in a row that may return `Pending` while input is queued before the fragment is
-/// declared stalled (operators that yield cooperatively return `Pending` once in a while).
-const STALL_POLLS: u32 = 1024;
+/// Where a fragment may spill, and how much.
+#[derive(Clone, Debug)]
+pub struct Spill {
+    /// A directory of its own in the job's temporary area (removed with the area).
+    pub dir: std::path::PathBuf,
+    /// Its share of the job's temporary-space grant.
+    pub bytes: u64,
+}
+
+/// Polls in a row that may return `Pending` while input is queued before the stage thread
+/// parks until the fragment wakes it (operators that yield cooperatively return `Pending` once
+/// in a while; a sort reading back its spilled runs waits for its reads).
+const SPIN_POLLS: u32 = 1024;
+
+/// How long a fragment with input queued may make no progress before it is declared stalled.
+const STALL_WAIT: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// The share of a fragment's scratch kept for output it holds back (1/N).
+const OUTPUT_RESERVE_FRACTION: u64 = 8;
+/// Bounds on the rows of a fragment's output batches.
+const MIN_BATCH_ROWS: u64 = 64;
+const MAX_BATCH_ROWS: u64 = 8192;
+
+/// Estimated bytes per row of `schema`: fixed widths, 16 for variable-length values.
+fn row_width(schema: &SchemaRef) -> u64 {
+    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64).sum::<u64>().max(1)
+}
+
+/// Wakes the stage thread parked in [`Fragment::drive`].
+struct ThreadWaker(std::thread::Thread);
+
+impl std::task::Wake for ThreadWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+}
 
 #[derive(Debug, Default)]
 struct Feed {
@@ -117,7 +154,17 @@ pub struct Fragment {
     feed: Arc<Mutex<Feed>>,
     stream: SendableRecordBatchStream,
     pool: Arc<dyn MemoryPool>,
+    disk: Arc<DiskManager>,
+    /// Output polled from the plan that did not fit the emitter yet, and its bytes.
+    pending: VecDeque<RecordBatch>,
+    pending_bytes: u64,
+    /// Most bytes on disk in spill files at once.
+    spilled_peak: u64,
     exhausted: bool,
+    /// Batches emitted so far.
+    emitted: u64,
+    /// Calls that emitted before the input ended (aggregations flushing early).
+    flushes: u64,
 }
 
 fn df(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError + '_ {
@@ -144,9 +191,11 @@ fn attach(plan: Arc<dyn ExecutionPlan>, input: &SchemaRef, feed: &Arc<Mutex<Feed
         *leaves += 1;
         return Ok(Arc::new(FeedExec::new(want, feed.clone())));
     }
+    // One input partition, so a sort that keeps partitions and a plain one are the same.
     let allowed = any.downcast_ref::<FilterExec>().is_some()
         || any.downcast_ref::<ProjectionExec>().is_some()
-        || any.downcast_ref::<AggregateExec>().is_some_and(|a| *a.mode() == AggregateMode::Partial);
+        || any.downcast_ref::<AggregateExec>().is_some()
+        || any.downcast_ref::<SortExec>().is_some();
     if !allowed {
         return Err(DiskOsError::InvalidJob(format!(
             "operator `{}` may not run at a disk (allowed: {})",
@@ -159,19 +208,39 @@ fn attach(plan: Arc<dyn ExecutionPlan>, input: &SchemaRef, feed: &Arc<Mutex<Feed
 }
 
 impl Fragment {
-    /// Decodes and checks the fragment; its memory pool is the scratch grant.
-    pub fn new(kind: FragmentKind, plan: &[u8], input: &SchemaRef, scratch_bytes: u64) -> Result<Self> {
-        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(scratch_bytes as usize));
-        let runtime = RuntimeEnvBuilder::new()
-            .with_memory_pool(pool.clone())
-            .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled))
-            .build_arc()
-            .map_err(df("building the fragment runtime"))?;
-        let ctx = SessionContext::new_with_config_rt(SessionConfig::new(), runtime);
+    /// Decodes and checks the fragment; its memory pool is the scratch grant, its spill space
+    /// `spill` (none: spilling disabled).
+    pub fn new(kind: FragmentKind, plan: &[u8], input: &SchemaRef, scratch_bytes: u64, spill: Option<&Spill>) -> Result<Self> {
+        // The plan's pool is the scratch grant less a reserve for one output batch held back
+        // (`pending`); output batches are sized to fit half of it.
+        let reserve = scratch_bytes / OUTPUT_RESERVE_FRACTION;
+        let pool_bytes = scratch_bytes - reserve;
+        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(pool_bytes as usize));
+        let disk = match spill {
+            Some(sp) => {
+                std::fs::create_dir_all(&sp.dir).map_err(|source| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("creating {}", sp.dir.display()), source }))?;
+                DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![sp.dir.clone()])).with_max_temp_directory_size(sp.bytes)
+            }
+            None => DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
+        };
+        let runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone()).with_disk_manager_builder(disk).build_arc().map_err(df("building the fragment runtime"))?;
+        let disk = runtime.disk_manager.clone();
+        let batch_rows = (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
+        let mut config = SessionConfig::new().with_batch_size(batch_rows);
+        // A sort keeps this much of its pool back for merging its spilled runs (DataFusion's
+        // default, 10 MiB, would not fit a disk's scratch); in-place sorting up to the same.
+        config.options_mut().execution.sort_spill_reservation_bytes = (pool_bytes / 4) as usize;
+        config.options_mut().execution.sort_in_place_threshold_bytes = (pool_bytes / 4) as usize;
+        let ctx = SessionContext::new_with_config_rt(config, runtime);
         let task = ctx.task_ctx();
         let plan = datafusion_proto::bytes::physical_plan_from_bytes(plan, &task).map_err(df("decoding a plan fragment"))?;
-        if kind == FragmentKind::Aggregate && plan.downcast_ref::<AggregateExec>().is_none() {
-            return Err(DiskOsError::InvalidJob("an aggregate fragment must end in a partial AggregateExec".into()));
+        let root_fits = match kind {
+            FragmentKind::Select => true,
+            FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
+            FragmentKind::Sort => plan.downcast_ref::<SortExec>().is_some(),
+        };
+        if !root_fits {
+            return Err(DiskOsError::InvalidJob(format!("a `{}` fragment must end in its operator, not `{}`", kind.disklet_name(), plan.name())));
         }
         let feed = Arc::new(Mutex::new(Feed::default()));
         let mut leaves = 0;
@@ -181,17 +250,28 @@ impl Fragment {
         }
         let schema = plan.schema();
         let stream = plan.execute(0, task).map_err(df("starting a plan fragment"))?;
-        Ok(Fragment { kind, schema, feed, stream, pool, exhausted: false })
+        Ok(Fragment { kind, schema, feed, stream, pool, disk, pending: VecDeque::new(), pending_bytes: 0, spilled_peak: 0, exhausted: false, emitted: 0, flushes: 0 })
     }
 
-    /// Polls the fragment until it needs more input (or ends), emitting what it produces.
+    /// Polls the fragment until it needs more input, ends, or fills the emitter (the rest of
+    /// its output then waits in `pending` for [`Disklet::more_output`]).
     fn drive(&mut self, out: &mut Emitter) -> Result<()> {
-        let waker = futures::task::noop_waker();
+        let waker = std::task::Waker::from(Arc::new(ThreadWaker(std::thread::current())));
         let mut cx = Context::from_waker(&waker);
-        let mut stalls = 0;
-        while !self.exhausted {
-            match Stream::poll_next(self.stream.as_mut(), &mut cx) {
-                Poll::Ready(Some(Ok(b))) => out.emit(0, b),
+        let (mut spins, mut since) = (0u32, std::time::Instant::now());
+        loop {
+            self.flush_pending(out);
+            if !self.pending.is_empty() || self.exhausted {
+                return Ok(());
+            }
+            let polled = Stream::poll_next(self.stream.as_mut(), &mut cx);
+            self.spilled_peak = self.spilled_peak.max(self.disk.used_disk_space());
+            match polled {
+                Poll::Ready(Some(Ok(b))) => {
+                    self.pending_bytes += crate::disklets::batch_bytes(&b);
+                    self.pending.push_back(b);
+                    (spins, since) = (0, std::time::Instant::now());
+                }
                 Poll::Ready(Some(Err(source))) => return Err(DiskOsError::DataFusion { context: format!("running {}", self.name()), source }),
                 Poll::Ready(None) => self.exhausted = true,
                 Poll::Pending => {
@@ -200,40 +280,77 @@ impl Fragment {
                         return Ok(());
                     }
                     drop(f);
-                    stalls += 1;
-                    if stalls > STALL_POLLS {
-                        return Err(DiskOsError::InvalidJob(format!("{} stalled with input queued", self.name())));
+                    spins += 1;
+                    if spins > SPIN_POLLS {
+                        if since.elapsed() > STALL_WAIT {
+                            return Err(DiskOsError::InvalidJob(format!("{} made no progress for {} s with input queued", self.name(), STALL_WAIT.as_secs())));
+                        }
+                        std::thread::park_timeout(std::time::Duration::from_millis(5));
                     }
                 }
             }
         }
-        Ok(())
+    }
+
+    /// Emits held-back output while the emitter has room, cutting a batch that does not fit.
+    fn flush_pending(&mut self, out: &mut Emitter) {
+        while let Some(b) = self.pending.pop_front() {
+            let (bytes, room) = (crate::disklets::batch_bytes(&b), out.room());
+            let rows = if bytes <= room { b.num_rows() } else { (b.num_rows() as u128 * room as u128 / bytes.max(1) as u128) as usize };
+            if rows == 0 {
+                self.pending.push_front(b);
+                return;
+            }
+            let (now, later) = (b.slice(0, rows), b.slice(rows, b.num_rows() - rows));
+            self.pending_bytes = self.pending_bytes.saturating_sub(bytes) + crate::disklets::batch_bytes(&later);
+            self.emitted += 1;
+            out.emit(0, now);
+            if later.num_rows() > 0 {
+                self.pending.push_front(later);
+                return;
+            }
+        }
     }
 }
 
 impl Disklet for Fragment {
     fn name(&self) -> &'static str {
-        match self.kind {
-            FragmentKind::Select => "sql_select",
-            FragmentKind::Aggregate => "sql_aggregate",
-        }
+        self.kind.disklet_name()
     }
     fn output_schema(&self) -> SchemaRef {
         self.schema.clone()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
         self.feed.lock().expect("feed lock").queue.push_back(input.batch.clone());
-        self.drive(out)
+        let before = self.emitted;
+        self.drive(out)?;
+        // An aggregation that emits before its input ended has flushed groups early.
+        if self.kind == FragmentKind::Aggregate && self.emitted > before {
+            self.flushes += 1;
+        }
+        Ok(())
+    }
+    fn flushes(&self) -> u64 {
+        self.flushes
+    }
+    fn spilled_bytes(&self) -> u64 {
+        self.spilled_peak
     }
     fn finish(&mut self, out: &mut Emitter) -> Result<()> {
         self.feed.lock().expect("feed lock").closed = true;
         self.drive(out)?;
-        if !self.exhausted {
+        if !self.exhausted && self.pending.is_empty() {
             return Err(DiskOsError::InvalidJob(format!("{} did not end with its input", self.name())));
         }
         Ok(())
     }
     fn scratch_bytes(&self) -> u64 {
-        self.pool.reserved() as u64
+        self.pool.reserved() as u64 + self.pending_bytes
+    }
+    fn has_more_output(&self) -> bool {
+        !self.pending.is_empty() || (self.feed.lock().expect("feed lock").closed && !self.exhausted)
+    }
+    fn more_output(&mut self, out: &mut Emitter) -> Result<()> {
+        self.drive(out)
     }
 }

@@ -6,7 +6,6 @@ pub mod hash_join;
 pub mod merge;
 pub mod partition;
 pub mod select;
-pub mod sort_runs;
 
 use crate::disklet::Disklet;
 use crate::expr::ExprPlanner;
@@ -22,7 +21,7 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// Parameters that do not plan over the inputs, or as many inputs as the disklet takes.
-pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, planner: &ExprPlanner) -> Result<Box<dyn Disklet>> {
+pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, planner: &ExprPlanner, spill: Option<&fragment::Spill>) -> Result<Box<dyn Disklet>> {
     let one = || match inputs {
         [input] => Ok(input),
         _ => Err(DiskOsError::InvalidJob(format!("`{}` takes one input, got {}", spec.name(), inputs.len()))),
@@ -35,8 +34,7 @@ pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, plann
         }
         DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), one()?, scratch_bytes, planner)?),
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, one()?, planner)?),
-        DiskletSpec::SortRuns { keys } => Box::new(sort_runs::SortRuns::new(keys, one()?, scratch_bytes, planner)?),
-        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, one()?, scratch_bytes)?),
+        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, one()?, scratch_bytes, spill)?),
         DiskletSpec::Merge { keys } => Box::new(merge::Merge::new(keys, inputs, scratch_bytes, planner)?),
         DiskletSpec::HashJoin { build_keys, probe_keys } => Box::new(hash_join::HashJoin::new(build_keys, probe_keys, inputs, scratch_bytes, planner)?),
         DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),

@@ -26,7 +26,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::{ExecutionPlan, collect};
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -124,6 +124,9 @@ pub struct SqlSettings {
     pub bloom_bytes: usize,
     /// Scratch per disk stage, KiB (0: the disk's default).
     pub scratch_kib: u64,
+    /// Temporary disk space per disk job, KiB (0: none; sorts and aggregations past their
+    /// scratch then fail instead of spilling).
+    pub temp_kib: u64,
     /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
     pub buffer_kib: u64,
     /// Collect exact-match counts to measure Bloom false positives.
@@ -245,6 +248,8 @@ pub struct SqlOptions {
     pub bloom_kib: u64,
     /// Scratch per disk stage, KiB (0: the disk's default).
     pub scratch_kib: u64,
+    /// Temporary disk space per disk job for spilling, KiB (0: none).
+    pub temp_kib: u64,
     /// Host threads for DataFusion (0: all cores).
     pub host_threads: usize,
     /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
@@ -261,7 +266,7 @@ pub const SQL_BUFFER_KIB: u64 = 1024;
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB, program: None }
+        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, temp_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB, program: None }
     }
 }
 
@@ -321,8 +326,8 @@ impl SqlEngine {
         }
         let link = cluster.host_link().cloned();
         let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog.tables.values().map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values()))).collect();
-        let program = opts.program.clone().unwrap_or_else(crate::plan::program_id);
-        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone(), program: program.clone() });
+        let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
+        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, temp_kib: opts.temp_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone(), program: program.clone() });
         let settings = settings_for(false);
         let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
         let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;
@@ -389,10 +394,50 @@ impl SqlEngine {
     }
 
     async fn run(&self, sql: &str, analyze: bool) -> Result<QueryOutput> {
-        let (ctx, metrics) = if analyze { (&self.analyze_ctx, &self.analyze_metrics) } else { (&self.ctx, &self.metrics) };
+        let (ctx, _) = self.session_for(analyze);
         let started = Instant::now();
-        let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         let plan = self.physical(ctx, sql).await?;
+        self.execute(plan, analyze, started).await
+    }
+
+    fn session_for(&self, analyze: bool) -> (&SessionContext, &Arc<QueryMetrics>) {
+        if analyze { (&self.analyze_ctx, &self.analyze_metrics) } else { (&self.ctx, &self.metrics) }
+    }
+
+    /// A table as a DataFrame of this engine's session (`analyze`: the session that counts
+    /// exact Bloom matches), for requests built with DataFusion's DataFrame API rather than
+    /// SQL text: they are planned and offloaded exactly like SQL.
+    ///
+    /// # Errors
+    /// Unknown table.
+    pub async fn table(&self, name: &str, analyze: bool) -> Result<DataFrame> {
+        if !self.tables.iter().any(|t| t == name) {
+            return Err(HostError::UnknownTable(name.to_string()));
+        }
+        self.session_for(analyze).0.table(name).await.map_err(plan_err("opening a table"))
+    }
+
+    /// The optimized physical plan of a DataFrame built from [`SqlEngine::table`].
+    ///
+    /// # Errors
+    /// Planning errors.
+    pub async fn plan_frame(&self, df: DataFrame) -> Result<Arc<dyn ExecutionPlan>> {
+        df.create_physical_plan().await.map_err(plan_err("planning the request"))
+    }
+
+    /// Runs a DataFrame built from [`SqlEngine::table`] (with the same `analyze`).
+    ///
+    /// # Errors
+    /// Planning errors; a disk failing.
+    pub async fn run_frame(&self, df: DataFrame, analyze: bool) -> Result<QueryOutput> {
+        let started = Instant::now();
+        let plan = self.plan_frame(df).await?;
+        self.execute(plan, analyze, started).await
+    }
+
+    async fn execute(&self, plan: Arc<dyn ExecutionPlan>, analyze: bool, started: Instant) -> Result<QueryOutput> {
+        let (ctx, metrics) = self.session_for(analyze);
+        let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         metrics.take();
         let batches = collect(plan.clone(), ctx.task_ctx()).await.map_err(plan_err("running the query"));
         // Streams dropped early (LIMIT) report from a spawned task.

@@ -68,6 +68,9 @@ impl PhysicalOptimizerRule for OffloadRule {
             if aggregates && let Some(agg) = node.downcast_ref::<AggregateExec>() && let Some(pushed) = push_aggregate(agg, &node) {
                 return Ok(Transformed::yes(pushed));
             }
+            if level >= Offload::Select && let Some(sort) = node.downcast_ref::<SortExec>() && let Some(pushed) = push_sort(sort, &node) {
+                return Ok(Transformed::yes(pushed));
+            }
             if semijoins && let Some(join) = node.downcast_ref::<HashJoinExec>() && let Some(pushed) = push_bloom(join, &node, &self.settings)? {
                 return Ok(Transformed::yes(pushed));
             }
@@ -121,6 +124,9 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
         return None;
     }
     let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    if !decodable(&bytes) {
+        return None;
+    }
     // Output rows: one per group per disk. Groups of plain columns: the product of their
     // distinct values, at most the input rows; no grouping: one row per disk.
     let disks = scan.disks.len() as f64;
@@ -144,6 +150,59 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
     };
     let mut plan = scan.plan.clone();
     plan.fragment = Some(ScanFragment { kind: FragmentKind::Aggregate, plan: frag, bytes, est_rows });
+    Some(Arc::new(scan.with_plan(plan)))
+}
+
+/// Whether a disk could decode the fragment on its own: some expressions only decode inside
+/// their host operator (a scalar subquery's value comes from the host's `ScalarSubqueryExec`).
+fn decodable(bytes: &[u8]) -> bool {
+    let ctx = datafusion::prelude::SessionContext::new();
+    datafusion_proto::bytes::physical_plan_from_bytes(bytes, &ctx.task_ctx()).is_ok()
+}
+
+/// The filters and projections between `input` and the scan below it, top first, and the scan.
+fn row_chain(input: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Arc<dyn ExecutionPlan>>, &DiskScanExec)> {
+    let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
+    let mut cur = input;
+    loop {
+        if let Some(scan) = cur.downcast_ref::<DiskScanExec>() {
+            return Some((chain, scan));
+        }
+        let a: &dyn ExecutionPlan = cur.as_ref();
+        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some() {
+            chain.push(cur.clone());
+        } else if a.downcast_ref::<CooperativeExec>().is_none() {
+            // Repartitioning would mix the disks' streams: a sort must stay on one.
+            return None;
+        }
+        cur = cur.children().into_iter().next()?;
+    }
+}
+
+/// A sort of each disk's stream (`SortExec` keeping partitions, under the host's merge of
+/// sorted streams) moves into the scan: every disk sorts its part — DataFusion's sort, runs
+/// within the scratch grant, merged — and the host only merges the disks' sorted streams.
+fn push_sort(sort: &SortExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let (chain, scan) = row_chain(sort.input())?;
+    if !(sort.preserve_partitioning() || scan.disks.len() <= 1) || scan.plan.fragment.is_some() || scan.plan.bloom.is_some() || !scan.plan.extra_blooms.is_empty() {
+        return None;
+    }
+    let mut frag: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(scan.schema()));
+    for op in chain.iter().rev() {
+        frag = rewire(op.clone(), vec![frag]).ok()?;
+    }
+    let one = SortExec::new(sort.expr().clone(), frag).with_fetch(sort.fetch());
+    let frag: Arc<dyn ExecutionPlan> = Arc::new(one);
+    if frag.schema() != node.schema() {
+        return None;
+    }
+    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    if !decodable(&bytes) {
+        return None;
+    }
+    let est_rows = sort.fetch().map(|f| (f * scan.disks.len()) as f64);
+    let mut plan = scan.plan.clone();
+    plan.fragment = Some(ScanFragment { kind: FragmentKind::Sort, plan: frag, bytes, est_rows });
     Some(Arc::new(scan.with_plan(plan)))
 }
 

@@ -14,7 +14,7 @@
 //! ```
 use super::{Offload, QueryMetrics, ScanReport, SqlSettings};
 use crate::cluster::{Cluster, TableEntry};
-use crate::plan::encode_expr;
+use crate::jobs::encode_expr;
 use crate::{HostError, Result};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::hash::hash_columns;
@@ -33,7 +33,7 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, utils::conjunc
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties};
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -279,8 +279,8 @@ pub struct DiskScanExec {
     cluster: Arc<Cluster>,
     settings: Arc<SqlSettings>,
     metrics: Arc<QueryMetrics>,
-    pub(super) plan: ScanPlan,
-    pub(super) disks: Vec<u32>,
+    pub(crate) plan: ScanPlan,
+    pub(crate) disks: Vec<u32>,
     pub(super) id: usize,
     properties: Arc<PlanProperties>,
 }
@@ -288,9 +288,14 @@ pub struct DiskScanExec {
 impl DiskScanExec {
     fn new(entry: Arc<TableEntry>, ndv: Arc<Vec<Option<u64>>>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
         let disks = entry.disks();
-        let schema = plan.fragment.as_ref().map(|f| f.plan.schema()).unwrap_or_else(|| plan.base_schema.clone());
+        // A sorting fragment makes each disk's stream sorted: say so, for the host's merge.
+        let equivalences = match &plan.fragment {
+            Some(f) if f.kind == FragmentKind::Sort => f.plan.equivalence_properties().clone(),
+            Some(f) => EquivalenceProperties::new(f.plan.schema()),
+            None => EquivalenceProperties::new(plan.base_schema.clone()),
+        };
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema),
+            equivalences,
             Partitioning::UnknownPartitioning(disks.len().max(1)),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -316,8 +321,26 @@ impl DiskScanExec {
         &self.entry.name
     }
 
-    /// The stages shipped to each disk, given the Bloom filter (if any).
+    /// The job shipped to each disk, given the Bloom filter (if any).
     fn job(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec> {
+        let (source, stages) = self.stages(bloom, extras)?;
+        let sizes = crate::jobs::Sizes { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, temp_kib: self.settings.temp_kib };
+        Ok(crate::jobs::chain("sql", &self.settings.program, source, stages, Sink::Host, sizes))
+    }
+
+    /// The source and stages of a bundle without Bloom filters, for job graphs that route its
+    /// output elsewhere than to the host.
+    ///
+    /// # Errors
+    /// Expressions that cannot be encoded; a bundle that waits for a Bloom filter.
+    pub(crate) fn disk_stages(&self) -> Result<(Source, Vec<DiskletSpec>)> {
+        if self.plan.bloom.is_some() || !self.plan.extra_blooms.is_empty() {
+            return Err(HostError::Invalid("a bundle with a Bloom semi-join cannot feed an exchange".into()));
+        }
+        self.stages(None, &[])
+    }
+
+    fn stages(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<(Source, Vec<DiskletSpec>)> {
         let p = &self.plan;
         let prune = p.predicate.as_ref().map(encode_expr).transpose()?;
         let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone() };
@@ -342,7 +365,7 @@ impl DiskScanExec {
         if let Some(f) = &p.fragment {
             stages.push(DiskletSpec::Fragment { kind: f.kind, plan: ExprBytes(f.bytes.clone()) });
         }
-        Ok(JobSpec { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, ..JobSpec::chain(crate::plan::new_id("sql"), self.settings.program.clone(), source, stages, Sink::Host) })
+        Ok((source, stages))
     }
 
     /// One-line description of the bundle, for EXPLAIN.
@@ -368,7 +391,7 @@ impl DiskScanExec {
             let text = datafusion::physical_plan::displayable(f.plan.as_ref()).indent(false).to_string();
             for line in text.lines() {
                 if !line.trim_start().starts_with("EmptyExec") {
-                    out.push(format!("{}: {}", if f.kind == FragmentKind::Aggregate { "sql_aggregate" } else { "sql_select" }, line.trim()));
+                    out.push(format!("{}: {}", f.kind.disklet_name(), line.trim()));
                 }
             }
         }
@@ -629,7 +652,7 @@ fn async_stream(
                     let mut s = state?;
                     match s.inner.next().await {
                         Some(Ok(batch)) => {
-                            let bytes = crate::plan::batch_bytes(&batch);
+                            let bytes = crate::jobs::batch_bytes(&batch);
                             if let Some(l) = &link {
                                 l.acquire(bytes).await;
                             }

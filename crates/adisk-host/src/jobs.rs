@@ -1,0 +1,168 @@
+//! The one place disk jobs are built and run.
+//!
+//! Every request — SQL, `adisk run`, WebAssembly disklets, benchmarks — ends here: the
+//! planner decides *what* runs at each disk, [`chain`] and [`graph`] turn that into a
+//! [`JobSpec`] with an id, a program (the unit of fair sharing at the disks) and its sizes,
+//! and [`run_phase`] starts one job per disk and merges their result streams as they arrive.
+use crate::cluster::Cluster;
+use crate::{HostError, Result};
+use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Sink, Source};
+use adisk_core::stats::{DiskJobStats, JobStats};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::Column;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::logical_expr::Expr;
+use datafusion_proto::bytes::Serializeable;
+use futures::StreamExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// What a job produced at the host.
+#[derive(Debug)]
+pub struct JobOutput {
+    /// Result schema.
+    pub schema: SchemaRef,
+    /// Result rows.
+    pub batches: Vec<RecordBatch>,
+    /// Statistics.
+    pub stats: JobStats,
+}
+
+impl JobOutput {
+    /// Rows in the result.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(|b| b.num_rows()).sum()
+    }
+}
+
+/// Memory and buffer sizes of a job (0: the disk's defaults).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Sizes {
+    /// Scratch per stage, KiB.
+    pub scratch_kib: u64,
+    /// Stream buffer size, KiB.
+    pub buffer_kib: u64,
+    /// Temporary disk space, KiB.
+    pub temp_kib: u64,
+}
+
+static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
+
+/// A job id unique across host processes: `kind-pid-counter-nanos`.
+pub fn new_id(kind: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "{kind}-{}-{}-{nanos:x}",
+        std::process::id(),
+        NEXT_JOB.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// The default program of this host process (every job of one `adisk` process shares it).
+pub fn program_id() -> String {
+    format!("host-{}", std::process::id())
+}
+
+/// A chain `source → stages… → sink` with a fresh id of `kind`.
+pub fn chain(
+    kind: &str,
+    program: &str,
+    source: Source,
+    stages: Vec<DiskletSpec>,
+    sink: Sink,
+    sizes: Sizes,
+) -> JobSpec {
+    sized(
+        JobSpec::chain(new_id(kind), program, source, stages, sink),
+        sizes,
+    )
+}
+
+/// `spec` with `sizes` applied.
+pub fn sized(spec: JobSpec, sizes: Sizes) -> JobSpec {
+    JobSpec {
+        scratch_kib: sizes.scratch_kib,
+        buffer_kib: sizes.buffer_kib,
+        temp_kib: sizes.temp_kib,
+        ..spec
+    }
+}
+
+/// Columns without table qualifiers: a disk's stream has plain column names.
+fn unqualify(e: Expr) -> Expr {
+    e.transform(|e| {
+        Ok(match e {
+            Expr::Column(c) => Transformed::yes(Expr::Column(Column::new_unqualified(c.name))),
+            other => Transformed::no(other),
+        })
+    })
+    .map(|t| t.data)
+    .expect("rewriting columns cannot fail")
+}
+
+/// A logical expression (alias dropped, columns unqualified) as the `datafusion-proto` bytes a
+/// disk decodes.
+///
+/// # Errors
+/// Expressions `datafusion-proto` cannot encode (e.g. some user-defined functions).
+pub fn encode_expr(e: &Expr) -> Result<ExprBytes> {
+    let bare = match e {
+        Expr::Alias(a) => (*a.expr).clone(),
+        other => other.clone(),
+    };
+    let bytes = unqualify(bare)
+        .to_bytes()
+        .map_err(|source| HostError::Plan {
+            context: format!("encoding `{e}`"),
+            source,
+        })?;
+    Ok(ExprBytes(bytes.to_vec()))
+}
+
+/// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives,
+/// and returns every disk's statistics. The first error cancels the rest.
+///
+/// # Errors
+/// A disk refusing or failing its job, or `on_batch` failing.
+pub async fn run_phase(
+    cluster: &Cluster,
+    specs: Vec<(u32, JobSpec)>,
+    mut on_batch: impl FnMut(u32, RecordBatch) -> Result<()>,
+) -> Result<Vec<DiskJobStats>> {
+    let starts = futures::future::try_join_all(specs.iter().map(|(d, s)| async move {
+        cluster
+            .start(*d, s)
+            .await
+            .map(|st| st.map(move |r| (*d, r)))
+    }))
+    .await?;
+    let mut merged = futures::stream::select_all(starts);
+    while let Some((d, item)) = merged.next().await {
+        on_batch(d, item?)?;
+    }
+    drop(merged);
+    futures::future::try_join_all(specs.iter().map(|(d, s)| cluster.job_stats(*d, &s.job_id))).await
+}
+
+/// Arrow bytes of a batch (slice-aware).
+pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
+    adisk_diskos::disklets::batch_bytes(batch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::{col, lit};
+
+    #[test]
+    fn ids_are_unique_and_expressions_lose_aliases_and_qualifiers() {
+        assert_ne!(new_id("x"), new_id("x"));
+        let qualified = Expr::Column(Column::new(Some("lineitem"), "l_quantity"));
+        let a = encode_expr(&(qualified + lit(1)).alias("q")).unwrap();
+        let b = encode_expr(&(col("l_quantity") + lit(1))).unwrap();
+        assert_eq!(a, b);
+    }
+}
