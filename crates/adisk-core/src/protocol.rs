@@ -161,19 +161,6 @@ pub enum StoredStream {
     },
 }
 
-/// Aggregation mode of the `aggregate` disklet.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "snake_case")]
-pub enum AggregateMode {
-    /// Input rows → partial states. When scratch fills, the partial groups are shipped and the
-    /// table starts again (memory stays within the grant whatever the number of groups).
-    Partial,
-    /// Partial states → final values. All groups must fit in scratch.
-    Final,
-    /// Input rows → final values. All groups must fit in scratch.
-    Single,
-}
-
 /// One sort key (of `merge`).
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct SortKey {
@@ -198,18 +185,6 @@ pub enum DiskletSpec {
         /// Stop after this many output rows; the rest of the input stream is skipped.
         #[serde(default)]
         limit: Option<u64>,
-    },
-    /// Hash aggregation; no `group_by` = a plain aggregate (one group).
-    Aggregate {
-        /// Grouping expressions.
-        group_by: Vec<NamedExpr>,
-        /// Aggregate function calls (`sum(x)`, `count(*)`, `avg(y)`, …).
-        aggregates: Vec<NamedExpr>,
-        /// See [`AggregateMode`].
-        mode: AggregateMode,
-        /// Final mode: the schema the Partial aggregation read (types of the arguments).
-        #[serde(default)]
-        raw_input: Option<Schema>,
     },
     /// Keep rows whose key may be in the Bloom filter.
     BloomProbe {
@@ -297,7 +272,6 @@ impl DiskletSpec {
     pub fn name(&self) -> &'static str {
         match self {
             DiskletSpec::Select { .. } => "select",
-            DiskletSpec::Aggregate { .. } => "aggregate",
             DiskletSpec::BloomProbe { .. } => "bloom_probe",
             DiskletSpec::Partition { .. } => "partition",
             DiskletSpec::Fragment { kind, .. } => kind.disklet_name(),

@@ -384,7 +384,7 @@ impl DiskOs {
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
         let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib.saturating_mul(1024) };
         match stage {
-            DiskletSpec::Aggregate { .. } | DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
+            DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,

@@ -7,7 +7,7 @@
 //! rows counted by the receivers must equal the rows read by the senders.
 use crate::cluster::Cluster;
 use crate::{HostError, Result};
-use adisk_core::protocol::{AggregateMode, DiskletSpec, JobSpec, NamedExpr, Route, Sink, Source};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Route, Sink, Source};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
@@ -107,7 +107,7 @@ pub async fn run(
             ),
         ));
     }
-    let count = count_rows()?;
+    let count = count_rows(&schema).await?;
     for d in &receivers {
         let source = Source::Pipe {
             exchange_id: id.clone(),
@@ -153,17 +153,9 @@ pub async fn run(
 }
 
 /// A stage counting its input rows (one row out).
-fn count_rows() -> Result<DiskletSpec> {
+async fn count_rows(schema: &SchemaRef) -> Result<DiskletSpec> {
     let count = datafusion::functions_aggregate::expr_fn::count(lit(1));
-    Ok(DiskletSpec::Aggregate {
-        group_by: vec![],
-        aggregates: vec![NamedExpr {
-            name: "rows".into(),
-            expr: crate::jobs::encode_expr(&count)?,
-        }],
-        mode: AggregateMode::Single,
-        raw_input: None,
-    })
+    crate::jobs::aggregate_stage(schema, vec![], vec![count.alias("rows")], false).await
 }
 
 /// The same columns scanned and counted at disk `d`, nothing exchanged: what the senders'
@@ -178,6 +170,8 @@ pub async fn scan_only(
     d: u32,
 ) -> Result<(u64, u64)> {
     let id = format!("{}-scan-{d}", crate::jobs::new_id("exchange"));
+    let catalog = cluster.catalog().await?;
+    let schema = projected(&catalog.table(table)?.schema, columns)?;
     let source = Source::Table {
         table: table.to_string(),
         columns: columns.to_vec(),
@@ -187,7 +181,7 @@ pub async fn scan_only(
         id.clone(),
         crate::jobs::program_id(),
         source,
-        vec![count_rows()?],
+        vec![count_rows(&schema).await?],
         Sink::Host,
     );
     let started = Instant::now();

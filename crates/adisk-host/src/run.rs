@@ -584,7 +584,7 @@ fn receivers(
     exchange_id: &str,
     senders: u32,
     schema: &Schema,
-    fragment: (FragmentKind, Vec<u8>),
+    stage: DiskletSpec,
 ) -> Vec<(u32, JobSpec)> {
     let settings = engine.settings();
     let sizes = Sizes {
@@ -596,10 +596,6 @@ fn receivers(
         exchange_id: exchange_id.to_string(),
         senders,
         schema: schema.clone(),
-    };
-    let stage = DiskletSpec::Fragment {
-        kind: fragment.0,
-        plan: ExprBytes(fragment.1),
     };
     (0..cluster.disk_count())
         .map(|d| {
@@ -680,7 +676,7 @@ async fn exchange_groupby(
         &id,
         scan.disks.len() as u32,
         &partial,
-        (FragmentKind::Aggregate, bytes),
+        DiskletSpec::Fragment { kind: FragmentKind::Aggregate, plan: ExprBytes(bytes) },
     ));
     let mut batches = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |_, b| {
@@ -729,28 +725,11 @@ async fn partition(
     let keys = vec![jobs::encode_expr(&col(key_schema.field(0).name()))?];
     let id = jobs::new_id("exchange");
     let mut specs = senders(cluster, engine, scan, &id, Route::Hash { keys })?;
-    let counted = df
-        .aggregate(
-            vec![],
-            vec![
-                count(lit(1)).alias("rows"),
-                min(col("__adisk_key")).alias("min_key"),
-                max(col("__adisk_key")).alias("max_key"),
-            ],
-        )
-        .map_err(df_err("counting"))?;
-    let count_plan = engine.plan_frame(counted).await?;
-    let single = single_aggregate(&count_plan)
-        .ok_or_else(|| HostError::Invalid("counting the exchange: unexpected plan".into()))?;
-    let bytes = fragment_over(&single, Arc::new(EmptyExec::new(key_schema.clone())))?;
-    specs.extend(receivers(
-        cluster,
-        engine,
-        &id,
-        scan.disks.len() as u32,
-        &key_schema,
-        (FragmentKind::Aggregate, bytes),
-    ));
+    // Receivers count what arrived and its key range (the key column keeps the scan's name).
+    let key = col(key_schema.field(0).name());
+    let aggs = vec![count(lit(1)).alias("rows"), min(key.clone()).alias("min_key"), max(key).alias("max_key")];
+    let stage = jobs::aggregate_stage(&key_schema, vec![], aggs, false).await?;
+    specs.extend(receivers(cluster, engine, &id, scan.disks.len() as u32, &key_schema, stage));
     let mut per_disk: Vec<(u32, RecordBatch)> = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |d, b| {
         per_disk.push((d, b));
@@ -781,28 +760,6 @@ async fn partition(
         batches,
         stats,
     })
-}
-
-/// A one-stage aggregation computing `plan`'s result from raw rows: the plan's aggregate in
-/// `Single` mode over the same input (whatever partial/final split the planner chose).
-fn single_aggregate(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
-    let top = final_aggregate(plan)?.downcast_ref::<AggregateExec>()?;
-    let below = top.input().downcast_ref::<AggregateExec>().or_else(|| {
-        top.input()
-            .children()
-            .first()
-            .and_then(|c| c.downcast_ref::<AggregateExec>())
-    })?;
-    let single = AggregateExec::try_new(
-        AggregateMode::Single,
-        below.group_expr().clone(),
-        below.aggr_expr().to_vec(),
-        below.filter_expr().to_vec(),
-        below.input().clone(),
-        below.input_schema(),
-    )
-    .ok()?;
-    Some(Arc::new(single))
 }
 
 /// `batch` with a leading `disk` column.

@@ -74,7 +74,6 @@ async fn host_resident_stream_through_a_disklet() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_jobs_share_the_disk() {
     let _serial = serial();
-    use adisk_core::protocol::{AggregateMode, NamedExpr};
     use adisk_storage::store::DiskStore;
     let dir = tempfile::tempdir().unwrap();
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
@@ -96,12 +95,8 @@ async fn concurrent_jobs_share_the_disk() {
     let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
     let cluster = Arc::new(cluster);
     let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
-    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None }, vec![DiskletSpec::Aggregate {
-            group_by: vec![NamedExpr { name: "g".into(), expr: e(col("x") % lit(100_000i64)) }],
-            aggregates: vec![NamedExpr { name: "s".into(), expr: e(datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x"))) }],
-            mode: AggregateMode::Partial,
-            raw_input: None,
-        }], Sink::Host) };
+    let group = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(100_000i64)).alias("g")], vec![datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x")).alias("s")], true).await.unwrap();
+    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None }, vec![group], Sink::Host) };
     let short = JobSpec::chain("short", "program-b", Source::Table { table: "small".into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }], Sink::Host);
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
@@ -218,7 +213,10 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
     os.compute_slots = 2;
     let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
     let cluster = Arc::new(cluster);
-    let crowd: Vec<_> = (0..CROWD_JOBS).map(|i| tokio::spawn(drain_groups(cluster.clone(), group_by_job(&format!("crowd-{i}"), "program-a")))).collect();
+    let mut crowd = Vec::new();
+    for i in 0..CROWD_JOBS {
+        crowd.push(tokio::spawn(drain_groups(cluster.clone(), group_by_job(&format!("crowd-{i}"), "program-a").await)));
+    }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     for i in 0..CROWD_JOBS {
         while !cluster.job_stats(0, &format!("crowd-{i}")).await.is_ok_and(|s| s.rows_read > 0) {
@@ -234,7 +232,7 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
         rows
     };
     let before = crowd_rows(cluster.clone()).await;
-    drain_groups(cluster.clone(), group_by_job("single", "program-b")).await;
+    drain_groups(cluster.clone(), group_by_job("single", "program-b").await).await;
     let after = crowd_rows(cluster.clone()).await;
     let crowd_running = crowd.iter().filter(|t| !t.is_finished()).count();
     let share = (after - before) as f64 / ROWS as f64;
@@ -268,15 +266,10 @@ fn write_wide_table(dir: &std::path::Path, table: &str, rows: i64) {
 }
 
 /// A scan of `t` with a partial group-by into 1024 groups (little output, all work at the disk).
-fn group_by_job(job_id: &str, program: &str) -> JobSpec {
-    use adisk_core::protocol::{AggregateMode, NamedExpr};
-    let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
-    let aggregate = DiskletSpec::Aggregate {
-        group_by: vec![NamedExpr { name: "g".into(), expr: e(col("x") % lit(1024i64)) }],
-        aggregates: vec![NamedExpr { name: "s".into(), expr: e(datafusion::functions_aggregate::expr_fn::sum(col("x") * col("y"))) }],
-        mode: AggregateMode::Partial,
-        raw_input: None,
-    };
+async fn group_by_job(job_id: &str, program: &str) -> JobSpec {
+    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false), Field::new("y", DataType::Int64, false)]));
+    let sum = datafusion::functions_aggregate::expr_fn::sum(col("x") * col("y"));
+    let aggregate = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(1024i64)).alias("g")], vec![sum.alias("s")], true).await.unwrap();
     JobSpec { scratch_kib: 4 * 1024, ..JobSpec::chain(job_id, program, Source::Table { table: "t".into(), columns: vec![], prune: None }, vec![aggregate], Sink::Host) }
 }
 

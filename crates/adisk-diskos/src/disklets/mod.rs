@@ -1,5 +1,4 @@
 //! The built-in (native Rust) disklets, and [`build`], which instantiates one from its spec.
-pub mod aggregate;
 pub mod bloom_probe;
 pub mod fragment;
 pub mod hash_join;
@@ -28,10 +27,6 @@ pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, plann
     };
     Ok(match spec {
         DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, one()?, planner)?),
-        DiskletSpec::Aggregate { group_by, aggregates, mode, raw_input } => {
-            let raw_input = raw_input.clone().map(Arc::new);
-            Box::new(aggregate::Aggregate::new(group_by, aggregates, *mode, raw_input, one()?, scratch_bytes, planner)?)
-        }
         DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), one()?, scratch_bytes, planner)?),
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, one()?, planner)?),
         DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, one()?, scratch_bytes, spill)?),
