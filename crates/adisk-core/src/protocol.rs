@@ -254,6 +254,9 @@ pub enum FragmentKind {
     /// keeping only the first rows): DataFusion's sort, which sorts runs within the scratch
     /// grant and merges them.
     Sort,
+    /// A whole stage of a query at the disks (`disks` offload level): joins, aggregations and
+    /// sorts over several inputs — local table streams and exchange pipes, one leaf each.
+    Stage,
 }
 
 impl FragmentKind {
@@ -263,6 +266,7 @@ impl FragmentKind {
             FragmentKind::Select => "sql_select",
             FragmentKind::Aggregate => "sql_aggregate",
             FragmentKind::Sort => "sql_sort",
+            FragmentKind::Stage => "sql_stage",
         }
     }
 }
@@ -296,7 +300,7 @@ impl DiskletSpec {
     /// whose module declares its count, checked by the disk).
     pub fn inputs(&self) -> Option<usize> {
         match self {
-            DiskletSpec::Merge { .. } | DiskletSpec::Wasm { .. } => None,
+            DiskletSpec::Merge { .. } | DiskletSpec::Wasm { .. } | DiskletSpec::Fragment { kind: FragmentKind::Stage, .. } => None,
             DiskletSpec::HashJoin { .. } => Some(2),
             _ => Some(1),
         }

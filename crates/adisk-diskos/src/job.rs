@@ -384,7 +384,7 @@ impl DiskOs {
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
         let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib.saturating_mul(1024) };
         match stage {
-            DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
+            DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort | FragmentKind::Stage, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
             DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
             DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
@@ -834,7 +834,7 @@ fn routed_streams(sink: &Sink) -> u64 {
 /// the job's area. A job that also writes temporary streams gives them the whole grant, and
 /// its stages do not spill (a full sort or aggregation then fails at its scratch, typed).
 fn spill_shares(spec: &JobSpec, area: &TempArea) -> Vec<Option<Spill>> {
-    let spills = |d: &DiskletSpec| matches!(d, DiskletSpec::Fragment { kind: FragmentKind::Sort | FragmentKind::Aggregate, .. });
+    let spills = |d: &DiskletSpec| matches!(d, DiskletSpec::Fragment { kind: FragmentKind::Sort | FragmentKind::Aggregate | FragmentKind::Stage, .. });
     let temp_streams = spec.outputs.iter().any(|o| matches!(o.sink, Sink::Store { stream: StoredStream::Temp { .. } }));
     let count = spec.disklets().filter(|d| spills(d)).count() as u64;
     let share = if temp_streams || count == 0 { 0 } else { area.limit_bytes() / count };

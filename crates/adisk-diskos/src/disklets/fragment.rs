@@ -13,7 +13,7 @@
 //! spills to the job's temporary area when the job was granted temporary space ([`Spill`]:
 //! its own directory, capped at its share of the grant): DataFusion writes sorted runs and
 //! merges them back — the disk-side external sort. Without temporary space, it fails typed.
-use crate::disklet::{Disklet, Emitter, InputBuffer};
+use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::FragmentKind;
 use arrow::array::RecordBatch;
@@ -25,6 +25,8 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::limit::LocalLimitExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
@@ -34,11 +36,15 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Par
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::Stream;
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// Operators a fragment may contain besides its leaf.
-pub const ALLOWED_OPERATORS: [&str; 4] = ["FilterExec", "ProjectionExec", "AggregateExec", "SortExec"];
+pub const ALLOWED_OPERATORS: [&str; 6] = ["FilterExec", "ProjectionExec", "AggregateExec", "SortExec", "HashJoinExec", "LocalLimitExec"];
+
+/// [`Fragment::wanted`] before the plan waited for any input.
+const NO_INPUT: usize = usize::MAX;
 
 /// Where a fragment may spill, and how much.
 #[derive(Clone, Debug)]
@@ -88,18 +94,21 @@ struct Feed {
 pub struct FeedExec {
     schema: SchemaRef,
     feed: Arc<Mutex<Feed>>,
+    /// Which of the fragment's inputs this leaf is, and where it says it waits for input.
+    index: usize,
+    wanted: Arc<AtomicUsize>,
     properties: Arc<PlanProperties>,
 }
 
 impl FeedExec {
-    fn new(schema: SchemaRef, feed: Arc<Mutex<Feed>>) -> Self {
+    fn new(schema: SchemaRef, feed: Arc<Mutex<Feed>>, index: usize, wanted: Arc<AtomicUsize>) -> Self {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        FeedExec { schema, feed, properties }
+        FeedExec { schema, feed, index, wanted, properties }
     }
 }
 
@@ -131,6 +140,7 @@ impl ExecutionPlan for FeedExec {
     fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
         let feed = self.feed.clone();
         let schema = self.schema.clone();
+        let (index, wanted) = (self.index, self.wanted.clone());
         let stream = futures::stream::poll_fn(move |_cx| {
             let mut f = feed.lock().expect("feed lock");
             match f.queue.pop_front() {
@@ -140,7 +150,10 @@ impl ExecutionPlan for FeedExec {
                 }
                 Some(b) => Poll::Ready(Some(Ok(b))),
                 None if f.closed => Poll::Ready(None),
-                None => Poll::Pending,
+                None => {
+                    wanted.store(index, Ordering::Relaxed);
+                    Poll::Pending
+                }
             }
         });
         Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
@@ -151,7 +164,10 @@ impl ExecutionPlan for FeedExec {
 pub struct Fragment {
     kind: FragmentKind,
     schema: SchemaRef,
-    feed: Arc<Mutex<Feed>>,
+    /// One feed per input, in the order of the plan's leaves (depth first, left to right).
+    feeds: Vec<Arc<Mutex<Feed>>>,
+    /// The input the plan last waited for ([`NO_INPUT`]: none yet).
+    wanted: Arc<AtomicUsize>,
     stream: SendableRecordBatchStream,
     pool: Arc<dyn MemoryPool>,
     disk: Arc<DiskManager>,
@@ -176,26 +192,42 @@ fn rewire(plan: Arc<dyn ExecutionPlan>, children: Vec<Arc<dyn ExecutionPlan>>) -
     plan.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
 }
 
-/// Swaps the `EmptyExec` leaf for `feed`, refusing any operator a disk may not run.
-fn attach(plan: Arc<dyn ExecutionPlan>, input: &SchemaRef, feed: &Arc<Mutex<Feed>>, leaves: &mut u32) -> Result<Arc<dyn ExecutionPlan>> {
+/// The plan's input leaves: one per input stream of the stage.
+struct Leaves<'a> {
+    inputs: &'a [SchemaRef],
+    feeds: &'a [Arc<Mutex<Feed>>],
+    wanted: &'a Arc<AtomicUsize>,
+    found: usize,
+}
+
+/// Swaps each `EmptyExec` leaf for the next input's feed, refusing any operator a disk may not
+/// run.
+fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<dyn ExecutionPlan>> {
     let any: &dyn ExecutionPlan = plan.as_ref();
     if any.downcast_ref::<EmptyExec>().is_some() {
         let want = plan.schema();
+        let i = leaves.found;
+        let Some(input) = leaves.inputs.get(i) else {
+            return Err(DiskOsError::InvalidJob(format!("the fragment has more input leaves than the stage's {} inputs", leaves.inputs.len())));
+        };
         // An empty leaf schema (count(*) and the like) takes any input: only row counts matter.
         let same = want.fields().is_empty()
             || want.fields().len() == input.fields().len()
             && want.fields().iter().zip(input.fields()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
         if !same {
-            return Err(DiskOsError::InvalidJob(format!("fragment input schema {want:?} does not match the stream's {input:?}")));
+            return Err(DiskOsError::InvalidJob(format!("fragment input {i}: schema {want:?} does not match the stream's {input:?}")));
         }
-        *leaves += 1;
-        return Ok(Arc::new(FeedExec::new(want, feed.clone())));
+        leaves.found += 1;
+        return Ok(Arc::new(FeedExec::new(want, leaves.feeds[i].clone(), i, leaves.wanted.clone())));
     }
-    // One input partition, so a sort that keeps partitions and a plain one are the same.
+    // One input partition per leaf, so a sort that keeps partitions and a plain one are the
+    // same, and a join's build side is the whole of its input.
     let allowed = any.downcast_ref::<FilterExec>().is_some()
         || any.downcast_ref::<ProjectionExec>().is_some()
         || any.downcast_ref::<AggregateExec>().is_some()
-        || any.downcast_ref::<SortExec>().is_some();
+        || any.downcast_ref::<SortExec>().is_some()
+        || any.downcast_ref::<HashJoinExec>().is_some()
+        || any.downcast_ref::<LocalLimitExec>().is_some();
     if !allowed {
         return Err(DiskOsError::InvalidJob(format!(
             "operator `{}` may not run at a disk (allowed: {})",
@@ -203,14 +235,17 @@ fn attach(plan: Arc<dyn ExecutionPlan>, input: &SchemaRef, feed: &Arc<Mutex<Feed
             ALLOWED_OPERATORS.join(", ")
         )));
     }
-    let children = plan.children().into_iter().map(|c| attach(c.clone(), input, feed, leaves)).collect::<Result<Vec<_>>>()?;
+    let children = plan.children().into_iter().map(|c| attach(c.clone(), leaves)).collect::<Result<Vec<_>>>()?;
     rewire(plan, children).map_err(df("rewiring a fragment"))
 }
 
 impl Fragment {
     /// Decodes and checks the fragment; its memory pool is the scratch grant, its spill space
     /// `spill` (none: spilling disabled).
-    pub fn new(kind: FragmentKind, plan: &[u8], input: &SchemaRef, scratch_bytes: u64, spill: Option<&Spill>) -> Result<Self> {
+    pub fn new(kind: FragmentKind, plan: &[u8], inputs: &[SchemaRef], scratch_bytes: u64, spill: Option<&Spill>) -> Result<Self> {
+        let Some(input) = inputs.first() else {
+            return Err(DiskOsError::InvalidJob("a plan fragment needs an input".into()));
+        };
         // The plan's pool is the scratch grant less a reserve for one output batch held back
         // (`pending`); output batches are sized to fit half of it.
         let reserve = scratch_bytes / OUTPUT_RESERVE_FRACTION;
@@ -238,19 +273,21 @@ impl Fragment {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
             FragmentKind::Sort => plan.downcast_ref::<SortExec>().is_some(),
+            FragmentKind::Stage => true,
         };
         if !root_fits {
             return Err(DiskOsError::InvalidJob(format!("a `{}` fragment must end in its operator, not `{}`", kind.disklet_name(), plan.name())));
         }
-        let feed = Arc::new(Mutex::new(Feed::default()));
-        let mut leaves = 0;
-        let plan = attach(plan, input, &feed, &mut leaves)?;
-        if leaves != 1 {
-            return Err(DiskOsError::InvalidJob(format!("a fragment needs exactly one input leaf, found {leaves}")));
+        let feeds: Vec<_> = inputs.iter().map(|_| Arc::new(Mutex::new(Feed::default()))).collect();
+        let wanted = Arc::new(AtomicUsize::new(NO_INPUT));
+        let mut leaves = Leaves { inputs, feeds: &feeds, wanted: &wanted, found: 0 };
+        let plan = attach(plan, &mut leaves)?;
+        if leaves.found != inputs.len() {
+            return Err(DiskOsError::InvalidJob(format!("the fragment has {} input leaves for the stage's {} inputs", leaves.found, inputs.len())));
         }
         let schema = plan.schema();
         let stream = plan.execute(0, task).map_err(df("starting a plan fragment"))?;
-        Ok(Fragment { kind, schema, feed, stream, pool, disk, pending: VecDeque::new(), pending_bytes: 0, spilled_peak: 0, exhausted: false, emitted: 0, flushes: 0 })
+        Ok(Fragment { kind, schema, feeds, wanted, stream, pool, disk, pending: VecDeque::new(), pending_bytes: 0, spilled_peak: 0, exhausted: false, emitted: 0, flushes: 0 })
     }
 
     /// Polls the fragment until it needs more input, ends, or fills the emitter (the rest of
@@ -275,11 +312,9 @@ impl Fragment {
                 Poll::Ready(Some(Err(source))) => return Err(DiskOsError::DataFusion { context: format!("running {}", self.name()), source }),
                 Poll::Ready(None) => self.exhausted = true,
                 Poll::Pending => {
-                    let f = self.feed.lock().expect("feed lock");
-                    if f.queue.is_empty() && !f.closed {
+                    if self.needs_input() {
                         return Ok(());
                     }
-                    drop(f);
                     spins += 1;
                     if spins > SPIN_POLLS {
                         if since.elapsed() > STALL_WAIT {
@@ -290,6 +325,24 @@ impl Fragment {
                 }
             }
         }
+    }
+
+    /// Whether the plan waits for an input that has nothing queued and has not ended.
+    fn needs_input(&self) -> bool {
+        let w = self.wanted.load(Ordering::Relaxed);
+        let waiting_on = |f: &Arc<Mutex<Feed>>| {
+            let f = f.lock().expect("feed lock");
+            f.queue.is_empty() && !f.closed
+        };
+        match self.feeds.get(w) {
+            Some(f) => waiting_on(f),
+            // Not known yet (nothing polled an input): wait if every input is empty and open.
+            None => self.feeds.iter().all(waiting_on),
+        }
+    }
+
+    fn all_closed(&self) -> bool {
+        self.feeds.iter().all(|f| f.lock().expect("feed lock").closed)
     }
 
     /// Emits held-back output while the emitter has room, cutting a batch that does not fit.
@@ -321,7 +374,8 @@ impl Disklet for Fragment {
         self.schema.clone()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
-        self.feed.lock().expect("feed lock").queue.push_back(input.batch.clone());
+        let feed = self.feeds.get(input.input).ok_or_else(|| DiskOsError::InvalidJob(format!("input {} of a fragment with {}", input.input, self.feeds.len())))?;
+        feed.lock().expect("feed lock").queue.push_back(input.batch.clone());
         let before = self.emitted;
         self.drive(out)?;
         // An aggregation that emits before its input ended has flushed groups early.
@@ -337,7 +391,9 @@ impl Disklet for Fragment {
         self.spilled_peak
     }
     fn finish(&mut self, out: &mut Emitter) -> Result<()> {
-        self.feed.lock().expect("feed lock").closed = true;
+        for f in &self.feeds {
+            f.lock().expect("feed lock").closed = true;
+        }
         self.drive(out)?;
         if !self.exhausted && self.pending.is_empty() {
             return Err(DiskOsError::InvalidJob(format!("{} did not end with its input", self.name())));
@@ -347,8 +403,20 @@ impl Disklet for Fragment {
     fn scratch_bytes(&self) -> u64 {
         self.pool.reserved() as u64 + self.pending_bytes
     }
+    fn next_input(&self) -> NextInput {
+        match self.wanted.load(Ordering::Relaxed) {
+            w if w < self.feeds.len() && self.feeds.len() > 1 => NextInput::Input(w),
+            _ => NextInput::Any,
+        }
+    }
+    fn input_ended(&mut self, input: usize, out: &mut Emitter) -> Result<()> {
+        if let Some(f) = self.feeds.get(input) {
+            f.lock().expect("feed lock").closed = true;
+        }
+        self.drive(out)
+    }
     fn has_more_output(&self) -> bool {
-        !self.pending.is_empty() || (self.feed.lock().expect("feed lock").closed && !self.exhausted)
+        !self.pending.is_empty() || (self.all_closed() && !self.exhausted)
     }
     fn more_output(&mut self, out: &mut Emitter) -> Result<()> {
         self.drive(out)

@@ -29,7 +29,7 @@ pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, plann
         DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, one()?, planner)?),
         DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), one()?, scratch_bytes, planner)?),
         DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, one()?, planner)?),
-        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, one()?, scratch_bytes, spill)?),
+        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, inputs, scratch_bytes, spill)?),
         DiskletSpec::Merge { keys } => Box::new(merge::Merge::new(keys, inputs, scratch_bytes, planner)?),
         DiskletSpec::HashJoin { build_keys, probe_keys } => Box::new(hash_join::HashJoin::new(build_keys, probe_keys, inputs, scratch_bytes, planner)?),
         DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),

@@ -13,6 +13,7 @@
 //! (partial aggregation and group-by) < `semijoin` (Bloom filters). `auto` chooses per scan
 //! and per operator with the cost model in [`cost`].
 pub mod cost;
+pub mod distribute;
 pub mod oracle;
 pub mod report;
 pub mod rules;
@@ -43,13 +44,16 @@ pub enum Offload {
     Aggregate,
     /// + Bloom-filter semi-joins.
     Semijoin,
+    /// Whole query stages at the disks: joins (build sides broadcast or both sides hashed
+    /// disk to disk), final aggregations and sorts; the host receives the last stage's rows.
+    Disks,
     /// Decided per scan and operator by the cost model.
     Auto,
 }
 
 impl Offload {
     /// All levels, in order.
-    pub const ALL: [Offload; 6] = [Offload::None, Offload::Project, Offload::Select, Offload::Aggregate, Offload::Semijoin, Offload::Auto];
+    pub const ALL: [Offload; 7] = [Offload::None, Offload::Project, Offload::Select, Offload::Aggregate, Offload::Semijoin, Offload::Disks, Offload::Auto];
 }
 
 impl std::fmt::Display for Offload {
@@ -60,6 +64,7 @@ impl std::fmt::Display for Offload {
             Offload::Select => "select",
             Offload::Aggregate => "aggregate",
             Offload::Semijoin => "semijoin",
+            Offload::Disks => "disks",
             Offload::Auto => "auto",
         })
     }
@@ -71,7 +76,7 @@ impl std::str::FromStr for Offload {
         Offload::ALL
             .into_iter()
             .find(|o| o.to_string() == s)
-            .ok_or_else(|| HostError::Invalid(format!("unknown offload level `{s}` (none, project, select, aggregate, semijoin, auto)")))
+            .ok_or_else(|| HostError::Invalid(format!("unknown offload level `{s}` (none, project, select, aggregate, semijoin, disks, auto)")))
     }
 }
 
@@ -270,6 +275,26 @@ impl Default for SqlOptions {
     }
 }
 
+/// Planner settings of the `disks` level: one partition per disk (partition `i` of a hash
+/// exchange is disk `i`); a join's build side is broadcast to the disks only when small (memik's
+/// replication), otherwise both sides are hashed disk to disk (chiu); no dynamic filters (a
+/// disk cannot receive them mid-query).
+fn disks_config(config: &mut SessionConfig, disks: u32) {
+    config.options_mut().execution.target_partitions = disks.max(1) as usize;
+    config.options_mut().optimizer.hash_join_single_partition_threshold = BROADCAST_BYTES;
+    config.options_mut().optimizer.hash_join_single_partition_threshold_rows = BROADCAST_ROWS;
+    config.options_mut().optimizer.enable_dynamic_filter_pushdown = false;
+    config.options_mut().optimizer.enable_join_dynamic_filter_pushdown = false;
+    config.options_mut().optimizer.enable_topk_dynamic_filter_pushdown = false;
+    config.options_mut().optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+}
+
+/// Largest build side the `disks` level broadcasts to every disk of the probe side, bytes and
+/// rows (DataFusion's estimates); larger ones are hashed disk to disk with the probe side.
+pub const BROADCAST_BYTES: usize = 4 << 20;
+/// See [`BROADCAST_BYTES`].
+pub const BROADCAST_ROWS: usize = 128 << 10;
+
 /// SQL over a connected cluster.
 pub struct SqlEngine {
     ctx: SessionContext,
@@ -346,10 +371,14 @@ impl SqlEngine {
         // complete before the probe side starts.
         config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
         config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
+        if settings.offload == Offload::Disks {
+            disks_config(&mut config, cluster.disk_count());
+        }
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
+            .with_physical_optimizer_rule(Arc::new(distribute::DistributeRule::new(settings.clone(), cluster.clone(), metrics.clone())))
             .build();
         let ctx = SessionContext::new_with_state(state);
         for (entry, ndv) in tables {

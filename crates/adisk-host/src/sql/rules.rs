@@ -63,7 +63,8 @@ impl PhysicalOptimizerRule for OffloadRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let level = self.settings.offload;
         let aggregates = level >= Offload::Aggregate;
-        let semijoins = level >= Offload::Semijoin;
+        // At `disks` joins run at the disks: no Bloom filters built at the host.
+        let semijoins = matches!(level, Offload::Semijoin | Offload::Auto);
         plan.transform_up(|node| {
             if aggregates && let Some(agg) = node.downcast_ref::<AggregateExec>() && let Some(pushed) = push_aggregate(agg, &node) {
                 return Ok(Transformed::yes(pushed));

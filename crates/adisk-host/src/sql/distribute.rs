@@ -1,0 +1,811 @@
+//! The `disks` offload level: whole stages of a query run at the disks, joined by disk-to-disk
+//! streams; the host receives only what the last stage makes.
+//!
+//! After DataFusion's physical optimizer and the offload rule (partial aggregations in the
+//! scans), [`DistributeRule`] cuts the plan into *stages* at its exchange points, bottom up:
+//!
+//! ```text
+//! RepartitionExec(Hash k)      → the stage below ends; its rows are hashed on k to every disk
+//!                                 (chiu's redistribution); the stage above reads the pipe
+//! HashJoinExec(CollectLeft)    → the build side is a stage of its own whose output is
+//!                                 broadcast to the disks of the probe side (memik's replication)
+//! HashJoinExec(Partitioned)    → both sides arrive hashed on the join key at the same disks
+//! DiskScanExec                 → a local input of the stage at each disk holding the table
+//! filters, projections, aggregations, sorts, local limits → stay inside their stage
+//! anything else (merges, global limits, non-column keys…) → the host, above a DisksExec
+//! ```
+//!
+//! Each stage is one DataFusion plan fragment with one `EmptyExec` leaf per input (depth
+//! first), run at each of its disks by the `sql_stage` disklet. A [`DisksExec`] at the host
+//! starts every stage's job at every disk at once when it is first executed and streams the
+//! top stage's output, one partition per disk. A stage whose fragment a disk could not decode,
+//! or whose keys are not plain columns, is not cut: that part of the plan stays at the host.
+use super::scan::DiskScanExec;
+use super::{QueryMetrics, ScanReport, SqlSettings};
+use crate::cluster::Cluster;
+use crate::jobs::{self, Sizes};
+use crate::{HostError, Result};
+use adisk_core::protocol::{
+    DiskletSpec, ExprBytes, FragmentKind, JobSpec, Output, Port, Route, Sink, Source,
+    Stage as JobStage,
+};
+use arrow::array::RecordBatch;
+use arrow::datatypes::SchemaRef;
+use datafusion::common::JoinType;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::config::ConfigOptions;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::AggregateExec;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::limit::LocalLimitExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
+};
+use futures::StreamExt;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::OnceCell;
+
+/// One input of a stage, in leaf order.
+#[derive(Debug, Clone)]
+enum Input {
+    /// The local partition of a table scan (the scan's own bundle of stages runs first).
+    Scan(Arc<DiskScanExec>),
+    /// Every partition of another stage, routed to this stage's disks.
+    Pipe(usize),
+}
+
+/// Where a stage's output goes.
+#[derive(Debug, Clone, PartialEq)]
+enum Route2 {
+    /// To the host (the top stage of a [`DisksExec`]).
+    Host,
+    /// Hashed on these columns of its output to the consuming stage's disks.
+    Hash(Vec<String>),
+    /// Every row to every disk of the consuming stage.
+    Broadcast,
+}
+
+/// A stage of the distributed plan.
+#[derive(Debug, Clone)]
+struct StagePlan {
+    /// The fragment (an `EmptyExec` per input), for EXPLAIN, and its encoding.
+    plan: Arc<dyn ExecutionPlan>,
+    bytes: Vec<u8>,
+    /// Partition `i` runs at `disks[i]`.
+    disks: Vec<u32>,
+    inputs: Vec<Input>,
+    route: Route2,
+    /// The disks of the stage that reads this one (set when it is cut).
+    targets: Vec<u32>,
+}
+
+/// A stage being cut: the plan above its inputs so far.
+struct Cut {
+    plan: Arc<dyn ExecutionPlan>,
+    disks: Vec<u32>,
+    inputs: Vec<Input>,
+}
+
+/// The stages of one query, as the rule cuts them.
+#[derive(Debug, Default)]
+struct Stages {
+    list: Vec<StagePlan>,
+}
+
+/// The rule; see the module documentation.
+#[derive(Debug)]
+pub struct DistributeRule {
+    settings: Arc<SqlSettings>,
+    cluster: Arc<Cluster>,
+    metrics: Arc<QueryMetrics>,
+}
+
+impl DistributeRule {
+    /// A rule for these settings (it acts only at the `disks` level).
+    pub fn new(
+        settings: Arc<SqlSettings>,
+        cluster: Arc<Cluster>,
+        metrics: Arc<QueryMetrics>,
+    ) -> Self {
+        DistributeRule {
+            settings,
+            cluster,
+            metrics,
+        }
+    }
+}
+
+impl PhysicalOptimizerRule for DistributeRule {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if self.settings.offload != super::Offload::Disks {
+            return Ok(plan);
+        }
+        let disk_count = self.cluster.disk_count();
+        let stages = Arc::new(Mutex::new(Stages::default()));
+        let mut cutter = Cutter {
+            stages: stages.clone(),
+            disk_count,
+        };
+        let out = self.place(plan, &mut cutter)?;
+        let list = std::mem::take(&mut stages.lock().expect("stages lock").list);
+        let graph = Arc::new(list);
+        // Give every DisksExec the stages of this query.
+        out.transform_up(|node| {
+            Ok(match node.downcast_ref::<DisksExec>() {
+                Some(d) => Transformed::yes(Arc::new(DisksExec {
+                    stages: graph.clone(),
+                    ..d.clone()
+                }) as Arc<dyn ExecutionPlan>),
+                None => Transformed::no(node),
+            })
+        })
+        .map(|t| t.data)
+    }
+    fn name(&self) -> &str {
+        "adisk_distribute"
+    }
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+impl DistributeRule {
+    /// Replaces each maximal subtree that can run at the disks by a [`DisksExec`].
+    fn place(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        cutter: &mut Cutter,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if let Some(cut) = cutter.cut(&plan)
+            && worth_it(&cut)
+            && decodable(&cut.plan)
+        {
+            let partitions = cut.disks.len();
+            let root = cutter.finish(cut, Route2::Host);
+            return Ok(Arc::new(self.disks_exec(root, partitions, &plan)));
+        }
+        let children = plan
+            .children()
+            .into_iter()
+            .map(|c| self.place(c.clone(), cutter))
+            .collect::<datafusion::error::Result<Vec<_>>>()?;
+        if children.is_empty() {
+            return Ok(plan);
+        }
+        super::rules::rewire(plan, children)
+    }
+
+    fn disks_exec(
+        &self,
+        root: usize,
+        partitions: usize,
+        replaced: &Arc<dyn ExecutionPlan>,
+    ) -> DisksExec {
+        let properties = Arc::new(PlanProperties::new(
+            replaced.equivalence_properties().clone(),
+            Partitioning::UnknownPartitioning(partitions),
+            datafusion::physical_plan::execution_plan::EmissionType::Incremental,
+            datafusion::physical_plan::execution_plan::Boundedness::Bounded,
+        ));
+        DisksExec {
+            stages: Arc::new(Vec::new()),
+            root,
+            cluster: self.cluster.clone(),
+            settings: self.settings.clone(),
+            metrics: self.metrics.clone(),
+            properties,
+            run: Arc::new(OnceCell::new()),
+        }
+    }
+}
+
+/// A stage that does more than a plain scan (a lone scan is better served as it is).
+fn worth_it(cut: &Cut) -> bool {
+    cut.plan.downcast_ref::<EmptyExec>().is_none()
+}
+
+struct Cutter {
+    stages: Arc<Mutex<Stages>>,
+    disk_count: u32,
+}
+
+impl Cutter {
+    /// Ends `cut` as a stage routed `route`; its index.
+    fn finish(&mut self, cut: Cut, route: Route2) -> usize {
+        let bytes = datafusion_proto::bytes::physical_plan_to_bytes(cut.plan.clone())
+            .map(|b| b.to_vec())
+            .unwrap_or_default();
+        let mut stages = self.stages.lock().expect("stages lock");
+        stages.list.push(StagePlan {
+            plan: cut.plan,
+            bytes,
+            disks: cut.disks,
+            inputs: cut.inputs,
+            route,
+            targets: vec![],
+        });
+        stages.list.len() - 1
+    }
+
+    fn set_targets(&mut self, stage: usize, targets: &[u32]) {
+        self.stages.lock().expect("stages lock").list[stage].targets = targets.to_vec();
+    }
+
+    /// The stage `plan` can be at the disks, if it can.
+    fn cut(&mut self, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        let node: &dyn ExecutionPlan = plan.as_ref();
+        if let Some(scan) = node.downcast_ref::<DiskScanExec>() {
+            if scan.plan.bloom.is_some()
+                || !scan.plan.extra_blooms.is_empty()
+                || scan.disks.is_empty()
+            {
+                return None;
+            }
+            let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(scan.schema()));
+            let scan = Arc::new(scan.with_plan(scan.plan.clone()));
+            return Some(Cut {
+                plan: leaf,
+                disks: scan.disks.clone(),
+                inputs: vec![Input::Scan(scan)],
+            });
+        }
+        if node.downcast_ref::<CooperativeExec>().is_some() {
+            return self.cut(plan.children().first()?);
+        }
+        if let Some(r) = node.downcast_ref::<RepartitionExec>() {
+            return self.repartition(r, plan);
+        }
+        if let Some(j) = node.downcast_ref::<HashJoinExec>() {
+            return self.join(j, plan);
+        }
+        let per_partition = node.downcast_ref::<FilterExec>().is_some()
+            || node.downcast_ref::<ProjectionExec>().is_some()
+            || node.downcast_ref::<LocalLimitExec>().is_some()
+            || node.downcast_ref::<AggregateExec>().is_some_and(|a| {
+                !matches!(
+                    a.mode(),
+                    datafusion::physical_plan::aggregates::AggregateMode::Final
+                        | datafusion::physical_plan::aggregates::AggregateMode::Single
+                )
+            })
+            || node
+                .downcast_ref::<SortExec>()
+                .is_some_and(|s| s.preserve_partitioning());
+        if !per_partition {
+            return None;
+        }
+        let child = self.cut(plan.children().first()?)?;
+        let plan = super::rules::rewire(plan.clone(), vec![child.plan]).ok()?;
+        Some(Cut { plan, ..child })
+    }
+
+    /// A hash repartition: the stage below ends, hashed on plain columns to every disk.
+    fn repartition(&mut self, r: &RepartitionExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        let child = plan.children().first().map(|c| (*c).clone())?;
+        match r.partitioning() {
+            Partitioning::RoundRobinBatch(_) => self.cut(&child),
+            Partitioning::Hash(exprs, n) if *n as u32 == self.disk_count => {
+                let schema = child.schema();
+                let mut keys = Vec::with_capacity(exprs.len());
+                for e in exprs {
+                    let c = e.downcast_ref::<Column>()?;
+                    // Routing names the column: it must be unambiguous.
+                    if schema
+                        .fields()
+                        .iter()
+                        .filter(|f| f.name() == c.name())
+                        .count()
+                        != 1
+                    {
+                        return None;
+                    }
+                    keys.push(c.name().to_string());
+                }
+                let below = self.cut(&child)?;
+                if !decodable(&below.plan) {
+                    return None;
+                }
+                let schema = below.plan.schema();
+                let stage = self.finish(below, Route2::Hash(keys));
+                let disks: Vec<u32> = (0..self.disk_count).collect();
+                self.set_targets(stage, &disks);
+                Some(Cut {
+                    plan: Arc::new(EmptyExec::new(schema)),
+                    disks,
+                    inputs: vec![Input::Pipe(stage)],
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// A hash join: a broadcast build side, or both sides hashed to the same disks.
+    fn join(&mut self, j: &HashJoinExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        match j.partition_mode() {
+            PartitionMode::CollectLeft => {
+                // Rows of the build side that match nowhere can only be known in one place.
+                if !matches!(
+                    j.join_type(),
+                    JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti
+                ) {
+                    return None;
+                }
+                let mut build = j.left().clone();
+                if build.downcast_ref::<CoalescePartitionsExec>().is_some() {
+                    build = build.children().first().map(|c| (*c).clone())?;
+                }
+                let probe = self.cut(j.right())?;
+                let build = self.cut(&build)?;
+                if !decodable(&build.plan) {
+                    return None;
+                }
+                let build_schema = build.plan.schema();
+                let stage = self.finish(build, Route2::Broadcast);
+                self.set_targets(stage, &probe.disks);
+                let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(build_schema));
+                let joined = super::rules::rewire(plan.clone(), vec![leaf, probe.plan]).ok()?;
+                let mut inputs = vec![Input::Pipe(stage)];
+                inputs.extend(probe.inputs);
+                Some(Cut {
+                    plan: joined,
+                    disks: probe.disks,
+                    inputs,
+                })
+            }
+            PartitionMode::Partitioned => {
+                let left = self.cut(j.left())?;
+                let right = self.cut(j.right())?;
+                if left.disks != right.disks {
+                    return None;
+                }
+                let joined =
+                    super::rules::rewire(plan.clone(), vec![left.plan, right.plan]).ok()?;
+                let mut inputs = left.inputs;
+                inputs.extend(right.inputs);
+                Some(Cut {
+                    plan: joined,
+                    disks: left.disks,
+                    inputs,
+                })
+            }
+            PartitionMode::Auto => None,
+        }
+    }
+}
+
+/// Whether a disk could decode the fragment (see [`super::rules`]).
+fn decodable(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let Ok(bytes) = datafusion_proto::bytes::physical_plan_to_bytes(plan.clone()) else {
+        return false;
+    };
+    let ctx = datafusion::prelude::SessionContext::new();
+    datafusion_proto::bytes::physical_plan_from_bytes(&bytes, &ctx.task_ctx()).is_ok()
+}
+
+/// The part of a plan that runs at the disks as stages; its partitions are the top stage's
+/// outputs, one per disk.
+#[derive(Debug, Clone)]
+pub struct DisksExec {
+    stages: Arc<Vec<StagePlan>>,
+    root: usize,
+    cluster: Arc<Cluster>,
+    settings: Arc<SqlSettings>,
+    metrics: Arc<QueryMetrics>,
+    properties: Arc<PlanProperties>,
+    run: Arc<OnceCell<std::result::Result<Arc<Run>, String>>>,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Run")
+    }
+}
+
+/// The started jobs of one execution.
+struct Run {
+    /// The top stage's result streams, taken by the partition that reads each.
+    outputs: Mutex<Vec<Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>>>,
+    /// The first failure of any other job.
+    failure: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+impl DisksExec {
+    /// The stages this node runs (itself last), with where each runs.
+    pub fn describe(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, s) in self.reachable().into_iter().map(|i| (i, &self.stages[i])) {
+            let inputs: Vec<String> = s
+                .inputs
+                .iter()
+                .map(|inp| match inp {
+                    Input::Scan(scan) => format!("scan {}", scan.table()),
+                    Input::Pipe(p) => format!("stage {p}"),
+                })
+                .collect();
+            let route = match &s.route {
+                Route2::Host => "→ host".to_string(),
+                Route2::Hash(k) => format!("→ hash [{}] to disks {:?}", k.join(", "), s.targets),
+                Route2::Broadcast => format!("→ broadcast to disks {:?}", s.targets),
+            };
+            let ops = datafusion::physical_plan::displayable(s.plan.as_ref())
+                .one_line()
+                .to_string();
+            out.push(format!(
+                "stage {i} at disks {:?} reads [{}] {route}: {}",
+                s.disks,
+                inputs.join(", "),
+                ops.trim()
+            ));
+        }
+        out
+    }
+
+    /// The stages the root depends on, inputs before readers.
+    fn reachable(&self) -> Vec<usize> {
+        fn visit(stages: &[StagePlan], i: usize, out: &mut Vec<usize>) {
+            if out.contains(&i) {
+                return;
+            }
+            for inp in &stages[i].inputs {
+                if let Input::Pipe(p) = inp {
+                    visit(stages, *p, out);
+                }
+            }
+            out.push(i);
+        }
+        let mut out = Vec::new();
+        if self.root < self.stages.len() {
+            visit(&self.stages, self.root, &mut out);
+        }
+        out
+    }
+
+    /// Job sizes: every stage of the query runs at once at each disk, so each gets an equal
+    /// part of the smallest disk's memory (at most the requested scratch).
+    fn sizes(&self, stages_per_disk: usize) -> Sizes {
+        let share = self.settings.cost.max_scratch_bytes / (3 * stages_per_disk.max(1) as u64);
+        let requested = if self.settings.scratch_kib == 0 {
+            u64::MAX
+        } else {
+            self.settings.scratch_kib * 1024
+        };
+        Sizes {
+            scratch_kib: (share.min(requested) / 1024).max(64),
+            buffer_kib: STAGE_BUFFER_KIB,
+            temp_kib: self.settings.temp_kib,
+        }
+    }
+
+    /// The job spec of stage `s` at its partition `p`.
+    fn job(&self, s: usize, p: usize, ids: &[String], sizes: Sizes) -> Result<JobSpec> {
+        let stage = &self.stages[s];
+        let (mut inputs, mut stages, mut ports) = (Vec::new(), Vec::new(), Vec::new());
+        for inp in &stage.inputs {
+            let input = Port::Input(inputs.len() as u32);
+            match inp {
+                Input::Scan(scan) => {
+                    let (source, chain) = scan.disk_stages()?;
+                    inputs.push(source);
+                    let mut from = input;
+                    for disklet in chain {
+                        stages.push(JobStage {
+                            disklet,
+                            inputs: vec![from],
+                        });
+                        from = Port::Stage {
+                            stage: stages.len() as u32 - 1,
+                            port: 0,
+                        };
+                    }
+                    ports.push(from);
+                }
+                Input::Pipe(q) => {
+                    let sender = &self.stages[*q];
+                    inputs.push(Source::Pipe {
+                        exchange_id: ids[*q].clone(),
+                        senders: sender.disks.len() as u32,
+                        schema: sender.plan.schema().as_ref().clone(),
+                    });
+                    ports.push(input);
+                }
+            }
+        }
+        stages.push(JobStage {
+            disklet: DiskletSpec::Fragment {
+                kind: FragmentKind::Stage,
+                plan: ExprBytes(stage.bytes.clone()),
+            },
+            inputs: ports,
+        });
+        let from = Port::Stage {
+            stage: stages.len() as u32 - 1,
+            port: 0,
+        };
+        let sink = match &stage.route {
+            Route2::Host => Sink::Host,
+            route => {
+                let targets = stage
+                    .targets
+                    .iter()
+                    .map(|d| self.cluster.address(*d).to_string())
+                    .collect();
+                let route = match route {
+                    Route2::Hash(keys) => Route::Hash {
+                        keys: keys
+                            .iter()
+                            .map(|k| jobs::encode_expr(&datafusion::prelude::col(k.as_str())))
+                            .collect::<Result<_>>()?,
+                    },
+                    _ => Route::Broadcast,
+                };
+                Sink::Exchange {
+                    exchange_id: ids[s].clone(),
+                    targets,
+                    sender: p as u32,
+                    route,
+                    relay: None,
+                }
+            }
+        };
+        let spec = JobSpec {
+            job_id: format!("{}-{p}", ids[s]),
+            program: self.settings.program.clone(),
+            inputs,
+            stages,
+            outputs: vec![Output { from, sink }],
+            scratch_kib: 0,
+            buffer_kib: 0,
+            temp_kib: 0,
+        };
+        Ok(jobs::sized(spec, sizes))
+    }
+
+    /// Starts every job of every stage at once.
+    async fn start(&self) -> Result<Arc<Run>> {
+        let order = self.reachable();
+        let ids: Vec<String> = (0..self.stages.len())
+            .map(|i| jobs::new_id(&format!("stage{i}")))
+            .collect();
+        let mut per_disk = std::collections::BTreeMap::<u32, usize>::new();
+        for &s in &order {
+            for d in &self.stages[s].disks {
+                *per_disk.entry(*d).or_default() += 1;
+            }
+        }
+        let sizes = self.sizes(per_disk.values().copied().max().unwrap_or(1));
+        let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
+        let fail_tx = Arc::new(fail_tx);
+        let mut outputs = Vec::new();
+        for &s in &order {
+            for (p, &d) in self.stages[s].disks.iter().enumerate() {
+                let spec = self.job(s, p, &ids, sizes)?;
+                let stream = self.cluster.start(d, &spec).await?;
+                let reporter = Reporter {
+                    cluster: self.cluster.clone(),
+                    metrics: self.metrics.clone(),
+                    disk: d,
+                    job_id: spec.job_id.clone(),
+                    stage: s,
+                    describe: format!("stage {s}"),
+                };
+                self.metrics.started();
+                if s == self.root {
+                    outputs.push(Some(watched(
+                        stream,
+                        fail_rx.clone(),
+                        reporter,
+                        self.settings.host_link.clone(),
+                    )));
+                } else {
+                    let fail = fail_tx.clone();
+                    tokio::spawn(async move {
+                        let mut stream = stream;
+                        let started = Instant::now();
+                        while let Some(item) = stream.next().await {
+                            if let Err(e) = item {
+                                let _ = fail.send(Some(e.to_string()));
+                                break;
+                            }
+                        }
+                        reporter.report(0, 0, started).await;
+                    });
+                }
+            }
+        }
+        Ok(Arc::new(Run {
+            outputs: Mutex::new(outputs),
+            failure: fail_rx,
+        }))
+    }
+}
+
+/// Stream buffer size of stage jobs, KiB: many stages share a disk's memory at once.
+const STAGE_BUFFER_KIB: u64 = 64;
+
+/// What a stage job reports into the query's metrics when it ends.
+struct Reporter {
+    cluster: Arc<Cluster>,
+    metrics: Arc<QueryMetrics>,
+    disk: u32,
+    job_id: String,
+    stage: usize,
+    describe: String,
+}
+
+impl Reporter {
+    async fn report(self, rows: u64, bytes: u64, started: Instant) {
+        let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        self.metrics.record(ScanReport {
+            scan_id: usize::MAX - self.stage,
+            table: self.describe,
+            stages: vec![],
+            disk: self.disk,
+            stats,
+            rows_received: rows,
+            bytes_received: bytes,
+            wall_ns: started.elapsed().as_nanos() as u64,
+            bloom_keys: None,
+            bloom_bytes: None,
+            bloom_true_matches: None,
+        });
+    }
+}
+
+/// Reports its job when dropped: at the end of the stream, on an error, or when the reader
+/// stops early (a LIMIT above).
+struct ReportOnDrop {
+    reporter: Option<Reporter>,
+    rows: u64,
+    bytes: u64,
+    started: Instant,
+}
+
+impl Drop for ReportOnDrop {
+    fn drop(&mut self) {
+        if let Some(r) = self.reporter.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            let (rows, bytes, started) = (self.rows, self.bytes, self.started);
+            handle.spawn(r.report(rows, bytes, started));
+        }
+    }
+}
+
+/// Resolves with the first failure of another job of the query; never, if there is none.
+async fn first_failure(mut failure: tokio::sync::watch::Receiver<Option<String>>) -> String {
+    let got = failure
+        .wait_for(|f| f.is_some())
+        .await
+        .ok()
+        .map(|why| why.clone().unwrap_or_default());
+    match got {
+        Some(why) => why,
+        None => std::future::pending().await,
+    }
+}
+
+/// The top stage's stream at one disk: fails when any other job of the query fails, pays the
+/// host link, and reports its job when it ends.
+fn watched(
+    stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
+    failure: tokio::sync::watch::Receiver<Option<String>>,
+    reporter: Reporter,
+    link: Option<Arc<super::TokenBucket>>,
+) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
+    let guard = ReportOnDrop {
+        reporter: Some(reporter),
+        rows: 0,
+        bytes: 0,
+        started: Instant::now(),
+    };
+    let failed = Box::pin(first_failure(failure));
+    futures::stream::unfold((stream, failed, guard, link, false), |(mut stream, mut failed, mut guard, link, done)| async move {
+        if done {
+            return None;
+        }
+        let item = tokio::select! {
+            item = stream.next() => item,
+            why = &mut failed => Some(Err(HostError::Invalid(format!("another stage of the query failed: {why}")))),
+        };
+        match item {
+            Some(Ok(b)) => {
+                let n = jobs::batch_bytes(&b);
+                if let Some(l) = &link {
+                    l.acquire(n).await;
+                }
+                guard.rows += b.num_rows() as u64;
+                guard.bytes += n;
+                Some((Ok(b), (stream, failed, guard, link, false)))
+            }
+            Some(Err(e)) => Some((Err(e), (stream, failed, guard, link, true))),
+            None => None,
+        }
+    })
+    .boxed()
+}
+
+impl DisplayAs for DisksExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "DisksExec: stages=[{}]", self.describe().join(" | "))
+    }
+}
+
+impl ExecutionPlan for DisksExec {
+    fn name(&self) -> &str {
+        "DisksExec"
+    }
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+        ) -> datafusion::error::Result<TreeNodeRecursion>,
+    ) -> datafusion::error::Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let schema: SchemaRef = self.properties.eq_properties.schema().clone();
+        let this = self.clone();
+        let stream = futures::stream::once(async move {
+            let run = this
+                .run
+                .get_or_init(|| async { this.start().await.map_err(|e| e.to_string()) })
+                .await
+                .clone();
+            let run =
+                run.map_err(|e| DataFusionError::External(Box::new(HostError::Invalid(e))))?;
+            let taken = run
+                .outputs
+                .lock()
+                .expect("outputs lock")
+                .get_mut(partition)
+                .and_then(Option::take);
+            let _ = &run.failure;
+            taken.ok_or_else(|| {
+                DataFusionError::Internal(format!(
+                    "disks partition {partition} read twice or missing"
+                ))
+            })
+        })
+        .map(|r| match r {
+            Ok(s) => s
+                .map(|b| b.map_err(|e| DataFusionError::External(Box::new(e))))
+                .boxed(),
+            Err(e) => futures::stream::once(async move { Err(e) }).boxed(),
+        })
+        .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
+    }
+}
