@@ -427,6 +427,11 @@ struct Run {
 }
 
 impl DisksExec {
+    /// How many stages this node runs.
+    pub fn stage_count(&self) -> usize {
+        self.reachable().len()
+    }
+
     /// The stages this node runs (itself last), with where each runs.
     pub fn describe(&self) -> Vec<String> {
         let mut out = Vec::new();
@@ -444,14 +449,22 @@ impl DisksExec {
                 Route2::Hash(k) => format!("→ hash [{}] to disks {:?}", k.join(", "), s.targets),
                 Route2::Broadcast => format!("→ broadcast to disks {:?}", s.targets),
             };
-            let ops = datafusion::physical_plan::displayable(s.plan.as_ref())
-                .one_line()
-                .to_string();
+            let ops: Vec<String> = datafusion::physical_plan::displayable(s.plan.as_ref())
+                .indent(false)
+                .to_string()
+                .lines()
+                .filter(|l| !l.trim_start().starts_with("EmptyExec"))
+                .map(|l| l.trim().to_string())
+                .collect();
+            let ops = if ops.is_empty() {
+                "pass-through".to_string()
+            } else {
+                ops.join(" ← ")
+            };
             out.push(format!(
-                "stage {i} at disks {:?} reads [{}] {route}: {}",
+                "stage {i} at disks {:?} reads [{}] {route}: {ops}",
                 s.disks,
-                inputs.join(", "),
-                ops.trim()
+                inputs.join(", ")
             ));
         }
         out
@@ -477,20 +490,34 @@ impl DisksExec {
         out
     }
 
-    /// Job sizes: every stage of the query runs at once at each disk, so each gets an equal
-    /// part of the smallest disk's memory (at most the requested scratch).
-    fn sizes(&self, stages_per_disk: usize) -> Sizes {
-        let share = self.settings.cost.max_scratch_bytes / (3 * stages_per_disk.max(1) as u64);
+    /// Job sizes per stage. Every stage of a query runs at once at each of its disks, so the
+    /// smallest disk's memory for scratch (two thirds of it; the rest is for stream buffers
+    /// and inboxes) is divided by weight over the stages of the busiest disk: a hash join's
+    /// build side, a sort or an aggregation needs room, a stage that only forwards rows hardly
+    /// any. Never more than the requested scratch.
+    fn sizes(&self, order: &[usize]) -> Vec<Sizes> {
+        let weights: Vec<u64> = self.stages.iter().map(|s| weight(&s.plan)).collect();
+        let mut per_disk = std::collections::BTreeMap::<u32, u64>::new();
+        for &s in order {
+            for d in &self.stages[s].disks {
+                *per_disk.entry(*d).or_default() += weights[s];
+            }
+        }
+        let busiest = per_disk.values().copied().max().unwrap_or(1).max(1);
+        let unit = self.settings.cost.max_scratch_bytes * 2 / 3 / busiest;
         let requested = if self.settings.scratch_kib == 0 {
             u64::MAX
         } else {
             self.settings.scratch_kib * 1024
         };
-        Sizes {
-            scratch_kib: (share.min(requested) / 1024).max(64),
-            buffer_kib: STAGE_BUFFER_KIB,
-            temp_kib: self.settings.temp_kib,
-        }
+        weights
+            .iter()
+            .map(|w| Sizes {
+                scratch_kib: ((unit * w).min(requested) / 1024).max(MIN_STAGE_SCRATCH_KIB),
+                buffer_kib: STAGE_BUFFER_KIB,
+                temp_kib: self.settings.temp_kib,
+            })
+            .collect()
     }
 
     /// The job spec of stage `s` at its partition `p`.
@@ -583,19 +610,13 @@ impl DisksExec {
         let ids: Vec<String> = (0..self.stages.len())
             .map(|i| jobs::new_id(&format!("stage{i}")))
             .collect();
-        let mut per_disk = std::collections::BTreeMap::<u32, usize>::new();
-        for &s in &order {
-            for d in &self.stages[s].disks {
-                *per_disk.entry(*d).or_default() += 1;
-            }
-        }
-        let sizes = self.sizes(per_disk.values().copied().max().unwrap_or(1));
+        let sizes = self.sizes(&order);
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
         let fail_tx = Arc::new(fail_tx);
         let mut outputs = Vec::new();
         for &s in &order {
             for (p, &d) in self.stages[s].disks.iter().enumerate() {
-                let spec = self.job(s, p, &ids, sizes)?;
+                let spec = self.job(s, p, &ids, sizes[s])?;
                 let stream = self.cluster.start(d, &spec).await?;
                 let reporter = Reporter {
                     cluster: self.cluster.clone(),
@@ -634,6 +655,27 @@ impl DisksExec {
             failure: fail_rx,
         }))
     }
+}
+
+/// Smallest scratch of a stage job, KiB.
+const MIN_STAGE_SCRATCH_KIB: u64 = 64;
+
+/// How much scratch a stage needs relative to others: 1, plus 8 per hash join (its build side
+/// is held whole), 4 per sort or aggregation that holds its input.
+fn weight(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    let mut w = 1;
+    let _ = plan.apply(|node| {
+        let n: &dyn ExecutionPlan = node.as_ref();
+        if n.downcast_ref::<HashJoinExec>().is_some() {
+            w += 8;
+        } else if n.downcast_ref::<SortExec>().is_some()
+            || n.downcast_ref::<AggregateExec>().is_some()
+        {
+            w += 4;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    w
 }
 
 /// Stream buffer size of stage jobs, KiB: many stages share a disk's memory at once.

@@ -31,6 +31,13 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &m
         scans.push(expected(scan));
         return;
     }
+    if let Some(disks) = plan.downcast_ref::<super::distribute::DisksExec>() {
+        let _ = writeln!(out, "disks {pad}DisksExec: {} stages across the disks", disks.stage_count());
+        for s in disks.describe() {
+            let _ = writeln!(out, "disks {pad}  ↳ {s}");
+        }
+        return;
+    }
     let line = displayable(plan.as_ref()).one_line().to_string();
     let _ = writeln!(out, "host  {pad}{}", line.trim_end());
     for c in plan.children() {
@@ -221,12 +228,42 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         let _ = writeln!(text, "\nall scans");
         let _ = writeln!(text, "{}", grand.line("total"));
     }
+    let links = links(out);
+    let _ = writeln!(
+        text,
+        "\nlinks: disk→host {} · disk→disk {} · control: {} disk jobs started ({} messages with their statistics requests)",
+        human_bytes(links.to_host),
+        human_bytes(links.disk_to_disk),
+        links.jobs,
+        links.jobs * 2
+    );
     if let Some(busy) = out.link_busy {
         let _ = writeln!(text, "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)", busy.as_secs_f64() * 1e3, out.wall.as_secs_f64() * 1e3, 100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9));
     }
     let _ = writeln!(text, "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):");
     let _ = write!(text, "{}", DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true));
     text
+}
+
+/// What crossed each link during a query.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Links {
+    /// Bytes the disks sent the host.
+    pub to_host: u64,
+    /// Bytes the disks sent each other (exchanges).
+    pub disk_to_disk: u64,
+    /// Disk jobs started (each one control message out, one statistics request after).
+    pub jobs: u64,
+}
+
+/// Bytes per link and control messages of a run.
+pub fn links(out: &QueryOutput) -> Links {
+    let mut l = Links { jobs: out.scans.len() as u64, ..Default::default() };
+    for s in out.scans.iter().filter_map(|r| r.stats.as_ref()) {
+        l.to_host += s.bytes_shipped_host;
+        l.disk_to_disk += s.bytes_shipped_disks;
+    }
+    l
 }
 
 /// Bytes read and shipped, summed over every scan (for assertions and benchmarks).
@@ -247,6 +284,10 @@ pub fn totals(out: &QueryOutput) -> (u64, u64, u64) {
 fn operators(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<serde_json::Value>) {
     if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
         out.push(serde_json::json!({ "where": "disk", "operator": "DiskScanExec", "table": scan.table(), "stages": scan.describe_stages() }));
+        return;
+    }
+    if let Some(disks) = plan.downcast_ref::<super::distribute::DisksExec>() {
+        out.push(serde_json::json!({ "where": "disks", "operator": "DisksExec", "stages": disks.describe() }));
         return;
     }
     out.push(serde_json::json!({ "where": "host", "operator": plan.name() }));
@@ -272,6 +313,9 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["bytes_read"] = read.into();
     v["bytes_scanned"] = scanned.into();
     v["bytes_shipped"] = shipped.into();
+    let l = links(out);
+    v["bytes_disk_to_disk"] = l.disk_to_disk.into();
+    v["control_messages"] = (l.jobs * 2).into();
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v
 }
