@@ -53,6 +53,10 @@ pub struct TpchBenchArgs {
     /// Skip offload `none` (the conventional baseline), for quicker runs.
     #[arg(long)]
     pub no_conventional: bool,
+    /// Compare these offload levels side by side instead (e.g. `semijoin,disks,auto`): per
+    /// query the median time, the bytes the host received and the bytes sent disk to disk.
+    #[arg(long, value_delimiter = ',')]
+    pub levels: Vec<String>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -149,6 +153,9 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             }
             crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![] }).await?;
         }
+        if !a.levels.is_empty() {
+            return levels_table(&cluster, &a, &queries, &texts).await;
+        }
         let mut duck = if a.no_duckdb {
             None
         } else {
@@ -235,4 +242,62 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     .await;
     down(&cdir).await?;
     result
+}
+
+/// `--levels`: the queries at each level, runs interleaved level by level per query after one
+/// warm-up each; medians, bytes to the host and disk to disk, and each level's speed-up over the
+/// first level named.
+async fn levels_table(cluster: &Arc<adisk_host::Cluster>, a: &TpchBenchArgs, queries: &[u32], texts: &[&str]) -> Result<(), CliError> {
+    let levels = a.levels.iter().map(|l| l.parse::<Offload>()).collect::<Result<Vec<_>, _>>()?;
+    let mut engines = Vec::with_capacity(levels.len());
+    for l in &levels {
+        engines.push(SqlEngine::new(cluster.clone(), SqlOptions { offload: *l, buffer_kib: a.buffer_kib, ..Default::default() }).await?);
+    }
+    let link = if a.host_link_mbps > 0 { format!("{} Mbit/s", a.host_link_mbps) } else { "unthrottled".into() };
+    println!("adisk bench tpch --levels: SF {} on {} disks, host link {link}, median of {}", a.sf, a.disks, a.repeats.max(1));
+    let mut header = format!("{:<5}", "query");
+    for l in &levels {
+        header += &format!(" {:>12} {:>11} {:>11}", format!("{l}_ms"), format!("{l}_host"), format!("{l}_d2d"));
+    }
+    for l in levels.iter().skip(1) {
+        header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
+    }
+    println!("{header}");
+    let mut totals = vec![0.0; levels.len()];
+    for (n, sql) in queries.iter().zip(texts) {
+        eprintln!("Q{n:02} …");
+        let mut samples: Vec<(Vec<f64>, report::Links)> = vec![(Vec::new(), report::Links::default()); levels.len()];
+        if !a.no_warmup {
+            for e in &engines {
+                e.query(sql).await?;
+            }
+        }
+        for _ in 0..a.repeats.max(1) {
+            for (i, e) in engines.iter().enumerate() {
+                let out = e.query(sql).await?;
+                samples[i].0.push(out.wall.as_secs_f64());
+                samples[i].1 = report::links(&out);
+            }
+        }
+        let medians: Vec<f64> = samples.iter().map(|(t, _)| median(t.clone())).collect();
+        let mut line = format!("Q{n:02}  ");
+        for (i, (_, links)) in samples.iter().enumerate() {
+            totals[i] += medians[i];
+            line += &format!(" {:>12.1} {:>11} {:>11}", medians[i] * 1e3, human_bytes(links.to_host), human_bytes(links.disk_to_disk));
+        }
+        for m in medians.iter().skip(1) {
+            line += &format!(" {:>10.2}", medians[0] / m);
+        }
+        println!("{line}");
+    }
+    let mut line = format!("{:<5}", "total");
+    for t in &totals {
+        line += &format!(" {:>12.1} {:>11} {:>11}", t * 1e3, "", "");
+    }
+    for t in totals.iter().skip(1) {
+        line += &format!(" {:>10.2}", totals[0] / t);
+    }
+    println!("{line}");
+    println!("_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once.");
+    Ok(())
 }
