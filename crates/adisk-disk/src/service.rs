@@ -118,6 +118,21 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
     encoded.chain(tail).boxed()
 }
 
+/// Forgets an exchange's inbox that no job claimed when the sending call that opened it ends.
+struct ForgetUnclaimed {
+    os: Arc<adisk_diskos::job::DiskOs>,
+    id: String,
+    armed: bool,
+}
+
+impl Drop for ForgetUnclaimed {
+    fn drop(&mut self) {
+        if self.armed {
+            self.os.exchanges().forget_unclaimed(&self.id, 1);
+        }
+    }
+}
+
 struct CancelOnDrop(Arc<adisk_diskos::job::JobState>);
 
 impl Drop for CancelOnDrop {
@@ -208,7 +223,11 @@ impl FlightService for DiskService {
         match command {
             PutCommand::Exchange { exchange_id, sender } => {
                 let mut inbox = self.os.exchanges().sender(&exchange_id).map_err(Status::resource_exhausted)?;
+                // Declared after the sender, so dropped before it: if this call ends (or its
+                // sender resets it) before a job claimed the inbox, the inbox goes too.
+                let mut forget = ForgetUnclaimed { os: self.os.clone(), id: exchange_id.clone(), armed: true };
                 let terms = inbox.claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT).await.map_err(|e| Status::deadline_exceeded(format!("exchange {exchange_id}: {e}")))?;
+                forget.armed = false;
                 let mut failure = None;
                 while let Some(b) = batches.next().await {
                     let sent = match b {

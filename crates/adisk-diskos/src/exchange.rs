@@ -141,6 +141,19 @@ impl ExchangeRegistry {
         Ok(InboxSender { tx: inbox.tx.clone(), terms: inbox.terms.subscribe() })
     }
 
+    /// Drops exchange `id`'s inbox if no job claimed it and no sender but the caller's `held`
+    /// ones holds it: a sender that gave up (its job was cancelled, its claim timed out)
+    /// leaves no inbox behind.
+    pub fn forget_unclaimed(&self, id: &str, held: usize) {
+        let mut map = self.inboxes.lock().expect("exchange lock");
+        if let Some(inbox) = map.get(id)
+            && inbox.rx.is_some()
+            && inbox.tx.strong_count() <= 1 + held
+        {
+            map.remove(id);
+        }
+    }
+
     /// The receiving side of exchange `id` (once), claimed by a job under `terms`.
     pub fn receiver(&self, id: &str, terms: InboxTerms) -> Result<mpsc::Receiver<PipeMessage>, String> {
         let mut map = self.inboxes.lock().expect("exchange lock");

@@ -659,8 +659,14 @@ impl DiskOs {
             let connector = self.connector.clone();
             let (st, schema) = (state.clone(), schema.clone());
             let route = PipeRoute { target, relay: relay.clone(), exchange_id: exchange_id.clone(), sender };
+            let mut cancel = state.cancel.subscribe();
             tasks.push(tokio::spawn(async move {
-                let (bytes, rows) = connector.send(route, schema, rx).await?;
+                // A cancelled job drops its sends at once (resetting the calls), also one still
+                // waiting for its receiver to claim the exchange.
+                let (bytes, rows) = tokio::select! {
+                    sent = connector.send(route, schema, rx) => sent?,
+                    _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
+                };
                 st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
                 st.rows_shipped.fetch_add(rows, Ordering::Relaxed);
                 Ok(())

@@ -613,6 +613,7 @@ impl DisksExec {
         let sizes = self.sizes(&order);
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
         let fail_tx = Arc::new(fail_tx);
+        let cancel = Arc::new(Cancel { roots: self.stages[self.root].disks.len(), tasks: Mutex::new(Vec::new()), completed: Default::default() });
         let mut outputs = Vec::new();
         for &s in &order {
             for (p, &d) in self.stages[s].disks.iter().enumerate() {
@@ -633,10 +634,11 @@ impl DisksExec {
                         fail_rx.clone(),
                         reporter,
                         self.settings.host_link.clone(),
+                        cancel.clone(),
                     )));
                 } else {
                     let fail = fail_tx.clone();
-                    tokio::spawn(async move {
+                    let task = tokio::spawn(async move {
                         let mut stream = stream;
                         let started = Instant::now();
                         while let Some(item) = stream.next().await {
@@ -647,6 +649,7 @@ impl DisksExec {
                         }
                         reporter.report(0, 0, started).await;
                     });
+                    cancel.tasks.lock().expect("cancel lock").push(task.abort_handle());
                 }
             }
         }
@@ -676,6 +679,25 @@ fn weight(plan: &Arc<dyn ExecutionPlan>) -> u64 {
         Ok(TreeNodeRecursion::Continue)
     });
     w
+}
+
+/// The jobs of one execution that feed other stages, stopped (their streams dropped, so their
+/// disks cancel them) when the top stage's streams go away before all of them ended: a failure
+/// anywhere, or a reader that stopped early.
+struct Cancel {
+    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    roots: usize,
+    completed: std::sync::atomic::AtomicUsize,
+}
+
+impl Drop for Cancel {
+    fn drop(&mut self) {
+        if self.completed.load(std::sync::atomic::Ordering::SeqCst) < self.roots {
+            for t in self.tasks.lock().expect("cancel lock").drain(..) {
+                t.abort();
+            }
+        }
+    }
 }
 
 /// Stream buffer size of stage jobs, KiB: many stages share a disk's memory at once.
@@ -750,6 +772,7 @@ fn watched(
     failure: tokio::sync::watch::Receiver<Option<String>>,
     reporter: Reporter,
     link: Option<Arc<super::TokenBucket>>,
+    cancel: Arc<Cancel>,
 ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
     let guard = ReportOnDrop {
         reporter: Some(reporter),
@@ -758,7 +781,8 @@ fn watched(
         started: Instant::now(),
     };
     let failed = Box::pin(first_failure(failure));
-    futures::stream::unfold((stream, failed, guard, link, false), |(mut stream, mut failed, mut guard, link, done)| async move {
+    let state = (stream, failed, guard, link, false, cancel);
+    futures::stream::unfold(state, |(mut stream, mut failed, mut guard, link, done, cancel)| async move {
         if done {
             return None;
         }
@@ -774,10 +798,13 @@ fn watched(
                 }
                 guard.rows += b.num_rows() as u64;
                 guard.bytes += n;
-                Some((Ok(b), (stream, failed, guard, link, false)))
+                Some((Ok(b), (stream, failed, guard, link, false, cancel)))
             }
-            Some(Err(e)) => Some((Err(e), (stream, failed, guard, link, true))),
-            None => None,
+            Some(Err(e)) => Some((Err(e), (stream, failed, guard, link, true, cancel))),
+            None => {
+                cancel.completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                None
+            }
         }
     })
     .boxed()
