@@ -602,9 +602,15 @@ pub fn earth(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
                 .push(flow(Dest::Local, Amount::Ratio(o * cov / d), comp, None));
         }
     } else {
+        // The sub-image is "a contiguous section of the output grid that fits into the
+        // disk-memory" (acharya-… §4; uysal-… §5). A worker's input is striped over all
+        // disks in 256 KB chunks (acharya-… §4), so the values it reads map all over the
+        // grid: the only contiguous section that holds them all is the whole grid. Unless
+        // the whole image fits, the sub-image shifts and ships as the scan goes on; the
+        // part of the grid a worker touches (`output × min(1, coverage/n)`) is what it ships.
         let touched = o * (cov / ctx.n as f64).min(1.0);
-        if touched <= ctx.mem_per_worker {
-            plan.note("subgrid", "whole touched region fits: shipped once");
+        if o <= ctx.mem_per_worker {
+            plan.note("subgrid", "whole image fits: touched region shipped once");
             ph.flows
                 .push(flow(Dest::Coordinator, Amount::Bytes(touched), comp, None));
         } else {
@@ -628,6 +634,43 @@ pub fn earth(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::costs::Costs;
+    use crate::workload::test_ctx;
+
+    fn earth_flow(n: usize, mem_per_worker: f64) -> Amount {
+        let costs = Costs::new(&Default::default()).expect("default costs");
+        let ctx = test_ctx(
+            &costs,
+            n,
+            mem_per_worker,
+            crate::config::ArchKind::ActiveDisks,
+        );
+        let cfg: WorkloadConfig = toml::from_str(
+            "kind = \"earth\"\ndataset_bytes = 17.18e9\noutput_bytes = 556.0e6\ncoverage = 10.0",
+        )
+        .expect("earth config");
+        let plan = earth(&cfg, &ctx).expect("earth plan");
+        plan.phases[0].flows[0].amount
+    }
+
+    /// uysal-… at 128 disks: the touched region (556 MB × 10/128 = 43 MB) fits a 64 MB disk
+    /// but the image does not, and the disk's input is striped over the whole grid, so the
+    /// sub-image still shifts and ships while the scan goes on (it used to be held to the
+    /// end, which made 64 MB disks 1.5 times slower than 32 MB ones).
+    #[test]
+    fn earth_sub_image_ships_during_the_scan_unless_the_whole_image_fits() {
+        let streamed = 556.0e6 * 10.0 / 17.18e9;
+        for mem in [31.0e6, 62.0e6, 126.0e6] {
+            match earth_flow(128, mem) {
+                Amount::Ratio(r) => assert!((r - streamed).abs() < 1e-12, "{mem}: {r}"),
+                a => panic!("{mem} bytes of disk memory: {a:?}, expected a streamed ratio"),
+            }
+        }
+        match earth_flow(128, 1.0e9) {
+            Amount::Bytes(b) => assert!((b - 556.0e6 * 10.0 / 128.0).abs() < 1.0),
+            a => panic!("whole image fits: {a:?}, expected the touched region once"),
+        }
+    }
 
     #[test]
     fn lattice_has_all_group_bys_and_pipelines_cover_them_once() {
