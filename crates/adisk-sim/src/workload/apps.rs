@@ -192,7 +192,10 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         } else {
             format!("sort: merge pass {}", pass + 1)
         });
-        p.input = Input::File(src);
+        // acharya-… §4 (NOW-sort): "A reader reads one block from each sorted partition";
+        // the active-disk merger reads every partition as its own stream. Blocks of
+        // different runs alternate, so every request-sized block is a separate access.
+        p.input = merge_input(src, ctx);
         p.read_vol = vol;
         p.write_vol = 1 - vol;
         p.cycles_per_byte = ctx.c("merge_cycles_per_tuple") / t;
@@ -204,6 +207,12 @@ pub fn sort(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         vol = 1 - vol;
     }
     Ok(plan)
+}
+
+/// The input of a merge over sorted runs on disk: one request-sized block of one run at a
+/// time, the runs interleaved, so each block is a separate access that seeks.
+fn merge_input(runs: u32, ctx: &Wctx) -> Input {
+    Input::Segmented(runs, (ctx.request_bytes.max(512.0)) as u64)
 }
 
 /// Sort-merge project-join of two relations (uysal-… §5): two repartition passes, one local merge-join.
@@ -244,7 +253,7 @@ pub fn join(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     m.input = if sp.in_memory {
         Input::Memory(2.0 * per_proj)
     } else {
-        Input::File(runs)
+        merge_input(runs, ctx)
     };
     m.read_vol = 1;
     m.cycles_per_byte = ctx.c("join_merge_cycles_per_tuple") / p;
@@ -651,6 +660,31 @@ mod tests {
         .expect("earth config");
         let plan = earth(&cfg, &ctx).expect("earth plan");
         plan.phases[0].flows[0].amount
+    }
+
+    /// acharya-… §4: "A reader reads one block from each sorted partition": the merge reads
+    /// request-sized blocks of interleaved runs, each a separate access (it used to stream the
+    /// runs file sequentially, hiding the seeks between runs).
+    #[test]
+    fn sort_merge_reads_one_block_of_one_run_at_a_time() {
+        let costs = Costs::new(&Default::default()).expect("default costs");
+        let ctx = test_ctx(&costs, 4, 15e6, crate::config::ArchKind::ActiveDisks);
+        let cfg: WorkloadConfig =
+            toml::from_str("kind = \"sort\"\ndataset_bytes = 4.0e9\ntuple_bytes = 100.0")
+                .expect("sort config");
+        let plan = sort(&cfg, &ctx).expect("sort plan");
+        let merges: Vec<&Phase> = plan
+            .phases
+            .iter()
+            .filter(|p| p.name.starts_with("sort: merge"))
+            .collect();
+        assert!(!merges.is_empty());
+        for p in merges {
+            match p.input {
+                Input::Segmented(_, seg) => assert_eq!(seg, 256 * 1024),
+                ref other => panic!("{}: {other:?}, expected request-sized segments", p.name),
+            }
+        }
     }
 
     /// uysal-… at 128 disks: the touched region (556 MB × 10/128 = 43 MB) fits a 64 MB disk
