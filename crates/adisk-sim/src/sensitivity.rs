@@ -362,16 +362,26 @@ pub fn run(path: &Path, factor: f64, only: Option<&str>) -> Result<String, SimEr
         );
     }
     let mut robust = 0;
+    let mut not_run = 0;
     for key in &keys {
         let mut lines = Vec::new();
+        let mut changed = false;
         for f in [1.0 / factor, factor] {
             let ch = rerun(path, &l, &file, &base, key, f);
-            if !ch.is_unchanged() {
+            if ch.failed.is_some() {
+                // E.g. a mean seek scaled past the full-stroke seek: the configuration is
+                // invalid, so there is nothing to compare; listed, not counted as a change.
+                not_run += 1;
+                lines.push(describe(f, &ch));
+            } else if !ch.is_unchanged() {
+                changed = true;
                 lines.push(describe(f, &ch));
             }
         }
-        if lines.is_empty() {
+        if !changed {
             robust += 1;
+        }
+        if lines.is_empty() {
             let _ = writeln!(s, "{}: no comparison changes", key.path);
         } else {
             let _ = writeln!(s, "{}:", key.path);
@@ -380,9 +390,16 @@ pub fn run(path: &Path, factor: f64, only: Option<&str>) -> Result<String, SimEr
             }
         }
     }
+    let not_run_note = if not_run > 0 {
+        format!(
+            " ({not_run} scalings not run: the scaled value makes the configuration invalid; listed above)"
+        )
+    } else {
+        String::new()
+    };
     let _ = writeln!(
         s,
-        "robust: {robust} of {} keys change no ranking, crossover, range or conclusion when scaled by 1/{factor} and {factor}",
+        "robust: {robust} of {} keys change no ranking, crossover, range or conclusion when scaled by 1/{factor} and {factor}{not_run_note}",
         keys.len()
     );
     Ok(s)
@@ -411,7 +428,7 @@ fn rerun(
 fn describe(f: f64, ch: &Changes) -> String {
     let mut s = format!("  ×{f}:");
     if let Some(e) = &ch.failed {
-        let _ = write!(s, " rerun failed: {e}");
+        let _ = write!(s, " not run, the scaled configuration is invalid: {e}");
         return s;
     }
     let mut part = |name: &str, items: &[String], total: Option<usize>| {

@@ -28,3 +28,28 @@ fn sensitivity_scales_assumptions_and_reports_every_key() {
     let err = adisk_sim::sensitivity::run(&path, 1.0, None).unwrap_err();
     assert!(err.to_string().contains("--factor"), "{err}");
 }
+
+/// Doubling the Medalist pair's assumed mean seek (10 ms) reaches its full-stroke seek (20 ms):
+/// that configuration is invalid, so the scaling is listed as not run and the key, whose other
+/// scaling changes nothing, still counts as robust (it used to count as a change).
+#[test]
+fn an_invalid_scaled_configuration_is_listed_not_counted_as_a_change() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments/riedel/select.toml");
+    let text = std::fs::read_to_string(&src).unwrap();
+    let reduced = text.replace(
+        "\"run.disks\" = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]",
+        "\"run.disks\" = [1, 8]",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("select.toml");
+    std::fs::write(&path, reduced).unwrap();
+    let report =
+        adisk_sim::sensitivity::run(&path, 2.0, Some("medalist_pair.seek_ms_mean")).unwrap();
+    println!("{report}");
+    assert!(
+        report.contains("×2: not run, the scaled configuration is invalid"),
+        "{report}"
+    );
+    assert!(report.contains("robust: 1 of 1 keys"), "{report}");
+    assert!(report.contains("1 scalings not run"), "{report}");
+}

@@ -115,6 +115,34 @@ impl<'a> Wctx<'a> {
     }
 }
 
+/// A context for unit tests of workload compilers: `n` workers with `mem_per_worker` bytes.
+#[cfg(test)]
+pub(crate) fn test_ctx<'a>(
+    costs: &'a Costs,
+    n: usize,
+    mem_per_worker: f64,
+    kind: ArchKind,
+) -> Wctx<'a> {
+    let worker_disks = matches!(
+        kind,
+        ArchKind::ActiveDisks | ArchKind::SmartDisks | ArchKind::SdGroups
+    );
+    Wctx {
+        n,
+        mem_per_worker,
+        coord_mem: 1e9,
+        single_node: false,
+        kind,
+        costs,
+        worker_costs: costs,
+        request_bytes: 256.0 * 1024.0,
+        worker_disks,
+        via_host: false,
+        groups: 1,
+        sort_phase_one_requests: None,
+    }
+}
+
 /// Required numeric parameter.
 pub fn req(v: Option<f64>, key: &str, kind: &str) -> Result<f64, KeyError> {
     let x = v.ok_or_else(|| {

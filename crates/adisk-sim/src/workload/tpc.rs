@@ -607,9 +607,26 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                                 c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
                             ));
                         }
+                        (Mode::Memik, Op::MergeJoin) => {
+                            // memik-… §3: "The merge (M) join starts by sorting one of the
+                            // tables globally and replicating this sorted table in all the
+                            // processing elements"; §4.2.2: "smart disks first replicate the
+                            // filtered `lineitem` table by communicating each other". Each
+                            // worker sends its sorted part to every other worker, which merges
+                            // the n sorted parts; the central unit is not involved.
+                            ph.flows.push(flow_of(
+                                Dest::AllPeers,
+                                out_ratio,
+                                per,
+                                bytes / n,
+                                log2(n) * c("sort_compare_cycles") / est[bd].bytes_per,
+                            ));
+                        }
                         (Mode::Memik, _) => {
                             if ctx.worker_disks {
-                                // The central unit selects/merges the inner, then broadcasts it.
+                                // memik-… §3, nested loop: "The selection for this table is
+                                // done by the central unit in smart disk system": the central
+                                // unit gathers the inner, then broadcasts it.
                                 ph.flows.push(flow_of(
                                     Dest::Coordinator,
                                     out_ratio,
@@ -617,10 +634,6 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                                     bytes / n,
                                     copy,
                                 ));
-                                if q.nodes[cur].op == Op::MergeJoin {
-                                    ph.coord_end_cycles =
-                                        tuples * log2(n) * c("sort_compare_cycles");
-                                }
                                 broadcast += bytes;
                             } else {
                                 ph.flows.push(flow_of(
@@ -1037,6 +1050,47 @@ fn all_pairs() -> Vec<(Op, Op)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::costs::Costs;
+    use crate::workload::test_ctx;
+
+    fn smart_disk_plan(query: &str) -> Plan {
+        let costs = Costs::new(&Default::default()).expect("default costs");
+        let ctx = test_ctx(&costs, 7, 30e6, crate::config::ArchKind::SmartDisks);
+        let cfg: WorkloadConfig =
+            toml::from_str(&format!("kind = \"tpc\"\nquery = \"{query}\"")).expect("tpc config");
+        memik_query(&cfg, &ctx).expect("plan")
+    }
+
+    /// memik-… §4.2.2: for Q12's merge join "smart disks first replicate the filtered
+    /// `lineitem` table by communicating each other" — disk to disk, not through the central
+    /// unit (it used to be gathered at the central unit, merged there and broadcast).
+    #[test]
+    fn merge_join_input_is_replicated_disk_to_disk() {
+        let plan = smart_disk_plan("Q12");
+        let replicate: Vec<&Phase> = plan
+            .phases
+            .iter()
+            .filter(|p| p.name.contains("build/replicate"))
+            .collect();
+        assert_eq!(
+            replicate.len(),
+            1,
+            "{:?}",
+            plan.phases.iter().map(|p| &p.name).collect::<Vec<_>>()
+        );
+        let flows = &replicate[0].flows;
+        assert!(
+            flows
+                .iter()
+                .any(|f| f.dest == Dest::AllPeers && f.recv_cycles_per_byte > 0.0)
+        );
+        assert!(flows.iter().all(|f| f.dest != Dest::Coordinator));
+        assert_eq!(replicate[0].coord_end_cycles, 0.0);
+        assert!(plan.phases.iter().all(|p| p.broadcast_bytes == 0.0));
+        // A nested-loop inner is still selected by the central unit and broadcast (§3).
+        let q3 = smart_disk_plan("Q3");
+        assert!(q3.phases.iter().any(|p| p.broadcast_bytes > 0.0));
+    }
 
     #[test]
     fn q12_bundles_match_the_papers_walk_through() {
