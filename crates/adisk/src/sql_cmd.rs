@@ -68,6 +68,11 @@ pub struct ExplainArgs {
     /// Output format: text or json.
     #[arg(long, default_value = "text")]
     pub format: String,
+    /// Also show memik's operation bundles of the query plan under this relation of bindable
+    /// operations: none, paper or excessive (bundle count, operations per bundle, distinct
+    /// bundles).
+    #[arg(long)]
+    pub bundling: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -237,7 +242,28 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
         (false, false) => print!("{}", eng.explain(&query).await?),
         (false, true) => println!("{}", report::explain_json(&eng.plan(&query).await?, eng.settings())),
     }
+    if let Some(b) = &a.bundling {
+        print!("{}", bundles(dir, &a, &query, b.parse()?).await?);
+    }
     Ok(())
+}
+
+/// memik's bundles of the query's plan (the conventional plan: DataFusion's operators before
+/// any offload), with their count, size and distinct shapes.
+async fn bundles(dir: &Path, a: &ExplainArgs, query: &str, relation: adisk_host::sql::bundling::Bundling) -> Result<String, CliError> {
+    let plain = engine(dir, a.engine.options(Offload::None)).await?;
+    let r = adisk_host::sql::bundling::report(&plain.plan(query).await?, relation);
+    let mut text = format!(
+        "\noperation bundles ({:?} relation, memik Algorithm 1): {} bundles, {:.2} operations per bundle, {} distinct\n",
+        relation,
+        r.count(),
+        r.average_ops(),
+        r.distinct().len()
+    );
+    for line in r.lines() {
+        text += &format!("  {line}\n");
+    }
+    Ok(text)
 }
 
 /// Offload levels named by a comma-separated list or `all`.
