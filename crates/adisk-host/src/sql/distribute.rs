@@ -515,7 +515,8 @@ impl DisksExec {
             .map(|w| Sizes {
                 scratch_kib: ((unit * w).min(requested) / 1024).max(MIN_STAGE_SCRATCH_KIB),
                 buffer_kib: STAGE_BUFFER_KIB,
-                temp_kib: self.settings.temp_kib,
+                // Sorts and aggregations past their scratch spill (hash joins cannot).
+                temp_kib: if self.settings.temp_kib > 0 { self.settings.temp_kib } else if *w > 1 { STAGE_TEMP_KIB } else { 0 },
             })
             .collect()
     }
@@ -659,6 +660,10 @@ impl DisksExec {
         }))
     }
 }
+
+/// Temporary disk space of a stage job that sorts, aggregates or joins, KiB, unless the
+/// query asks for its own (`--temp-kib`); a disk grants 4 GiB to its jobs in all.
+const STAGE_TEMP_KIB: u64 = 256 << 10;
 
 /// Smallest scratch of a stage job, KiB.
 const MIN_STAGE_SCRATCH_KIB: u64 = 64;
