@@ -340,16 +340,17 @@ impl Cutter {
     fn join(&mut self, j: &HashJoinExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
         match j.partition_mode() {
             PartitionMode::CollectLeft => {
-                // Rows of the build side that match nowhere can only be known in one place.
+                let mut build = j.left().clone();
+                if build.downcast_ref::<CoalescePartitionsExec>().is_some() {
+                    build = build.children().first().map(|c| (*c).clone())?;
+                }
+                // Rows of the build side that match nowhere are only known once every probe
+                // partition ran: such joins hash both sides on the key instead (chiu).
                 if !matches!(
                     j.join_type(),
                     JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti
                 ) {
-                    return None;
-                }
-                let mut build = j.left().clone();
-                if build.downcast_ref::<CoalescePartitionsExec>().is_some() {
-                    build = build.children().first().map(|c| (*c).clone())?;
+                    return self.repartitioned_join(j, &build);
                 }
                 let probe = self.cut(j.right())?;
                 let build = self.cut(&build)?;
@@ -387,6 +388,40 @@ impl Cutter {
             }
             PartitionMode::Auto => None,
         }
+    }
+}
+
+impl Cutter {
+    /// A collect-left join run as a partitioned one: both sides hashed on their keys (plain
+    /// columns of equal types on both sides) to every disk.
+    fn repartitioned_join(&mut self, j: &HashJoinExec, build: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        if j.null_aware {
+            // NOT IN: a NULL anywhere in the build side changes every partition's answer.
+            return None;
+        }
+        let (ls, rs) = (build.schema(), j.right().schema());
+        let mut keys = (Vec::new(), Vec::new());
+        for (l, r) in j.on() {
+            let (l, r) = (l.downcast_ref::<Column>()?, r.downcast_ref::<Column>()?);
+            let unique = |schema: &SchemaRef, name: &str| schema.fields().iter().filter(|f| f.name() == name).count() == 1;
+            if !unique(&ls, l.name()) || !unique(&rs, r.name()) || ls.field(l.index()).data_type() != rs.field(r.index()).data_type() {
+                return None;
+            }
+            keys.0.push(l.name().to_string());
+            keys.1.push(r.name().to_string());
+        }
+        let (left, right) = (self.cut(build)?, self.cut(j.right())?);
+        if !decodable(&left.plan) || !decodable(&right.plan) {
+            return None;
+        }
+        let disks: Vec<u32> = (0..self.disk_count).collect();
+        let (lschema, rschema) = (left.plan.schema(), right.plan.schema());
+        let (l, r) = (self.finish(left, Route2::Hash(keys.0)), self.finish(right, Route2::Hash(keys.1)));
+        self.set_targets(l, &disks);
+        self.set_targets(r, &disks);
+        let leaves: Vec<Arc<dyn ExecutionPlan>> = vec![Arc::new(EmptyExec::new(lschema)), Arc::new(EmptyExec::new(rschema))];
+        let joined = j.builder().with_partition_mode(PartitionMode::Partitioned).with_new_children(leaves).ok()?.build_exec().ok()?;
+        Some(Cut { plan: joined, disks, inputs: vec![Input::Pipe(l), Input::Pipe(r)] })
     }
 }
 
