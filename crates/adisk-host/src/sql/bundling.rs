@@ -13,7 +13,9 @@
 //! full algorithm (its footnote 3), the root's own bundle is counted too.
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec};
+use datafusion::physical_plan::joins::{
+    CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec, SymmetricHashJoinExec,
+};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -74,7 +76,9 @@ impl std::str::FromStr for Bundling {
             "none" => Ok(Bundling::None),
             "paper" => Ok(Bundling::Paper),
             "excessive" => Ok(Bundling::Excessive),
-            other => Err(crate::HostError::Invalid(format!("unknown bundling `{other}` (none, paper, excessive)"))),
+            other => Err(crate::HostError::Invalid(format!(
+                "unknown bundling `{other}` (none, paper, excessive)"
+            ))),
         }
     }
 }
@@ -83,8 +87,14 @@ impl Bundling {
     /// Whether `child` joins `parent`'s bundle.
     pub fn binds(self, child: Op, parent: Op) -> bool {
         use Op::*;
-        let paper = matches!((child, parent), (Scan, NestedLoop | MergeJoin | HashJoin | GroupBy) | (GroupBy, Aggregate));
-        let excessive = matches!((child, parent), (Scan, Sort) | (Sort, GroupBy | Aggregate) | (Aggregate, Sort | GroupBy));
+        let paper = matches!(
+            (child, parent),
+            (Scan, NestedLoop | MergeJoin | HashJoin | GroupBy) | (GroupBy, Aggregate)
+        );
+        let excessive = matches!(
+            (child, parent),
+            (Scan, Sort) | (Sort, GroupBy | Aggregate) | (Aggregate, Sort | GroupBy)
+        );
         match self {
             Bundling::None => false,
             Bundling::Paper => paper,
@@ -108,11 +118,15 @@ pub fn op_tree(plan: &Arc<dyn ExecutionPlan>) -> OpTree {
     let children = || plan.children().into_iter().map(op_tree).collect::<Vec<_>>();
     let op = if plan.children().is_empty() {
         Op::Scan
-    } else if node.downcast_ref::<HashJoinExec>().is_some() || node.downcast_ref::<SymmetricHashJoinExec>().is_some() {
+    } else if node.downcast_ref::<HashJoinExec>().is_some()
+        || node.downcast_ref::<SymmetricHashJoinExec>().is_some()
+    {
         Op::HashJoin
     } else if node.downcast_ref::<SortMergeJoinExec>().is_some() {
         Op::MergeJoin
-    } else if node.downcast_ref::<NestedLoopJoinExec>().is_some() || node.downcast_ref::<CrossJoinExec>().is_some() {
+    } else if node.downcast_ref::<NestedLoopJoinExec>().is_some()
+        || node.downcast_ref::<CrossJoinExec>().is_some()
+    {
         Op::NestedLoop
     } else if node.downcast_ref::<SortExec>().is_some() {
         Op::Sort
@@ -136,9 +150,18 @@ pub fn op_tree(plan: &Arc<dyn ExecutionPlan>) -> OpTree {
         };
         let inputs = below();
         if a.group_expr().expr().is_empty() {
-            return OpTree { op: Op::Aggregate, children: inputs };
+            return OpTree {
+                op: Op::Aggregate,
+                children: inputs,
+            };
         }
-        return OpTree { op: Op::Aggregate, children: vec![OpTree { op: Op::GroupBy, children: inputs }] };
+        return OpTree {
+            op: Op::Aggregate,
+            children: vec![OpTree {
+                op: Op::GroupBy,
+                children: inputs,
+            }],
+        };
     } else if node.name().contains("Union") || node.name().contains("Window") {
         Op::Other
     } else {
@@ -149,7 +172,10 @@ pub fn op_tree(plan: &Arc<dyn ExecutionPlan>) -> OpTree {
         }
         Op::Other
     };
-    OpTree { op, children: children() }
+    OpTree {
+        op,
+        children: children(),
+    }
 }
 
 /// A bundle: its operations, root first (depth first).
@@ -198,13 +224,24 @@ impl BundleReport {
     }
     /// One line per bundle.
     pub fn lines(&self) -> Vec<String> {
-        self.bundles.iter().enumerate().map(|(i, b)| format!("bundle {i}: {}", b.iter().map(|o| o.name()).collect::<Vec<_>>().join(" ← "))).collect()
+        self.bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                format!(
+                    "bundle {i}: {}",
+                    b.iter().map(|o| o.name()).collect::<Vec<_>>().join(" ← ")
+                )
+            })
+            .collect()
     }
 }
 
 /// The bundles of `plan` under `relation`.
 pub fn report(plan: &Arc<dyn ExecutionPlan>, relation: Bundling) -> BundleReport {
-    BundleReport { bundles: find_bundles(&op_tree(plan), relation) }
+    BundleReport {
+        bundles: find_bundles(&op_tree(plan), relation),
+    }
 }
 
 #[cfg(test)]
@@ -218,12 +255,22 @@ mod tests {
         let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
         for t in adisk_storage::tpch::TABLES {
             let schema = adisk_storage::tpch::schema(t).unwrap();
-            ctx.register_table(t, Arc::new(MemTable::try_new(schema, vec![vec![]]).unwrap())).unwrap();
+            ctx.register_table(
+                t,
+                Arc::new(MemTable::try_new(schema, vec![vec![]]).unwrap()),
+            )
+            .unwrap();
         }
         let mut out = Vec::new();
         for q in [1, 3, 6, 12, 13, 16] {
             let sql = crate::sql::tpch::query(q).unwrap();
-            let plan = ctx.sql(sql).await.unwrap().create_physical_plan().await.unwrap();
+            let plan = ctx
+                .sql(sql)
+                .await
+                .unwrap()
+                .create_physical_plan()
+                .await
+                .unwrap();
             out.push((q, plan));
         }
         out
@@ -231,8 +278,14 @@ mod tests {
 
     #[test]
     fn the_relations_bind_what_the_paper_lists() {
-        assert!(Bundling::Paper.binds(Op::Scan, Op::HashJoin) && Bundling::Paper.binds(Op::GroupBy, Op::Aggregate));
-        assert!(!Bundling::Paper.binds(Op::Aggregate, Op::Sort) && Bundling::Excessive.binds(Op::Aggregate, Op::Sort));
+        assert!(
+            Bundling::Paper.binds(Op::Scan, Op::HashJoin)
+                && Bundling::Paper.binds(Op::GroupBy, Op::Aggregate)
+        );
+        assert!(
+            !Bundling::Paper.binds(Op::Aggregate, Op::Sort)
+                && Bundling::Excessive.binds(Op::Aggregate, Op::Sort)
+        );
         assert!(!Bundling::None.binds(Op::Scan, Op::HashJoin));
         assert!(!Bundling::Excessive.binds(Op::HashJoin, Op::Sort));
     }
@@ -241,13 +294,33 @@ mod tests {
     async fn memiks_six_queries_bundle_as_algorithm_1_says() {
         for (q, plan) in plans().await {
             let tree = op_tree(&plan);
-            let [none, paper, excessive] = [Bundling::None, Bundling::Paper, Bundling::Excessive].map(|b| report(&plan, b));
+            let [none, paper, excessive] =
+                [Bundling::None, Bundling::Paper, Bundling::Excessive].map(|b| report(&plan, b));
             let ops = none.bundles.iter().map(Vec::len).sum::<usize>();
-            assert_eq!(none.count(), ops, "Q{q}: without bundling every operation is a bundle: {:?}", none.lines());
-            let fewer = if q == 6 { paper.count() <= none.count() } else { paper.count() < none.count() };
-            assert!(fewer && excessive.count() <= paper.count(), "Q{q}: {} / {} / {}", none.count(), paper.count(), excessive.count());
+            assert_eq!(
+                none.count(),
+                ops,
+                "Q{q}: without bundling every operation is a bundle: {:?}",
+                none.lines()
+            );
+            let fewer = if q == 6 {
+                paper.count() <= none.count()
+            } else {
+                paper.count() < none.count()
+            };
+            assert!(
+                fewer && excessive.count() <= paper.count(),
+                "Q{q}: {} / {} / {}",
+                none.count(),
+                paper.count(),
+                excessive.count()
+            );
             for r in [&paper, &excessive] {
-                assert_eq!(r.bundles.iter().map(Vec::len).sum::<usize>(), ops, "Q{q}: every operation in exactly one bundle");
+                assert_eq!(
+                    r.bundles.iter().map(Vec::len).sum::<usize>(),
+                    ops,
+                    "Q{q}: every operation in exactly one bundle"
+                );
             }
             match q {
                 // sort ← aggregate ← group-by ← scan: the paper binds group-by into the
@@ -255,7 +328,10 @@ mod tests {
                 // into the sort.
                 1 => {
                     assert_eq!(none.count(), 4, "{tree:?}");
-                    assert_eq!(paper.lines(), vec!["bundle 0: sort", "bundle 1: aggregate ← group-by ← scan"]);
+                    assert_eq!(
+                        paper.lines(),
+                        vec!["bundle 0: sort", "bundle 1: aggregate ← group-by ← scan"]
+                    );
                     assert_eq!(excessive.count(), 1);
                 }
                 // aggregate ← scan: nothing binds a scan to an aggregation without groups.

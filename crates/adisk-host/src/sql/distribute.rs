@@ -394,7 +394,11 @@ impl Cutter {
 impl Cutter {
     /// A collect-left join run as a partitioned one: both sides hashed on their keys (plain
     /// columns of equal types on both sides) to every disk.
-    fn repartitioned_join(&mut self, j: &HashJoinExec, build: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+    fn repartitioned_join(
+        &mut self,
+        j: &HashJoinExec,
+        build: &Arc<dyn ExecutionPlan>,
+    ) -> Option<Cut> {
         if j.null_aware {
             // NOT IN: a NULL anywhere in the build side changes every partition's answer.
             return None;
@@ -403,8 +407,13 @@ impl Cutter {
         let mut keys = (Vec::new(), Vec::new());
         for (l, r) in j.on() {
             let (l, r) = (l.downcast_ref::<Column>()?, r.downcast_ref::<Column>()?);
-            let unique = |schema: &SchemaRef, name: &str| schema.fields().iter().filter(|f| f.name() == name).count() == 1;
-            if !unique(&ls, l.name()) || !unique(&rs, r.name()) || ls.field(l.index()).data_type() != rs.field(r.index()).data_type() {
+            let unique = |schema: &SchemaRef, name: &str| {
+                schema.fields().iter().filter(|f| f.name() == name).count() == 1
+            };
+            if !unique(&ls, l.name())
+                || !unique(&rs, r.name())
+                || ls.field(l.index()).data_type() != rs.field(r.index()).data_type()
+            {
                 return None;
             }
             keys.0.push(l.name().to_string());
@@ -416,12 +425,28 @@ impl Cutter {
         }
         let disks: Vec<u32> = (0..self.disk_count).collect();
         let (lschema, rschema) = (left.plan.schema(), right.plan.schema());
-        let (l, r) = (self.finish(left, Route2::Hash(keys.0)), self.finish(right, Route2::Hash(keys.1)));
+        let (l, r) = (
+            self.finish(left, Route2::Hash(keys.0)),
+            self.finish(right, Route2::Hash(keys.1)),
+        );
         self.set_targets(l, &disks);
         self.set_targets(r, &disks);
-        let leaves: Vec<Arc<dyn ExecutionPlan>> = vec![Arc::new(EmptyExec::new(lschema)), Arc::new(EmptyExec::new(rschema))];
-        let joined = j.builder().with_partition_mode(PartitionMode::Partitioned).with_new_children(leaves).ok()?.build_exec().ok()?;
-        Some(Cut { plan: joined, disks, inputs: vec![Input::Pipe(l), Input::Pipe(r)] })
+        let leaves: Vec<Arc<dyn ExecutionPlan>> = vec![
+            Arc::new(EmptyExec::new(lschema)),
+            Arc::new(EmptyExec::new(rschema)),
+        ];
+        let joined = j
+            .builder()
+            .with_partition_mode(PartitionMode::Partitioned)
+            .with_new_children(leaves)
+            .ok()?
+            .build_exec()
+            .ok()?;
+        Some(Cut {
+            plan: joined,
+            disks,
+            inputs: vec![Input::Pipe(l), Input::Pipe(r)],
+        })
     }
 }
 
@@ -551,7 +576,13 @@ impl DisksExec {
                 scratch_kib: ((unit * w).min(requested) / 1024).max(MIN_STAGE_SCRATCH_KIB),
                 buffer_kib: STAGE_BUFFER_KIB,
                 // Sorts and aggregations past their scratch spill (hash joins cannot).
-                temp_kib: if self.settings.temp_kib > 0 { self.settings.temp_kib } else if *w > 1 { STAGE_TEMP_KIB } else { 0 },
+                temp_kib: if self.settings.temp_kib > 0 {
+                    self.settings.temp_kib
+                } else if *w > 1 {
+                    STAGE_TEMP_KIB
+                } else {
+                    0
+                },
             })
             .collect()
     }
@@ -649,7 +680,11 @@ impl DisksExec {
         let sizes = self.sizes(&order);
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
         let fail_tx = Arc::new(fail_tx);
-        let cancel = Arc::new(Cancel { roots: self.stages[self.root].disks.len(), tasks: Mutex::new(Vec::new()), completed: Default::default() });
+        let cancel = Arc::new(Cancel {
+            roots: self.stages[self.root].disks.len(),
+            stop: tokio::sync::watch::Sender::new(false),
+            completed: Default::default(),
+        });
         let mut outputs = Vec::new();
         for &s in &order {
             for (p, &d) in self.stages[s].disks.iter().enumerate() {
@@ -674,18 +709,28 @@ impl DisksExec {
                     )));
                 } else {
                     let fail = fail_tx.clone();
-                    let task = tokio::spawn(async move {
+                    let mut stop = cancel.stop.subscribe();
+                    tokio::spawn(async move {
                         let mut stream = stream;
                         let started = Instant::now();
-                        while let Some(item) = stream.next().await {
-                            if let Err(e) = item {
-                                let _ = fail.send(Some(e.to_string()));
-                                break;
+                        loop {
+                            let item = tokio::select! {
+                                item = stream.next() => item,
+                                // Dropping the stream cancels the job at its disk.
+                                _ = stop.wait_for(|s| *s) => break,
+                            };
+                            match item {
+                                Some(Err(e)) => {
+                                    let _ = fail.send(Some(e.to_string()));
+                                    break;
+                                }
+                                Some(Ok(_)) => {}
+                                None => break,
                             }
                         }
+                        drop(stream);
                         reporter.report(0, 0, started).await;
                     });
-                    cancel.tasks.lock().expect("cancel lock").push(task.abort_handle());
                 }
             }
         }
@@ -725,7 +770,7 @@ fn weight(plan: &Arc<dyn ExecutionPlan>) -> u64 {
 /// disks cancel them) when the top stage's streams go away before all of them ended: a failure
 /// anywhere, or a reader that stopped early.
 struct Cancel {
-    tasks: Mutex<Vec<tokio::task::AbortHandle>>,
+    stop: tokio::sync::watch::Sender<bool>,
     roots: usize,
     completed: std::sync::atomic::AtomicUsize,
 }
@@ -733,9 +778,7 @@ struct Cancel {
 impl Drop for Cancel {
     fn drop(&mut self) {
         if self.completed.load(std::sync::atomic::Ordering::SeqCst) < self.roots {
-            for t in self.tasks.lock().expect("cancel lock").drain(..) {
-                t.abort();
-            }
+            self.stop.send_replace(true);
         }
     }
 }
