@@ -12,6 +12,8 @@
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
 //!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
 //! * [`bloom`]: the Bloom filter the host builds and the disks probe.
+//! * [`limits`]: depth and width bounds on expressions, plan fragments and SQL text, checked
+//!   without recursion before anything recursive touches them.
 //!
 //! Nothing here does I/O except reading/writing `cluster.toml`.
 #![warn(missing_docs)]
@@ -20,6 +22,7 @@ pub mod bloom;
 pub mod config;
 pub mod graph;
 pub mod hash;
+pub mod limits;
 pub mod protocol;
 pub mod sketch;
 pub mod stats;

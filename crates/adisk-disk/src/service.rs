@@ -32,7 +32,7 @@ pub fn status_of(e: &DiskOsError) -> Status {
         DiskOsError::Storage(StorageError::Corrupt { .. }) | DiskOsError::Storage(StorageError::BadManifest { .. }) => Status::data_loss(msg),
         DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => Status::failed_precondition(msg),
         DiskOsError::Storage(_) => Status::internal(msg),
-        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } => Status::invalid_argument(msg),
+        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } | DiskOsError::Limit(_) => Status::invalid_argument(msg),
         DiskOsError::GrantTooLarge { .. }
         | DiskOsError::AdmissionQueueFull { .. }
         | DiskOsError::AdmissionTimeout { .. }

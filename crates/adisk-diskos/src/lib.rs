@@ -111,6 +111,10 @@ pub enum DiskOsError {
         /// Underlying error.
         source: datafusion::error::DataFusionError,
     },
+    /// A shipped expression or plan fragment is deeper or wider than a declared limit
+    /// ([`adisk_core::limits`]).
+    #[error(transparent)]
+    Limit(#[from] adisk_core::limits::LimitExceeded),
     /// Arrow / Parquet decode error.
     #[error("{context}: {message}")]
     Decode {

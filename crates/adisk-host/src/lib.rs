@@ -72,6 +72,9 @@ pub enum HostError {
         /// Cause.
         source: datafusion::error::DataFusionError,
     },
+    /// SQL text, or an expression in it, past a declared limit ([`adisk_core::limits`]).
+    #[error(transparent)]
+    Limit(#[from] adisk_core::limits::LimitExceeded),
     /// Config error.
     #[error(transparent)]
     Config(#[from] adisk_core::config::ConfigError),

@@ -35,7 +35,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::prelude::{DataFrame, col, lit};
-use datafusion::sql::sqlparser::ast::{ExprWithAlias, OrderByExpr};
+use adisk_core::limits::{LimitExceeded, MAX_SQL_BYTES};
+use datafusion::sql::sqlparser::ast::{ExprWithAlias, OrderByExpr, Visit, VisitMut};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::Token;
@@ -239,7 +240,13 @@ fn parse_list<T>(
     text: &str,
     what: &str,
     item: impl for<'a> FnMut(&mut Parser<'a>) -> std::result::Result<T, ParserError>,
-) -> Result<Vec<T>> {
+) -> Result<Vec<T>>
+where
+    T: Visit + VisitMut,
+{
+    if text.len() > MAX_SQL_BYTES {
+        return Err(LimitExceeded { limit: "MAX_SQL_BYTES", what: format!("the length in bytes of {what}"), max: MAX_SQL_BYTES, found: text.len(), at_least: false }.into());
+    }
     let sql_err = |e: ParserError| HostError::Plan {
         context: format!("parsing {what} `{text}`"),
         source: datafusion::error::DataFusionError::SQL(Box::new(e), None),
@@ -249,7 +256,10 @@ fn parse_list<T>(
         .with_recursion_limit(PARSE_DEPTH)
         .try_with_sql(text)
         .map_err(sql_err)?;
-    let items = parser.parse_comma_separated(item).map_err(sql_err)?;
+    let mut items = parser.parse_comma_separated(item).map_err(sql_err)?;
+    for item in &mut items {
+        crate::sql::limits::check_node(item, what)?;
+    }
     let next = parser.peek_token();
     if next.token != Token::EOF {
         return Err(sql_err(ParserError::ParserError(format!(

@@ -268,7 +268,7 @@ impl Fragment {
         config.options_mut().execution.sort_in_place_threshold_bytes = (pool_bytes / 4) as usize;
         let ctx = SessionContext::new_with_config_rt(config, runtime);
         let task = ctx.task_ctx();
-        let plan = datafusion_proto::bytes::physical_plan_from_bytes(plan, &task).map_err(df("decoding a plan fragment"))?;
+        let plan = crate::expr::decode_plan_fragment(plan, &task)?;
         let root_fits = match kind {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),

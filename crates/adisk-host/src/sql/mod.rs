@@ -15,6 +15,7 @@
 pub mod bundling;
 pub mod cost;
 pub mod distribute;
+pub mod limits;
 pub mod oracle;
 pub mod report;
 pub mod rules;
@@ -404,6 +405,7 @@ impl SqlEngine {
         if sql.is_empty() {
             return Err(HostError::Invalid("empty query".into()));
         }
+        limits::check(sql)?;
         let df = ctx.sql(sql).await.map_err(plan_err("planning the query"))?;
         df.create_physical_plan().await.map_err(plan_err("planning the query"))
     }
