@@ -4,6 +4,8 @@
 //! [cluster]
 //! name = "local"
 //! host_link_mbps = 0          # 0: unthrottled
+//! key_file = "cluster.key"    # the cluster's secret (made by `adisk up`; see auth)
+//! disk_timeout_ms = 10000     # a disk silent this long is unreachable
 //!
 //! [[disk]]
 //! id = 0
@@ -69,6 +71,56 @@ pub struct ClusterSection {
     /// How disk-to-disk streams travel: straight between disks, or through the host.
     #[serde(default)]
     pub exchange: ExchangeMode,
+    /// The cluster's shared secret ([`crate::auth`]); relative paths are read from the
+    /// directory of `cluster.toml`. None: the disks accept requests without credentials (only
+    /// for disks started with `--insecure`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_file: Option<PathBuf>,
+    /// How long the host waits for a disk that stopped answering before it declares it
+    /// unreachable, in milliseconds ([`Deadlines`]).
+    #[serde(default = "default_disk_timeout_ms")]
+    pub disk_timeout_ms: u64,
+}
+
+/// Default of `[cluster] disk_timeout_ms`.
+pub const DEFAULT_DISK_TIMEOUT_MS: u64 = 10_000;
+
+fn default_disk_timeout_ms() -> u64 {
+    DEFAULT_DISK_TIMEOUT_MS
+}
+
+/// How long a member waits for a peer that stopped answering (a stopped or hung process whose
+/// kernel still accepts connections, a cut link).
+///
+/// Every connection sends HTTP/2 pings every quarter of the timeout and is closed when one
+/// goes unanswered for half of it, so a stream from or to a silent peer fails within the
+/// timeout even while no data flows; every control request (status, catalog, statistics,
+/// drop, shutdown) and every connection attempt has the whole timeout as its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Deadlines {
+    /// The timeout.
+    pub timeout: std::time::Duration,
+}
+
+impl Default for Deadlines {
+    fn default() -> Self {
+        Deadlines::from_ms(DEFAULT_DISK_TIMEOUT_MS)
+    }
+}
+
+impl Deadlines {
+    /// Deadlines for a timeout of `ms` milliseconds.
+    pub fn from_ms(ms: u64) -> Self {
+        Deadlines { timeout: std::time::Duration::from_millis(ms) }
+    }
+    /// Interval between keepalive pings.
+    pub fn ping_interval(&self) -> std::time::Duration {
+        self.timeout / 4
+    }
+    /// How long a ping may go unanswered before the connection is closed.
+    pub fn ping_timeout(&self) -> std::time::Duration {
+        self.timeout / 2
+    }
 }
 
 /// How disk-to-disk (exchange) streams travel.
@@ -170,7 +222,32 @@ impl ClusterConfig {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::parse(&text, path)
+        let mut config = Self::parse(&text, path)?;
+        if let (Some(key), Some(dir)) = (&config.cluster.key_file, path.parent())
+            && key.is_relative()
+        {
+            config.cluster.key_file = Some(dir.join(key));
+        }
+        Ok(config)
+    }
+
+    /// The verifier (and signer) of the cluster's secret, if `key_file` names one.
+    ///
+    /// # Errors
+    /// [`crate::auth::AuthError::Key`] when the file cannot be read or is not private.
+    pub fn verifier(&self) -> Result<Option<crate::auth::Verifier>, crate::auth::AuthError> {
+        let Some(path) = &self.cluster.key_file else { return Ok(None) };
+        Ok(Some(crate::auth::Verifier::new(crate::auth::ClusterKey::load(path)?)))
+    }
+
+    /// How long the host waits for a silent disk.
+    pub fn deadlines(&self) -> Deadlines {
+        Deadlines::from_ms(self.cluster.disk_timeout_ms)
+    }
+
+    /// Whether `address` is one of this cluster's disks.
+    pub fn is_member(&self, address: &str) -> bool {
+        self.disks.iter().any(|d| d.address == address)
     }
 
     /// Parses and validates TOML text; `path` is only used in messages.
@@ -195,6 +272,9 @@ impl ClusterConfig {
         }
         if self.disks.len() > MAX_DISKS {
             return Err(invalid("disk".into(), format!("at most {MAX_DISKS} disks")));
+        }
+        if !(100..=3_600_000).contains(&self.cluster.disk_timeout_ms) {
+            return Err(invalid("cluster.disk_timeout_ms".into(), "must be 100..=3600000".into()));
         }
         for (i, disk) in self.disks.iter().enumerate() {
             if disk.id as usize != i {

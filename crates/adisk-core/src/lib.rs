@@ -11,13 +11,15 @@
 //! * [`stats`]: per-job, per-stage statistics (bytes read / skipped / shipped, rows, CPU, memory).
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
 //!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
+//! * [`auth`]: the cluster secret and the per-request tokens every member checks.
 //! * [`bloom`]: the Bloom filter the host builds and the disks probe.
 //! * [`limits`]: depth and width bounds on expressions, plan fragments and SQL text, checked
 //!   without recursion before anything recursive touches them.
 //!
-//! Nothing here does I/O except reading/writing `cluster.toml`.
+//! Nothing here does I/O except reading/writing `cluster.toml` and `cluster.key`.
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod bloom;
 pub mod config;
 pub mod graph;

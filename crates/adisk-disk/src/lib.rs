@@ -80,6 +80,13 @@ pub struct DiskNodeConfig {
     pub listen: String,
     /// DiskOS limits.
     pub os: DiskOsConfig,
+    /// The cluster's secret: every request must carry a token made with it, and this disk's
+    /// own requests (exchange streams) carry one. None: requests are not checked (`adisk disk
+    /// --insecure`, in-process tests).
+    pub auth: Option<Arc<adisk_core::auth::Verifier>>,
+    /// The cluster's `cluster.toml`: exchange streams go only to disks it names. None: any
+    /// target the job names.
+    pub members: Option<PathBuf>,
 }
 
 /// A bound, not yet serving, disk node.
@@ -87,8 +94,22 @@ pub struct DiskNode {
     listener: TcpListener,
     service: DiskService,
     address: SocketAddr,
+    auth: Option<Arc<adisk_core::auth::Verifier>>,
     /// The data directory's lock, held while the node lives (one process per directory).
     _lock: std::fs::File,
+}
+
+/// The check every request passes before the service sees it: a fresh token made with the
+/// cluster's secret ([`adisk_core::auth`]), or nothing to check without one.
+#[allow(clippy::result_large_err)]
+pub fn authenticator(auth: Option<Arc<adisk_core::auth::Verifier>>) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+    move |request: tonic::Request<()>| {
+        if let Some(verifier) = &auth {
+            let header = request.metadata().get(adisk_core::auth::HEADER).and_then(|v| v.to_str().ok());
+            verifier.verify(header).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+        }
+        Ok(request)
+    }
 }
 
 /// Name of the lock file in a disk's data directory (it records the holder's pid).
@@ -130,8 +151,9 @@ impl DiskNode {
         let address = listener.local_addr().map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
         let runtime = adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes)).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
         let registry = adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
-        let os = DiskOs::new(config.os, Arc::new(store), Arc::new(FlightPipeConnector::default()));
-        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address, _lock: lock })
+        let connector = FlightPipeConnector { auth: config.auth.clone(), members: config.members.clone() };
+        let os = DiskOs::new(config.os, Arc::new(store), Arc::new(connector));
+        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address, auth: config.auth, _lock: lock })
     }
 
     /// The bound address.
@@ -154,12 +176,12 @@ impl DiskNode {
                 () = shutdown.notified() => {},
             }
         };
+        let server = arrow_flight::flight_service_server::FlightServiceServer::new(self.service).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024);
+        let deadlines = adisk_core::config::Deadlines::default();
         tonic::transport::Server::builder()
-            .add_service(
-                arrow_flight::flight_service_server::FlightServiceServer::new(self.service)
-                    .max_decoding_message_size(64 * 1024 * 1024)
-                    .max_encoding_message_size(64 * 1024 * 1024),
-            )
+            .http2_keepalive_interval(Some(deadlines.ping_interval()))
+            .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
+            .add_service(tonic::service::interceptor::InterceptedService::new(server, authenticator(self.auth)))
             .serve_with_incoming_shutdown(incoming, signal)
             .await
             .map_err(|e| DiskNodeError::Serve(e.to_string()))

@@ -361,25 +361,74 @@ fn generate_tpch(os: Arc<DiskOs>, req: GenerateTpch) -> BoxStream<'static, Resul
 }
 
 /// Sends exchange outputs to other disks over Flight `DoPut`.
+///
+/// With the cluster's secret, every stream carries a token, a target must be a disk named in
+/// the cluster's `cluster.toml` (never just an address a job names), and a relay must prove
+/// it holds the secret before it is sent any row.
 #[derive(Default)]
-pub struct FlightPipeConnector;
+pub struct FlightPipeConnector {
+    /// The cluster's secret (None: no tokens, no proofs).
+    pub auth: Option<Arc<adisk_core::auth::Verifier>>,
+    /// The cluster's `cluster.toml` (None: any target).
+    pub members: Option<std::path::PathBuf>,
+}
+
+impl FlightPipeConnector {
+    /// Refuses a target that is not a disk of the cluster.
+    fn check_member(&self, target: &str) -> adisk_diskos::Result<()> {
+        let Some(path) = &self.members else { return Ok(()) };
+        let config = adisk_core::config::ClusterConfig::load(path).map_err(|e| DiskOsError::Pipe(format!("refused to send to {target}: cannot read the cluster's members: {e}")))?;
+        if config.is_member(target) {
+            return Ok(());
+        }
+        Err(DiskOsError::Pipe(format!("refused to send to {target}: not a disk of this cluster ({})", path.display())))
+    }
+
+    /// A client for one call to `address`, carrying a fresh token; `relay`: the peer must first
+    /// prove it holds the cluster's secret.
+    async fn client(&self, address: &str, peer: &str, relay: bool) -> adisk_diskos::Result<FlightClient> {
+        let deadlines = adisk_core::config::Deadlines::default();
+        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+            .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?
+            .connect_timeout(Duration::from_secs(5))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(deadlines.ping_interval())
+            .keep_alive_timeout(deadlines.ping_timeout())
+            .keep_alive_while_idle(true);
+        let silent = || DiskOsError::Pipe(format!("{peer} unreachable: no answer within {} ms", deadlines.timeout.as_millis()));
+        let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect()).await.map_err(|_| silent())?.map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
+        let Some(auth) = &self.auth else { return Ok(FlightClient::new(channel)) };
+        if relay {
+            let challenge = adisk_core::auth::challenge();
+            let mut probe = FlightClient::new(channel.clone());
+            probe.add_header(adisk_core::auth::HEADER, &auth.key().header()).map_err(|e| DiskOsError::Pipe(e.to_string()))?;
+            let proof = tokio::time::timeout(deadlines.timeout, probe.handshake(challenge.clone()))
+                .await
+                .map_err(|_| silent())?
+                .map_err(|e| DiskOsError::Pipe(format!("{peer} did not prove it belongs to the cluster: {e}")))?;
+            if !auth.key().check_proof(&challenge, &proof) {
+                return Err(DiskOsError::Pipe(format!("refused to send to {peer}: it does not hold the cluster's key")));
+            }
+        }
+        let mut client = FlightClient::new(channel);
+        client.add_header(adisk_core::auth::HEADER, &auth.key().header()).map_err(|e| DiskOsError::Pipe(e.to_string()))?;
+        Ok(client)
+    }
+}
 
 impl PipeConnector for FlightPipeConnector {
     fn send(&self, route: PipeRoute, schema: SchemaRef, rx: StreamRx) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
+        let connector = FlightPipeConnector { auth: self.auth.clone(), members: self.members.clone() };
         async move {
             let PipeRoute { target, relay, exchange_id, sender } = route;
+            connector.check_member(&target)?;
             // Via the host: the stream goes to its relay, which names the target.
-            let (peer, command) = match relay {
-                Some(relay) => (format!("the host's relay {relay}"), (relay, PutCommand::Relay { target: target.clone(), exchange_id, sender })),
-                None => (format!("disk {target}"), (target.clone(), PutCommand::Exchange { exchange_id, sender })),
+            let (peer, via_relay, command) = match relay {
+                Some(relay) => (format!("the host's relay {relay}"), true, (relay, PutCommand::Relay { target: target.clone(), exchange_id, sender })),
+                None => (format!("disk {target}"), false, (target.clone(), PutCommand::Exchange { exchange_id, sender })),
             };
             let (address, command) = command;
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-                .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?
-                .connect_timeout(Duration::from_secs(5))
-                .tcp_nodelay(true);
-            let channel = endpoint.connect().await.map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
-            let mut client = FlightClient::new(channel);
+            let mut client = connector.client(&address, &peer, via_relay).await?;
             let cmd = serde_json::to_vec(&command).expect("command serializes");
             let counters = Arc::new((std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)));
             let c2 = counters.clone();

@@ -1,6 +1,6 @@
 //! Connections to the disks, the merged catalog, and job execution.
 use crate::{HostError, Result};
-use adisk_core::config::{ClusterConfig, ExchangeMode};
+use adisk_core::config::{ClusterConfig, Deadlines, ExchangeMode};
 use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, PartitionInfo, action};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
@@ -94,6 +94,20 @@ pub struct Cluster {
     exchange: std::sync::atomic::AtomicU8,
     host_link: Option<Arc<crate::sql::TokenBucket>>,
     relay: tokio::sync::OnceCell<crate::relay::Relay>,
+    /// The cluster's secret: every request carries a fresh token made with it.
+    auth: Option<Arc<adisk_core::auth::Verifier>>,
+}
+
+/// A connection to a disk: TCP without Nagle, a connect timeout, and HTTP/2 pings that close
+/// it when the disk stops answering (a stream from a stopped disk fails within the timeout,
+/// never hangs).
+fn endpoint(address: &str, deadlines: Deadlines) -> std::result::Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    Ok(tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+        .connect_timeout(CONNECT_TIMEOUT.min(deadlines.timeout))
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(deadlines.ping_interval())
+        .keep_alive_timeout(deadlines.ping_timeout())
+        .keep_alive_while_idle(true))
 }
 
 pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
@@ -116,26 +130,28 @@ impl Cluster {
     /// # Errors
     /// [`HostError::Unreachable`] naming the first disk that does not answer.
     pub async fn connect(config: ClusterConfig) -> Result<Self> {
+        let deadlines = config.deadlines();
         let mut channels = Vec::with_capacity(config.disks.len());
         for d in &config.disks {
             let unreachable = |message: String| HostError::Unreachable { disk: d.id, address: d.address.clone(), message };
-            let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
-                .map_err(|e| unreachable(e.to_string()))?
-                .connect_timeout(CONNECT_TIMEOUT)
-                .tcp_nodelay(true);
-            let channel = endpoint.connect().await.map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())))?;
+            let endpoint = endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
+            let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect())
+                .await
+                .map_err(|_| unreachable(format!("no answer within {} ms", deadlines.timeout.as_millis())))?
+                .map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())))?;
             channels.push(channel);
         }
-        Ok(Cluster::new(config, channels))
+        Cluster::new(config, channels)
     }
 
-    fn new(config: ClusterConfig, channels: Vec<tonic::transport::Channel>) -> Self {
+    fn new(config: ClusterConfig, channels: Vec<tonic::transport::Channel>) -> Result<Self> {
+        let auth = config.verifier()?.map(Arc::new);
         let host_link = match config.cluster.host_link_mbps {
             0 => None,
             mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
-        Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new() }
+        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth })
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
@@ -167,7 +183,7 @@ impl Cluster {
     async fn relay_address(&self) -> Result<String> {
         let relay = self
             .relay
-            .get_or_try_init(|| crate::relay::Relay::start(RELAY_LISTEN, self.host_link.clone()))
+            .get_or_try_init(|| crate::relay::Relay::start(RELAY_LISTEN, self.host_link.clone(), self.auth.clone(), self.config.disks.iter().map(|d| d.address.clone()).collect()))
             .await
             .map_err(|e| HostError::Invalid(format!("cannot start the host's exchange relay on {RELAY_LISTEN}: {e}")))?;
         Ok(relay.address().to_string())
@@ -194,12 +210,12 @@ impl Cluster {
             .disks
             .iter()
             .map(|d| {
-                tonic::transport::Endpoint::from_shared(format!("http://{}", d.address))
-                    .map(|e| e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy())
+                endpoint(&d.address, config.deadlines())
+                    .map(|e| e.connect_lazy())
                     .map_err(|e| HostError::Unreachable { disk: d.id, address: d.address.clone(), message: e.to_string() })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Cluster::new(config, channels))
+        Cluster::new(config, channels)
     }
 
     /// The configuration.
@@ -217,8 +233,15 @@ impl Cluster {
         &self.config.disks[d as usize].address
     }
 
+    /// A client for one call to disk `d`, carrying a fresh token when the cluster has a key
+    /// (a token is good for one request: never reuse the client).
     pub(crate) fn client(&self, d: u32) -> FlightClient {
-        FlightClient::new(self.channels[d as usize].clone())
+        let mut client = FlightClient::new(self.channels[d as usize].clone());
+        if let Some(auth) = &self.auth {
+            // A token is ASCII (scheme, digits, hex): always a valid header value.
+            client.add_header(adisk_core::auth::HEADER, &auth.key().header()).expect("a token is a valid header value");
+        }
+        client
     }
 
     /// Runs a Flight action on disk `d` and returns its reply bodies.
@@ -228,8 +251,16 @@ impl Cluster {
         stream.try_collect().await.map_err(|e| flight_err(d, self.address(d), e))
     }
 
+    /// Runs a short control action on disk `d` within the cluster's deadline.
+    async fn control(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
+        let timeout = self.config.deadlines().timeout;
+        tokio::time::timeout(timeout, self.action(d, name, body))
+            .await
+            .map_err(|_| HostError::Unreachable { disk: d, address: self.address(d).to_string(), message: format!("no answer to `{name}` within {} ms", timeout.as_millis()) })?
+    }
+
     async fn action_json<T: serde::de::DeserializeOwned>(&self, d: u32, name: &str, body: Vec<u8>) -> Result<T> {
-        let replies = self.action(d, name, body).await?;
+        let replies = self.control(d, name, body).await?;
         let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: format!("empty reply to {name}") })?;
         serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to {name}: {e}") })
     }
@@ -291,13 +322,13 @@ impl Cluster {
 
     /// Drops a table on every disk.
     pub async fn drop_table(&self, table: &str) -> Result<()> {
-        futures::future::try_join_all((0..self.disk_count()).map(|d| self.action(d, action::DROP_TABLE, table.as_bytes().to_vec()))).await?;
+        futures::future::try_join_all((0..self.disk_count()).map(|d| self.control(d, action::DROP_TABLE, table.as_bytes().to_vec()))).await?;
         Ok(())
     }
 
     /// Asks every disk to shut down (errors ignored: a dead disk is already down).
     pub async fn shutdown(&self) {
-        futures::future::join_all((0..self.disk_count()).map(|d| self.action(d, action::SHUTDOWN, vec![]))).await;
+        futures::future::join_all((0..self.disk_count()).map(|d| self.control(d, action::SHUTDOWN, vec![]))).await;
     }
 }
 

@@ -78,6 +78,9 @@ pub enum HostError {
     /// Config error.
     #[error(transparent)]
     Config(#[from] adisk_core::config::ConfigError),
+    /// The cluster's key cannot be read.
+    #[error(transparent)]
+    Auth(#[from] adisk_core::auth::AuthError),
     /// Storage error at the host (reading input files).
     #[error(transparent)]
     Storage(#[from] adisk_storage::StorageError),

@@ -11,6 +11,8 @@
 //! that fails or disappears mid-stream makes the relay *reset* its call to the target (never
 //! end it cleanly), so the receiving job sees a failed sender, not a short stream.
 use crate::sql::TokenBucket;
+use adisk_core::auth::Verifier;
+use tonic::service::interceptor::InterceptedService;
 use adisk_core::protocol::PutCommand;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
@@ -60,13 +62,16 @@ impl Relay {
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub async fn start(listen: &str, link: Option<Arc<TokenBucket>>) -> std::io::Result<Relay> {
+    pub async fn start(listen: &str, link: Option<Arc<TokenBucket>>, auth: Option<Arc<Verifier>>, members: Vec<String>) -> std::io::Result<Relay> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let address = listener.local_addr()?.to_string();
         let counters = Arc::new(Counters::default());
+        let authenticator = authenticator(auth.clone());
         let service = RelayService {
             counters: counters.clone(),
             link,
+            auth,
+            members,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
@@ -74,12 +79,16 @@ impl Relay {
                 let _ = stream.set_nodelay(true);
             })
         });
+        let deadlines = adisk_core::config::Deadlines::default();
         let server = tonic::transport::Server::builder()
-            .add_service(
+            .http2_keepalive_interval(Some(deadlines.ping_interval()))
+            .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
+            .add_service(InterceptedService::new(
                 FlightServiceServer::new(service)
                     .max_decoding_message_size(64 << 20)
                     .max_encoding_message_size(64 << 20),
-            )
+                authenticator,
+            ))
             .serve_with_incoming_shutdown(incoming, async move {
                 let _ = stop_rx.await;
             });
@@ -122,6 +131,9 @@ impl Drop for Relay {
 struct RelayService {
     counters: Arc<Counters>,
     link: Option<Arc<TokenBucket>>,
+    auth: Option<Arc<Verifier>>,
+    /// Addresses of the cluster's disks: the only targets the relay forwards to.
+    members: Vec<String>,
 }
 
 fn message_bytes(fd: &FlightData) -> u64 {
@@ -137,10 +149,17 @@ impl RelayService {
         target: String,
         command: PutCommand,
     ) -> Result<(), Status> {
+        let deadlines = adisk_core::config::Deadlines::default();
+        if !self.members.iter().any(|m| *m == target) {
+            return Err(Status::permission_denied(format!("the relay forwards only to disks of this cluster, not to {target}")));
+        }
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
             .map_err(|e| Status::invalid_argument(format!("bad target address {target}: {e}")))?
             .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(deadlines.ping_interval())
+            .keep_alive_timeout(deadlines.ping_timeout())
+            .keep_alive_while_idle(true);
         let channel = endpoint.connect().await.map_err(|e| {
             Status::unavailable(format!("the relay cannot reach disk {target}: {e}"))
         })?;
@@ -150,13 +169,18 @@ impl RelayService {
         first.flight_descriptor = Some(FlightDescriptor::new_cmd(
             serde_json::to_vec(&command).expect("command serializes"),
         ));
+        let header = match &self.auth {
+            Some(a) => Some(a.key().header().parse().map_err(|_| Status::internal("token header"))?),
+            None => None,
+        };
         let (tx, rx) = mpsc::channel::<FlightData>(RELAY_DEPTH);
         // The call to the target runs beside the forwarding loop; aborting it resets the stream.
         let mut call = tokio::spawn(async move {
-            let mut results = client
-                .do_put(tokio_stream::wrappers::ReceiverStream::new(rx))
-                .await?
-                .into_inner();
+            let mut request = Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+            if let Some(header) = header {
+                request.metadata_mut().insert(adisk_core::auth::HEADER, header);
+            }
+            let mut results = client.do_put(request).await?.into_inner();
             while results.message().await?.is_some() {}
             Ok::<(), Status>(())
         });
@@ -186,6 +210,19 @@ impl RelayService {
     }
 }
 
+/// Refuses every call without a fresh token made with the cluster's secret (none to check
+/// without one), as the disks do.
+#[allow(clippy::result_large_err)]
+fn authenticator(auth: Option<Arc<Verifier>>) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+    move |request: Request<()>| {
+        if let Some(verifier) = &auth {
+            let header = request.metadata().get(adisk_core::auth::HEADER).and_then(|v| v.to_str().ok());
+            verifier.verify(header).map_err(|e| Status::unauthenticated(e.to_string()))?;
+        }
+        Ok(request)
+    }
+}
+
 fn relay_outcome(
     target: &str,
     r: Result<Result<(), Status>, tokio::task::JoinError>,
@@ -212,11 +249,19 @@ impl FlightService for RelayService {
     type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
     type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
 
+    /// Proves to a disk that this relay holds the cluster's secret: the answer to its
+    /// challenge ([`adisk_core::auth::ClusterKey::prove`]).
     async fn handshake(
         &self,
-        _r: Request<Streaming<HandshakeRequest>>,
+        r: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        Err(Status::unimplemented("the exchange relay only takes DoPut"))
+        let Some(auth) = &self.auth else {
+            return Err(Status::unimplemented("this relay has no cluster key to prove"));
+        };
+        let challenge = r.into_inner().message().await?.ok_or_else(|| Status::invalid_argument("no challenge"))?;
+        let payload = auth.key().prove(&challenge.payload).into();
+        let answer = HandshakeResponse { protocol_version: 0, payload };
+        Ok(Response::new(stream::once(async move { Ok(answer) }).boxed()))
     }
     async fn list_flights(
         &self,

@@ -35,7 +35,7 @@ impl Disks {
         let (mut configs, mut stops, mut servers) = (Vec::new(), Vec::new(), Vec::new());
         for (id, dir) in dirs.iter().enumerate() {
             let os = DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2);
-            let node = DiskNode::bind(DiskNodeConfig { dir: dir.clone(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
+            let node = DiskNode::bind(DiskNodeConfig { dir: dir.clone(), listen: "127.0.0.1:0".into(), os, auth: None, members: None }).await.unwrap();
             configs.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             servers.push(tokio::spawn(node.serve(async move {
@@ -43,7 +43,7 @@ impl Disks {
             })));
             stops.push(stop_tx);
         }
-        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default() }, disks: configs };
+        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: configs };
         Disks { cluster: Arc::new(Cluster::connect(config).await.unwrap()), stops, servers }
     }
 

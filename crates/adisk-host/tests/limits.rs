@@ -29,14 +29,14 @@ async fn one_disk(dir: &std::path::Path) -> (Arc<Cluster>, tokio::sync::oneshot:
         w.write(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..ROWS))]).unwrap()).unwrap();
         store.commit_partition(w).unwrap();
     }
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 64 << 20, 64 << 10, 2) }).await.unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 64 << 20, 64 << 10, 2), auth: None, members: None }).await.unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {
         let _ = stop_rx.await;
     }));
     let config = ClusterConfig {
-        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default() },
+        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS },
         disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None }],
     };
     (Arc::new(Cluster::connect(config).await.unwrap()), stop_tx, server)

@@ -34,13 +34,13 @@ struct Disk {
 impl Disk {
     async fn start(dir: &Path) -> Self {
         let os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
-        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os }).await.unwrap();
+        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None }).await.unwrap();
         let disk = DiskConfig { id: 0, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {
             let _ = stop_rx.await;
         }));
-        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default() }, disks: vec![disk] };
+        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: vec![disk] };
         Disk { cluster: Arc::new(Cluster::connect(config).await.unwrap()), stop, server }
     }
 

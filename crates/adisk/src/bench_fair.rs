@@ -167,6 +167,7 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
         host_link_mbps: 0,
         disk_read_mbps: 0,
         exchange: Default::default(),
+        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
     };
     up(&cdir, &args).await?;
     let result = async {

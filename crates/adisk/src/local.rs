@@ -33,6 +33,16 @@ pub struct DiskArgs {
     /// Write the bound address here once listening.
     #[arg(long)]
     port_file: Option<PathBuf>,
+    /// The cluster's secret (`cluster.key`, made by `adisk up`): every request must carry a
+    /// token made with it.
+    #[arg(long)]
+    key_file: Option<PathBuf>,
+    /// The cluster's `cluster.toml`: exchange streams go only to the disks it names.
+    #[arg(long)]
+    members: Option<PathBuf>,
+    /// Serve without a key: anyone who can reach the port can read, load, drop and shut down.
+    #[arg(long, conflicts_with = "key_file")]
+    insecure: bool,
 }
 
 /// `adisk up` arguments.
@@ -61,6 +71,10 @@ pub struct UpArgs {
     /// host's relay (counted on the host link).
     #[arg(long, default_value_t = adisk_core::config::ExchangeMode::Direct)]
     pub exchange: adisk_core::config::ExchangeMode,
+    /// How long the host waits for a disk that stopped answering before it declares it
+    /// unreachable, ms (HTTP/2 pings every quarter of it; control requests' deadline).
+    #[arg(long, default_value_t = adisk_core::config::DEFAULT_DISK_TIMEOUT_MS)]
+    pub disk_timeout_ms: u64,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -79,6 +93,8 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             name: "check".into(),
             host_link_mbps: 0,
             exchange: Default::default(),
+            key_file: None,
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -92,12 +108,12 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         }],
     };
     probe.validate(Path::new("command line"))?;
-    let node = DiskNode::bind(DiskNodeConfig {
-        dir: data.to_path_buf(),
-        listen: a.listen.clone(),
-        os,
-    })
-    .await?;
+    let auth = match (&a.key_file, a.insecure) {
+        (Some(path), _) => Some(std::sync::Arc::new(adisk_core::auth::Verifier::new(adisk_core::auth::ClusterKey::load(path).map_err(|e| CliError::Other(e.to_string()))?))),
+        (None, true) => None,
+        (None, false) => return Err(CliError::Other("a disk needs the cluster's key: pass --key-file (adisk up makes cluster.key), or --insecure to serve without authentication".into())),
+    };
+    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os, auth, members: a.members.clone() }).await?;
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");
@@ -160,6 +176,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
         .map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
+    let key_file = cluster_key(&dir)?;
     let mut disks = Vec::new();
     let mut children = Vec::new();
     for id in 0..args.disks {
@@ -189,6 +206,10 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             .args(["--read-mbps", &args.disk_read_mbps.to_string()])
             .arg("--port-file")
             .arg(&port_file)
+            .arg("--key-file")
+            .arg(&key_file)
+            .arg("--members")
+            .arg(dir.join("cluster.toml"))
             .stdin(std::process::Stdio::null())
             .stdout(log)
             .stderr(log2)
@@ -234,11 +255,22 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             name: "local".into(),
             host_link_mbps: args.host_link_mbps,
             exchange: args.exchange,
+            key_file: Some(key_file),
+            disk_timeout_ms: args.disk_timeout_ms,
         },
         disks,
     };
     config.save(&config_path)?;
     Ok(config)
+}
+
+/// The cluster's secret under `dir` (made on first `up`, kept across restarts so the disks'
+/// key and the host's stay the same).
+fn cluster_key(dir: &Path) -> Result<PathBuf, CliError> {
+    let path = dir.join(adisk_core::auth::KEY_FILE);
+    let made = if path.exists() { adisk_core::auth::ClusterKey::load(&path) } else { adisk_core::auth::ClusterKey::create(&path) };
+    made.map_err(|e| CliError::Other(e.to_string()))?;
+    Ok(path)
 }
 
 pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
@@ -276,7 +308,7 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
     // Only processes that hold their disk's directory lock are ours: a pid the OS gave to an
     // unrelated process since is never waited for or signalled.
     let pids: Vec<u32> = config.disks.iter().filter_map(|d| d.pid.filter(|p| holds_lock(*p, d.dir.as_deref()))).collect();
-    if let Ok(cluster) = adisk_host::Cluster::connect(config.clone()).await {
+    if let Ok(cluster) = adisk_host::Cluster::connect_lazy(config.clone()) {
         cluster.shutdown().await;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -342,6 +374,7 @@ pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
             host_link_mbps: 0,
             disk_read_mbps: 0,
             exchange: Default::default(),
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         },
     )
     .await?;

@@ -560,7 +560,7 @@ fn malformed_config_and_port_in_use() {
     assert!(err.contains("unreachable"), "{err}");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = listener.local_addr().unwrap().to_string();
-    let err = fails(&tmp.path().join("d0"), &["disk", "--listen", &taken]);
+    let err = fails(&tmp.path().join("d0"), &["disk", "--insecure", "--listen", &taken]);
     assert!(
         err.contains("cannot listen") && err.contains(&taken),
         "{err}"
@@ -677,7 +677,7 @@ fn down_stops_only_its_own_disks_and_a_served_directory_is_refused() {
     ok(dir, &["up", "--disks", "1"]);
     let _down = Down(dir);
     let disk = common::disk_pids(dir)[0];
-    let second = Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir.join("disk-0")).args(["disk", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let second = Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir.join("disk-0")).args(["disk", "--insecure", "--listen", "127.0.0.1:0"]).output().unwrap();
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(!second.status.success() && err.contains("already served") && err.contains(&format!("pid {disk}")), "{err}");
     let mut stranger = Command::new("sleep").arg("60").spawn().unwrap();

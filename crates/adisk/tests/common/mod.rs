@@ -26,6 +26,7 @@ pub fn ok(dir: &Path, args: &[&str]) -> String {
 }
 
 /// Runs adisk and expects a failure without a panic; returns standard error.
+#[allow(dead_code)]
 pub fn fails(dir: &Path, args: &[&str]) -> String {
     let out = adisk(dir, args);
     assert!(

@@ -1,0 +1,172 @@
+//! A locked-down cluster (issue 12): a local process without the cluster's key can do nothing
+//! on a disk, and a member's job cannot make a disk connect to an address of its choosing.
+//! Deadlines: a disk that stops answering (SIGSTOP) is declared unreachable within the
+//! cluster's `disk_timeout_ms`; `sql`, `status` and `down` never hang on it.
+//!
+//! Multi-process: `adisk up` starts real disk processes; the "stranger" is this test talking
+//! Arrow Flight to a disk's port directly, as pyarrow.flight did in the issue's findings.
+mod common;
+
+use adisk_core::auth::{ClusterKey, HEADER};
+use adisk_core::protocol::{DiskletSpec, JobSpec, PutCommand, Route, Sink, Source, action};
+use arrow::array::{Int32Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::{Action, FlightClient, FlightDescriptor, Ticket};
+use common::{adisk, ok};
+use futures::{StreamExt, TryStreamExt};
+use std::path::Path;
+use std::sync::Arc;
+
+struct Down<'a>(&'a Path);
+impl Drop for Down<'_> {
+    fn drop(&mut self) {
+        let _ = adisk(self.0, &["down"]);
+    }
+}
+
+async fn client(address: &str, token: Option<String>) -> FlightClient {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}")).unwrap().connect().await.unwrap();
+    let mut c = FlightClient::new(channel);
+    if let Some(t) = token {
+        c.add_header(HEADER, &t).unwrap();
+    }
+    c
+}
+
+/// The status code a call failed with.
+fn code<T: std::fmt::Debug>(r: Result<T, FlightError>) -> tonic::Code {
+    match r {
+        Err(FlightError::Tonic(s)) => s.code(),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+async fn action_code(address: &str, token: Option<String>, name: &str, body: &[u8]) -> tonic::Code {
+    let mut c = client(address, token).await;
+    let r = match c.do_action(Action::new(name, body.to_vec())).await {
+        Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    code(r)
+}
+
+fn scan(table: &str, sink: Sink) -> JobSpec {
+    JobSpec::chain("stranger", "stranger", Source::Table { table: table.into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: None }], sink)
+}
+
+async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic::Code {
+    let mut c = client(address, token).await;
+    let r = match c.do_get(Ticket::new(spec.to_bytes())).await {
+        Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    code(r)
+}
+
+/// A forged `nation` row sent as a load.
+async fn forged_load(address: &str, token: Option<String>) -> tonic::Code {
+    let schema = Arc::new(Schema::new(vec![Field::new("n_nationkey", DataType::Int32, false), Field::new("n_name", DataType::Utf8, false)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![99])), Arc::new(StringArray::from(vec!["FORGED"]))]).unwrap();
+    let cmd = serde_json::to_vec(&PutCommand::Load { table: "nation".into(), partition: 9, row_group_rows: 1024 }).unwrap();
+    let data = FlightDataEncoderBuilder::new().with_schema(schema).with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd))).build(futures::stream::iter(vec![Ok(batch)]));
+    let mut c = client(address, token).await;
+    let r = match c.do_put(data).await {
+        Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
+        Err(e) => Err(e),
+    };
+    code(r)
+}
+
+fn nation_count(dir: &Path) -> String {
+    ok(dir, &["sql", "select count(*) as n from nation"])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "2"]);
+    let _down = Down(dir);
+    ok(dir, &["load", "tpch", "--sf", "0.01"]);
+    let before = nation_count(dir);
+    let address = common::disk_address(dir, 0);
+    let unauth = tonic::Code::Unauthenticated;
+
+    // Without credentials, every kind of request is refused.
+    for name in [action::STATUS, action::CATALOG, action::SHUTDOWN, action::LIST_FILES, action::DISKLET_LIST] {
+        assert_eq!(action_code(&address, None, name, b"").await, unauth, "{name}");
+    }
+    assert_eq!(action_code(&address, None, action::DROP_TABLE, b"nation").await, unauth);
+    assert_eq!(action_code(&address, None, action::DISKLET_INSTALL, b"{}").await, unauth);
+    assert_eq!(get_code(&address, None, &scan("customer", Sink::Host)).await, unauth);
+    assert_eq!(forged_load(&address, None).await, unauth);
+
+    // Credentials made with another key, or a token seen before, are refused as well.
+    let stranger = ClusterKey::generate();
+    assert_eq!(get_code(&address, Some(stranger.header()), &scan("customer", Sink::Host)).await, unauth);
+    let key = ClusterKey::load(&dir.join(adisk_core::auth::KEY_FILE)).unwrap();
+    let token = key.header();
+    let mut member = client(&address, Some(token.clone())).await;
+    assert!(member.do_action(Action::new(action::STATUS, vec![])).await.unwrap().try_collect::<Vec<_>>().await.is_ok());
+    assert_eq!(action_code(&address, Some(token), action::STATUS, b"").await, unauth, "a replayed token");
+
+    // The exchange-target trick: even with a member's token, a job cannot make a disk open a
+    // connection to an address of its choosing.
+    let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = trap.local_addr().unwrap().to_string();
+    let sink = Sink::Exchange { exchange_id: "x".into(), targets: vec![target.clone()], sender: 0, route: Route::Broadcast, relay: None };
+    let refused = get_code(&address, Some(key.header()), &scan("nation", sink)).await;
+    assert_ne!(refused, tonic::Code::Ok);
+    let accepted = tokio::time::timeout(std::time::Duration::from_millis(500), trap.accept()).await;
+    assert!(accepted.is_err(), "the disk connected to {target}, an address that is not a disk of the cluster");
+    // Nor through a relay that does not hold the key.
+    let relay = Sink::Exchange { exchange_id: "y".into(), targets: vec![common::disk_address(dir, 1)], sender: 0, route: Route::Broadcast, relay: Some(target.clone()) };
+    assert_ne!(get_code(&address, Some(key.header()), &scan("nation", relay)).await, tonic::Code::Ok);
+
+    // Nothing changed: same answer, the disk is still up, and the cluster still works.
+    assert_eq!(nation_count(dir), before);
+    assert!(before.contains("25"), "{before}");
+    let status = common::status_json(dir);
+    assert_eq!(status["disks"].as_array().map(|d| d.len()), Some(2), "{status}");
+    let mut stream = client(&address, Some(key.header())).await.do_get(Ticket::new(scan("nation", Sink::Host).to_bytes())).await.unwrap();
+    let mut rows = 0;
+    while let Some(b) = stream.next().await {
+        rows += b.unwrap().num_rows();
+    }
+    assert!(rows > 0 && rows <= 25, "{rows}");
+}
+
+/// Runs `adisk args` in `dir`, returning (success, stdout + stderr, seconds taken).
+fn timed(dir: &Path, args: &[&str]) -> (bool, String, f64) {
+    let t = std::time::Instant::now();
+    let out = adisk(dir, args);
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text, t.elapsed().as_secs_f64())
+}
+
+#[test]
+fn a_stopped_disk_is_declared_unreachable_and_nothing_hangs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "2", "--disk-timeout-ms", "2000"]);
+    let down = Down(dir);
+    ok(dir, &["load", "tpch", "--sf", "0.01"]);
+    let pids = common::disk_pids(dir);
+    // SAFETY: stopping a disk process this test started.
+    unsafe { libc::kill(pids[1], libc::SIGSTOP) };
+    // The bound is a hang detector, far above the 2 s timeout: not a measurement.
+    let bound = 30.0;
+    let (success, text, secs) = timed(dir, &["sql", "select count(*) from lineitem"]);
+    assert!(!success && text.contains("disk 1") && text.contains("unreachable"), "{text}");
+    assert!(secs < bound, "sql took {secs:.1} s against a stopped disk: {text}");
+    let (success, text, secs) = timed(dir, &["status"]);
+    assert!(!success && text.contains("disk 1") && secs < bound, "status ({secs:.1} s): {text}");
+    let (success, text, secs) = timed(dir, &["down"]);
+    std::mem::forget(down);
+    assert!(success && secs < bound, "down ({secs:.1} s): {text}");
+    for pid in pids {
+        common::wait_until("a disk process to end", std::time::Duration::from_secs(10), || common::process_gone(pid));
+    }
+}
