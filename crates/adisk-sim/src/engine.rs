@@ -429,6 +429,26 @@ pub struct Granularity {
     pub shared_queue_lock_us: f64,
 }
 
+/// Chunk size (bytes) and chunks kept in flight per worker for a phase that reads
+/// `total_input` bytes with at most `cap` chunks. Chunks are whole requests, at least 256 KB
+/// (or one message), and two of them are kept in flight: for a sequential stream with two
+/// or more buffers this behaves like page-sized requests queued at a drive with read-ahead.
+/// A worker with a single buffer (`in_flight <= 1`) reads one request at a time and
+/// computes it before asking for the next (no overlap, and every request after an idle
+/// drive pays its controller overhead), so it gets one-request chunks, one in flight, and
+/// no `cap`: coarser chunks would hide the per-request costs that make the page size matter.
+pub fn chunking(req: u64, msg: u64, total_input: f64, cap: u64, in_flight: u32) -> (u64, u32) {
+    let req = req.max(512);
+    if in_flight <= 1 {
+        return (req, 1);
+    }
+    let floor = req.max(msg.min(256 << 10)).div_ceil(req) * req;
+    let needed = (total_input / cap as f64).ceil() as u64;
+    let chunk = floor.max(needed.div_ceil(req) * req);
+    let requests_per_chunk = (chunk / req).max(1) as u32;
+    (chunk, (in_flight / requests_per_chunk).max(2))
+}
+
 /// Timing of one phase.
 #[derive(Clone, Debug, Serialize)]
 pub struct PhaseTiming {
@@ -808,18 +828,16 @@ impl<'p> Engine<'p> {
         let cap = self.gran.max_chunks_per_phase.max(1) * if streams_writes { 4 } else { 1 };
         let needed_msg = (flow_bytes / cap as f64).ceil() as u64;
         self.msg_bytes = base_msg.max(needed_msg.div_ceil(base_msg) * base_msg);
-        let req = self.gran.request_bytes.max(512);
-        let min_chunk = req
-            .max(self.gran.message_bytes.min(256 << 10))
-            .div_ceil(req)
-            * req;
-        let needed = (total_input / cap as f64).ceil() as u64;
-        self.chunk_bytes = min_chunk.max(needed.div_ceil(req) * req);
-        let requests_per_chunk = (self.chunk_bytes / req).max(1) as u32;
         let in_flight = ph
             .requests_in_flight
             .unwrap_or(self.topo.buffers_per_worker);
-        self.k_chunks = (in_flight / requests_per_chunk).max(2);
+        (self.chunk_bytes, self.k_chunks) = chunking(
+            self.gran.request_bytes,
+            self.gran.message_bytes,
+            total_input,
+            cap,
+            in_flight,
+        );
         self.timings.push(PhaseTiming {
             name: ph.name.clone(),
             start_s: now.as_secs_f64(),
