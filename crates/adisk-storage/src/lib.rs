@@ -23,7 +23,9 @@
 
 pub mod decluster;
 pub mod images;
+pub mod integrity;
 pub mod reader;
+pub mod staging;
 pub mod store;
 pub mod tpch;
 pub mod writer;
