@@ -450,6 +450,8 @@ impl TableScan {
                 .sum::<u64>()
                 .max(1);
             let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
+            // The row group's chunks are read here, before decoding: the rate limit pays for them.
+            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
             let chunks = self.compute.run(|| file.row_group(&md, rg_index, &mask))??;
             let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
                 .with_projection(mask.clone())
@@ -463,7 +465,6 @@ impl TableScan {
             self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
             let mut reader = builder.build().map_err(decode)?;
             let mut position = range.start;
-            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
                 // The compute slot is held for the decoding only, never while blocked on the stream.

@@ -229,6 +229,15 @@ impl DiskStore {
         Ok(PartitionReader::new(counting, path, info.checksums.clone()))
     }
 
+    /// A partition reader that verifies nothing (not even on first open): only for measuring
+    /// what verification costs (`adisk bench checksum`); scans never use it.
+    pub fn partition_reader_unverified(&self, info: &PartitionInfo, bytes_read: Arc<std::sync::atomic::AtomicU64>) -> Result<PartitionReader> {
+        let path = self.dir.join(&info.file);
+        let file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
+        let counting = crate::reader::CountingFile::new(file, bytes_read).map_err(io_err(format!("opening {}", path.display())))?;
+        Ok(PartitionReader::new(counting, path, None))
+    }
+
     /// Resolves a path under `files/`, refusing anything that escapes it.
     pub fn file_path(&self, relative: &str) -> Result<PathBuf> {
         let rel = Path::new(relative);
