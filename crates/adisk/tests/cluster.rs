@@ -760,4 +760,23 @@ fn a_killed_tpch_load_leaves_the_previous_table_or_reports_it_incomplete() {
     assert_ne!(after, before, "SF 0.05 answers differently from SF 0.01");
     let files: usize = (0..2).map(|d| parquet_files(&dir.join(format!("disk-{d}/tables/lineitem"))).len()).sum();
     assert_eq!(files, 4, "only the committed load's partitions remain");
+    // Bit rot after the first open: one byte of a data page flipped, size and mtime kept.
+    let all = "SELECT * FROM lineitem ORDER BY l_orderkey, l_linenumber LIMIT 1";
+    ok(dir, &["sql", all, "--format", "csv"]); // opens (and verifies) every file first
+    let victim = parquet_files(&dir.join("disk-1/tables/lineitem")).remove(0);
+    flip_keeping_mtime(&victim, std::fs::metadata(&victim).unwrap().len() / 2);
+    let err = fails(dir, &["sql", all, "--format", "csv"]);
+    let name = victim.file_name().unwrap().to_string_lossy().to_string();
+    assert!(err.contains("corrupt partition") && err.contains(&name) && err.contains("disk 1") && err.contains("column chunk"), "{err}");
+}
+
+/// Flips one byte at `offset` keeping the file's size and mtime, as bit rot does.
+fn flip_keeping_mtime(path: &Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, offset).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x01], offset).unwrap();
+    f.set_modified(mtime).unwrap();
 }
