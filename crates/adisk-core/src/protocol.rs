@@ -460,6 +460,9 @@ pub enum PutCommand {
         partition: u32,
         /// Rows per Parquet row group.
         row_group_rows: usize,
+        /// The load this partition is staged under; it becomes visible only when the host
+        /// commits the load ([`action::LOAD_COMMIT`]).
+        load_id: String,
     },
 }
 
@@ -487,6 +490,11 @@ pub mod action {
     pub const GENERATE_IMAGES: &str = "generate_images";
     /// Body: a path prefix under `files/` (UTF-8). Returns `Vec<`[`super::FileInfo`]`>`.
     pub const LIST_FILES: &str = "list_files";
+    /// Body: [`super::LoadCommit`]. Makes the staged partitions of a load the live tables in
+    /// one manifest replacement; returns the committed `Vec<`[`super::TableInfo`]`>`.
+    pub const LOAD_COMMIT: &str = "load_commit";
+    /// Body: load id (UTF-8). Removes everything staged under that load; returns `true`.
+    pub const LOAD_ABORT: &str = "load_abort";
 }
 
 /// Request to generate TPC-H partitions at a disk.
@@ -502,6 +510,8 @@ pub struct GenerateTpch {
     pub part_count: u32,
     /// Rows per Parquet row group.
     pub row_group_rows: usize,
+    /// The load the parts are staged under (visible only once committed).
+    pub load_id: String,
 }
 
 /// Progress of a load at one disk.
@@ -536,6 +546,55 @@ pub struct PartitionInfo {
     /// hash; empty: written before sketches existed).
     #[serde(default)]
     pub ndv: Vec<Option<crate::sketch::Hll>>,
+    /// Checksums verified on every read (`None`: written before they existed; such a file is
+    /// checked against [`PartitionInfo::crc32`] whole, at every open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksums: Option<PartitionChecksums>,
+}
+
+/// CRC-32s of a partition file's parts, so that a disk verifies exactly what it reads, each
+/// time it reads it: the footer and page index before decoding them, every column chunk of a
+/// row group before decoding it.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct PartitionChecksums {
+    /// Where the column chunks end: `[tail_offset, end of file)` holds the page index and the
+    /// footer.
+    pub tail_offset: u64,
+    /// CRC-32 of `[tail_offset, end of file)`.
+    pub tail_crc32: u32,
+    /// CRC-32 of every column chunk: per row group, per leaf column in file order.
+    pub chunk_crc32: Vec<Vec<u32>>,
+}
+
+/// Which load wrote a table on a disk, and which disks that load's table spans. The host
+/// accepts a table only if every disk holding it carries the same stamp and those are exactly
+/// the stamp's disks (a load interrupted during its commit leaves a table it reports incomplete).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LoadStamp {
+    /// The load's id.
+    pub load_id: String,
+    /// Disks holding at least one partition of the table as this load wrote it.
+    pub disks: Vec<u32>,
+}
+
+/// Body of [`action::LOAD_COMMIT`]: the tables of one load as one disk must hold them.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct LoadCommit {
+    /// The load.
+    pub load_id: String,
+    /// Every table of the load (also those with no partition on this disk: they are dropped here).
+    pub tables: Vec<CommitTable>,
+}
+
+/// One table of a [`LoadCommit`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CommitTable {
+    /// Table.
+    pub table: String,
+    /// Partitions this disk must have staged (the commit fails otherwise).
+    pub partitions: Vec<u32>,
+    /// Disks holding partitions of the table after the load (recorded in its [`LoadStamp`]).
+    pub disks: Vec<u32>,
 }
 
 /// A table as seen by one disk.
@@ -547,6 +606,10 @@ pub struct TableInfo {
     pub schema: Schema,
     /// Local partitions.
     pub partitions: Vec<PartitionInfo>,
+    /// The load that wrote the table (`None`: written by a job's named result or before
+    /// loads were staged).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load: Option<LoadStamp>,
 }
 
 /// Reply to [`action::CATALOG`].

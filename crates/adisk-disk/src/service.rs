@@ -1,5 +1,5 @@
 //! The Flight service of a disk node.
-use adisk_core::protocol::{GenerateTpch, JobSpec, LoadProgress, PutCommand, action};
+use adisk_core::protocol::{GenerateTpch, JobSpec, LoadCommit, LoadProgress, PutCommand, action};
 use adisk_diskos::exchange::PipeMessage;
 use adisk_diskos::job::{PipeConnector, PipeRoute, RunningJob};
 use adisk_diskos::stream::StreamRx;
@@ -251,13 +251,14 @@ impl FlightService for DiskService {
                 }
             }
             PutCommand::Relay { target, .. } => Err(Status::invalid_argument(format!("this is a disk, not the host's relay: send the stream to {target} directly"))),
-            PutCommand::Load { table, partition, row_group_rows } => {
+            PutCommand::Load { table, partition, row_group_rows, load_id } => {
                 let store = self.os.store().clone();
+                store.begin_staging(&load_id, &table).map_err(storage_status)?;
                 let mut writer = None;
                 while let Some(b) = batches.next().await {
                     let batch = b.map_err(|e| Status::aborted(format!("load stream: {e}")))?;
                     if writer.is_none() {
-                        writer = Some(store.create_partition(&table, partition, batch.schema(), row_group_rows).map_err(storage_status)?);
+                        writer = Some(store.create_staged_partition(&load_id, &table, partition, batch.schema(), row_group_rows).map_err(storage_status)?);
                     }
                     let w = writer.as_mut().expect("created above");
                     w.write(&batch).map_err(storage_status)?;
@@ -265,7 +266,7 @@ impl FlightService for DiskService {
                 let Some(w) = writer else {
                     return Ok(Response::new(stream::empty().boxed()));
                 };
-                let info = tokio::task::spawn_blocking(move || store.commit_partition(w))
+                let info = tokio::task::spawn_blocking(move || store.finish_staged(&load_id, w))
                     .await
                     .map_err(|e| Status::internal(e.to_string()))?
                     .map_err(storage_status)?;
@@ -290,6 +291,19 @@ impl FlightService for DiskService {
                 let table = String::from_utf8_lossy(&body).to_string();
                 let dropped = self.os.store().drop_table(&table).map_err(storage_status)?;
                 reply(json_result(&dropped))
+            }
+            action::LOAD_COMMIT => {
+                let commit: LoadCommit = parse_json("load_commit request", &body)?;
+                let store = self.os.store().clone();
+                let tables = tokio::task::spawn_blocking(move || store.commit_load(&commit.load_id, &commit.tables))
+                    .await
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .map_err(storage_status)?;
+                reply(json_result(&tables))
+            }
+            action::LOAD_ABORT => {
+                let load_id = String::from_utf8_lossy(&body).to_string();
+                reply(json_result(&self.os.store().abort_load(&load_id).map_err(storage_status)?))
             }
             action::SHUTDOWN => {
                 let notify = self.shutdown.clone();
@@ -317,6 +331,8 @@ impl FlightService for DiskService {
             action::JOB_STATS,
             action::GENERATE_TPCH,
             action::DROP_TABLE,
+            action::LOAD_COMMIT,
+            action::LOAD_ABORT,
             action::SHUTDOWN,
             action::DISKLET_INSTALL,
             action::DISKLET_LIST,
@@ -329,35 +345,40 @@ impl FlightService for DiskService {
     }
 }
 
-/// Generates TPC-H parts at this disk on a blocking thread, streaming progress.
+/// Generates TPC-H parts at this disk on a blocking thread, staged under the request's load,
+/// streaming progress; the last message has `done` (anything else is a failed generation).
 fn generate_tpch(os: Arc<DiskOs>, req: GenerateTpch) -> BoxStream<'static, Result<arrow_flight::Result, Status>> {
     let (tx, rx) = mpsc::channel::<Result<LoadProgress, Status>>(16);
     tokio::task::spawn_blocking(move || {
-        let result = (|| -> Result<LoadProgress, StorageError> {
-            let schema = adisk_storage::tpch::schema(&req.table)?;
-            let mut progress = LoadProgress { table: req.table.clone(), ..Default::default() };
-            for part in &req.parts {
-                let mut writer = os.store().create_partition(&req.table, part - 1, schema.clone(), req.row_group_rows)?;
-                for batch in adisk_storage::tpch::generate(&req.table, req.sf, *part, req.part_count)? {
-                    let batch = batch.map_err(|source| StorageError::Arrow { context: "generating TPC-H".into(), source })?;
-                    writer.write(&batch)?;
-                    progress.rows += batch.num_rows() as u64;
-                    if progress.rows % (64 * 1024) < batch.num_rows() as u64 {
-                        progress.bytes = writer.bytes_written();
-                        if tx.blocking_send(Ok(progress.clone())).is_err() {
-                            return Err(StorageError::Invalid("load cancelled by the host".into()));
-                        }
-                    }
-                }
-                let info = os.store().commit_partition(writer)?;
-                progress.bytes += info.bytes;
-            }
-            progress.done = true;
-            Ok(progress)
-        })();
+        let result = stage_tpch(&os, &req, &tx);
         let _ = tx.blocking_send(result.map_err(storage_status));
     });
     tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(|p| json_result(&p))).boxed()
+}
+
+fn stage_tpch(os: &DiskOs, req: &GenerateTpch, tx: &mpsc::Sender<Result<LoadProgress, Status>>) -> Result<LoadProgress, StorageError> {
+    let store = os.store();
+    let schema = adisk_storage::tpch::schema(&req.table)?;
+    store.begin_staging(&req.load_id, &req.table)?;
+    let mut progress = LoadProgress { table: req.table.clone(), ..Default::default() };
+    for part in &req.parts {
+        let mut writer = store.create_staged_partition(&req.load_id, &req.table, part - 1, schema.clone(), req.row_group_rows)?;
+        for batch in adisk_storage::tpch::generate(&req.table, req.sf, *part, req.part_count)? {
+            let batch = batch.map_err(|source| StorageError::Arrow { context: "generating TPC-H".into(), source })?;
+            writer.write(&batch)?;
+            progress.rows += batch.num_rows() as u64;
+            if progress.rows % (64 * 1024) < batch.num_rows() as u64 {
+                progress.bytes = writer.bytes_written();
+                if tx.blocking_send(Ok(progress.clone())).is_err() {
+                    return Err(StorageError::Invalid("load cancelled by the host".into()));
+                }
+            }
+        }
+        let info = store.finish_staged(&req.load_id, writer)?;
+        progress.bytes += info.bytes;
+    }
+    progress.done = true;
+    Ok(progress)
 }
 
 /// Sends exchange outputs to other disks over Flight `DoPut`.

@@ -9,7 +9,6 @@ use crate::memory::Account;
 use crate::sched::JobCompute;
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::{PartitionInfo, TableInfo};
-use adisk_storage::reader::CountingFile;
 use adisk_storage::store::DiskStore;
 use arrow::array::{ArrayRef, BinaryArray, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -18,7 +17,7 @@ use datafusion::common::{Column, ScalarValue};
 use datafusion::physical_optimizer::pruning::PruningPredicate;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReaderBuilder, RowSelection, RowSelector};
 use parquet::file::metadata::ParquetMetaData;
 use std::collections::HashSet;
 use std::ops::Range;
@@ -397,13 +396,13 @@ impl TableScan {
 
     /// Returns false if the consumer went away.
     fn read_partition(&self, part: &PartitionInfo, row_base: u64, tx: &StreamTx) -> Result<bool> {
-        let file = self.store.open_partition(part)?;
-        let path = self.store.dir().join(&part.file);
+        // Every byte decoded below was read and verified against the manifest's checksums
+        // in this same read (adisk_storage::integrity): the footer here, each row group's
+        // column chunks before decoding them.
+        let file = self.store.partition_reader(part, self.counters.bytes_read.clone())?;
+        let path = file.path().to_path_buf();
         let decode = |e: parquet::errors::ParquetError| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() });
-        let counting = CountingFile::new(file, self.counters.bytes_read.clone())
-            .map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("opening {}", path.display()), source: e }))?;
-        #[allow(deprecated)]
-        let meta = self.compute.run(|| ArrowReaderMetadata::load(&counting, ArrowReaderOptions::new().with_page_index(true)))?.map_err(decode)?;
+        let meta = self.compute.run(|| file.metadata())??;
         let md = meta.metadata().clone();
         let keep: Vec<bool> = match &self.prune {
             Some(p) => {
@@ -451,7 +450,10 @@ impl TableScan {
                 .sum::<u64>()
                 .max(1);
             let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
-            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(counting.clone(), meta.clone())
+            // The row group's chunks are read here, before decoding: the rate limit pays for them.
+            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
+            let chunks = self.compute.run(|| file.row_group(&md, rg_index, &mask))??;
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
                 .with_projection(mask.clone())
                 .with_row_groups(vec![rg_index])
                 .with_batch_size(rows);
@@ -463,7 +465,6 @@ impl TableScan {
             self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
             let mut reader = builder.build().map_err(decode)?;
             let mut position = range.start;
-            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
                 // The compute slot is held for the decoding only, never while blocked on the stream.

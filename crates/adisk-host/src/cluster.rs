@@ -1,7 +1,7 @@
 //! Connections to the disks, the merged catalog, and job execution.
 use crate::{HostError, Result};
 use adisk_core::config::{ClusterConfig, Deadlines, ExchangeMode};
-use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, PartitionInfo, action};
+use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, action};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
@@ -75,15 +75,56 @@ impl TableEntry {
 /// The catalog: every table, its schema and placement.
 #[derive(Clone, Debug, Default)]
 pub struct Catalog {
-    /// Tables by name.
+    /// Tables by name (complete ones only).
     pub tables: BTreeMap<String, TableEntry>,
+    /// Tables whose disks hold different loads of them, with why (never queried).
+    pub incomplete: BTreeMap<String, Incomplete>,
+}
+
+/// Why a table is incomplete (see [`HostError::IncompleteTable`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Incomplete {
+    /// Disks that do not hold the load the table's stamp names.
+    pub disks: Vec<u32>,
+    /// Which loads are where.
+    pub reason: String,
+    /// The schema one of its disks holds.
+    pub schema: SchemaRef,
 }
 
 impl Catalog {
-    /// A table or [`HostError::UnknownTable`].
+    /// A table, or [`HostError::IncompleteTable`] / [`HostError::UnknownTable`].
     pub fn table(&self, name: &str) -> Result<&TableEntry> {
+        if let Some(i) = self.incomplete.get(name) {
+            return Err(incomplete_error(name, i));
+        }
         self.tables.get(name).ok_or_else(|| HostError::UnknownTable(name.to_string()))
     }
+}
+
+/// The typed error of an incomplete table.
+pub fn incomplete_error(table: &str, i: &Incomplete) -> HostError {
+    HostError::IncompleteTable { table: table.to_string(), disks: i.disks.clone(), reason: i.reason.clone() }
+}
+
+/// Checks that every disk holding `stamps`' table holds the same load of it, and that those
+/// are exactly the disks the load wrote (tables written by jobs carry no stamp: accepted).
+fn check_generation(stamps: &[(u32, Option<LoadStamp>)]) -> std::result::Result<(), (Vec<u32>, String)> {
+    let Some(stamp) = stamps.iter().find_map(|(_, s)| s.clone()) else { return Ok(()) };
+    let holding: Vec<u32> = stamps.iter().map(|(d, _)| *d).collect();
+    let latest = stamps.iter().filter_map(|(_, s)| s.as_ref()).max_by(|a, b| a.load_id.cmp(&b.load_id)).unwrap_or(&stamp);
+    let mut wrong: Vec<u32> = stamps.iter().filter(|(_, s)| s.as_ref() != Some(latest)).map(|(d, _)| *d).collect();
+    wrong.extend(latest.disks.iter().filter(|d| !holding.contains(d)));
+    wrong.sort_unstable();
+    wrong.dedup();
+    if wrong.is_empty() {
+        return Ok(());
+    }
+    let describe = |(d, s): &(u32, Option<LoadStamp>)| format!("disk {d}: {}", s.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id)));
+    let mut held: Vec<String> = stamps.iter().map(describe).collect();
+    held.extend(latest.disks.iter().filter(|d| !holding.contains(d)).map(|d| format!("disk {d}: missing")));
+    let reason = format!("load {} spans disks {:?}, but {}", latest.load_id, latest.disks, held.join(", "));
+    Err((wrong, reason))
 }
 
 /// A connected cluster.
@@ -252,7 +293,7 @@ impl Cluster {
     }
 
     /// Runs a short control action on disk `d` within the cluster's deadline.
-    async fn control(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
+    pub(crate) async fn control(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
         let timeout = self.config.deadlines().timeout;
         tokio::time::timeout(timeout, self.action(d, name, body))
             .await
@@ -270,19 +311,31 @@ impl Cluster {
         futures::future::join_all((0..self.disk_count()).map(|d| self.action_json::<DiskStatus>(d, action::STATUS, vec![]))).await
     }
 
-    /// The merged catalog.
+    /// The merged catalog. A table whose disks hold different loads of it is listed in
+    /// [`Catalog::incomplete`], not in [`Catalog::tables`].
     pub async fn catalog(&self) -> Result<Catalog> {
         let parts = futures::future::try_join_all((0..self.disk_count()).map(|d| self.action_json::<DiskCatalog>(d, action::CATALOG, vec![]))).await?;
         let mut catalog = Catalog::default();
+        let mut stamps: BTreeMap<String, Vec<(u32, Option<LoadStamp>)>> = BTreeMap::new();
         for (d, dc) in parts.into_iter().enumerate() {
             for t in dc.tables {
                 let entry = catalog.tables.entry(t.name.clone()).or_insert_with(|| TableEntry { name: t.name.clone(), schema: Arc::new(t.schema.clone()), placements: vec![] });
                 if entry.schema.fields() != t.schema.fields() {
-                    return Err(HostError::Invalid(format!("table `{}` has different schemas on different disks", t.name)));
+                    let reason = "its disks hold different schemas".to_string();
+                    let schema = entry.schema.clone();
+                    catalog.incomplete.entry(t.name.clone()).or_insert(Incomplete { disks: vec![d as u32], reason, schema });
                 }
                 entry.placements.extend(t.partitions.into_iter().map(|p| (d as u32, p)));
+                stamps.entry(t.name.clone()).or_default().push((d as u32, t.load));
             }
         }
+        for (table, stamps) in stamps {
+            if let Err((disks, reason)) = check_generation(&stamps) {
+                let schema = catalog.tables[&table].schema.clone();
+                catalog.incomplete.insert(table, Incomplete { disks, reason, schema });
+            }
+        }
+        catalog.tables.retain(|name, _| !catalog.incomplete.contains_key(name));
         Ok(catalog)
     }
 

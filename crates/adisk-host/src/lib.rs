@@ -61,6 +61,17 @@ pub enum HostError {
     /// Unknown table.
     #[error("unknown table `{0}` (see `adisk status` for the tables)")]
     UnknownTable(String),
+    /// A table whose disks do not all hold the same load of it (a load interrupted during its
+    /// commit, or a disk that lost its part): it is never queried as partial.
+    #[error("table `{table}` is incomplete: {reason} (disks {disks:?}); load it again")]
+    IncompleteTable {
+        /// Table.
+        table: String,
+        /// The disks that do not hold the load the others hold.
+        disks: Vec<u32>,
+        /// Which loads are where.
+        reason: String,
+    },
     /// Bad request (unknown disklet, parameter, malformed expression, unknown column, type error).
     #[error("{0}")]
     Invalid(String),

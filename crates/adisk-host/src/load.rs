@@ -1,13 +1,25 @@
-//! Loading data into the disks.
+//! Loading data into the disks, all or nothing.
 //!
 //! * TPC-H: every disk generates its own parts with `tpchgen` (range declustering on the
 //!   primary key, orders and lineitem co-partitioned); nothing crosses the network but progress.
 //! * Parquet / CSV files: the host reads them, routes rows with a declustering rule and streams
-//!   each disk its partition over Flight `DoPut`; the disk writes it to a temporary file and
-//!   renames it into place when complete.
+//!   each disk its partition over Flight `DoPut`.
+//!
+//! Either way a load is staged, then committed (`adisk_storage::staging`):
+//!
+//! 1. **Stage**: every partition is written under the load's id, invisible to scans and the
+//!    catalog; the previous table stays readable. The host checks that every disk's progress
+//!    stream ended with `done` (TPC-H) or its `DoPut` returned the partition with the rows sent.
+//! 2. **Commit**: only then, the host sends `load_commit` to every disk in turn; each replaces
+//!    its tables in one manifest replacement, stamped with the load id and the disks the load
+//!    spans. The catalog accepts a table only if all those disks carry that stamp, so a host
+//!    killed between two disks' commits leaves a table reported incomplete, never partial.
+//! 3. **Abort**: on any failure before the commit the host sends `load_abort` to every disk.
+//!    A host killed before it could leaves staged files that the disk removes when it starts
+//!    or when the next load of the table starts.
 use crate::cluster::{Cluster, flight_err};
 use crate::{HostError, Result};
-use adisk_core::protocol::{GenerateTpch, LoadProgress, PartitionInfo, PutCommand, action};
+use adisk_core::protocol::{CommitTable, GenerateTpch, LoadCommit, LoadProgress, PartitionInfo, PutCommand, TableInfo, action};
 use adisk_storage::decluster::{Decluster, Router, disk_of_part};
 use adisk_storage::tpch;
 use adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS;
@@ -18,6 +30,84 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use futures::{StreamExt, TryStreamExt};
 use std::path::PathBuf;
 use std::sync::Arc;
+
+/// Fault injection for tests: milliseconds the host waits after each disk's commit (so that a
+/// test can kill it between two disks' commits).
+pub const COMMIT_PAUSE_ENV: &str = "ADISK_FAULT_COMMIT_PAUSE_MS";
+
+/// A new load id: the time in nanoseconds (hex, fixed width, so later loads sort later) and
+/// the host's process id.
+pub fn new_load_id() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0);
+    format!("{nanos:016x}-{:x}", std::process::id())
+}
+
+/// Runs `stage` (which stages partitions under `load_id`), then commits `commits(staged)` on
+/// every disk; on any failure before the commit, aborts the load on every disk.
+async fn staged_load<T>(cluster: &Cluster, load_id: &str, stage: impl std::future::Future<Output = Result<(T, Vec<StagedTable>)>>) -> Result<T> {
+    match stage.await {
+        Ok((value, tables)) => {
+            commit(cluster, load_id, &tables).await?;
+            Ok(value)
+        }
+        Err(e) => {
+            abort(cluster, load_id).await;
+            Err(e)
+        }
+    }
+}
+
+/// Sends `load_abort` to every disk (a disk that cannot be reached removes what it staged
+/// when it starts again).
+pub async fn abort(cluster: &Cluster, load_id: &str) {
+    let all = (0..cluster.disk_count()).map(|d| cluster.control(d, action::LOAD_ABORT, load_id.as_bytes().to_vec()));
+    for (d, r) in futures::future::join_all(all).await.into_iter().enumerate() {
+        if let Err(e) = r {
+            tracing::warn!(disk = d, load = load_id, "abort not delivered: {e}");
+        }
+    }
+}
+
+/// Commits `tables` (partitions per disk as each disk must hold them) disk by disk. A failure
+/// at the first disk aborts the load everywhere; after it, the tables are incomplete.
+async fn commit(cluster: &Cluster, load_id: &str, tables: &[StagedTable]) -> Result<()> {
+    let pause = std::env::var(COMMIT_PAUSE_ENV).ok().and_then(|v| v.parse::<u64>().ok());
+    for d in 0..cluster.disk_count() {
+        let body = LoadCommit { load_id: load_id.to_string(), tables: tables.iter().map(|t| t.at(d)).collect() };
+        let reply = cluster.control(d, action::LOAD_COMMIT, serde_json::to_vec(&body).expect("commit serializes")).await;
+        if let Err(e) = reply.and_then(|r| check_commit(d, &r)) {
+            abort(cluster, load_id).await;
+            if d == 0 {
+                return Err(e);
+            }
+            let names: Vec<&str> = tables.iter().map(|t| t.table.as_str()).collect();
+            return Err(HostError::Invalid(format!("load {load_id}: disks 0..{d} committed, then: {e}; tables {names:?} are incomplete until loaded again")));
+        }
+        if let Some(ms) = pause {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
+    }
+    Ok(())
+}
+
+fn check_commit(d: u32, replies: &[bytes::Bytes]) -> Result<()> {
+    let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: "empty reply to load_commit".into() })?;
+    serde_json::from_slice::<Vec<TableInfo>>(first).map(|_| ()).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to load_commit: {e}") })
+}
+
+/// A staged table: the partitions each disk staged (and must hold once committed).
+struct StagedTable {
+    table: String,
+    per_disk: Vec<Vec<u32>>,
+}
+
+impl StagedTable {
+    /// The commit of this table at disk `d`, stamped with the disks holding partitions.
+    fn at(&self, d: u32) -> CommitTable {
+        let disks = (0..self.per_disk.len() as u32).filter(|d| !self.per_disk[*d as usize].is_empty()).collect();
+        CommitTable { table: self.table.clone(), partitions: self.per_disk[d as usize].clone(), disks }
+    }
+}
 
 /// Options of a TPC-H load.
 #[derive(Clone, Debug)]
@@ -32,42 +122,57 @@ pub struct TpchLoad {
     pub tables: Vec<String>,
 }
 
-/// Generates TPC-H at the disks. `progress(table, rows_so_far_total)` is called as disks report.
+/// Generates TPC-H at the disks, all tables as one load: nothing is visible until every table
+/// is staged on every disk, then all are committed together. `progress(table,
+/// rows_so_far_total)` is called as disks report.
 pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad, mut progress: impl FnMut(&str, u64)) -> Result<Vec<(String, u64)>> {
     tpch::validate_sf(load.sf)?;
-    let disks = cluster.disk_count();
     let tables: Vec<String> = if load.tables.is_empty() { tpch::TABLES.iter().map(|s| s.to_string()).collect() } else { load.tables.clone() };
-    let mut loaded = Vec::new();
     for table in &tables {
         tpch::schema(table)?;
-        cluster.drop_table(table).await?;
-        let part_count = if tpch::is_unsplit(table) { 1 } else { disks * load.partitions_per_disk.max(1) };
-        let mut requests = Vec::new();
-        for d in 0..disks {
-            let parts: Vec<u32> = (1..=part_count).filter(|p| disk_of_part(*p, part_count, disks) == d).collect();
-            if parts.is_empty() {
-                continue;
-            }
-            let req = GenerateTpch { sf: load.sf, table: table.clone(), parts, part_count, row_group_rows: load.row_group_rows };
-            requests.push((d, serde_json::to_vec(&req).expect("request serializes")));
-        }
-        let mut streams = Vec::new();
-        for (d, body) in requests {
-            let mut c = cluster.client(d);
-            let address = cluster.address(d).to_string();
-            let s = c.do_action(arrow_flight::Action::new(action::GENERATE_TPCH, body)).await.map_err(|e| flight_err(d, &address, e))?;
-            streams.push(s.map(move |r| (d, r.map_err(|e| flight_err(d, &address, e)))));
-        }
-        let mut merged = futures::stream::select_all(streams);
-        let mut rows_per_disk = vec![0u64; disks as usize];
-        while let Some((d, item)) = merged.next().await {
-            let p: LoadProgress = serde_json::from_slice(&item?).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("bad progress: {e}") })?;
-            rows_per_disk[d as usize] = p.rows;
-            progress(table, rows_per_disk.iter().sum());
-        }
-        loaded.push((table.clone(), rows_per_disk.iter().sum()));
     }
-    Ok(loaded)
+    let load_id = new_load_id();
+    let stage = async {
+        let mut loaded = Vec::new();
+        let mut staged = Vec::new();
+        for table in &tables {
+            let (rows, table_staged) = stage_tpch_table(cluster, load, &load_id, table, &mut progress).await?;
+            loaded.push((table.clone(), rows));
+            staged.push(table_staged);
+        }
+        Ok((loaded, staged))
+    };
+    staged_load(cluster, &load_id, stage).await
+}
+
+/// Stages one TPC-H table at every disk holding a part of it; checks that each disk's
+/// progress stream ended with `done`.
+async fn stage_tpch_table(cluster: &Cluster, load: &TpchLoad, load_id: &str, table: &str, progress: &mut impl FnMut(&str, u64)) -> Result<(u64, StagedTable)> {
+    let disks = cluster.disk_count();
+    let part_count = if tpch::is_unsplit(table) { 1 } else { disks * load.partitions_per_disk.max(1) };
+    let per_disk: Vec<Vec<u32>> = (0..disks).map(|d| (1..=part_count).filter(|p| disk_of_part(*p, part_count, disks) == d).collect()).collect();
+    let mut streams = Vec::new();
+    for (d, parts) in per_disk.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
+        let d = d as u32;
+        let req = GenerateTpch { sf: load.sf, table: table.to_string(), parts: parts.clone(), part_count, row_group_rows: load.row_group_rows, load_id: load_id.to_string() };
+        let mut c = cluster.client(d);
+        let address = cluster.address(d).to_string();
+        let body = serde_json::to_vec(&req).expect("request serializes");
+        let s = c.do_action(arrow_flight::Action::new(action::GENERATE_TPCH, body)).await.map_err(|e| flight_err(d, &address, e))?;
+        streams.push(s.map(move |r| (d, r.map_err(|e| flight_err(d, &address, e)))));
+    }
+    let mut merged = futures::stream::select_all(streams);
+    let mut last = vec![LoadProgress::default(); disks as usize];
+    while let Some((d, item)) = merged.next().await {
+        last[d as usize] = serde_json::from_slice(&item?).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("bad progress: {e}") })?;
+        progress(table, last.iter().map(|p| p.rows).sum());
+    }
+    if let Some(d) = (0..disks).find(|d| !per_disk[*d as usize].is_empty() && !last[*d as usize].done) {
+        let message = format!("generating `{table}` ended without `done` after {} rows", last[d as usize].rows);
+        return Err(HostError::Disk { disk: d, code: "Aborted".into(), message });
+    }
+    let partitions = per_disk.into_iter().map(|parts| parts.into_iter().map(|p| p - 1).collect()).collect();
+    Ok((last.iter().map(|p| p.rows).sum(), StagedTable { table: table.to_string(), per_disk: partitions }))
 }
 
 /// Input file format of [`load_files`].
@@ -107,14 +212,15 @@ fn open_batches(format: FileFormat, path: &PathBuf) -> Result<(SchemaRef, Box<dy
     }
 }
 
-/// Loads files into `table`, routing rows with `rule`; each disk gets (and replaces) one partition.
-pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], rule: Decluster, mut progress: impl FnMut(u64)) -> Result<Vec<PartitionInfo>> {
+/// Loads files into `table`, routing rows with `rule`; each disk gets one partition. The load
+/// replaces the table on every disk at once, or (a bad input row, a failed disk) leaves the
+/// previous table as it was.
+pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], rule: Decluster, progress: impl FnMut(u64)) -> Result<Vec<PartitionInfo>> {
     adisk_storage::store::validate_table_name(table)?;
     if files.is_empty() {
         return Err(HostError::Invalid("no input files".into()));
     }
-    let disks = cluster.disk_count();
-    let mut router = Router::new(rule, disks);
+    let mut router = Router::new(rule, cluster.disk_count());
     let mut schema: Option<SchemaRef> = None;
     for f in files {
         let (s, batches) = open_batches(format, f)?;
@@ -130,47 +236,90 @@ pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, file
         }
     }
     let schema = schema.expect("at least one file");
-    cluster.drop_table(table).await?;
-    // One DoPut per disk, fed through a bounded channel.
+    let load_id = new_load_id();
+    let stage = stage_files(cluster, &load_id, table, format, files, schema, router, progress);
+    staged_load(cluster, &load_id, stage).await
+}
+
+/// One `DoPut` per disk, fed through a bounded channel, staging the disk's partition.
+fn start_puts(cluster: &Cluster, load_id: &str, table: &str, schema: &SchemaRef) -> (Vec<tokio::sync::mpsc::Sender<RecordBatch>>, Vec<tokio::task::JoinHandle<Result<Vec<PartitionInfo>>>>) {
     let mut senders = Vec::new();
     let mut calls = Vec::new();
-    for d in 0..disks {
+    for d in 0..cluster.disk_count() {
         let (tx, rx) = tokio::sync::mpsc::channel::<RecordBatch>(4);
         senders.push(tx);
-        let cmd = serde_json::to_vec(&PutCommand::Load { table: table.to_string(), partition: d, row_group_rows: DEFAULT_ROW_GROUP_ROWS }).expect("command serializes");
+        let command = PutCommand::Load { table: table.to_string(), partition: d, row_group_rows: DEFAULT_ROW_GROUP_ROWS, load_id: load_id.to_string() };
         let data = FlightDataEncoderBuilder::new()
             .with_schema(schema.clone())
-            .with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd)))
+            .with_flight_descriptor(Some(FlightDescriptor::new_cmd(serde_json::to_vec(&command).expect("command serializes"))))
             .build(tokio_stream_from(rx).map(Ok));
         let mut c = cluster.client(d);
         let address = cluster.address(d).to_string();
         calls.push(tokio::spawn(async move {
             let results = c.do_put(data).await.map_err(|e| flight_err(d, &address, e))?;
             let replies: Vec<_> = results.try_collect().await.map_err(|e| flight_err(d, &address, e))?;
-            let infos: Vec<PartitionInfo> = replies.iter().filter_map(|r| serde_json::from_slice(&r.app_metadata).ok()).collect();
-            Ok::<_, HostError>(infos)
+            replies.iter().map(|r| serde_json::from_slice(&r.app_metadata).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed load reply: {e}") })).collect()
         }));
     }
-    let mut rows = 0u64;
-    for f in files {
-        let (_, batches) = open_batches(format, f)?;
-        for b in batches {
-            let b = b?;
-            rows += b.num_rows() as u64;
-            for (d, part) in router.route(&b)?.into_iter().enumerate() {
-                if part.num_rows() > 0 && senders[d].send(part).await.is_err() {
-                    break; // the call failed; its error is reported below
+    (senders, calls)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn stage_files(
+    cluster: &Cluster,
+    load_id: &str,
+    table: &str,
+    format: FileFormat,
+    files: &[PathBuf],
+    schema: SchemaRef,
+    mut router: Router,
+    mut progress: impl FnMut(u64),
+) -> Result<(Vec<PartitionInfo>, Vec<StagedTable>)> {
+    let (senders, calls) = start_puts(cluster, load_id, table, &schema);
+    let mut rows_sent = vec![0u64; senders.len()];
+    let fed = async {
+        let mut rows = 0u64;
+        for f in files {
+            let (_, batches) = open_batches(format, f)?;
+            for b in batches {
+                let b = b?;
+                rows += b.num_rows() as u64;
+                for (d, part) in router.route(&b)?.into_iter().enumerate() {
+                    rows_sent[d] += part.num_rows() as u64;
+                    if part.num_rows() > 0 && senders[d].send(part).await.is_err() {
+                        return Ok(()); // the call failed; its error is reported below
+                    }
                 }
+                progress(rows);
             }
-            progress(rows);
         }
+        Ok::<_, HostError>(())
+    }
+    .await;
+    if let Err(e) = fed {
+        // A bad input row: reset every call (the disks remove what they wrote), never end
+        // the streams as if complete.
+        calls.iter().for_each(|c| c.abort());
+        return Err(e);
     }
     drop(senders);
+    collect_puts(table, calls, &rows_sent).await
+}
+
+/// Waits for every disk's `DoPut`; checks each staged exactly the rows it was sent.
+async fn collect_puts(table: &str, calls: Vec<tokio::task::JoinHandle<Result<Vec<PartitionInfo>>>>, rows_sent: &[u64]) -> Result<(Vec<PartitionInfo>, Vec<StagedTable>)> {
     let mut infos = Vec::new();
-    for c in calls {
-        infos.extend(c.await.map_err(|e| HostError::Invalid(e.to_string()))??);
+    let mut per_disk = Vec::new();
+    for (d, c) in calls.into_iter().enumerate() {
+        let staged: Vec<PartitionInfo> = c.await.map_err(|e| HostError::Invalid(e.to_string()))??;
+        let rows: u64 = staged.iter().map(|p| p.rows).sum();
+        if rows != rows_sent[d] {
+            return Err(HostError::Disk { disk: d as u32, code: "DataLoss".into(), message: format!("staged {rows} rows of `{table}`, the host sent {}", rows_sent[d]) });
+        }
+        per_disk.push(staged.iter().map(|p| p.partition).collect());
+        infos.extend(staged);
     }
-    Ok(infos)
+    Ok((infos, vec![StagedTable { table: table.to_string(), per_disk }]))
 }
 
 fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> futures::stream::BoxStream<'static, T> {

@@ -333,3 +333,161 @@ async fn a_served_data_directory_is_refused_to_a_second_disk() {
     drop(first);
     DiskNode::bind(config()).await.expect("the directory is free once the first node is gone");
 }
+
+/// Disk nodes serving `dirs` on 127.0.0.1 and a cluster client for them; drop or send on the
+/// returned channels to stop them.
+async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::oneshot::Sender<()>>) {
+    let mut config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: vec![] };
+    let mut stops = Vec::new();
+    for (id, dir) in dirs.iter().enumerate() {
+        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2), auth: None, members: None }).await.unwrap();
+        config.disks.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(node.serve(async move {
+            let _ = stop_rx.await;
+        }));
+        stops.push(stop_tx);
+    }
+    (Arc::new(Cluster::connect(config).await.unwrap()), stops)
+}
+
+fn staged(store: &adisk_storage::store::DiskStore, load: &str, rows: i64, disks: Vec<u32>) {
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    store.begin_staging(load, "t").unwrap();
+    let mut w = store.create_staged_partition(load, "t", store.disk_id(), schema.clone(), 4096).unwrap();
+    w.write(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap()).unwrap();
+    store.finish_staged(load, w).unwrap();
+    let commit = adisk_core::protocol::CommitTable { table: "t".into(), partitions: vec![store.disk_id()], disks };
+    store.commit_load(load, &[commit]).unwrap();
+}
+
+/// A load committed on disk 0 but not yet on disk 1 (the host killed between the two
+/// commits): the table is reported incomplete with a typed error naming it and disk 1, in the
+/// catalog and in SQL, never queried as partial; other tables stay queryable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_committed_load_is_reported_incomplete_never_partial() {
+    let _serial = serial();
+    use adisk_storage::store::DiskStore;
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    {
+        let (s0, s1) = (DiskStore::open(a.path(), 0).unwrap(), DiskStore::open(b.path(), 1).unwrap());
+        staged(&s0, "0001-a", 100, vec![0, 1]);
+        staged(&s1, "0001-a", 100, vec![0, 1]);
+        staged(&s0, "0002-b", 5, vec![0, 1]); // disk 1 never got this commit
+    }
+    let (cluster, _stops) = disks(&[a.path(), b.path()]).await;
+    let catalog = cluster.catalog().await.unwrap();
+    assert!(!catalog.tables.contains_key("t"));
+    let err = catalog.table("t").unwrap_err();
+    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { table, disks, .. } if table == "t" && disks == &vec![1]), "{err}");
+    assert!(err.to_string().contains("load 0002-b") && err.to_string().contains("disk 1: load 0001-a"), "{err}");
+    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    let err = engine.query("SELECT sum(k) FROM t").await.unwrap_err();
+    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { table, .. } if table == "t"), "{err}");
+}
+
+/// The same for a first load: disk 0 committed, disk 1 has no table at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_committed_first_load_is_reported_incomplete() {
+    let _serial = serial();
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    staged(&adisk_storage::store::DiskStore::open(a.path(), 0).unwrap(), "0001-a", 100, vec![0, 1]);
+    let (cluster, _stops) = disks(&[a.path(), b.path()]).await;
+    let err = cluster.catalog().await.unwrap().table("t").unwrap_err();
+    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { disks, .. } if disks == &vec![1]), "{err}");
+    assert!(err.to_string().contains("disk 1: missing"), "{err}");
+}
+
+fn write_csv(path: &std::path::Path, rows: u64, bad_row: Option<u64>) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    writeln!(f, "k,v").unwrap();
+    for i in 1..=rows {
+        if Some(i) == bad_row { writeln!(f, "{i},not-a-number").unwrap() } else { writeln!(f, "{i},{}", i * 2).unwrap() }
+    }
+}
+
+fn leftovers(dir: &std::path::Path) -> Vec<String> {
+    let staging = dir.join("staging");
+    std::fs::read_dir(&staging).into_iter().flatten().flatten().map(|e| e.path().display().to_string()).collect()
+}
+
+/// A CSV whose row 50 001 does not parse: the load fails with the file named, the previous
+/// version of the table is intact on every disk (a first load leaves no table), and nothing
+/// staged is left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_csv_row_leaves_the_previous_table_and_nothing_on_disk() {
+    let _serial = serial();
+    use adisk_host::load::{FileFormat, load_files};
+    use adisk_storage::decluster::Decluster;
+    let (a, b, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (good, bad) = (files.path().join("good.csv"), files.path().join("bad.csv"));
+    write_csv(&good, 60_000, None);
+    write_csv(&bad, 80_000, Some(50_001));
+    let (cluster, _stops) = disks(&[a.path(), b.path()]).await;
+    let rule = || "roundrobin".parse::<Decluster>().unwrap();
+    let err = load_files(&cluster, "fresh", FileFormat::Csv, std::slice::from_ref(&bad), rule(), |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("bad.csv"), "{err}");
+    assert!(matches!(cluster.catalog().await.unwrap().table("fresh"), Err(adisk_host::HostError::UnknownTable(_))));
+    load_files(&cluster, "t", FileFormat::Csv, std::slice::from_ref(&good), rule(), |_| {}).await.unwrap();
+    let err = load_files(&cluster, "t", FileFormat::Csv, std::slice::from_ref(&bad), rule(), |_| {}).await.unwrap_err();
+    assert!(err.to_string().contains("bad.csv"), "{err}");
+    let catalog = cluster.catalog().await.unwrap();
+    assert_eq!(catalog.table("t").unwrap().rows(), 60_000);
+    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    let out = engine.query("SELECT sum(v) FROM t").await.unwrap();
+    assert_eq!(out.batches[0].column(0).as_primitive::<Int64Type>().value(0), 60_000 * 60_001);
+    // Aborts reach the disks after the failed calls ended: wait for the staged files to go.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !(leftovers(a.path()).is_empty() && leftovers(b.path()).is_empty()) {
+        assert!(std::time::Instant::now() < deadline, "staged files left: {:?} {:?}", leftovers(a.path()), leftovers(b.path()));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Flips one byte keeping the file's size and mtime, as bit rot does.
+fn flip_keeping_mtime(path: &std::path::Path, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let mut byte = [0u8; 1];
+    f.read_exact_at(&mut byte, offset).unwrap();
+    f.write_all_at(&[byte[0] ^ 0x01], offset).unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+/// `sum(v - k)` over `t` (reads both columns).
+async fn sum(engine: &adisk_host::sql::SqlEngine) -> Result<i64, adisk_host::HostError> {
+    engine.query("SELECT sum(v - k) FROM t").await.map(|o| o.batches[0].column(0).as_primitive::<Int64Type>().value(0))
+}
+
+/// Bytes flipped in a data page, then in the footer, after the disk first opened (and
+/// verified) the file: the next query fails with a data-loss error naming the file, never a number.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flip_after_the_first_open_fails_the_query_naming_the_file() {
+    let _serial = serial();
+    let (a, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let csv = files.path().join("t.csv");
+    write_csv(&csv, 200_000, None);
+    let (cluster, _stops) = disks(&[a.path()]).await;
+    let rule = "roundrobin".parse::<adisk_storage::decluster::Decluster>().unwrap();
+    let infos = adisk_host::load::load_files(&cluster, "t", adisk_host::load::FileFormat::Csv, &[csv], rule, |_| {}).await.unwrap();
+    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    assert_eq!(sum(&engine).await.unwrap(), 200_000 * 200_001 / 2);
+    let catalog = cluster.catalog().await.unwrap();
+    let part = &catalog.table("t").unwrap().placements[0].1;
+    let path = a.path().join(&part.file);
+    let sums = part.checksums.clone().unwrap();
+    let original = std::fs::read(&path).unwrap();
+    // Column `v` of row group 1: the middle of its chunk, a data page.
+    assert_eq!(infos[0].bytes, part.bytes);
+    for (offset, what) in [(sums.tail_offset / 2, "column chunk"), (part.bytes - 30, "footer")] {
+        flip_keeping_mtime(&path, offset);
+        let err = sum(&engine).await.unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(&err, adisk_host::HostError::Disk { code, .. } if code == "DataLoss"), "{err}");
+        assert!(text.contains(&path.display().to_string()) && text.contains(what), "{text}");
+        std::fs::write(&path, &original).unwrap();
+        assert_eq!(sum(&engine).await.unwrap(), 200_000 * 200_001 / 2, "restored: the query answers again");
+    }
+}

@@ -2,18 +2,24 @@
 //!
 //! ```text
 //!   DIR/
-//!     manifest.json                      tables → partitions {file, rows, bytes, crc32}
-//!     tables/<table>/part-<p>.parquet    one partition: Parquet, SNAPPY, row-group and page
-//!                                        statistics + page index (zone maps)
+//!     manifest.json                      tables → partitions {file, rows, bytes, crc32,
+//!                                        checksums}, load stamps; a CRC-32 of the tables
+//!     tables/<table>/g-<load>/part-<p>.parquet   a loaded partition: Parquet, SNAPPY, row-group
+//!                                        and page statistics + page index (zone maps)
+//!     tables/<table>/part-<p>.parquet    a job's named result (and tables of earlier versions)
+//!     staging/<load>/<table>/…           partitions of a load not yet committed (invisible)
 //!     files/…                            plain files (images, byte-range streams)
 //! ```
 //!
 //! Writes go to `*.tmp` and are renamed into place only when complete, and the manifest is
-//! replaced the same way after the partition file is in place, so a killed load leaves no half
-//! table: a partition is either listed with a checksum that matches or not listed at all.
-//! Every partition file is checked against its CRC-32 the first time a disk process opens it.
+//! replaced the same way after the partition file is in place. Loads are staged and become
+//! the live table in one manifest replacement ([`staging`]), so a killed load leaves the
+//! previous table. Every byte a scan decodes is verified against the manifest's CRC-32s in the
+//! same read ([`integrity`]); the whole file is also checked the first time a process opens it.
 //!
 //! * [`store`]: the [`store::DiskStore`] (manifest, partition files, checksums).
+//! * [`staging`]: staged loads (stage, commit, abort).
+//! * [`integrity`]: per-chunk and footer checksums verified on every read.
 //! * [`writer`]: writing a partition from record batches.
 //! * [`reader`]: a byte-counting Parquet chunk reader (bytes read from storage are measured,
 //!   not estimated).
@@ -23,7 +29,9 @@
 
 pub mod decluster;
 pub mod images;
+pub mod integrity;
 pub mod reader;
+pub mod staging;
 pub mod store;
 pub mod tpch;
 pub mod writer;

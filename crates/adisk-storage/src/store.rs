@@ -4,6 +4,7 @@ use crate::{Result, StorageError, io_err};
 use adisk_core::protocol::{DiskCatalog, PartitionInfo, TableInfo};
 use arrow::datatypes::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
+use crate::integrity::PartitionReader;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -13,19 +14,21 @@ use std::time::SystemTime;
 const MANIFEST: &str = "manifest.json";
 const FORMAT_VERSION: u32 = 1;
 
-#[derive(Debug, Serialize, Deserialize, Default)]
-struct Manifest {
+#[derive(Debug, Serialize, Deserialize, Default, Clone)]
+pub(crate) struct Manifest {
     format_version: u32,
-    tables: BTreeMap<String, TableInfo>,
+    pub(crate) tables: BTreeMap<String, TableInfo>,
 }
 
-/// One disk's data directory: manifest, partitions, plain files.
+/// One disk's data directory: manifest, partitions, staged loads, plain files.
 pub struct DiskStore {
-    dir: PathBuf,
+    pub(crate) dir: PathBuf,
     disk_id: u32,
-    manifest: Mutex<Manifest>,
-    /// Files whose checksum was verified by this process: path → (len, mtime).
+    pub(crate) manifest: Mutex<Manifest>,
+    /// Files whose whole-file CRC-32 this process verified: path → (len, mtime).
     verified: Mutex<HashMap<PathBuf, (u64, SystemTime)>>,
+    /// Partitions staged by loads not yet committed (see [`crate::staging`]).
+    pub(crate) staging: Mutex<crate::staging::Staging>,
 }
 
 /// Checks a table name: 1–64 chars of `[a-z0-9_]`, starting with a letter.
@@ -44,44 +47,55 @@ pub fn validate_table_name(name: &str) -> Result<()> {
 }
 
 impl DiskStore {
-    /// Opens (creating if needed) the data directory; removes leftovers of interrupted writes.
+    /// Opens (creating if needed) the data directory; removes leftovers of interrupted writes
+    /// and of loads that were never committed.
+    ///
+    /// # Errors
+    /// [`StorageError::BadManifest`] if the manifest does not parse or does not match its
+    /// checksum.
     pub fn open(dir: &Path, disk_id: u32) -> Result<Self> {
         for sub in ["tables", "files"] {
             std::fs::create_dir_all(dir.join(sub)).map_err(io_err(format!("creating {}", dir.join(sub).display())))?;
         }
         let path = dir.join(MANIFEST);
         let manifest = match std::fs::read(&path) {
-            Ok(bytes) => {
-                let m: Manifest = serde_json::from_slice(&bytes)
-                    .map_err(|e| StorageError::BadManifest { path: path.clone(), reason: e.to_string() })?;
-                if m.format_version != FORMAT_VERSION {
-                    return Err(StorageError::BadManifest {
-                        path,
-                        reason: format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version),
-                    });
-                }
-                m
-            }
+            Ok(bytes) => decode_manifest(&path, &bytes)?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest { format_version: FORMAT_VERSION, ..Default::default() },
             Err(e) => return Err(StorageError::Io { context: format!("reading {}", path.display()), source: e }),
         };
-        let store = DiskStore { dir: dir.to_path_buf(), disk_id, manifest: Mutex::new(manifest), verified: Mutex::new(HashMap::new()) };
+        let store = DiskStore { dir: dir.to_path_buf(), disk_id, manifest: Mutex::new(manifest), verified: Mutex::default(), staging: Mutex::default() };
         store.remove_temporaries()?;
         Ok(store)
     }
 
+    /// Removes `*.tmp` files, everything staged (`staging/`), and generation directories
+    /// (`tables/<t>/g-<load>/`) the manifest does not list: what interrupted writes, loads and
+    /// commits leave.
     fn remove_temporaries(&self) -> Result<()> {
+        let staging = self.dir.join(crate::staging::STAGING_DIR);
+        if staging.exists() {
+            tracing::warn!(dir = %staging.display(), "removing partitions of loads that were never committed");
+            std::fs::remove_dir_all(&staging).map_err(io_err(format!("removing {}", staging.display())))?;
+        }
+        let listed: std::collections::HashSet<PathBuf> = {
+            let m = self.manifest.lock().expect("manifest lock");
+            m.tables.values().flat_map(|t| &t.partitions).filter_map(|p| Path::new(&p.file).parent().map(|d| self.dir.join(d))).collect()
+        };
         let tables = self.dir.join("tables");
         let entries = std::fs::read_dir(&tables).map_err(io_err(format!("listing {}", tables.display())))?;
         for table_dir in entries.flatten() {
-            if let Ok(files) = std::fs::read_dir(table_dir.path()) {
-                for f in files.flatten() {
-                    if f.path().extension().is_some_and(|e| e == "tmp") {
-                        tracing::warn!(file = %f.path().display(), "removing leftover of an interrupted write");
-                        let _ = std::fs::remove_file(f.path());
-                    }
+            for f in std::fs::read_dir(table_dir.path()).into_iter().flatten().flatten() {
+                let path = f.path();
+                let generation = f.file_name().to_string_lossy().starts_with(crate::staging::GENERATION_PREFIX) && path.is_dir();
+                if generation && !listed.contains(&path) {
+                    tracing::warn!(dir = %path.display(), "removing a generation no manifest lists (interrupted commit)");
+                    let _ = std::fs::remove_dir_all(&path);
+                } else if path.extension().is_some_and(|e| e == "tmp") {
+                    tracing::warn!(file = %path.display(), "removing leftover of an interrupted write");
+                    let _ = std::fs::remove_file(&path);
                 }
             }
+            let _ = std::fs::remove_dir(table_dir.path()); // only if empty
         }
         Ok(())
     }
@@ -113,15 +127,21 @@ impl DiskStore {
         m.tables.get(name).cloned().ok_or_else(|| StorageError::UnknownTable(name.to_string()))
     }
 
-    /// Starts writing partition `partition` of `table`.
+    /// Starts writing partition `partition` of `table` (a job's named result: listed by
+    /// [`DiskStore::commit_partition`]; loads are staged, see [`crate::staging`]).
     pub fn create_partition(&self, table: &str, partition: u32, schema: SchemaRef, row_group_rows: usize) -> Result<PartitionWriter> {
         validate_table_name(table)?;
         if let Ok(existing) = self.table(table) {
             check_same_schema(table, &existing.schema, &schema)?;
         }
-        let table_dir = self.dir.join("tables").join(table);
-        std::fs::create_dir_all(&table_dir).map_err(io_err(format!("creating {}", table_dir.display())))?;
-        let relative = format!("tables/{table}/part-{partition:05}.parquet");
+        self.writer_in(&format!("tables/{table}"), table, partition, schema, row_group_rows)
+    }
+
+    /// A partition writer whose file is `<relative_dir>/part-NNNNN.parquet`.
+    pub(crate) fn writer_in(&self, relative_dir: &str, table: &str, partition: u32, schema: SchemaRef, row_group_rows: usize) -> Result<PartitionWriter> {
+        let dir = self.dir.join(relative_dir);
+        std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
+        let relative = format!("{relative_dir}/part-{partition:05}.parquet");
         let final_path = self.dir.join(&relative);
         let tmp_path = final_path.with_extension("parquet.tmp");
         PartitionWriter::create(table, partition, tmp_path, final_path, relative, schema, row_group_rows)
@@ -133,7 +153,7 @@ impl DiskStore {
         let schema = writer.schema.as_ref().clone();
         let info = writer.finish()?;
         let mut m = self.manifest.lock().expect("manifest lock");
-        let entry = m.tables.entry(table.clone()).or_insert_with(|| TableInfo { name: table.clone(), schema: schema.clone(), partitions: vec![] });
+        let entry = m.tables.entry(table.clone()).or_insert_with(|| TableInfo { name: table.clone(), schema: schema.clone(), partitions: vec![], load: None });
         check_same_schema(&table, &entry.schema, &schema)?;
         entry.partitions.retain(|p| p.partition != info.partition);
         entry.partitions.push(info.clone());
@@ -147,30 +167,45 @@ impl DiskStore {
         let mut m = self.manifest.lock().expect("manifest lock");
         let Some(removed) = m.tables.remove(table) else { return Ok(false) };
         self.save_manifest(&m)?;
-        for p in removed.partitions {
-            let _ = std::fs::remove_file(self.dir.join(&p.file));
-        }
-        let _ = std::fs::remove_dir(self.dir.join("tables").join(table));
+        drop(m);
+        self.remove_files(&removed);
         Ok(true)
     }
 
-    fn save_manifest(&self, m: &Manifest) -> Result<()> {
-        let path = self.dir.join(MANIFEST);
-        let tmp = self.dir.join("manifest.json.tmp");
-        let bytes = serde_json::to_vec_pretty(m).expect("manifest serializes");
-        std::fs::write(&tmp, bytes).map_err(io_err(format!("writing {}", tmp.display())))?;
-        File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err(format!("syncing {}", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(format!("renaming {} into place", tmp.display())))
+    /// Removes the files of a table no longer listed (and their directories, once empty).
+    pub(crate) fn remove_files(&self, table: &TableInfo) {
+        for p in &table.partitions {
+            let path = self.dir.join(&p.file);
+            let _ = std::fs::remove_file(&path);
+            if let Some(parent) = path.parent().filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::staging::GENERATION_PREFIX))) {
+                let _ = std::fs::remove_dir(parent);
+            }
+        }
+        let _ = std::fs::remove_dir(self.dir.join("tables").join(&table.name));
     }
 
-    /// Opens a partition file for reading, verifying size and CRC-32 against the manifest the
-    /// first time this process opens it (and again whenever its size or mtime change).
+    /// Replaces the manifest: written to a temporary file with its checksum, synced, renamed
+    /// into place, and the directory synced (the commit point of every load).
+    pub(crate) fn save_manifest(&self, m: &Manifest) -> Result<()> {
+        let path = self.dir.join(MANIFEST);
+        let tmp = self.dir.join("manifest.json.tmp");
+        std::fs::write(&tmp, encode_manifest(m)).map_err(io_err(format!("writing {}", tmp.display())))?;
+        File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err(format!("syncing {}", tmp.display())))?;
+        std::fs::rename(&tmp, &path).map_err(io_err(format!("renaming {} into place", tmp.display())))?;
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io_err(format!("syncing {}", self.dir.display())))
+    }
+
+    /// Opens a partition file, checking its size against the manifest and its whole-file
+    /// CRC-32: the first time this process opens it (and again whenever its size or mtime
+    /// change) for a partition with per-read checksums, which are verified as it is read
+    /// ([`DiskStore::partition_reader`]); at every open for one written before they existed.
     pub fn open_partition(&self, info: &PartitionInfo) -> Result<File> {
         let path = self.dir.join(&info.file);
         let mut file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
         let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
         let stamp = (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
-        if self.verified.lock().expect("verified lock").get(&path) == Some(&stamp) {
+        let cached = info.checksums.is_some() && self.verified.lock().expect("verified lock").get(&path) == Some(&stamp);
+        if cached {
             return Ok(file);
         }
         if meta.len() != info.bytes {
@@ -184,6 +219,25 @@ impl DiskStore {
         Ok(file)
     }
 
+    /// Opens a partition for a scan: every byte decoded through the returned reader is
+    /// verified against the manifest's checksums when it is read; reads are counted in
+    /// `bytes_read`.
+    pub fn partition_reader(&self, info: &PartitionInfo, bytes_read: Arc<std::sync::atomic::AtomicU64>) -> Result<PartitionReader> {
+        let path = self.dir.join(&info.file);
+        let file = self.open_partition(info)?;
+        let counting = crate::reader::CountingFile::new(file, bytes_read).map_err(io_err(format!("opening {}", path.display())))?;
+        Ok(PartitionReader::new(counting, path, info.checksums.clone()))
+    }
+
+    /// A partition reader that verifies nothing (not even on first open): only for measuring
+    /// what verification costs (`adisk bench checksum`); scans never use it.
+    pub fn partition_reader_unverified(&self, info: &PartitionInfo, bytes_read: Arc<std::sync::atomic::AtomicU64>) -> Result<PartitionReader> {
+        let path = self.dir.join(&info.file);
+        let file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
+        let counting = crate::reader::CountingFile::new(file, bytes_read).map_err(io_err(format!("opening {}", path.display())))?;
+        Ok(PartitionReader::new(counting, path, None))
+    }
+
     /// Resolves a path under `files/`, refusing anything that escapes it.
     pub fn file_path(&self, relative: &str) -> Result<PathBuf> {
         let rel = Path::new(relative);
@@ -192,6 +246,36 @@ impl DiskStore {
         }
         Ok(self.files_dir().join(rel))
     }
+}
+
+/// The manifest as written: its tables and a CRC-32 of their canonical JSON.
+fn encode_manifest(m: &Manifest) -> Vec<u8> {
+    let tables = serde_json::to_value(&m.tables).expect("manifest serializes");
+    let crc32 = crc32fast::hash(&serde_json::to_vec(&tables).expect("manifest serializes"));
+    let doc = serde_json::json!({ "format_version": m.format_version, "crc32": crc32, "tables": tables });
+    serde_json::to_vec_pretty(&doc).expect("manifest serializes")
+}
+
+/// Parses a manifest and checks its CRC-32 (a manifest written before it had one is accepted).
+fn decode_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest> {
+    let bad = |reason: String| StorageError::BadManifest { path: path.to_path_buf(), reason };
+    let doc: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
+    let tables = doc.get("tables").ok_or_else(|| bad("no `tables`".into()))?;
+    match doc.get("crc32").map(|c| c.as_u64()) {
+        Some(Some(expected)) => {
+            let crc = crc32fast::hash(&serde_json::to_vec(tables).expect("a parsed value serializes"));
+            if u64::from(crc) != expected {
+                return Err(bad(format!("CRC-32 {crc:08x} but the manifest says {expected:08x}")));
+            }
+        }
+        Some(None) => return Err(bad("`crc32` is not a number".into())),
+        None => tracing::warn!(path = %path.display(), "manifest without a checksum (written by an older version)"),
+    }
+    let m: Manifest = serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
+    if m.format_version != FORMAT_VERSION {
+        return Err(bad(format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version)));
+    }
+    Ok(m)
 }
 
 fn check_same_schema(table: &str, existing: &Schema, new: &Schema) -> Result<()> {
@@ -259,5 +343,87 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path().join("tables/t")).unwrap().count(), 0);
         assert!(validate_table_name("../x").is_err());
         assert!(store.file_path("../etc/passwd").is_err());
+    }
+
+    /// Flips one byte at `offset` keeping the file's size and mtime (as bit rot does).
+    fn flip_keeping_mtime(path: &Path, offset: u64) {
+        use std::os::unix::fs::FileExt;
+        let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let mut b = [0u8; 1];
+        f.read_exact_at(&mut b, offset).unwrap();
+        f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+
+    fn read_all(store: &DiskStore, info: &PartitionInfo) -> Result<u64> {
+        let reader = store.partition_reader(info, Default::default())?;
+        let meta = reader.metadata()?;
+        let mut rows = 0;
+        for rg in 0..meta.metadata().num_row_groups() {
+            let mask = parquet::arrow::ProjectionMask::all();
+            let bytes = reader.row_group(meta.metadata(), rg, &mask)?;
+            let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, meta.clone()).with_row_groups(vec![rg]).build().unwrap();
+            for b in r {
+                rows += b.map_err(|e| StorageError::Corrupt { path: PathBuf::new(), reason: e.to_string() })?.num_rows() as u64;
+            }
+        }
+        Ok(rows)
+    }
+
+    #[test]
+    fn flips_after_the_first_open_are_detected_on_every_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let b = batch(20_000);
+        let mut w = store.create_partition("t", 0, b.schema(), 4096).unwrap();
+        w.write(&b).unwrap();
+        let info = store.commit_partition(w).unwrap();
+        let sums = info.checksums.clone().unwrap();
+        assert_eq!(sums.chunk_crc32.len(), 5);
+        assert_eq!(read_all(&store, &info).unwrap(), 20_000, "first open: whole-file CRC, then per-read checks");
+        let path = dir.path().join(&info.file);
+        // A data page in the middle of row group 2, flipped after the first open.
+        let original = std::fs::read(&path).unwrap();
+        flip_keeping_mtime(&path, sums.tail_offset / 2);
+        let err = read_all(&store, &info).unwrap_err();
+        assert!(matches!(&err, StorageError::Corrupt { path: p, reason } if p == &path && reason.contains("column chunk")), "{err}");
+        // The footer.
+        std::fs::write(&path, &original).unwrap();
+        let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+        assert_eq!(read_all(&store, &info).unwrap(), 20_000);
+        flip_keeping_mtime(&path, info.bytes - 20);
+        assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+        let err = read_all(&store, &info).unwrap_err();
+        assert!(matches!(&err, StorageError::Corrupt { reason, .. } if reason.contains("footer")), "{err}");
+    }
+
+    #[test]
+    fn a_flipped_manifest_is_refused_and_one_without_checksums_still_opens() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let b = batch(100);
+        let mut w = store.create_partition("t", 0, b.schema(), 4096).unwrap();
+        w.write(&b).unwrap();
+        store.commit_partition(w).unwrap();
+        drop(store);
+        let path = dir.path().join(MANIFEST);
+        let text = std::fs::read_to_string(&path).unwrap();
+        // A digit of the row count: still valid JSON, a different table.
+        std::fs::write(&path, text.replace("\"rows\": 100", "\"rows\": 900")).unwrap();
+        let err = DiskStore::open(dir.path(), 0).err().unwrap();
+        assert!(matches!(&err, StorageError::BadManifest { path: p, reason } if p == &path && reason.contains("CRC-32")), "{err}");
+        // A manifest of an older version (no crc32, no per-read checksums) opens, and its
+        // partition is verified whole at every open.
+        let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+        doc.as_object_mut().unwrap().remove("crc32");
+        doc["tables"]["t"]["partitions"][0].as_object_mut().unwrap().remove("checksums");
+        std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let info = store.table("t").unwrap().partitions[0].clone();
+        assert!(info.checksums.is_none());
+        assert_eq!(read_all(&store, &info).unwrap(), 100);
+        flip_keeping_mtime(&dir.path().join(&info.file), info.bytes / 2);
+        assert!(matches!(read_all(&store, &info), Err(StorageError::Corrupt { .. })));
     }
 }

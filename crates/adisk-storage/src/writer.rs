@@ -124,6 +124,7 @@ impl PartitionWriter {
         })?;
         let mut file = File::open(&self.tmp_path).map_err(io_err(format!("reopening {}", self.tmp_path.display())))?;
         let (crc32, bytes) = crate::reader::file_crc32(&mut file).map_err(io_err(format!("checksumming {}", self.tmp_path.display())))?;
+        let checksums = crate::integrity::checksum_file(&file, &metadata).map_err(io_err(format!("checksumming the chunks of {}", self.tmp_path.display())))?;
         file.sync_all().map_err(io_err(format!("syncing {}", self.tmp_path.display())))?;
         std::fs::rename(&self.tmp_path, &self.final_path)
             .map_err(io_err(format!("renaming {} into place", self.tmp_path.display())))?;
@@ -135,6 +136,7 @@ impl PartitionWriter {
             crc32,
             row_groups: metadata.num_row_groups() as u32,
             ndv: std::mem::take(&mut self.ndv),
+            checksums: Some(checksums),
         })
     }
 }

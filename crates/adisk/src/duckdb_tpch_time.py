@@ -8,9 +8,12 @@ import duckdb
 cluster_dir, threads = sys.argv[1], int(sys.argv[2])
 con = duckdb.connect()
 con.execute(f"SET threads TO {threads}")
-tables = sorted({os.path.basename(os.path.dirname(p)) for p in glob.glob(f"{cluster_dir}/disk-*/tables/*/*.parquet")})
-for t in tables:
-    con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{cluster_dir}/disk-*/tables/{t}/*.parquet')")
+files = {}
+for manifest in sorted(glob.glob(f"{cluster_dir}/disk-*/manifest.json")):  # committed loads only
+    for name, table in json.load(open(manifest))["tables"].items():
+        files.setdefault(name, []).extend(os.path.join(os.path.dirname(manifest), p["file"]) for p in table["partitions"])
+for t, fs in sorted(files.items()):
+    con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(fs)})")
 print("ready", flush=True)
 for line in sys.stdin:
     q = json.loads(line)

@@ -1,5 +1,6 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
+mod bench_checksum;
 mod bench_exchange;
 mod bench_fair;
 mod bench_tpch;

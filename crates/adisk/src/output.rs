@@ -34,6 +34,9 @@ pub enum BenchCommand {
     /// Disk-to-disk streams: a pair and all-to-all, direct and via the host, against the
     /// loopback Flight DoPut rate measured in the same run.
     Exchange(crate::bench_exchange::ExchangeBenchArgs),
+    /// What verifying every read costs: one lineitem partition decoded with and without the
+    /// per-chunk and footer checksums, medians, cost per GB read.
+    Checksum(crate::bench_checksum::ChecksumBenchArgs),
     /// User disklets: the WASM count_if example vs the built-in native disklets on lineitem, one disk.
     Disklet {
         /// Scale factor.
@@ -61,7 +64,12 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
             })
             .collect();
         let tables: Vec<serde_json::Value> = match &catalog {
-            Ok(c) => c.tables.values().map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks()})).collect(),
+            Ok(c) => c
+                .tables
+                .values()
+                .map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks()}))
+                .chain(c.incomplete.iter().map(|(name, why)| serde_json::json!({"name": name, "incomplete": why.reason, "disks": why.disks})))
+                .collect(),
             Err(_) => vec![],
         };
         println!(
@@ -118,6 +126,9 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
                     t.placements.len(),
                     t.disks().len()
                 );
+            }
+            for (name, why) in &c.incomplete {
+                println!("{}", adisk_host::cluster::incomplete_error(name, why));
             }
         }
         Err(e) => println!("\ncatalog unavailable: {e}"),
@@ -273,6 +284,7 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
         BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
         BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
+        BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,
         BenchCommand::Disklet { sf, repeats, sdk } => {
             crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await
         }

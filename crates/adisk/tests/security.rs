@@ -69,7 +69,7 @@ async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic
 async fn forged_load(address: &str, token: Option<String>) -> tonic::Code {
     let schema = Arc::new(Schema::new(vec![Field::new("n_nationkey", DataType::Int32, false), Field::new("n_name", DataType::Utf8, false)]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![99])), Arc::new(StringArray::from(vec!["FORGED"]))]).unwrap();
-    let cmd = serde_json::to_vec(&PutCommand::Load { table: "nation".into(), partition: 9, row_group_rows: 1024 }).unwrap();
+    let cmd = serde_json::to_vec(&PutCommand::Load { table: "nation".into(), partition: 9, row_group_rows: 1024, load_id: "forged".into() }).unwrap();
     let data = FlightDataEncoderBuilder::new().with_schema(schema).with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd))).build(futures::stream::iter(vec![Ok(batch)]));
     let mut c = client(address, token).await;
     let r = match c.do_put(data).await {

@@ -316,6 +316,7 @@ fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) ->
             return match h {
                 HostError::Unreachable { disk, address, message } => HostError::Unreachable { disk: *disk, address: address.clone(), message: message.clone() },
                 HostError::Disk { disk, code, message } => HostError::Disk { disk: *disk, code: code.clone(), message: message.clone() },
+                HostError::IncompleteTable { table, disks, reason } => HostError::IncompleteTable { table: table.clone(), disks: disks.clone(), reason: reason.clone() },
                 other => HostError::Invalid(other.to_string()),
             };
         }
@@ -358,6 +359,12 @@ impl SqlEngine {
         let settings = settings_for(false);
         let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
         let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;
+        for (name, why) in &catalog.incomplete {
+            let provider = Arc::new(scan::IncompleteTable { name: name.clone(), schema: why.schema.clone(), why: why.clone() });
+            for c in [&ctx, &analyze_ctx] {
+                c.register_table(name.as_str(), provider.clone()).map_err(plan_err("registering a table"))?;
+            }
+        }
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
         Ok(SqlEngine { ctx, metrics, settings, analyze_ctx, analyze_metrics, tables })
     }

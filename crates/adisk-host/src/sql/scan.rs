@@ -136,6 +136,31 @@ fn disk_evaluable(e: &Expr) -> bool {
     ok && !e.is_volatile() && encode_expr(e).is_ok()
 }
 
+/// A table the catalog found incomplete: registered so that a query naming it fails with
+/// [`HostError::IncompleteTable`] (not "table not found"), and never reads any of it.
+#[derive(Debug)]
+pub struct IncompleteTable {
+    /// Name.
+    pub name: String,
+    /// Schema (as one of its disks holds it).
+    pub schema: SchemaRef,
+    /// Why it is incomplete.
+    pub why: crate::cluster::Incomplete,
+}
+
+#[async_trait]
+impl TableProvider for IncompleteTable {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+    async fn scan(&self, _state: &dyn Session, _projection: Option<&Vec<usize>>, _filters: &[Expr], _limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::External(Box::new(crate::cluster::incomplete_error(&self.name, &self.why))))
+    }
+}
+
 #[async_trait]
 impl TableProvider for DiskTable {
     fn schema(&self) -> SchemaRef {

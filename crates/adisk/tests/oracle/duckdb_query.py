@@ -2,7 +2,7 @@
 cluster and print the rows as JSON (a list of lists; decimals as floats, dates as ISO text).
 
 usage: duckdb_query.py CLUSTER_DIR "SQL"
-Every table found under CLUSTER_DIR/disk-*/tables/<table>/ is a view of the same name.
+Every table the disks' manifests (CLUSTER_DIR/disk-*/manifest.json) list is a view of the same name.
 """
 import datetime
 import decimal
@@ -14,13 +14,22 @@ import sys
 import duckdb
 
 
+def table_files(cluster_dir):
+    """The Parquet files of every table, as the disks' manifests list them (committed loads only)."""
+    files = {}
+    for manifest in sorted(glob.glob(f"{cluster_dir}/disk-*/manifest.json")):
+        with open(manifest) as f:
+            for name, table in json.load(f)["tables"].items():
+                files.setdefault(name, []).extend(os.path.join(os.path.dirname(manifest), p["file"]) for p in table["partitions"])
+    return files
+
+
 def main() -> None:
     cluster_dir, sql = sys.argv[1], sys.argv[2]
     con = duckdb.connect()
     con.execute("SET threads TO 1")
-    tables = sorted({os.path.basename(os.path.dirname(p)) for p in glob.glob(f"{cluster_dir}/disk-*/tables/*/*.parquet")})
-    for t in tables:
-        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet('{cluster_dir}/disk-*/tables/{t}/*.parquet')")
+    for t, files in sorted(table_files(cluster_dir).items()):
+        con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(files)})")
     rows = con.execute(sql).fetchall()
 
     def norm(v):
