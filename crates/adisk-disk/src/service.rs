@@ -62,6 +62,9 @@ fn storage_status(e: StorageError) -> Status {
     status_of(&DiskOsError::Storage(e))
 }
 
+/// Largest job spec a disk takes, as a fraction of its memory budget.
+pub const MAX_SPEC_FRACTION: u64 = 16;
+
 /// The Flight service of one disk.
 pub struct DiskService {
     os: Arc<DiskOs>,
@@ -79,6 +82,26 @@ impl DiskService {
         os.set_user_disklets(registry.clone());
         DiskService { os, shutdown: Arc::new(Notify::new()), disklets: Some(registry) }
     }
+    /// Refuses a job spec whose expressions, plans and parameters (everything but its Bloom
+    /// filters, which its grant pays for) take more than [`MAX_SPEC_FRACTION`] of the memory
+    /// budget (at least 1 MiB): building a job from them makes several copies (expressions,
+    /// literals, plans) outside any grant, so their size is bounded by the budget instead. The
+    /// check runs on the parsed spec, before any expression or plan is decoded.
+    #[allow(clippy::result_large_err)]
+    fn check_spec_size(&self, len: usize, spec: &JobSpec) -> Result<(), Status> {
+        let max = (self.os.config().memory_bytes / MAX_SPEC_FRACTION).max(1 << 20);
+        // A filter travels as base64: 4 bytes for every 3.
+        let filters: u64 = spec.stages.iter().filter_map(|s| match &s.disklet {
+            adisk_core::protocol::DiskletSpec::BloomProbe { filter, .. } => Some(filter.size_bytes() as u64 * 4 / 3),
+            _ => None,
+        }).sum();
+        let rest = (len as u64).saturating_sub(filters);
+        if rest > max {
+            return Err(Status::invalid_argument(format!("a job spec with {rest} bytes besides its Bloom filters exceeds this disk's limit of {max} bytes (1/{MAX_SPEC_FRACTION} of its memory budget)")));
+        }
+        Ok(())
+    }
+
     /// Notified by the `shutdown` action.
     pub fn shutdown_signal(&self) -> Arc<Notify> {
         self.shutdown.clone()
@@ -180,7 +203,9 @@ impl FlightService for DiskService {
     }
 
     async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
-        let spec = JobSpec::from_bytes(&request.into_inner().ticket).map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
+        let ticket = request.into_inner().ticket;
+        let spec = JobSpec::from_bytes(&ticket).map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
+        self.check_spec_size(ticket.len(), &spec)?;
         tracing::debug!(job = %spec.job_id, stages = spec.stages.len(), "job");
         let job = self.os.start_job(spec, None).await.map_err(|e| status_of(&e))?;
         Ok(Response::new(job_response(job)))
@@ -191,6 +216,7 @@ impl FlightService for DiskService {
         let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("empty DoExchange"))?;
         let descriptor = first.flight_descriptor.clone().ok_or_else(|| Status::invalid_argument("DoExchange needs a descriptor with a JobSpec"))?;
         let spec = JobSpec::from_bytes(&descriptor.cmd).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        self.check_spec_size(descriptor.cmd.len(), &spec)?;
         let (tx, rx) = mpsc::channel(self.os.config().buffers_per_stream.max(1) as usize);
         let job = self.os.start_job(spec, Some(rx)).await.map_err(|e| status_of(&e))?;
         let all = stream::once(async move { Ok(first) }).chain(incoming).map_err(|e: Status| FlightError::Tonic(Box::new(e)));
@@ -363,7 +389,7 @@ fn stage_tpch(os: &DiskOs, req: &GenerateTpch, tx: &mpsc::Sender<Result<LoadProg
     let mut progress = LoadProgress { table: req.table.clone(), ..Default::default() };
     for part in &req.parts {
         let mut writer = store.create_staged_partition(&req.load_id, &req.table, part - 1, schema.clone(), req.row_group_rows)?;
-        for batch in adisk_storage::tpch::generate(&req.table, req.sf, *part, req.part_count)? {
+        for batch in adisk_storage::tpch::generate_isolated(&req.table, req.sf, *part, req.part_count)? {
             let batch = batch.map_err(|source| StorageError::Arrow { context: "generating TPC-H".into(), source })?;
             writer.write(&batch)?;
             progress.rows += batch.num_rows() as u64;

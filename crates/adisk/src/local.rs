@@ -113,6 +113,11 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         (None, true) => None,
         (None, false) => return Err(CliError::Other("a disk needs the cluster's key: pass --key-file (adisk up makes cluster.key), or --insecure to serve without authentication".into())),
     };
+    // TPC-H generation runs in child processes of this binary, so dbgen's 300 MB text pool
+    // never stays in the disk process.
+    if let Ok(exe) = std::env::current_exe() {
+        adisk_storage::tpch::generate_in_children(exe);
+    }
     let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os, auth, members: a.members.clone() }).await?;
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {

@@ -33,6 +33,11 @@ struct Cli {
 enum Command {
     /// Run one disk node (Arrow Flight server + DiskOS) on the data directory --dir.
     Disk(local::DiskArgs),
+    /// Answer TPC-H partition requests (`TABLE SF PART PARTS` per line on standard input) with
+    /// Arrow IPC streams on standard output: what a disk runs in a child process to generate
+    /// (see `adisk_storage::tpch::generate_isolated`).
+    #[command(hide = true)]
+    TpchGenerate,
     /// Start a local cluster: N disk processes on 127.0.0.1, in the background.
     Up(local::UpArgs),
     /// Stop the local cluster started by `up`.
@@ -239,6 +244,11 @@ fn connect_lazy(dir: &std::path::Path) -> Result<Cluster, CliError> {
 async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
     match command {
         Command::Disk(args) => local::run_disk(&dir, args).await,
+        Command::TpchGenerate => {
+            let out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
+            let input = std::io::BufReader::new(std::io::stdin());
+            adisk_storage::tpch::serve_generator(input, out).map_err(|e| CliError::Other(e.to_string()))
+        }
         Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
