@@ -185,42 +185,8 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     let mut disks = Vec::new();
     let mut children = Vec::new();
     for id in 0..args.disks {
-        let disk_dir = dir.join(format!("disk-{id}"));
-        std::fs::create_dir_all(&disk_dir)
-            .map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
-        let port_file = disk_dir.join("address");
-        let _ = std::fs::remove_file(&port_file);
-        let log = std::fs::File::create(disk_dir.join("disk.log"))
-            .map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| CliError::Other(e.to_string()))?;
-        use std::os::unix::process::CommandExt;
-        let child = std::process::Command::new(&exe)
-            .arg("disk")
-            .arg("--dir")
-            .arg(&disk_dir)
-            .args(["--listen", "127.0.0.1:0", "--id", &id.to_string()])
-            .args([
-                "--memory-mib",
-                &args.memory_mib.to_string(),
-                "--buffer-kib",
-                &args.buffer_kib.to_string(),
-            ])
-            .args(["--buffers-per-stream", &args.buffers_per_stream.to_string()])
-            .args(["--read-mbps", &args.disk_read_mbps.to_string()])
-            .arg("--port-file")
-            .arg(&port_file)
-            .arg("--key-file")
-            .arg(&key_file)
-            .arg("--members")
-            .arg(dir.join("cluster.toml"))
-            .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log2)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| CliError::Other(format!("starting disk {id}: {e}")))?;
+        let disk = DiskConfig { id, address: "127.0.0.1:0".into(), dir: None, memory_mib: args.memory_mib, buffer_kib: args.buffer_kib, buffers_per_stream: args.buffers_per_stream, read_mbps: args.disk_read_mbps, pid: None };
+        let (child, port_file, disk_dir) = spawn_disk(&exe, &dir, &disk, &key_file)?;
         children.push((id, child, port_file, disk_dir));
     }
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -267,6 +233,65 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     };
     config.save(&config_path)?;
     Ok(config)
+}
+
+/// Starts the disk process of `disk` (listening on its `address`) under the cluster directory
+/// `dir`, logging to its `disk.log`; returns the child, the file it writes its bound address
+/// to, and its data directory.
+fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: &Path) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
+    use std::os::unix::process::CommandExt;
+    let id = disk.id;
+    let disk_dir = dir.join(format!("disk-{id}"));
+    std::fs::create_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
+    let port_file = disk_dir.join("address");
+    let _ = std::fs::remove_file(&port_file);
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(disk_dir.join("disk.log")).map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
+    let log2 = log.try_clone().map_err(|e| CliError::Other(e.to_string()))?;
+    let child = std::process::Command::new(exe)
+        .arg("disk")
+        .arg("--dir")
+        .arg(&disk_dir)
+        .args(["--listen", &disk.address, "--id", &id.to_string()])
+        .args(["--memory-mib", &disk.memory_mib.to_string(), "--buffer-kib", &disk.buffer_kib.to_string()])
+        .args(["--buffers-per-stream", &disk.buffers_per_stream.to_string()])
+        .args(["--read-mbps", &disk.read_mbps.to_string()])
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--key-file")
+        .arg(key_file)
+        .arg("--members")
+        .arg(dir.join("cluster.toml"))
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CliError::Other(format!("starting disk {id}: {e}")))?;
+    Ok((child, port_file, disk_dir))
+}
+
+/// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address, and
+/// records its new pid in `cluster.toml`.
+pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32) -> Result<(), CliError> {
+    let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
+    let key_file = config.cluster.key_file.clone().unwrap_or_else(|| dir.join(adisk_core::auth::KEY_FILE));
+    let disk = &config.disks[d as usize];
+    let (mut child, port_file, disk_dir) = spawn_disk(&exe, dir, disk, &key_file)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !port_file.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(CliError::Other(format!("disk {d} exited ({status}) on restart (see {})", disk_dir.join("disk.log").display())));
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Other(format!("disk {d} did not restart within 20 s")));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let path = dir.join("cluster.toml");
+    let mut current = ClusterConfig::load(&path)?;
+    current.disks[d as usize].pid = Some(child.id());
+    current.save(&path)?;
+    Ok(())
 }
 
 /// The cluster's secret under `dir` (made on first `up`, kept across restarts so the disks'

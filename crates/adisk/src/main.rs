@@ -1,5 +1,6 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
+mod chaos;
 mod bench_checksum;
 mod bench_exchange;
 mod bench_fair;
@@ -42,6 +43,10 @@ enum Command {
     Up(local::UpArgs),
     /// Stop the local cluster started by `up`.
     Down,
+    /// Seeded fault injection: TPC-H queries checked against the official answers while disks
+    /// are killed, stopped and restarted, bytes flipped and tables reloaded (own cluster under
+    /// --dir/chaos-SEED).
+    Chaos(chaos::ChaosArgs),
     /// Disks, memory, jobs and tables of the cluster.
     Status {
         /// Output format: table or json.
@@ -251,6 +256,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         }
         Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
+        Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
         Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
             let cluster = connect(&dir).await?;
