@@ -164,33 +164,73 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             args.disks
         )));
     }
-    let config_path = dir.join("cluster.toml");
-    if config_path.exists() {
-        if let Ok(old) = ClusterConfig::load(&config_path) {
-            if old.disks.iter().any(|d| d.pid.is_some_and(alive)) {
-                return Err(CliError::Other(format!(
-                    "a cluster is already running in {} (run `adisk down` first)",
-                    dir.display()
-                )));
-            }
-        }
-    }
     std::fs::create_dir_all(dir)
         .map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
     let dir = std::fs::canonicalize(dir)
         .map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
+    // One `up` at a time per directory: the check for a running cluster and the start of
+    // its disks happen under this lock (released when `up` returns, however it returns).
+    let _up = up_lock(&dir)?;
+    let config_path = dir.join("cluster.toml");
+    if let Ok(old) = ClusterConfig::load(&config_path)
+        && old.disks.iter().any(|d| d.pid.is_some_and(|p| holds_lock(p, d.dir.as_deref())))
+    {
+        return Err(CliError::Other(format!("a cluster is already running in {} (run `adisk down` first)", dir.display())));
+    }
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
     let key_file = cluster_key(&dir)?;
-    let mut disks = Vec::new();
     let mut children = Vec::new();
     for id in 0..args.disks {
         let disk = DiskConfig { id, address: "127.0.0.1:0".into(), dir: None, memory_mib: args.memory_mib, buffer_kib: args.buffer_kib, buffers_per_stream: args.buffers_per_stream, read_mbps: args.disk_read_mbps, pid: None };
-        let (child, port_file, disk_dir) = spawn_disk(&exe, &dir, &disk, &key_file)?;
-        children.push((id, child, port_file, disk_dir));
+        match spawn_disk(&exe, &dir, &disk, &key_file) {
+            Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
+            Err(e) => return Err(kill_all(&mut children, e)),
+        }
     }
+    let disks = match wait_started(&mut children, args).await {
+        Ok(disks) => disks,
+        Err(e) => return Err(kill_all(&mut children, e)),
+    };
+    let config = ClusterConfig {
+        cluster: ClusterSection {
+            name: "local".into(),
+            host_link_mbps: args.host_link_mbps,
+            exchange: args.exchange,
+            key_file: Some(key_file),
+            disk_timeout_ms: args.disk_timeout_ms,
+        },
+        disks,
+    };
+    config.save(&config_path)?;
+    Ok(config)
+}
+
+/// Stops the disks a failed `up` started (nothing is left running after it); returns `e`.
+fn kill_all(children: &mut [(u32, std::process::Child, PathBuf, PathBuf)], e: CliError) -> CliError {
+    for (_, child, _, _) in children.iter_mut() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    e
+}
+
+/// Takes `dir/up.lock`, refusing when another `adisk up` holds it.
+fn up_lock(dir: &Path) -> Result<std::fs::File, CliError> {
+    let path = dir.join("up.lock");
+    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Other(format!("another `adisk up` is starting a cluster in {}", dir.display()))),
+        Err(std::fs::TryLockError::Error(e)) => Err(CliError::Other(format!("{}: {e}", path.display()))),
+    }
+}
+
+/// Waits until every started disk wrote its address; the disks' entries for `cluster.toml`.
+async fn wait_started(children: &mut [(u32, std::process::Child, PathBuf, PathBuf)], args: &UpArgs) -> Result<Vec<DiskConfig>, CliError> {
+    let mut disks = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
-    for (id, child, port_file, disk_dir) in &mut children {
+    for (id, child, port_file, disk_dir) in children.iter_mut() {
         loop {
             if let Ok(address) = std::fs::read_to_string(&*port_file) {
                 disks.push(DiskConfig {
@@ -221,18 +261,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-    let config = ClusterConfig {
-        cluster: ClusterSection {
-            name: "local".into(),
-            host_link_mbps: args.host_link_mbps,
-            exchange: args.exchange,
-            key_file: Some(key_file),
-            disk_timeout_ms: args.disk_timeout_ms,
-        },
-        disks,
-    };
-    config.save(&config_path)?;
-    Ok(config)
+    Ok(disks)
 }
 
 /// Starts the disk process of `disk` (listening on its `address`) under the cluster directory

@@ -170,3 +170,26 @@ fn a_stopped_disk_is_declared_unreachable_and_nothing_hangs() {
         common::wait_until("a disk process to end", std::time::Duration::from_secs(10), || common::process_gone(pid));
     }
 }
+
+/// Two `adisk up` on one directory at once: one starts the cluster, the other is refused with a
+/// clear error, and after `down` no disk process of that directory is left.
+#[test]
+fn concurrent_ups_start_one_cluster_and_leave_nothing_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let up = |dir: std::path::PathBuf| std::thread::spawn(move || adisk(&dir, &["up", "--disks", "2"]));
+    let (a, b) = (up(dir.clone()), up(dir.clone()));
+    let outs = [a.join().unwrap(), b.join().unwrap()];
+    let ok_count = outs.iter().filter(|o| o.status.success()).count();
+    let errors: Vec<String> = outs.iter().filter(|o| !o.status.success()).map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect();
+    assert_eq!(ok_count, 1, "exactly one up succeeds: {errors:?}");
+    assert!(errors.iter().all(|e| e.contains("already running") || e.contains("another `adisk up`")), "{errors:?}");
+    let pids = common::disk_pids(&dir);
+    assert_eq!(pids.len(), 2);
+    ok(&dir, &["down"]);
+    for pid in pids {
+        common::wait_until("a disk process to end", std::time::Duration::from_secs(10), || common::process_gone(pid));
+    }
+    let strays = std::process::Command::new("pgrep").args(["-f", &dir.display().to_string()]).output().unwrap();
+    assert!(strays.stdout.is_empty(), "disk processes left: {}", String::from_utf8_lossy(&strays.stdout));
+}
