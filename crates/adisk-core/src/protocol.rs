@@ -495,6 +495,9 @@ pub mod action {
     pub const LOAD_COMMIT: &str = "load_commit";
     /// Body: load id (UTF-8). Removes everything staged under that load; returns `true`.
     pub const LOAD_ABORT: &str = "load_abort";
+    /// Body: none. Reads every byte of every local partition and checks it against the
+    /// manifest; returns [`super::ScrubReport`].
+    pub const SCRUB: &str = "scrub";
 }
 
 /// Request to generate TPC-H partitions at a disk.
@@ -619,6 +622,32 @@ pub struct DiskCatalog {
     pub disk_id: u32,
     /// Tables with at least one local partition.
     pub tables: Vec<TableInfo>,
+}
+
+/// Reply to [`action::SCRUB`]: what a disk found reading all its partitions.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct ScrubReport {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Partitions read.
+    pub partitions: u64,
+    /// Bytes read.
+    pub bytes: u64,
+    /// Partitions whose bytes do not match the manifest.
+    pub corrupt: Vec<CorruptPartition>,
+}
+
+/// A partition that failed its check.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct CorruptPartition {
+    /// Table.
+    pub table: String,
+    /// Partition number.
+    pub partition: u32,
+    /// File, relative to the disk's directory.
+    pub file: String,
+    /// What did not match.
+    pub reason: String,
 }
 
 /// Reply to [`action::STATUS`].

@@ -308,6 +308,11 @@ impl FlightService for DiskService {
         match r#type.as_str() {
             action::STATUS => reply(json_result(&self.os.status())),
             action::CATALOG => reply(json_result(&self.os.store().catalog())),
+            action::SCRUB => {
+                let store = self.os.store().clone();
+                let report = tokio::task::spawn_blocking(move || store.scrub()).await.map_err(|e| Status::internal(format!("scrub: {e}")))?;
+                reply(json_result(&report))
+            }
             action::JOB_STATS => {
                 let id = String::from_utf8_lossy(&body).to_string();
                 let stats = self.os.job_stats(&id).ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
@@ -359,6 +364,7 @@ impl FlightService for DiskService {
             action::DROP_TABLE,
             action::LOAD_COMMIT,
             action::LOAD_ABORT,
+            action::SCRUB,
             action::SHUTDOWN,
             action::DISKLET_INSTALL,
             action::DISKLET_LIST,

@@ -311,6 +311,18 @@ impl Cluster {
         futures::future::join_all((0..self.disk_count()).map(|d| self.action_json::<DiskStatus>(d, action::STATUS, vec![]))).await
     }
 
+    /// Every disk reads all its partitions and checks them against its manifest (an error per
+    /// disk that does not answer). No deadline beyond the connections' keepalive: reading
+    /// everything takes as long as it takes.
+    pub async fn scrub(&self) -> Vec<Result<adisk_core::protocol::ScrubReport>> {
+        futures::future::join_all((0..self.disk_count()).map(|d| async move {
+            let replies = self.action(d, action::SCRUB, vec![]).await?;
+            let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: "empty reply to scrub".into() })?;
+            serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to scrub: {e}") })
+        }))
+        .await
+    }
+
     /// The merged catalog. A table whose disks hold different loads of it is listed in
     /// [`Catalog::incomplete`], not in [`Catalog::tables`].
     pub async fn catalog(&self) -> Result<Catalog> {

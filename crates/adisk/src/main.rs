@@ -53,6 +53,13 @@ enum Command {
         #[arg(long, default_value = "table")]
         format: String,
     },
+    /// Every disk reads all its partitions and checks them against its manifest (size and
+    /// CRC-32); lists the corrupt ones and fails if there are any.
+    Scrub {
+        /// Output format: table or json (one line per disk).
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
     /// Load data into the disks.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -258,6 +265,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
+        Command::Scrub { format } => output::scrub(&connect_lazy(&dir)?, &format).await,
         Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
             let cluster = connect(&dir).await?;
             output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables }).await

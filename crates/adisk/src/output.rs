@@ -51,6 +51,35 @@ pub enum BenchCommand {
     },
 }
 
+/// `adisk scrub`: every disk reads all its partitions against its manifest; fails when any
+/// partition is corrupt or any disk did not answer.
+pub async fn scrub(cluster: &Cluster, format: &str) -> Result<(), CliError> {
+    check_format(format)?;
+    let t = std::time::Instant::now();
+    let reports = cluster.scrub().await;
+    let mut corrupt = 0;
+    for (d, r) in reports.iter().enumerate() {
+        match r {
+            Ok(r) if format == "json" => println!("{}", serde_json::to_string(r).expect("report serializes")),
+            Ok(r) => {
+                println!("disk {d}: {} partitions, {} bytes read, {} corrupt", r.partitions, r.bytes, r.corrupt.len());
+                for c in &r.corrupt {
+                    println!("  corrupt: table {} partition {} ({}): {}", c.table, c.partition, c.file, c.reason);
+                }
+            }
+            Err(e) if format == "json" => println!("{}", serde_json::json!({ "disk_id": d, "error": e.to_string() })),
+            Err(e) => println!("disk {d}: {e}"),
+        }
+        corrupt += r.as_ref().map(|r| r.corrupt.len()).unwrap_or(0);
+    }
+    eprintln!("scrub took {:.1} s", t.elapsed().as_secs_f64());
+    let unanswered = reports.iter().filter(|r| r.is_err()).count();
+    if corrupt > 0 || unanswered > 0 {
+        return Err(CliError::Other(format!("scrub: {corrupt} corrupt partitions, {unanswered} disks did not answer")));
+    }
+    Ok(())
+}
+
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
     let statuses = cluster.status().await;
     let catalog = cluster.catalog().await;
