@@ -227,3 +227,36 @@ fn scrub_finds_a_flipped_byte_and_names_the_partition() {
     flip(&file);
     assert!(ok(dir, &["scrub"]).contains("0 corrupt"));
 }
+
+/// A full disk: a load that runs out of space fails with an error naming the disk and the
+/// file, leaves nothing staged, and the previous tables answer as before. The disk's
+/// directory is a 6 MiB tmpfs (needs root; reported and skipped without it).
+#[test]
+fn a_full_disk_fails_a_load_cleanly_and_keeps_the_previous_tables() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let disk = dir.join("disk-0");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"]).arg(&disk).status().is_ok_and(|s| s.success());
+    if !mounted {
+        eprintln!("skipped: cannot mount a tmpfs here (needs root)");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.clone());
+    ok(dir, &["up", "--disks", "1"]);
+    let _down = Down(dir);
+    ok(dir, &["load", "tpch", "--sf", "0.01"]);
+    let before = ok(dir, &["sql", "select count(*) as n, sum(l_extendedprice) as s from lineitem"]);
+    let out = adisk(dir, &["load", "tpch", "--sf", "0.1"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("disk 0") && err.contains("No space left on device"), "{err}");
+    let staged: Vec<_> = std::fs::read_dir(disk.join("staging")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(staged.is_empty(), "staged leftovers: {staged:?}");
+    assert_eq!(ok(dir, &["sql", "select count(*) as n, sum(l_extendedprice) as s from lineitem"]), before);
+}
