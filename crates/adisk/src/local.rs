@@ -299,12 +299,32 @@ fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: &Path) -> Res
     Ok((child, port_file, disk_dir))
 }
 
+/// Waits until no process holds the directory lock of `disk_dir`: a killed disk's threads may
+/// still be exiting (holding their files) after its main thread is gone.
+async fn wait_unlocked(disk_dir: &Path, timeout: Duration) -> Result<(), CliError> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let free = match std::fs::File::open(disk_dir.join(adisk_disk::LOCK_FILE)) {
+            Ok(f) => !matches!(f.try_lock_shared(), Err(std::fs::TryLockError::WouldBlock)),
+            Err(_) => true,
+        };
+        if free {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Other(format!("{} is still locked by another process after {} s", disk_dir.display(), timeout.as_secs())));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address, and
 /// records its new pid in `cluster.toml`.
 pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
     let key_file = config.cluster.key_file.clone().unwrap_or_else(|| dir.join(adisk_core::auth::KEY_FILE));
     let disk = &config.disks[d as usize];
+    wait_unlocked(&dir.join(format!("disk-{d}")), Duration::from_secs(20)).await?;
     let (mut child, port_file, disk_dir) = spawn_disk(&exe, dir, disk, &key_file)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !port_file.exists() {
