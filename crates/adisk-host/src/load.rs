@@ -184,20 +184,30 @@ pub enum FileFormat {
     Csv,
 }
 
+/// Runs `f`, turning a panic inside it into an error message.
+fn unpanicked<T>(f: impl FnOnce() -> std::result::Result<T, String>) -> std::result::Result<T, String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(panic) => Err(format!("malformed file (the decoder failed: {})", panic.downcast_ref::<String>().map(String::as_str).or_else(|| panic.downcast_ref::<&str>().copied()).unwrap_or("panic"))),
+    }
+}
+
 fn open_batches(format: FileFormat, path: &PathBuf) -> Result<(SchemaRef, Box<dyn Iterator<Item = Result<RecordBatch>> + Send>)> {
     let io = |e: std::io::Error| HostError::Io { context: format!("opening {}", path.display()), source: e };
     let bad = |m: String| HostError::Invalid(format!("{}: {m}", path.display()));
     match format {
         FileFormat::Parquet => {
             let file = std::fs::File::open(path).map_err(io)?;
-            let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
-                .map_err(|e| bad(format!("not a readable Parquet file: {e}")))?
-                .with_batch_size(8192)
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
+            // The parquet crate panics on some malformed footers (an embedded Arrow schema
+            // whose flatbuffer lacks a field, found by fuzzing): a user's file must never end
+            // the process, so its decoding runs under catch_unwind and a panic is a typed error.
+            let build = || parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| format!("not a readable Parquet file: {e}"))?.with_batch_size(8192).build().map_err(|e| e.to_string());
+            let reader = unpanicked(build).map_err(bad)?;
             let schema = arrow::record_batch::RecordBatchReader::schema(&reader);
             let p = path.clone();
-            Ok((schema, Box::new(reader.map(move |b| b.map_err(|e| HostError::Invalid(format!("{}: {e}", p.display())))))))
+            let mut reader = reader;
+            let batches = std::iter::from_fn(move || unpanicked(|| Ok(reader.next())).unwrap_or_else(|m| Some(Err(parquet::errors::ParquetError::General(m).into()))));
+            Ok((schema, Box::new(batches.map(move |b| b.map_err(|e| HostError::Invalid(format!("{}: {e}", p.display())))))))
         }
         FileFormat::Csv => {
             use arrow::csv::reader::Format;
