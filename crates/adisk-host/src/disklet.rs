@@ -119,7 +119,7 @@ pub async fn run_tables(cluster: &Cluster, req: &WasmRequest, tables: &[(String,
         if *disks.get_or_insert_with(|| held.clone()) != held {
             return Err(HostError::Invalid(format!("tables `{}` and `{table}` are not on the same disks (a disklet over several tables runs where all of them are)", tables[0].0)));
         }
-        sources.push(Source::Table { table: table.clone(), columns: columns.clone(), prune: None });
+        sources.push(Source::Table { table: table.clone(), columns: columns.clone(), prune: None, partitions: None });
     }
     let specs: Vec<(u32, JobSpec)> = disks.unwrap_or_default().into_iter().map(|d| (d, spec(req, sources.clone()))).collect();
     let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();

@@ -551,7 +551,9 @@ fn senders(
     route: Route,
 ) -> Result<Vec<(u32, JobSpec)>> {
     let (source, stages) = scan.disk_stages()?;
-    let targets: Vec<String> = (0..cluster.disk_count())
+    let targets: Vec<String> = cluster
+        .live_disks()
+        .into_iter()
         .map(|d| cluster.address(d).to_string())
         .collect();
     let settings = engine.settings();
@@ -577,7 +579,8 @@ fn senders(
                 jobs::chain(
                     "send",
                     &settings.program,
-                    source.clone(),
+                    // Replicas: each sender reads only the partitions assigned to it.
+                    crate::sql::scan::reading_source(source.clone(), scan.partitions_at(*d)),
                     stages.clone(),
                     sink,
                     sizes,
@@ -607,7 +610,9 @@ fn receivers(
         senders,
         schema: schema.clone(),
     };
-    (0..cluster.disk_count())
+    cluster
+        .live_disks()
+        .into_iter()
         .map(|d| {
             (
                 d,

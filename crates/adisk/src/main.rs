@@ -96,6 +96,9 @@ enum LoadCommand {
         /// Only these tables (comma-separated).
         #[arg(long, value_delimiter = ',')]
         tables: Vec<String>,
+        /// Copies of each partition, on consecutive disks (chained declustering).
+        #[arg(long, default_value_t = 1)]
+        replicas: u32,
     },
     /// Load Parquet files into a table.
     Parquet(FileLoadArgs),
@@ -122,6 +125,9 @@ struct FileLoadArgs {
     /// Declustering rule: range:COL, hash:COL or roundrobin.
     #[arg(long, default_value = "roundrobin")]
     decluster: String,
+    /// Copies of each partition, on consecutive disks (chained declustering).
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
 }
 
 #[derive(clap::Args, Debug)]
@@ -242,12 +248,12 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
-        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
+        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables, replicas }) => {
             let cluster = connect(&dir).await?;
-            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables }).await
+            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables, replicas }).await
         }
-        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster).await,
-        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster).await,
+        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster, a.replicas).await,
+        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster, a.replicas).await,
         Command::Run(a) => {
             let cluster = std::sync::Arc::new(connect(&dir).await?);
             let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib, temp_kib: a.temp_kib };

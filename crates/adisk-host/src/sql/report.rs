@@ -153,6 +153,21 @@ impl Row {
     }
 }
 
+/// Which disk read which partitions, per scan of `plan` (also the scans inside `disks` stages).
+pub fn partition_reads(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
+        out.extend(scan.describe_reads());
+    }
+    if let Some(d) = plan.downcast_ref::<super::distribute::DisksExec>() {
+        out.extend(d.scan_reads());
+    }
+    for c in plan.children() {
+        out.extend(partition_reads(c));
+    }
+    out
+}
+
 /// EXPLAIN ANALYZE text of a finished query.
 pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let mut text = String::new();
@@ -239,6 +254,16 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     );
     if let Some(busy) = out.link_busy {
         let _ = writeln!(text, "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)", busy.as_secs_f64() * 1e3, out.wall.as_secs_f64() * 1e3, 100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9));
+    }
+    let reads = partition_reads(&out.plan);
+    if !reads.is_empty() {
+        let _ = writeln!(text, "\npartitions read (each once, by one live copy):");
+        for r in reads {
+            let _ = writeln!(text, "  {r}");
+        }
+    }
+    for f in &out.failover {
+        let _ = writeln!(text, "\nfailover: {f}");
     }
     let _ = writeln!(text, "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):");
     let _ = write!(text, "{}", DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true));
