@@ -186,6 +186,17 @@ pub enum CliError {
     Other(String),
 }
 
+/// Blocks SIGPIPE in the calling thread.
+fn block_sigpipe() {
+    // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Disk(_)) {
@@ -203,7 +214,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(cmd) => adisk_sim::cli::run(cmd).map_err(CliError::from),
         command => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            // The runtime's threads write to the disks' sockets with writev, which raises SIGPIPE
+            // when a disk died: they block it (the write fails with EPIPE instead, and the query
+            // fails over); only the main thread, which writes the output, keeps SIGPIPE.
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().on_thread_start(block_sigpipe).build() {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("error: cannot start the runtime: {e}");
