@@ -554,3 +554,66 @@ impl Cluster {
 pub fn empty_schema() -> SchemaRef {
     Arc::new(Schema::empty())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use adisk_storage::decluster::replica_disks;
+
+    /// `parts` partitions over `disks` disks (`parts / disks` consecutive ones per primary), `r` copies each.
+    fn chain(parts: u32, disks: u32, r: u32) -> BTreeMap<u32, Vec<u32>> {
+        (0..parts).map(|p| (p, replica_disks(p * disks / parts, r, disks))).collect()
+    }
+
+    fn dead(d: &[u32]) -> BTreeSet<u32> {
+        d.iter().copied().collect()
+    }
+
+    #[test]
+    fn each_partition_is_assigned_once_primary_first() {
+        let copies = chain(4, 4, 2);
+        assert_eq!(assign_copies(&copies, &dead(&[])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (2, vec![2]), (3, vec![3])]);
+        // Disk 2 dead: its partition is read at the next disk of the chain.
+        assert_eq!(assign_copies(&copies, &dead(&[2])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (3, vec![2, 3])]);
+        // Disk 3 dead: its partition wraps around to disk 0.
+        assert_eq!(assign_copies(&copies, &dead(&[3])).unwrap(), vec![(0, vec![0, 3]), (1, vec![1]), (2, vec![2])]);
+        // Two adjacent disks dead: partition 1 (disks 1, 2) has no copy left.
+        assert_eq!(assign_copies(&copies, &dead(&[1, 2])).unwrap_err(), vec![1]);
+        // Two disks apart: every partition still has a copy.
+        assert_eq!(assign_copies(&copies, &dead(&[0, 2])).unwrap(), vec![(1, vec![0, 1]), (3, vec![2, 3])]);
+    }
+
+    #[test]
+    fn a_dead_primarys_partitions_spread_over_its_live_copies() {
+        // 8 partitions, 2 per primary, 3 copies: disk 1's two partitions go one to disk 2, one to disk 3.
+        let copies = chain(8, 4, 3);
+        let assigned = assign_copies(&copies, &dead(&[1])).unwrap();
+        assert_eq!(assigned, vec![(0, vec![0, 1]), (2, vec![2, 4, 5]), (3, vec![3, 6, 7])]);
+        let mut all: Vec<u32> = assigned.into_iter().flat_map(|(_, p)| p).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..8).collect::<Vec<_>>(), "each partition exactly once");
+    }
+
+    #[test]
+    fn a_table_entry_names_its_lost_partitions() {
+        let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 1, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
+        let entry = TableEntry { name: "t".into(), schema: empty_schema(), placements: (0..4).map(|p| (p, info(p))).collect(), copies: chain(4, 4, 2) };
+        assert_eq!(entry.replicas(), 2);
+        assert_eq!(entry.assign(&dead(&[2])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
+        let e = entry.assign(&dead(&[2, 3])).unwrap_err();
+        assert!(matches!(&e, HostError::LostPartitions { table, partitions, .. } if table == "t" && partitions == &vec![2]), "{e}");
+        assert!(e.to_string().contains("2 on disks [2, 3]") && e.to_string().contains("unreachable: disks 2, 3"), "{e}");
+        // Without a copy list, a table on a dead disk is lost there.
+        let single = TableEntry { copies: BTreeMap::new(), ..entry };
+        assert_eq!(single.assign(&dead(&[])).unwrap(), vec![(0, None), (1, None), (2, None), (3, None)]);
+        assert!(matches!(single.assign(&dead(&[1])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![1]));
+    }
+
+    #[test]
+    fn a_dead_disk_is_not_a_missing_copy() {
+        let stamp = LoadStamp { load_id: "a".into(), disks: vec![0, 1, 2], copies: vec![] };
+        let stamps = vec![(0, Some(stamp.clone())), (1, Some(stamp))];
+        assert!(check_generation(&stamps, &dead(&[2])).is_ok());
+        assert_eq!(check_generation(&stamps, &dead(&[])).unwrap_err().0, vec![2]);
+    }
+}
