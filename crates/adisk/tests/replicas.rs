@@ -133,7 +133,7 @@ fn kill_during(queries: &[u32], levels: &[&str], seed: u64) -> usize {
             restart(dir);
             let (victim, delay_ms) = (rng.next(4) as usize, rng.next(200));
             let pid = common::disk_pids(dir)[victim];
-            let run = Command::new(env!("CARGO_BIN_EXE_adisk"))
+            let mut run = Command::new(env!("CARGO_BIN_EXE_adisk"))
                 .arg("--dir")
                 .arg(dir)
                 .args(["tpch", "query", &q.to_string(), "--sf", "0.01", "--offload", level, "--format", "csv"])
@@ -142,7 +142,8 @@ fn kill_during(queries: &[u32], levels: &[&str], seed: u64) -> usize {
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .unwrap();
-            common::wait_until(&format!("disk {victim} to run a job of Q{q}"), Duration::from_secs(60), || disk_jobs_running(dir, victim) > 0);
+            // The victim's first job of the query (or the query's end, for short ones).
+            common::wait_until(&format!("disk {victim} to run a job of Q{q}"), Duration::from_secs(60), || run.try_wait().unwrap().is_some() || disk_jobs_running(dir, victim) > 0);
             std::thread::sleep(Duration::from_millis(delay_ms));
             // SAFETY: signalling a disk process this test's cluster started.
             unsafe {
