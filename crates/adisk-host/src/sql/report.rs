@@ -342,5 +342,7 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["bytes_disk_to_disk"] = l.disk_to_disk.into();
     v["control_messages"] = (l.jobs * 2).into();
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
+    v["partitions_read"] = partition_reads(&out.plan).into();
+    v["failover"] = out.failover.clone().into();
     v
 }
