@@ -181,7 +181,19 @@ pub async fn run(cluster: &Arc<Cluster>, req: &JobRequest) -> Result<JobOutput> 
     let mut out = match req.disklet.as_str() {
         "partition" => partition(cluster, &engine, req, table).await?,
         "aggregate" | "groupby" if req.flag("exchange")? => {
-            exchange_groupby(cluster, &engine, req, table).await?
+            // Failover: rerun the whole exchange (senders read the partitions assigned among
+            // the live copies when planned; receivers are the live disks) without a disk that
+            // stopped answering; the failed run's rows were never handed out.
+            let mut reruns = 0;
+            loop {
+                match exchange_groupby(cluster, &engine, req, table.clone()).await {
+                    Err(e) if reruns < cluster.disk_count() && !matches!(e, HostError::LostPartitions { .. }) && !cluster.probe().await.is_empty() => {
+                        tracing::warn!("exchange failed ({e}); rerunning without the dead disks");
+                        reruns += 1;
+                    }
+                    result => break result?,
+                }
+            }
         }
         _ => {
             let df = build(&engine, req, table).await?;

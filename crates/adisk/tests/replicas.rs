@@ -77,6 +77,12 @@ fn replicas_answer_and_survive_dead_disks() {
     }
     let analyzed = ok(dir, &["tpch", "query", "6", "--analyze"]);
     assert!(analyzed.contains("lineitem: disk 0 [0], disk 1 [1], disk 3 [2, 3]"), "{analyzed}");
+    // `adisk run`, host-merged and with a disk-to-disk exchange: each partition counted once.
+    let out = ok(dir, &["run", "aggregate", "--table", "lineitem", "--param", "aggs=count(*) AS n", "--format", "json"]);
+    assert!(out.contains("60175"), "{out}");
+    let out = ok(dir, &["run", "groupby", "--table", "lineitem", "--param", "group_by=l_returnflag", "--param", "aggs=count(*) AS n", "--param", "exchange=true", "--format", "json"]);
+    let total: u64 = serde_json::from_str::<serde_json::Value>(&out).unwrap()["rows"].as_array().unwrap().iter().map(|r| r["n"].as_u64().unwrap()).sum();
+    assert_eq!(total, 60175, "{out}");
     // (e) the one-copy tables on disk 0 keep working; the one with a partition on disk 2 fails, typed.
     let out = ok(dir, &["sql", "select count(*) as n from nation join region on n_regionkey = r_regionkey", "--format", "csv"]);
     assert!(out.contains("25"), "{out}");
