@@ -55,6 +55,11 @@ pub enum Source {
         /// Predicate used only to skip partitions / row groups / pages by their statistics
         /// (zone maps). Rows are still filtered by a `select` stage.
         prune: Option<ExprBytes>,
+        /// The local partitions to read (None: all of them). With replicas a partition has
+        /// copies on several disks; the host names the ones this disk reads for the job, so
+        /// that each partition is read exactly once. Naming one the disk does not hold fails.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        partitions: Option<Vec<u32>>,
     },
     /// Disk-resident: a byte range of a local file under the disk's `files/` directory,
     /// delivered as batches of one `Binary` column `bytes` and a `UInt64` column `offset`.
@@ -578,6 +583,19 @@ pub struct LoadStamp {
     pub load_id: String,
     /// Disks holding at least one partition of the table as this load wrote it.
     pub disks: Vec<u32>,
+    /// Every partition of the table as this load wrote it, with the disks holding a copy
+    /// (primary first; empty for loads by earlier versions: then each disk's own list counts).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<PartitionCopies>,
+}
+
+/// One partition of a loaded table and the disks holding a copy of it, primary first.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionCopies {
+    /// Partition number.
+    pub partition: u32,
+    /// Disks holding a copy (chained declustering: primary, primary + 1, … mod N).
+    pub disks: Vec<u32>,
 }
 
 /// Body of [`action::LOAD_COMMIT`]: the tables of one load as one disk must hold them.
@@ -598,6 +616,9 @@ pub struct CommitTable {
     pub partitions: Vec<u32>,
     /// Disks holding partitions of the table after the load (recorded in its [`LoadStamp`]).
     pub disks: Vec<u32>,
+    /// Every partition's copies (recorded in its [`LoadStamp`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub copies: Vec<PartitionCopies>,
 }
 
 /// A table as seen by one disk.

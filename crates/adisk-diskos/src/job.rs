@@ -477,8 +477,15 @@ impl DiskOs {
     /// that writes it (known once that port's stage is built).
     fn plan_source(&self, source: &Source) -> Result<(Option<SchemaRef>, Option<TablePlan>)> {
         match source {
-            Source::Table { table, columns, prune } => {
-                let info = self.store.table(table)?;
+            Source::Table { table, columns, prune, partitions } => {
+                let mut info = self.store.table(table)?;
+                if let Some(chosen) = partitions {
+                    // Replicas: read only the partitions the host assigned to this disk.
+                    if let Some(missing) = chosen.iter().find(|c| !info.partitions.iter().any(|p| p.partition == **c)) {
+                        return Err(DiskOsError::InvalidJob(format!("table `{table}` has no partition {missing} on this disk")));
+                    }
+                    info.partitions.retain(|p| chosen.contains(&p.partition));
+                }
                 let projection = column_indices(&info, table, columns)?;
                 let schema = projected_schema(&info.schema, &projection);
                 let prune = match prune {
@@ -1166,7 +1173,7 @@ mod tests {
         use adisk_core::protocol::{Output, Stage};
         let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false)]);
         let spec = JobSpec {
-            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Table { table: "t".into(), columns: vec![], prune: None }],
+            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }],
             stages: vec![Stage { disklet: DiskletSpec::Merge { keys: vec![] }, inputs: vec![Port::Input(0), Port::Input(1)] }],
             outputs: vec![Output { from: Port::Stage { stage: 0, port: 0 }, sink: Sink::Host }],
             ..JobSpec::chain("j", "p", Source::Temp { name: "unused".into() }, vec![], Sink::Host)

@@ -9,7 +9,7 @@ use arrow_flight::error::FlightError;
 use arrow_flight::{Action, FlightClient, Ticket};
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -33,9 +33,17 @@ pub struct TableEntry {
     pub name: String,
     /// Schema (identical on every disk).
     pub schema: SchemaRef,
-    /// (disk, partition) for every partition.
+    /// (disk, partition) for every partition, each once: for a replicated table, the first
+    /// live disk in the partition's chain that reported it (who reads it is decided per query
+    /// by [`TableEntry::assign`]).
     pub placements: Vec<(u32, PartitionInfo)>,
+    /// Partition → every disk holding a copy, primary first, from the table's load stamp
+    /// (empty for tables written by jobs or earlier versions: each placement is read where it is).
+    pub copies: BTreeMap<u32, Vec<u32>>,
 }
+
+/// Which disk reads which partitions of a table in one query.
+pub type Assignment = Vec<(u32, Option<Vec<u32>>)>;
 
 impl TableEntry {
     /// Total rows.
@@ -63,6 +71,35 @@ impl TableEntry {
             .collect()
     }
 
+    /// Copies per partition (1 for tables without a copy list).
+    pub fn replicas(&self) -> usize {
+        self.copies.values().map(|c| c.len()).max().unwrap_or(1)
+    }
+
+    /// Which live disk reads which partitions: each partition exactly once, at its primary if
+    /// that disk is live; the partitions of dead primaries go one by one to the live copy with
+    /// the fewest partitions so far (ties: the earlier in the chain). Disks in the result are
+    /// sorted; `None` (tables without a copy list) means "all its local partitions".
+    ///
+    /// # Errors
+    /// [`HostError::LostPartitions`] naming the partitions with no live copy.
+    pub fn assign(&self, dead: &BTreeSet<u32>) -> Result<Assignment> {
+        if self.copies.is_empty() {
+            let on_dead: Vec<u32> = self.disks().into_iter().filter(|d| dead.contains(d)).collect();
+            if !on_dead.is_empty() {
+                let lost: Vec<u32> = self.placements.iter().filter(|(d, _)| on_dead.contains(d)).map(|(_, p)| p.partition).collect();
+                let copies = self.placements.iter().filter(|(d, _)| on_dead.contains(d)).map(|(d, p)| format!("{} on disk {d}", p.partition)).collect::<Vec<_>>().join(", ");
+                return Err(HostError::LostPartitions { table: self.name.clone(), partitions: lost, dead: dead.iter().copied().collect(), copies });
+            }
+            return Ok(self.disks().into_iter().map(|d| (d, None)).collect());
+        }
+        let assigned = assign_copies(&self.copies, dead).map_err(|lost| {
+            let copies = lost.iter().map(|p| format!("{p} on disks {:?}", self.copies[p])).collect::<Vec<_>>().join(", ");
+            HostError::LostPartitions { table: self.name.clone(), partitions: lost, dead: dead.iter().copied().collect(), copies }
+        })?;
+        Ok(assigned.into_iter().map(|(d, parts)| (d, Some(parts))).collect())
+    }
+
     /// Disks holding at least one partition.
     pub fn disks(&self) -> Vec<u32> {
         let mut d: Vec<u32> = self.placements.iter().map(|(d, _)| *d).collect();
@@ -70,6 +107,35 @@ impl TableEntry {
         d.dedup();
         d
     }
+}
+
+/// Assigns every partition of `copies` (partition → disks holding it, primary first) to one
+/// disk not in `dead` (see [`TableEntry::assign`]); returns (disk, partitions) sorted by disk,
+/// or the partitions with no live copy.
+pub fn assign_copies(copies: &BTreeMap<u32, Vec<u32>>, dead: &BTreeSet<u32>) -> std::result::Result<Vec<(u32, Vec<u32>)>, Vec<u32>> {
+    let mut per_disk: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+    let mut orphans = Vec::new();
+    for (p, disks) in copies {
+        match disks.first() {
+            Some(primary) if !dead.contains(primary) => per_disk.entry(*primary).or_default().push(*p),
+            _ => orphans.push(*p),
+        }
+    }
+    let mut lost = Vec::new();
+    for p in orphans {
+        let least = copies[&p].iter().filter(|d| !dead.contains(d)).min_by_key(|d| per_disk.get(d).map_or(0, |v| v.len()));
+        match least {
+            Some(d) => per_disk.entry(*d).or_default().push(p),
+            None => lost.push(p),
+        }
+    }
+    if !lost.is_empty() {
+        return Err(lost);
+    }
+    for parts in per_disk.values_mut() {
+        parts.sort_unstable();
+    }
+    Ok(per_disk.into_iter().collect())
 }
 
 /// The catalog: every table, its schema and placement.
@@ -109,12 +175,13 @@ pub fn incomplete_error(table: &str, i: &Incomplete) -> HostError {
 
 /// Checks that every disk holding `stamps`' table holds the same load of it, and that those
 /// are exactly the disks the load wrote (tables written by jobs carry no stamp: accepted).
-fn check_generation(stamps: &[(u32, Option<LoadStamp>)]) -> std::result::Result<(), (Vec<u32>, String)> {
+fn check_generation(stamps: &[(u32, Option<LoadStamp>)], dead: &BTreeSet<u32>) -> std::result::Result<(), (Vec<u32>, String)> {
     let Some(stamp) = stamps.iter().find_map(|(_, s)| s.clone()) else { return Ok(()) };
     let holding: Vec<u32> = stamps.iter().map(|(d, _)| *d).collect();
     let latest = stamps.iter().filter_map(|(_, s)| s.as_ref()).max_by(|a, b| a.load_id.cmp(&b.load_id)).unwrap_or(&stamp);
     let mut wrong: Vec<u32> = stamps.iter().filter(|(_, s)| s.as_ref() != Some(latest)).map(|(d, _)| *d).collect();
-    wrong.extend(latest.disks.iter().filter(|d| !holding.contains(d)));
+    // A dead disk's copy is not known to be missing: its partitions count as lost, not stale.
+    wrong.extend(latest.disks.iter().filter(|d| !holding.contains(d) && !dead.contains(d)));
     wrong.sort_unstable();
     wrong.dedup();
     if wrong.is_empty() {
@@ -122,9 +189,25 @@ fn check_generation(stamps: &[(u32, Option<LoadStamp>)]) -> std::result::Result<
     }
     let describe = |(d, s): &(u32, Option<LoadStamp>)| format!("disk {d}: {}", s.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id)));
     let mut held: Vec<String> = stamps.iter().map(describe).collect();
-    held.extend(latest.disks.iter().filter(|d| !holding.contains(d)).map(|d| format!("disk {d}: missing")));
+    held.extend(latest.disks.iter().filter(|d| !holding.contains(d) && !dead.contains(d)).map(|d| format!("disk {d}: missing")));
     let reason = format!("load {} spans disks {:?}, but {}", latest.load_id, latest.disks, held.join(", "));
     Err((wrong, reason))
+}
+
+/// Keeps one placement per partition of a replicated table: the first disk in its chain that
+/// reported it.
+fn dedup_copies(entry: &mut TableEntry) {
+    let mut kept: BTreeMap<u32, (u32, PartitionInfo)> = BTreeMap::new();
+    for (d, p) in std::mem::take(&mut entry.placements) {
+        let rank = |disk: u32| entry.copies.get(&p.partition).and_then(|c| c.iter().position(|x| *x == disk)).unwrap_or(usize::MAX);
+        match kept.get(&p.partition) {
+            Some((held, _)) if rank(*held) <= rank(d) => {}
+            _ => {
+                kept.insert(p.partition, (d, p));
+            }
+        }
+    }
+    entry.placements = kept.into_values().collect();
 }
 
 /// A connected cluster.
@@ -137,6 +220,9 @@ pub struct Cluster {
     relay: tokio::sync::OnceCell<crate::relay::Relay>,
     /// The cluster's secret: every request carries a fresh token made with it.
     auth: Option<Arc<adisk_core::auth::Verifier>>,
+    /// Disks taken as dead (unreachable at connect, or failed since): never given work again
+    /// by this host.
+    dead: std::sync::Mutex<BTreeSet<u32>>,
 }
 
 /// A connection to a disk: TCP without Nagle, a connect timeout, and HTTP/2 pings that close
@@ -166,23 +252,75 @@ pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError 
 }
 
 impl Cluster {
-    /// Connects to every disk of `config`.
+    /// Connects to every disk of `config`. A disk that does not answer is taken as dead
+    /// ([`Cluster::dead_disks`]): queries then read its partitions' other copies.
     ///
     /// # Errors
-    /// [`HostError::Unreachable`] naming the first disk that does not answer.
+    /// [`HostError::Unreachable`] naming the first disk when no disk answers.
     pub async fn connect(config: ClusterConfig) -> Result<Self> {
         let deadlines = config.deadlines();
-        let mut channels = Vec::with_capacity(config.disks.len());
-        for d in &config.disks {
+        let attempts = config.disks.iter().map(|d| async move {
             let unreachable = |message: String| HostError::Unreachable { disk: d.id, address: d.address.clone(), message };
             let endpoint = endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
-            let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect())
+            let connected = tokio::time::timeout(deadlines.timeout, endpoint.clone().connect())
                 .await
-                .map_err(|_| unreachable(format!("no answer within {} ms", deadlines.timeout.as_millis())))?
-                .map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default())))?;
-            channels.push(channel);
+                .map_err(|_| unreachable(format!("no answer within {} ms", deadlines.timeout.as_millis())))
+                .and_then(|r| r.map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()))));
+            Ok::<_, HostError>((endpoint, connected))
+        });
+        let mut channels = Vec::with_capacity(config.disks.len());
+        let mut dead = BTreeSet::new();
+        let mut first_error = None;
+        for (i, attempt) in futures::future::join_all(attempts).await.into_iter().enumerate() {
+            let (endpoint, connected) = attempt?;
+            match connected {
+                Ok(channel) => channels.push(channel),
+                Err(e) => {
+                    tracing::warn!("{e}; its partitions are read from other copies");
+                    dead.insert(i as u32);
+                    first_error.get_or_insert(e);
+                    channels.push(endpoint.connect_lazy());
+                }
+            }
         }
-        Cluster::new(config, channels)
+        if let Some(e) = first_error.filter(|_| dead.len() == channels.len()) {
+            return Err(e);
+        }
+        let cluster = Cluster::new(config, channels)?;
+        *cluster.dead.lock().expect("dead lock") = dead;
+        Ok(cluster)
+    }
+
+    /// Disks taken as dead by this host.
+    pub fn dead_disks(&self) -> BTreeSet<u32> {
+        self.dead.lock().expect("dead lock").clone()
+    }
+
+    /// Disks not taken as dead.
+    pub fn live_disks(&self) -> Vec<u32> {
+        let dead = self.dead_disks();
+        (0..self.disk_count()).filter(|d| !dead.contains(d)).collect()
+    }
+
+    /// Takes disk `d` as dead from now on.
+    pub fn mark_dead(&self, d: u32) {
+        self.dead.lock().expect("dead lock").insert(d);
+    }
+
+    /// Asks every live disk for its status; those that do not answer are taken as dead.
+    /// Returns the disks newly taken as dead (after a failed query: the ones to rerun without).
+    pub async fn probe(&self) -> Vec<u32> {
+        let live = self.live_disks();
+        let replies = futures::future::join_all(live.iter().map(|d| self.action_json::<DiskStatus>(*d, action::STATUS, vec![]))).await;
+        let mut newly = Vec::new();
+        for (d, r) in live.into_iter().zip(replies) {
+            if let Err(e) = r {
+                tracing::warn!(disk = d, "taken as dead: {e}");
+                self.mark_dead(d);
+                newly.push(d);
+            }
+        }
+        newly
     }
 
     fn new(config: ClusterConfig, channels: Vec<tonic::transport::Channel>) -> Result<Self> {
@@ -192,7 +330,7 @@ impl Cluster {
             mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
-        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth })
+        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth, dead: Default::default() })
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
@@ -323,15 +461,36 @@ impl Cluster {
         .await
     }
 
-    /// The merged catalog. A table whose disks hold different loads of it is listed in
-    /// [`Catalog::incomplete`], not in [`Catalog::tables`].
+    /// The merged catalog of the live disks (a disk that does not answer is taken as dead). A
+    /// table whose disks hold different loads of it is listed in [`Catalog::incomplete`], not
+    /// in [`Catalog::tables`]. A replicated table lists each partition once.
+    ///
+    /// # Errors
+    /// A disk failing the request otherwise than by being unreachable; no live disk.
     pub async fn catalog(&self) -> Result<Catalog> {
-        let parts = futures::future::try_join_all((0..self.disk_count()).map(|d| self.action_json::<DiskCatalog>(d, action::CATALOG, vec![]))).await?;
+        let live = self.live_disks();
+        let replies = futures::future::join_all(live.iter().map(|d| self.action_json::<DiskCatalog>(*d, action::CATALOG, vec![]))).await;
+        let mut parts = Vec::new();
+        for (d, r) in live.into_iter().zip(replies) {
+            match r {
+                Ok(dc) => parts.push((d, dc)),
+                Err(e) if e.is_unreachable() => {
+                    tracing::warn!(disk = d, "taken as dead: {e}");
+                    self.mark_dead(d);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        if parts.is_empty() {
+            return Err(HostError::Unreachable { disk: 0, address: self.address(0).to_string(), message: "no disk of the cluster answers".into() });
+        }
+        let dead = self.dead_disks();
         let mut catalog = Catalog::default();
         let mut stamps: BTreeMap<String, Vec<(u32, Option<LoadStamp>)>> = BTreeMap::new();
-        for (d, dc) in parts.into_iter().enumerate() {
+        for (d, dc) in parts {
+            let d = d as usize;
             for t in dc.tables {
-                let entry = catalog.tables.entry(t.name.clone()).or_insert_with(|| TableEntry { name: t.name.clone(), schema: Arc::new(t.schema.clone()), placements: vec![] });
+                let entry = catalog.tables.entry(t.name.clone()).or_insert_with(|| TableEntry { name: t.name.clone(), schema: Arc::new(t.schema.clone()), placements: vec![], copies: BTreeMap::new() });
                 if entry.schema.fields() != t.schema.fields() {
                     let reason = "its disks hold different schemas".to_string();
                     let schema = entry.schema.clone();
@@ -342,9 +501,15 @@ impl Cluster {
             }
         }
         for (table, stamps) in stamps {
-            if let Err((disks, reason)) = check_generation(&stamps) {
+            if let Err((disks, reason)) = check_generation(&stamps, &dead) {
                 let schema = catalog.tables[&table].schema.clone();
                 catalog.incomplete.insert(table, Incomplete { disks, reason, schema });
+                continue;
+            }
+            let copies = stamps.iter().find_map(|(_, s)| s.as_ref()).map(|s| s.copies.clone()).unwrap_or_default();
+            if let (false, Some(entry)) = (copies.is_empty(), catalog.tables.get_mut(&table)) {
+                entry.copies = copies.into_iter().map(|c| (c.partition, c.disks)).collect();
+                dedup_copies(entry);
             }
         }
         catalog.tables.retain(|name, _| !catalog.incomplete.contains_key(name));
@@ -400,4 +565,67 @@ impl Cluster {
 /// An empty schema (for jobs with no output).
 pub fn empty_schema() -> SchemaRef {
     Arc::new(Schema::empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use adisk_storage::decluster::replica_disks;
+
+    /// `parts` partitions over `disks` disks (`parts / disks` consecutive ones per primary), `r` copies each.
+    fn chain(parts: u32, disks: u32, r: u32) -> BTreeMap<u32, Vec<u32>> {
+        (0..parts).map(|p| (p, replica_disks(p * disks / parts, r, disks))).collect()
+    }
+
+    fn dead(d: &[u32]) -> BTreeSet<u32> {
+        d.iter().copied().collect()
+    }
+
+    #[test]
+    fn each_partition_is_assigned_once_primary_first() {
+        let copies = chain(4, 4, 2);
+        assert_eq!(assign_copies(&copies, &dead(&[])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (2, vec![2]), (3, vec![3])]);
+        // Disk 2 dead: its partition is read at the next disk of the chain.
+        assert_eq!(assign_copies(&copies, &dead(&[2])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (3, vec![2, 3])]);
+        // Disk 3 dead: its partition wraps around to disk 0.
+        assert_eq!(assign_copies(&copies, &dead(&[3])).unwrap(), vec![(0, vec![0, 3]), (1, vec![1]), (2, vec![2])]);
+        // Two adjacent disks dead: partition 1 (disks 1, 2) has no copy left.
+        assert_eq!(assign_copies(&copies, &dead(&[1, 2])).unwrap_err(), vec![1]);
+        // Two disks apart: every partition still has a copy.
+        assert_eq!(assign_copies(&copies, &dead(&[0, 2])).unwrap(), vec![(1, vec![0, 1]), (3, vec![2, 3])]);
+    }
+
+    #[test]
+    fn a_dead_primarys_partitions_spread_over_its_live_copies() {
+        // 8 partitions, 2 per primary, 3 copies: disk 1's two partitions go one to disk 2, one to disk 3.
+        let copies = chain(8, 4, 3);
+        let assigned = assign_copies(&copies, &dead(&[1])).unwrap();
+        assert_eq!(assigned, vec![(0, vec![0, 1]), (2, vec![2, 4, 5]), (3, vec![3, 6, 7])]);
+        let mut all: Vec<u32> = assigned.into_iter().flat_map(|(_, p)| p).collect();
+        all.sort_unstable();
+        assert_eq!(all, (0..8).collect::<Vec<_>>(), "each partition exactly once");
+    }
+
+    #[test]
+    fn a_table_entry_names_its_lost_partitions() {
+        let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 1, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
+        let entry = TableEntry { name: "t".into(), schema: empty_schema(), placements: (0..4).map(|p| (p, info(p))).collect(), copies: chain(4, 4, 2) };
+        assert_eq!(entry.replicas(), 2);
+        assert_eq!(entry.assign(&dead(&[2])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
+        let e = entry.assign(&dead(&[2, 3])).unwrap_err();
+        assert!(matches!(&e, HostError::LostPartitions { table, partitions, .. } if table == "t" && partitions == &vec![2]), "{e}");
+        assert!(e.to_string().contains("2 on disks [2, 3]") && e.to_string().contains("unreachable: disks 2, 3"), "{e}");
+        // Without a copy list, a table on a dead disk is lost there.
+        let single = TableEntry { copies: BTreeMap::new(), ..entry };
+        assert_eq!(single.assign(&dead(&[])).unwrap(), vec![(0, None), (1, None), (2, None), (3, None)]);
+        assert!(matches!(single.assign(&dead(&[1])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![1]));
+    }
+
+    #[test]
+    fn a_dead_disk_is_not_a_missing_copy() {
+        let stamp = LoadStamp { load_id: "a".into(), disks: vec![0, 1, 2], copies: vec![] };
+        let stamps = vec![(0, Some(stamp.clone())), (1, Some(stamp))];
+        assert!(check_generation(&stamps, &dead(&[2])).is_ok());
+        assert_eq!(check_generation(&stamps, &dead(&[])).unwrap_err().0, vec![2]);
+    }
 }

@@ -109,19 +109,24 @@ pub async fn run_table(cluster: &Cluster, req: &WasmRequest, table: &str, column
 pub async fn run_tables(cluster: &Cluster, req: &WasmRequest, tables: &[(String, Vec<String>)]) -> Result<JobOutput> {
     let started = Instant::now();
     let catalog = cluster.catalog().await?;
-    let (mut sources, mut disks) = (Vec::with_capacity(tables.len()), None);
+    let (mut sources, mut disks): (BTreeMap<u32, Vec<Source>>, Option<Vec<u32>>) = (BTreeMap::new(), None);
+    let dead = cluster.dead_disks();
     for (table, columns) in tables {
         let entry = catalog.table(table)?;
         if let Some(c) = columns.iter().find(|c| entry.schema.index_of(c).is_err()) {
             return Err(HostError::Invalid(format!("table `{table}` has no column `{c}`")));
         }
-        let held = entry.disks();
+        // Replicas: each disk reads only the partitions assigned to it among the live copies.
+        let assigned = entry.assign(&dead)?;
+        let held: Vec<u32> = assigned.iter().map(|(d, _)| *d).collect();
         if *disks.get_or_insert_with(|| held.clone()) != held {
             return Err(HostError::Invalid(format!("tables `{}` and `{table}` are not on the same disks (a disklet over several tables runs where all of them are)", tables[0].0)));
         }
-        sources.push(Source::Table { table: table.clone(), columns: columns.clone(), prune: None });
+        for (d, partitions) in assigned {
+            sources.entry(d).or_default().push(Source::Table { table: table.clone(), columns: columns.clone(), prune: None, partitions });
+        }
     }
-    let specs: Vec<(u32, JobSpec)> = disks.unwrap_or_default().into_iter().map(|d| (d, spec(req, sources.clone()))).collect();
+    let specs: Vec<(u32, JobSpec)> = sources.into_iter().map(|(d, sources)| (d, spec(req, sources))).collect();
     let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
     let disks = crate::jobs::run_phase(cluster, specs, |d, b| {
         per_disk.entry(d).or_default().push(b);

@@ -88,6 +88,7 @@ pub async fn run(
             table: table.to_string(),
             columns: columns.to_vec(),
             prune: None,
+            partitions: None,
         };
         let sink = Sink::Exchange {
             exchange_id: id.clone(),
@@ -176,6 +177,7 @@ pub async fn scan_only(
         table: table.to_string(),
         columns: columns.to_vec(),
         prune: None,
+        partitions: None,
     };
     let spec = JobSpec::chain(
         id.clone(),

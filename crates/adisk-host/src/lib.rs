@@ -72,6 +72,27 @@ pub enum HostError {
         /// Which loads are where.
         reason: String,
     },
+    /// Partitions of a table with no live copy: every disk holding one is dead.
+    #[error("table `{table}` lost partitions {partitions:?}: no live copy ({copies}); unreachable: {}", disks_text(.dead))]
+    LostPartitions {
+        /// Table.
+        table: String,
+        /// The partitions with no live copy (empty for a table written without a copy list:
+        /// then all its partitions on the dead disks).
+        partitions: Vec<u32>,
+        /// The disks taken as dead.
+        dead: Vec<u32>,
+        /// Where each lost partition's copies were, e.g. `1 on disks [1, 2]`.
+        copies: String,
+    },
+    /// More replicas asked for than the cluster has disks.
+    #[error("--replicas {replicas}: the cluster has only {disks} disks (at most one copy of a partition per disk)")]
+    TooManyReplicas {
+        /// Copies asked for.
+        replicas: u32,
+        /// Disks of the cluster.
+        disks: u32,
+    },
     /// Bad request (unknown disklet, parameter, malformed expression, unknown column, type error).
     #[error("{0}")]
     Invalid(String),
@@ -113,6 +134,12 @@ impl HostError {
     pub fn is_unreachable(&self) -> bool {
         matches!(self, HostError::Unreachable { .. }) || matches!(self, HostError::Disk { code, .. } if code == "Unavailable")
     }
+}
+
+/// `disk 2` or `disks 1, 2`.
+fn disks_text(disks: &[u32]) -> String {
+    let list = disks.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+    if disks.len() == 1 { format!("disk {list}") } else { format!("disks {list}") }
 }
 
 /// Result alias.

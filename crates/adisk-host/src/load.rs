@@ -19,8 +19,8 @@
 //!    or when the next load of the table starts.
 use crate::cluster::{Cluster, flight_err};
 use crate::{HostError, Result};
-use adisk_core::protocol::{CommitTable, GenerateTpch, LoadCommit, LoadProgress, PartitionInfo, PutCommand, TableInfo, action};
-use adisk_storage::decluster::{Decluster, Router, disk_of_part};
+use adisk_core::protocol::{CommitTable, GenerateTpch, LoadCommit, LoadProgress, PartitionCopies, PartitionInfo, PutCommand, TableInfo, action};
+use adisk_storage::decluster::{Decluster, Router, disk_of_part, replica_disks};
 use adisk_storage::tpch;
 use adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS;
 use arrow::array::RecordBatch;
@@ -99,14 +99,31 @@ fn check_commit(d: u32, replies: &[bytes::Bytes]) -> Result<()> {
 struct StagedTable {
     table: String,
     per_disk: Vec<Vec<u32>>,
+    /// Every partition and the disks holding a copy, primary first.
+    copies: Vec<PartitionCopies>,
 }
 
 impl StagedTable {
-    /// The commit of this table at disk `d`, stamped with the disks holding partitions.
+    /// The commit of this table at disk `d`, stamped with the disks holding partitions and
+    /// every partition's copies.
     fn at(&self, d: u32) -> CommitTable {
         let disks = (0..self.per_disk.len() as u32).filter(|d| !self.per_disk[*d as usize].is_empty()).collect();
-        CommitTable { table: self.table.clone(), partitions: self.per_disk[d as usize].clone(), disks }
+        CommitTable { table: self.table.clone(), partitions: self.per_disk[d as usize].clone(), disks, copies: self.copies.clone() }
     }
+}
+
+/// Checks `replicas` against the cluster: 1 ≤ R ≤ disks.
+///
+/// # Errors
+/// [`HostError::TooManyReplicas`]; [`HostError::Invalid`] for 0.
+pub fn check_replicas(replicas: u32, disks: u32) -> Result<()> {
+    if replicas == 0 {
+        return Err(HostError::Invalid("--replicas must be at least 1".into()));
+    }
+    if replicas > disks {
+        return Err(HostError::TooManyReplicas { replicas, disks });
+    }
+    Ok(())
 }
 
 /// Options of a TPC-H load.
@@ -120,6 +137,8 @@ pub struct TpchLoad {
     pub row_group_rows: usize,
     /// Tables (empty: all eight).
     pub tables: Vec<String>,
+    /// Copies of each partition (chained declustering, [`replica_disks`]); 1: no replicas.
+    pub replicas: u32,
 }
 
 /// Generates TPC-H at the disks, all tables as one load: nothing is visible until every table
@@ -127,6 +146,7 @@ pub struct TpchLoad {
 /// rows_so_far_total)` is called as disks report.
 pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad, mut progress: impl FnMut(&str, u64)) -> Result<Vec<(String, u64)>> {
     tpch::validate_sf(load.sf)?;
+    check_replicas(load.replicas, cluster.disk_count())?;
     let tables: Vec<String> = if load.tables.is_empty() { tpch::TABLES.iter().map(|s| s.to_string()).collect() } else { load.tables.clone() };
     for table in &tables {
         tpch::schema(table)?;
@@ -150,7 +170,10 @@ pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad, mut progress: impl Fn
 async fn stage_tpch_table(cluster: &Cluster, load: &TpchLoad, load_id: &str, table: &str, progress: &mut impl FnMut(&str, u64)) -> Result<(u64, StagedTable)> {
     let disks = cluster.disk_count();
     let part_count = if tpch::is_unsplit(table) { 1 } else { disks * load.partitions_per_disk.max(1) };
-    let per_disk: Vec<Vec<u32>> = (0..disks).map(|d| (1..=part_count).filter(|p| disk_of_part(*p, part_count, disks) == d).collect()).collect();
+    // Part p (1-based) has its primary at disk_of_part and copies on the next disks of the
+    // chain; every copy is generated at its disk (the generator is deterministic).
+    let copies: Vec<PartitionCopies> = (1..=part_count).map(|p| PartitionCopies { partition: p - 1, disks: replica_disks(disk_of_part(p, part_count, disks), load.replicas, disks) }).collect();
+    let per_disk: Vec<Vec<u32>> = (0..disks).map(|d| (1..=part_count).filter(|p| copies[*p as usize - 1].disks.contains(&d)).collect()).collect();
     let mut streams = Vec::new();
     for (d, parts) in per_disk.iter().enumerate().filter(|(_, p)| !p.is_empty()) {
         let d = d as u32;
@@ -163,16 +186,18 @@ async fn stage_tpch_table(cluster: &Cluster, load: &TpchLoad, load_id: &str, tab
     }
     let mut merged = futures::stream::select_all(streams);
     let mut last = vec![LoadProgress::default(); disks as usize];
+    // Rows of the table counted once: each disk's share of the copies it generates.
+    let share = |last: &[LoadProgress]| last.iter().map(|p| p.rows).sum::<u64>() / u64::from(load.replicas.max(1));
     while let Some((d, item)) = merged.next().await {
         last[d as usize] = serde_json::from_slice(&item?).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("bad progress: {e}") })?;
-        progress(table, last.iter().map(|p| p.rows).sum());
+        progress(table, share(&last));
     }
     if let Some(d) = (0..disks).find(|d| !per_disk[*d as usize].is_empty() && !last[*d as usize].done) {
         let message = format!("generating `{table}` ended without `done` after {} rows", last[d as usize].rows);
         return Err(HostError::Disk { disk: d, code: "Aborted".into(), message });
     }
     let partitions = per_disk.into_iter().map(|parts| parts.into_iter().map(|p| p - 1).collect()).collect();
-    Ok((last.iter().map(|p| p.rows).sum(), StagedTable { table: table.to_string(), per_disk: partitions }))
+    Ok((share(&last), StagedTable { table: table.to_string(), per_disk: partitions, copies }))
 }
 
 /// Input file format of [`load_files`].
@@ -226,7 +251,15 @@ fn open_batches(format: FileFormat, path: &PathBuf) -> Result<(SchemaRef, Box<dy
 /// replaces the table on every disk at once, or (a bad input row, a failed disk) leaves the
 /// previous table as it was.
 pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], rule: Decluster, progress: impl FnMut(u64)) -> Result<Vec<PartitionInfo>> {
+    load_files_replicated(cluster, table, format, files, rule, 1, progress).await
+}
+
+/// [`load_files`] with `replicas` copies of each partition: partition `p` (the rows `rule`
+/// routes to disk `p`) is also written to disks `p + 1, …, p + replicas − 1` (mod N). Returns
+/// the primary copies' partitions.
+pub async fn load_files_replicated(cluster: &Cluster, table: &str, format: FileFormat, files: &[PathBuf], rule: Decluster, replicas: u32, progress: impl FnMut(u64)) -> Result<Vec<PartitionInfo>> {
     adisk_storage::store::validate_table_name(table)?;
+    check_replicas(replicas, cluster.disk_count())?;
     if files.is_empty() {
         return Err(HostError::Invalid("no input files".into()));
     }
@@ -247,29 +280,34 @@ pub async fn load_files(cluster: &Cluster, table: &str, format: FileFormat, file
     }
     let schema = schema.expect("at least one file");
     let load_id = new_load_id();
-    let stage = stage_files(cluster, &load_id, table, format, files, schema, router, progress);
+    let stage = stage_files(cluster, &load_id, table, format, files, schema, router, replicas, progress);
     staged_load(cluster, &load_id, stage).await
 }
 
-/// One `DoPut` per disk, fed through a bounded channel, staging the disk's partition.
-fn start_puts(cluster: &Cluster, load_id: &str, table: &str, schema: &SchemaRef) -> (Vec<tokio::sync::mpsc::Sender<RecordBatch>>, Vec<tokio::task::JoinHandle<Result<Vec<PartitionInfo>>>>) {
-    let mut senders = Vec::new();
+/// A staging `DoPut`: the disk it writes to, the partition, and the call.
+type PutCall = (u32, u32, tokio::task::JoinHandle<Result<Vec<PartitionInfo>>>);
+
+/// One `DoPut` per copy of each disk's partition (partition `p`'s copies on
+/// [`replica_disks`]`(p, replicas, N)`), each fed through a bounded channel; senders per
+/// partition.
+fn start_puts(cluster: &Cluster, load_id: &str, table: &str, schema: &SchemaRef, replicas: u32) -> (Vec<Vec<tokio::sync::mpsc::Sender<RecordBatch>>>, Vec<PutCall>) {
+    let mut senders: Vec<Vec<tokio::sync::mpsc::Sender<RecordBatch>>> = vec![Vec::new(); cluster.disk_count() as usize];
     let mut calls = Vec::new();
-    for d in 0..cluster.disk_count() {
+    for (partition, d) in (0..cluster.disk_count()).flat_map(|p| replica_disks(p, replicas, cluster.disk_count()).into_iter().map(move |d| (p, d))) {
         let (tx, rx) = tokio::sync::mpsc::channel::<RecordBatch>(4);
-        senders.push(tx);
-        let command = PutCommand::Load { table: table.to_string(), partition: d, row_group_rows: DEFAULT_ROW_GROUP_ROWS, load_id: load_id.to_string() };
+        senders[partition as usize].push(tx);
+        let command = PutCommand::Load { table: table.to_string(), partition, row_group_rows: DEFAULT_ROW_GROUP_ROWS, load_id: load_id.to_string() };
         let data = FlightDataEncoderBuilder::new()
             .with_schema(schema.clone())
             .with_flight_descriptor(Some(FlightDescriptor::new_cmd(serde_json::to_vec(&command).expect("command serializes"))))
             .build(tokio_stream_from(rx).map(Ok));
         let mut c = cluster.client(d);
         let address = cluster.address(d).to_string();
-        calls.push(tokio::spawn(async move {
+        calls.push((d, partition, tokio::spawn(async move {
             let results = c.do_put(data).await.map_err(|e| flight_err(d, &address, e))?;
             let replies: Vec<_> = results.try_collect().await.map_err(|e| flight_err(d, &address, e))?;
             replies.iter().map(|r| serde_json::from_slice(&r.app_metadata).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed load reply: {e}") })).collect()
-        }));
+        })));
     }
     (senders, calls)
 }
@@ -283,9 +321,10 @@ async fn stage_files(
     files: &[PathBuf],
     schema: SchemaRef,
     mut router: Router,
+    replicas: u32,
     mut progress: impl FnMut(u64),
 ) -> Result<(Vec<PartitionInfo>, Vec<StagedTable>)> {
-    let (senders, calls) = start_puts(cluster, load_id, table, &schema);
+    let (senders, calls) = start_puts(cluster, load_id, table, &schema, replicas);
     let mut rows_sent = vec![0u64; senders.len()];
     let fed = async {
         let mut rows = 0u64;
@@ -296,8 +335,10 @@ async fn stage_files(
                 rows += b.num_rows() as u64;
                 for (d, part) in router.route(&b)?.into_iter().enumerate() {
                     rows_sent[d] += part.num_rows() as u64;
-                    if part.num_rows() > 0 && senders[d].send(part).await.is_err() {
-                        return Ok(()); // the call failed; its error is reported below
+                    for copy in senders[d].iter().filter(|_| part.num_rows() > 0) {
+                        if copy.send(part.clone()).await.is_err() {
+                            return Ok(()); // the call failed; its error is reported below
+                        }
                     }
                 }
                 progress(rows);
@@ -309,27 +350,31 @@ async fn stage_files(
     if let Err(e) = fed {
         // A bad input row: reset every call (the disks remove what they wrote), never end
         // the streams as if complete.
-        calls.iter().for_each(|c| c.abort());
+        calls.iter().for_each(|(_, _, c)| c.abort());
         return Err(e);
     }
     drop(senders);
-    collect_puts(table, calls, &rows_sent).await
+    let disks = cluster.disk_count();
+    collect_puts(table, calls, &rows_sent, replicas, disks).await
 }
 
-/// Waits for every disk's `DoPut`; checks each staged exactly the rows it was sent.
-async fn collect_puts(table: &str, calls: Vec<tokio::task::JoinHandle<Result<Vec<PartitionInfo>>>>, rows_sent: &[u64]) -> Result<(Vec<PartitionInfo>, Vec<StagedTable>)> {
+/// Waits for every `DoPut`; checks each copy staged exactly the rows its partition was sent.
+async fn collect_puts(table: &str, calls: Vec<PutCall>, rows_sent: &[u64], replicas: u32, disks: u32) -> Result<(Vec<PartitionInfo>, Vec<StagedTable>)> {
     let mut infos = Vec::new();
-    let mut per_disk = Vec::new();
-    for (d, c) in calls.into_iter().enumerate() {
+    let mut per_disk = vec![Vec::new(); disks as usize];
+    for (d, partition, c) in calls {
         let staged: Vec<PartitionInfo> = c.await.map_err(|e| HostError::Invalid(e.to_string()))??;
         let rows: u64 = staged.iter().map(|p| p.rows).sum();
-        if rows != rows_sent[d] {
-            return Err(HostError::Disk { disk: d as u32, code: "DataLoss".into(), message: format!("staged {rows} rows of `{table}`, the host sent {}", rows_sent[d]) });
+        if rows != rows_sent[partition as usize] {
+            return Err(HostError::Disk { disk: d, code: "DataLoss".into(), message: format!("staged {rows} rows of `{table}` partition {partition}, the host sent {}", rows_sent[partition as usize]) });
         }
-        per_disk.push(staged.iter().map(|p| p.partition).collect());
-        infos.extend(staged);
+        per_disk[d as usize].extend(staged.iter().map(|p| p.partition));
+        if d == partition {
+            infos.extend(staged);
+        }
     }
-    Ok((infos, vec![StagedTable { table: table.to_string(), per_disk }]))
+    let copies = (0..disks).map(|p| PartitionCopies { partition: p, disks: replica_disks(p, replicas, disks) }).collect();
+    Ok((infos, vec![StagedTable { table: table.to_string(), per_disk, copies }]))
 }
 
 fn tokio_stream_from<T: Send + 'static>(mut rx: tokio::sync::mpsc::Receiver<T>) -> futures::stream::BoxStream<'static, T> {

@@ -181,7 +181,19 @@ pub async fn run(cluster: &Arc<Cluster>, req: &JobRequest) -> Result<JobOutput> 
     let mut out = match req.disklet.as_str() {
         "partition" => partition(cluster, &engine, req, table).await?,
         "aggregate" | "groupby" if req.flag("exchange")? => {
-            exchange_groupby(cluster, &engine, req, table).await?
+            // Failover: rerun the whole exchange (senders read the partitions assigned among
+            // the live copies when planned; receivers are the live disks) without a disk that
+            // stopped answering; the failed run's rows were never handed out.
+            let mut reruns = 0;
+            loop {
+                match exchange_groupby(cluster, &engine, req, table.clone()).await {
+                    Err(e) if reruns < cluster.disk_count() && !matches!(e, HostError::LostPartitions { .. }) && !cluster.probe().await.is_empty() => {
+                        tracing::warn!("exchange failed ({e}); rerunning without the dead disks");
+                        reruns += 1;
+                    }
+                    result => break result?,
+                }
+            }
         }
         _ => {
             let df = build(&engine, req, table).await?;
@@ -551,7 +563,9 @@ fn senders(
     route: Route,
 ) -> Result<Vec<(u32, JobSpec)>> {
     let (source, stages) = scan.disk_stages()?;
-    let targets: Vec<String> = (0..cluster.disk_count())
+    let targets: Vec<String> = cluster
+        .live_disks()
+        .into_iter()
         .map(|d| cluster.address(d).to_string())
         .collect();
     let settings = engine.settings();
@@ -577,7 +591,8 @@ fn senders(
                 jobs::chain(
                     "send",
                     &settings.program,
-                    source.clone(),
+                    // Replicas: each sender reads only the partitions assigned to it.
+                    crate::sql::scan::reading_source(source.clone(), scan.partitions_at(*d)),
                     stages.clone(),
                     sink,
                     sizes,
@@ -607,7 +622,9 @@ fn receivers(
         senders,
         schema: schema.clone(),
     };
-    (0..cluster.disk_count())
+    cluster
+        .live_disks()
+        .into_iter()
         .map(|d| {
             (
                 d,

@@ -83,7 +83,7 @@ fn mutations() -> impl Strategy<Value = (usize, Vec<Edit>)> {
 }
 
 fn spec_corpus() -> Vec<Vec<u8>> {
-    let scan = |sink| JobSpec::chain("j", "p", Source::Table { table: "lineitem".into(), columns: vec!["l_quantity".into()], prune: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: Some(10) }], sink);
+    let scan = |sink| JobSpec::chain("j", "p", Source::Table { table: "lineitem".into(), columns: vec!["l_quantity".into()], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: Some(10) }], sink);
     vec![scan(Sink::Host).to_bytes(), scan(Sink::Exchange { exchange_id: "x".into(), targets: vec!["127.0.0.1:1".into(), "127.0.0.1:2".into()], sender: 0, route: Default::default(), relay: None }).to_bytes()]
 }
 
@@ -190,7 +190,7 @@ fn sql_text_never_panics_at_any_offload_level() {
     let rt = runtime();
     let dir = tempfile::tempdir().unwrap();
     let (cluster, _, _stop) = rt.block_on(one_disk(dir.path()));
-    rt.block_on(adisk_host::load::load_tpch(&cluster, &TpchLoad { sf: 0.001, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![] }, |_, _| {})).unwrap();
+    rt.block_on(adisk_host::load::load_tpch(&cluster, &TpchLoad { sf: 0.001, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![], replicas: 1 }, |_, _| {})).unwrap();
     let engines: Vec<SqlEngine> = Offload::ALL.iter().map(|o| rt.block_on(SqlEngine::new(cluster.clone(), SqlOptions { offload: *o, ..SqlOptions::default() })).unwrap()).collect();
     let corpus: Vec<Vec<u8>> = (1..=22).map(|q| adisk_host::sql::tpch::query(q).unwrap().as_bytes().to_vec()).collect();
     fuzz("SQL text", (mutations(), 0..engines.len()), |((pick, edits), level)| {

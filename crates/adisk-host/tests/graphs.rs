@@ -106,7 +106,7 @@ fn column(batches: &[RecordBatch], name: &str) -> Vec<i64> {
 }
 
 fn table(name: &str) -> Source {
-    Source::Table { table: name.into(), columns: vec![], prune: None }
+    Source::Table { table: name.into(), columns: vec![], prune: None, partitions: None }
 }
 
 fn graph(id: &str, inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobSpec {

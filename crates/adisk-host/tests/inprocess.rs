@@ -58,7 +58,7 @@ async fn host_resident_stream_through_a_disklet() {
     assert_eq!(stats.rows_shipped, expected.len() as u64);
     assert!(stats.bytes_shipped_host > 0);
     // A job naming an unknown table is refused with a typed error, and the disk goes on serving.
-    let bad = JobSpec::chain("bad", "test", Source::Table { table: "nosuch".into(), columns: vec![], prune: None }, vec![], Sink::Host);
+    let bad = JobSpec::chain("bad", "test", Source::Table { table: "nosuch".into(), columns: vec![], prune: None, partitions: None }, vec![], Sink::Host);
     let err = match cluster.start(0, &bad).await {
         Err(e) => e.to_string(),
         Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
@@ -96,8 +96,8 @@ async fn concurrent_jobs_share_the_disk() {
     let cluster = Arc::new(cluster);
     let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
     let group = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(100_000i64)).alias("g")], vec![datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x")).alias("s")], true).await.unwrap();
-    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None }, vec![group], Sink::Host) };
-    let short = JobSpec::chain("short", "program-b", Source::Table { table: "small".into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }], Sink::Host);
+    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None, partitions: None }, vec![group], Sink::Host) };
+    let short = JobSpec::chain("short", "program-b", Source::Table { table: "small".into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }], Sink::Host);
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
         let mut rows = 0;
@@ -164,7 +164,7 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
         store.commit_partition(w).unwrap();
     }
     let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = |id: &str, buffer_kib: u64| JobSpec { buffer_kib, ..JobSpec::chain(id, "test", Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None }, vec![], Sink::Host) };
+    let spec = |id: &str, buffer_kib: u64| JobSpec { buffer_kib, ..JobSpec::chain(id, "test", Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None, partitions: None }, vec![], Sink::Host) };
     let mut counts = Vec::new();
     for (id, kib) in [("disk-buffers", 0), ("own-buffers", 1024)] {
         let mut out = cluster.start(0, &spec(id, kib)).await.unwrap();
@@ -270,7 +270,7 @@ async fn group_by_job(job_id: &str, program: &str) -> JobSpec {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false), Field::new("y", DataType::Int64, false)]));
     let sum = datafusion::functions_aggregate::expr_fn::sum(col("x") * col("y"));
     let aggregate = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(1024i64)).alias("g")], vec![sum.alias("s")], true).await.unwrap();
-    JobSpec { scratch_kib: 4 * 1024, ..JobSpec::chain(job_id, program, Source::Table { table: "t".into(), columns: vec![], prune: None }, vec![aggregate], Sink::Host) }
+    JobSpec { scratch_kib: 4 * 1024, ..JobSpec::chain(job_id, program, Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }, vec![aggregate], Sink::Host) }
 }
 
 /// Runs `spec` to its end and checks it made one row per group.
@@ -304,7 +304,7 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
         store.commit_partition(w).unwrap();
     }
     let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = JobSpec::chain("wide-scan", "test", Source::Table { table: "wide".into(), columns: vec![], prune: None }, vec![], Sink::Host);
+    let spec = JobSpec::chain("wide-scan", "test", Source::Table { table: "wide".into(), columns: vec![], prune: None, partitions: None }, vec![], Sink::Host);
     let mut out = cluster.start(0, &spec).await.unwrap();
     let mut got = Vec::new();
     while let Some(b) = out.next().await {
@@ -357,7 +357,7 @@ fn staged(store: &adisk_storage::store::DiskStore, load: &str, rows: i64, disks:
     let mut w = store.create_staged_partition(load, "t", store.disk_id(), schema.clone(), 4096).unwrap();
     w.write(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap()).unwrap();
     store.finish_staged(load, w).unwrap();
-    let commit = adisk_core::protocol::CommitTable { table: "t".into(), partitions: vec![store.disk_id()], disks };
+    let commit = adisk_core::protocol::CommitTable { table: "t".into(), partitions: vec![store.disk_id()], disks, copies: vec![] };
     store.commit_load(load, &[commit]).unwrap();
 }
 

@@ -58,7 +58,7 @@ async fn run(cluster: &Cluster, predicate: ExprBytes) -> Result<u64, HostError> 
     let spec = JobSpec::chain(
         "limits-test",
         "test",
-        Source::Table { table: "t".into(), columns: vec!["x".into()], prune: None },
+        Source::Table { table: "t".into(), columns: vec!["x".into()], prune: None, partitions: None },
         vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }],
         Sink::Host,
     );

@@ -124,7 +124,7 @@ fn wasm(name: &str, params: &[(&str, &str)]) -> DiskletSpec {
 }
 
 fn table(name: &str) -> Source {
-    Source::Table { table: name.into(), columns: vec![], prune: None }
+    Source::Table { table: name.into(), columns: vec![], prune: None, partitions: None }
 }
 
 fn port(stage: u32, port: u32) -> Port {

@@ -150,9 +150,36 @@ pub fn disk_of_part(part: u32, part_count: u32, disks: u32) -> u32 {
     ((u64::from(part - 1) * u64::from(disks)) / u64::from(part_count)) as u32
 }
 
+/// Chained declustering: the disks holding a copy of a partition whose primary is disk
+/// `primary`, primary first: `primary, primary + 1, …, primary + replicas − 1` (mod `disks`).
+/// When one disk fails, its partitions' next copies are on its successor, and every disk
+/// still holds a copy of some partitions of each neighbour (Hsiao & DeWitt, 1990).
+///
+/// # Panics
+/// If `replicas` is 0 or more than `disks` (callers check: one copy per disk at most).
+pub fn replica_disks(primary: u32, replicas: u32, disks: u32) -> Vec<u32> {
+    assert!(replicas >= 1 && replicas <= disks, "{replicas} replicas on {disks} disks");
+    (0..replicas).map(|r| (primary + r) % disks).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    #[test]
+    fn chained_replicas() {
+        assert_eq!(replica_disks(0, 1, 4), vec![0]);
+        assert_eq!(replica_disks(2, 2, 4), vec![2, 3]);
+        assert_eq!(replica_disks(3, 2, 4), vec![3, 0]);
+        assert_eq!(replica_disks(3, 4, 4), vec![3, 0, 1, 2]);
+        // Every disk holds exactly `replicas` partitions' copies when there is one per disk.
+        let mut held = [0; 4];
+        for p in 0..4 {
+            for d in replica_disks(p, 3, 4) {
+                held[d as usize] += 1;
+            }
+        }
+        assert_eq!(held, [3; 4]);
+    }
     #[test]
     fn parse_and_parts() {
         assert_eq!("hash:a".parse::<Decluster>().unwrap(), Decluster::Hash { column: "a".into() });

@@ -179,7 +179,7 @@ impl DiskStore {
         let live_dir = generation_dir(load_id, &t.table);
         let partitions =
             staged.partitions.values().map(|p| PartitionInfo { file: format!("{live_dir}/part-{:05}.parquet", p.partition), ..p.clone() }).collect();
-        let load = Some(LoadStamp { load_id: load_id.to_string(), disks: t.disks.clone() });
+        let load = Some(LoadStamp { load_id: load_id.to_string(), disks: t.disks.clone(), copies: t.copies.clone() });
         Ok(Some(TableInfo { name: t.table.clone(), schema: staged.schema.as_ref().clone(), partitions, load }))
     }
 
@@ -230,7 +230,7 @@ mod tests {
     }
 
     fn commit(partitions: Vec<u32>) -> Vec<CommitTable> {
-        vec![CommitTable { table: "t".into(), partitions, disks: vec![0] }]
+        vec![CommitTable { table: "t".into(), partitions, disks: vec![0], copies: vec![] }]
     }
 
     fn rows(store: &DiskStore) -> u64 {

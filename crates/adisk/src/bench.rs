@@ -96,7 +96,7 @@ pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, pyth
             let cluster = crate::connect(&cdir).await?;
             let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
             if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
-                crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()] }).await?;
+                crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1 }).await?;
             }
             Ok::<(), CliError>(())
         }

@@ -69,6 +69,7 @@ async fn loopback_mb_s(
         table: "lineitem".into(),
         columns: columns.to_vec(),
         prune: None,
+        partitions: None,
     };
     let spec = adisk_core::protocol::JobSpec::chain(
         format!("bench-exchange-fetch-{}", std::process::id()),
@@ -134,6 +135,7 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
             partitions_per_disk: 1,
             row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
             tables: vec!["lineitem".into()],
+            replicas: 1,
         };
         crate::output::load_tpch(&cluster, &load).await?;
     }

@@ -38,6 +38,10 @@ pub struct ChaosArgs {
     /// TPC-H scale factor (one with official answers: 0.01, 0.1 or 1).
     #[arg(long, default_value_t = 0.01)]
     pub sf: f64,
+    /// Copies of each partition (`load --replicas`): with 2, a killed or stopped disk's
+    /// partitions are read from their other copy.
+    #[arg(long, default_value_t = 1)]
+    pub replicas: u32,
 }
 
 /// SplitMix64: the run's only source of decisions.
@@ -94,7 +98,7 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     let result = chaos_loop(&cdir, config, a, &answers).await;
     let _ = local::down(&cdir).await;
     let tally = result?;
-    println!("chaos seed {} for {} min on {} disks: {:?}", a.seed, a.minutes, a.disks, tally.events);
+    println!("chaos seed {} for {} min on {} disks, {} replicas: {:?}", a.seed, a.minutes, a.disks, a.replicas, tally.events);
     println!("answers correct {}, clear errors under a fault {}, failures {}", tally.correct, tally.expected_errors, tally.failures.len());
     if tally.failures.is_empty() {
         let _ = std::fs::remove_dir_all(&cdir);
@@ -108,7 +112,7 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
 
 async fn chaos_loop(cdir: &Path, config: ClusterConfig, a: &ChaosArgs, answers: &BTreeMap<u32, String>) -> Result<Tally, CliError> {
     let cluster = Arc::new(adisk_host::Cluster::connect(config.clone()).await?);
-    let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![] };
+    let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![], replicas: a.replicas };
     adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await?;
     let answers = oracles(&cluster, answers).await?;
     let answers = &answers;
@@ -122,7 +126,7 @@ async fn chaos_loop(cdir: &Path, config: ClusterConfig, a: &ChaosArgs, answers: 
             0..=5 => query(cdir, &mut rng, fault.is_some(), answers, &mut tally).await,
             6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, &mut rng, &mut tally)?),
             6 | 7 => end(cdir, &config, fault.take().expect("a fault"), &mut tally).await?,
-            8 if fault.is_none() => reload(cdir, &mut rng, &mut tally).await,
+            8 if fault.is_none() => reload(cdir, a, &mut rng, &mut tally).await,
             _ => {}
         }
     }
@@ -229,13 +233,13 @@ async fn end(cdir: &Path, config: &ClusterConfig, fault: Fault, tally: &mut Tall
 }
 
 /// Reloads `nation` or `region` (an atomic load while nothing else is faulty).
-async fn reload(cdir: &Path, rng: &mut Rng, tally: &mut Tally) {
+async fn reload(cdir: &Path, a: &ChaosArgs, rng: &mut Rng, tally: &mut Tally) {
     tally.event("reload");
     let table = if rng.below(2) == 0 { "nation" } else { "region" };
     let run = async {
         let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
         let cluster = adisk_host::Cluster::connect(config).await?;
-        let load = adisk_host::load::TpchLoad { sf: 0.01, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![table.to_string()] };
+        let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![table.to_string()], replicas: a.replicas };
         adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await
     };
     if let Err(e) = run.await {

@@ -486,6 +486,7 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
             partitions_per_disk: 1,
             row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
             tables,
+            replicas: 1,
         },
     )
     .await?;

@@ -113,6 +113,9 @@ enum LoadCommand {
         /// Only these tables (comma-separated).
         #[arg(long, value_delimiter = ',')]
         tables: Vec<String>,
+        /// Copies of each partition, on consecutive disks (chained declustering).
+        #[arg(long, default_value_t = 1)]
+        replicas: u32,
     },
     /// Load Parquet files into a table.
     Parquet(FileLoadArgs),
@@ -139,6 +142,9 @@ struct FileLoadArgs {
     /// Declustering rule: range:COL, hash:COL or roundrobin.
     #[arg(long, default_value = "roundrobin")]
     decluster: String,
+    /// Copies of each partition, on consecutive disks (chained declustering).
+    #[arg(long, default_value_t = 1)]
+    replicas: u32,
 }
 
 #[derive(clap::Args, Debug)]
@@ -197,6 +203,17 @@ pub enum CliError {
     Other(String),
 }
 
+/// Blocks SIGPIPE in the calling thread.
+fn block_sigpipe() {
+    // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread only.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Disk(_)) {
@@ -214,7 +231,10 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Sim(cmd) => adisk_sim::cli::run(cmd).map_err(CliError::from),
         command => {
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            // The runtime's threads write to the disks' sockets with writev, which raises SIGPIPE
+            // when a disk died: they block it (the write fails with EPIPE instead, and the query
+            // fails over); only the main thread, which writes the output, keeps SIGPIPE.
+            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().on_thread_start(block_sigpipe).build() {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("error: cannot start the runtime: {e}");
@@ -266,12 +286,12 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
         Command::Scrub { format } => output::scrub(&connect_lazy(&dir)?, &format).await,
-        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables }) => {
+        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables, replicas }) => {
             let cluster = connect(&dir).await?;
-            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables }).await
+            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables, replicas }).await
         }
-        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster).await,
-        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster).await,
+        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster, a.replicas).await,
+        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster, a.replicas).await,
         Command::Run(a) => {
             let cluster = std::sync::Arc::new(connect(&dir).await?);
             let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib, temp_kib: a.temp_kib };

@@ -96,7 +96,7 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
             Ok(c) => c
                 .tables
                 .values()
-                .map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks()}))
+                .map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks(), "replicas": t.replicas()}))
                 .chain(c.incomplete.iter().map(|(name, why)| serde_json::json!({"name": name, "incomplete": why.reason, "disks": why.disks})))
                 .collect(),
             Err(_) => vec![],
@@ -143,17 +143,18 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
     match catalog {
         Ok(c) => {
             println!(
-                "\n{:<12} {:>12} {:>12} {:>11} {:>8}",
-                "table", "rows", "bytes", "partitions", "disks"
+                "\n{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
+                "table", "rows", "bytes", "partitions", "disks", "replicas"
             );
             for t in c.tables.values() {
                 println!(
-                    "{:<12} {:>12} {:>12} {:>11} {:>8}",
+                    "{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
                     t.name,
                     t.rows(),
                     adisk_core::stats::human_bytes(t.bytes()),
                     t.placements.len(),
-                    t.disks().len()
+                    t.disks().len(),
+                    t.replicas()
                 );
             }
             for (name, why) in &c.incomplete {
@@ -230,11 +231,12 @@ pub async fn load_files(
     format: FileFormat,
     files: &[PathBuf],
     decluster: &str,
+    replicas: u32,
 ) -> Result<(), CliError> {
     let rule = decluster.parse()?;
     let started = Instant::now();
     let pb = indicatif::ProgressBar::new_spinner();
-    let infos = adisk_host::load::load_files(cluster, table, format, files, rule, |rows| {
+    let infos = adisk_host::load::load_files_replicated(cluster, table, format, files, rule, replicas, |rows| {
         pb.set_message(format!("{rows} rows"))
     })
     .await?;

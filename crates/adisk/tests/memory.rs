@@ -78,7 +78,7 @@ async fn a_job_spec_too_large_for_the_budget_is_refused() {
     // 64 MiB / 16 = 4 MiB: a spec carrying a 5 MB expression is refused before the expression
     // is decoded.
     let predicate = adisk_core::protocol::ExprBytes(vec![7u8; 5_000_000]);
-    let spec = JobSpec::chain("big", "p", Source::Table { table: "t".into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }], Sink::Host);
+    let spec = JobSpec::chain("big", "p", Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }], Sink::Host);
     let err = client.do_get(Ticket::new(spec.to_bytes())).await.err().expect("refused");
     assert!(err.to_string().contains("exceeds this disk's limit"), "{err}");
     let status = common::status_json(dir);

@@ -53,7 +53,7 @@ async fn action_code(address: &str, token: Option<String>, name: &str, body: &[u
 }
 
 fn scan(table: &str, sink: Sink) -> JobSpec {
-    JobSpec::chain("stranger", "stranger", Source::Table { table: table.into(), columns: vec![], prune: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: None }], sink)
+    JobSpec::chain("stranger", "stranger", Source::Table { table: table.into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: None }], sink)
 }
 
 async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic::Code {

@@ -137,11 +137,13 @@ impl PhysicalOptimizerRule for DistributeRule {
         if self.settings.offload != super::Offload::Disks {
             return Ok(plan);
         }
-        let disk_count = self.cluster.disk_count();
+        // Exchanges go to the live disks only (a dead disk's partitions are read elsewhere).
+        let live = self.cluster.live_disks();
         let stages = Arc::new(Mutex::new(Stages::default()));
         let mut cutter = Cutter {
             stages: stages.clone(),
-            disk_count,
+            disk_count: live.len() as u32,
+            live,
         };
         let out = self.place(plan, &mut cutter)?;
         let list = std::mem::take(&mut stages.lock().expect("stages lock").list);
@@ -224,6 +226,8 @@ fn worth_it(cut: &Cut) -> bool {
 struct Cutter {
     stages: Arc<Mutex<Stages>>,
     disk_count: u32,
+    /// The disks not taken as dead, in order: hash partition `i` goes to `live[i]`.
+    live: Vec<u32>,
 }
 
 impl Cutter {
@@ -324,7 +328,7 @@ impl Cutter {
                 }
                 let schema = below.plan.schema();
                 let stage = self.finish(below, Route2::Hash(keys));
-                let disks: Vec<u32> = (0..self.disk_count).collect();
+                let disks: Vec<u32> = self.live.clone();
                 self.set_targets(stage, &disks);
                 Some(Cut {
                     plan: Arc::new(EmptyExec::new(schema)),
@@ -423,7 +427,7 @@ impl Cutter {
         if !decodable(&left.plan) || !decodable(&right.plan) {
             return None;
         }
-        let disks: Vec<u32> = (0..self.disk_count).collect();
+        let disks: Vec<u32> = self.live.clone();
         let (lschema, rschema) = (left.plan.schema(), right.plan.schema());
         let (l, r) = (
             self.finish(left, Route2::Hash(keys.0)),
@@ -487,7 +491,15 @@ struct Run {
 }
 
 impl DisksExec {
-    /// How many stages this node runs.
+    /// Which disk reads which partitions, per scan of the stages.
+    pub fn scan_reads(&self) -> Vec<String> {
+        self.stages.iter().flat_map(|s| &s.inputs).filter_map(|i| match i {
+            Input::Scan(scan) => scan.describe_reads(),
+            Input::Pipe(_) => None,
+        }).collect()
+    }
+
+    /// Number of stages.
     pub fn stage_count(&self) -> usize {
         self.reachable().len()
     }
@@ -596,7 +608,8 @@ impl DisksExec {
             match inp {
                 Input::Scan(scan) => {
                     let (source, chain) = scan.disk_stages()?;
-                    inputs.push(source);
+                    // Replicas: this disk reads only the partitions assigned to it.
+                    inputs.push(super::scan::reading_source(source, scan.partitions_at(stage.disks[p])));
                     let mut from = input;
                     for disklet in chain {
                         stages.push(JobStage {

@@ -237,6 +237,8 @@ pub struct QueryOutput {
     pub plan: Arc<dyn ExecutionPlan>,
     /// Host-link busy time during the query.
     pub link_busy: Option<Duration>,
+    /// Failovers: each rerun of the query, e.g. `rerun without disk 2 (…)`.
+    pub failover: Vec<String>,
 }
 
 impl QueryOutput {
@@ -298,13 +300,30 @@ pub const BROADCAST_BYTES: usize = 4 << 20;
 pub const BROADCAST_ROWS: usize = 128 << 10;
 
 /// SQL over a connected cluster.
+///
+/// # Failover
+/// A query whose run fails is rerun from scratch, at every offload level, when a disk that
+/// was live stops answering ([`Cluster::probe`]): the failed disk is taken as dead, the
+/// sessions are rebuilt over the live disks (the `disks` level hashes to them only), every
+/// scan assigns the dead disk's partitions to their other copies, and the whole plan runs
+/// again with new job and exchange ids. Nothing of the failed run is kept: rows reach the
+/// caller only when the whole plan completed (`collect`), and the failed run's jobs are
+/// cancelled, so the dead disk's output is never counted twice. Each rerun is noted in
+/// [`QueryOutput::failover`]; at most one rerun per disk.
 pub struct SqlEngine {
+    cluster: Arc<Cluster>,
+    opts: SqlOptions,
+    sessions: Mutex<Arc<Sessions>>,
+    settings: Arc<SqlSettings>,
+    tables: Vec<String>,
+}
+
+/// The DataFusion sessions of an engine over the disks live when they were built.
+struct Sessions {
     ctx: SessionContext,
     metrics: Arc<QueryMetrics>,
-    settings: Arc<SqlSettings>,
     analyze_ctx: SessionContext,
     analyze_metrics: Arc<QueryMetrics>,
-    tables: Vec<String>,
 }
 
 fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> HostError + '_ {
@@ -317,6 +336,7 @@ fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) ->
                 HostError::Unreachable { disk, address, message } => HostError::Unreachable { disk: *disk, address: address.clone(), message: message.clone() },
                 HostError::Disk { disk, code, message } => HostError::Disk { disk: *disk, code: code.clone(), message: message.clone() },
                 HostError::IncompleteTable { table, disks, reason } => HostError::IncompleteTable { table: table.clone(), disks: disks.clone(), reason: reason.clone() },
+                HostError::LostPartitions { table, partitions, dead, copies } => HostError::LostPartitions { table: table.clone(), partitions: partitions.clone(), dead: dead.clone(), copies: copies.clone() },
                 other => HostError::Invalid(other.to_string()),
             };
         }
@@ -330,15 +350,24 @@ impl SqlEngine {
     /// # Errors
     /// Unreachable disks; a Bloom filter larger than what a disk can grant.
     pub async fn new(cluster: Arc<Cluster>, opts: SqlOptions) -> Result<Self> {
+        let (sessions, settings, tables) = Self::build(&cluster, &opts).await?;
+        Ok(SqlEngine { cluster, opts, sessions: Mutex::new(Arc::new(sessions)), settings, tables })
+    }
+
+    /// The sessions over the catalog of the live disks.
+    async fn build(cluster: &Arc<Cluster>, opts: &SqlOptions) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
         let catalog = cluster.catalog().await?;
         let statuses = cluster.status().await;
+        let dead = cluster.dead_disks();
         let mut min_memory = u64::MAX;
-        for s in statuses {
-            min_memory = min_memory.min(s?.memory_bytes);
+        for (d, s) in statuses.into_iter().enumerate() {
+            if !dead.contains(&(d as u32)) {
+                min_memory = min_memory.min(s?.memory_bytes);
+            }
         }
         let bloom_bytes = (opts.bloom_kib * 1024) as usize;
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
-        let cost = cost::CostModel::from_cluster(&cluster, &catalog, min_memory);
+        let cost = cost::CostModel::from_cluster(cluster, &catalog, min_memory);
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
                 "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
@@ -357,8 +386,8 @@ impl SqlEngine {
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
         let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, temp_kib: opts.temp_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone(), program: program.clone() });
         let settings = settings_for(false);
-        let (ctx, metrics) = Self::session(&cluster, &tables, settings.clone(), opts.host_threads)?;
-        let (analyze_ctx, analyze_metrics) = Self::session(&cluster, &tables, settings_for(true), opts.host_threads)?;
+        let (ctx, metrics) = Self::session(cluster, &tables, settings.clone(), opts.host_threads)?;
+        let (analyze_ctx, analyze_metrics) = Self::session(cluster, &tables, settings_for(true), opts.host_threads)?;
         for (name, why) in &catalog.incomplete {
             let provider = Arc::new(scan::IncompleteTable { name: name.clone(), schema: why.schema.clone(), why: why.clone() });
             for c in [&ctx, &analyze_ctx] {
@@ -366,7 +395,26 @@ impl SqlEngine {
             }
         }
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
-        Ok(SqlEngine { ctx, metrics, settings, analyze_ctx, analyze_metrics, tables })
+        Ok((Sessions { ctx, metrics, analyze_ctx, analyze_metrics }, settings, tables))
+    }
+
+    /// After a failed run: takes the disks that stopped answering as dead and rebuilds the
+    /// sessions over the live ones. Returns the note of the rerun, or the error itself when
+    /// no disk newly failed (or too many reruns happened).
+    async fn failover(&self, error: HostError, reruns: &mut Vec<String>) -> Result<()> {
+        if reruns.len() >= self.cluster.disk_count() as usize || matches!(error, HostError::LostPartitions { .. }) {
+            return Err(error);
+        }
+        let newly = self.cluster.probe().await;
+        if newly.is_empty() {
+            return Err(error);
+        }
+        let disks = newly.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        tracing::warn!("query failed ({error}); rerunning without disk {disks}");
+        reruns.push(format!("rerun without disk {disks} (it failed: {error})"));
+        let (sessions, _, _) = Self::build(&self.cluster, &self.opts).await?;
+        *self.sessions.lock().expect("sessions lock") = Arc::new(sessions);
+        Ok(())
     }
 
     /// A DataFusion session with the offload rule for `settings` and every table registered.
@@ -381,7 +429,7 @@ impl SqlEngine {
         config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
         config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
         if settings.offload == Offload::Disks {
-            disks_config(&mut config, cluster.disk_count());
+            disks_config(&mut config, cluster.live_disks().len() as u32);
         }
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -419,7 +467,8 @@ impl SqlEngine {
 
     /// The optimized physical plan of `sql`.
     pub async fn plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
-        self.physical(&self.ctx, sql).await
+        let (ctx, _) = self.session_for(false);
+        self.physical(&ctx, sql).await
     }
 
     /// Runs `sql`.
@@ -433,14 +482,24 @@ impl SqlEngine {
     }
 
     async fn run(&self, sql: &str, analyze: bool) -> Result<QueryOutput> {
-        let (ctx, _) = self.session_for(analyze);
         let started = Instant::now();
-        let plan = self.physical(ctx, sql).await?;
-        self.execute(plan, analyze, started).await
+        let mut reruns = Vec::new();
+        loop {
+            let (ctx, _) = self.session_for(analyze);
+            let plan = self.physical(&ctx, sql).await?;
+            match self.execute(plan, analyze, started).await {
+                Ok(mut out) => {
+                    out.failover = reruns;
+                    return Ok(out);
+                }
+                Err(e) => self.failover(e, &mut reruns).await?,
+            }
+        }
     }
 
-    fn session_for(&self, analyze: bool) -> (&SessionContext, &Arc<QueryMetrics>) {
-        if analyze { (&self.analyze_ctx, &self.analyze_metrics) } else { (&self.ctx, &self.metrics) }
+    fn session_for(&self, analyze: bool) -> (SessionContext, Arc<QueryMetrics>) {
+        let s = self.sessions.lock().expect("sessions lock").clone();
+        if analyze { (s.analyze_ctx.clone(), s.analyze_metrics.clone()) } else { (s.ctx.clone(), s.metrics.clone()) }
     }
 
     /// A table as a DataFrame of this engine's session (`analyze`: the session that counts
@@ -470,8 +529,25 @@ impl SqlEngine {
     /// Planning errors; a disk failing.
     pub async fn run_frame(&self, df: DataFrame, analyze: bool) -> Result<QueryOutput> {
         let started = Instant::now();
-        let plan = self.plan_frame(df).await?;
-        self.execute(plan, analyze, started).await
+        let logical = df.logical_plan().clone();
+        let mut first = Some(df);
+        let mut reruns = Vec::new();
+        loop {
+            // A rerun plans the same logical plan again in the rebuilt session: its scans
+            // assign partitions among the live disks.
+            let df = match first.take() {
+                Some(df) => df,
+                None => self.session_for(analyze).0.execute_logical_plan(logical.clone()).await.map_err(plan_err("planning the request"))?,
+            };
+            let plan = self.plan_frame(df).await?;
+            match self.execute(plan, analyze, started).await {
+                Ok(mut out) => {
+                    out.failover = reruns;
+                    return Ok(out);
+                }
+                Err(e) => self.failover(e, &mut reruns).await?,
+            }
+        }
     }
 
     async fn execute(&self, plan: Arc<dyn ExecutionPlan>, analyze: bool, started: Instant) -> Result<QueryOutput> {
@@ -487,7 +563,7 @@ impl SqlEngine {
             (Some(l), Some(b0)) => Some(l.busy().saturating_sub(b0)),
             _ => None,
         };
-        Ok(QueryOutput { schema: plan.schema(), batches, scans, wall: started.elapsed(), plan, link_busy })
+        Ok(QueryOutput { schema: plan.schema(), batches, scans, wall: started.elapsed(), plan, link_busy, failover: vec![] })
     }
 
     /// EXPLAIN: the plan with each operator marked disk or host, the bundles and the expected

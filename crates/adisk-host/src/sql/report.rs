@@ -153,6 +153,21 @@ impl Row {
     }
 }
 
+/// Which disk read which partitions, per scan of `plan` (also the scans inside `disks` stages).
+pub fn partition_reads(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
+        out.extend(scan.describe_reads());
+    }
+    if let Some(d) = plan.downcast_ref::<super::distribute::DisksExec>() {
+        out.extend(d.scan_reads());
+    }
+    for c in plan.children() {
+        out.extend(partition_reads(c));
+    }
+    out
+}
+
 /// EXPLAIN ANALYZE text of a finished query.
 pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let mut text = String::new();
@@ -240,6 +255,16 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     if let Some(busy) = out.link_busy {
         let _ = writeln!(text, "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)", busy.as_secs_f64() * 1e3, out.wall.as_secs_f64() * 1e3, 100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9));
     }
+    let reads = partition_reads(&out.plan);
+    if !reads.is_empty() {
+        let _ = writeln!(text, "\npartitions read (each once, by one live copy):");
+        for r in reads {
+            let _ = writeln!(text, "  {r}");
+        }
+    }
+    for f in &out.failover {
+        let _ = writeln!(text, "\nfailover: {f}");
+    }
     let _ = writeln!(text, "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):");
     let _ = write!(text, "{}", DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true));
     text
@@ -317,5 +342,7 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["bytes_disk_to_disk"] = l.disk_to_disk.into();
     v["control_messages"] = (l.jobs * 2).into();
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
+    v["partitions_read"] = partition_reads(&out.plan).into();
+    v["failover"] = out.failover.clone().into();
     v
 }

@@ -188,6 +188,8 @@ impl TableProvider for DiskTable {
         Some(s)
     }
     async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        // Partitions with no live copy: a typed error before anything runs.
+        self.entry.assign(&self.cluster.dead_disks()).map_err(to_df)?;
         let schema = &self.entry.schema;
         let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..schema.fields().len()).collect());
         let output = Arc::new(schema.project(&projection)?);
@@ -306,13 +308,17 @@ pub struct DiskScanExec {
     metrics: Arc<QueryMetrics>,
     pub(crate) plan: ScanPlan,
     pub(crate) disks: Vec<u32>,
+    /// The partitions `disks[i]` reads (None: all its local ones), chosen among the live
+    /// copies when the scan was planned ([`TableEntry::assign`]).
+    pub(crate) reads: Vec<Option<Vec<u32>>>,
     pub(super) id: usize,
     properties: Arc<PlanProperties>,
 }
 
 impl DiskScanExec {
     fn new(entry: Arc<TableEntry>, ndv: Arc<Vec<Option<u64>>>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
-        let disks = entry.disks();
+        // Lost partitions leave the scan without disks; planning failed already (`scan`).
+        let (disks, reads): (Vec<u32>, Vec<Option<Vec<u32>>>) = entry.assign(&cluster.dead_disks()).unwrap_or_default().into_iter().unzip();
         // A sorting fragment makes each disk's stream sorted: say so, for the host's merge.
         let equivalences = match &plan.fragment {
             Some(f) if f.kind == FragmentKind::Sort => f.plan.equivalence_properties().clone(),
@@ -325,7 +331,7 @@ impl DiskScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        DiskScanExec { entry, ndv, cluster, settings, metrics, plan, disks, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
+        DiskScanExec { entry, ndv, cluster, settings, metrics, plan, disks, reads, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
     }
 
     /// The same scan with a different plan.
@@ -344,6 +350,18 @@ impl DiskScanExec {
     /// Table name.
     pub fn table(&self) -> &str {
         &self.entry.name
+    }
+
+    /// The partitions disk `d` reads for this scan (None: all its local ones).
+    pub(crate) fn partitions_at(&self, d: u32) -> Option<Vec<u32>> {
+        self.disks.iter().position(|x| *x == d).and_then(|i| self.reads[i].clone())
+    }
+
+    /// Who reads what, e.g. `lineitem: disk 0 [0], disk 1 [1, 2]` (None for tables read
+    /// whole at each disk).
+    pub fn describe_reads(&self) -> Option<String> {
+        let parts: Vec<String> = self.disks.iter().zip(&self.reads).filter_map(|(d, r)| r.as_ref().map(|r| format!("disk {d} {r:?}"))).collect();
+        (!parts.is_empty()).then(|| format!("{}: {}", self.entry.name, parts.join(", ")))
     }
 
     /// The job shipped to each disk, given the Bloom filter (if any).
@@ -368,7 +386,7 @@ impl DiskScanExec {
     fn stages(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<(Source, Vec<DiskletSpec>)> {
         let p = &self.plan;
         let prune = p.predicate.as_ref().map(encode_expr).transpose()?;
-        let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone() };
+        let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone(), partitions: None };
         let mut stages = Vec::new();
         let read_is_output = p.read == p.output_names;
         let limit = if p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None { p.limit } else { None };
@@ -428,6 +446,24 @@ impl DisplayAs for DiskScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "DiskScanExec: table={} disks={} bundle=[{}]", self.entry.name, self.disks.len(), self.describe_stages().join(" | "))
     }
+}
+
+/// `spec` with its table inputs reading only `partitions` (None: unchanged).
+pub(crate) fn reading(mut spec: JobSpec, partitions: Option<Vec<u32>>) -> JobSpec {
+    for input in &mut spec.inputs {
+        if let Source::Table { partitions: p, .. } = input {
+            *p = partitions.clone();
+        }
+    }
+    spec
+}
+
+/// `source` reading only `partitions` when it is a table.
+pub(crate) fn reading_source(mut source: Source, partitions: Option<Vec<u32>>) -> Source {
+    if let Source::Table { partitions: p, .. } = &mut source {
+        *p = partitions;
+    }
+    source
 }
 
 fn to_df(e: HostError) -> DataFusionError {
@@ -505,6 +541,7 @@ impl ExecutionPlan for DiskScanExec {
     }
     fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
         let disk = *self.disks.get(partition).ok_or_else(|| DataFusionError::Internal(format!("scan partition {partition} of {}", self.disks.len())))?;
+        let reads = self.reads[partition].clone();
         let schema = self.schema();
         let cluster = self.cluster.clone();
         let metrics = self.metrics.clone();
@@ -525,7 +562,7 @@ impl ExecutionPlan for DiskScanExec {
         let job_for = {
             let plan = self.plan.clone();
             let scan = self.with_plan(plan);
-            move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| scan.job(b, extras)
+            move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| scan.job(b, extras).map(|spec| reading(spec, reads))
         };
         let stream = async_stream(disk, cluster, metrics, settings, (bloom_spec, extra_specs), job_for, schema.clone(), host_projection, this);
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
