@@ -503,6 +503,89 @@ pub mod action {
     /// Body: none. Reads every byte of every local partition and checks it against the
     /// manifest; returns [`super::ScrubReport`].
     pub const SCRUB: &str = "scrub";
+    /// Body: [`super::PartitionRead`]. Streams this disk's copy of a partition to another
+    /// disk of the cluster: first the table's [`super::TableInfo`] with that one partition's
+    /// manifest entry (JSON), then the file's bytes in chunks; fails with `DataLoss` if the
+    /// bytes read do not match the manifest.
+    pub const PARTITION_READ: &str = "partition_read";
+    /// Body: [`super::RepairRequest`]. The disk compares its tables with its peers' load
+    /// stamps and fetches every copy it should hold and lacks (or that fails its check) from a
+    /// peer holding it; returns [`super::RepairReport`].
+    pub const REPAIR: &str = "repair";
+}
+
+/// Body of [`action::PARTITION_READ`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PartitionRead {
+    /// Table.
+    pub table: String,
+    /// Partition number.
+    pub partition: u32,
+    /// The load whose copy is wanted (a disk holding another load refuses).
+    pub load_id: String,
+}
+
+/// Body of [`action::REPAIR`].
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct RepairRequest {
+    /// Also read every local copy whole and refetch those that fail their check (what
+    /// `adisk scrub` asks of a disk with corrupt partitions); otherwise only missing copies.
+    #[serde(default)]
+    pub verify: bool,
+    /// Only these tables (empty: all).
+    #[serde(default)]
+    pub tables: Vec<String>,
+}
+
+/// Reply to [`action::REPAIR`]: what one disk checked, fetched, dropped and could not fix.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct RepairReport {
+    /// Disk number.
+    pub disk_id: u32,
+    /// Tables compared with the peers' load stamps.
+    pub tables: u64,
+    /// Copies this disk should hold under its tables' latest loads.
+    pub expected: u64,
+    /// Copies it read whole and found good (with `verify`).
+    pub verified: u64,
+    /// Copies fetched from peers.
+    pub repaired: Vec<RepairedPartition>,
+    /// Tables dropped here: an older load of a table of which this disk holds no copy now.
+    pub dropped: Vec<String>,
+    /// Copies that could not be restored, and why.
+    pub failed: Vec<FailedRepair>,
+    /// Peers that did not answer.
+    pub unreachable: Vec<u32>,
+    /// Bytes received from peers.
+    pub bytes_received: u64,
+    /// Wall time, ms.
+    pub elapsed_ms: u64,
+}
+
+/// A copy a repair fetched.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct RepairedPartition {
+    /// Table.
+    pub table: String,
+    /// Partition number.
+    pub partition: u32,
+    /// The peer it came from.
+    pub from_disk: u32,
+    /// Its size.
+    pub bytes: u64,
+    /// Why it was fetched: `missing`, `older load …`, or `corrupt: …`.
+    pub reason: String,
+}
+
+/// A copy a repair could not restore.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct FailedRepair {
+    /// Table.
+    pub table: String,
+    /// Partition number.
+    pub partition: u32,
+    /// Why (no live copy, every source failed: with their errors).
+    pub reason: String,
 }
 
 /// Request to generate TPC-H partitions at a disk.

@@ -7,10 +7,14 @@
 //!  host ──DoPut(Load)────────────► write partition (tmp + rename) ──► manifest
 //!  host ──DoAction(status | catalog | job_stats | generate_tpch | drop_table | shutdown)
 //!  host ──DoAction(disklet_install | disklet_list | disklet_remove | generate_images | list_files)
+//!  host ──DoAction(scrub | repair) ─► disk ──DoAction(catalog | partition_read)─► peer disks
 //! ```
+//! A disk started with its cluster's members repairs itself from its peers when it starts
+//! (see [`repair`]).
 //! [`serve`] runs the server until a `shutdown` action, or the future passed to it, completes.
 #![warn(missing_docs)]
 
+mod repair;
 mod service;
 mod user_actions;
 
@@ -84,9 +88,11 @@ pub struct DiskNodeConfig {
     /// own requests (exchange streams) carry one. None: requests are not checked (`adisk disk
     /// --insecure`, in-process tests).
     pub auth: Option<Arc<adisk_core::auth::Verifier>>,
-    /// The cluster's `cluster.toml`: exchange streams go only to disks it names. None: any
-    /// target the job names.
+    /// The cluster's `cluster.toml`: exchange streams go only to disks it names, and repairs
+    /// fetch copies from them. None: any target the job names; no repair.
     pub members: Option<PathBuf>,
+    /// Repair from the peers when the node starts (needs `members`).
+    pub auto_repair: bool,
 }
 
 /// A bound, not yet serving, disk node.
@@ -95,6 +101,7 @@ pub struct DiskNode {
     service: DiskService,
     address: SocketAddr,
     auth: Option<Arc<adisk_core::auth::Verifier>>,
+    auto_repair: bool,
     /// The data directory's lock, held while the node lives (one process per directory).
     _lock: std::fs::File,
 }
@@ -151,9 +158,11 @@ impl DiskNode {
         let address = listener.local_addr().map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
         let runtime = adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes)).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
         let registry = adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
-        let connector = FlightPipeConnector { auth: config.auth.clone(), members: config.members.clone() };
-        let os = DiskOs::new(config.os, Arc::new(store), Arc::new(connector));
-        Ok(DiskNode { listener, service: DiskService::with_disklets(os, Arc::new(registry)), address, auth: config.auth, _lock: lock })
+        let connector = Arc::new(FlightPipeConnector { auth: config.auth.clone(), members: config.members.clone() });
+        let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
+        let service = DiskService::with_disklets(os, Arc::new(registry)).with_peers(connector);
+        let auto_repair = config.auto_repair && config.members.is_some();
+        Ok(DiskNode { listener, service, address, auth: config.auth, auto_repair, _lock: lock })
     }
 
     /// The bound address.
@@ -176,6 +185,9 @@ impl DiskNode {
                 () = shutdown.notified() => {},
             }
         };
+        if let (true, Some(peers)) = (self.auto_repair, self.service.peers().cloned()) {
+            tokio::spawn(repair::repair_on_start(self.service.os().clone(), peers));
+        }
         let server = arrow_flight::flight_service_server::FlightServiceServer::new(self.service).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024);
         let deadlines = adisk_core::config::Deadlines::default();
         tonic::transport::Server::builder()

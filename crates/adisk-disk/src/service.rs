@@ -58,7 +58,7 @@ pub fn status_of(e: &DiskOsError) -> Status {
     }
 }
 
-fn storage_status(e: StorageError) -> Status {
+pub(crate) fn storage_status(e: StorageError) -> Status {
     status_of(&DiskOsError::Storage(e))
 }
 
@@ -70,17 +70,19 @@ pub struct DiskService {
     os: Arc<DiskOs>,
     shutdown: Arc<Notify>,
     disklets: Option<Arc<adisk_wasm::DiskletRegistry>>,
+    /// How this disk reaches its peers (repair); None: it cannot repair.
+    peers: Option<Arc<FlightPipeConnector>>,
 }
 
 impl DiskService {
     /// A service over a DiskOS.
     pub fn new(os: Arc<DiskOs>) -> Self {
-        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: None }
+        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: None, peers: None }
     }
     /// A service whose DiskOS also runs the user disklets of `registry`.
     pub fn with_disklets(os: Arc<DiskOs>, registry: Arc<adisk_wasm::DiskletRegistry>) -> Self {
         os.set_user_disklets(registry.clone());
-        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: Some(registry) }
+        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: Some(registry), peers: None }
     }
     /// Refuses a job spec whose expressions, plans and parameters (everything but its Bloom
     /// filters, which its grant pays for) take more than [`MAX_SPEC_FRACTION`] of the memory
@@ -100,6 +102,22 @@ impl DiskService {
             return Err(Status::invalid_argument(format!("a job spec with {rest} bytes besides its Bloom filters exceeds this disk's limit of {max} bytes (1/{MAX_SPEC_FRACTION} of its memory budget)")));
         }
         Ok(())
+    }
+
+    /// Lets the disk repair itself from its peers, reached through `connector`.
+    pub fn with_peers(mut self, connector: Arc<FlightPipeConnector>) -> Self {
+        self.peers = Some(connector);
+        self
+    }
+
+    /// The DiskOS.
+    pub fn os(&self) -> &Arc<DiskOs> {
+        &self.os
+    }
+
+    /// How this disk reaches its peers, if it can.
+    pub(crate) fn peers(&self) -> Option<&Arc<FlightPipeConnector>> {
+        self.peers.as_ref()
     }
 
     /// Notified by the `shutdown` action.
@@ -168,7 +186,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Resul
     serde_json::from_slice(bytes).map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
 }
 
-fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
+pub(crate) fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
     arrow_flight::Result { body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")) }
 }
 
@@ -313,6 +331,15 @@ impl FlightService for DiskService {
                 let report = tokio::task::spawn_blocking(move || store.scrub()).await.map_err(|e| Status::internal(format!("scrub: {e}")))?;
                 reply(json_result(&report))
             }
+            action::PARTITION_READ => {
+                let req: adisk_core::protocol::PartitionRead = parse_json("partition_read request", &body)?;
+                Ok(Response::new(crate::repair::read_copy(self.os.clone(), req).await?))
+            }
+            action::REPAIR => {
+                let req: adisk_core::protocol::RepairRequest = parse_json("repair request", &body)?;
+                let peers = self.peers.clone().ok_or_else(|| Status::failed_precondition("this disk does not know its cluster (start it with --members cluster.toml), so it cannot repair from its peers"))?;
+                reply(json_result(&crate::repair::repair(self.os.clone(), peers, req).await?))
+            }
             action::JOB_STATS => {
                 let id = String::from_utf8_lossy(&body).to_string();
                 let stats = self.os.job_stats(&id).ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
@@ -365,6 +392,8 @@ impl FlightService for DiskService {
             action::LOAD_COMMIT,
             action::LOAD_ABORT,
             action::SCRUB,
+            action::PARTITION_READ,
+            action::REPAIR,
             action::SHUTDOWN,
             action::DISKLET_INSTALL,
             action::DISKLET_LIST,
@@ -439,7 +468,7 @@ impl FlightPipeConnector {
 
     /// A client for one call to `address`, carrying a fresh token; `relay`: the peer must first
     /// prove it holds the cluster's secret.
-    async fn client(&self, address: &str, peer: &str, relay: bool) -> adisk_diskos::Result<FlightClient> {
+    pub(crate) async fn client(&self, address: &str, peer: &str, relay: bool) -> adisk_diskos::Result<FlightClient> {
         let deadlines = adisk_core::config::Deadlines::default();
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?

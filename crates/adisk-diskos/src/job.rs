@@ -347,6 +347,15 @@ impl DiskOs {
         &self.config
     }
 
+    /// Takes `bytes` of the memory budget for work that is not a job (copying a partition to
+    /// or from another disk), waiting like a job's admission; returned when the grant drops.
+    ///
+    /// # Errors
+    /// As a job's admission: larger than the budget, queue full, timeout.
+    pub async fn grant_memory(&self, bytes: u64) -> Result<crate::memory::Grant> {
+        self.budget.grant(bytes).await
+    }
+
     /// The exchange inboxes.
     pub fn exchanges(&self) -> &Arc<ExchangeRegistry> {
         &self.exchanges

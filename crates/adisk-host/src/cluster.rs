@@ -1,7 +1,7 @@
 //! Connections to the disks, the merged catalog, and job execution.
 use crate::{HostError, Result};
 use adisk_core::config::{ClusterConfig, Deadlines, ExchangeMode};
-use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, action};
+use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, TableInfo, action};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
@@ -40,6 +40,11 @@ pub struct TableEntry {
     /// Partition → every disk holding a copy, primary first, from the table's load stamp
     /// (empty for tables written by jobs or earlier versions: each placement is read where it is).
     pub copies: BTreeMap<u32, Vec<u32>>,
+    /// Partition → live disks that should hold a copy of it but do not (a disk that returned
+    /// empty, or that missed the load): never read there, listed for `adisk repair`.
+    pub missing: BTreeMap<u32, BTreeSet<u32>>,
+    /// Live disks holding an older load of the table (ignored; `adisk repair` replaces it).
+    pub stale: Vec<u32>,
 }
 
 /// Which disk reads which partitions of a table in one query.
@@ -93,11 +98,33 @@ impl TableEntry {
             }
             return Ok(self.disks().into_iter().map(|d| (d, None)).collect());
         }
-        let assigned = assign_copies(&self.copies, dead).map_err(|lost| {
+        let usable: BTreeMap<u32, Vec<u32>> = self
+            .copies
+            .iter()
+            .map(|(p, disks)| (*p, disks.iter().filter(|d| !self.missing.get(p).is_some_and(|m| m.contains(d))).copied().collect()))
+            .collect();
+        let assigned = assign_copies(&usable, dead).map_err(|lost| {
             let copies = lost.iter().map(|p| format!("{p} on disks {:?}", self.copies[p])).collect::<Vec<_>>().join(", ");
             HostError::LostPartitions { table: self.name.clone(), partitions: lost, dead: dead.iter().copied().collect(), copies }
         })?;
         Ok(assigned.into_iter().map(|(d, parts)| (d, Some(parts))).collect())
+    }
+
+    /// Copies missing on live disks, as (disk, partitions) sorted by disk: what `adisk repair`
+    /// restores.
+    pub fn missing_by_disk(&self) -> Vec<(u32, Vec<u32>)> {
+        let mut per_disk: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for (p, disks) in &self.missing {
+            for d in disks {
+                per_disk.entry(*d).or_default().push(*p);
+            }
+        }
+        per_disk.into_iter().collect()
+    }
+
+    /// Whether some live disk lacks copies it should hold, or holds an older load.
+    pub fn needs_repair(&self) -> bool {
+        !self.missing.is_empty() || !self.stale.is_empty()
     }
 
     /// Disks holding at least one partition.
@@ -192,6 +219,65 @@ fn check_generation(stamps: &[(u32, Option<LoadStamp>)], dead: &BTreeSet<u32>) -
     held.extend(latest.disks.iter().filter(|d| !holding.contains(d) && !dead.contains(d)).map(|d| format!("disk {d}: missing")));
     let reason = format!("load {} spans disks {:?}, but {}", latest.load_id, latest.disks, held.join(", "));
     Err((wrong, reason))
+}
+
+/// One table as its live disks reported it: a complete [`TableEntry`] or why it is incomplete.
+///
+/// A table with a copy list (every load since replicas) is judged partition by partition
+/// against its latest load: a copy is usable where a live disk lists it under that load; a
+/// live disk that should hold a copy and does not (it came back empty, it missed the load) is
+/// recorded in [`TableEntry::missing`] and never read, and the table stays complete as long as
+/// every such partition has a usable copy somewhere (or a copy on a dead disk: then it is
+/// [`HostError::LostPartitions`] at planning). Tables without a copy list are judged by
+/// [`check_generation`].
+fn merge_table(name: &str, reports: Vec<(u32, TableInfo)>, dead: &BTreeSet<u32>) -> std::result::Result<TableEntry, Incomplete> {
+    let schema = Arc::new(reports[0].1.schema.clone());
+    let differing: Vec<u32> = reports.iter().filter(|(_, t)| t.schema.fields() != schema.fields()).map(|(d, _)| *d).collect();
+    if !differing.is_empty() {
+        return Err(Incomplete { disks: differing, reason: "its disks hold different schemas".into(), schema });
+    }
+    let latest = reports.iter().filter_map(|(_, t)| t.load.as_ref()).max_by(|a, b| a.load_id.cmp(&b.load_id)).cloned();
+    if let Some(latest) = latest.filter(|l| !l.copies.is_empty()) {
+        return merge_copies(name, reports, latest, dead, schema);
+    }
+    let stamps: Vec<(u32, Option<LoadStamp>)> = reports.iter().map(|(d, t)| (*d, t.load.clone())).collect();
+    check_generation(&stamps, dead).map_err(|(disks, reason)| Incomplete { disks, reason, schema: schema.clone() })?;
+    let placements = reports.into_iter().flat_map(|(d, t)| t.partitions.into_iter().map(move |p| (d, p))).collect();
+    Ok(TableEntry { name: name.to_string(), schema, placements, copies: BTreeMap::new(), missing: BTreeMap::new(), stale: vec![] })
+}
+
+/// [`merge_table`] for a table whose latest load recorded every partition's copies.
+fn merge_copies(name: &str, reports: Vec<(u32, TableInfo)>, latest: LoadStamp, dead: &BTreeSet<u32>, schema: SchemaRef) -> std::result::Result<TableEntry, Incomplete> {
+    let copies: BTreeMap<u32, Vec<u32>> = latest.copies.iter().map(|c| (c.partition, c.disks.clone())).collect();
+    let is_current = |t: &TableInfo| t.load.as_ref().map(|s| &s.load_id) == Some(&latest.load_id);
+    let stale: Vec<u32> = reports.iter().filter(|(_, t)| !is_current(t)).map(|(d, _)| *d).collect();
+    let lists = |d: u32, p: u32| reports.iter().any(|(rd, t)| *rd == d && is_current(t) && t.partitions.iter().any(|x| x.partition == p));
+    let mut missing: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+    let mut unserved = Vec::new();
+    for (p, disks) in &copies {
+        let lacking: BTreeSet<u32> = disks.iter().filter(|d| !dead.contains(d) && !lists(**d, *p)).copied().collect();
+        // No copy anywhere, and none on a dead disk that may come back: the load is not there.
+        if !lacking.is_empty() && !disks.iter().any(|d| lists(*d, *p) || dead.contains(d)) {
+            unserved.push(*p);
+        }
+        if !lacking.is_empty() {
+            missing.insert(*p, lacking);
+        }
+    }
+    if !unserved.is_empty() {
+        let mut disks: Vec<u32> = unserved.iter().flat_map(|p| missing[p].iter().copied()).chain(stale.iter().copied()).collect();
+        disks.sort_unstable();
+        disks.dedup();
+        let describe = |(d, t): &(u32, TableInfo)| format!("disk {d}: {}", t.load.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id)));
+        let mut held: Vec<String> = reports.iter().map(describe).collect();
+        held.extend(disks.iter().filter(|d| !reports.iter().any(|(rd, _)| rd == *d)).map(|d| format!("disk {d}: missing")));
+        let reason = format!("load {} spans disks {:?}, but {}; partitions {unserved:?} have no copy of it on a live disk", latest.load_id, latest.disks, held.join(", "));
+        return Err(Incomplete { disks, reason, schema });
+    }
+    let placements = reports.into_iter().filter(|(_, t)| is_current(t)).flat_map(|(d, t)| t.partitions.into_iter().filter(|p| copies.contains_key(&p.partition)).map(move |p| (d, p))).collect();
+    let mut entry = TableEntry { name: name.to_string(), schema, placements, copies, missing, stale };
+    dedup_copies(&mut entry);
+    Ok(entry)
 }
 
 /// Keeps one placement per partition of a replicated table: the first disk in its chain that
@@ -461,6 +547,23 @@ impl Cluster {
         .await
     }
 
+    /// Asks disks `disks` to repair themselves from their peers (see `adisk_disk`'s repair):
+    /// each fetches, disk to disk, the copies its tables' latest loads say it holds and it
+    /// lacks (with `verify`, also those that fail their check). Runs on all of them at once; an
+    /// error per disk that does not answer. No deadline beyond the connections' keepalive.
+    pub async fn repair(&self, disks: &[u32], request: &adisk_core::protocol::RepairRequest) -> Vec<(u32, Result<adisk_core::protocol::RepairReport>)> {
+        let body = serde_json::to_vec(request).expect("request serializes");
+        let asks = disks.iter().map(|d| {
+            let body = body.clone();
+            async move {
+                let replies = self.action(*d, action::REPAIR, body).await?;
+                let first = replies.first().ok_or_else(|| HostError::Disk { disk: *d, code: "Internal".into(), message: "empty reply to repair".into() })?;
+                serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: *d, code: "Internal".into(), message: format!("malformed reply to repair: {e}") })
+            }
+        });
+        disks.iter().copied().zip(futures::future::join_all(asks).await).collect()
+    }
+
     /// The merged catalog of the live disks (a disk that does not answer is taken as dead). A
     /// table whose disks hold different loads of it is listed in [`Catalog::incomplete`], not
     /// in [`Catalog::tables`]. A replicated table lists each partition once.
@@ -485,34 +588,23 @@ impl Cluster {
             return Err(HostError::Unreachable { disk: 0, address: self.address(0).to_string(), message: "no disk of the cluster answers".into() });
         }
         let dead = self.dead_disks();
-        let mut catalog = Catalog::default();
-        let mut stamps: BTreeMap<String, Vec<(u32, Option<LoadStamp>)>> = BTreeMap::new();
+        let mut reports: BTreeMap<String, Vec<(u32, TableInfo)>> = BTreeMap::new();
         for (d, dc) in parts {
-            let d = d as usize;
             for t in dc.tables {
-                let entry = catalog.tables.entry(t.name.clone()).or_insert_with(|| TableEntry { name: t.name.clone(), schema: Arc::new(t.schema.clone()), placements: vec![], copies: BTreeMap::new() });
-                if entry.schema.fields() != t.schema.fields() {
-                    let reason = "its disks hold different schemas".to_string();
-                    let schema = entry.schema.clone();
-                    catalog.incomplete.entry(t.name.clone()).or_insert(Incomplete { disks: vec![d as u32], reason, schema });
+                reports.entry(t.name.clone()).or_default().push((d, t));
+            }
+        }
+        let mut catalog = Catalog::default();
+        for (name, reports) in reports {
+            match merge_table(&name, reports, &dead) {
+                Ok(entry) => {
+                    catalog.tables.insert(name, entry);
                 }
-                entry.placements.extend(t.partitions.into_iter().map(|p| (d as u32, p)));
-                stamps.entry(t.name.clone()).or_default().push((d as u32, t.load));
+                Err(why) => {
+                    catalog.incomplete.insert(name, why);
+                }
             }
         }
-        for (table, stamps) in stamps {
-            if let Err((disks, reason)) = check_generation(&stamps, &dead) {
-                let schema = catalog.tables[&table].schema.clone();
-                catalog.incomplete.insert(table, Incomplete { disks, reason, schema });
-                continue;
-            }
-            let copies = stamps.iter().find_map(|(_, s)| s.as_ref()).map(|s| s.copies.clone()).unwrap_or_default();
-            if let (false, Some(entry)) = (copies.is_empty(), catalog.tables.get_mut(&table)) {
-                entry.copies = copies.into_iter().map(|c| (c.partition, c.disks)).collect();
-                dedup_copies(entry);
-            }
-        }
-        catalog.tables.retain(|name, _| !catalog.incomplete.contains_key(name));
         Ok(catalog)
     }
 
@@ -609,7 +701,7 @@ mod tests {
     #[test]
     fn a_table_entry_names_its_lost_partitions() {
         let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 1, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
-        let entry = TableEntry { name: "t".into(), schema: empty_schema(), placements: (0..4).map(|p| (p, info(p))).collect(), copies: chain(4, 4, 2) };
+        let entry = TableEntry { name: "t".into(), schema: empty_schema(), placements: (0..4).map(|p| (p, info(p))).collect(), copies: chain(4, 4, 2), missing: BTreeMap::new(), stale: vec![] };
         assert_eq!(entry.replicas(), 2);
         assert_eq!(entry.assign(&dead(&[2])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
         let e = entry.assign(&dead(&[2, 3])).unwrap_err();
@@ -619,6 +711,62 @@ mod tests {
         let single = TableEntry { copies: BTreeMap::new(), ..entry };
         assert_eq!(single.assign(&dead(&[])).unwrap(), vec![(0, None), (1, None), (2, None), (3, None)]);
         assert!(matches!(single.assign(&dead(&[1])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![1]));
+    }
+
+    /// What disks report of a table loaded as `load` with `copies`: each disk in `holding`
+    /// lists the partitions whose copies name it.
+    fn reports(load: &str, copies: &BTreeMap<u32, Vec<u32>>, holding: &[u32]) -> Vec<(u32, TableInfo)> {
+        let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 10, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
+        let stamp = LoadStamp {
+            load_id: load.into(),
+            disks: (0..4).collect(),
+            copies: copies.iter().map(|(p, d)| adisk_core::protocol::PartitionCopies { partition: *p, disks: d.clone() }).collect(),
+        };
+        holding
+            .iter()
+            .map(|d| {
+                let partitions = copies.iter().filter(|(_, c)| c.contains(d)).map(|(p, _)| info(*p)).collect();
+                (*d, TableInfo { name: "t".into(), schema: Schema::empty(), partitions, load: Some(stamp.clone()) })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_live_disk_without_its_copies_is_read_around_and_listed_for_repair() {
+        let copies = chain(4, 4, 2);
+        // Disk 2 came back empty: partitions 1 (disks 1, 2) and 2 (disks 2, 3) are missing there.
+        let entry = merge_table("t", reports("b", &copies, &[0, 1, 3]), &dead(&[])).unwrap();
+        assert_eq!(entry.missing_by_disk(), vec![(2, vec![1, 2])]);
+        assert!(entry.needs_repair());
+        assert_eq!(entry.rows(), 40, "each partition once");
+        assert_eq!(entry.assign(&dead(&[])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
+        // Disk 2 holds an older load: ignored, listed as stale.
+        let mut r = reports("b", &copies, &[0, 1, 3]);
+        r.extend(reports("a", &copies, &[2]));
+        let entry = merge_table("t", r, &dead(&[])).unwrap();
+        assert_eq!((entry.stale.clone(), entry.missing_by_disk()), (vec![2], vec![(2, vec![1, 2])]));
+        assert_eq!(entry.rows(), 40);
+        // Disk 3 dead as well: partition 2 has no usable copy; a typed error names it.
+        let entry = merge_table("t", reports("b", &copies, &[0, 1]), &dead(&[3])).unwrap();
+        assert!(matches!(entry.assign(&dead(&[3])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![2]));
+        // All copies present: nothing to repair.
+        assert!(!merge_table("t", reports("b", &copies, &[0, 1, 2, 3]), &dead(&[])).unwrap().needs_repair());
+    }
+
+    #[test]
+    fn a_partition_no_live_disk_holds_makes_the_table_incomplete() {
+        // One copy each, disk 2 came back empty: partition 2 exists nowhere.
+        let single = chain(4, 4, 1);
+        let why = merge_table("t", reports("b", &single, &[0, 1, 3]), &dead(&[])).unwrap_err();
+        assert_eq!(why.disks, vec![2]);
+        assert!(why.reason.contains("disk 2: missing") && why.reason.contains("partitions [2]"), "{}", why.reason);
+        // Killed between two disks' commits: disk 0 has the new load, the others the old one.
+        let mut r = reports("b", &single, &[0]);
+        r.extend(reports("a", &single, &[1, 2, 3]));
+        let why = merge_table("t", r, &dead(&[])).unwrap_err();
+        assert_eq!(why.disks, vec![1, 2, 3]);
+        // A dead disk's partitions are lost, not missing: the table stays complete.
+        assert!(merge_table("t", reports("b", &single, &[0, 1, 3]), &dead(&[2])).is_ok());
     }
 
     #[test]

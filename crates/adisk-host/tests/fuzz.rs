@@ -168,7 +168,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
     adisk_core::auth::ClusterKey::create(&key_path).unwrap();
     let auth = Arc::new(adisk_core::auth::Verifier::new(adisk_core::auth::ClusterKey::load(&key_path).unwrap()));
     let os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.join("disk-0"), listen: "127.0.0.1:0".into(), os, auth: Some(auth), members: None }).await.unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.join("disk-0"), listen: "127.0.0.1:0".into(), os, auth: Some(auth), members: None, auto_repair: false }).await.unwrap();
     let address = node.address().to_string();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(node.serve(async move {

@@ -35,7 +35,7 @@ impl Disks {
         let (mut configs, mut stops, mut servers) = (Vec::new(), Vec::new(), Vec::new());
         for (id, dir) in dirs.iter().enumerate() {
             let os = DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2);
-            let node = DiskNode::bind(DiskNodeConfig { dir: dir.clone(), listen: "127.0.0.1:0".into(), os, auth: None, members: None }).await.unwrap();
+            let node = DiskNode::bind(DiskNodeConfig { dir: dir.clone(), listen: "127.0.0.1:0".into(), os, auth: None, members: None, auto_repair: false }).await.unwrap();
             configs.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             servers.push(tokio::spawn(node.serve(async move {

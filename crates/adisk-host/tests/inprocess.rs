@@ -23,7 +23,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// channel (or drop it) to stop the node, then await the handle.
 async fn one_disk(dir: &std::path::Path, os: DiskOsConfig) -> (Cluster, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), adisk_disk::DiskNodeError>>) {
     let (memory_mib, buffer_kib, buffers_per_stream) = (os.memory_bytes >> 20, os.buffer_bytes >> 10, os.buffers_per_stream);
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None }).await.unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None, auto_repair: false }).await.unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {
@@ -325,7 +325,7 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
 async fn a_served_data_directory_is_refused_to_a_second_disk() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = || adisk_disk::DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2), auth: None, members: None };
+    let config = || adisk_disk::DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2), auth: None, members: None, auto_repair: false };
     let first = DiskNode::bind(config()).await.unwrap();
     let err = DiskNode::bind(config()).await.err().expect("a second node on the same directory").to_string();
     assert!(err.contains("already served") && err.contains(&format!("pid {}", std::process::id())), "{err}");
@@ -340,7 +340,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
     let mut config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: vec![] };
     let mut stops = Vec::new();
     for (id, dir) in dirs.iter().enumerate() {
-        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2), auth: None, members: None }).await.unwrap();
+        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2), auth: None, members: None, auto_repair: false }).await.unwrap();
         config.disks.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(node.serve(async move {

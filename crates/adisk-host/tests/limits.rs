@@ -29,7 +29,7 @@ async fn one_disk(dir: &std::path::Path) -> (Arc<Cluster>, tokio::sync::oneshot:
         w.write(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..ROWS))]).unwrap()).unwrap();
         store.commit_partition(w).unwrap();
     }
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 64 << 20, 64 << 10, 2), auth: None, members: None }).await.unwrap();
+    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 64 << 20, 64 << 10, 2), auth: None, members: None, auto_repair: false }).await.unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {

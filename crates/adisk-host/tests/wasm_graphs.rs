@@ -34,7 +34,7 @@ struct Disk {
 impl Disk {
     async fn start(dir: &Path) -> Self {
         let os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
-        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None }).await.unwrap();
+        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None, auto_repair: false }).await.unwrap();
         let disk = DiskConfig { id: 0, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {

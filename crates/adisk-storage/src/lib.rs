@@ -19,6 +19,7 @@
 //!
 //! * [`store`]: the [`store::DiskStore`] (manifest, partition files, checksums).
 //! * [`staging`]: staged loads (stage, commit, abort).
+//! * [`replica`]: copies of partitions received from other disks (`adisk repair`, `adisk scrub`).
 //! * [`integrity`]: per-chunk and footer checksums verified on every read.
 //! * [`writer`]: writing a partition from record batches.
 //! * [`reader`]: a byte-counting Parquet chunk reader (bytes read from storage are measured,
@@ -31,6 +32,7 @@ pub mod decluster;
 pub mod images;
 pub mod integrity;
 pub mod reader;
+pub mod replica;
 pub mod staging;
 pub mod store;
 pub mod tpch;

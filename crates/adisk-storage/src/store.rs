@@ -235,8 +235,13 @@ impl DiskStore {
         report
     }
 
+    /// Forgets that this process verified `path` whole (it was replaced).
+    pub(crate) fn forget_verified(&self, path: &Path) {
+        self.verified.lock().expect("verified lock").remove(path);
+    }
+
     /// Size and whole-file CRC-32 of a partition against the manifest.
-    fn check_whole(&self, info: &PartitionInfo) -> std::result::Result<(), String> {
+    pub(crate) fn check_whole(&self, info: &PartitionInfo) -> std::result::Result<(), String> {
         let path = self.dir.join(&info.file);
         let mut file = File::open(&path).map_err(|e| format!("cannot open: {e}"))?;
         let (crc, len) = crate::reader::file_crc32(&mut file).map_err(|e| format!("cannot read: {e}"))?;

@@ -89,7 +89,7 @@ pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, pyth
         if cdir.join("cluster.toml").exists() {
             let _ = down(&cdir).await;
         }
-        let args = UpArgs { disks: n, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS };
+        let args = UpArgs { disks: n, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure: false };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.
         let loaded = async {

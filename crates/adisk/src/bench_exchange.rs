@@ -113,6 +113,7 @@ pub async fn run(dir: &Path, a: ExchangeBenchArgs) -> Result<(), CliError> {
         disk_read_mbps: 0,
         exchange: ExchangeMode::Direct,
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        insecure: false,
     };
     up(&cdir, &args).await?;
     let result = measure(&cdir, &a).await;

@@ -168,6 +168,7 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
         disk_read_mbps: 0,
         exchange: Default::default(),
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        insecure: false,
     };
     up(&cdir, &args).await?;
     let result = async {

@@ -142,7 +142,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     if cdir.join("cluster.toml").exists() {
         let _ = down(&cdir).await;
     }
-    let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: a.host_link_mbps, disk_read_mbps: a.disk_read_mbps, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS };
+    let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: a.host_link_mbps, disk_read_mbps: a.disk_read_mbps, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure: false };
     up(&cdir, &args).await?;
     let result = async {
         let cluster = Arc::new(crate::connect(&cdir).await?);

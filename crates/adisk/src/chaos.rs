@@ -3,7 +3,9 @@
 //! A stream of TPC-H queries at random offload levels, each checked against DuckDB's official
 //! answer, interleaved with faults: a disk killed (SIGKILL) and restarted, a disk stopped
 //! (SIGSTOP) for a while and continued, a byte flipped in a data file and later restored, a
-//! table reloaded (an atomic load racing the queries). Every decision comes from the seed (a
+//! table reloaded (an atomic load racing the queries); with `--replicas 2` or more also a
+//! disk's directory deleted and the disk restarted empty (it must repair itself from its
+//! peers), and a flipped byte repaired by `scrub` from another copy instead of restored. Every decision comes from the seed (a
 //! SplitMix64 stream), so a failing seed replays the same sequence of events; timings are the
 //! machine's.
 //!
@@ -66,9 +68,16 @@ enum Fault {
     Killed(u32),
     /// Disk stopped; continued when the fault ends.
     Stopped(u32),
-    /// A byte of `file` flipped at `offset`; flipped back when the fault ends.
+    /// A byte of `file` flipped at `offset`; flipped back when the fault ends (or, with
+    /// replicas, found and refetched by a scrub).
     Flipped { file: PathBuf, offset: u64 },
+    /// Disk killed and its directory deleted; restarted empty when the fault ends, and it must
+    /// repair itself from its peers (only with replicas).
+    Wiped(u32),
 }
+
+/// Longest a restarted empty disk may take to repair itself.
+pub const REPAIR_DEADLINE: Duration = Duration::from_secs(60);
 
 /// What the run saw.
 #[derive(Default, Debug)]
@@ -93,7 +102,7 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         let _ = local::down(&cdir).await;
     }
     let _ = std::fs::remove_dir_all(&cdir);
-    let args = UpArgs { disks: a.disks, memory_mib: 128, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: 3_000 };
+    let args = UpArgs { disks: a.disks, memory_mib: 128, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: 3_000, insecure: false };
     let config = local::up(&cdir, &args).await?;
     let result = chaos_loop(&cdir, config, a, &answers).await;
     let _ = local::down(&cdir).await;
@@ -124,14 +133,14 @@ async fn chaos_loop(cdir: &Path, config: ClusterConfig, a: &ChaosArgs, answers: 
     while Instant::now() < deadline {
         match rng.below(10) {
             0..=5 => query(cdir, &mut rng, fault.is_some(), answers, &mut tally).await,
-            6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, &mut rng, &mut tally)?),
-            6 | 7 => end(cdir, &config, fault.take().expect("a fault"), &mut tally).await?,
+            6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, a.replicas, &mut rng, &mut tally)?),
+            6 | 7 => end(cdir, &config, a.replicas, fault.take().expect("a fault"), &mut rng, &mut tally).await?,
             8 if fault.is_none() => reload(cdir, a, &mut rng, &mut tally).await,
             _ => {}
         }
     }
     if let Some(f) = fault.take() {
-        end(cdir, &config, f, &mut tally).await?;
+        end(cdir, &config, a.replicas, f, &mut rng, &mut tally).await?;
     }
     // The cluster is whole again: every query must answer.
     for _ in 0..3 {
@@ -183,11 +192,12 @@ fn untyped(e: &adisk_host::HostError) -> bool {
     text.contains("panicked") || text.contains("Internal")
 }
 
-/// Starts a random fault.
-fn inject(cdir: &Path, config: &ClusterConfig, rng: &mut Rng, tally: &mut Tally) -> Result<Fault, CliError> {
+/// Starts a random fault (deleting a disk's directory only when every partition has another
+/// copy).
+fn inject(cdir: &Path, config: &ClusterConfig, replicas: u32, rng: &mut Rng, tally: &mut Tally) -> Result<Fault, CliError> {
     let d = rng.below(config.disks.len() as u64) as u32;
     let pid = current_pid(cdir, d)?;
-    Ok(match rng.below(3) {
+    Ok(match rng.below(if replicas >= 2 { 4 } else { 3 }) {
         0 => {
             tally.event("kill");
             // SAFETY: signalling a disk process this run started.
@@ -200,7 +210,7 @@ fn inject(cdir: &Path, config: &ClusterConfig, rng: &mut Rng, tally: &mut Tally)
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGSTOP) };
             Fault::Stopped(d)
         }
-        _ => {
+        2 => {
             tally.event("flip");
             let files = data_files(&cdir.join(format!("disk-{d}")));
             let file = files[rng.below(files.len() as u64) as usize].clone();
@@ -209,27 +219,110 @@ fn inject(cdir: &Path, config: &ClusterConfig, rng: &mut Rng, tally: &mut Tally)
             flip(&file, offset)?;
             Fault::Flipped { file, offset }
         }
+        _ => {
+            tally.event("wipe");
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            wait_gone(pid)?;
+            let disk_dir = cdir.join(format!("disk-{d}"));
+            std::fs::remove_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("deleting {}: {e}", disk_dir.display())))?;
+            Fault::Wiped(d)
+        }
     })
 }
 
-/// Ends a fault: restarts, continues or restores.
-async fn end(cdir: &Path, config: &ClusterConfig, fault: Fault, tally: &mut Tally) -> Result<(), CliError> {
+/// Waits until process `pid` is gone (its files and port released).
+fn wait_gone(pid: u32) -> Result<(), CliError> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')));
+        if !matches!(zombie, Ok(false)) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Other(format!("disk process {pid} did not end within 20 s of SIGKILL")));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Ends a fault: restarts, continues, restores (or, with replicas, scrubs and repairs), or
+/// restarts an empty disk and waits until it repaired itself.
+async fn end(cdir: &Path, config: &ClusterConfig, replicas: u32, fault: Fault, rng: &mut Rng, tally: &mut Tally) -> Result<(), CliError> {
     match fault {
         Fault::Killed(d) => {
             tally.event("restart");
-            local::restart_disk(cdir, config, d).await?;
+            local::restart_disk(cdir, config, d, true).await?;
         }
         Fault::Stopped(d) => {
             tally.event("continue");
             // SAFETY: signalling a disk process this run started.
             unsafe { libc::kill(current_pid(cdir, d)? as libc::pid_t, libc::SIGCONT) };
         }
+        Fault::Flipped { file, offset } if replicas >= 2 && rng.below(2) == 0 => {
+            tally.event("scrub-repair");
+            if let Err(why) = scrub_repairs(cdir, &file).await {
+                tally.failures.push(format!("scrub after a flip in {}: {why}", file.display()));
+                flip(&file, offset)?;
+            }
+        }
         Fault::Flipped { file, offset } => {
             tally.event("restore");
             flip(&file, offset)?;
         }
+        Fault::Wiped(d) => {
+            tally.event("restart-empty");
+            local::restart_disk(cdir, config, d, true).await?;
+            if let Err(why) = repaired_itself(cdir, d).await {
+                tally.failures.push(why);
+            }
+        }
     }
     Ok(())
+}
+
+/// Runs `adisk scrub`'s protocol: the scrub must find `file` corrupt and the repair must
+/// refetch it from another copy.
+async fn scrub_repairs(cdir: &Path, file: &Path) -> Result<(), String> {
+    let config = ClusterConfig::load(&cdir.join("cluster.toml")).map_err(|e| e.to_string())?;
+    let cluster = adisk_host::Cluster::connect(config).await.map_err(|e| e.to_string())?;
+    let reports = cluster.scrub().await;
+    let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let mut found = None;
+    for (d, r) in reports.iter().enumerate() {
+        let r = r.as_ref().map_err(|e| format!("disk {d} did not scrub: {e}"))?;
+        if let Some(c) = r.corrupt.iter().find(|c| c.file.ends_with(&name) && file.to_string_lossy().contains(&format!("disk-{d}/"))) {
+            found = Some((d as u32, c.table.clone(), c.partition));
+        }
+    }
+    let (d, table, partition) = found.ok_or("the scrub did not find the flipped file")?;
+    let request = adisk_core::protocol::RepairRequest { verify: true, tables: vec![table.clone()] };
+    let (_, report) = cluster.repair(&[d], &request).await.pop().ok_or("no repair report")?;
+    let report = report.map_err(|e| e.to_string())?;
+    if report.repaired.iter().any(|x| x.table == table && x.partition == partition) {
+        Ok(())
+    } else {
+        Err(format!("disk {d} did not refetch {table} partition {partition}: {:?}", report.failed))
+    }
+}
+
+/// Waits until no table needs repair on disk `d` (restarted empty).
+async fn repaired_itself(cdir: &Path, d: u32) -> Result<(), String> {
+    let deadline = Instant::now() + REPAIR_DEADLINE;
+    loop {
+        let config = ClusterConfig::load(&cdir.join("cluster.toml")).map_err(|e| e.to_string())?;
+        let cluster = adisk_host::Cluster::connect(config).await.map_err(|e| e.to_string())?;
+        if let Ok(catalog) = cluster.catalog().await
+            && catalog.incomplete.is_empty()
+            && catalog.tables.values().all(|t| !t.needs_repair())
+        {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(format!("disk {d}, restarted empty, did not repair itself within {} s", REPAIR_DEADLINE.as_secs()));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// Reloads `nation` or `region` (an atomic load while nothing else is faulty).

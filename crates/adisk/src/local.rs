@@ -43,6 +43,11 @@ pub struct DiskArgs {
     /// Serve without a key: anyone who can reach the port can read, load, drop and shut down.
     #[arg(long, conflicts_with = "key_file")]
     insecure: bool,
+    /// Do not repair from the peers on start (by default a disk that comes back empty, or
+    /// that missed a load, fetches the copies it should hold from the disks named in
+    /// `--members`).
+    #[arg(long)]
+    no_auto_repair: bool,
 }
 
 /// `adisk up` arguments.
@@ -75,6 +80,10 @@ pub struct UpArgs {
     /// unreachable, ms (HTTP/2 pings every quarter of it; control requests' deadline).
     #[arg(long, default_value_t = adisk_core::config::DEFAULT_DISK_TIMEOUT_MS)]
     pub disk_timeout_ms: u64,
+    /// Start the disks without the cluster secret: anyone who can reach their ports can read,
+    /// load, drop and shut down (only for measuring what authentication costs).
+    #[arg(long)]
+    pub insecure: bool,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -118,7 +127,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     if let Ok(exe) = std::env::current_exe() {
         adisk_storage::tpch::generate_in_children(exe);
     }
-    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os, auth, members: a.members.clone() }).await?;
+    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os, auth, members: a.members.clone(), auto_repair: !a.no_auto_repair }).await?;
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");
@@ -179,11 +188,11 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     }
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
-    let key_file = cluster_key(&dir)?;
+    let key_file = if args.insecure { None } else { Some(cluster_key(&dir)?) };
     let mut children = Vec::new();
     for id in 0..args.disks {
         let disk = DiskConfig { id, address: "127.0.0.1:0".into(), dir: None, memory_mib: args.memory_mib, buffer_kib: args.buffer_kib, buffers_per_stream: args.buffers_per_stream, read_mbps: args.disk_read_mbps, pid: None };
-        match spawn_disk(&exe, &dir, &disk, &key_file) {
+        match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
             Err(e) => return Err(kill_all(&mut children, e)),
         }
@@ -197,7 +206,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             name: "local".into(),
             host_link_mbps: args.host_link_mbps,
             exchange: args.exchange,
-            key_file: Some(key_file),
+            key_file,
             disk_timeout_ms: args.disk_timeout_ms,
         },
         disks,
@@ -267,7 +276,7 @@ async fn wait_started(children: &mut [(u32, std::process::Child, PathBuf, PathBu
 /// Starts the disk process of `disk` (listening on its `address`) under the cluster directory
 /// `dir`, logging to its `disk.log`; returns the child, the file it writes its bound address
 /// to, and its data directory.
-fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: &Path) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
+fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: Option<&Path>, auto_repair: bool) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
     use std::os::unix::process::CommandExt;
     let id = disk.id;
     let disk_dir = dir.join(format!("disk-{id}"));
@@ -286,10 +295,13 @@ fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: &Path) -> Res
         .args(["--read-mbps", &disk.read_mbps.to_string()])
         .arg("--port-file")
         .arg(&port_file)
-        .arg("--key-file")
-        .arg(key_file)
+        .args(match key_file {
+            Some(key) => vec!["--key-file".as_ref(), key.as_os_str()],
+            None => vec!["--insecure".as_ref()],
+        })
         .arg("--members")
         .arg(dir.join("cluster.toml"))
+        .args(if auto_repair { &[][..] } else { &["--no-auto-repair"][..] })
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -318,14 +330,31 @@ async fn wait_unlocked(disk_dir: &Path, timeout: Duration) -> Result<(), CliErro
     }
 }
 
+/// `adisk restart --disk D`: restarts a disk of the local cluster that is not running, on its
+/// old address (it then repairs itself from its peers unless `auto_repair` is off).
+pub async fn restart(dir: &Path, d: u32, auto_repair: bool) -> Result<(), CliError> {
+    let path = dir.join("cluster.toml");
+    if !path.exists() {
+        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+    }
+    let config = ClusterConfig::load(&path)?;
+    let disk = config.disks.get(d as usize).ok_or_else(|| CliError::Other(format!("--disk {d}: the cluster has disks 0..{}", config.disks.len())))?;
+    if let Some(pid) = disk.pid.filter(|p| alive(*p) && holds_lock(*p, disk.dir.as_deref())) {
+        return Err(CliError::Other(format!("disk {d} is running (pid {pid}); only a disk that stopped can be restarted")));
+    }
+    restart_disk(dir, &config, d, auto_repair).await?;
+    println!("disk {d} restarted on {}{}", disk.address, if auto_repair { "; it repairs itself from its peers (see adisk status)" } else { "" });
+    Ok(())
+}
+
 /// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address, and
 /// records its new pid in `cluster.toml`.
-pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32) -> Result<(), CliError> {
+pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32, auto_repair: bool) -> Result<(), CliError> {
     let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
-    let key_file = config.cluster.key_file.clone().unwrap_or_else(|| dir.join(adisk_core::auth::KEY_FILE));
+    let key_file = config.cluster.key_file.clone();
     let disk = &config.disks[d as usize];
     wait_unlocked(&dir.join(format!("disk-{d}")), Duration::from_secs(20)).await?;
-    let (mut child, port_file, disk_dir) = spawn_disk(&exe, dir, disk, &key_file)?;
+    let (mut child, port_file, disk_dir) = spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !port_file.exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -454,6 +483,7 @@ pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
             disk_read_mbps: 0,
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            insecure: false,
         },
     )
     .await?;

@@ -3,11 +3,13 @@ mod bench;
 mod chaos;
 mod bench_checksum;
 mod bench_exchange;
+mod bench_faults;
 mod bench_fair;
 mod bench_tpch;
 mod disklet_cmd;
 mod local;
 mod output;
+mod repair_cmd;
 mod sql_cmd;
 
 use adisk_core::config::ClusterConfig;
@@ -54,11 +56,38 @@ enum Command {
         format: String,
     },
     /// Every disk reads all its partitions and checks them against its manifest (size and
-    /// CRC-32); lists the corrupt ones and fails if there are any.
+    /// CRC-32), lists the corrupt ones and refetches each from a good copy on another disk;
+    /// fails if a corrupt copy is left.
     Scrub {
         /// Output format: table or json (one line per disk).
         #[arg(long, default_value = "table")]
         format: String,
+        /// Only report: do not refetch corrupt copies.
+        #[arg(long)]
+        no_repair: bool,
+    },
+    /// Bring disks up to date from their replicas: each fetches, disk to disk, the copies its
+    /// tables' latest loads say it holds and it lacks (a disk that came back empty, or missed
+    /// a load). Disks also do this by themselves when they start.
+    Repair {
+        /// Only this disk (repeatable; default: every disk).
+        #[arg(long = "disk")]
+        disks: Vec<u32>,
+        /// Also read every copy whole and refetch those that fail their check.
+        #[arg(long)]
+        verify: bool,
+        /// Output format: table or json (one line per disk).
+        #[arg(long, default_value = "table")]
+        format: String,
+    },
+    /// Restart a disk of the local cluster that stopped (killed, crashed), on its old address.
+    Restart {
+        /// The disk.
+        #[arg(long)]
+        disk: u32,
+        /// Do not let it repair itself from its peers when it starts.
+        #[arg(long)]
+        no_auto_repair: bool,
     },
     /// Load data into the disks.
     #[command(subcommand)]
@@ -285,7 +314,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
-        Command::Scrub { format } => output::scrub(&connect_lazy(&dir)?, &format).await,
+        Command::Scrub { format, no_repair } => repair_cmd::scrub(&connect_lazy(&dir)?, &format, no_repair).await,
+        Command::Repair { disks, verify, format } => repair_cmd::repair(&connect_lazy(&dir)?, &disks, verify, &format).await,
+        Command::Restart { disk, no_auto_repair } => local::restart(&dir, disk, !no_auto_repair).await,
         Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables, replicas }) => {
             let cluster = connect(&dir).await?;
             output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables, replicas }).await

@@ -37,6 +37,9 @@ pub enum BenchCommand {
     /// What verifying every read costs: one lineitem partition decoded with and without the
     /// per-chunk and footer checksums, medians, cost per GB read.
     Checksum(crate::bench_checksum::ChecksumBenchArgs),
+    /// What trust costs: TPC-H with authentication off vs on, with 2 replicas vs 1 (no
+    /// failure), and queries with a disk killed mid-query vs without, side by side.
+    Faults(crate::bench_faults::FaultsBenchArgs),
     /// User disklets: the WASM count_if example vs the built-in native disklets on lineitem, one disk.
     Disklet {
         /// Scale factor.
@@ -49,35 +52,6 @@ pub enum BenchCommand {
         #[arg(long, default_value = "sdk")]
         sdk: PathBuf,
     },
-}
-
-/// `adisk scrub`: every disk reads all its partitions against its manifest; fails when any
-/// partition is corrupt or any disk did not answer.
-pub async fn scrub(cluster: &Cluster, format: &str) -> Result<(), CliError> {
-    check_format(format)?;
-    let t = std::time::Instant::now();
-    let reports = cluster.scrub().await;
-    let mut corrupt = 0;
-    for (d, r) in reports.iter().enumerate() {
-        match r {
-            Ok(r) if format == "json" => println!("{}", serde_json::to_string(r).expect("report serializes")),
-            Ok(r) => {
-                println!("disk {d}: {} partitions, {} bytes read, {} corrupt", r.partitions, r.bytes, r.corrupt.len());
-                for c in &r.corrupt {
-                    println!("  corrupt: table {} partition {} ({}): {}", c.table, c.partition, c.file, c.reason);
-                }
-            }
-            Err(e) if format == "json" => println!("{}", serde_json::json!({ "disk_id": d, "error": e.to_string() })),
-            Err(e) => println!("disk {d}: {e}"),
-        }
-        corrupt += r.as_ref().map(|r| r.corrupt.len()).unwrap_or(0);
-    }
-    eprintln!("scrub took {:.1} s", t.elapsed().as_secs_f64());
-    let unanswered = reports.iter().filter(|r| r.is_err()).count();
-    if corrupt > 0 || unanswered > 0 {
-        return Err(CliError::Other(format!("scrub: {corrupt} corrupt partitions, {unanswered} disks did not answer")));
-    }
-    Ok(())
 }
 
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
@@ -96,7 +70,10 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
             Ok(c) => c
                 .tables
                 .values()
-                .map(|t| serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks(), "replicas": t.replicas()}))
+                .map(|t| {
+                    let missing: serde_json::Map<String, serde_json::Value> = t.missing_by_disk().into_iter().map(|(d, p)| (d.to_string(), serde_json::json!(p))).collect();
+                    serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks(), "replicas": t.replicas(), "needs_repair": t.needs_repair(), "missing": missing, "stale": t.stale})
+                })
                 .chain(c.incomplete.iter().map(|(name, why)| serde_json::json!({"name": name, "incomplete": why.reason, "disks": why.disks})))
                 .collect(),
             Err(_) => vec![],
@@ -157,6 +134,11 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
                     t.replicas()
                 );
             }
+            for t in c.tables.values().filter(|t| t.needs_repair()) {
+                let mut why: Vec<String> = t.missing_by_disk().into_iter().map(|(d, p)| format!("disk {d} lacks partitions {p:?}")).collect();
+                why.extend(t.stale.iter().map(|d| format!("disk {d} holds an older load")));
+                println!("{} needs repair: {} (read from other copies meanwhile; `adisk repair`)", t.name, why.join(", "));
+            }
             for (name, why) in &c.incomplete {
                 println!("{}", adisk_host::cluster::incomplete_error(name, why));
             }
@@ -175,7 +157,7 @@ fn all_answered<T>(statuses: &[adisk_host::Result<T>]) -> Result<(), CliError> {
     }
 }
 
-fn check_format(format: &str) -> Result<(), CliError> {
+pub(crate) fn check_format(format: &str) -> Result<(), CliError> {
     match format {
         "table" | "json" => Ok(()),
         other => Err(CliError::Other(format!(
@@ -316,6 +298,7 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
         BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
         BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,
+        BenchCommand::Faults(a) => crate::bench_faults::run(dir, a).await,
         BenchCommand::Disklet { sf, repeats, sdk } => {
             crate::disklet_cmd::bench(dir, sf, repeats.max(1), &sdk).await
         }

@@ -1,14 +1,16 @@
 //! `adisk chaos` in CI (issue 12): two seeds, half a minute each, on a real 4-disk cluster —
 //! disks killed, stopped and restarted, bytes flipped and restored, tables reloaded, every
 //! answer checked against DuckDB. Zero wrong answers, untyped errors or hangs; a failure names
-//! its seed. Longer runs by hand: `adisk chaos --seed N --minutes 30`.
+//! its seed. A third seed runs with `--replicas 2`, which adds disks restarted empty (they
+//! must repair themselves) and flips repaired by `scrub`. Longer runs by hand:
+//! `adisk chaos --seed N --minutes 30 [--replicas 2]`.
 mod common;
 
 #[test]
 fn chaos_seeds_find_no_wrong_answers_panics_or_hangs() {
     let tmp = tempfile::tempdir().unwrap();
-    for seed in ["1", "2"] {
-        let out = common::ok(tmp.path(), &["chaos", "--seed", seed, "--minutes", "0.5"]);
-        assert!(out.contains("failures 0") && out.contains("answers correct"), "seed {seed}: {out}");
+    for (seed, replicas) in [("1", "1"), ("2", "1"), ("3", "2")] {
+        let out = common::ok(tmp.path(), &["chaos", "--seed", seed, "--minutes", "0.5", "--replicas", replicas]);
+        assert!(out.contains("failures 0") && out.contains("answers correct"), "seed {seed}, {replicas} replicas: {out}");
     }
 }

@@ -100,6 +100,9 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
     }
     assert_eq!(action_code(&address, None, action::DROP_TABLE, b"nation").await, unauth);
     assert_eq!(action_code(&address, None, action::DISKLET_INSTALL, b"{}").await, unauth);
+    // Copying a partition out, or making a disk fetch copies: refused likewise.
+    assert_eq!(action_code(&address, None, action::PARTITION_READ, br#"{"table":"nation","partition":0,"load_id":"x"}"#).await, unauth);
+    assert_eq!(action_code(&address, None, action::REPAIR, b"{}").await, unauth);
     assert_eq!(get_code(&address, None, &scan("customer", Sink::Host)).await, unauth);
     assert_eq!(forged_load(&address, None).await, unauth);
 
