@@ -3,7 +3,9 @@
 //! A stream of TPC-H queries at random offload levels, each checked against DuckDB's official
 //! answer, interleaved with faults: a disk killed (SIGKILL) and restarted, a disk stopped
 //! (SIGSTOP) for a while and continued, a byte flipped in a data file and later restored, a
-//! table reloaded (an atomic load racing the queries); with `--replicas 2` or more also a
+//! table reloaded (an atomic load racing the queries), a disk's link slowed or cut (every disk
+//! is reached through a fault-injecting proxy, `crate::linkfault`: host to disk, disk to disk
+//! and repairs alike); with `--replicas 2` or more also a
 //! disk's directory deleted and the disk restarted empty (it must repair itself from its
 //! peers), and a flipped byte repaired by `scrub` from another copy instead of restored. Every decision comes from the seed (a
 //! SplitMix64 stream), so a failing seed replays the same sequence of events; timings are the
@@ -14,6 +16,7 @@
 //! [`QUERY_DEADLINE`]. While a fault is active, a clear error is the expected outcome — without
 //! replicas, a query over a dead disk's partitions cannot answer.
 use crate::CliError;
+use crate::linkfault::{LinkMode, LinkProxy};
 use crate::local::{self, UpArgs};
 use adisk_core::config::ClusterConfig;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, oracle, tpch};
@@ -74,6 +77,9 @@ enum Fault {
     /// Disk killed and its directory deleted; restarted empty when the fault ends, and it must
     /// repair itself from its peers (only with replicas).
     Wiped(u32),
+    /// The disk's link slowed (every chunk delayed) or cut (nothing forwarded); up again when
+    /// the fault ends.
+    Link(u32),
 }
 
 /// Longest a restarted empty disk may take to repair itself.
@@ -104,8 +110,17 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     let _ = std::fs::remove_dir_all(&cdir);
     let args = UpArgs { disks: a.disks, memory_mib: 128, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: 3_000, insecure: false };
     let config = local::up(&cdir, &args).await?;
-    let result = chaos_loop(&cdir, config, a, &answers).await;
-    let _ = local::down(&cdir).await;
+    let result = match proxy_links(&cdir, &config).await {
+        Ok(links) => {
+            let result = chaos_loop(&cdir, config, &links, a, &answers).await;
+            let _ = local::down(&cdir).await;
+            result
+        }
+        Err(e) => {
+            let _ = local::down(&cdir).await;
+            Err(e)
+        }
+    };
     let tally = result?;
     println!("chaos seed {} for {} min on {} disks, {} replicas: {:?}", a.seed, a.minutes, a.disks, a.replicas, tally.events);
     println!("answers correct {}, clear errors under a fault {}, failures {}", tally.correct, tally.expected_errors, tally.failures.len());
@@ -119,8 +134,24 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     Err(CliError::Other(format!("chaos seed {}: {} failures (rerun with --seed {} to replay)", a.seed, tally.failures.len(), a.seed)))
 }
 
-async fn chaos_loop(cdir: &Path, config: ClusterConfig, a: &ChaosArgs, answers: &BTreeMap<u32, String>) -> Result<Tally, CliError> {
-    let cluster = Arc::new(adisk_host::Cluster::connect(config.clone()).await?);
+/// Puts a [`LinkProxy`] in front of every disk and names the proxies in `cluster.toml`, so
+/// that the host and the disks (which read it as their members) reach each disk through its
+/// proxy; `config` keeps the disks' own addresses (where a restarted disk listens).
+async fn proxy_links(cdir: &Path, config: &ClusterConfig) -> Result<Vec<LinkProxy>, CliError> {
+    let mut links = Vec::new();
+    let mut proxied = config.clone();
+    for disk in &mut proxied.disks {
+        let target = disk.address.parse().map_err(|e| CliError::Other(format!("disk address {}: {e}", disk.address)))?;
+        let link = LinkProxy::start("127.0.0.1:0", target).await.map_err(|e| CliError::Other(format!("starting a link proxy: {e}")))?;
+        disk.address = link.address().to_string();
+        links.push(link);
+    }
+    proxied.save(&cdir.join("cluster.toml"))?;
+    Ok(links)
+}
+
+async fn chaos_loop(cdir: &Path, config: ClusterConfig, links: &[LinkProxy], a: &ChaosArgs, answers: &BTreeMap<u32, String>) -> Result<Tally, CliError> {
+    let cluster = Arc::new(adisk_host::Cluster::connect(ClusterConfig::load(&cdir.join("cluster.toml"))?).await?);
     let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![], replicas: a.replicas };
     adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await?;
     let answers = oracles(&cluster, answers).await?;
@@ -133,14 +164,14 @@ async fn chaos_loop(cdir: &Path, config: ClusterConfig, a: &ChaosArgs, answers: 
     while Instant::now() < deadline {
         match rng.below(10) {
             0..=5 => query(cdir, &mut rng, fault.is_some(), answers, &mut tally).await,
-            6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, a.replicas, &mut rng, &mut tally)?),
-            6 | 7 => end(cdir, &config, a.replicas, fault.take().expect("a fault"), &mut rng, &mut tally).await?,
+            6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, links, a.replicas, &mut rng, &mut tally)?),
+            6 | 7 => end(cdir, &config, links, a.replicas, fault.take().expect("a fault"), &mut rng, &mut tally).await?,
             8 if fault.is_none() => reload(cdir, a, &mut rng, &mut tally).await,
             _ => {}
         }
     }
     if let Some(f) = fault.take() {
-        end(cdir, &config, a.replicas, f, &mut rng, &mut tally).await?;
+        end(cdir, &config, links, a.replicas, f, &mut rng, &mut tally).await?;
     }
     // The cluster is whole again: every query must answer.
     for _ in 0..3 {
@@ -194,10 +225,10 @@ fn untyped(e: &adisk_host::HostError) -> bool {
 
 /// Starts a random fault (deleting a disk's directory only when every partition has another
 /// copy).
-fn inject(cdir: &Path, config: &ClusterConfig, replicas: u32, rng: &mut Rng, tally: &mut Tally) -> Result<Fault, CliError> {
+fn inject(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u32, rng: &mut Rng, tally: &mut Tally) -> Result<Fault, CliError> {
     let d = rng.below(config.disks.len() as u64) as u32;
     let pid = current_pid(cdir, d)?;
-    Ok(match rng.below(if replicas >= 2 { 4 } else { 3 }) {
+    Ok(match rng.below(if replicas >= 2 { 6 } else { 5 }) {
         0 => {
             tally.event("kill");
             // SAFETY: signalling a disk process this run started.
@@ -218,6 +249,16 @@ fn inject(cdir: &Path, config: &ClusterConfig, replicas: u32, rng: &mut Rng, tal
             let offset = rng.below(len);
             flip(&file, offset)?;
             Fault::Flipped { file, offset }
+        }
+        3 => {
+            tally.event("slow-link");
+            links[d as usize].set(LinkMode::Slow);
+            Fault::Link(d)
+        }
+        4 => {
+            tally.event("cut-link");
+            links[d as usize].set(LinkMode::Cut);
+            Fault::Link(d)
         }
         _ => {
             tally.event("wipe");
@@ -248,7 +289,7 @@ fn wait_gone(pid: u32) -> Result<(), CliError> {
 
 /// Ends a fault: restarts, continues, restores (or, with replicas, scrubs and repairs), or
 /// restarts an empty disk and waits until it repaired itself.
-async fn end(cdir: &Path, config: &ClusterConfig, replicas: u32, fault: Fault, rng: &mut Rng, tally: &mut Tally) -> Result<(), CliError> {
+async fn end(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u32, fault: Fault, rng: &mut Rng, tally: &mut Tally) -> Result<(), CliError> {
     match fault {
         Fault::Killed(d) => {
             tally.event("restart");
@@ -269,6 +310,10 @@ async fn end(cdir: &Path, config: &ClusterConfig, replicas: u32, fault: Fault, r
         Fault::Flipped { file, offset } => {
             tally.event("restore");
             flip(&file, offset)?;
+        }
+        Fault::Link(d) => {
+            tally.event("link-up");
+            links[d as usize].set(LinkMode::Up);
         }
         Fault::Wiped(d) => {
             tally.event("restart-empty");

@@ -7,6 +7,7 @@ mod bench_faults;
 mod bench_fair;
 mod bench_tpch;
 mod disklet_cmd;
+mod linkfault;
 mod local;
 mod output;
 mod repair_cmd;
