@@ -309,6 +309,9 @@ pub struct Cluster {
     /// Disks taken as dead (unreachable at connect, or failed since): never given work again
     /// by this host.
     dead: std::sync::Mutex<BTreeSet<u32>>,
+    /// Copies found corrupt by a query, as (table, partition, disk): never read again by this
+    /// host (its catalog lists them as missing, for `adisk scrub` / `adisk repair`).
+    corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
 }
 
 /// A connection to a disk: TCP without Nagle, a connect timeout, and HTTP/2 pings that close
@@ -393,6 +396,12 @@ impl Cluster {
         self.dead.lock().expect("dead lock").insert(d);
     }
 
+    /// Takes disk `d`'s copy of `table`'s partition `partition` as corrupt: the catalog lists
+    /// it as missing from now on, so queries read another copy.
+    pub fn mark_corrupt(&self, table: &str, partition: u32, d: u32) {
+        self.corrupt.lock().expect("corrupt lock").insert((table.to_string(), partition, d));
+    }
+
     /// Asks every live disk for its status; those that do not answer are taken as dead.
     /// Returns the disks newly taken as dead (after a failed query: the ones to rerun without).
     pub async fn probe(&self) -> Vec<u32> {
@@ -416,7 +425,7 @@ impl Cluster {
             mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
-        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth, dead: Default::default() })
+        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth, dead: Default::default(), corrupt: Default::default() })
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
@@ -597,7 +606,10 @@ impl Cluster {
         let mut catalog = Catalog::default();
         for (name, reports) in reports {
             match merge_table(&name, reports, &dead) {
-                Ok(entry) => {
+                Ok(mut entry) => {
+                    for (_, p, d) in self.corrupt.lock().expect("corrupt lock").iter().filter(|(t, p, _)| *t == name && entry.copies.contains_key(p)) {
+                        entry.missing.entry(*p).or_default().insert(*d);
+                    }
                     catalog.tables.insert(name, entry);
                 }
                 Err(why) => {

@@ -5,46 +5,13 @@
 //!   while `status` names what it lacks; `adisk repair` restores it disk to disk; with the
 //!   other copies' disk then killed, every answer comes from the restored copies;
 //! * a disk restarted empty repairs itself when it starts;
+//! * a query that reads a copy with a flipped byte is rerun reading the other copy;
 //! * `adisk scrub` finds a byte flipped in a data page and refetches the partition from its
 //!   other copy; a corrupt copy with no other copy is reported and left.
 mod common;
-use common::{adisk, ok};
+use common::{TpchCluster, adisk, check_tpch, kill_disk, ok};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-struct Cluster(tempfile::TempDir);
-
-impl Cluster {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        ok(dir.path(), &["up", "--disks", "4"]);
-        ok(dir.path(), &["load", "tpch", "--sf", "0.01", "--replicas", "2"]);
-        Cluster(dir)
-    }
-    fn dir(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = adisk(self.0.path(), &["down"]);
-    }
-}
-
-fn check_tpch(dir: &Path, level: &str, what: &str) {
-    let out = ok(dir, &["tpch", "check", "--sf", "0.01", "--offload", level]);
-    assert!(out.contains("22 passed, 0 failed"), "{what}, offload {level}:\n{out}");
-}
-
-fn kill(dir: &Path, d: usize) {
-    let pid = common::disk_pids(dir)[d];
-    // SAFETY: signalling a disk process this test's cluster started.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    common::wait_refused(dir, d);
-}
 
 /// `status`'s entry of `table`.
 fn table_status(dir: &Path, table: &str) -> serde_json::Value {
@@ -82,9 +49,9 @@ fn flip(file: &Path) {
 /// them from the peers; with the other copies' disk then dead, the restored ones answer.
 #[test]
 fn a_wiped_disk_is_restored_by_adisk_repair() {
-    let c = Cluster::start();
+    let c = TpchCluster::start("0.01", 2);
     let dir = c.dir();
-    kill(dir, 2);
+    kill_disk(dir, 2);
     std::fs::remove_dir_all(dir.join("disk-2")).unwrap();
     let out = ok(dir, &["restart", "--disk", "2", "--no-auto-repair"]);
     assert!(out.contains("disk 2 restarted"), "{out}");
@@ -111,7 +78,7 @@ fn a_wiped_disk_is_restored_by_adisk_repair() {
     assert_eq!(report["repaired"], serde_json::json!([]), "{report}");
     assert!(report["verified"].as_u64().unwrap() >= 2 && report["verified"] == report["expected"], "{report}");
     // The restored copies answer: disk 3 (the other copy of partition 2) dead.
-    kill(dir, 3);
+    kill_disk(dir, 3);
     check_tpch(dir, "disks", "disk 2 restored, disk 3 dead");
     let analyzed = ok(dir, &["tpch", "query", "6", "--analyze"]);
     assert!(analyzed.contains("lineitem: disk 0 [0, 3], disk 1 [1], disk 2 [2]"), "{analyzed}");
@@ -126,10 +93,10 @@ fn a_wiped_disk_is_restored_by_adisk_repair() {
 /// flipped byte from its other copy, and leaves (and reports) one that has no other copy.
 #[test]
 fn a_disk_repairs_itself_on_start_and_scrub_repairs_a_flipped_byte() {
-    let c = Cluster::start();
+    let c = TpchCluster::start("0.01", 2);
     let dir = c.dir();
     ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "nation", "--replicas", "1"]);
-    kill(dir, 1);
+    kill_disk(dir, 1);
     std::fs::remove_dir_all(dir.join("disk-1")).unwrap();
     ok(dir, &["restart", "--disk", "1"]);
     common::wait_until("disk 1 to repair itself", Duration::from_secs(60), || !any_needs_repair(dir));
@@ -137,16 +104,24 @@ fn a_disk_repairs_itself_on_start_and_scrub_repairs_a_flipped_byte() {
     assert!(log.contains("repair on start") && log.contains("copies restored"), "{log}");
     // Disk 0 dead: its partition 0 is now read from the restored disk 1 (nation, with its
     // one copy on disk 0, is lost meanwhile, so disk 0 is restarted before the TPC-H check).
-    kill(dir, 0);
+    kill_disk(dir, 0);
     let analyzed = ok(dir, &["explain", "analyze", "select count(*) from lineitem"]);
     assert!(analyzed.contains("lineitem: disk 1 [0, 1]"), "{analyzed}");
     ok(dir, &["restart", "--disk", "0"]);
     check_tpch(dir, "auto", "disk 1 restored by itself");
-    // Bit rot in lineitem partition 2 on disk 3 (its other copy is on disk 2).
-    let file = partition_file(dir, 3, "lineitem", 2);
+    // Bit rot in lineitem partition 3 on disk 3 (its primary; the other copy is on disk 0). A
+    // query reading every column hits it: the disk refuses the corrupt chunk and the query is
+    // rerun reading disk 0's copy instead.
+    let file = partition_file(dir, 3, "lineitem", 3);
     flip(&file);
+    let every_column = "select count(*) from lineitem where concat(l_orderkey, l_partkey, l_suppkey, l_linenumber, l_quantity, l_extendedprice, l_discount, \
+        l_tax, l_returnflag, l_linestatus, l_shipdate, l_commitdate, l_receiptdate, l_shipinstruct, l_shipmode, l_comment) <> ''";
+    let analyzed = ok(dir, &["explain", "analyze", every_column]);
+    assert!(analyzed.contains("rerun without disk 3's corrupt copy of lineitem partition 3") && analyzed.contains("disk 0 [0, 3]"), "{analyzed}");
+    let answer = ok(dir, &["sql", every_column, "--format", "csv"]);
+    assert!(answer.contains("60175"), "{answer}");
     let out = ok(dir, &["scrub"]);
-    assert!(out.contains("disk 3:") && out.contains("1 corrupt, 1 repaired") && out.contains("repaired from disk 2"), "{out}");
+    assert!(out.contains("disk 3:") && out.contains("1 corrupt, 1 repaired") && out.contains("repaired from disk 0"), "{out}");
     let clean = ok(dir, &["scrub"]);
     assert_eq!(clean.matches(" 0 corrupt").count(), 4, "{clean}");
     check_tpch(dir, "auto", "after scrub repaired a flipped byte");

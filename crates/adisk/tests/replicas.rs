@@ -8,50 +8,16 @@
 //! * a disk killed at a seeded random point during heavy queries: every answer correct (the
 //!   query is rerun without it).
 mod common;
-use common::{adisk, fails, ok};
+use common::{TpchCluster, check_tpch, fails, kill_disk, ok};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
-
-struct Cluster(tempfile::TempDir);
-
-impl Cluster {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        ok(dir.path(), &["up", "--disks", "4"]);
-        ok(dir.path(), &["load", "tpch", "--sf", "0.01", "--replicas", "2"]);
-        Cluster(dir)
-    }
-    fn dir(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = adisk(self.0.path(), &["down"]);
-    }
-}
-
-fn check_tpch(dir: &Path, level: &str, what: &str) {
-    let out = ok(dir, &["tpch", "check", "--sf", "0.01", "--offload", level]);
-    assert!(out.contains("22 passed, 0 failed"), "{what}, offload {level}:\n{out}");
-}
-
-fn kill(dir: &Path, d: usize) {
-    let pid = common::disk_pids(dir)[d];
-    // SAFETY: signalling a disk process this test's cluster started.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    common::wait_refused(dir, d);
-}
 
 /// (a) same answers with replicas, (b) one disk dead before the queries, (e) a `--replicas 1`
 /// table away from the dead disk keeps working, (d) two adjacent disks dead: a typed error.
 #[test]
 fn replicas_answer_and_survive_dead_disks() {
-    let c = Cluster::start();
+    let c = TpchCluster::start("0.01", 2);
     let dir = c.dir();
     let status = common::status_json(dir);
     let lineitem = status["tables"].as_array().unwrap().iter().find(|t| t["name"] == "lineitem").cloned().unwrap();
@@ -71,7 +37,7 @@ fn replicas_answer_and_survive_dead_disks() {
     std::fs::write(&csv, format!("k,v\n{}", (0..100).map(|i| format!("{i},{}\n", i * 2)).collect::<String>())).unwrap();
     ok(dir, &["load", "csv", "single", csv.to_str().unwrap(), "--replicas", "1"]);
     // (b) disk 2 dead before the queries: its partitions are read from disk 3.
-    kill(dir, 2);
+    kill_disk(dir, 2);
     for level in ["auto", "disks"] {
         check_tpch(dir, level, "disk 2 dead");
     }
@@ -89,7 +55,7 @@ fn replicas_answer_and_survive_dead_disks() {
     let e = fails(dir, &["sql", "select count(*) from single"]);
     assert!(e.contains("`single` lost partitions [2]") && e.contains("unreachable: disk 2"), "{e}");
     // (d) disks 2 and 3 dead: partition 2 of every split table has no copy left.
-    kill(dir, 3);
+    kill_disk(dir, 3);
     for level in ["auto", "disks"] {
         let e = fails(dir, &["sql", "select sum(l_quantity) from lineitem", "--offload", level]);
         assert!(e.contains("`lineitem` lost partitions [2]") && e.contains("2 on disks [2, 3]") && e.contains("unreachable: disks 2, 3"), "{e}");
@@ -127,7 +93,7 @@ fn restart(dir: &Path) {
 fn kill_during(queries: &[u32], levels: &[&str], seed: u64) -> usize {
     println!("seed {seed} (ADISK_TEST_SEED={seed} reproduces the kills)");
     let mut rng = Rng(seed.max(1));
-    let c = Cluster::start();
+    let c = TpchCluster::start("0.01", 2);
     let dir = c.dir();
     let mut expected = std::collections::BTreeMap::new();
     for q in queries {

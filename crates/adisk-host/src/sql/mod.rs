@@ -326,6 +326,16 @@ struct Sessions {
     analyze_metrics: Arc<QueryMetrics>,
 }
 
+/// The table and partition of a disk's `corrupt partition …/tables/<table>/[g-<load>/]part-NNNNN.parquet: …`.
+fn corrupt_partition(message: &str) -> Option<(String, u32)> {
+    let path = message.split("corrupt partition ").nth(1)?.split(": ").next()?;
+    let mut parts = path.rsplit('/');
+    let file = parts.next()?;
+    let partition = file.strip_prefix("part-")?.strip_suffix(".parquet")?.parse().ok()?;
+    let table = parts.find(|p| !p.starts_with(adisk_storage::staging::GENERATION_PREFIX))?;
+    Some((table.to_string(), partition))
+}
+
 fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> HostError + '_ {
     move |source| {
         // A disk error travels through DataFusion as an external error: give it back as is.
@@ -405,6 +415,13 @@ impl SqlEngine {
         if reruns.len() >= self.cluster.disk_count() as usize || matches!(error, HostError::LostPartitions { .. }) {
             return Err(error);
         }
+        if let Some(note) = self.avoid_corrupt_copy(&error).await {
+            tracing::warn!("query failed ({error}); {note}");
+            reruns.push(format!("{note} (it failed: {error})"));
+            let (sessions, _, _) = Self::build(&self.cluster, &self.opts).await?;
+            *self.sessions.lock().expect("sessions lock") = Arc::new(sessions);
+            return Ok(());
+        }
         let newly = self.cluster.probe().await;
         if newly.is_empty() {
             return Err(error);
@@ -415,6 +432,20 @@ impl SqlEngine {
         let (sessions, _, _) = Self::build(&self.cluster, &self.opts).await?;
         *self.sessions.lock().expect("sessions lock") = Arc::new(sessions);
         Ok(())
+    }
+
+    /// After a data-loss error naming a corrupt partition file at a disk: if another live disk
+    /// holds a copy of that partition, takes this copy as corrupt (it is never read again by
+    /// this host) and returns the note of the rerun.
+    async fn avoid_corrupt_copy(&self, error: &HostError) -> Option<String> {
+        let HostError::Disk { disk, code, message } = error else { return None };
+        let (table, partition) = corrupt_partition(message).filter(|_| code == "DataLoss")?;
+        let catalog = self.cluster.catalog().await.ok()?;
+        let copies = catalog.tables.get(&table)?.copies.get(&partition)?.clone();
+        let dead = self.cluster.dead_disks();
+        copies.iter().find(|d| **d != *disk && !dead.contains(d))?;
+        self.cluster.mark_corrupt(&table, partition, *disk);
+        Some(format!("rerun without disk {disk}'s corrupt copy of {table} partition {partition} (read from disks {copies:?}; `adisk scrub` repairs it)"))
     }
 
     /// A DataFusion session with the offload rule for `settings` and every table registered.
@@ -577,5 +608,19 @@ impl SqlEngine {
     pub async fn explain_analyze(&self, sql: &str) -> Result<(String, QueryOutput)> {
         let out = self.query_analyzed(sql).await?;
         Ok((report::explain_analyze(&out, &self.settings), out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::corrupt_partition;
+
+    #[test]
+    fn a_disks_data_loss_names_the_table_and_partition() {
+        let m = "job q7-2 failed: corrupt partition /d/disk-3/tables/line_item/g-00ab-1f/part-00002.parquet: column chunk 3 of row group 1 (bytes 10..20) has CRC-32 1 but the manifest says 2";
+        assert_eq!(corrupt_partition(m), Some(("line_item".into(), 2)));
+        assert_eq!(corrupt_partition("corrupt partition tables/t/part-00011.parquet: size 1 but the manifest says 2"), Some(("t".into(), 11)));
+        assert_eq!(corrupt_partition("disk full"), None);
+        assert_eq!(corrupt_partition("corrupt partition /d/tables/t/notes.txt: x"), None);
     }
 }

@@ -118,3 +118,47 @@ pub fn wait_refused(dir: &Path, d: usize) {
     let address = disk_address(dir, d);
     wait_until(&format!("disk {d} at {address} to refuse connections"), std::time::Duration::from_secs(10), || std::net::TcpStream::connect(&address).is_err());
 }
+
+/// A local cluster of 4 disk processes with TPC-H at scale `sf` loaded with `replicas` copies
+/// of every partition; stopped when dropped.
+#[allow(dead_code)]
+pub struct TpchCluster(tempfile::TempDir);
+
+#[allow(dead_code)]
+impl TpchCluster {
+    /// Starts the disks and loads TPC-H.
+    pub fn start(sf: &str, replicas: u32) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        ok(dir.path(), &["up", "--disks", "4"]);
+        ok(dir.path(), &["load", "tpch", "--sf", sf, "--replicas", &replicas.to_string()]);
+        TpchCluster(dir)
+    }
+    /// The cluster's directory (`--dir`).
+    pub fn dir(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for TpchCluster {
+    fn drop(&mut self) {
+        let _ = adisk(self.0.path(), &["down"]);
+    }
+}
+
+/// `adisk tpch check` at SF 0.01 and `level`: all 22 answers must match the official ones.
+#[allow(dead_code)]
+pub fn check_tpch(dir: &Path, level: &str, what: &str) {
+    let out = ok(dir, &["tpch", "check", "--sf", "0.01", "--offload", level]);
+    assert!(out.contains("22 passed, 0 failed"), "{what}, offload {level}:\n{out}");
+}
+
+/// Kills disk `d` with SIGKILL and waits until its port refuses connections.
+#[allow(dead_code)]
+pub fn kill_disk(dir: &Path, d: usize) {
+    let pid = disk_pids(dir)[d];
+    // SAFETY: signalling a disk process the calling test's cluster started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    wait_refused(dir, d);
+}
