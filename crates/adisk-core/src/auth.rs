@@ -58,7 +58,9 @@ pub enum AuthError {
         message: String,
     },
     /// No `authorization` header.
-    #[error("no credentials: this disk accepts only requests from members of its cluster (token missing)")]
+    #[error(
+        "no credentials: this disk accepts only requests from members of its cluster (token missing)"
+    )]
     Missing,
     /// The header is not a token of this scheme.
     #[error("malformed credentials: {0}")]
@@ -67,7 +69,9 @@ pub enum AuthError {
     #[error("bad credentials: the token was not made with this cluster's key")]
     BadSignature,
     /// The stamp is outside the window.
-    #[error("expired credentials: the token is {skew_ms} ms away from this member's clock (window {window_ms} ms)")]
+    #[error(
+        "expired credentials: the token is {skew_ms} ms away from this member's clock (window {window_ms} ms)"
+    )]
     Expired {
         /// Distance between the stamp and the clock.
         skew_ms: u64,
@@ -112,9 +116,19 @@ impl ClusterKey {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let key = Self::generate();
-        let err = |e: std::io::Error| AuthError::Key { path: path.to_path_buf(), message: e.to_string() };
-        let mut file = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path).map_err(err)?;
-        file.write_all(hex::encode(key.key).as_bytes()).and_then(|()| file.sync_all()).map_err(err)?;
+        let err = |e: std::io::Error| AuthError::Key {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        };
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(err)?;
+        file.write_all(hex::encode(key.key).as_bytes())
+            .and_then(|()| file.sync_all())
+            .map_err(err)?;
         Ok(key)
     }
 
@@ -124,14 +138,21 @@ impl ClusterKey {
     /// [`AuthError::Key`].
     pub fn load(path: &Path) -> Result<Self, AuthError> {
         use std::os::unix::fs::PermissionsExt;
-        let bad = |message: String| AuthError::Key { path: path.to_path_buf(), message };
+        let bad = |message: String| AuthError::Key {
+            path: path.to_path_buf(),
+            message,
+        };
         let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
         if meta.permissions().mode() & 0o077 != 0 {
-            return Err(bad(format!("readable by others (mode {:o}); `chmod 600` it", meta.permissions().mode() & 0o777)));
+            return Err(bad(format!(
+                "readable by others (mode {:o}); `chmod 600` it",
+                meta.permissions().mode() & 0o777
+            )));
         }
         let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
         let bytes = hex::decode(text.trim()).map_err(|e| bad(format!("not hex: {e}")))?;
-        let key = <[u8; KEY_BYTES]>::try_from(bytes.as_slice()).map_err(|_| bad(format!("{} bytes, expected {KEY_BYTES}", bytes.len())))?;
+        let key = <[u8; KEY_BYTES]>::try_from(bytes.as_slice())
+            .map_err(|_| bad(format!("{} bytes, expected {KEY_BYTES}", bytes.len())))?;
         Ok(ClusterKey { key })
     }
 
@@ -192,7 +213,10 @@ struct Seen {
 impl Verifier {
     /// A verifier for tokens made with `key`.
     pub fn new(key: ClusterKey) -> Self {
-        Verifier { key, seen: Mutex::new(Seen::default()) }
+        Verifier {
+            key,
+            seen: Mutex::new(Seen::default()),
+        }
     }
 
     /// The key, to sign this member's own requests with.
@@ -209,21 +233,38 @@ impl Verifier {
     }
 
     fn verify_at(&self, header: Option<&str>, now: u64) -> Result<(), AuthError> {
-        let token = header.ok_or(AuthError::Missing)?.strip_prefix("Bearer ").ok_or_else(|| AuthError::Malformed("expected `Bearer <token>`".into()))?;
-        let (claim, mac) = token.rsplit_once('.').ok_or_else(|| AuthError::Malformed("no MAC".into()))?;
+        let token = header
+            .ok_or(AuthError::Missing)?
+            .strip_prefix("Bearer ")
+            .ok_or_else(|| AuthError::Malformed("expected `Bearer <token>`".into()))?;
+        let (claim, mac) = token
+            .rsplit_once('.')
+            .ok_or_else(|| AuthError::Malformed("no MAC".into()))?;
         let mut parts = claim.splitn(3, '.');
         let (scheme, ms, nonce) = (parts.next(), parts.next(), parts.next());
         if scheme != Some(SCHEME) {
-            return Err(AuthError::Malformed(format!("unknown scheme (expected `{SCHEME}`)")));
+            return Err(AuthError::Malformed(format!(
+                "unknown scheme (expected `{SCHEME}`)"
+            )));
         }
-        let ms: u64 = ms.and_then(|m| m.parse().ok()).ok_or_else(|| AuthError::Malformed("bad stamp".into()))?;
-        let nonce = nonce.filter(|n| n.len() == 32 && n.bytes().all(|b| b.is_ascii_hexdigit())).ok_or_else(|| AuthError::Malformed("bad nonce".into()))?;
+        let ms: u64 = ms
+            .and_then(|m| m.parse().ok())
+            .ok_or_else(|| AuthError::Malformed("bad stamp".into()))?;
+        let nonce = nonce
+            .filter(|n| n.len() == 32 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+            .ok_or_else(|| AuthError::Malformed("bad nonce".into()))?;
         let mac = hex::decode(mac).map_err(|_| AuthError::Malformed("MAC is not hex".into()))?;
-        self.key.mac(claim).verify_slice(&mac).map_err(|_| AuthError::BadSignature)?;
+        self.key
+            .mac(claim)
+            .verify_slice(&mac)
+            .map_err(|_| AuthError::BadSignature)?;
         let window = TOKEN_WINDOW.as_millis() as u64;
         let skew_ms = now.abs_diff(ms);
         if skew_ms > window {
-            return Err(AuthError::Expired { skew_ms, window_ms: window });
+            return Err(AuthError::Expired {
+                skew_ms,
+                window_ms: window,
+            });
         }
         self.remember(nonce, ms + window, now)
     }
@@ -262,7 +303,10 @@ pub fn challenge() -> Vec<u8> {
 }
 
 fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -277,21 +321,50 @@ mod tests {
         let t0 = 1_000_000_000;
         let header = |ms: u64, nonce: &str| format!("Bearer {}", v.key().token_at(ms, nonce));
         assert_eq!(v.verify_at(Some(&header(t0, NONCE)), t0 + 10), Ok(()));
-        assert_eq!(v.verify_at(Some(&header(t0, NONCE)), t0 + 20), Err(AuthError::Replayed));
+        assert_eq!(
+            v.verify_at(Some(&header(t0, NONCE)), t0 + 20),
+            Err(AuthError::Replayed)
+        );
         let late = v.verify_at(Some(&header(t0, &NONCE.replace('0', "1"))), t0 + 61_000);
-        assert!(matches!(late, Err(AuthError::Expired { skew_ms: 61_000, .. })), "{late:?}");
+        assert!(
+            matches!(
+                late,
+                Err(AuthError::Expired {
+                    skew_ms: 61_000,
+                    ..
+                })
+            ),
+            "{late:?}"
+        );
         // After the window the nonce is forgotten, but its token has expired by then.
-        assert!(matches!(v.verify_at(Some(&header(t0, NONCE)), t0 + 120_000), Err(AuthError::Expired { .. })));
+        assert!(matches!(
+            v.verify_at(Some(&header(t0, NONCE)), t0 + 120_000),
+            Err(AuthError::Expired { .. })
+        ));
         let other = ClusterKey::generate();
-        assert_eq!(v.verify_at(Some(&format!("Bearer {}", other.token_at(t0, NONCE))), t0), Err(AuthError::BadSignature));
+        assert_eq!(
+            v.verify_at(Some(&format!("Bearer {}", other.token_at(t0, NONCE))), t0),
+            Err(AuthError::BadSignature)
+        );
         assert_eq!(v.verify_at(None, t0), Err(AuthError::Missing));
-        for bad in ["Basic abc", "Bearer adisk1.x.y.z", "Bearer adisk2.1.2.3", "Bearer nothing"] {
-            assert!(matches!(v.verify_at(Some(bad), t0), Err(AuthError::Malformed(_))), "{bad}");
+        for bad in [
+            "Basic abc",
+            "Bearer adisk1.x.y.z",
+            "Bearer adisk2.1.2.3",
+            "Bearer nothing",
+        ] {
+            assert!(
+                matches!(v.verify_at(Some(bad), t0), Err(AuthError::Malformed(_))),
+                "{bad}"
+            );
         }
         // An altered stamp breaks the MAC.
         let token = header(t0, &NONCE.replace('1', "2"));
         let altered = token.replace(&format!(".{t0}."), &format!(".{}.", t0 + 1));
-        assert_eq!(v.verify_at(Some(&altered), t0), Err(AuthError::BadSignature));
+        assert_eq!(
+            v.verify_at(Some(&altered), t0),
+            Err(AuthError::BadSignature)
+        );
     }
 
     #[test]
@@ -311,9 +384,19 @@ mod tests {
         assert!(!ClusterKey::generate().check_proof(&c, &key.prove(&c)));
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        assert!(matches!(ClusterKey::load(&path), Err(AuthError::Key { .. })));
+        assert!(matches!(
+            ClusterKey::load(&path),
+            Err(AuthError::Key { .. })
+        ));
         std::fs::write(dir.path().join("short"), "abcd").unwrap();
-        std::fs::set_permissions(dir.path().join("short"), std::fs::Permissions::from_mode(0o600)).unwrap();
-        assert!(matches!(ClusterKey::load(&dir.path().join("short")), Err(AuthError::Key { .. })));
+        std::fs::set_permissions(
+            dir.path().join("short"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        assert!(matches!(
+            ClusterKey::load(&dir.path().join("short")),
+            Err(AuthError::Key { .. })
+        ));
     }
 }

@@ -19,7 +19,16 @@ const BLOCK_WORDS: usize = 4;
 /// Bits set per key: one in each 32-bit lane of its block.
 pub const BITS_PER_KEY_SET: u32 = 8;
 /// Odd multipliers choosing the bit in each lane.
-const SALT: [u32; 8] = [0x47b6_137b, 0x4497_4d91, 0x8824_ad5b, 0xa2b7_289d, 0x7054_95c7, 0x2df1_424b, 0x9efc_4947, 0x5c6b_fb31];
+const SALT: [u32; 8] = [
+    0x47b6_137b,
+    0x4497_4d91,
+    0x8824_ad5b,
+    0xa2b7_289d,
+    0x7054_95c7,
+    0x2df1_424b,
+    0x9efc_4947,
+    0x5c6b_fb31,
+];
 
 /// A split-block Bloom filter over 64-bit key hashes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -53,9 +62,14 @@ mod words_b64 {
             .decode(text)
             .map_err(serde::de::Error::custom)?;
         if bytes.len() % 8 != 0 {
-            return Err(serde::de::Error::custom("bloom words are not a multiple of 8 bytes"));
+            return Err(serde::de::Error::custom(
+                "bloom words are not a multiple of 8 bytes",
+            ));
         }
-        Ok(bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))).collect())
+        Ok(bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect())
     }
 }
 
@@ -64,7 +78,12 @@ mod words_b64 {
 fn block_mask(hash: u64) -> [u64; BLOCK_WORDS] {
     let x = hash as u32;
     let lane = |i: usize| 1u64 << (x.wrapping_mul(SALT[i]) >> 27);
-    [lane(0) | lane(1) << 32, lane(2) | lane(3) << 32, lane(4) | lane(5) << 32, lane(6) | lane(7) << 32]
+    [
+        lane(0) | lane(1) << 32,
+        lane(2) | lane(3) << 32,
+        lane(4) | lane(5) << 32,
+        lane(6) | lane(7) << 32,
+    ]
 }
 
 impl BloomFilter {
@@ -73,7 +92,12 @@ impl BloomFilter {
     pub fn with_size(bytes: usize, _expected_keys: u64) -> Self {
         let blocks = bytes.clamp(32, MAX_BLOOM_BYTES).div_ceil(32);
         let words = blocks * BLOCK_WORDS;
-        BloomFilter { bits: words as u64 * 64, hashes: BITS_PER_KEY_SET, inserted: 0, words: vec![0; words] }
+        BloomFilter {
+            bits: words as u64 * 64,
+            hashes: BITS_PER_KEY_SET,
+            inserted: 0,
+            words: vec![0; words],
+        }
     }
 
     /// Size of the bit array in bytes.
@@ -87,11 +111,21 @@ impl BloomFilter {
 
     /// Checks the internal consistency of a filter received over the wire.
     pub fn validate(&self) -> Result<(), String> {
-        if self.words.is_empty() || self.words.len() % BLOCK_WORDS != 0 || self.bits != self.words.len() as u64 * 64 {
-            return Err(format!("bloom filter has {} bits in {} words (whole 256-bit blocks needed)", self.bits, self.words.len()));
+        if self.words.is_empty()
+            || self.words.len() % BLOCK_WORDS != 0
+            || self.bits != self.words.len() as u64 * 64
+        {
+            return Err(format!(
+                "bloom filter has {} bits in {} words (whole 256-bit blocks needed)",
+                self.bits,
+                self.words.len()
+            ));
         }
         if self.hashes != BITS_PER_KEY_SET {
-            return Err(format!("bloom filter sets {} bits per key (split-block filters set {BITS_PER_KEY_SET})", self.hashes));
+            return Err(format!(
+                "bloom filter sets {} bits per key (split-block filters set {BITS_PER_KEY_SET})",
+                self.hashes
+            ));
         }
         Ok(())
     }
@@ -119,7 +153,10 @@ impl BloomFilter {
         let start = self.block_start(hash);
         let mask = block_mask(hash);
         let block = &self.words[start..start + BLOCK_WORDS];
-        (block[0] & mask[0] == mask[0]) & (block[1] & mask[1] == mask[1]) & (block[2] & mask[2] == mask[2]) & (block[3] & mask[3] == mask[3])
+        (block[0] & mask[0] == mask[0])
+            & (block[1] & mask[1] == mask[1])
+            & (block[2] & mask[2] == mask[2])
+            & (block[3] & mask[3] == mask[3])
     }
 
     /// Probes many hashes at once: bit `i` of the result is `may_contain(hashes[i])`.
@@ -164,7 +201,10 @@ mod tests {
             let fp = f.probe(&probes).count_set_bits();
             let rate = fp as f64 / probes.len() as f64;
             let expected = f.expected_fpr();
-            assert!(rate < 1.5 * expected + 0.0005 && rate > expected / 1.5 - 0.0005, "{bytes} bytes: fpr {rate} vs expected {expected}");
+            assert!(
+                rate < 1.5 * expected + 0.0005 && rate > expected / 1.5 - 0.0005,
+                "{bytes} bytes: fpr {rate} vs expected {expected}"
+            );
         }
         // 32 bits per key, the host's sizing: well under 1 % false positives.
         let mut f = BloomFilter::with_size(40_000, 10_000);

@@ -111,7 +111,9 @@ impl Default for Deadlines {
 impl Deadlines {
     /// Deadlines for a timeout of `ms` milliseconds.
     pub fn from_ms(ms: u64) -> Self {
-        Deadlines { timeout: std::time::Duration::from_millis(ms) }
+        Deadlines {
+            timeout: std::time::Duration::from_millis(ms),
+        }
     }
     /// Interval between keepalive pings.
     pub fn ping_interval(&self) -> std::time::Duration {
@@ -151,7 +153,9 @@ impl std::str::FromStr for ExchangeMode {
         match s {
             "direct" => Ok(ExchangeMode::Direct),
             "via-host" => Ok(ExchangeMode::ViaHost),
-            other => Err(format!("unknown exchange mode `{other}` (direct, via-host)")),
+            other => Err(format!(
+                "unknown exchange mode `{other}` (direct, via-host)"
+            )),
         }
     }
 }
@@ -236,8 +240,12 @@ impl ClusterConfig {
     /// # Errors
     /// [`crate::auth::AuthError::Key`] when the file cannot be read or is not private.
     pub fn verifier(&self) -> Result<Option<crate::auth::Verifier>, crate::auth::AuthError> {
-        let Some(path) = &self.cluster.key_file else { return Ok(None) };
-        Ok(Some(crate::auth::Verifier::new(crate::auth::ClusterKey::load(path)?)))
+        let Some(path) = &self.cluster.key_file else {
+            return Ok(None);
+        };
+        Ok(Some(crate::auth::Verifier::new(
+            crate::auth::ClusterKey::load(path)?,
+        )))
     }
 
     /// How long the host waits for a silent disk.
@@ -268,23 +276,31 @@ impl ClusterConfig {
             reason,
         };
         if self.disks.is_empty() {
-            return Err(invalid("disk".into(), "a cluster needs at least one [[disk]]".into()));
+            return Err(invalid(
+                "disk".into(),
+                "a cluster needs at least one [[disk]]".into(),
+            ));
         }
         if self.disks.len() > MAX_DISKS {
             return Err(invalid("disk".into(), format!("at most {MAX_DISKS} disks")));
         }
         if !(100..=3_600_000).contains(&self.cluster.disk_timeout_ms) {
-            return Err(invalid("cluster.disk_timeout_ms".into(), "must be 100..=3600000".into()));
+            return Err(invalid(
+                "cluster.disk_timeout_ms".into(),
+                "must be 100..=3600000".into(),
+            ));
         }
         for (i, disk) in self.disks.iter().enumerate() {
             if disk.id as usize != i {
                 return Err(invalid(
                     format!("disk[{i}].id"),
-                    format!("ids must be 0..N-1 in order; found {} at position {i}", disk.id),
+                    format!(
+                        "ids must be 0..N-1 in order; found {} at position {i}",
+                        disk.id
+                    ),
                 ));
             }
-            if disk.address.parse::<std::net::SocketAddr>().is_err()
-                && !disk.address.contains(':')
+            if disk.address.parse::<std::net::SocketAddr>().is_err() && !disk.address.contains(':')
             {
                 return Err(invalid(
                     format!("disk[{i}].address"),
@@ -292,16 +308,25 @@ impl ClusterConfig {
                 ));
             }
             if disk.memory_mib == 0 || disk.memory_mib > 1 << 20 {
-                return Err(invalid(format!("disk[{i}].memory_mib"), "must be 1..=1048576".into()));
+                return Err(invalid(
+                    format!("disk[{i}].memory_mib"),
+                    "must be 1..=1048576".into(),
+                ));
             }
-            if disk.buffer_kib == 0 || disk.buffer_kib * 1024 * u64::from(disk.buffers_per_stream.max(1)) > disk.memory_mib * 1024 * 1024 {
+            if disk.buffer_kib == 0
+                || disk.buffer_kib * 1024 * u64::from(disk.buffers_per_stream.max(1))
+                    > disk.memory_mib * 1024 * 1024
+            {
                 return Err(invalid(
                     format!("disk[{i}].buffer_kib"),
                     "must be > 0 and a stream's buffers must fit in memory_mib".into(),
                 ));
             }
             if disk.buffers_per_stream == 0 || disk.buffers_per_stream > 64 {
-                return Err(invalid(format!("disk[{i}].buffers_per_stream"), "must be 1..=64".into()));
+                return Err(invalid(
+                    format!("disk[{i}].buffers_per_stream"),
+                    "must be 1..=64".into(),
+                ));
             }
         }
         Ok(())

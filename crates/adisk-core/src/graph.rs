@@ -7,7 +7,9 @@
 //! reaches each of its targets once per job; each temporary stream is written by one output
 //! and read by inputs that do not feed that output (which would wait for themselves); named
 //! results are written once per (table, partition).
-use crate::protocol::{JobSpec, MAX_JOB_GRAPH_NODES, MAX_STAGE_PORTS, Port, Sink, Source, StoredStream};
+use crate::protocol::{
+    JobSpec, MAX_JOB_GRAPH_NODES, MAX_STAGE_PORTS, Port, Sink, Source, StoredStream,
+};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Why a job graph is malformed.
@@ -67,7 +69,9 @@ pub struct Shape {
 pub fn check(spec: &JobSpec) -> Result<Shape, GraphError> {
     let nodes = spec.inputs.len() + spec.stages.len() + spec.outputs.len();
     if nodes > MAX_JOB_GRAPH_NODES {
-        return Err(GraphError::TooLarge(format!("{nodes} inputs, stages and outputs (at most {MAX_JOB_GRAPH_NODES})")));
+        return Err(GraphError::TooLarge(format!(
+            "{nodes} inputs, stages and outputs (at most {MAX_JOB_GRAPH_NODES})"
+        )));
     }
     if spec.inputs.is_empty() {
         return Err(GraphError::Wiring("a job needs at least one input".into()));
@@ -77,15 +81,34 @@ pub fn check(spec: &JobSpec) -> Result<Shape, GraphError> {
     for (i, stage) in spec.stages.iter().enumerate() {
         check_input_count(i, stage)?;
         for port in &stage.inputs {
-            check_port(port, i, &stage_ports, spec.inputs.len(), &format!("stage {i}"))?;
+            check_port(
+                port,
+                i,
+                &stage_ports,
+                spec.inputs.len(),
+                &format!("stage {i}"),
+            )?;
             *reads.entry(*port).or_default() += 1;
         }
     }
     for (o, output) in spec.outputs.iter().enumerate() {
-        check_port(&output.from, spec.stages.len(), &stage_ports, spec.inputs.len(), &format!("output {o}"))?;
+        check_port(
+            &output.from,
+            spec.stages.len(),
+            &stage_ports,
+            spec.inputs.len(),
+            &format!("output {o}"),
+        )?;
         *reads.entry(output.from).or_default() += 1;
     }
-    let every_port = (0..spec.inputs.len() as u32).map(Port::Input).chain(stage_ports.iter().enumerate().flat_map(|(s, n)| (0..*n).map(move |p| Port::Stage { stage: s as u32, port: p })));
+    let every_port = (0..spec.inputs.len() as u32).map(Port::Input).chain(
+        stage_ports.iter().enumerate().flat_map(|(s, n)| {
+            (0..*n).map(move |p| Port::Stage {
+                stage: s as u32,
+                port: p,
+            })
+        }),
+    );
     for port in every_port {
         let times = reads.get(&port).copied().unwrap_or(0);
         if times != 1 {
@@ -95,17 +118,31 @@ pub fn check(spec: &JobSpec) -> Result<Shape, GraphError> {
     check_sinks(spec)?;
     check_temp_streams(spec)?;
     let streams = spec.inputs.len() as u64 + stage_ports.iter().map(|p| u64::from(*p)).sum::<u64>();
-    Ok(Shape { stage_ports, streams })
+    Ok(Shape {
+        stage_ports,
+        streams,
+    })
 }
 
 fn stage_ports(spec: &JobSpec) -> Result<Vec<u32>, GraphError> {
     spec.stages
         .iter()
         .enumerate()
-        .map(|(i, s)| match s.disklet.output_ports().unwrap_or_else(|| wired_ports(spec, i)) {
-            0 => Err(GraphError::Wiring(format!("stage {i} (`{}`) has no output port", s.disklet.name()))),
-            n if n > MAX_STAGE_PORTS => Err(GraphError::TooLarge(format!("stage {i} has {n} output ports (at most {MAX_STAGE_PORTS})"))),
-            n => Ok(n),
+        .map(|(i, s)| {
+            match s
+                .disklet
+                .output_ports()
+                .unwrap_or_else(|| wired_ports(spec, i))
+            {
+                0 => Err(GraphError::Wiring(format!(
+                    "stage {i} (`{}`) has no output port",
+                    s.disklet.name()
+                ))),
+                n if n > MAX_STAGE_PORTS => Err(GraphError::TooLarge(format!(
+                    "stage {i} has {n} output ports (at most {MAX_STAGE_PORTS})"
+                ))),
+                n => Ok(n),
+            }
         })
         .collect()
 }
@@ -113,7 +150,11 @@ fn stage_ports(spec: &JobSpec) -> Result<Vec<u32>, GraphError> {
 /// Ports of stage `stage` the job reads: one more than the highest read (at least one; a port
 /// below it that nobody reads is then reported as unread).
 fn wired_ports(spec: &JobSpec, stage: usize) -> u32 {
-    let read = spec.stages.iter().flat_map(|s| s.inputs.iter()).chain(spec.outputs.iter().map(|o| &o.from));
+    let read = spec
+        .stages
+        .iter()
+        .flat_map(|s| s.inputs.iter())
+        .chain(spec.outputs.iter().map(|o| &o.from));
     let highest = read.filter_map(|p| match *p {
         Port::Stage { stage: s, port } if s as usize == stage => Some(port),
         _ => None,
@@ -130,43 +171,84 @@ fn check_input_count(i: usize, stage: &crate::protocol::Stage) -> Result<(), Gra
     if ok {
         return Ok(());
     }
-    let wants = stage.disklet.inputs().map_or("one or more".to_string(), |n| n.to_string());
-    Err(GraphError::InputCount { stage: i, disklet: stage.disklet.name(), got, wants })
+    let wants = stage
+        .disklet
+        .inputs()
+        .map_or("one or more".to_string(), |n| n.to_string());
+    Err(GraphError::InputCount {
+        stage: i,
+        disklet: stage.disklet.name(),
+        got,
+        wants,
+    })
 }
 
 /// A port read by a stage `before` (or an output, `before` = number of stages) must exist.
-fn check_port(port: &Port, before: usize, stage_ports: &[u32], inputs: usize, reader: &str) -> Result<(), GraphError> {
-    let unknown = |why| Err(GraphError::UnknownPort { reader: reader.to_string(), port: *port, why });
+fn check_port(
+    port: &Port,
+    before: usize,
+    stage_ports: &[u32],
+    inputs: usize,
+    reader: &str,
+) -> Result<(), GraphError> {
+    let unknown = |why| {
+        Err(GraphError::UnknownPort {
+            reader: reader.to_string(),
+            port: *port,
+            why,
+        })
+    };
     match *port {
         Port::Input(i) if i as usize >= inputs => unknown("is not an input of the job"),
         Port::Stage { stage, .. } if stage as usize >= before => unknown("is not an earlier stage"),
-        Port::Stage { stage, port } if port >= stage_ports[stage as usize] => unknown("is not an output port of that stage"),
+        Port::Stage { stage, port } if port >= stage_ports[stage as usize] => {
+            unknown("is not an output port of that stage")
+        }
         _ => Ok(()),
     }
 }
 
 fn check_sinks(spec: &JobSpec) -> Result<(), GraphError> {
-    let hosts = spec.outputs.iter().filter(|o| matches!(o.sink, Sink::Host)).count();
+    let hosts = spec
+        .outputs
+        .iter()
+        .filter(|o| matches!(o.sink, Sink::Host))
+        .count();
     if hosts > 1 {
-        return Err(GraphError::Wiring(format!("{hosts} outputs go to the host (at most one per job)")));
+        return Err(GraphError::Wiring(format!(
+            "{hosts} outputs go to the host (at most one per job)"
+        )));
     }
     let mut exchange_targets = BTreeSet::new();
     let mut stored = BTreeSet::new();
     for o in &spec.outputs {
         match &o.sink {
             Sink::Host => {}
-            Sink::Exchange { exchange_id, targets, route, .. } => {
+            Sink::Exchange {
+                exchange_id,
+                targets,
+                route,
+                ..
+            } => {
                 if targets.is_empty() {
-                    return Err(GraphError::Wiring(format!("exchange `{exchange_id}` has no target")));
+                    return Err(GraphError::Wiring(format!(
+                        "exchange `{exchange_id}` has no target"
+                    )));
                 }
                 if let crate::protocol::Route::Range { bounds, .. } = route
                     && bounds.len() + 1 != targets.len()
                 {
-                    return Err(GraphError::Wiring(format!("range exchange `{exchange_id}`: {} bounds for {} targets (needs targets - 1)", bounds.len(), targets.len())));
+                    return Err(GraphError::Wiring(format!(
+                        "range exchange `{exchange_id}`: {} bounds for {} targets (needs targets - 1)",
+                        bounds.len(),
+                        targets.len()
+                    )));
                 }
                 for t in targets {
                     if !exchange_targets.insert((exchange_id.clone(), t.clone())) {
-                        return Err(GraphError::Wiring(format!("exchange `{exchange_id}` reaches {t} twice from one job")));
+                        return Err(GraphError::Wiring(format!(
+                            "exchange `{exchange_id}` reaches {t} twice from one job"
+                        )));
                     }
                 }
             }
@@ -187,24 +269,37 @@ fn check_temp_streams(spec: &JobSpec) -> Result<(), GraphError> {
         .outputs
         .iter()
         .filter_map(|o| match &o.sink {
-            Sink::Store { stream: StoredStream::Temp { name } } => Some((name.as_str(), &o.from)),
+            Sink::Store {
+                stream: StoredStream::Temp { name },
+            } => Some((name.as_str(), &o.from)),
             _ => None,
         })
         .collect();
     let depends = input_dependencies(spec);
     for (i, input) in spec.inputs.iter().enumerate() {
-        let Source::Temp { name } = input else { continue };
+        let Source::Temp { name } = input else {
+            continue;
+        };
         let Some(from) = written.get(name.as_str()) else {
-            return Err(GraphError::Wiring(format!("input {i} reads temporary stream `{name}`, which no output of the job writes")));
+            return Err(GraphError::Wiring(format!(
+                "input {i} reads temporary stream `{name}`, which no output of the job writes"
+            )));
         };
         if depends(from).contains(&i) {
-            return Err(GraphError::Wiring(format!("temporary stream `{name}` is written from its own reader (input {i}): it would wait for itself")));
+            return Err(GraphError::Wiring(format!(
+                "temporary stream `{name}` is written from its own reader (input {i}): it would wait for itself"
+            )));
         }
         if let Port::Stage { stage: writer, .. } = from
-            && let Some(reader) = spec.stages.iter().position(|s| s.inputs.contains(&Port::Input(i as u32)))
+            && let Some(reader) = spec
+                .stages
+                .iter()
+                .position(|s| s.inputs.contains(&Port::Input(i as u32)))
             && reader <= *writer as usize
         {
-            return Err(GraphError::Wiring(format!("temporary stream `{name}` is read by stage {reader}, which must come after its writer, stage {writer}")));
+            return Err(GraphError::Wiring(format!(
+                "temporary stream `{name}` is read by stage {reader}, which must come after its writer, stage {writer}"
+            )));
         }
     }
     Ok(())
@@ -238,23 +333,46 @@ mod tests {
     use arrow_schema::Schema;
 
     fn pipe(id: &str) -> Source {
-        Source::Pipe { exchange_id: id.into(), senders: 1, schema: Schema::empty() }
+        Source::Pipe {
+            exchange_id: id.into(),
+            senders: 1,
+            schema: Schema::empty(),
+        }
     }
 
     fn select() -> DiskletSpec {
-        DiskletSpec::Select { predicate: None, projection: vec![], limit: None }
+        DiskletSpec::Select {
+            predicate: None,
+            projection: vec![],
+            limit: None,
+        }
     }
 
     fn join() -> DiskletSpec {
-        DiskletSpec::HashJoin { build_keys: vec![ExprBytes(vec![])], probe_keys: vec![ExprBytes(vec![])] }
+        DiskletSpec::HashJoin {
+            build_keys: vec![ExprBytes(vec![])],
+            probe_keys: vec![ExprBytes(vec![])],
+        }
     }
 
     fn job(inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobSpec {
-        JobSpec { job_id: "j".into(), program: "p".into(), inputs, stages, outputs, scratch_kib: 0, buffer_kib: 0, temp_kib: 0 }
+        JobSpec {
+            job_id: "j".into(),
+            program: "p".into(),
+            inputs,
+            stages,
+            outputs,
+            scratch_kib: 0,
+            buffer_kib: 0,
+            temp_kib: 0,
+        }
     }
 
     fn stage(disklet: DiskletSpec, inputs: &[Port]) -> Stage {
-        Stage { disklet, inputs: inputs.to_vec() }
+        Stage {
+            disklet,
+            inputs: inputs.to_vec(),
+        }
     }
 
     fn out(from: Port, sink: Sink) -> Output {
@@ -265,64 +383,207 @@ mod tests {
     const S1: Port = Port::Stage { stage: 1, port: 0 };
 
     fn temp(name: &str) -> Sink {
-        Sink::Store { stream: StoredStream::Temp { name: name.into() } }
+        Sink::Store {
+            stream: StoredStream::Temp { name: name.into() },
+        }
     }
 
     #[test]
     fn chains_and_two_input_graphs_are_valid() {
         let chain = JobSpec::chain("j", "p", pipe("a"), vec![select(), select()], Sink::Host);
-        assert_eq!(check(&chain).unwrap(), Shape { stage_ports: vec![1, 1], streams: 3 });
-        let join = job(vec![pipe("a"), pipe("b")], vec![stage(join(), &[Port::Input(0), Port::Input(1)])], vec![out(S0, Sink::Host)]);
+        assert_eq!(
+            check(&chain).unwrap(),
+            Shape {
+                stage_ports: vec![1, 1],
+                streams: 3
+            }
+        );
+        let join = job(
+            vec![pipe("a"), pipe("b")],
+            vec![stage(join(), &[Port::Input(0), Port::Input(1)])],
+            vec![out(S0, Sink::Host)],
+        );
         assert_eq!(check(&join).unwrap().streams, 3);
         // A partition stage's ports go one per target.
-        let partition = DiskletSpec::Partition { keys: vec![], partitions: 3 };
+        let partition = DiskletSpec::Partition {
+            keys: vec![],
+            partitions: 3,
+        };
         let targets: Vec<String> = (0..3).map(|i| format!("d{i}")).collect();
-        let ex = JobSpec::chain("j", "p", pipe("a"), vec![partition], Sink::Exchange { exchange_id: "x".into(), targets, sender: 0, route: Route::Broadcast, relay: None });
+        let ex = JobSpec::chain(
+            "j",
+            "p",
+            pipe("a"),
+            vec![partition],
+            Sink::Exchange {
+                exchange_id: "x".into(),
+                targets,
+                sender: 0,
+                route: Route::Broadcast,
+                relay: None,
+            },
+        );
         assert_eq!(ex.outputs.len(), 3);
         assert_eq!(check(&ex).unwrap().streams, 4);
     }
 
     #[test]
     fn wiring_errors_are_named() {
-        let e = check(&job(vec![pipe("a")], vec![stage(select(), &[Port::Input(1)])], vec![out(S0, Sink::Host)]));
-        assert!(matches!(e, Err(GraphError::UnknownPort { why: "is not an input of the job", .. })), "{e:?}");
-        let e = check(&job(vec![pipe("a")], vec![stage(select(), &[S0])], vec![out(S0, Sink::Host)]));
-        assert!(matches!(e, Err(GraphError::UnknownPort { why: "is not an earlier stage", .. })), "a stage reading itself: {e:?}");
-        let e = check(&job(vec![pipe("a"), pipe("b")], vec![stage(select(), &[Port::Input(0)])], vec![out(S0, Sink::Host)]));
-        assert_eq!(e, Err(GraphError::PortUse { port: Port::Input(1), times: 0 }));
-        let e = check(&job(vec![pipe("a")], vec![stage(select(), &[Port::Input(0)])], vec![out(S0, Sink::Host), out(S0, temp("t"))]));
+        let e = check(&job(
+            vec![pipe("a")],
+            vec![stage(select(), &[Port::Input(1)])],
+            vec![out(S0, Sink::Host)],
+        ));
+        assert!(
+            matches!(
+                e,
+                Err(GraphError::UnknownPort {
+                    why: "is not an input of the job",
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        let e = check(&job(
+            vec![pipe("a")],
+            vec![stage(select(), &[S0])],
+            vec![out(S0, Sink::Host)],
+        ));
+        assert!(
+            matches!(
+                e,
+                Err(GraphError::UnknownPort {
+                    why: "is not an earlier stage",
+                    ..
+                })
+            ),
+            "a stage reading itself: {e:?}"
+        );
+        let e = check(&job(
+            vec![pipe("a"), pipe("b")],
+            vec![stage(select(), &[Port::Input(0)])],
+            vec![out(S0, Sink::Host)],
+        ));
+        assert_eq!(
+            e,
+            Err(GraphError::PortUse {
+                port: Port::Input(1),
+                times: 0
+            })
+        );
+        let e = check(&job(
+            vec![pipe("a")],
+            vec![stage(select(), &[Port::Input(0)])],
+            vec![out(S0, Sink::Host), out(S0, temp("t"))],
+        ));
         assert_eq!(e, Err(GraphError::PortUse { port: S0, times: 2 }));
-        let e = check(&job(vec![pipe("a")], vec![stage(join(), &[Port::Input(0)])], vec![out(S0, Sink::Host)]));
-        assert!(matches!(e, Err(GraphError::InputCount { got: 1, .. })), "{e:?}");
+        let e = check(&job(
+            vec![pipe("a")],
+            vec![stage(join(), &[Port::Input(0)])],
+            vec![out(S0, Sink::Host)],
+        ));
+        assert!(
+            matches!(e, Err(GraphError::InputCount { got: 1, .. })),
+            "{e:?}"
+        );
         let e = check(&job(vec![], vec![], vec![]));
         assert!(matches!(e, Err(GraphError::Wiring(_))));
-        let two_hosts = job(vec![pipe("a"), pipe("b")], vec![], vec![out(Port::Input(0), Sink::Host), out(Port::Input(1), Sink::Host)]);
+        let two_hosts = job(
+            vec![pipe("a"), pipe("b")],
+            vec![],
+            vec![
+                out(Port::Input(0), Sink::Host),
+                out(Port::Input(1), Sink::Host),
+            ],
+        );
         assert!(matches!(check(&two_hosts), Err(GraphError::Wiring(_))));
-        let range = Sink::Exchange { exchange_id: "x".into(), targets: vec!["a".into(), "b".into()], sender: 0, route: Route::Range { key: ExprBytes(vec![]), bounds: vec![] }, relay: None };
-        assert!(matches!(check(&job(vec![pipe("a")], vec![], vec![out(Port::Input(0), range)])), Err(GraphError::Wiring(_))));
+        let range = Sink::Exchange {
+            exchange_id: "x".into(),
+            targets: vec!["a".into(), "b".into()],
+            sender: 0,
+            route: Route::Range {
+                key: ExprBytes(vec![]),
+                bounds: vec![],
+            },
+            relay: None,
+        };
+        assert!(matches!(
+            check(&job(
+                vec![pipe("a")],
+                vec![],
+                vec![out(Port::Input(0), range)]
+            )),
+            Err(GraphError::Wiring(_))
+        ));
     }
 
     #[test]
     fn user_disklet_shape_comes_from_the_wiring() {
-        let wasm = DiskletSpec::Wasm { name: "split".into(), params: Default::default(), fuel: None };
+        let wasm = DiskletSpec::Wasm {
+            name: "split".into(),
+            params: Default::default(),
+            fuel: None,
+        };
         let port = |p| Port::Stage { stage: 0, port: p };
-        let two = job(vec![pipe("a"), pipe("b")], vec![stage(wasm.clone(), &[Port::Input(0), Port::Input(1)])], vec![out(port(0), Sink::Host), out(port(1), temp("t"))]);
-        assert_eq!(check(&two).unwrap(), Shape { stage_ports: vec![2], streams: 4 });
-        let gap = job(vec![pipe("a")], vec![stage(wasm.clone(), &[Port::Input(0)])], vec![out(port(1), Sink::Host)]);
-        assert_eq!(check(&gap), Err(GraphError::PortUse { port: port(0), times: 0 }));
-        let none = job(vec![pipe("a")], vec![stage(wasm, &[])], vec![out(port(0), Sink::Host)]);
-        assert!(matches!(check(&none), Err(GraphError::InputCount { got: 0, .. })), "a user disklet reads at least one input");
+        let two = job(
+            vec![pipe("a"), pipe("b")],
+            vec![stage(wasm.clone(), &[Port::Input(0), Port::Input(1)])],
+            vec![out(port(0), Sink::Host), out(port(1), temp("t"))],
+        );
+        assert_eq!(
+            check(&two).unwrap(),
+            Shape {
+                stage_ports: vec![2],
+                streams: 4
+            }
+        );
+        let gap = job(
+            vec![pipe("a")],
+            vec![stage(wasm.clone(), &[Port::Input(0)])],
+            vec![out(port(1), Sink::Host)],
+        );
+        assert_eq!(
+            check(&gap),
+            Err(GraphError::PortUse {
+                port: port(0),
+                times: 0
+            })
+        );
+        let none = job(
+            vec![pipe("a")],
+            vec![stage(wasm, &[])],
+            vec![out(port(0), Sink::Host)],
+        );
+        assert!(
+            matches!(check(&none), Err(GraphError::InputCount { got: 0, .. })),
+            "a user disklet reads at least one input"
+        );
     }
 
     #[test]
     fn temporary_streams_are_written_before_they_are_read() {
-        let spill = Source::Temp { name: "runs".into() };
+        let spill = Source::Temp {
+            name: "runs".into(),
+        };
         // input 0 → stage 0 → temp "runs"; input 1 (temp "runs") → stage 1 → host.
-        let ok = job(vec![pipe("a"), spill.clone()], vec![stage(select(), &[Port::Input(0)]), stage(select(), &[Port::Input(1)])], vec![out(S0, temp("runs")), out(S1, Sink::Host)]);
+        let ok = job(
+            vec![pipe("a"), spill.clone()],
+            vec![
+                stage(select(), &[Port::Input(0)]),
+                stage(select(), &[Port::Input(1)]),
+            ],
+            vec![out(S0, temp("runs")), out(S1, Sink::Host)],
+        );
         assert!(check(&ok).is_ok());
         // The temp's writer depends on its own reader.
-        let cycle = job(vec![pipe("a"), spill.clone()], vec![stage(join(), &[Port::Input(0), Port::Input(1)])], vec![out(S0, temp("runs"))]);
-        assert!(matches!(check(&cycle), Err(GraphError::Wiring(m)) if m.contains("wait for itself")));
+        let cycle = job(
+            vec![pipe("a"), spill.clone()],
+            vec![stage(join(), &[Port::Input(0), Port::Input(1)])],
+            vec![out(S0, temp("runs"))],
+        );
+        assert!(
+            matches!(check(&cycle), Err(GraphError::Wiring(m)) if m.contains("wait for itself"))
+        );
         let unwritten = job(vec![spill], vec![], vec![out(Port::Input(0), Sink::Host)]);
         assert!(matches!(check(&unwritten), Err(GraphError::Wiring(m)) if m.contains("no output")));
     }

@@ -84,7 +84,12 @@ pub struct TreeShape {
 /// direct child of `node` and must not itself descend. Stops as soon as the depth passes
 /// `max_depth` or the node count passes `max_nodes` (the returned shape is then a lower
 /// bound, just past the limit), so the work is bounded by the limits, not by the tree.
-pub fn measure_tree<'a, T: ?Sized>(root: &'a T, max_depth: usize, max_nodes: usize, mut children: impl FnMut(&'a T, &mut dyn FnMut(&'a T))) -> TreeShape {
+pub fn measure_tree<'a, T: ?Sized>(
+    root: &'a T,
+    max_depth: usize,
+    max_nodes: usize,
+    mut children: impl FnMut(&'a T, &mut dyn FnMut(&'a T)),
+) -> TreeShape {
     let mut shape = TreeShape::default();
     let mut stack: Vec<(&'a T, usize)> = vec![(root, 1)];
     while let Some((node, depth)) = stack.pop() {
@@ -102,12 +107,29 @@ pub fn measure_tree<'a, T: ?Sized>(root: &'a T, max_depth: usize, max_nodes: usi
 ///
 /// # Errors
 /// [`LimitExceeded`] for the first limit passed (depth before width).
-pub fn check_shape(what: &str, shape: TreeShape, depth: (&'static str, usize), nodes: (&'static str, usize)) -> Result<(), LimitExceeded> {
+pub fn check_shape(
+    what: &str,
+    shape: TreeShape,
+    depth: (&'static str, usize),
+    nodes: (&'static str, usize),
+) -> Result<(), LimitExceeded> {
     if shape.depth > depth.1 {
-        return Err(LimitExceeded { limit: depth.0, what: format!("depth of {what}"), max: depth.1, found: shape.depth, at_least: true });
+        return Err(LimitExceeded {
+            limit: depth.0,
+            what: format!("depth of {what}"),
+            max: depth.1,
+            found: shape.depth,
+            at_least: true,
+        });
     }
     if shape.nodes > nodes.1 {
-        return Err(LimitExceeded { limit: nodes.0, what: format!("node count of {what}"), max: nodes.1, found: shape.nodes, at_least: true });
+        return Err(LimitExceeded {
+            limit: nodes.0,
+            what: format!("node count of {what}"),
+            max: nodes.1,
+            found: shape.nodes,
+            at_least: true,
+        });
     }
     Ok(())
 }
@@ -119,7 +141,9 @@ mod tests {
     /// A tree as child lists: node i's children.
     fn shape(children: &[Vec<usize>], max_depth: usize, max_nodes: usize) -> TreeShape {
         let nodes: Vec<usize> = (0..children.len()).collect();
-        measure_tree(&nodes[0], max_depth, max_nodes, |n, push| children[*n].iter().for_each(|c| push(&nodes[*c])))
+        measure_tree(&nodes[0], max_depth, max_nodes, |n, push| {
+            children[*n].iter().for_each(|c| push(&nodes[*c]))
+        })
     }
 
     #[test]
@@ -128,14 +152,32 @@ mod tests {
         let tree = vec![vec![1, 3], vec![2], vec![], vec![]];
         assert_eq!(shape(&tree, 10, 10), TreeShape { depth: 3, nodes: 4 });
         // A chain of a million nodes is measured only up to the limit.
-        let chain: Vec<Vec<usize>> = (0..1_000_000).map(|i| if i + 1 < 1_000_000 { vec![i + 1] } else { vec![] }).collect();
+        let chain: Vec<Vec<usize>> = (0..1_000_000)
+            .map(|i| {
+                if i + 1 < 1_000_000 {
+                    vec![i + 1]
+                } else {
+                    vec![]
+                }
+            })
+            .collect();
         let s = shape(&chain, 100, usize::MAX);
         assert_eq!(s.depth, 101);
-        let e = check_shape("a chain", s, ("MAX_EXPR_DEPTH", 100), ("MAX_EXPR_NODES", 1000)).unwrap_err();
+        let e = check_shape(
+            "a chain",
+            s,
+            ("MAX_EXPR_DEPTH", 100),
+            ("MAX_EXPR_NODES", 1000),
+        )
+        .unwrap_err();
         assert_eq!(e.limit, "MAX_EXPR_DEPTH");
         assert!(e.to_string().contains("MAX_EXPR_DEPTH = 100"), "{e}");
-        let wide = vec![(1..5000).collect::<Vec<_>>()].into_iter().chain((1..5000).map(|_| vec![])).collect::<Vec<_>>();
-        let e = check_shape("a list", shape(&wide, 100, 1000), ("D", 100), ("N", 1000)).unwrap_err();
+        let wide = vec![(1..5000).collect::<Vec<_>>()]
+            .into_iter()
+            .chain((1..5000).map(|_| vec![]))
+            .collect::<Vec<_>>();
+        let e =
+            check_shape("a list", shape(&wide, 100, 1000), ("D", 100), ("N", 1000)).unwrap_err();
         assert_eq!(e.limit, "N");
     }
 }

@@ -305,7 +305,12 @@ impl DiskletSpec {
     /// whose module declares its count, checked by the disk).
     pub fn inputs(&self) -> Option<usize> {
         match self {
-            DiskletSpec::Merge { .. } | DiskletSpec::Wasm { .. } | DiskletSpec::Fragment { kind: FragmentKind::Stage, .. } => None,
+            DiskletSpec::Merge { .. }
+            | DiskletSpec::Wasm { .. }
+            | DiskletSpec::Fragment {
+                kind: FragmentKind::Stage,
+                ..
+            } => None,
             DiskletSpec::HashJoin { .. } => Some(2),
             _ => Some(1),
         }
@@ -393,7 +398,10 @@ impl JobSpec {
     /// Routes every exchange output that names no relay of its own through `relay`.
     pub fn relay_exchanges(&mut self, relay: &str) {
         for output in &mut self.outputs {
-            if let Sink::Exchange { relay: r @ None, .. } = &mut output.sink {
+            if let Sink::Exchange {
+                relay: r @ None, ..
+            } = &mut output.sink
+            {
                 *r = Some(relay.to_string());
             }
         }
@@ -401,24 +409,76 @@ impl JobSpec {
 
     /// A chain: `source` → `stages[0]` → … → `stages[n-1]` → `sink` (for a final `partition`
     /// stage with an exchange sink: output port `i` to `targets[i]`).
-    pub fn chain(job_id: impl Into<String>, program: impl Into<String>, source: Source, stages: Vec<DiskletSpec>, sink: Sink) -> Self {
+    pub fn chain(
+        job_id: impl Into<String>,
+        program: impl Into<String>,
+        source: Source,
+        stages: Vec<DiskletSpec>,
+        sink: Sink,
+    ) -> Self {
         let count = stages.len() as u32;
-        let last = |port: u32| if count == 0 { Port::Input(0) } else { Port::Stage { stage: count - 1, port } };
+        let last = |port: u32| {
+            if count == 0 {
+                Port::Input(0)
+            } else {
+                Port::Stage {
+                    stage: count - 1,
+                    port,
+                }
+            }
+        };
         let ends_in_partition = matches!(stages.last(), Some(DiskletSpec::Partition { .. }));
         let outputs = match sink {
-            Sink::Exchange { exchange_id, targets, sender, route: Route::Broadcast, relay } if ends_in_partition => targets
+            Sink::Exchange {
+                exchange_id,
+                targets,
+                sender,
+                route: Route::Broadcast,
+                relay,
+            } if ends_in_partition => targets
                 .into_iter()
                 .enumerate()
-                .map(|(i, t)| Output { from: last(i as u32), sink: Sink::Exchange { exchange_id: exchange_id.clone(), targets: vec![t], sender, route: Route::Broadcast, relay: relay.clone() } })
+                .map(|(i, t)| Output {
+                    from: last(i as u32),
+                    sink: Sink::Exchange {
+                        exchange_id: exchange_id.clone(),
+                        targets: vec![t],
+                        sender,
+                        route: Route::Broadcast,
+                        relay: relay.clone(),
+                    },
+                })
                 .collect(),
-            sink => vec![Output { from: last(0), sink }],
+            sink => vec![Output {
+                from: last(0),
+                sink,
+            }],
         };
         let stages = stages
             .into_iter()
             .enumerate()
-            .map(|(i, disklet)| Stage { disklet, inputs: vec![if i == 0 { Port::Input(0) } else { Port::Stage { stage: i as u32 - 1, port: 0 } }] })
+            .map(|(i, disklet)| Stage {
+                disklet,
+                inputs: vec![if i == 0 {
+                    Port::Input(0)
+                } else {
+                    Port::Stage {
+                        stage: i as u32 - 1,
+                        port: 0,
+                    }
+                }],
+            })
             .collect();
-        JobSpec { job_id: job_id.into(), program: program.into(), inputs: vec![source], stages, outputs, scratch_kib: 0, buffer_kib: 0, temp_kib: 0 }
+        JobSpec {
+            job_id: job_id.into(),
+            program: program.into(),
+            inputs: vec![source],
+            stages,
+            outputs,
+            scratch_kib: 0,
+            buffer_kib: 0,
+            temp_kib: 0,
+        }
     }
 
     /// The disklets, in stage order.

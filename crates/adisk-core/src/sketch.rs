@@ -16,7 +16,9 @@ pub struct Hll {
 
 impl Default for Hll {
     fn default() -> Self {
-        Hll { registers: vec![0; REGISTERS] }
+        Hll {
+            registers: vec![0; REGISTERS],
+        }
     }
 }
 
@@ -48,7 +50,11 @@ impl Hll {
         let sum: f64 = self.registers.iter().map(|r| 2f64.powi(-(*r as i32))).sum();
         let raw = alpha * m * m / sum;
         let zeros = self.registers.iter().filter(|r| **r == 0).count();
-        if raw <= 2.5 * m && zeros > 0 { m * (m / zeros as f64).ln() } else { raw }
+        if raw <= 2.5 * m && zeros > 0 {
+            m * (m / zeros as f64).ln()
+        } else {
+            raw
+        }
     }
 }
 
@@ -61,9 +67,14 @@ impl Serialize for Hll {
 impl<'de> Deserialize<'de> for Hll {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        let registers = base64::engine::general_purpose::STANDARD.decode(text).map_err(serde::de::Error::custom)?;
+        let registers = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(serde::de::Error::custom)?;
         if registers.len() != REGISTERS {
-            return Err(serde::de::Error::custom(format!("a sketch has {} registers, expected {REGISTERS}", registers.len())));
+            return Err(serde::de::Error::custom(format!(
+                "a sketch has {} registers, expected {REGISTERS}",
+                registers.len()
+            )));
         }
         Ok(Hll { registers })
     }
@@ -83,7 +94,11 @@ mod tests {
                 h.insert(mix64(i)); // duplicates do not count
             }
             let e = h.estimate();
-            let err = if n == 0 { e } else { (e - n as f64).abs() / n as f64 };
+            let err = if n == 0 {
+                e
+            } else {
+                (e - n as f64).abs() / n as f64
+            };
             assert!(err < 0.08, "n = {n}: estimate {e}");
         }
     }

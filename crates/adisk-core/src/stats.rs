@@ -163,8 +163,18 @@ impl JobStats {
         let _ = writeln!(
             s,
             "{:<6} {:>12} {:>12} {:>10} {:>12} {:>10} {:>12} {:>12} {:>9} {:>9} {:>10} {:>10}",
-            "disk", "read", "skipped", "rows_in", "scanned", "rows_out", "to_host", "to_disks",
-            "cpu_ms", "wall_ms", "granted", "peak"
+            "disk",
+            "read",
+            "skipped",
+            "rows_in",
+            "scanned",
+            "rows_out",
+            "to_host",
+            "to_disks",
+            "cpu_ms",
+            "wall_ms",
+            "granted",
+            "peak"
         );
         for d in &self.disks {
             let _ = writeln!(
@@ -182,7 +192,10 @@ impl JobStats {
                 d.wall_ns as f64 / 1e6,
                 human_bytes(d.memory_granted_bytes),
                 human_bytes(d.memory_peak_bytes),
-                d.error.as_ref().map(|e| format!("  ERROR {e}")).unwrap_or_default()
+                d.error
+                    .as_ref()
+                    .map(|e| format!("  ERROR {e}"))
+                    .unwrap_or_default()
             );
         }
         let t = self.totals();
@@ -208,7 +221,11 @@ impl JobStats {
         let _ = writeln!(
             s,
             "data reduction (read / shipped to host): {}   result rows: {}   host combine: {:.1} ms   wall: {:.1} ms",
-            if t.reduction.is_finite() { format!("{:.1}x", t.reduction) } else { "inf".into() },
+            if t.reduction.is_finite() {
+                format!("{:.1}x", t.reduction)
+            } else {
+                "inf".into()
+            },
             self.result_rows,
             self.host_combine_ns as f64 / 1e6,
             self.wall_ns as f64 / 1e6
@@ -226,5 +243,9 @@ pub fn human_bytes(b: u64) -> String {
         v /= 1024.0;
         u += 1;
     }
-    if u == 0 { format!("{b} B") } else { format!("{v:.1} {}", UNITS[u]) }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
 }

@@ -47,7 +47,9 @@ pub enum DiskNodeError {
         source: adisk_wasm::WasmError,
     },
     /// Another process serves the data directory.
-    #[error("data directory {dir} is already served by another disk process ({holder}); stop it first (`adisk down`)")]
+    #[error(
+        "data directory {dir} is already served by another disk process ({holder}); stop it first (`adisk down`)"
+    )]
     DirectoryInUse {
         /// Directory.
         dir: PathBuf,
@@ -109,11 +111,18 @@ pub struct DiskNode {
 /// The check every request passes before the service sees it: a fresh token made with the
 /// cluster's secret ([`adisk_core::auth`]), or nothing to check without one.
 #[allow(clippy::result_large_err)]
-pub fn authenticator(auth: Option<Arc<adisk_core::auth::Verifier>>) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
+pub fn authenticator(
+    auth: Option<Arc<adisk_core::auth::Verifier>>,
+) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
     move |request: tonic::Request<()>| {
         if let Some(verifier) = &auth {
-            let header = request.metadata().get(adisk_core::auth::HEADER).and_then(|v| v.to_str().ok());
-            verifier.verify(header).map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+            let header = request
+                .metadata()
+                .get(adisk_core::auth::HEADER)
+                .and_then(|v| v.to_str().ok());
+            verifier
+                .verify(header)
+                .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
         }
         Ok(request)
     }
@@ -129,9 +138,18 @@ pub const LOCK_FILE: &str = "disk.lock";
 /// [`DiskNodeError::DirectoryInUse`] when another process holds it.
 pub fn lock_dir(dir: &std::path::Path) -> Result<std::fs::File, DiskNodeError> {
     use std::io::{Read, Seek, Write};
-    let err = |source| DiskNodeError::Lock { dir: dir.to_path_buf(), source };
+    let err = |source| DiskNodeError::Lock {
+        dir: dir.to_path_buf(),
+        source,
+    };
     std::fs::create_dir_all(dir).map_err(err)?;
-    let mut file = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(dir.join(LOCK_FILE)).map_err(err)?;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK_FILE))
+        .map_err(err)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
@@ -141,11 +159,18 @@ pub fn lock_dir(dir: &std::path::Path) -> Result<std::fs::File, DiskNodeError> {
                 "" => "pid unknown".to_string(),
                 pid => format!("pid {pid}"),
             };
-            return Err(DiskNodeError::DirectoryInUse { dir: dir.to_path_buf(), holder });
+            return Err(DiskNodeError::DirectoryInUse {
+                dir: dir.to_path_buf(),
+                holder,
+            });
         }
         Err(std::fs::TryLockError::Error(e)) => return Err(err(e)),
     }
-    file.set_len(0).and_then(|()| file.rewind()).and_then(|()| write!(file, "{}", std::process::id())).and_then(|()| file.flush()).map_err(err)?;
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| write!(file, "{}", std::process::id()))
+        .and_then(|()| file.flush())
+        .map_err(err)?;
     Ok(file)
 }
 
@@ -153,16 +178,53 @@ impl DiskNode {
     /// Opens the store and binds the listener.
     pub async fn bind(config: DiskNodeConfig) -> Result<Self, DiskNodeError> {
         let lock = lock_dir(&config.dir)?;
-        let store = DiskStore::open(&config.dir, config.os.disk_id).map_err(|source| DiskNodeError::Store { dir: config.dir.clone(), source })?;
-        let listener = TcpListener::bind(&config.listen).await.map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
-        let address = listener.local_addr().map_err(|source| DiskNodeError::Listen { address: config.listen.clone(), source })?;
-        let runtime = adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes)).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
-        let registry = adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| DiskNodeError::Disklets { dir: config.dir.clone(), source })?;
-        let connector = Arc::new(FlightPipeConnector { auth: config.auth.clone(), members: config.members.clone() });
+        let store = DiskStore::open(&config.dir, config.os.disk_id).map_err(|source| {
+            DiskNodeError::Store {
+                dir: config.dir.clone(),
+                source,
+            }
+        })?;
+        let listener =
+            TcpListener::bind(&config.listen)
+                .await
+                .map_err(|source| DiskNodeError::Listen {
+                    address: config.listen.clone(),
+                    source,
+                })?;
+        let address = listener
+            .local_addr()
+            .map_err(|source| DiskNodeError::Listen {
+                address: config.listen.clone(),
+                source,
+            })?;
+        let runtime =
+            adisk_wasm::WasmRuntime::new(adisk_wasm::WasmLimits::new(config.os.buffer_bytes))
+                .map_err(|source| DiskNodeError::Disklets {
+                    dir: config.dir.clone(),
+                    source,
+                })?;
+        let registry =
+            adisk_wasm::DiskletRegistry::open(&config.dir, runtime).map_err(|source| {
+                DiskNodeError::Disklets {
+                    dir: config.dir.clone(),
+                    source,
+                }
+            })?;
+        let connector = Arc::new(FlightPipeConnector {
+            auth: config.auth.clone(),
+            members: config.members.clone(),
+        });
         let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
         let service = DiskService::with_disklets(os, Arc::new(registry)).with_peers(connector);
         let auto_repair = config.auto_repair && config.members.is_some();
-        Ok(DiskNode { listener, service, address, auth: config.auth, auto_repair, _lock: lock })
+        Ok(DiskNode {
+            listener,
+            service,
+            address,
+            auth: config.auth,
+            auto_repair,
+            _lock: lock,
+        })
     }
 
     /// The bound address.
@@ -171,14 +233,20 @@ impl DiskNode {
     }
 
     /// Serves until a `shutdown` action or `stop` completes.
-    pub async fn serve(self, stop: impl std::future::Future<Output = ()> + Send + 'static) -> Result<(), DiskNodeError> {
+    pub async fn serve(
+        self,
+        stop: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> Result<(), DiskNodeError> {
         let shutdown = self.service.shutdown_signal();
         // Small control messages must not wait for delayed ACKs (Nagle): set TCP_NODELAY.
-        let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(self.listener), |s| {
-            s.inspect(|stream| {
-                let _ = stream.set_nodelay(true);
-            })
-        });
+        let incoming = tokio_stream::StreamExt::map(
+            tokio_stream::wrappers::TcpListenerStream::new(self.listener),
+            |s| {
+                s.inspect(|stream| {
+                    let _ = stream.set_nodelay(true);
+                })
+            },
+        );
         let signal = async move {
             tokio::select! {
                 () = stop => {},
@@ -188,12 +256,17 @@ impl DiskNode {
         if let (true, Some(peers)) = (self.auto_repair, self.service.peers().cloned()) {
             tokio::spawn(repair::repair_on_start(self.service.os().clone(), peers));
         }
-        let server = arrow_flight::flight_service_server::FlightServiceServer::new(self.service).max_decoding_message_size(64 * 1024 * 1024).max_encoding_message_size(64 * 1024 * 1024);
+        let server = arrow_flight::flight_service_server::FlightServiceServer::new(self.service)
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024);
         let deadlines = adisk_core::config::Deadlines::default();
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(deadlines.ping_interval()))
             .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
-            .add_service(tonic::service::interceptor::InterceptedService::new(server, authenticator(self.auth)))
+            .add_service(tonic::service::interceptor::InterceptedService::new(
+                server,
+                authenticator(self.auth),
+            ))
             .serve_with_incoming_shutdown(incoming, signal)
             .await
             .map_err(|e| DiskNodeError::Serve(e.to_string()))

@@ -18,13 +18,16 @@
 //! flight is granted from the DiskOS budget on both sides.
 use crate::service::{FlightPipeConnector, json_result, storage_status};
 use adisk_core::config::ClusterConfig;
-use adisk_core::protocol::{DiskCatalog, FailedRepair, LoadStamp, PartitionRead, RepairReport, RepairRequest, RepairedPartition, TableInfo, action};
+use adisk_core::protocol::{
+    DiskCatalog, FailedRepair, LoadStamp, PartitionRead, RepairReport, RepairRequest,
+    RepairedPartition, TableInfo, action,
+};
 use adisk_diskos::DiskOs;
 use adisk_storage::replica::Installed;
 use arrow_flight::Action;
 use bytes::Bytes;
-use futures::stream::{self, BoxStream};
 use futures::StreamExt;
+use futures::stream::{self, BoxStream};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::sync::Arc;
@@ -45,10 +48,15 @@ type ActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
 /// Serves [`action::PARTITION_READ`]: the table's entry with this one partition, then the file.
 pub(crate) async fn read_copy(os: Arc<DiskOs>, req: PartitionRead) -> Result<ActionStream, Status> {
     let store = os.store().clone();
-    let (table, file) = store.open_copy(&req.table, req.partition, &req.load_id).map_err(storage_status)?;
+    let (table, file) = store
+        .open_copy(&req.table, req.partition, &req.load_id)
+        .map_err(storage_status)?;
     let chunk = chunk_bytes(&os);
     // The chunk being read and the two queued.
-    let grant = os.grant_memory(3 * chunk).await.map_err(|e| crate::service::status_of(&e))?;
+    let grant = os
+        .grant_memory(3 * chunk)
+        .await
+        .map_err(|e| crate::service::status_of(&e))?;
     let info = table.partitions[0].clone();
     let header = json_result(&table);
     let (tx, rx) = mpsc::channel(2);
@@ -56,11 +64,18 @@ pub(crate) async fn read_copy(os: Arc<DiskOs>, req: PartitionRead) -> Result<Act
         let _grant = grant;
         send_file(file, &info, chunk as usize, &tx);
     });
-    Ok(stream::once(async move { Ok(header) }).chain(tokio_stream::wrappers::ReceiverStream::new(rx)).boxed())
+    Ok(stream::once(async move { Ok(header) })
+        .chain(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .boxed())
 }
 
 /// Sends `file` in chunks; ends with `DataLoss` if what was read does not match `info`.
-fn send_file(mut file: std::fs::File, info: &adisk_core::protocol::PartitionInfo, chunk: usize, tx: &mpsc::Sender<Result<arrow_flight::Result, Status>>) {
+fn send_file(
+    mut file: std::fs::File,
+    info: &adisk_core::protocol::PartitionInfo,
+    chunk: usize,
+    tx: &mpsc::Sender<Result<arrow_flight::Result, Status>>,
+) {
     let mut crc = crc32fast::Hasher::new();
     let mut total = 0u64;
     loop {
@@ -68,7 +83,8 @@ fn send_file(mut file: std::fs::File, info: &adisk_core::protocol::PartitionInfo
         let n = match read_full(&mut file, &mut buf) {
             Ok(n) => n,
             Err(e) => {
-                let _ = tx.blocking_send(Err(Status::internal(format!("reading {}: {e}", info.file))));
+                let _ =
+                    tx.blocking_send(Err(Status::internal(format!("reading {}: {e}", info.file))));
                 return;
             }
         };
@@ -78,13 +94,21 @@ fn send_file(mut file: std::fs::File, info: &adisk_core::protocol::PartitionInfo
         buf.truncate(n);
         crc.update(&buf);
         total += n as u64;
-        if tx.blocking_send(Ok(arrow_flight::Result { body: Bytes::from(buf) })).is_err() {
+        if tx
+            .blocking_send(Ok(arrow_flight::Result {
+                body: Bytes::from(buf),
+            }))
+            .is_err()
+        {
             return; // the receiver went away
         }
     }
     let crc = crc.finalize();
     if total != info.bytes || crc != info.crc32 {
-        let reason = format!("corrupt partition {}: {total} bytes with CRC-32 {crc:08x}, but the manifest says {} bytes, {:08x}", info.file, info.bytes, info.crc32);
+        let reason = format!(
+            "corrupt partition {}: {total} bytes with CRC-32 {crc:08x}, but the manifest says {} bytes, {:08x}",
+            info.file, info.bytes, info.crc32
+        );
         let _ = tx.blocking_send(Err(Status::data_loss(reason)));
     }
 }
@@ -113,7 +137,11 @@ impl Peers {
             .iter()
             .filter(|d| {
                 self.catalogs.get(d).is_some_and(|c| {
-                    c.tables.iter().any(|t| t.name == table && t.load.as_ref().is_some_and(|s| s.load_id == load_id) && t.partitions.iter().any(|x| x.partition == p))
+                    c.tables.iter().any(|t| {
+                        t.name == table
+                            && t.load.as_ref().is_some_and(|s| s.load_id == load_id)
+                            && t.partitions.iter().any(|x| x.partition == p)
+                    })
                 })
             })
             .copied()
@@ -125,14 +153,28 @@ impl Peers {
 ///
 /// # Errors
 /// `FailedPrecondition` when this disk does not know its cluster (no `--members`).
-pub(crate) async fn repair(os: Arc<DiskOs>, connector: Arc<FlightPipeConnector>, req: RepairRequest) -> Result<RepairReport, Status> {
+pub(crate) async fn repair(
+    os: Arc<DiskOs>,
+    connector: Arc<FlightPipeConnector>,
+    req: RepairRequest,
+) -> Result<RepairReport, Status> {
     let start = Instant::now();
     let members = connector.members.clone().ok_or_else(|| Status::failed_precondition("this disk does not know its cluster (start it with --members cluster.toml), so it cannot repair from its peers"))?;
-    let config = ClusterConfig::load(&members).map_err(|e| Status::failed_precondition(format!("cannot read the cluster's members: {e}")))?;
+    let config = ClusterConfig::load(&members).map_err(|e| {
+        Status::failed_precondition(format!("cannot read the cluster's members: {e}"))
+    })?;
     let me = os.config().disk_id;
-    let mut report = RepairReport { disk_id: me, ..Default::default() };
+    let mut report = RepairReport {
+        disk_id: me,
+        ..Default::default()
+    };
     let peers = peer_catalogs(&connector, config, me, &mut report).await;
-    let mut names: Vec<String> = peers.catalogs.values().flat_map(|c| c.tables.iter().map(|t| t.name.clone())).chain(os.store().catalog().tables.into_iter().map(|t| t.name)).collect();
+    let mut names: Vec<String> = peers
+        .catalogs
+        .values()
+        .flat_map(|c| c.tables.iter().map(|t| t.name.clone()))
+        .chain(os.store().catalog().tables.into_iter().map(|t| t.name))
+        .collect();
     names.sort_unstable();
     names.dedup();
     names.retain(|n| req.tables.is_empty() || req.tables.contains(n));
@@ -145,17 +187,42 @@ pub(crate) async fn repair(os: Arc<DiskOs>, connector: Arc<FlightPipeConnector>,
 
 /// Reads every peer's catalog (those that do not answer within the cluster's disk timeout are
 /// listed as unreachable).
-async fn peer_catalogs(connector: &FlightPipeConnector, config: ClusterConfig, me: u32, report: &mut RepairReport) -> Peers {
+async fn peer_catalogs(
+    connector: &FlightPipeConnector,
+    config: ClusterConfig,
+    me: u32,
+    report: &mut RepairReport,
+) -> Peers {
     let timeout = adisk_core::config::Deadlines::from_ms(config.cluster.disk_timeout_ms).timeout;
-    let asks = config.disks.iter().filter(|d| d.id != me).map(|d| async move {
-        let ask = async {
-            let mut client = connector.client(&d.address, &format!("disk {}", d.id), false).await.map_err(|e| e.to_string())?;
-            let replies: Vec<Bytes> = client.do_action(Action::new(action::CATALOG, Bytes::new())).await.map_err(|e| e.to_string())?.map(|r| r.map_err(|e| e.to_string())).collect::<Vec<_>>().await.into_iter().collect::<Result<_, _>>()?;
-            let first = replies.first().ok_or("empty reply to catalog")?;
-            serde_json::from_slice::<DiskCatalog>(first).map_err(|e| e.to_string())
-        };
-        (d.id, tokio::time::timeout(timeout, ask).await.unwrap_or_else(|_| Err("no answer".into())))
-    });
+    let asks = config
+        .disks
+        .iter()
+        .filter(|d| d.id != me)
+        .map(|d| async move {
+            let ask = async {
+                let mut client = connector
+                    .client(&d.address, &format!("disk {}", d.id), false)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let replies: Vec<Bytes> = client
+                    .do_action(Action::new(action::CATALOG, Bytes::new()))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map(|r| r.map_err(|e| e.to_string()))
+                    .collect::<Vec<_>>()
+                    .await
+                    .into_iter()
+                    .collect::<Result<_, _>>()?;
+                let first = replies.first().ok_or("empty reply to catalog")?;
+                serde_json::from_slice::<DiskCatalog>(first).map_err(|e| e.to_string())
+            };
+            (
+                d.id,
+                tokio::time::timeout(timeout, ask)
+                    .await
+                    .unwrap_or_else(|_| Err("no answer".into())),
+            )
+        });
     let mut catalogs = BTreeMap::new();
     for (d, r) in futures::future::join_all(asks).await {
         match r {
@@ -172,29 +239,65 @@ async fn peer_catalogs(connector: &FlightPipeConnector, config: ClusterConfig, m
 }
 
 /// Restores this disk's copies of `name` under the table's latest load.
-async fn repair_table(os: &Arc<DiskOs>, connector: &FlightPipeConnector, peers: &Peers, name: &str, verify: bool, report: &mut RepairReport) {
+async fn repair_table(
+    os: &Arc<DiskOs>,
+    connector: &FlightPipeConnector,
+    peers: &Peers,
+    name: &str,
+    verify: bool,
+    report: &mut RepairReport,
+) {
     let me = os.config().disk_id;
     let mine = os.store().table(name).ok();
-    let stamps = peers.catalogs.values().flat_map(|c| c.tables.iter().filter(|t| t.name == name)).chain(mine.iter()).filter_map(|t| t.load.as_ref());
+    let stamps = peers
+        .catalogs
+        .values()
+        .flat_map(|c| c.tables.iter().filter(|t| t.name == name))
+        .chain(mine.iter())
+        .filter_map(|t| t.load.as_ref());
     // Tables written by jobs, or loaded before copies were recorded, are not repairable.
-    let Some(latest) = stamps.max_by(|a, b| a.load_id.cmp(&b.load_id)).filter(|s| !s.copies.is_empty()).cloned() else { return };
+    let Some(latest) = stamps
+        .max_by(|a, b| a.load_id.cmp(&b.load_id))
+        .filter(|s| !s.copies.is_empty())
+        .cloned()
+    else {
+        return;
+    };
     report.tables += 1;
-    let expected: Vec<(u32, Vec<u32>)> = latest.copies.iter().filter(|c| c.disks.contains(&me)).map(|c| (c.partition, c.disks.clone())).collect();
+    let expected: Vec<(u32, Vec<u32>)> = latest
+        .copies
+        .iter()
+        .filter(|c| c.disks.contains(&me))
+        .map(|c| (c.partition, c.disks.clone()))
+        .collect();
     if expected.is_empty() {
         match os.store().drop_if_older(name, &latest.load_id) {
             Ok(true) => report.dropped.push(name.to_string()),
             Ok(false) => {}
-            Err(e) => report.failed.push(FailedRepair { table: name.into(), partition: u32::MAX, reason: format!("dropping an older load: {e}") }),
+            Err(e) => report.failed.push(FailedRepair {
+                table: name.into(),
+                partition: u32::MAX,
+                reason: format!("dropping an older load: {e}"),
+            }),
         }
         return;
     }
     report.expected += expected.len() as u64;
     for (p, copies) in expected {
-        let Some(reason) = why_fetch(os, mine.as_ref(), &latest, p, verify, report).await else { continue };
+        let Some(reason) = why_fetch(os, mine.as_ref(), &latest, p, verify, report).await else {
+            continue;
+        };
         let sources = peers.holding(&copies, name, p, &latest.load_id);
         if sources.is_empty() {
-            let reason = format!("no live peer holds a copy of load {} (copies on disks {copies:?}; unreachable: {:?})", latest.load_id, report.unreachable);
-            report.failed.push(FailedRepair { table: name.into(), partition: p, reason });
+            let reason = format!(
+                "no live peer holds a copy of load {} (copies on disks {copies:?}; unreachable: {:?})",
+                latest.load_id, report.unreachable
+            );
+            report.failed.push(FailedRepair {
+                table: name.into(),
+                partition: p,
+                reason,
+            });
             continue;
         }
         let mut errors = Vec::new();
@@ -202,7 +305,13 @@ async fn repair_table(os: &Arc<DiskOs>, connector: &FlightPipeConnector, peers: 
             match fetch(os, connector, &peers.config, from, name, p, &latest).await {
                 Ok(bytes) => {
                     report.bytes_received += bytes;
-                    report.repaired.push(RepairedPartition { table: name.into(), partition: p, from_disk: from, bytes, reason: reason.clone() });
+                    report.repaired.push(RepairedPartition {
+                        table: name.into(),
+                        partition: p,
+                        from_disk: from,
+                        bytes,
+                        reason: reason.clone(),
+                    });
                     errors.clear();
                     break;
                 }
@@ -210,16 +319,30 @@ async fn repair_table(os: &Arc<DiskOs>, connector: &FlightPipeConnector, peers: 
             }
         }
         if !errors.is_empty() {
-            report.failed.push(FailedRepair { table: name.into(), partition: p, reason: errors.join("; ") });
+            report.failed.push(FailedRepair {
+                table: name.into(),
+                partition: p,
+                reason: errors.join("; "),
+            });
         }
     }
 }
 
 /// Why partition `p` must be fetched (None: this disk holds a good copy).
-async fn why_fetch(os: &Arc<DiskOs>, mine: Option<&TableInfo>, latest: &LoadStamp, p: u32, verify: bool, report: &mut RepairReport) -> Option<String> {
+async fn why_fetch(
+    os: &Arc<DiskOs>,
+    mine: Option<&TableInfo>,
+    latest: &LoadStamp,
+    p: u32,
+    verify: bool,
+    report: &mut RepairReport,
+) -> Option<String> {
     let held = mine.and_then(|t| t.load.as_ref());
     let current = mine.filter(|_| held.is_some_and(|s| s.load_id == latest.load_id));
-    let Some(info) = current.and_then(|t| t.partitions.iter().find(|x| x.partition == p)).cloned() else {
+    let Some(info) = current
+        .and_then(|t| t.partitions.iter().find(|x| x.partition == p))
+        .cloned()
+    else {
         return Some(match held {
             Some(s) if s.load_id != latest.load_id => format!("older load {}", s.load_id),
             _ => "missing".to_string(),
@@ -241,24 +364,72 @@ async fn why_fetch(os: &Arc<DiskOs>, mine: Option<&TableInfo>, latest: &LoadStam
 
 /// Fetches partition `p` of `table` (load `latest`) from disk `from` and lists it here;
 /// returns its size.
-async fn fetch(os: &Arc<DiskOs>, connector: &FlightPipeConnector, config: &ClusterConfig, from: u32, table: &str, p: u32, latest: &LoadStamp) -> Result<u64, String> {
-    let address = &config.disks.iter().find(|d| d.id == from).ok_or("not in cluster.toml")?.address;
-    let mut client = connector.client(address, &format!("disk {from}"), false).await.map_err(|e| e.to_string())?;
+async fn fetch(
+    os: &Arc<DiskOs>,
+    connector: &FlightPipeConnector,
+    config: &ClusterConfig,
+    from: u32,
+    table: &str,
+    p: u32,
+    latest: &LoadStamp,
+) -> Result<u64, String> {
+    let address = &config
+        .disks
+        .iter()
+        .find(|d| d.id == from)
+        .ok_or("not in cluster.toml")?
+        .address;
+    let mut client = connector
+        .client(address, &format!("disk {from}"), false)
+        .await
+        .map_err(|e| e.to_string())?;
     let chunk = chunk_bytes(os);
-    let _grant = os.grant_memory(2 * chunk).await.map_err(|e| e.to_string())?;
-    let body = serde_json::to_vec(&PartitionRead { table: table.into(), partition: p, load_id: latest.load_id.clone() }).expect("request serializes");
-    let mut replies = client.do_action(Action::new(action::PARTITION_READ, Bytes::from(body))).await.map_err(|e| e.to_string())?;
-    let first = replies.next().await.ok_or("empty reply")?.map_err(|e| e.to_string())?;
-    let header: TableInfo = serde_json::from_slice(&first).map_err(|e| format!("malformed reply: {e}"))?;
-    let stamp = header.load.clone().filter(|s| s.load_id == latest.load_id).ok_or("it sent another load")?;
-    let info = header.partitions.first().filter(|i| i.partition == p).ok_or("it sent another partition")?;
+    let _grant = os
+        .grant_memory(2 * chunk)
+        .await
+        .map_err(|e| e.to_string())?;
+    let body = serde_json::to_vec(&PartitionRead {
+        table: table.into(),
+        partition: p,
+        load_id: latest.load_id.clone(),
+    })
+    .expect("request serializes");
+    let mut replies = client
+        .do_action(Action::new(action::PARTITION_READ, Bytes::from(body)))
+        .await
+        .map_err(|e| e.to_string())?;
+    let first = replies
+        .next()
+        .await
+        .ok_or("empty reply")?
+        .map_err(|e| e.to_string())?;
+    let header: TableInfo =
+        serde_json::from_slice(&first).map_err(|e| format!("malformed reply: {e}"))?;
+    let stamp = header
+        .load
+        .clone()
+        .filter(|s| s.load_id == latest.load_id)
+        .ok_or("it sent another load")?;
+    let info = header
+        .partitions
+        .first()
+        .filter(|i| i.partition == p)
+        .ok_or("it sent another partition")?;
     let store = os.store().clone();
-    let mut incoming = store.begin_copy(table, &stamp, info).map_err(|e| e.to_string())?;
+    let mut incoming = store
+        .begin_copy(table, &stamp, info)
+        .map_err(|e| e.to_string())?;
     while let Some(bytes) = replies.next().await {
-        incoming.write(&bytes.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+        incoming
+            .write(&bytes.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
     }
     let bytes = incoming.written();
-    let installed = tokio::task::spawn_blocking(move || store.install_copy(incoming, &header.schema, &stamp)).await.map_err(|e| e.to_string())?.map_err(|e| e.to_string())?;
+    let installed =
+        tokio::task::spawn_blocking(move || store.install_copy(incoming, &header.schema, &stamp))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
     match installed {
         Installed::Listed => Ok(bytes),
         Installed::Superseded { held } => Err(format!("this disk now holds a newer load {held}")),
@@ -283,7 +454,10 @@ pub(crate) async fn repair_on_start(os: Arc<DiskOs>, connector: Arc<FlightPipeCo
                         r.unreachable
                     );
                     for f in &r.failed {
-                        eprintln!("  not restored: {} partition {}: {}", f.table, f.partition, f.reason);
+                        eprintln!(
+                            "  not restored: {} partition {}: {}",
+                            f.table, f.partition, f.reason
+                        );
                     }
                 }
                 if r.failed.is_empty() && r.unreachable.is_empty() {

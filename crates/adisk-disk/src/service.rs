@@ -11,8 +11,8 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightClient, FlightData, FlightDescriptor, FlightInfo, HandshakeRequest, HandshakeResponse, PollInfo,
-    PutResult, SchemaResult, Ticket,
+    Action, ActionType, Criteria, Empty, FlightClient, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
@@ -28,20 +28,24 @@ pub fn status_of(e: &DiskOsError) -> Status {
     let msg = e.to_string();
     match e {
         DiskOsError::Storage(StorageError::UnknownTable(_)) => Status::not_found(msg),
-        DiskOsError::Storage(StorageError::UnknownColumn { .. }) | DiskOsError::Storage(StorageError::Invalid(_)) => Status::invalid_argument(msg),
-        DiskOsError::Storage(StorageError::Corrupt { .. }) | DiskOsError::Storage(StorageError::BadManifest { .. }) => Status::data_loss(msg),
-        DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => Status::failed_precondition(msg),
+        DiskOsError::Storage(StorageError::UnknownColumn { .. })
+        | DiskOsError::Storage(StorageError::Invalid(_)) => Status::invalid_argument(msg),
+        DiskOsError::Storage(StorageError::Corrupt { .. })
+        | DiskOsError::Storage(StorageError::BadManifest { .. }) => Status::data_loss(msg),
+        DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => {
+            Status::failed_precondition(msg)
+        }
         DiskOsError::Storage(_) => Status::internal(msg),
-        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } | DiskOsError::Limit(_) => Status::invalid_argument(msg),
+        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } | DiskOsError::Limit(_) => {
+            Status::invalid_argument(msg)
+        }
         DiskOsError::GrantTooLarge { .. }
         | DiskOsError::AdmissionQueueFull { .. }
         | DiskOsError::AdmissionTimeout { .. }
         | DiskOsError::ScratchExceeded { .. }
         | DiskOsError::TempSpaceExceeded { .. }
         | DiskOsError::ComputeQueueFull { .. }
-        | DiskOsError::BufferExceeded { .. } => {
-            Status::resource_exhausted(msg)
-        }
+        | DiskOsError::BufferExceeded { .. } => Status::resource_exhausted(msg),
         DiskOsError::Decode { .. } => Status::data_loss(msg),
         DiskOsError::Pipe(_) => Status::aborted(msg),
         DiskOsError::Cancelled => Status::cancelled(msg),
@@ -77,12 +81,22 @@ pub struct DiskService {
 impl DiskService {
     /// A service over a DiskOS.
     pub fn new(os: Arc<DiskOs>) -> Self {
-        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: None, peers: None }
+        DiskService {
+            os,
+            shutdown: Arc::new(Notify::new()),
+            disklets: None,
+            peers: None,
+        }
     }
     /// A service whose DiskOS also runs the user disklets of `registry`.
     pub fn with_disklets(os: Arc<DiskOs>, registry: Arc<adisk_wasm::DiskletRegistry>) -> Self {
         os.set_user_disklets(registry.clone());
-        DiskService { os, shutdown: Arc::new(Notify::new()), disklets: Some(registry), peers: None }
+        DiskService {
+            os,
+            shutdown: Arc::new(Notify::new()),
+            disklets: Some(registry),
+            peers: None,
+        }
     }
     /// Refuses a job spec whose expressions, plans and parameters (everything but its Bloom
     /// filters, which its grant pays for) take more than [`MAX_SPEC_FRACTION`] of the memory
@@ -93,13 +107,21 @@ impl DiskService {
     fn check_spec_size(&self, len: usize, spec: &JobSpec) -> Result<(), Status> {
         let max = (self.os.config().memory_bytes / MAX_SPEC_FRACTION).max(1 << 20);
         // A filter travels as base64: 4 bytes for every 3.
-        let filters: u64 = spec.stages.iter().filter_map(|s| match &s.disklet {
-            adisk_core::protocol::DiskletSpec::BloomProbe { filter, .. } => Some(filter.size_bytes() as u64 * 4 / 3),
-            _ => None,
-        }).sum();
+        let filters: u64 = spec
+            .stages
+            .iter()
+            .filter_map(|s| match &s.disklet {
+                adisk_core::protocol::DiskletSpec::BloomProbe { filter, .. } => {
+                    Some(filter.size_bytes() as u64 * 4 / 3)
+                }
+                _ => None,
+            })
+            .sum();
         let rest = (len as u64).saturating_sub(filters);
         if rest > max {
-            return Err(Status::invalid_argument(format!("a job spec with {rest} bytes besides its Bloom filters exceeds this disk's limit of {max} bytes (1/{MAX_SPEC_FRACTION} of its memory budget)")));
+            return Err(Status::invalid_argument(format!(
+                "a job spec with {rest} bytes besides its Bloom filters exceeds this disk's limit of {max} bytes (1/{MAX_SPEC_FRACTION} of its memory budget)"
+            )));
         }
         Ok(())
     }
@@ -128,19 +150,28 @@ impl DiskService {
 
 /// Streams a running job's output as Flight data; ends with the job's error, if any.
 fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status>> {
-    let RunningJob { schema, output, state, done } = job;
+    let RunningJob {
+        schema,
+        output,
+        state,
+        done,
+    } = job;
     // Dropping the response (the host went away) cancels the job. The guard lives in the
     // tail, which waits for the job's end: a job whose outputs all go elsewhere (other disks,
     // results) sends the host nothing, yet runs until it is done.
     let guard = CancelOnDrop(state.clone());
-    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| Ok(adisk_diskos::disklets::compact_views(b.batch.clone())));
+    let batches = tokio_stream::wrappers::ReceiverStream::new(output)
+        .map(move |b| Ok(adisk_diskos::disklets::compact_views(b.batch.clone())));
     let counting = state.clone();
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema)
         .build(batches)
         .map(move |r| {
             r.map(|fd| {
-                counting.shipped_host_bytes.fetch_add((fd.data_body.len() + fd.data_header.len()) as u64, Ordering::Relaxed);
+                counting.shipped_host_bytes.fetch_add(
+                    (fd.data_body.len() + fd.data_header.len()) as u64,
+                    Ordering::Relaxed,
+                );
                 fd
             })
             .map_err(|e| Status::internal(format!("encoding results: {e}")))
@@ -183,11 +214,14 @@ impl Drop for CancelOnDrop {
 }
 
 fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Result<T, Status> {
-    serde_json::from_slice(bytes).map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
+    serde_json::from_slice(bytes)
+        .map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
 }
 
 pub(crate) fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
-    arrow_flight::Result { body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")) }
+    arrow_flight::Result {
+        body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")),
+    }
 }
 
 #[tonic::async_trait]
@@ -200,44 +234,88 @@ impl FlightService for DiskService {
     type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
     type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
 
-    async fn handshake(&self, _r: Request<Streaming<HandshakeRequest>>) -> Result<Response<Self::HandshakeStream>, Status> {
+    async fn handshake(
+        &self,
+        _r: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
         Ok(Response::new(stream::empty().boxed()))
     }
 
-    async fn list_flights(&self, _r: Request<Criteria>) -> Result<Response<Self::ListFlightsStream>, Status> {
-        Err(Status::unimplemented("list_flights: use the `catalog` action"))
+    async fn list_flights(
+        &self,
+        _r: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        Err(Status::unimplemented(
+            "list_flights: use the `catalog` action",
+        ))
     }
 
-    async fn get_flight_info(&self, _r: Request<FlightDescriptor>) -> Result<Response<FlightInfo>, Status> {
-        Err(Status::unimplemented("get_flight_info: a disk serves jobs through DoGet tickets"))
+    async fn get_flight_info(
+        &self,
+        _r: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Err(Status::unimplemented(
+            "get_flight_info: a disk serves jobs through DoGet tickets",
+        ))
     }
 
-    async fn poll_flight_info(&self, _r: Request<FlightDescriptor>) -> Result<Response<PollInfo>, Status> {
+    async fn poll_flight_info(
+        &self,
+        _r: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
         Err(Status::unimplemented("poll_flight_info"))
     }
 
-    async fn get_schema(&self, _r: Request<FlightDescriptor>) -> Result<Response<SchemaResult>, Status> {
-        Err(Status::unimplemented("get_schema: use the `catalog` action"))
+    async fn get_schema(
+        &self,
+        _r: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        Err(Status::unimplemented(
+            "get_schema: use the `catalog` action",
+        ))
     }
 
-    async fn do_get(&self, request: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+    async fn do_get(
+        &self,
+        request: Request<Ticket>,
+    ) -> Result<Response<Self::DoGetStream>, Status> {
         let ticket = request.into_inner().ticket;
-        let spec = JobSpec::from_bytes(&ticket).map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
+        let spec = JobSpec::from_bytes(&ticket)
+            .map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
         self.check_spec_size(ticket.len(), &spec)?;
         tracing::debug!(job = %spec.job_id, stages = spec.stages.len(), "job");
-        let job = self.os.start_job(spec, None).await.map_err(|e| status_of(&e))?;
+        let job = self
+            .os
+            .start_job(spec, None)
+            .await
+            .map_err(|e| status_of(&e))?;
         Ok(Response::new(job_response(job)))
     }
 
-    async fn do_exchange(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoExchangeStream>, Status> {
+    async fn do_exchange(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
         let mut incoming = request.into_inner();
-        let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("empty DoExchange"))?;
-        let descriptor = first.flight_descriptor.clone().ok_or_else(|| Status::invalid_argument("DoExchange needs a descriptor with a JobSpec"))?;
-        let spec = JobSpec::from_bytes(&descriptor.cmd).map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
+        let first = incoming
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty DoExchange"))?;
+        let descriptor = first.flight_descriptor.clone().ok_or_else(|| {
+            Status::invalid_argument("DoExchange needs a descriptor with a JobSpec")
+        })?;
+        let spec = JobSpec::from_bytes(&descriptor.cmd)
+            .map_err(|e| Status::invalid_argument(format!("malformed job spec: {e}")))?;
         self.check_spec_size(descriptor.cmd.len(), &spec)?;
         let (tx, rx) = mpsc::channel(self.os.config().buffers_per_stream.max(1) as usize);
-        let job = self.os.start_job(spec, Some(rx)).await.map_err(|e| status_of(&e))?;
-        let all = stream::once(async move { Ok(first) }).chain(incoming).map_err(|e: Status| FlightError::Tonic(Box::new(e)));
+        let job = self
+            .os
+            .start_job(spec, Some(rx))
+            .await
+            .map_err(|e| status_of(&e))?;
+        let all = stream::once(async move { Ok(first) })
+            .chain(incoming)
+            .map_err(|e: Status| FlightError::Tonic(Box::new(e)));
         let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
         tokio::spawn(async move {
             while let Some(b) = batches.next().await {
@@ -257,20 +335,47 @@ impl FlightService for DiskService {
         Ok(Response::new(job_response(job)))
     }
 
-    async fn do_put(&self, request: Request<Streaming<FlightData>>) -> Result<Response<Self::DoPutStream>, Status> {
+    async fn do_put(
+        &self,
+        request: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
         let mut incoming = request.into_inner();
-        let first = incoming.message().await?.ok_or_else(|| Status::invalid_argument("empty DoPut"))?;
-        let descriptor = first.flight_descriptor.clone().ok_or_else(|| Status::invalid_argument("DoPut needs a descriptor"))?;
+        let first = incoming
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("empty DoPut"))?;
+        let descriptor = first
+            .flight_descriptor
+            .clone()
+            .ok_or_else(|| Status::invalid_argument("DoPut needs a descriptor"))?;
         let command: PutCommand = parse_json("put command", &descriptor.cmd)?;
-        let all = stream::once(async move { Ok(first) }).chain(incoming).map_err(|e: Status| FlightError::Tonic(Box::new(e)));
+        let all = stream::once(async move { Ok(first) })
+            .chain(incoming)
+            .map_err(|e: Status| FlightError::Tonic(Box::new(e)));
         let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
         match command {
-            PutCommand::Exchange { exchange_id, sender } => {
-                let mut inbox = self.os.exchanges().sender(&exchange_id).map_err(Status::resource_exhausted)?;
+            PutCommand::Exchange {
+                exchange_id,
+                sender,
+            } => {
+                let mut inbox = self
+                    .os
+                    .exchanges()
+                    .sender(&exchange_id)
+                    .map_err(Status::resource_exhausted)?;
                 // Declared after the sender, so dropped before it: if this call ends (or its
                 // sender resets it) before a job claimed the inbox, the inbox goes too.
-                let mut forget = ForgetUnclaimed { os: self.os.clone(), id: exchange_id.clone(), armed: true };
-                let terms = inbox.claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT).await.map_err(|e| Status::deadline_exceeded(format!("exchange {exchange_id}: {e}")))?;
+                let mut forget = ForgetUnclaimed {
+                    os: self.os.clone(),
+                    id: exchange_id.clone(),
+                    armed: true,
+                };
+                let terms = inbox
+                    .claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT)
+                    .await
+                    .map_err(|e| {
+                        Status::deadline_exceeded(format!("exchange {exchange_id}: {e}"))
+                    })?;
                 forget.armed = false;
                 let mut failure = None;
                 while let Some(b) = batches.next().await {
@@ -289,20 +394,41 @@ impl FlightService for DiskService {
                         Ok(Response::new(stream::empty().boxed()))
                     }
                     Some(why) => {
-                        let _ = inbox.send(PipeMessage::SenderFailed(sender, why.clone())).await;
+                        let _ = inbox
+                            .send(PipeMessage::SenderFailed(sender, why.clone()))
+                            .await;
                         Err(Status::aborted(format!("exchange {exchange_id}: {why}")))
                     }
                 }
             }
-            PutCommand::Relay { target, .. } => Err(Status::invalid_argument(format!("this is a disk, not the host's relay: send the stream to {target} directly"))),
-            PutCommand::Load { table, partition, row_group_rows, load_id } => {
+            PutCommand::Relay { target, .. } => Err(Status::invalid_argument(format!(
+                "this is a disk, not the host's relay: send the stream to {target} directly"
+            ))),
+            PutCommand::Load {
+                table,
+                partition,
+                row_group_rows,
+                load_id,
+            } => {
                 let store = self.os.store().clone();
-                store.begin_staging(&load_id, &table).map_err(storage_status)?;
+                store
+                    .begin_staging(&load_id, &table)
+                    .map_err(storage_status)?;
                 let mut writer = None;
                 while let Some(b) = batches.next().await {
                     let batch = b.map_err(|e| Status::aborted(format!("load stream: {e}")))?;
                     if writer.is_none() {
-                        writer = Some(store.create_staged_partition(&load_id, &table, partition, batch.schema(), row_group_rows).map_err(storage_status)?);
+                        writer = Some(
+                            store
+                                .create_staged_partition(
+                                    &load_id,
+                                    &table,
+                                    partition,
+                                    batch.schema(),
+                                    row_group_rows,
+                                )
+                                .map_err(storage_status)?,
+                        );
                     }
                     let w = writer.as_mut().expect("created above");
                     w.write(&batch).map_err(storage_status)?;
@@ -314,35 +440,56 @@ impl FlightService for DiskService {
                     .await
                     .map_err(|e| Status::internal(e.to_string()))?
                     .map_err(storage_status)?;
-                let reply = PutResult { app_metadata: Bytes::from(serde_json::to_vec(&info).expect("partition info serializes")) };
-                Ok(Response::new(stream::once(async move { Ok(reply) }).boxed()))
+                let reply = PutResult {
+                    app_metadata: Bytes::from(
+                        serde_json::to_vec(&info).expect("partition info serializes"),
+                    ),
+                };
+                Ok(Response::new(
+                    stream::once(async move { Ok(reply) }).boxed(),
+                ))
             }
         }
     }
 
-    async fn do_action(&self, request: Request<Action>) -> Result<Response<Self::DoActionStream>, Status> {
+    async fn do_action(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
         let Action { r#type, body } = request.into_inner();
-        let reply = |r: arrow_flight::Result| -> Result<Response<Self::DoActionStream>, Status> { Ok(Response::new(stream::once(async move { Ok(r) }).boxed())) };
+        let reply = |r: arrow_flight::Result| -> Result<Response<Self::DoActionStream>, Status> {
+            Ok(Response::new(stream::once(async move { Ok(r) }).boxed()))
+        };
         match r#type.as_str() {
             action::STATUS => reply(json_result(&self.os.status())),
             action::CATALOG => reply(json_result(&self.os.store().catalog())),
             action::SCRUB => {
                 let store = self.os.store().clone();
-                let report = tokio::task::spawn_blocking(move || store.scrub()).await.map_err(|e| Status::internal(format!("scrub: {e}")))?;
+                let report = tokio::task::spawn_blocking(move || store.scrub())
+                    .await
+                    .map_err(|e| Status::internal(format!("scrub: {e}")))?;
                 reply(json_result(&report))
             }
             action::PARTITION_READ => {
-                let req: adisk_core::protocol::PartitionRead = parse_json("partition_read request", &body)?;
-                Ok(Response::new(crate::repair::read_copy(self.os.clone(), req).await?))
+                let req: adisk_core::protocol::PartitionRead =
+                    parse_json("partition_read request", &body)?;
+                Ok(Response::new(
+                    crate::repair::read_copy(self.os.clone(), req).await?,
+                ))
             }
             action::REPAIR => {
                 let req: adisk_core::protocol::RepairRequest = parse_json("repair request", &body)?;
                 let peers = self.peers.clone().ok_or_else(|| Status::failed_precondition("this disk does not know its cluster (start it with --members cluster.toml), so it cannot repair from its peers"))?;
-                reply(json_result(&crate::repair::repair(self.os.clone(), peers, req).await?))
+                reply(json_result(
+                    &crate::repair::repair(self.os.clone(), peers, req).await?,
+                ))
             }
             action::JOB_STATS => {
                 let id = String::from_utf8_lossy(&body).to_string();
-                let stats = self.os.job_stats(&id).ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
+                let stats = self
+                    .os
+                    .job_stats(&id)
+                    .ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
                 reply(json_result(&stats))
             }
             action::DROP_TABLE => {
@@ -353,15 +500,23 @@ impl FlightService for DiskService {
             action::LOAD_COMMIT => {
                 let commit: LoadCommit = parse_json("load_commit request", &body)?;
                 let store = self.os.store().clone();
-                let tables = tokio::task::spawn_blocking(move || store.commit_load(&commit.load_id, &commit.tables))
-                    .await
-                    .map_err(|e| Status::internal(e.to_string()))?
-                    .map_err(storage_status)?;
+                let tables = tokio::task::spawn_blocking(move || {
+                    store.commit_load(&commit.load_id, &commit.tables)
+                })
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(storage_status)?;
                 reply(json_result(&tables))
             }
             action::LOAD_ABORT => {
                 let load_id = String::from_utf8_lossy(&body).to_string();
-                reply(json_result(&self.os.store().abort_load(&load_id).map_err(storage_status)?))
+                reply(json_result(
+                    &self
+                        .os
+                        .store()
+                        .abort_load(&load_id)
+                        .map_err(storage_status)?,
+                ))
             }
             action::SHUTDOWN => {
                 let notify = self.shutdown.clone();
@@ -375,14 +530,23 @@ impl FlightService for DiskService {
                 let req: GenerateTpch = parse_json("generate_tpch request", &body)?;
                 Ok(Response::new(generate_tpch(self.os.clone(), req)))
             }
-            other => match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body).await {
-                Some(result) => reply(json_result(&result?)),
-                None => Err(Status::invalid_argument(format!("unknown action `{other}`"))),
-            },
+            other => {
+                match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body)
+                    .await
+                {
+                    Some(result) => reply(json_result(&result?)),
+                    None => Err(Status::invalid_argument(format!(
+                        "unknown action `{other}`"
+                    ))),
+                }
+            }
         }
     }
 
-    async fn list_actions(&self, _r: Request<Empty>) -> Result<Response<Self::ListActionsStream>, Status> {
+    async fn list_actions(
+        &self,
+        _r: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
         let names = [
             action::STATUS,
             action::CATALOG,
@@ -401,31 +565,62 @@ impl FlightService for DiskService {
             action::GENERATE_IMAGES,
             action::LIST_FILES,
         ];
-        let list: Vec<Result<ActionType, Status>> = names.iter().map(|n| Ok(ActionType { r#type: n.to_string(), description: String::new() })).collect();
+        let list: Vec<Result<ActionType, Status>> = names
+            .iter()
+            .map(|n| {
+                Ok(ActionType {
+                    r#type: n.to_string(),
+                    description: String::new(),
+                })
+            })
+            .collect();
         Ok(Response::new(stream::iter(list).boxed()))
     }
 }
 
 /// Generates TPC-H parts at this disk on a blocking thread, staged under the request's load,
 /// streaming progress; the last message has `done` (anything else is a failed generation).
-fn generate_tpch(os: Arc<DiskOs>, req: GenerateTpch) -> BoxStream<'static, Result<arrow_flight::Result, Status>> {
+fn generate_tpch(
+    os: Arc<DiskOs>,
+    req: GenerateTpch,
+) -> BoxStream<'static, Result<arrow_flight::Result, Status>> {
     let (tx, rx) = mpsc::channel::<Result<LoadProgress, Status>>(16);
     tokio::task::spawn_blocking(move || {
         let result = stage_tpch(&os, &req, &tx);
         let _ = tx.blocking_send(result.map_err(storage_status));
     });
-    tokio_stream::wrappers::ReceiverStream::new(rx).map(|r| r.map(|p| json_result(&p))).boxed()
+    tokio_stream::wrappers::ReceiverStream::new(rx)
+        .map(|r| r.map(|p| json_result(&p)))
+        .boxed()
 }
 
-fn stage_tpch(os: &DiskOs, req: &GenerateTpch, tx: &mpsc::Sender<Result<LoadProgress, Status>>) -> Result<LoadProgress, StorageError> {
+fn stage_tpch(
+    os: &DiskOs,
+    req: &GenerateTpch,
+    tx: &mpsc::Sender<Result<LoadProgress, Status>>,
+) -> Result<LoadProgress, StorageError> {
     let store = os.store();
     let schema = adisk_storage::tpch::schema(&req.table)?;
     store.begin_staging(&req.load_id, &req.table)?;
-    let mut progress = LoadProgress { table: req.table.clone(), ..Default::default() };
+    let mut progress = LoadProgress {
+        table: req.table.clone(),
+        ..Default::default()
+    };
     for part in &req.parts {
-        let mut writer = store.create_staged_partition(&req.load_id, &req.table, part - 1, schema.clone(), req.row_group_rows)?;
-        for batch in adisk_storage::tpch::generate_isolated(&req.table, req.sf, *part, req.part_count)? {
-            let batch = batch.map_err(|source| StorageError::Arrow { context: "generating TPC-H".into(), source })?;
+        let mut writer = store.create_staged_partition(
+            &req.load_id,
+            &req.table,
+            part - 1,
+            schema.clone(),
+            req.row_group_rows,
+        )?;
+        for batch in
+            adisk_storage::tpch::generate_isolated(&req.table, req.sf, *part, req.part_count)?
+        {
+            let batch = batch.map_err(|source| StorageError::Arrow {
+                context: "generating TPC-H".into(),
+                source,
+            })?;
             writer.write(&batch)?;
             progress.rows += batch.num_rows() as u64;
             if progress.rows % (64 * 1024) < batch.num_rows() as u64 {
@@ -458,17 +653,31 @@ pub struct FlightPipeConnector {
 impl FlightPipeConnector {
     /// Refuses a target that is not a disk of the cluster.
     fn check_member(&self, target: &str) -> adisk_diskos::Result<()> {
-        let Some(path) = &self.members else { return Ok(()) };
-        let config = adisk_core::config::ClusterConfig::load(path).map_err(|e| DiskOsError::Pipe(format!("refused to send to {target}: cannot read the cluster's members: {e}")))?;
+        let Some(path) = &self.members else {
+            return Ok(());
+        };
+        let config = adisk_core::config::ClusterConfig::load(path).map_err(|e| {
+            DiskOsError::Pipe(format!(
+                "refused to send to {target}: cannot read the cluster's members: {e}"
+            ))
+        })?;
         if config.is_member(target) {
             return Ok(());
         }
-        Err(DiskOsError::Pipe(format!("refused to send to {target}: not a disk of this cluster ({})", path.display())))
+        Err(DiskOsError::Pipe(format!(
+            "refused to send to {target}: not a disk of this cluster ({})",
+            path.display()
+        )))
     }
 
     /// A client for one call to `address`, carrying a fresh token; `relay`: the peer must first
     /// prove it holds the cluster's secret.
-    pub(crate) async fn client(&self, address: &str, peer: &str, relay: bool) -> adisk_diskos::Result<FlightClient> {
+    pub(crate) async fn client(
+        &self,
+        address: &str,
+        peer: &str,
+        relay: bool,
+    ) -> adisk_diskos::Result<FlightClient> {
         let deadlines = adisk_core::config::Deadlines::default();
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
             .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?
@@ -477,42 +686,99 @@ impl FlightPipeConnector {
             .http2_keep_alive_interval(deadlines.ping_interval())
             .keep_alive_timeout(deadlines.ping_timeout())
             .keep_alive_while_idle(true);
-        let silent = || DiskOsError::Pipe(format!("{peer} unreachable: no answer within {} ms", deadlines.timeout.as_millis()));
-        let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect()).await.map_err(|_| silent())?.map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
-        let Some(auth) = &self.auth else { return Ok(FlightClient::new(channel)) };
+        let silent = || {
+            DiskOsError::Pipe(format!(
+                "{peer} unreachable: no answer within {} ms",
+                deadlines.timeout.as_millis()
+            ))
+        };
+        let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect())
+            .await
+            .map_err(|_| silent())?
+            .map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
+        let Some(auth) = &self.auth else {
+            return Ok(FlightClient::new(channel));
+        };
         if relay {
             let challenge = adisk_core::auth::challenge();
             let mut probe = FlightClient::new(channel.clone());
-            probe.add_header(adisk_core::auth::HEADER, &auth.key().header()).map_err(|e| DiskOsError::Pipe(e.to_string()))?;
+            probe
+                .add_header(adisk_core::auth::HEADER, &auth.key().header())
+                .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
             let proof = tokio::time::timeout(deadlines.timeout, probe.handshake(challenge.clone()))
                 .await
                 .map_err(|_| silent())?
-                .map_err(|e| DiskOsError::Pipe(format!("{peer} did not prove it belongs to the cluster: {e}")))?;
+                .map_err(|e| {
+                    DiskOsError::Pipe(format!(
+                        "{peer} did not prove it belongs to the cluster: {e}"
+                    ))
+                })?;
             if !auth.key().check_proof(&challenge, &proof) {
-                return Err(DiskOsError::Pipe(format!("refused to send to {peer}: it does not hold the cluster's key")));
+                return Err(DiskOsError::Pipe(format!(
+                    "refused to send to {peer}: it does not hold the cluster's key"
+                )));
             }
         }
         let mut client = FlightClient::new(channel);
-        client.add_header(adisk_core::auth::HEADER, &auth.key().header()).map_err(|e| DiskOsError::Pipe(e.to_string()))?;
+        client
+            .add_header(adisk_core::auth::HEADER, &auth.key().header())
+            .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
         Ok(client)
     }
 }
 
 impl PipeConnector for FlightPipeConnector {
-    fn send(&self, route: PipeRoute, schema: SchemaRef, rx: StreamRx) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
-        let connector = FlightPipeConnector { auth: self.auth.clone(), members: self.members.clone() };
+    fn send(
+        &self,
+        route: PipeRoute,
+        schema: SchemaRef,
+        rx: StreamRx,
+    ) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
+        let connector = FlightPipeConnector {
+            auth: self.auth.clone(),
+            members: self.members.clone(),
+        };
         async move {
-            let PipeRoute { target, relay, exchange_id, sender } = route;
+            let PipeRoute {
+                target,
+                relay,
+                exchange_id,
+                sender,
+            } = route;
             connector.check_member(&target)?;
             // Via the host: the stream goes to its relay, which names the target.
             let (peer, via_relay, command) = match relay {
-                Some(relay) => (format!("the host's relay {relay}"), true, (relay, PutCommand::Relay { target: target.clone(), exchange_id, sender })),
-                None => (format!("disk {target}"), false, (target.clone(), PutCommand::Exchange { exchange_id, sender })),
+                Some(relay) => (
+                    format!("the host's relay {relay}"),
+                    true,
+                    (
+                        relay,
+                        PutCommand::Relay {
+                            target: target.clone(),
+                            exchange_id,
+                            sender,
+                        },
+                    ),
+                ),
+                None => (
+                    format!("disk {target}"),
+                    false,
+                    (
+                        target.clone(),
+                        PutCommand::Exchange {
+                            exchange_id,
+                            sender,
+                        },
+                    ),
+                ),
             };
             let (address, command) = command;
             let mut client = connector.client(&address, &peer, via_relay).await?;
             let cmd = serde_json::to_vec(&command).expect("command serializes");
-            let counters = Arc::new((std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)));
+            let counters = Arc::new((
+                std::sync::atomic::AtomicU64::new(0),
+                std::sync::atomic::AtomicU64::new(0),
+            ));
             let c2 = counters.clone();
             let batches = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |b| {
                 c2.1.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
@@ -525,13 +791,25 @@ impl PipeConnector for FlightPipeConnector {
                 .build(batches)
                 .map(move |r| {
                     if let Ok(fd) = &r {
-                        c3.0.fetch_add((fd.data_body.len() + fd.data_header.len()) as u64, Ordering::Relaxed);
+                        c3.0.fetch_add(
+                            (fd.data_body.len() + fd.data_header.len()) as u64,
+                            Ordering::Relaxed,
+                        );
                     }
                     r
                 });
-            let results = client.do_put(data).await.map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
-            results.try_collect::<Vec<_>>().await.map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
-            Ok((counters.0.load(Ordering::Relaxed), counters.1.load(Ordering::Relaxed)))
+            let results = client
+                .do_put(data)
+                .await
+                .map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
+            results
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
+            Ok((
+                counters.0.load(Ordering::Relaxed),
+                counters.1.load(Ordering::Relaxed),
+            ))
         }
         .boxed()
     }

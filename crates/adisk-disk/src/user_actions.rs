@@ -19,18 +19,36 @@ fn storage_status(e: StorageError) -> Status {
 }
 
 /// Handles the actions of this module; `None` if `name` is not one of them.
-pub async fn handle(os: &Arc<DiskOs>, registry: Option<&Arc<DiskletRegistry>>, name: &str, body: &[u8]) -> Option<Result<serde_json::Value, Status>> {
-    let registry = || registry.cloned().ok_or_else(|| Status::unimplemented("this disk does not run user disklets"));
-    let json = |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Status::internal(e.to_string()));
+pub async fn handle(
+    os: &Arc<DiskOs>,
+    registry: Option<&Arc<DiskletRegistry>>,
+    name: &str,
+    body: &[u8],
+) -> Option<Result<serde_json::Value, Status>> {
+    let registry = || {
+        registry
+            .cloned()
+            .ok_or_else(|| Status::unimplemented("this disk does not run user disklets"))
+    };
+    let json =
+        |v: serde_json::Result<serde_json::Value>| v.map_err(|e| Status::internal(e.to_string()));
     Some(match name {
         action::DISKLET_INSTALL => {
             let req: InstallDisklet = match serde_json::from_slice(body) {
                 Ok(r) => r,
-                Err(e) => return Some(Err(Status::invalid_argument(format!("malformed install request: {e}")))),
+                Err(e) => {
+                    return Some(Err(Status::invalid_argument(format!(
+                        "malformed install request: {e}"
+                    ))));
+                }
             };
             match registry() {
                 // Compiling can take a while: off the async workers.
-                Ok(r) => match tokio::task::spawn_blocking(move || r.install(&req.name, &req.module.0, req.scratch_kib)).await {
+                Ok(r) => match tokio::task::spawn_blocking(move || {
+                    r.install(&req.name, &req.module.0, req.scratch_kib)
+                })
+                .await
+                {
                     Ok(Ok(info)) => json(serde_json::to_value(info)),
                     Ok(Err(e)) => Err(wasm_status(e)),
                     Err(e) => Err(Status::internal(format!("install panicked: {e}"))),
@@ -41,18 +59,32 @@ pub async fn handle(os: &Arc<DiskOs>, registry: Option<&Arc<DiskletRegistry>>, n
         action::DISKLET_LIST => registry().and_then(|r| json(serde_json::to_value(r.list()))),
         action::DISKLET_REMOVE => {
             let name = String::from_utf8_lossy(body).to_string();
-            registry().and_then(|r| r.remove(&name).map_err(wasm_status)).and_then(|b| json(serde_json::to_value(b)))
+            registry()
+                .and_then(|r| r.remove(&name).map_err(wasm_status))
+                .and_then(|b| json(serde_json::to_value(b)))
         }
         action::GENERATE_IMAGES => {
             let req: GenerateImages = match serde_json::from_slice(body) {
                 Ok(r) => r,
-                Err(e) => return Some(Err(Status::invalid_argument(format!("malformed generate_images request: {e}")))),
+                Err(e) => {
+                    return Some(Err(Status::invalid_argument(format!(
+                        "malformed generate_images request: {e}"
+                    ))));
+                }
             };
             if req.indices.len() > MAX_IMAGES_PER_REQUEST {
-                return Some(Err(Status::invalid_argument(format!("at most {MAX_IMAGES_PER_REQUEST} images per request"))));
+                return Some(Err(Status::invalid_argument(format!(
+                    "at most {MAX_IMAGES_PER_REQUEST} images per request"
+                ))));
             }
             let store = os.store().clone();
-            let written = tokio::task::spawn_blocking(move || req.indices.iter().map(|i| adisk_storage::images::write(&store, *i, req.side)).sum::<Result<u64, _>>()).await;
+            let written = tokio::task::spawn_blocking(move || {
+                req.indices
+                    .iter()
+                    .map(|i| adisk_storage::images::write(&store, *i, req.side))
+                    .sum::<Result<u64, _>>()
+            })
+            .await;
             match written {
                 Ok(Ok(_)) => json(serde_json::to_value(true)),
                 Ok(Err(e)) => Err(storage_status(e)),
@@ -63,7 +95,13 @@ pub async fn handle(os: &Arc<DiskOs>, registry: Option<&Arc<DiskletRegistry>>, n
             let prefix = String::from_utf8_lossy(body).to_string();
             adisk_storage::images::list(os.store(), &prefix)
                 .map_err(storage_status)
-                .and_then(|v| json(serde_json::to_value(v.into_iter().map(|(path, bytes)| FileInfo { path, bytes }).collect::<Vec<_>>())))
+                .and_then(|v| {
+                    json(serde_json::to_value(
+                        v.into_iter()
+                            .map(|(path, bytes)| FileInfo { path, bytes })
+                            .collect::<Vec<_>>(),
+                    ))
+                })
         }
         _ => return None,
     })

@@ -10,9 +10,9 @@
 use crate::Result;
 use crate::memory::Account;
 use arrow::array::RecordBatch;
-use std::sync::Arc;
 use arrow::datatypes::SchemaRef;
 use std::ops::Range;
+use std::sync::Arc;
 
 /// One input buffer handed to [`Disklet::process`].
 pub struct InputBuffer<'a> {
@@ -51,7 +51,15 @@ pub struct Emitter {
 impl Emitter {
     /// An uncapped emitter with `ports` output ports (tests, host-side use).
     pub fn new(ports: usize) -> Self {
-        Emitter { outputs: (0..ports).map(|_| Vec::new()).collect(), skips: Vec::new(), done: false, cap_bytes: u64::MAX, held_bytes: 0, overflow: None, account: None }
+        Emitter {
+            outputs: (0..ports).map(|_| Vec::new()).collect(),
+            skips: Vec::new(),
+            done: false,
+            cap_bytes: u64::MAX,
+            held_bytes: 0,
+            overflow: None,
+            account: None,
+        }
     }
 
     /// An emitter that holds at most `cap_bytes` of output per call, charged to `account`.
@@ -66,7 +74,12 @@ impl Emitter {
     /// have brought the call's output to: the call fails with
     /// [`crate::DiskOsError::BufferExceeded`].
     pub fn overflow(&self) -> Option<crate::DiskOsError> {
-        self.overflow.map(|bytes| crate::DiskOsError::BufferExceeded { what: "one call's output".into(), bytes, cap_bytes: self.cap_bytes })
+        self.overflow
+            .map(|bytes| crate::DiskOsError::BufferExceeded {
+                what: "one call's output".into(),
+                bytes,
+                cap_bytes: self.cap_bytes,
+            })
     }
 
     /// Number of output ports.
@@ -84,7 +97,11 @@ impl Emitter {
     /// # Panics
     /// If `port` is not one of the disklet's output ports (a bug in the disklet).
     pub fn emit(&mut self, port: usize, batch: RecordBatch) {
-        assert!(port < self.outputs.len(), "disklet emitted on port {port} of {}", self.outputs.len());
+        assert!(
+            port < self.outputs.len(),
+            "disklet emitted on port {port} of {}",
+            self.outputs.len()
+        );
         if batch.num_rows() == 0 || self.overflow.is_some() {
             return;
         }
@@ -127,7 +144,11 @@ impl Emitter {
 
     /// Takes the emitted batches, per port (their charge ends here: the taker charges them).
     pub fn take_outputs(&mut self) -> Vec<Vec<RecordBatch>> {
-        self.take_sized_outputs().0.into_iter().map(|port| port.into_iter().map(|(b, _)| b).collect()).collect()
+        self.take_sized_outputs()
+            .0
+            .into_iter()
+            .map(|port| port.into_iter().map(|(b, _)| b).collect())
+            .collect()
     }
 
     /// Takes the emitted batches with their bytes, per port, and the bytes in all (their
@@ -138,7 +159,10 @@ impl Emitter {
         }
         let held = std::mem::take(&mut self.held_bytes);
         let ports = self.outputs.len();
-        (std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect()), held)
+        (
+            std::mem::replace(&mut self.outputs, (0..ports).map(|_| Vec::new()).collect()),
+            held,
+        )
     }
 
     /// Takes the skip requests, by input.

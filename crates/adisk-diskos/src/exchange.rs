@@ -64,7 +64,10 @@ impl InboxSender {
         match tokio::time::timeout(timeout, self.terms.wait_for(Option::is_some)).await {
             Ok(Ok(terms)) => Ok(terms.clone().expect("waited for it")),
             Ok(Err(_)) => Err("the exchange's inbox was closed before its receiver came".into()),
-            Err(_) => Err(format!("no receiving job claimed the exchange within {} s", timeout.as_secs())),
+            Err(_) => Err(format!(
+                "no receiving job claimed the exchange within {} s",
+                timeout.as_secs()
+            )),
         }
     }
 
@@ -76,20 +79,30 @@ impl InboxSender {
         let bytes = crate::disklets::batch_bytes(&batch);
         let cap = terms.buffer_bytes.saturating_mul(MAX_MESSAGE_BUFFERS);
         if bytes > cap {
-            return Err(format!("a pipe message of {bytes} bytes exceeds the receiving job's limit of {cap} bytes ({MAX_MESSAGE_BUFFERS} stream buffers)"));
+            return Err(format!(
+                "a pipe message of {bytes} bytes exceeds the receiving job's limit of {cap} bytes ({MAX_MESSAGE_BUFFERS} stream buffers)"
+            ));
         }
         let mut held = Held::new(&terms.account, bytes);
-        for piece in cut(&batch, crate::stream::buffer_cap(terms.buffer_bytes)).map_err(|e| e.to_string())? {
+        for piece in
+            cut(&batch, crate::stream::buffer_cap(terms.buffer_bytes)).map_err(|e| e.to_string())?
+        {
             held.release(crate::disklets::batch_bytes(&piece));
             let buffer = Buffer::new(piece, 0, &terms.account);
-            self.tx.send(PipeMessage::Batch(buffer)).await.map_err(|_| "the receiving job is gone".to_string())?;
+            self.tx
+                .send(PipeMessage::Batch(buffer))
+                .await
+                .map_err(|_| "the receiving job is gone".to_string())?;
         }
         Ok(())
     }
 
     /// Queues an end-of-stream or failure notice.
     pub async fn send(&self, message: PipeMessage) -> Result<(), String> {
-        self.tx.send(message).await.map_err(|_| "the receiving job is gone".to_string())
+        self.tx
+            .send(message)
+            .await
+            .map_err(|_| "the receiving job is gone".to_string())
     }
 }
 
@@ -113,17 +126,33 @@ pub const MAX_INBOXES: usize = 4096;
 impl ExchangeRegistry {
     /// Inboxes of `capacity` messages.
     pub fn new(capacity: usize) -> Self {
-        ExchangeRegistry { inboxes: Mutex::new(HashMap::new()), closed: Mutex::new(HashMap::new()), capacity: capacity.max(1) }
+        ExchangeRegistry {
+            inboxes: Mutex::new(HashMap::new()),
+            closed: Mutex::new(HashMap::new()),
+            capacity: capacity.max(1),
+        }
     }
 
-    fn entry<'a>(&self, map: &'a mut HashMap<String, Inbox>, id: &str) -> Result<&'a mut Inbox, String> {
+    fn entry<'a>(
+        &self,
+        map: &'a mut HashMap<String, Inbox>,
+        id: &str,
+    ) -> Result<&'a mut Inbox, String> {
         map.retain(|_, inbox| inbox.created.elapsed() < INBOX_TTL || inbox.rx.is_none());
         if !map.contains_key(id) {
             if map.len() >= MAX_INBOXES {
                 return Err(format!("too many open exchanges ({MAX_INBOXES})"));
             }
             let (tx, rx) = mpsc::channel(self.capacity);
-            map.insert(id.to_string(), Inbox { tx, rx: Some(rx), terms: watch::Sender::new(None), created: Instant::now() });
+            map.insert(
+                id.to_string(),
+                Inbox {
+                    tx,
+                    rx: Some(rx),
+                    terms: watch::Sender::new(None),
+                    created: Instant::now(),
+                },
+            );
         }
         Ok(map.get_mut(id).expect("just inserted"))
     }
@@ -134,11 +163,16 @@ impl ExchangeRegistry {
     /// The exchange's receiver already ended, or too many inboxes are open.
     pub fn sender(&self, id: &str) -> Result<InboxSender, String> {
         if self.closed.lock().expect("closed lock").contains_key(id) {
-            return Err(format!("exchange `{id}` has ended at this disk (its receiving job is gone)"));
+            return Err(format!(
+                "exchange `{id}` has ended at this disk (its receiving job is gone)"
+            ));
         }
         let mut map = self.inboxes.lock().expect("exchange lock");
         let inbox = self.entry(&mut map, id)?;
-        Ok(InboxSender { tx: inbox.tx.clone(), terms: inbox.terms.subscribe() })
+        Ok(InboxSender {
+            tx: inbox.tx.clone(),
+            terms: inbox.terms.subscribe(),
+        })
     }
 
     /// Drops exchange `id`'s inbox if no job claimed it and no sender but the caller's `held`
@@ -155,10 +189,17 @@ impl ExchangeRegistry {
     }
 
     /// The receiving side of exchange `id` (once), claimed by a job under `terms`.
-    pub fn receiver(&self, id: &str, terms: InboxTerms) -> Result<mpsc::Receiver<PipeMessage>, String> {
+    pub fn receiver(
+        &self,
+        id: &str,
+        terms: InboxTerms,
+    ) -> Result<mpsc::Receiver<PipeMessage>, String> {
         let mut map = self.inboxes.lock().expect("exchange lock");
         let inbox = self.entry(&mut map, id)?;
-        let rx = inbox.rx.take().ok_or_else(|| format!("exchange `{id}` already has a receiver"))?;
+        let rx = inbox
+            .rx
+            .take()
+            .ok_or_else(|| format!("exchange `{id}` already has a receiver"))?;
         inbox.terms.send_replace(Some(terms));
         Ok(rx)
     }
@@ -178,7 +219,10 @@ impl ExchangeRegistry {
         self.inboxes.lock().expect("exchange lock").remove(id);
         let mut closed = self.closed.lock().expect("closed lock");
         if closed.len() >= MAX_CLOSED_EXCHANGES
-            && let Some(oldest) = closed.iter().min_by_key(|(_, at)| **at).map(|(k, _)| k.clone())
+            && let Some(oldest) = closed
+                .iter()
+                .min_by_key(|(_, at)| **at)
+                .map(|(k, _)| k.clone())
         {
             closed.remove(&oldest);
         }
@@ -191,12 +235,21 @@ mod tests {
     use super::*;
 
     fn terms(buffer_bytes: u64) -> InboxTerms {
-        InboxTerms { account: Arc::new(Account::default()), buffer_bytes }
+        InboxTerms {
+            account: Arc::new(Account::default()),
+            buffer_bytes,
+        }
     }
 
     fn ints(n: i64) -> RecordBatch {
-        let schema = Arc::new(arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false)]));
-        RecordBatch::try_new(schema, vec![Arc::new(arrow::array::Int64Array::from_iter_values(0..n))]).unwrap()
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false),
+        ]));
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(arrow::array::Int64Array::from_iter_values(0..n))],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -204,7 +257,10 @@ mod tests {
         let r = ExchangeRegistry::new(2);
         let tx = r.sender("x").unwrap();
         let _rx = r.receiver("x", terms(1024)).unwrap();
-        assert!(r.receiver("x", terms(1024)).is_err(), "one receiver per exchange");
+        assert!(
+            r.receiver("x", terms(1024)).is_err(),
+            "one receiver per exchange"
+        );
         assert_eq!(r.open(), 1);
         drop(tx);
         r.remove("x");
@@ -221,7 +277,12 @@ mod tests {
     async fn an_inbox_flood_stays_within_the_receivers_grant() {
         let r = ExchangeRegistry::new(2);
         let mut tx = r.sender("x").unwrap();
-        assert!(tx.claimed(Duration::from_millis(50)).await.unwrap_err().contains("no receiving job"));
+        assert!(
+            tx.claimed(Duration::from_millis(50))
+                .await
+                .unwrap_err()
+                .contains("no receiving job")
+        );
         let buffer_bytes = 8 * 1024; // 1024 Int64 rows
         let t = terms(buffer_bytes);
         let mut rx = r.receiver("x", t.clone()).unwrap();
@@ -236,14 +297,23 @@ mod tests {
         let mut rows = 0;
         while rows < 50 * 1500 {
             tokio::time::sleep(Duration::from_millis(1)).await;
-            let Some(PipeMessage::Batch(b)) = rx.recv().await else { panic!("a batch") };
+            let Some(PipeMessage::Batch(b)) = rx.recv().await else {
+                panic!("a batch")
+            };
             assert!(b.bytes() <= crate::stream::buffer_cap(buffer_bytes));
             rows += b.batch.num_rows();
         }
         let refused = flood.await.unwrap().unwrap_err();
-        assert!(refused.contains("exceeds the receiving job's limit"), "{refused}");
+        assert!(
+            refused.contains("exceeds the receiving job's limit"),
+            "{refused}"
+        );
         let share = (r.capacity() as u64 + 2) * crate::stream::buffer_cap(buffer_bytes);
-        assert!(t.account.peak() <= share, "peak {} of the inbox's share {share}", t.account.peak());
+        assert!(
+            t.account.peak() <= share,
+            "peak {} of the inbox's share {share}",
+            t.account.peak()
+        );
         assert_eq!(t.account.in_use(), 0, "every buffer released once received");
     }
 }

@@ -1,14 +1,19 @@
 //! Jobs: admission, building and wiring of job graphs, fair scheduling, statistics.
 use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
+use crate::disklets::fragment::Spill;
 use crate::exchange::{ExchangeRegistry, PipeMessage};
 use crate::expr::ExprPlanner;
 use crate::memory::{Account, Grant, MemoryBudget};
 use crate::sched::{FairScheduler, JobCompute, MAX_COMPUTE_WAITERS_DEFAULT};
-use crate::stream::{Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema, projected_schema, stream};
-use crate::{DiskOsError, Result, disklets};
-use crate::disklets::fragment::Spill;
+use crate::stream::{
+    Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema,
+    projected_schema, stream,
+};
 use crate::wiring::{Router, TempArea};
-use adisk_core::protocol::{DiskStatus, DiskletSpec, FragmentKind, JobSpec, Port, Sink, Source, StoredStream};
+use crate::{DiskOsError, Result, disklets};
+use adisk_core::protocol::{
+    DiskStatus, DiskletSpec, FragmentKind, JobSpec, Port, Sink, Source, StoredStream,
+};
 use adisk_core::stats::{DiskJobStats, StageStats};
 use adisk_storage::StorageError;
 use adisk_storage::store::DiskStore;
@@ -60,13 +65,20 @@ pub struct DiskOsConfig {
 
 impl DiskOsConfig {
     /// Defaults for a disk of `memory_bytes` with `buffer_bytes` buffers.
-    pub fn new(disk_id: u32, memory_bytes: u64, buffer_bytes: u64, buffers_per_stream: u32) -> Self {
+    pub fn new(
+        disk_id: u32,
+        memory_bytes: u64,
+        buffer_bytes: u64,
+        buffers_per_stream: u32,
+    ) -> Self {
         DiskOsConfig {
             disk_id,
             memory_bytes,
             buffer_bytes,
             buffers_per_stream,
-            compute_slots: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+            compute_slots: std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1),
             max_compute_waiters: MAX_COMPUTE_WAITERS_DEFAULT,
             max_waiting_jobs: 64,
             admission_timeout: Duration::from_secs(60),
@@ -94,7 +106,12 @@ pub struct PipeRoute {
 /// Sends the output ports of an exchange job to other disks (provided by the disk server).
 pub trait PipeConnector: Send + Sync + 'static {
     /// Streams `rx` along `route`; returns (bytes, rows) sent.
-    fn send(&self, route: PipeRoute, schema: SchemaRef, rx: StreamRx) -> BoxFuture<'static, Result<(u64, u64)>>;
+    fn send(
+        &self,
+        route: PipeRoute,
+        schema: SchemaRef,
+        rx: StreamRx,
+    ) -> BoxFuture<'static, Result<(u64, u64)>>;
 }
 
 #[derive(Default)]
@@ -148,7 +165,15 @@ impl JobState {
             disk_id,
             started: Instant::now(),
             read: Arc::new(ReadCounters::default()),
-            stages: stages.iter().map(|(name, scratch, setup_ns)| StageCounters { name, scratch_granted: *scratch, setup_ns: *setup_ns, ..Default::default() }).collect(),
+            stages: stages
+                .iter()
+                .map(|(name, scratch, setup_ns)| StageCounters {
+                    name,
+                    scratch_granted: *scratch,
+                    setup_ns: *setup_ns,
+                    ..Default::default()
+                })
+                .collect(),
             shipped_host_bytes: AtomicU64::new(0),
             shipped_disk_bytes: AtomicU64::new(0),
             rows_shipped: AtomicU64::new(0),
@@ -176,7 +201,8 @@ impl JobState {
 
     /// Marks the end of the job (wall time).
     pub fn finish_wall(&self) {
-        self.wall_ns.store(self.started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        self.wall_ns
+            .store(self.started.elapsed().as_nanos() as u64, Ordering::SeqCst);
     }
 
     /// Statistics now.
@@ -219,12 +245,19 @@ impl JobState {
             rows_shipped: l(&self.rows_shipped),
             bytes_shipped_host: l(&self.shipped_host_bytes),
             bytes_shipped_disks: l(&self.shipped_disk_bytes),
-            cpu_ns: l(&r.cpu_ns) + stages.iter().map(|s| s.cpu_ns).sum::<u64>() + l(&self.encode_cpu_ns),
+            cpu_ns: l(&r.cpu_ns)
+                + stages.iter().map(|s| s.cpu_ns).sum::<u64>()
+                + l(&self.encode_cpu_ns),
             wall_ns: wall,
             admission_wait_ns: l(&self.admission_wait_ns),
             schedule_wait_ns: l(&self.schedule_wait_ns),
             memory_granted_bytes: l(&self.granted_bytes),
-            memory_peak_bytes: self.account.lock().expect("account lock").as_ref().map_or(0, |a| a.peak()),
+            memory_peak_bytes: self
+                .account
+                .lock()
+                .expect("account lock")
+                .as_ref()
+                .map_or(0, |a| a.peak()),
             stages,
             error: self.error.lock().expect("error lock").clone(),
         }
@@ -264,11 +297,23 @@ pub struct DiskOs {
 
 impl DiskOs {
     /// A DiskOS over `store`.
-    pub fn new(config: DiskOsConfig, store: Arc<DiskStore>, connector: Arc<dyn PipeConnector>) -> Arc<Self> {
+    pub fn new(
+        config: DiskOsConfig,
+        store: Arc<DiskStore>,
+        connector: Arc<dyn PipeConnector>,
+    ) -> Arc<Self> {
         let os = Arc::new(DiskOs {
-            budget: Arc::new(MemoryBudget::new(config.memory_bytes, config.max_waiting_jobs, config.admission_timeout)),
-            compute: FairScheduler::new(u32::try_from(config.compute_slots).unwrap_or(u32::MAX), config.max_compute_waiters),
-            read_limiter: (config.read_bytes_per_sec > 0).then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),
+            budget: Arc::new(MemoryBudget::new(
+                config.memory_bytes,
+                config.max_waiting_jobs,
+                config.admission_timeout,
+            )),
+            compute: FairScheduler::new(
+                u32::try_from(config.compute_slots).unwrap_or(u32::MAX),
+                config.max_compute_waiters,
+            ),
+            read_limiter: (config.read_bytes_per_sec > 0)
+                .then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),
             planner: ExprPlanner::default(),
             exchanges: Arc::new(ExchangeRegistry::new(config.buffers_per_stream as usize)),
             connector,
@@ -277,7 +322,11 @@ impl DiskOs {
             finished: Mutex::new(VecDeque::new()),
             jobs_finished: AtomicU64::new(0),
             jobs_failed: AtomicU64::new(0),
-            temp_budget: MemoryBudget::new(config.temp_bytes, config.max_waiting_jobs, config.admission_timeout),
+            temp_budget: MemoryBudget::new(
+                config.temp_bytes,
+                config.max_waiting_jobs,
+                config.admission_timeout,
+            ),
             temp_serial: AtomicU64::new(0),
             config,
             store,
@@ -291,9 +340,13 @@ impl DiskOs {
     fn clear_temp_root(&self) {
         let root = self.temp_root();
         match std::fs::remove_dir_all(&root) {
-            Ok(()) => tracing::warn!(dir = %root.display(), "removed temporary files an earlier run left"),
+            Ok(()) => {
+                tracing::warn!(dir = %root.display(), "removed temporary files an earlier run left")
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(dir = %root.display(), "could not clear the temporary area: {e}"),
+            Err(e) => {
+                tracing::warn!(dir = %root.display(), "could not clear the temporary area: {e}")
+            }
         }
     }
 
@@ -307,15 +360,25 @@ impl DiskOs {
         self.user.get()
     }
 
-    fn build_stage(&self, stage: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, spill: Option<&Spill>) -> Result<Box<dyn Disklet>> {
+    fn build_stage(
+        &self,
+        stage: &DiskletSpec,
+        inputs: &[SchemaRef],
+        scratch_bytes: u64,
+        spill: Option<&Spill>,
+    ) -> Result<Box<dyn Disklet>> {
         match stage {
-            DiskletSpec::Wasm { name, params, fuel } => self.user_disklets_or_refuse()?.build(name, params, *fuel, inputs),
+            DiskletSpec::Wasm { name, params, fuel } => self
+                .user_disklets_or_refuse()?
+                .build(name, params, *fuel, inputs),
             _ => disklets::build(stage, inputs, scratch_bytes, &self.planner, spill),
         }
     }
 
     fn user_disklets_or_refuse(&self) -> Result<&Arc<dyn crate::user::UserDisklets>> {
-        self.user.get().ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))
+        self.user
+            .get()
+            .ok_or_else(|| DiskOsError::InvalidJob("this disk does not run user disklets".into()))
     }
 
     /// Checks every user disklet stage against the shape its module declared at install: the
@@ -323,7 +386,9 @@ impl DiskOs {
     /// check). Runs before admission; no guest code runs.
     fn check_user_shapes(&self, spec: &JobSpec, ports: &[u32]) -> Result<()> {
         for (i, stage) in spec.stages.iter().enumerate() {
-            let DiskletSpec::Wasm { name, .. } = &stage.disklet else { continue };
+            let DiskletSpec::Wasm { name, .. } = &stage.disklet else {
+                continue;
+            };
             let declared = self.user_disklets_or_refuse()?.shape(name)?;
             let wired = (stage.inputs.len(), ports[i] as usize);
             if (declared.inputs, declared.outputs) != wired {
@@ -331,7 +396,10 @@ impl DiskOs {
                     "stage {i}: user disklet `{name}` (ABI v{}) takes {} input(s) and writes {} output port(s); the job wires {} input(s) and reads {} port(s)",
                     declared.abi, declared.inputs, declared.outputs, wired.0, wired.1
                 );
-                return Err(DiskOsError::UserDisklet { kind: crate::user::UserDiskletFailure::Invalid, message });
+                return Err(DiskOsError::UserDisklet {
+                    kind: crate::user::UserDiskletFailure::Invalid,
+                    message,
+                });
             }
         }
         Ok(())
@@ -375,7 +443,11 @@ impl DiskOs {
             jobs_waiting: self.budget.waiting(),
             jobs_finished: self.jobs_finished.load(Ordering::Relaxed),
             jobs_failed: self.jobs_failed.load(Ordering::Relaxed),
-            tables: catalog.tables.iter().map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.rows).sum())).collect(),
+            tables: catalog
+                .tables
+                .iter()
+                .map(|t| (t.name.clone(), t.partitions.iter().map(|p| p.rows).sum()))
+                .collect(),
             temp_granted_bytes: self.temp_budget.granted_bytes(),
             temp_files_bytes: directory_bytes(&self.temp_root()),
             exchange_inboxes: self.exchanges.open() as u32,
@@ -384,21 +456,51 @@ impl DiskOs {
 
     /// Statistics of a running or recently finished job.
     pub fn job_stats(&self, job_id: &str) -> Option<DiskJobStats> {
-        if let Some(s) = self.running.lock().expect("running lock").iter().find(|s| s.job_id == job_id) {
+        if let Some(s) = self
+            .running
+            .lock()
+            .expect("running lock")
+            .iter()
+            .find(|s| s.job_id == job_id)
+        {
             return Some(s.snapshot());
         }
-        self.finished.lock().expect("finished lock").iter().rev().find(|s| s.job_id == job_id).map(|s| s.snapshot())
+        self.finished
+            .lock()
+            .expect("finished lock")
+            .iter()
+            .rev()
+            .find(|s| s.job_id == job_id)
+            .map(|s| s.snapshot())
     }
 
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
-        let requested = if spec.scratch_kib == 0 { self.config.default_scratch_bytes } else { spec.scratch_kib.saturating_mul(1024) };
+        let requested = if spec.scratch_kib == 0 {
+            self.config.default_scratch_bytes
+        } else {
+            spec.scratch_kib.saturating_mul(1024)
+        };
         match stage {
-            DiskletSpec::Fragment { kind: FragmentKind::Aggregate | FragmentKind::Sort | FragmentKind::Stage, .. } | DiskletSpec::Merge { .. } | DiskletSpec::HashJoin { .. } => requested,
-            DiskletSpec::Fragment { kind: FragmentKind::Select, .. } => 0,
-            DiskletSpec::BloomProbe { filter, .. } => (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64)),
+            DiskletSpec::Fragment {
+                kind: FragmentKind::Aggregate | FragmentKind::Sort | FragmentKind::Stage,
+                ..
+            }
+            | DiskletSpec::Merge { .. }
+            | DiskletSpec::HashJoin { .. } => requested,
+            DiskletSpec::Fragment {
+                kind: FragmentKind::Select,
+                ..
+            } => 0,
+            DiskletSpec::BloomProbe { filter, .. } => {
+                (filter.size_bytes() as u64).max(requested.min(filter.size_bytes() as u64))
+            }
             DiskletSpec::Select { .. } | DiskletSpec::Partition { .. } => 0,
             // The whole linear memory of a user disklet (scratch + input area) is its grant.
-            DiskletSpec::Wasm { name, .. } => self.user.get().and_then(|u| u.grant_bytes(name).ok()).unwrap_or(0),
+            DiskletSpec::Wasm { name, .. } => self
+                .user
+                .get()
+                .and_then(|u| u.grant_bytes(name).ok())
+                .unwrap_or(0),
         }
     }
 
@@ -407,16 +509,24 @@ impl DiskOs {
         if spec.buffer_kib == 0 {
             return Ok(self.config.buffer_bytes);
         }
-        if !(MIN_JOB_BUFFER_KIB..=adisk_core::protocol::MAX_JOB_BUFFER_KIB).contains(&spec.buffer_kib) {
+        if !(MIN_JOB_BUFFER_KIB..=adisk_core::protocol::MAX_JOB_BUFFER_KIB)
+            .contains(&spec.buffer_kib)
+        {
             return Err(DiskOsError::InvalidJob(format!(
                 "stream buffers of {} KiB asked for (allowed: {MIN_JOB_BUFFER_KIB} to {} KiB)",
                 spec.buffer_kib,
                 adisk_core::protocol::MAX_JOB_BUFFER_KIB
             )));
         }
-        if spec.disklets().any(|s| matches!(s, DiskletSpec::Wasm { .. })) && spec.buffer_kib * 1024 != self.config.buffer_bytes {
+        if spec
+            .disklets()
+            .any(|s| matches!(s, DiskletSpec::Wasm { .. }))
+            && spec.buffer_kib * 1024 != self.config.buffer_bytes
+        {
             // A user disklet's input area is sized for the disk's buffers at install.
-            return Err(DiskOsError::InvalidJob("a job with a user disklet runs with the disk's own buffer size".into()));
+            return Err(DiskOsError::InvalidJob(
+                "a job with a user disklet runs with the disk's own buffer size".into(),
+            ));
         }
         Ok(spec.buffer_kib * 1024)
     }
@@ -432,32 +542,79 @@ impl DiskOs {
     /// # Errors
     /// A malformed graph, unknown table/column, invalid stages, memory or temporary space
     /// refused — before anything runs.
-    pub async fn start_job(self: &Arc<Self>, spec: JobSpec, host_input: Option<mpsc::Receiver<RecordBatch>>) -> Result<RunningJob> {
-        let shape = adisk_core::graph::check(&spec).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+    pub async fn start_job(
+        self: &Arc<Self>,
+        spec: JobSpec,
+        host_input: Option<mpsc::Receiver<RecordBatch>>,
+    ) -> Result<RunningJob> {
+        let shape =
+            adisk_core::graph::check(&spec).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
         self.check_user_shapes(&spec, &shape.stage_ports)?;
-        let host_inputs = spec.inputs.iter().filter(|s| matches!(s, Source::Host { .. })).count();
+        let host_inputs = spec
+            .inputs
+            .iter()
+            .filter(|s| matches!(s, Source::Host { .. }))
+            .count();
         if host_inputs > 1 || (host_inputs == 1) != host_input.is_some() {
-            return Err(DiskOsError::InvalidJob("a host-resident input needs a DoExchange call (and only it), one per job".into()));
+            return Err(DiskOsError::InvalidJob(
+                "a host-resident input needs a DoExchange call (and only it), one per job".into(),
+            ));
         }
-        let sources = spec.inputs.iter().map(|s| self.plan_source(s)).collect::<Result<Vec<_>>>()?;
+        let sources = spec
+            .inputs
+            .iter()
+            .map(|s| self.plan_source(s))
+            .collect::<Result<Vec<_>>>()?;
         let buffer_bytes = self.job_buffer_bytes(&spec)?;
-        let scratch: Vec<u64> = spec.disklets().map(|d| self.scratch_for(&spec, d)).collect();
-        let sizes = GrantSizes { buffer_bytes, slots_per_stream: crate::stream::slots_per_stream(self.config.buffers_per_stream), inbox_messages: self.exchanges.capacity() };
+        let scratch: Vec<u64> = spec
+            .disklets()
+            .map(|d| self.scratch_for(&spec, d))
+            .collect();
+        let sizes = GrantSizes {
+            buffer_bytes,
+            slots_per_stream: crate::stream::slots_per_stream(self.config.buffers_per_stream),
+            inbox_messages: self.exchanges.capacity(),
+        };
         let requested = job_grant(&spec, &shape, &scratch, &sizes);
         let wait = Instant::now();
         let grant = self.budget.grant(requested).await?;
         let temp = self.temp_grant(&spec).await?;
         let admission_wait_ns = wait.elapsed().as_nanos() as u64;
-        let area = TempArea::new(&self.temp_root(), self.temp_serial.fetch_add(1, Ordering::Relaxed), temp.as_ref().map_or(0, Grant::bytes));
+        let area = TempArea::new(
+            &self.temp_root(),
+            self.temp_serial.fetch_add(1, Ordering::Relaxed),
+            temp.as_ref().map_or(0, Grant::bytes),
+        );
         // Only now is stage code run (a failure drops the grants, returning them).
-        let built = self.build(&spec, &sources, &scratch, &shape.stage_ports, &area).await?;
-        let described: Vec<(&'static str, u64, (u64, u64))> = built.stages.iter().zip(&scratch).map(|(d, s)| (d.name(), *s, d.setup_ns())).collect();
+        let built = self
+            .build(&spec, &sources, &scratch, &shape.stage_ports, &area)
+            .await?;
+        let described: Vec<(&'static str, u64, (u64, u64))> = built
+            .stages
+            .iter()
+            .zip(&scratch)
+            .map(|(d, s)| (d.name(), *s, d.setup_ns()))
+            .collect();
         let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
-        state.admission_wait_ns.store(admission_wait_ns, Ordering::Relaxed);
+        state
+            .admission_wait_ns
+            .store(admission_wait_ns, Ordering::Relaxed);
         state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
         *state.account.lock().expect("account lock") = Some(grant.account().clone());
-        self.running.lock().expect("running lock").push(state.clone());
-        let job = Launch { spec, grants: (grant, temp), area: Arc::new(area), state, sources, built, host_input, buffer_bytes };
+        self.running
+            .lock()
+            .expect("running lock")
+            .push(state.clone());
+        let job = Launch {
+            spec,
+            grants: (grant, temp),
+            area: Arc::new(area),
+            state,
+            sources,
+            built,
+            host_input,
+            buffer_bytes,
+        };
         Ok(self.launch(job))
     }
 
@@ -469,9 +626,15 @@ impl DiskOs {
         let bytes = spec.temp_kib.saturating_mul(1024);
         match self.temp_budget.grant(bytes).await {
             Ok(g) => Ok(Some(g)),
-            Err(DiskOsError::GrantTooLarge { requested_bytes, budget_bytes }) => {
-                Err(DiskOsError::TempSpaceExceeded { granted_bytes: 0, detail: format!("the job asks for {requested_bytes} bytes, the disk grants at most {budget_bytes}") })
-            }
+            Err(DiskOsError::GrantTooLarge {
+                requested_bytes,
+                budget_bytes,
+            }) => Err(DiskOsError::TempSpaceExceeded {
+                granted_bytes: 0,
+                detail: format!(
+                    "the job asks for {requested_bytes} bytes, the disk grants at most {budget_bytes}"
+                ),
+            }),
             Err(e) => Err(e),
         }
     }
@@ -486,12 +649,22 @@ impl DiskOs {
     /// that writes it (known once that port's stage is built).
     fn plan_source(&self, source: &Source) -> Result<(Option<SchemaRef>, Option<TablePlan>)> {
         match source {
-            Source::Table { table, columns, prune, partitions } => {
+            Source::Table {
+                table,
+                columns,
+                prune,
+                partitions,
+            } => {
                 let mut info = self.store.table(table)?;
                 if let Some(chosen) = partitions {
                     // Replicas: read only the partitions the host assigned to this disk.
-                    if let Some(missing) = chosen.iter().find(|c| !info.partitions.iter().any(|p| p.partition == **c)) {
-                        return Err(DiskOsError::InvalidJob(format!("table `{table}` has no partition {missing} on this disk")));
+                    if let Some(missing) = chosen
+                        .iter()
+                        .find(|c| !info.partitions.iter().any(|p| p.partition == **c))
+                    {
+                        return Err(DiskOsError::InvalidJob(format!(
+                            "table `{table}` has no partition {missing} on this disk"
+                        )));
                     }
                     info.partitions.retain(|p| chosen.contains(&p.partition));
                 }
@@ -510,7 +683,9 @@ impl DiskOs {
                 Ok((Some(schema), Some((info, projection, prune))))
             }
             Source::File { .. } => Ok((Some(file_schema()), None)),
-            Source::Pipe { schema, .. } | Source::Host { schema } => Ok((Some(Arc::new(schema.clone())), None)),
+            Source::Pipe { schema, .. } | Source::Host { schema } => {
+                Ok((Some(Arc::new(schema.clone())), None))
+            }
             Source::Temp { .. } => Ok((None, None)),
         }
     }
@@ -518,46 +693,104 @@ impl DiskOs {
     /// Builds (inits) the disklets in order, each on the schemas of the ports it reads, and
     /// plans the outputs' routers. Runs after admission: building decodes plan fragments and
     /// runs a user disklet's `init`.
-    async fn build(self: &Arc<Self>, spec: &JobSpec, sources: &[(Option<SchemaRef>, Option<TablePlan>)], scratch: &[u64], ports: &[u32], area: &TempArea) -> Result<Built> {
+    async fn build(
+        self: &Arc<Self>,
+        spec: &JobSpec,
+        sources: &[(Option<SchemaRef>, Option<TablePlan>)],
+        scratch: &[u64],
+        ports: &[u32],
+        area: &TempArea,
+    ) -> Result<Built> {
         let spills = spill_shares(spec, area);
-        let mut schemas: BTreeMap<Port, SchemaRef> = sources.iter().enumerate().filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s))).collect();
+        let mut schemas: BTreeMap<Port, SchemaRef> = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s)))
+            .collect();
         resolve_temp_schemas(spec, &mut schemas);
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
         for (i, (stage, &s)) in spec.stages.iter().zip(scratch).enumerate() {
-            let inputs = stage.inputs.iter().map(|p| schemas.get(p).cloned().ok_or_else(|| DiskOsError::InvalidJob(format!("stage {i} reads {p:?}, a temporary stream written only later")))).collect::<Result<Vec<_>>>()?;
+            let inputs = stage
+                .inputs
+                .iter()
+                .map(|p| {
+                    schemas.get(p).cloned().ok_or_else(|| {
+                        DiskOsError::InvalidJob(format!(
+                            "stage {i} reads {p:?}, a temporary stream written only later"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?;
             let d = if matches!(stage.disklet, DiskletSpec::Wasm { .. }) {
                 // Compiling and a user init run guest code: keep them off the async workers.
                 let (os, disklet) = (self.clone(), stage.disklet.clone());
-                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s, None)).await.map_err(|e| DiskOsError::InvalidJob(format!("user disklet init panicked: {e}")))??
+                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s, None))
+                    .await
+                    .map_err(|e| {
+                        DiskOsError::InvalidJob(format!("user disklet init panicked: {e}"))
+                    })??
             } else {
                 self.build_stage(&stage.disklet, &inputs, s, spills[i].as_ref())?
             };
             if d.output_ports() as u32 != ports[i] {
-                return Err(DiskOsError::InvalidJob(format!("stage {i} has {} outputs, the job reads {}", d.output_ports(), ports[i])));
+                return Err(DiskOsError::InvalidJob(format!(
+                    "stage {i} has {} outputs, the job reads {}",
+                    d.output_ports(),
+                    ports[i]
+                )));
             }
             for port in 0..d.output_ports() {
-                schemas.insert(Port::Stage { stage: i as u32, port: port as u32 }, d.port_schema(port));
+                schemas.insert(
+                    Port::Stage {
+                        stage: i as u32,
+                        port: port as u32,
+                    },
+                    d.port_schema(port),
+                );
             }
             resolve_temp_schemas(spec, &mut schemas);
             stages.push(d);
         }
-        if let Some(i) = (0..spec.inputs.len()).find(|i| !schemas.contains_key(&Port::Input(*i as u32))) {
-            return Err(DiskOsError::InvalidJob(format!("input {i}: the temporary stream it reads is never written from a known port")));
+        if let Some(i) =
+            (0..spec.inputs.len()).find(|i| !schemas.contains_key(&Port::Input(*i as u32)))
+        {
+            return Err(DiskOsError::InvalidJob(format!(
+                "input {i}: the temporary stream it reads is never written from a known port"
+            )));
         }
         let routers = spec
             .outputs
             .iter()
             .map(|o| match &o.sink {
-                Sink::Exchange { route, targets, .. } if targets.len() > 1 => Ok(Some(Router::new(route, &schemas[&o.from], &self.planner)?)),
+                Sink::Exchange { route, targets, .. } if targets.len() > 1 => {
+                    Ok(Some(Router::new(route, &schemas[&o.from], &self.planner)?))
+                }
                 _ => Ok(None),
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Built { stages, schemas, routers })
+        Ok(Built {
+            stages,
+            schemas,
+            routers,
+        })
     }
 
     fn launch(self: &Arc<Self>, job: Launch) -> RunningJob {
-        let Launch { spec, grants, area, state, sources, built, mut host_input, buffer_bytes } = job;
-        let Built { stages, schemas, mut routers } = built;
+        let Launch {
+            spec,
+            grants,
+            area,
+            state,
+            sources,
+            built,
+            mut host_input,
+            buffer_bytes,
+        } = job;
+        let Built {
+            stages,
+            schemas,
+            mut routers,
+        } = built;
         let account = grants.0.account().clone();
         let n = self.config.buffers_per_stream;
         let mut tasks: Vec<tokio::task::JoinHandle<Result<()>>> = Vec::new();
@@ -575,16 +808,50 @@ impl DiskOs {
             let skip = Arc::new(SkipList::default());
             skips.insert(port, skip.clone());
             let tx = txs.remove(&port).expect("a stream per input");
-            let io = SourceIo { tx, skip, account: account.clone(), buffer_bytes, area: area.clone(), compute: compute.clone() };
+            let io = SourceIo {
+                tx,
+                skip,
+                account: account.clone(),
+                buffer_bytes,
+                area: area.clone(),
+                compute: compute.clone(),
+            };
             tasks.push(self.spawn_source(source, plan, io, &state, &mut host_input));
         }
         for (i, (disklet, stage)) in stages.into_iter().zip(&spec.stages).enumerate() {
-            let inputs: Vec<StreamRx> = stage.inputs.iter().map(|p| rxs.remove(p).expect("the graph check: each port is read once")).collect();
-            let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32).map(|port| txs.remove(&Port::Stage { stage: i as u32, port }).expect("a stream per port")).collect();
+            let inputs: Vec<StreamRx> = stage
+                .inputs
+                .iter()
+                .map(|p| {
+                    rxs.remove(p)
+                        .expect("the graph check: each port is read once")
+                })
+                .collect();
+            let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32)
+                .map(|port| {
+                    txs.remove(&Port::Stage {
+                        stage: i as u32,
+                        port,
+                    })
+                    .expect("a stream per port")
+                })
+                .collect();
             let input_skips = stage.inputs.iter().map(|p| skips.get(p).cloned()).collect();
-            let emit_cap = state.stages[i].scratch_granted.saturating_add(emit_allowance(buffer_bytes, outputs.len() as u32));
-            let ctx = StageContext { index: i, buffer_bytes, emit_cap, state: state.clone(), compute: compute.clone(), account: account.clone(), skips: input_skips };
-            tasks.push(tokio::task::spawn_blocking(move || run_stage(disklet, inputs, outputs, ctx)));
+            let emit_cap = state.stages[i]
+                .scratch_granted
+                .saturating_add(emit_allowance(buffer_bytes, outputs.len() as u32));
+            let ctx = StageContext {
+                index: i,
+                buffer_bytes,
+                emit_cap,
+                state: state.clone(),
+                compute: compute.clone(),
+                account: account.clone(),
+                skips: input_skips,
+            };
+            tasks.push(tokio::task::spawn_blocking(move || {
+                run_stage(disklet, inputs, outputs, ctx)
+            }));
         }
         drop(txs); // ports nobody writes (none, once the graph is checked)
         let (host_tx, host_rx) = stream(n);
@@ -592,71 +859,192 @@ impl DiskOs {
         let pending = Arc::new(Mutex::new(Vec::new()));
         let mut host_schema = None;
         for (o, output) in spec.outputs.iter().enumerate() {
-            let rx = rxs.remove(&output.from).expect("the graph check: each port is read once");
+            let rx = rxs
+                .remove(&output.from)
+                .expect("the graph check: each port is read once");
             let schema = schemas[&output.from].clone();
             match &output.sink {
                 Sink::Host => {
                     host_schema = Some(schema);
-                    tasks.push(tokio::spawn(host_sink(rx, host_tx.take().expect("one host output"), state.clone())));
+                    tasks.push(tokio::spawn(host_sink(
+                        rx,
+                        host_tx.take().expect("one host output"),
+                        state.clone(),
+                    )));
                 }
-                Sink::Exchange { exchange_id, targets, sender, relay, .. } => {
+                Sink::Exchange {
+                    exchange_id,
+                    targets,
+                    sender,
+                    relay,
+                    ..
+                } => {
                     let router = routers[o].take();
-                    let out = ExchangeOut { rx, schema, exchange_id: exchange_id.clone(), targets: targets.clone(), sender: *sender, relay: relay.clone(), router };
+                    let out = ExchangeOut {
+                        rx,
+                        schema,
+                        exchange_id: exchange_id.clone(),
+                        targets: targets.clone(),
+                        sender: *sender,
+                        relay: relay.clone(),
+                        router,
+                    };
                     self.spawn_exchange(&mut tasks, out, &state, &account);
                 }
-                Sink::Store { stream: StoredStream::Temp { name } } => {
+                Sink::Store {
+                    stream: StoredStream::Temp { name },
+                } => {
                     let (area, name) = (area.clone(), name.clone());
-                    tasks.push(tokio::task::spawn_blocking(move || area.write_stream(&name, &schema, rx).map(|_| ())));
+                    tasks.push(tokio::task::spawn_blocking(move || {
+                        area.write_stream(&name, &schema, rx).map(|_| ())
+                    }));
                 }
-                Sink::Store { stream: StoredStream::Result { name, partition } } => {
-                    let (store, name, partition, pending) = (self.store.clone(), name.clone(), *partition, pending.clone());
-                    tasks.push(tokio::task::spawn_blocking(move || write_result(&store, &name, partition, schema, rx, &pending)));
+                Sink::Store {
+                    stream: StoredStream::Result { name, partition },
+                } => {
+                    let (store, name, partition, pending) = (
+                        self.store.clone(),
+                        name.clone(),
+                        *partition,
+                        pending.clone(),
+                    );
+                    tasks.push(tokio::task::spawn_blocking(move || {
+                        write_result(&store, &name, partition, schema, rx, &pending)
+                    }));
                 }
             }
         }
-        let schema = host_schema.unwrap_or_else(|| spec.outputs.first().map_or_else(|| Arc::new(arrow::datatypes::Schema::empty()), |o| schemas[&o.from].clone()));
+        let schema = host_schema.unwrap_or_else(|| {
+            spec.outputs.first().map_or_else(
+                || Arc::new(arrow::datatypes::Schema::empty()),
+                |o| schemas[&o.from].clone(),
+            )
+        });
         let done = self.supervise(tasks, grants, area, pending, state.clone());
-        RunningJob { schema, output: host_rx, state, done }
+        RunningJob {
+            schema,
+            output: host_rx,
+            state,
+            done,
+        }
     }
 
     /// Spawns the task that feeds one input stream.
-    fn spawn_source(&self, source: Source, plan: Option<TablePlan>, io: SourceIo, state: &Arc<JobState>, host_input: &mut Option<mpsc::Receiver<RecordBatch>>) -> tokio::task::JoinHandle<Result<()>> {
-        let SourceIo { tx, skip, account, buffer_bytes, area, compute } = io;
+    fn spawn_source(
+        &self,
+        source: Source,
+        plan: Option<TablePlan>,
+        io: SourceIo,
+        state: &Arc<JobState>,
+        host_input: &mut Option<mpsc::Receiver<RecordBatch>>,
+    ) -> tokio::task::JoinHandle<Result<()>> {
+        let SourceIo {
+            tx,
+            skip,
+            account,
+            buffer_bytes,
+            area,
+            compute,
+        } = io;
         let (counters, cancel) = (state.read.clone(), state.cancel.subscribe());
         match source {
             Source::Table { .. } => {
                 let (table, projection, prune) = plan.expect("a table source has a plan");
-                let scan = TableScan { store: self.store.clone(), table, projection, prune, buffer_bytes, skip, counters, account, limiter: self.read_limiter.clone(), compute };
+                let scan = TableScan {
+                    store: self.store.clone(),
+                    table,
+                    projection,
+                    prune,
+                    buffer_bytes,
+                    skip,
+                    counters,
+                    account,
+                    limiter: self.read_limiter.clone(),
+                    compute,
+                };
                 tokio::task::spawn_blocking(move || scan.run(tx))
             }
-            Source::File { path, offset, length } => match self.store.file_path(&path) {
+            Source::File {
+                path,
+                offset,
+                length,
+            } => match self.store.file_path(&path) {
                 Ok(path) => {
-                    let scan = FileScan { path, offset, length, buffer_bytes, skip, counters, account, compute };
+                    let scan = FileScan {
+                        path,
+                        offset,
+                        length,
+                        buffer_bytes,
+                        skip,
+                        counters,
+                        account,
+                        compute,
+                    };
                     tokio::task::spawn_blocking(move || scan.run(tx))
                 }
                 Err(e) => tokio::spawn(async move { Err(DiskOsError::Storage(e)) }),
             },
-            Source::Pipe { exchange_id, senders, .. } => {
+            Source::Pipe {
+                exchange_id,
+                senders,
+                ..
+            } => {
                 let exchanges = self.exchanges.clone();
                 tokio::spawn(async move {
-                    let terms = crate::exchange::InboxTerms { account, buffer_bytes };
-                    let result = pipe_source(&exchanges, &exchange_id, senders, &tx, &counters, terms, cancel).await;
+                    let terms = crate::exchange::InboxTerms {
+                        account,
+                        buffer_bytes,
+                    };
+                    let result = pipe_source(
+                        &exchanges,
+                        &exchange_id,
+                        senders,
+                        &tx,
+                        &counters,
+                        terms,
+                        cancel,
+                    )
+                    .await;
                     exchanges.remove(&exchange_id);
                     result
                 })
             }
             Source::Host { schema } => {
                 let input = host_input.take().expect("checked at admission");
-                tokio::spawn(host_source(input, Arc::new(schema), tx, counters, account, cancel))
+                tokio::spawn(host_source(
+                    input,
+                    Arc::new(schema),
+                    tx,
+                    counters,
+                    account,
+                    cancel,
+                ))
             }
-            Source::Temp { name } => tokio::spawn(async move { area.read_stream(&name, &tx, &account, &counters, cancel).await }),
+            Source::Temp { name } => tokio::spawn(async move {
+                area.read_stream(&name, &tx, &account, &counters, cancel)
+                    .await
+            }),
         }
     }
 
     /// Spawns an exchange output: straight to its one target, or through a router into one
     /// stream per target (each counted in the grant), each sent with the connector.
-    fn spawn_exchange(&self, tasks: &mut Vec<tokio::task::JoinHandle<Result<()>>>, out: ExchangeOut, state: &Arc<JobState>, account: &Arc<Account>) {
-        let ExchangeOut { rx, schema, exchange_id, targets, sender, relay, router } = out;
+    fn spawn_exchange(
+        &self,
+        tasks: &mut Vec<tokio::task::JoinHandle<Result<()>>>,
+        out: ExchangeOut,
+        state: &Arc<JobState>,
+        account: &Arc<Account>,
+    ) {
+        let ExchangeOut {
+            rx,
+            schema,
+            exchange_id,
+            targets,
+            sender,
+            relay,
+            router,
+        } = out;
         let mut per_target = Vec::with_capacity(targets.len());
         match router {
             None => per_target.push(rx),
@@ -668,13 +1056,20 @@ impl DiskOs {
                     per_target.push(r);
                 }
                 let account = account.clone();
-                tasks.push(tokio::task::spawn_blocking(move || route_rows(rx, &router, &txs, &account)));
+                tasks.push(tokio::task::spawn_blocking(move || {
+                    route_rows(rx, &router, &txs, &account)
+                }));
             }
         }
         for (target, rx) in targets.into_iter().zip(per_target) {
             let connector = self.connector.clone();
             let (st, schema) = (state.clone(), schema.clone());
-            let route = PipeRoute { target, relay: relay.clone(), exchange_id: exchange_id.clone(), sender };
+            let route = PipeRoute {
+                target,
+                relay: relay.clone(),
+                exchange_id: exchange_id.clone(),
+                sender,
+            };
             let mut cancel = state.cancel.subscribe();
             tasks.push(tokio::spawn(async move {
                 // A cancelled job drops its sends at once (resetting the calls), also one still
@@ -692,12 +1087,24 @@ impl DiskOs {
 
     /// The job's handle on the compute slots: its program's share, its cancellation, its wait.
     fn job_compute(&self, spec: &JobSpec, state: &JobState) -> JobCompute {
-        JobCompute::new(self.compute.clone(), &spec.program, state.cancel.subscribe(), state.schedule_wait_ns.clone())
+        JobCompute::new(
+            self.compute.clone(),
+            &spec.program,
+            state.cancel.subscribe(),
+            state.schedule_wait_ns.clone(),
+        )
     }
 
     /// Waits for every task of a job, commits its named results if all succeeded, records the
     /// outcome, and returns its grants and temporary files.
-    fn supervise(self: &Arc<Self>, tasks: Vec<tokio::task::JoinHandle<Result<()>>>, grants: (Grant, Option<Grant>), area: Arc<TempArea>, pending: PendingResults, st: Arc<JobState>) -> oneshot::Receiver<Result<(), DiskOsError>> {
+    fn supervise(
+        self: &Arc<Self>,
+        tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
+        grants: (Grant, Option<Grant>),
+        area: Arc<TempArea>,
+        pending: PendingResults,
+        st: Arc<JobState>,
+    ) -> oneshot::Receiver<Result<(), DiskOsError>> {
         let (done_tx, done_rx) = oneshot::channel();
         let os = self.clone();
         tokio::spawn(async move {
@@ -705,7 +1112,9 @@ impl DiskOs {
             for t in tasks {
                 let r = match t.await {
                     Ok(r) => r,
-                    Err(join) => Err(DiskOsError::InvalidJob(format!("a job task panicked: {join}"))),
+                    Err(join) => Err(DiskOsError::InvalidJob(format!(
+                        "a job task panicked: {join}"
+                    ))),
                 };
                 if let Err(e) = r {
                     // A real cause beats the "cancelled" its consequences report.
@@ -720,7 +1129,8 @@ impl DiskOs {
                     }
                 }
             }
-            let writers: Vec<PartitionWriter> = std::mem::take(&mut *pending.lock().expect("pending lock"));
+            let writers: Vec<PartitionWriter> =
+                std::mem::take(&mut *pending.lock().expect("pending lock"));
             if first_error.is_none()
                 && let Err(e) = commit_results(&os.store, writers).await
             {
@@ -739,7 +1149,10 @@ impl DiskOs {
     }
 
     fn retire(&self, state: &Arc<JobState>, failed: bool) {
-        self.running.lock().expect("running lock").retain(|s| !Arc::ptr_eq(s, state));
+        self.running
+            .lock()
+            .expect("running lock")
+            .retain(|s| !Arc::ptr_eq(s, state));
         let mut finished = self.finished.lock().expect("finished lock");
         finished.push_back(state.clone());
         while finished.len() > self.config.finished_jobs_kept {
@@ -755,7 +1168,9 @@ impl DiskOs {
 
 /// Bytes of the files under `dir` (0 when it does not exist).
 fn directory_bytes(dir: &std::path::Path) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
     entries
         .flatten()
         .map(|e| match e.file_type() {
@@ -766,7 +1181,11 @@ fn directory_bytes(dir: &std::path::Path) -> u64 {
 }
 
 /// What a table source reads: the table, the column indices, the zone-map predicate.
-type TablePlan = (adisk_core::protocol::TableInfo, Vec<usize>, Option<Arc<PruningPredicate>>);
+type TablePlan = (
+    adisk_core::protocol::TableInfo,
+    Vec<usize>,
+    Option<Arc<PruningPredicate>>,
+);
 
 /// Named-result partitions written but not yet committed (the job must succeed first).
 type PendingResults = Arc<Mutex<Vec<PartitionWriter>>>;
@@ -823,15 +1242,39 @@ struct GrantSizes {
 /// ports, plus a stream per target of a routed exchange), every stage's scratch and output
 /// allowance, and every pipe input's inbox (its queue plus the buffer a sender is handing
 /// over and the rest of a message being cut).
-fn job_grant(spec: &JobSpec, shape: &adisk_core::graph::Shape, scratch: &[u64], sizes: &GrantSizes) -> u64 {
+fn job_grant(
+    spec: &JobSpec,
+    shape: &adisk_core::graph::Shape,
+    scratch: &[u64],
+    sizes: &GrantSizes,
+) -> u64 {
     let (streams, stage_ports) = (shape.streams, &shape.stage_ports);
     let b = crate::stream::buffer_cap(sizes.buffer_bytes);
-    let streams = streams + spec.outputs.iter().map(|o| routed_streams(&o.sink)).sum::<u64>();
-    let buffers = streams.saturating_mul(u64::from(sizes.slots_per_stream)).saturating_mul(b);
-    let outputs: u64 = stage_ports.iter().map(|ports| emit_allowance(b, *ports)).sum();
-    let pipes = spec.inputs.iter().filter(|s| matches!(s, Source::Pipe { .. })).count() as u64;
-    let inboxes = pipes.saturating_mul(sizes.inbox_messages as u64 + 2).saturating_mul(b);
-    buffers.saturating_add(scratch.iter().sum::<u64>()).saturating_add(outputs).saturating_add(inboxes)
+    let streams = streams
+        + spec
+            .outputs
+            .iter()
+            .map(|o| routed_streams(&o.sink))
+            .sum::<u64>();
+    let buffers = streams
+        .saturating_mul(u64::from(sizes.slots_per_stream))
+        .saturating_mul(b);
+    let outputs: u64 = stage_ports
+        .iter()
+        .map(|ports| emit_allowance(b, *ports))
+        .sum();
+    let pipes = spec
+        .inputs
+        .iter()
+        .filter(|s| matches!(s, Source::Pipe { .. }))
+        .count() as u64;
+    let inboxes = pipes
+        .saturating_mul(sizes.inbox_messages as u64 + 2)
+        .saturating_mul(b);
+    buffers
+        .saturating_add(scratch.iter().sum::<u64>())
+        .saturating_add(outputs)
+        .saturating_add(inboxes)
 }
 
 /// Buffers of output a stage may hold per port between a call and forwarding, beyond what its
@@ -840,7 +1283,9 @@ pub const EMIT_BUFFERS_PER_PORT: u64 = 2;
 
 /// A stage's output allowance in its job's grant: [`EMIT_BUFFERS_PER_PORT`] buffers per port.
 fn emit_allowance(buffer_bytes: u64, ports: u32) -> u64 {
-    buffer_bytes.saturating_mul(EMIT_BUFFERS_PER_PORT).saturating_mul(u64::from(ports.max(1)))
+    buffer_bytes
+        .saturating_mul(EMIT_BUFFERS_PER_PORT)
+        .saturating_mul(u64::from(ports.max(1)))
 }
 
 /// Streams an output needs beyond its port's: a routed exchange has one per target.
@@ -856,11 +1301,38 @@ fn routed_streams(sink: &Sink) -> u64 {
 /// the job's area. A job that also writes temporary streams gives them the whole grant, and
 /// its stages do not spill (a full sort or aggregation then fails at its scratch, typed).
 fn spill_shares(spec: &JobSpec, area: &TempArea) -> Vec<Option<Spill>> {
-    let spills = |d: &DiskletSpec| matches!(d, DiskletSpec::Fragment { kind: FragmentKind::Sort | FragmentKind::Aggregate | FragmentKind::Stage, .. });
-    let temp_streams = spec.outputs.iter().any(|o| matches!(o.sink, Sink::Store { stream: StoredStream::Temp { .. } }));
+    let spills = |d: &DiskletSpec| {
+        matches!(
+            d,
+            DiskletSpec::Fragment {
+                kind: FragmentKind::Sort | FragmentKind::Aggregate | FragmentKind::Stage,
+                ..
+            }
+        )
+    };
+    let temp_streams = spec.outputs.iter().any(|o| {
+        matches!(
+            o.sink,
+            Sink::Store {
+                stream: StoredStream::Temp { .. }
+            }
+        )
+    });
     let count = spec.disklets().filter(|d| spills(d)).count() as u64;
-    let share = if temp_streams || count == 0 { 0 } else { area.limit_bytes() / count };
-    spec.disklets().enumerate().map(|(i, d)| (spills(d) && share > 0).then(|| Spill { dir: area.dir().join(format!("spill-stage-{i}")), bytes: share })).collect()
+    let share = if temp_streams || count == 0 {
+        0
+    } else {
+        area.limit_bytes() / count
+    };
+    spec.disklets()
+        .enumerate()
+        .map(|(i, d)| {
+            (spills(d) && share > 0).then(|| Spill {
+                dir: area.dir().join(format!("spill-stage-{i}")),
+                bytes: share,
+            })
+        })
+        .collect()
 }
 
 /// Gives each temporary input the schema of the port that writes it, once that is known
@@ -869,7 +1341,9 @@ fn resolve_temp_schemas(spec: &JobSpec, schemas: &mut BTreeMap<Port, SchemaRef>)
     loop {
         let mut found = false;
         for (i, source) in spec.inputs.iter().enumerate() {
-            let Source::Temp { name } = source else { continue };
+            let Source::Temp { name } = source else {
+                continue;
+            };
             let port = Port::Input(i as u32);
             let writer = spec.outputs.iter().find(|o| matches!(&o.sink, Sink::Store { stream: StoredStream::Temp { name: n } } if n == name));
             if !schemas.contains_key(&port)
@@ -886,7 +1360,11 @@ fn resolve_temp_schemas(spec: &JobSpec, schemas: &mut BTreeMap<Port, SchemaRef>)
 }
 
 /// Indices of `columns` in the table (all of them when empty); a typed error names an unknown one.
-fn column_indices(info: &adisk_core::protocol::TableInfo, table: &str, columns: &[String]) -> Result<Vec<usize>> {
+fn column_indices(
+    info: &adisk_core::protocol::TableInfo,
+    table: &str,
+    columns: &[String],
+) -> Result<Vec<usize>> {
     if columns.is_empty() {
         return Ok((0..info.schema.fields().len()).collect());
     }
@@ -897,7 +1375,13 @@ fn column_indices(info: &adisk_core::protocol::TableInfo, table: &str, columns: 
                 DiskOsError::Storage(StorageError::UnknownColumn {
                     table: table.to_string(),
                     column: c.clone(),
-                    available: info.schema.fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
+                    available: info
+                        .schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name().clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
                 })
             })
         })
@@ -907,7 +1391,9 @@ fn column_indices(info: &adisk_core::protocol::TableInfo, table: &str, columns: 
 /// Moves a port's buffers to the host's stream (they keep their slots).
 async fn host_sink(mut out: StreamRx, host_tx: StreamTx, state: Arc<JobState>) -> Result<()> {
     while let Some(b) = out.recv().await {
-        state.rows_shipped.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+        state
+            .rows_shipped
+            .fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
         if host_tx.send(b).await.is_err() {
             return Err(DiskOsError::Cancelled);
         }
@@ -916,7 +1402,14 @@ async fn host_sink(mut out: StreamRx, host_tx: StreamTx, state: Arc<JobState>) -
 }
 
 /// Feeds a host-resident input from the job's `DoExchange` call.
-async fn host_source(mut input: mpsc::Receiver<RecordBatch>, schema: SchemaRef, tx: StreamTx, counters: Arc<ReadCounters>, account: Arc<Account>, mut cancel: tokio::sync::watch::Receiver<bool>) -> Result<()> {
+async fn host_source(
+    mut input: mpsc::Receiver<RecordBatch>,
+    schema: SchemaRef,
+    tx: StreamTx,
+    counters: Arc<ReadCounters>,
+    account: Arc<Account>,
+    mut cancel: tokio::sync::watch::Receiver<bool>,
+) -> Result<()> {
     let mut position = 0u64;
     loop {
         let batch = tokio::select! {
@@ -924,10 +1417,14 @@ async fn host_source(mut input: mpsc::Receiver<RecordBatch>, schema: SchemaRef, 
             _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
         };
         if batch.schema().fields() != schema.fields() {
-            return Err(DiskOsError::InvalidJob("host stream batch does not match the declared schema".into()));
+            return Err(DiskOsError::InvalidJob(
+                "host stream batch does not match the declared schema".into(),
+            ));
         }
         let n = batch.num_rows() as u64;
-        let Ok(bytes) = tx.send_batch(batch, position, &account).await else { break };
+        let Ok(bytes) = tx.send_batch(batch, position, &account).await else {
+            break;
+        };
         position += n;
         counters.rows_read.fetch_add(n, Ordering::Relaxed);
         counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
@@ -936,12 +1433,18 @@ async fn host_source(mut input: mpsc::Receiver<RecordBatch>, schema: SchemaRef, 
 }
 
 /// Routes a port's rows into one stream per target (blocking on backpressure).
-fn route_rows(mut rx: StreamRx, router: &Router, txs: &[StreamTx], account: &Arc<Account>) -> Result<()> {
+fn route_rows(
+    mut rx: StreamRx,
+    router: &Router,
+    txs: &[StreamTx],
+    account: &Arc<Account>,
+) -> Result<()> {
     while let Some(buffer) = rx.blocking_recv() {
         for (tx, part) in txs.iter().zip(router.route(&buffer.batch, txs.len())?) {
             let Some(part) = part else { continue };
             let slot = tx.blocking_slot().ok_or(DiskOsError::Cancelled)?;
-            tx.blocking_send_in(slot, part, buffer.position, account).map_err(|()| DiskOsError::Cancelled)?;
+            tx.blocking_send_in(slot, part, buffer.position, account)
+                .map_err(|()| DiskOsError::Cancelled)?;
         }
     }
     Ok(())
@@ -949,8 +1452,20 @@ fn route_rows(mut rx: StreamRx, router: &Router, txs: &[StreamTx], account: &Arc
 
 /// Writes a named-result partition through the storage layer's tmp path; the supervisor
 /// commits it (rename + manifest) only if the whole job succeeds.
-fn write_result(store: &DiskStore, name: &str, partition: u32, schema: SchemaRef, mut rx: StreamRx, pending: &PendingResults) -> Result<()> {
-    let mut writer = store.create_partition(name, partition, schema, adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS)?;
+fn write_result(
+    store: &DiskStore,
+    name: &str,
+    partition: u32,
+    schema: SchemaRef,
+    mut rx: StreamRx,
+    pending: &PendingResults,
+) -> Result<()> {
+    let mut writer = store.create_partition(
+        name,
+        partition,
+        schema,
+        adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+    )?;
     while let Some(buffer) = rx.blocking_recv() {
         writer.write(&buffer.batch)?;
     }
@@ -963,10 +1478,14 @@ async fn commit_results(store: &Arc<DiskStore>, writers: Vec<PartitionWriter>) -
         return Ok(());
     }
     let store = store.clone();
-    tokio::task::spawn_blocking(move || writers.into_iter().try_for_each(|w| store.commit_partition(w).map(|_| ())))
-        .await
-        .map_err(|e| DiskOsError::InvalidJob(format!("committing results panicked: {e}")))?
-        .map_err(DiskOsError::Storage)
+    tokio::task::spawn_blocking(move || {
+        writers
+            .into_iter()
+            .try_for_each(|w| store.commit_partition(w).map(|_| ()))
+    })
+    .await
+    .map_err(|e| DiskOsError::InvalidJob(format!("committing results panicked: {e}")))?
+    .map_err(DiskOsError::Storage)
 }
 
 async fn pipe_source(
@@ -978,7 +1497,9 @@ async fn pipe_source(
     terms: crate::exchange::InboxTerms,
     mut cancel: tokio::sync::watch::Receiver<bool>,
 ) -> Result<()> {
-    let mut inbox = exchanges.receiver(exchange_id, terms).map_err(DiskOsError::Pipe)?;
+    let mut inbox = exchanges
+        .receiver(exchange_id, terms)
+        .map_err(DiskOsError::Pipe)?;
     let mut done = vec![false; senders as usize];
     let mut position = 0;
     while done.iter().any(|d| !d) {
@@ -988,19 +1509,29 @@ async fn pipe_source(
             _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
         };
         match msg {
-            None => return Err(DiskOsError::Pipe(format!("exchange `{exchange_id}` closed early"))),
+            None => {
+                return Err(DiskOsError::Pipe(format!(
+                    "exchange `{exchange_id}` closed early"
+                )));
+            }
             Some(PipeMessage::Batch(buffer)) => {
                 let n = buffer.batch.num_rows() as u64;
-                let Ok(bytes) = tx.send_charged(buffer, position).await else { return Ok(()) };
+                let Ok(bytes) = tx.send_charged(buffer, position).await else {
+                    return Ok(());
+                };
                 position += n;
                 counters.rows_read.fetch_add(n, Ordering::Relaxed);
                 counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
             }
             Some(PipeMessage::SenderDone(s)) => {
-                let slot = done.get_mut(s as usize).ok_or_else(|| DiskOsError::Pipe(format!("sender {s} is not one of {senders}")))?;
+                let slot = done.get_mut(s as usize).ok_or_else(|| {
+                    DiskOsError::Pipe(format!("sender {s} is not one of {senders}"))
+                })?;
                 *slot = true;
             }
-            Some(PipeMessage::SenderFailed(s, why)) => return Err(DiskOsError::Pipe(format!("sender {s} failed: {why}"))),
+            Some(PipeMessage::SenderFailed(s, why)) => {
+                return Err(DiskOsError::Pipe(format!("sender {s} failed: {why}")));
+            }
         }
     }
     Ok(())
@@ -1032,15 +1563,29 @@ enum Call {
 
 /// Runs one call of the disklet under a compute slot, on the stage's own thread. Slots are
 /// shared fairly between programs ([`crate::sched`]).
-fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &StageContext) -> Result<()> {
+fn step(
+    disklet: &mut dyn Disklet,
+    emitter: &mut Emitter,
+    call: Call,
+    ctx: &StageContext,
+) -> Result<()> {
     let slot = ctx.compute.acquire()?;
     let counters = &ctx.state.stages[ctx.index];
     if let Call::Process(_, b) = &call {
-        counters.rows_in.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
+        counters
+            .rows_in
+            .fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
         counters.bytes_in.fetch_add(b.bytes(), Ordering::Relaxed);
     }
     let result = match &call {
-        Call::Process(input, b) => disklet.process(&InputBuffer { batch: &b.batch, position: b.position, input: *input }, emitter),
+        Call::Process(input, b) => disklet.process(
+            &InputBuffer {
+                batch: &b.batch,
+                position: b.position,
+                input: *input,
+            },
+            emitter,
+        ),
         Call::InputEnded(input) => disklet.input_ended(*input, emitter),
         Call::Finish => disklet.finish(emitter),
         Call::More => disklet.more_output(emitter),
@@ -1048,9 +1593,13 @@ fn step(disklet: &mut dyn Disklet, emitter: &mut Emitter, call: Call, ctx: &Stag
     let cpu = slot.release();
     drop(call);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
-    counters.scratch_peak.fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
+    counters
+        .scratch_peak
+        .fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);
     counters.flushes.store(disklet.flushes(), Ordering::Relaxed);
-    counters.spilled.store(disklet.spilled_bytes(), Ordering::Relaxed);
+    counters
+        .spilled
+        .store(disklet.spilled_bytes(), Ordering::Relaxed);
     result?;
     emitter.overflow().map_or(Ok(()), Err)
 }
@@ -1064,11 +1613,19 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
     let mut held = crate::memory::Held::new(&ctx.account, held_bytes);
     for (port, batches) in taken.into_iter().enumerate() {
         for (batch, bytes) in batches {
-            for (piece, piece_bytes) in crate::stream::cut_sized(&batch, bytes, crate::stream::buffer_cap(ctx.buffer_bytes))? {
+            for (piece, piece_bytes) in crate::stream::cut_sized(
+                &batch,
+                bytes,
+                crate::stream::buffer_cap(ctx.buffer_bytes),
+            )? {
                 let rows = piece.num_rows() as u64;
-                let slot = outputs[port].blocking_slot().ok_or(DiskOsError::Cancelled)?;
+                let slot = outputs[port]
+                    .blocking_slot()
+                    .ok_or(DiskOsError::Cancelled)?;
                 held.release(piece_bytes);
-                let bytes = outputs[port].blocking_send_sized(slot, piece, piece_bytes, 0, &ctx.account).map_err(|()| DiskOsError::Cancelled)?;
+                let bytes = outputs[port]
+                    .blocking_send_sized(slot, piece, piece_bytes, 0, &ctx.account)
+                    .map_err(|()| DiskOsError::Cancelled)?;
                 counters.rows_out.fetch_add(rows, Ordering::Relaxed);
                 counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
             }
@@ -1079,7 +1636,10 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
 
 /// The next buffer for a stage: from the input its disklet asks for, or from whichever of its
 /// open inputs has one first. `None` once every input ended; `(i, None)` when input `i` ends.
-fn next_buffer(disklet: &dyn Disklet, open: &mut [Option<StreamRx>]) -> Option<(usize, Option<Buffer>)> {
+fn next_buffer(
+    disklet: &dyn Disklet,
+    open: &mut [Option<StreamRx>],
+) -> Option<(usize, Option<Buffer>)> {
     let live: Vec<usize> = (0..open.len()).filter(|i| open[*i].is_some()).collect();
     let wanted = match disklet.next_input() {
         NextInput::Input(k) if live.contains(&k) => Some(k),
@@ -1108,7 +1668,12 @@ fn recv_any(open: &mut [Option<StreamRx>]) -> (usize, Option<Buffer>) {
 }
 
 /// One disklet stage: a loop on its own blocking thread for the life of the job.
-fn run_stage(mut disklet: Box<dyn Disklet>, inputs: Vec<StreamRx>, outputs: Vec<StreamTx>, ctx: StageContext) -> Result<()> {
+fn run_stage(
+    mut disklet: Box<dyn Disklet>,
+    inputs: Vec<StreamRx>,
+    outputs: Vec<StreamTx>,
+    ctx: StageContext,
+) -> Result<()> {
     let mut emitter = Emitter::capped(outputs.len(), ctx.emit_cap, &ctx.account);
     let mut open: Vec<Option<StreamRx>> = inputs.into_iter().map(Some).collect();
     let mut scratch_charged = 0u64;
@@ -1170,8 +1735,18 @@ mod tests {
 
     #[test]
     fn routed_exchanges_count_a_stream_per_target() {
-        let sink = |n: usize| Sink::Exchange { exchange_id: "x".into(), targets: (0..n).map(|i| format!("d{i}")).collect(), sender: 0, route: adisk_core::protocol::Route::Broadcast, relay: None };
-        assert_eq!(routed_streams(&sink(1)), 0, "one target: the port's own stream goes straight out");
+        let sink = |n: usize| Sink::Exchange {
+            exchange_id: "x".into(),
+            targets: (0..n).map(|i| format!("d{i}")).collect(),
+            sender: 0,
+            route: adisk_core::protocol::Route::Broadcast,
+            relay: None,
+        };
+        assert_eq!(
+            routed_streams(&sink(1)),
+            0,
+            "one target: the port's own stream goes straight out"
+        );
         assert_eq!(routed_streams(&sink(4)), 4);
         assert_eq!(routed_streams(&Sink::Host), 0);
     }
@@ -1180,14 +1755,48 @@ mod tests {
     #[test]
     fn the_grant_counts_buffers_scratch_outputs_and_inboxes() {
         use adisk_core::protocol::{Output, Stage};
-        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new("x", arrow::datatypes::DataType::Int64, false)]);
+        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
+            "x",
+            arrow::datatypes::DataType::Int64,
+            false,
+        )]);
         let spec = JobSpec {
-            inputs: vec![Source::Pipe { exchange_id: "x".into(), senders: 4, schema }, Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }],
-            stages: vec![Stage { disklet: DiskletSpec::Merge { keys: vec![] }, inputs: vec![Port::Input(0), Port::Input(1)] }],
-            outputs: vec![Output { from: Port::Stage { stage: 0, port: 0 }, sink: Sink::Host }],
-            ..JobSpec::chain("j", "p", Source::Temp { name: "unused".into() }, vec![], Sink::Host)
+            inputs: vec![
+                Source::Pipe {
+                    exchange_id: "x".into(),
+                    senders: 4,
+                    schema,
+                },
+                Source::Table {
+                    table: "t".into(),
+                    columns: vec![],
+                    prune: None,
+                    partitions: None,
+                },
+            ],
+            stages: vec![Stage {
+                disklet: DiskletSpec::Merge { keys: vec![] },
+                inputs: vec![Port::Input(0), Port::Input(1)],
+            }],
+            outputs: vec![Output {
+                from: Port::Stage { stage: 0, port: 0 },
+                sink: Sink::Host,
+            }],
+            ..JobSpec::chain(
+                "j",
+                "p",
+                Source::Temp {
+                    name: "unused".into(),
+                },
+                vec![],
+                Sink::Host,
+            )
         };
-        let sizes = GrantSizes { buffer_bytes: 1000, slots_per_stream: 4, inbox_messages: 2 };
+        let sizes = GrantSizes {
+            buffer_bytes: 1000,
+            slots_per_stream: 4,
+            inbox_messages: 2,
+        };
         let shape = adisk_core::graph::check(&spec).unwrap();
         assert_eq!(shape.streams, 3, "two inputs, one stage port");
         let b = 1000 + crate::stream::BUFFER_SLACK_BYTES;

@@ -35,8 +35,8 @@ pub mod job;
 pub mod memory;
 pub mod sched;
 pub mod stream;
-pub mod wiring;
 pub mod user;
+pub mod wiring;
 
 pub use job::{DiskOs, DiskOsConfig};
 
@@ -52,7 +52,9 @@ pub enum DiskOsError {
     #[error("invalid job: {0}")]
     InvalidJob(String),
     /// A job asks for more memory than the whole budget.
-    #[error("job needs {requested_bytes} bytes of memory but the disk's budget is {budget_bytes} bytes")]
+    #[error(
+        "job needs {requested_bytes} bytes of memory but the disk's budget is {budget_bytes} bytes"
+    )]
     GrantTooLarge {
         /// Bytes asked for.
         requested_bytes: u64,
@@ -72,7 +74,9 @@ pub enum DiskOsError {
         waiting: u32,
     },
     /// The grant did not come in time.
-    #[error("no memory grant within {waited_ms} ms ({requested_bytes} bytes requested, {granted_bytes} of {budget_bytes} in use)")]
+    #[error(
+        "no memory grant within {waited_ms} ms ({requested_bytes} bytes requested, {granted_bytes} of {budget_bytes} in use)"
+    )]
     AdmissionTimeout {
         /// How long the job waited.
         waited_ms: u64,
@@ -84,7 +88,9 @@ pub enum DiskOsError {
         budget_bytes: u64,
     },
     /// A disklet would need more scratch than it was granted (final-mode group-by, sort).
-    #[error("disklet `{disklet}` needs more scratch than granted ({granted_bytes} bytes): {detail}")]
+    #[error(
+        "disklet `{disklet}` needs more scratch than granted ({granted_bytes} bytes): {detail}"
+    )]
     ScratchExceeded {
         /// Disklet.
         disklet: &'static str,
@@ -124,7 +130,9 @@ pub enum DiskOsError {
         message: String,
     },
     /// A job wrote more temporary data (spill files, temporary streams) than it was granted.
-    #[error("temporary space exceeded: the job was granted {granted_bytes} bytes of temporary disk space ({detail})")]
+    #[error(
+        "temporary space exceeded: the job was granted {granted_bytes} bytes of temporary disk space ({detail})"
+    )]
     TempSpaceExceeded {
         /// Bytes granted.
         granted_bytes: u64,
@@ -150,14 +158,19 @@ pub enum DiskOsError {
 /// Result alias.
 pub type Result<T, E = DiskOsError> = std::result::Result<T, E>;
 
-pub(crate) fn df_err(context: impl Into<String>) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError {
+pub(crate) fn df_err(
+    context: impl Into<String>,
+) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError {
     let context = context.into();
     move |source| DiskOsError::DataFusion { context, source }
 }
 
 /// CPU time of the calling thread, in ns.
 pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_THREAD_CPUTIME_ID is always valid on Linux.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     if rc != 0 {

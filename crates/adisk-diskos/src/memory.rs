@@ -60,9 +60,15 @@ impl MemoryBudget {
     pub async fn grant(&self, bytes: u64) -> Result<Grant> {
         let permits = bytes.div_ceil(GRANULE_BYTES).max(1);
         if permits * GRANULE_BYTES > self.total_bytes {
-            return Err(DiskOsError::GrantTooLarge { requested_bytes: bytes, budget_bytes: self.total_bytes });
+            return Err(DiskOsError::GrantTooLarge {
+                requested_bytes: bytes,
+                budget_bytes: self.total_bytes,
+            });
         }
-        let permits = u32::try_from(permits).map_err(|_| DiskOsError::GrantTooLarge { requested_bytes: bytes, budget_bytes: self.total_bytes })?;
+        let permits = u32::try_from(permits).map_err(|_| DiskOsError::GrantTooLarge {
+            requested_bytes: bytes,
+            budget_bytes: self.total_bytes,
+        })?;
         if let Ok(permit) = self.semaphore.clone().try_acquire_many_owned(permits) {
             return Ok(Grant::new(permit, bytes));
         }
@@ -71,7 +77,11 @@ impl MemoryBudget {
             self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Err(DiskOsError::AdmissionQueueFull { waiting: before });
         }
-        let acquired = tokio::time::timeout(self.admission_timeout, self.semaphore.clone().acquire_many_owned(permits)).await;
+        let acquired = tokio::time::timeout(
+            self.admission_timeout,
+            self.semaphore.clone().acquire_many_owned(permits),
+        )
+        .await;
         self.waiting.fetch_sub(1, Ordering::SeqCst);
         match acquired {
             Ok(Ok(permit)) => Ok(Grant::new(permit, bytes)),
@@ -95,7 +105,11 @@ pub struct Grant {
 
 impl Grant {
     fn new(permit: OwnedSemaphorePermit, bytes: u64) -> Self {
-        Grant { _permit: permit, bytes, account: Arc::new(Account::default()) }
+        Grant {
+            _permit: permit,
+            bytes,
+            account: Arc::new(Account::default()),
+        }
     }
     /// Bytes granted.
     pub fn bytes(&self) -> u64 {
@@ -153,7 +167,10 @@ impl Held {
     /// Charges `bytes` to `account` until released or dropped.
     pub fn new(account: &Arc<Account>, bytes: u64) -> Self {
         account.charge(bytes);
-        Held { account: account.clone(), bytes }
+        Held {
+            account: account.clone(),
+            bytes,
+        }
     }
     /// Releases `bytes` of the charge (those moved into a buffer, which charges them itself).
     pub fn release(&mut self, bytes: u64) {
@@ -176,14 +193,20 @@ mod tests {
     #[tokio::test]
     async fn grants_queue_and_refuse() {
         let b = Arc::new(MemoryBudget::new(1 << 20, 1, Duration::from_millis(200)));
-        assert!(matches!(b.grant(2 << 20).await, Err(DiskOsError::GrantTooLarge { .. })));
+        assert!(matches!(
+            b.grant(2 << 20).await,
+            Err(DiskOsError::GrantTooLarge { .. })
+        ));
         let g = b.grant(768 * 1024).await.unwrap();
         assert_eq!(b.granted_bytes(), 768 * 1024);
         // Second waits then times out; a third at the same time is refused (queue of 1).
         let b2 = b.clone();
         let waiter = tokio::spawn(async move { b2.grant(512 * 1024).await.map(|g| g.bytes()) });
         tokio::time::sleep(Duration::from_millis(50)).await;
-        assert!(matches!(b.grant(512 * 1024).await, Err(DiskOsError::AdmissionQueueFull { .. })));
+        assert!(matches!(
+            b.grant(512 * 1024).await,
+            Err(DiskOsError::AdmissionQueueFull { .. })
+        ));
         drop(g);
         assert_eq!(waiter.await.unwrap().unwrap(), 512 * 1024);
         assert_eq!(b.granted_bytes(), 0);

@@ -44,14 +44,31 @@ impl Buffer {
         Self::in_slot(batch, position, account, None)
     }
 
-    fn in_slot(batch: RecordBatch, position: u64, account: &Arc<Account>, slot: Option<OwnedSemaphorePermit>) -> Self {
+    fn in_slot(
+        batch: RecordBatch,
+        position: u64,
+        account: &Arc<Account>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Self {
         let bytes = batch_bytes(&batch);
         Self::sized(batch, bytes, position, account, slot)
     }
 
-    fn sized(batch: RecordBatch, bytes: u64, position: u64, account: &Arc<Account>, slot: Option<OwnedSemaphorePermit>) -> Self {
+    fn sized(
+        batch: RecordBatch,
+        bytes: u64,
+        position: u64,
+        account: &Arc<Account>,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> Self {
         account.charge(bytes);
-        Buffer { batch, position, bytes, account: account.clone(), _slot: slot }
+        Buffer {
+            batch,
+            position,
+            bytes,
+            account: account.clone(),
+            _slot: slot,
+        }
     }
     /// Bytes charged.
     pub fn bytes(&self) -> u64 {
@@ -86,7 +103,13 @@ pub fn slots_per_stream(buffers: u32) -> u32 {
 /// A stream of `buffers` queued buffers.
 pub fn stream(buffers: u32) -> (StreamTx, StreamRx) {
     let (tx, rx) = mpsc::channel(buffers.max(1) as usize);
-    (StreamTx { tx, slots: Arc::new(Semaphore::new(slots_per_stream(buffers) as usize)) }, rx)
+    (
+        StreamTx {
+            tx,
+            slots: Arc::new(Semaphore::new(slots_per_stream(buffers) as usize)),
+        },
+        rx,
+    )
 }
 
 impl StreamTx {
@@ -101,20 +124,38 @@ impl StreamTx {
     }
 
     /// Wraps `batch` in the slot and sends it, blocking the thread. Err if the consumer is gone.
-    pub fn blocking_send_in(&self, slot: OwnedSemaphorePermit, batch: RecordBatch, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+    pub fn blocking_send_in(
+        &self,
+        slot: OwnedSemaphorePermit,
+        batch: RecordBatch,
+        position: u64,
+        account: &Arc<Account>,
+    ) -> Result<u64, ()> {
         let b = Buffer::in_slot(batch, position, account, Some(slot));
         let bytes = b.bytes;
         self.tx.blocking_send(b).map(|()| bytes).map_err(|_| ())
     }
 
     /// [`StreamTx::blocking_send_in`] for a batch whose [`batch_bytes`] are known.
-    pub fn blocking_send_sized(&self, slot: OwnedSemaphorePermit, batch: RecordBatch, bytes: u64, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+    pub fn blocking_send_sized(
+        &self,
+        slot: OwnedSemaphorePermit,
+        batch: RecordBatch,
+        bytes: u64,
+        position: u64,
+        account: &Arc<Account>,
+    ) -> Result<u64, ()> {
         let b = Buffer::sized(batch, bytes, position, account, Some(slot));
         self.tx.blocking_send(b).map(|()| bytes).map_err(|_| ())
     }
 
     /// Takes a slot, wraps `batch` and sends it. Err if the consumer is gone.
-    pub async fn send_batch(&self, batch: RecordBatch, position: u64, account: &Arc<Account>) -> Result<u64, ()> {
+    pub async fn send_batch(
+        &self,
+        batch: RecordBatch,
+        position: u64,
+        account: &Arc<Account>,
+    ) -> Result<u64, ()> {
         let slot = self.slot().await.ok_or(())?;
         let b = Buffer::in_slot(batch, position, account, Some(slot));
         let bytes = b.bytes;
@@ -158,7 +199,10 @@ pub fn buffer_cap(buffer_bytes: u64) -> u64 {
 /// # Errors
 /// [`DiskOsError::BufferExceeded`] when a single row is larger than `cap`.
 pub fn cut(batch: &RecordBatch, cap: u64) -> Result<Vec<RecordBatch>> {
-    Ok(cut_sized(batch, batch_bytes(batch), cap)?.into_iter().map(|(piece, _)| piece).collect())
+    Ok(cut_sized(batch, batch_bytes(batch), cap)?
+        .into_iter()
+        .map(|(piece, _)| piece)
+        .collect())
 }
 
 /// [`cut`] for a batch of `bytes` ([`batch_bytes`]), each piece with its bytes.
@@ -170,7 +214,8 @@ pub fn cut_sized(batch: &RecordBatch, bytes: u64, cap: u64) -> Result<Vec<(Recor
     if bytes <= cap || rows == 0 {
         return Ok(vec![(batch.clone(), bytes)]);
     }
-    let even = ((rows as u128 * u128::from(cap)) / u128::from(bytes)).clamp(1, rows as u128) as usize;
+    let even =
+        ((rows as u128 * u128::from(cap)) / u128::from(bytes)).clamp(1, rows as u128) as usize;
     let mut pieces = Vec::with_capacity(rows.div_ceil(even));
     let mut offset = 0;
     while offset < rows {
@@ -179,7 +224,11 @@ pub fn cut_sized(batch: &RecordBatch, bytes: u64, cap: u64) -> Result<Vec<(Recor
         let mut piece_bytes = batch_bytes(&piece);
         while piece_bytes > cap {
             if len == 1 {
-                return Err(DiskOsError::BufferExceeded { what: format!("row {offset}"), bytes: piece_bytes, cap_bytes: cap });
+                return Err(DiskOsError::BufferExceeded {
+                    what: format!("row {offset}"),
+                    bytes: piece_bytes,
+                    cap_bytes: cap,
+                });
             }
             len /= 2;
             piece = batch.slice(offset, len);
@@ -208,7 +257,11 @@ impl SkipList {
     pub fn covers(&self, range: &Range<u64>) -> bool {
         let r = self.ranges.lock().expect("skip lock");
         let mut pos = range.start;
-        let mut sorted: Vec<_> = r.iter().filter(|s| s.end > range.start && s.start < range.end).cloned().collect();
+        let mut sorted: Vec<_> = r
+            .iter()
+            .filter(|s| s.end > range.start && s.start < range.end)
+            .cloned()
+            .collect();
         sorted.sort_by_key(|s| s.start);
         for s in sorted {
             if s.start > pos {
@@ -225,7 +278,11 @@ impl SkipList {
     /// Row selection for the rows `range` (None if nothing in it is skipped).
     pub fn selection(&self, range: &Range<u64>) -> Option<(RowSelection, u64)> {
         let r = self.ranges.lock().expect("skip lock");
-        let mut overlapping: Vec<_> = r.iter().filter(|s| s.end > range.start && s.start < range.end).cloned().collect();
+        let mut overlapping: Vec<_> = r
+            .iter()
+            .filter(|s| s.end > range.start && s.start < range.end)
+            .cloned()
+            .collect();
         if overlapping.is_empty() {
             return None;
         }
@@ -283,28 +340,49 @@ struct RowGroupStatistics<'a> {
 
 impl RowGroupStatistics<'_> {
     fn converter(&self, column: &Column) -> Option<StatisticsConverter<'_>> {
-        StatisticsConverter::try_new(column.name(), self.arrow_schema, self.metadata.file_metadata().schema_descr()).ok()
+        StatisticsConverter::try_new(
+            column.name(),
+            self.arrow_schema,
+            self.metadata.file_metadata().schema_descr(),
+        )
+        .ok()
     }
 }
 
 impl PruningStatistics for RowGroupStatistics<'_> {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.converter(column)?.row_group_mins(self.metadata.row_groups().iter()).ok()
+        self.converter(column)?
+            .row_group_mins(self.metadata.row_groups().iter())
+            .ok()
     }
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.converter(column)?.row_group_maxes(self.metadata.row_groups().iter()).ok()
+        self.converter(column)?
+            .row_group_maxes(self.metadata.row_groups().iter())
+            .ok()
     }
     fn num_containers(&self) -> usize {
         self.metadata.num_row_groups()
     }
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        self.converter(column)?.row_group_null_counts(self.metadata.row_groups().iter()).ok().map(|a| Arc::new(a) as ArrayRef)
+        self.converter(column)?
+            .row_group_null_counts(self.metadata.row_groups().iter())
+            .ok()
+            .map(|a| Arc::new(a) as ArrayRef)
     }
     fn row_counts(&self) -> Option<ArrayRef> {
-        let counts: UInt64Array = self.metadata.row_groups().iter().map(|rg| Some(rg.num_rows() as u64)).collect();
+        let counts: UInt64Array = self
+            .metadata
+            .row_groups()
+            .iter()
+            .map(|rg| Some(rg.num_rows() as u64))
+            .collect();
         Some(Arc::new(counts))
     }
-    fn contained(&self, _column: &Column, _values: &HashSet<ScalarValue>) -> Option<arrow::array::BooleanArray> {
+    fn contained(
+        &self,
+        _column: &Column,
+        _values: &HashSet<ScalarValue>,
+    ) -> Option<arrow::array::BooleanArray> {
         None
     }
 }
@@ -344,7 +422,10 @@ pub struct ReadLimiter {
 impl ReadLimiter {
     /// A limiter of `bytes_per_sec`.
     pub fn new(bytes_per_sec: u64) -> Self {
-        ReadLimiter { bytes_per_sec: bytes_per_sec.max(1) as f64, state: std::sync::Mutex::new((0.0, std::time::Instant::now())) }
+        ReadLimiter {
+            bytes_per_sec: bytes_per_sec.max(1) as f64,
+            state: std::sync::Mutex::new((0.0, std::time::Instant::now())),
+        }
     }
     /// Pays for `bytes` just read; blocks the calling (reader) thread while in debt.
     pub fn pay(&self, bytes: u64) {
@@ -355,7 +436,11 @@ impl ReadLimiter {
             s.0 = (s.0 + now.duration_since(s.1).as_secs_f64() * self.bytes_per_sec).min(burst);
             s.1 = now;
             s.0 -= bytes as f64;
-            if s.0 < 0.0 { -s.0 / self.bytes_per_sec } else { 0.0 }
+            if s.0 < 0.0 {
+                -s.0 / self.bytes_per_sec
+            } else {
+                0.0
+            }
         };
         if wait > 0.0 {
             std::thread::sleep(std::time::Duration::from_secs_f64(wait));
@@ -365,7 +450,12 @@ impl ReadLimiter {
 
 /// Schema of a table projected on `projection`.
 pub fn projected_schema(schema: &Schema, projection: &[usize]) -> SchemaRef {
-    Arc::new(Schema::new(projection.iter().map(|i| schema.field(*i).clone()).collect::<Vec<_>>()))
+    Arc::new(Schema::new(
+        projection
+            .iter()
+            .map(|i| schema.field(*i).clone())
+            .collect::<Vec<_>>(),
+    ))
 }
 
 impl TableScan {
@@ -373,7 +463,10 @@ impl TableScan {
     pub fn run(self, tx: StreamTx) -> Result<()> {
         let cpu_start = crate::thread_cpu_ns();
         let result = self.read_all(&tx);
-        self.counters.cpu_ns.fetch_add(crate::thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        self.counters.cpu_ns.fetch_add(
+            crate::thread_cpu_ns().saturating_sub(cpu_start),
+            Ordering::Relaxed,
+        );
         result
     }
 
@@ -381,8 +474,12 @@ impl TableScan {
         let mut row_base = 0u64;
         for part in &self.table.partitions {
             if self.skip.covers(&(row_base..row_base + part.rows)) {
-                self.counters.partitions_skipped.fetch_add(1, Ordering::Relaxed);
-                self.counters.bytes_skipped.fetch_add(part.bytes, Ordering::Relaxed);
+                self.counters
+                    .partitions_skipped
+                    .fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .bytes_skipped
+                    .fetch_add(part.bytes, Ordering::Relaxed);
                 row_base += part.rows;
                 continue;
             }
@@ -399,40 +496,70 @@ impl TableScan {
         // Every byte decoded below was read and verified against the manifest's checksums
         // in this same read (adisk_storage::integrity): the footer here, each row group's
         // column chunks before decoding them.
-        let file = self.store.partition_reader(part, self.counters.bytes_read.clone())?;
+        let file = self
+            .store
+            .partition_reader(part, self.counters.bytes_read.clone())?;
         let path = file.path().to_path_buf();
-        let decode = |e: parquet::errors::ParquetError| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() });
+        let decode = |e: parquet::errors::ParquetError| {
+            DiskOsError::Storage(adisk_storage::StorageError::Corrupt {
+                path: path.clone(),
+                reason: e.to_string(),
+            })
+        };
         let meta = self.compute.run(|| file.metadata())??;
         let md = meta.metadata().clone();
         let keep: Vec<bool> = match &self.prune {
             Some(p) => {
-                let stats = RowGroupStatistics { metadata: &md, arrow_schema: meta.schema() };
-                p.prune(&stats).unwrap_or_else(|_| vec![true; md.num_row_groups()])
+                let stats = RowGroupStatistics {
+                    metadata: &md,
+                    arrow_schema: meta.schema(),
+                };
+                p.prune(&stats)
+                    .unwrap_or_else(|_| vec![true; md.num_row_groups()])
             }
             None => vec![true; md.num_row_groups()],
         };
         if !keep.iter().any(|k| *k) {
-            self.counters.partitions_skipped.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .partitions_skipped
+                .fetch_add(1, Ordering::Relaxed);
         } else {
-            self.counters.partitions_read.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .partitions_read
+                .fetch_add(1, Ordering::Relaxed);
         }
-        let mask = ProjectionMask::roots(md.file_metadata().schema_descr(), self.projection.iter().copied());
+        let mask = ProjectionMask::roots(
+            md.file_metadata().schema_descr(),
+            self.projection.iter().copied(),
+        );
         // The reader returns the projected columns in file order; the stream's schema has them
         // in the order asked for.
         let mut sorted = self.projection.clone();
         sorted.sort_unstable();
         sorted.dedup();
-        let reorder: Option<Vec<usize>> =
-            (sorted != self.projection).then(|| self.projection.iter().map(|c| sorted.binary_search(c).unwrap_or(0)).collect());
+        let reorder: Option<Vec<usize>> = (sorted != self.projection).then(|| {
+            self.projection
+                .iter()
+                .map(|c| sorted.binary_search(c).unwrap_or(0))
+                .collect()
+        });
         let mut rg_base = row_base;
         for (rg_index, rg) in md.row_groups().iter().enumerate() {
             let rg_rows = rg.num_rows() as u64;
             let range = rg_base..rg_base + rg_rows;
             rg_base += rg_rows;
-            let projected_bytes: u64 = self.projection.iter().map(|c| rg.column(*c).compressed_size() as u64).sum();
+            let projected_bytes: u64 = self
+                .projection
+                .iter()
+                .map(|c| rg.column(*c).compressed_size() as u64)
+                .sum();
             if !keep[rg_index] || self.skip.covers(&range) {
-                self.counters.row_groups_skipped.fetch_add(1, Ordering::Relaxed);
-                self.counters.bytes_skipped.fetch_add(projected_bytes, Ordering::Relaxed);
+                self.counters
+                    .row_groups_skipped
+                    .fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .bytes_skipped
+                    .fetch_add(projected_bytes, Ordering::Relaxed);
                 continue;
             }
             // Rows per buffer from this row group's own width (row groups differ): per column,
@@ -444,7 +571,11 @@ impl TableScan {
                 .iter()
                 .map(|c| {
                     let parquet = rg.column(*c).uncompressed_size() as u64 / rg_rows.max(1);
-                    let width = arrow.fields().get(*c).and_then(|f| f.data_type().primitive_width()).unwrap_or(0) as u64;
+                    let width = arrow
+                        .fields()
+                        .get(*c)
+                        .and_then(|f| f.data_type().primitive_width())
+                        .unwrap_or(0) as u64;
                     parquet.max(width) + 8
                 })
                 .sum::<u64>()
@@ -452,32 +583,51 @@ impl TableScan {
             let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
             // The row group's chunks are read here, before decoding: the rate limit pays for them.
             let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
-            let chunks = self.compute.run(|| file.row_group(&md, rg_index, &mask))??;
-            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
-                .with_projection(mask.clone())
-                .with_row_groups(vec![rg_index])
-                .with_batch_size(rows);
+            let chunks = self
+                .compute
+                .run(|| file.row_group(&md, rg_index, &mask))??;
+            let mut builder =
+                ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
+                    .with_projection(mask.clone())
+                    .with_row_groups(vec![rg_index])
+                    .with_batch_size(rows);
             if let Some((selection, skipped)) = self.skip.selection(&range) {
                 builder = builder.with_row_selection(selection);
                 let skipped_bytes = projected_bytes * skipped / rg_rows.max(1);
-                self.counters.bytes_skipped.fetch_add(skipped_bytes, Ordering::Relaxed);
+                self.counters
+                    .bytes_skipped
+                    .fetch_add(skipped_bytes, Ordering::Relaxed);
             }
-            self.counters.row_groups_read.fetch_add(1, Ordering::Relaxed);
+            self.counters
+                .row_groups_read
+                .fetch_add(1, Ordering::Relaxed);
             let mut reader = builder.build().map_err(decode)?;
             let mut position = range.start;
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
                 // The compute slot is held for the decoding only, never while blocked on the stream.
-                let Some(slot) = tx.blocking_slot() else { return Ok(false) };
-                let Some(batch) = self.compute.run(|| reader.next())? else { break };
+                let Some(slot) = tx.blocking_slot() else {
+                    return Ok(false);
+                };
+                let Some(batch) = self.compute.run(|| reader.next())? else {
+                    break;
+                };
                 if let Some(l) = &self.limiter {
                     let now = self.counters.bytes_read.load(Ordering::Relaxed);
                     l.pay(now.saturating_sub(paid));
                     paid = now;
                 }
-                let mut batch = batch.map_err(|e| DiskOsError::Storage(adisk_storage::StorageError::Corrupt { path: path.clone(), reason: e.to_string() }))?;
+                let mut batch = batch.map_err(|e| {
+                    DiskOsError::Storage(adisk_storage::StorageError::Corrupt {
+                        path: path.clone(),
+                        reason: e.to_string(),
+                    })
+                })?;
                 if let Some(order) = &reorder {
-                    batch = batch.project(order).map_err(|e| DiskOsError::Decode { context: "ordering scanned columns".into(), message: e.to_string() })?;
+                    batch = batch.project(order).map_err(|e| DiskOsError::Decode {
+                        context: "ordering scanned columns".into(),
+                        message: e.to_string(),
+                    })?;
                 }
                 if !self.send_capped(tx, slot, batch, &mut position)? {
                     return Ok(false);
@@ -492,7 +642,13 @@ impl TableScan {
     /// Sends a decoded batch in `slot`; a batch over the buffer size (rows wider than the row
     /// group's average) is cut into buffers that fit, each in its own slot, and what waits to
     /// be sent is charged to the job meanwhile. False if the consumer went away.
-    fn send_capped(&self, tx: &StreamTx, slot: OwnedSemaphorePermit, batch: RecordBatch, position: &mut u64) -> Result<bool> {
+    fn send_capped(
+        &self,
+        tx: &StreamTx,
+        slot: OwnedSemaphorePermit,
+        batch: RecordBatch,
+        position: &mut u64,
+    ) -> Result<bool> {
         let bytes = batch_bytes(&batch);
         let mut held = crate::memory::Held::new(&self.account, bytes);
         let mut slot = Some(slot);
@@ -506,9 +662,15 @@ impl TableScan {
             };
             let n = piece.num_rows() as u64;
             held.release(piece_bytes); // the buffer charges it from now on
-            let Ok(bytes) = tx.blocking_send_sized(slot, piece, piece_bytes, *position, &self.account) else { return Ok(false) };
+            let Ok(bytes) =
+                tx.blocking_send_sized(slot, piece, piece_bytes, *position, &self.account)
+            else {
+                return Ok(false);
+            };
             self.counters.rows_read.fetch_add(n, Ordering::Relaxed);
-            self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
+            self.counters
+                .bytes_scanned
+                .fetch_add(bytes, Ordering::Relaxed);
             *position += n;
         }
         Ok(true)
@@ -517,7 +679,10 @@ impl TableScan {
 
 /// Schema of a file stream: `offset` (UInt64) and `bytes` (Binary), one row per buffer.
 pub fn file_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("offset", DataType::UInt64, false), Field::new("bytes", DataType::Binary, false)]))
+    Arc::new(Schema::new(vec![
+        Field::new("offset", DataType::UInt64, false),
+        Field::new("bytes", DataType::Binary, false),
+    ]))
 }
 
 /// A disk-resident byte-range stream of a plain file.
@@ -544,37 +709,65 @@ impl FileScan {
     /// Reads the range in buffers. Runs on a blocking thread.
     pub fn run(self, tx: StreamTx) -> Result<()> {
         let cpu_start = crate::thread_cpu_ns();
-        let io = |e: std::io::Error| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("reading {}", self.path.display()), source: e });
+        let io = |e: std::io::Error| {
+            DiskOsError::Storage(adisk_storage::StorageError::Io {
+                context: format!("reading {}", self.path.display()),
+                source: e,
+            })
+        };
         let file = std::fs::File::open(&self.path).map_err(io)?;
         let size = file.metadata().map_err(io)?.len();
-        let end = self.length.map_or(size, |l| self.offset.saturating_add(l).min(size));
+        let end = self
+            .length
+            .map_or(size, |l| self.offset.saturating_add(l).min(size));
         let mut pos = self.offset.min(end);
         let schema = file_schema();
         let mut buf = vec![0u8; self.buffer_bytes as usize];
-        self.counters.partitions_read.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .partitions_read
+            .fetch_add(1, Ordering::Relaxed);
         while pos < end {
             let len = (end - pos).min(self.buffer_bytes);
             let range = pos..pos + len;
             if self.skip.covers(&range) {
-                self.counters.bytes_skipped.fetch_add(len, Ordering::Relaxed);
+                self.counters
+                    .bytes_skipped
+                    .fetch_add(len, Ordering::Relaxed);
                 pos += len;
                 continue;
             }
-            let Some(slot) = tx.blocking_slot() else { break };
+            let Some(slot) = tx.blocking_slot() else {
+                break;
+            };
             let chunk = &mut buf[..len as usize];
-            self.compute.run(|| file.read_exact_at(chunk, pos))?.map_err(io)?;
+            self.compute
+                .run(|| file.read_exact_at(chunk, pos))?
+                .map_err(io)?;
             self.counters.bytes_read.fetch_add(len, Ordering::Relaxed);
             let batch = RecordBatch::try_new(
                 schema.clone(),
-                vec![Arc::new(UInt64Array::from(vec![pos])), Arc::new(BinaryArray::from(vec![&buf[..len as usize]]))],
+                vec![
+                    Arc::new(UInt64Array::from(vec![pos])),
+                    Arc::new(BinaryArray::from(vec![&buf[..len as usize]])),
+                ],
             )
-            .map_err(|e| DiskOsError::Decode { context: "file buffer".into(), message: e.to_string() })?;
-            let Ok(bytes) = tx.blocking_send_in(slot, batch, pos, &self.account) else { break };
+            .map_err(|e| DiskOsError::Decode {
+                context: "file buffer".into(),
+                message: e.to_string(),
+            })?;
+            let Ok(bytes) = tx.blocking_send_in(slot, batch, pos, &self.account) else {
+                break;
+            };
             self.counters.rows_read.fetch_add(1, Ordering::Relaxed);
-            self.counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
+            self.counters
+                .bytes_scanned
+                .fetch_add(bytes, Ordering::Relaxed);
             pos += len;
         }
-        self.counters.cpu_ns.fetch_add(crate::thread_cpu_ns().saturating_sub(cpu_start), Ordering::Relaxed);
+        self.counters.cpu_ns.fetch_add(
+            crate::thread_cpu_ns().saturating_sub(cpu_start),
+            Ordering::Relaxed,
+        );
         Ok(())
     }
 }
@@ -597,7 +790,11 @@ mod tests {
     fn strings(lengths: &[usize]) -> RecordBatch {
         let values: Vec<String> = lengths.iter().map(|n| "x".repeat(*n)).collect();
         let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
-        RecordBatch::try_new(schema, vec![Arc::new(arrow::array::StringArray::from(values))]).unwrap()
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(arrow::array::StringArray::from(values))],
+        )
+        .unwrap()
     }
 
     #[test]
@@ -607,15 +804,41 @@ mod tests {
         let batch = strings(&lengths);
         let cap = 8 * 1024;
         let pieces = cut(&batch, cap).unwrap();
-        assert!(pieces.iter().all(|p| batch_bytes(p) <= cap), "{:?}", pieces.iter().map(batch_bytes).collect::<Vec<_>>());
-        let rows: Vec<usize> = pieces.iter().flat_map(|p| p.column(0).as_string::<i32>().iter().map(|s| s.unwrap().len()).collect::<Vec<_>>()).collect();
+        assert!(
+            pieces.iter().all(|p| batch_bytes(p) <= cap),
+            "{:?}",
+            pieces.iter().map(batch_bytes).collect::<Vec<_>>()
+        );
+        let rows: Vec<usize> = pieces
+            .iter()
+            .flat_map(|p| {
+                p.column(0)
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|s| s.unwrap().len())
+                    .collect::<Vec<_>>()
+            })
+            .collect();
         assert_eq!(rows, lengths);
-        assert_eq!(cut(&batch, u64::MAX).unwrap().len(), 1, "a batch under the cap stays whole");
+        assert_eq!(
+            cut(&batch, u64::MAX).unwrap().len(),
+            1,
+            "a batch under the cap stays whole"
+        );
     }
 
     #[test]
     fn cut_refuses_a_row_larger_than_the_cap() {
         let err = cut(&strings(&[10, 100_000]), 4096).unwrap_err();
-        assert!(matches!(err, DiskOsError::BufferExceeded { cap_bytes: 4096, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                DiskOsError::BufferExceeded {
+                    cap_bytes: 4096,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -52,5 +52,11 @@ pub trait UserDisklets: Send + Sync + 'static {
     /// # Errors
     /// Not installed, inputs that do not match its shape, invalid input, or a failure of the
     /// disklet's init.
-    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> Result<Box<dyn Disklet>>;
+    fn build(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        fuel: Option<u64>,
+        inputs: &[SchemaRef],
+    ) -> Result<Box<dyn Disklet>>;
 }

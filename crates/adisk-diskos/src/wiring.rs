@@ -50,14 +50,25 @@ impl Router {
             Route::Broadcast => Router::Broadcast,
             Route::Hash { keys } => {
                 if keys.is_empty() {
-                    return Err(DiskOsError::InvalidJob("a hash exchange needs at least one key".into()));
+                    return Err(DiskOsError::InvalidJob(
+                        "a hash exchange needs at least one key".into(),
+                    ));
                 }
-                Router::Hash(keys.iter().map(|k| planner.physical(k, schema)).collect::<Result<_>>()?)
+                Router::Hash(
+                    keys.iter()
+                        .map(|k| planner.physical(k, schema))
+                        .collect::<Result<_>>()?,
+                )
             }
             Route::Range { key, bounds } => {
                 let key = planner.physical(key, schema)?;
-                let key_type = key.data_type(schema).map_err(crate::df_err("typing the range key"))?;
-                let bounds = bounds.iter().map(|b| literal(b, &key_type, planner)).collect::<Result<_>>()?;
+                let key_type = key
+                    .data_type(schema)
+                    .map_err(crate::df_err("typing the range key"))?;
+                let bounds = bounds
+                    .iter()
+                    .map(|b| literal(b, &key_type, planner))
+                    .collect::<Result<_>>()?;
                 Router::Range(key, bounds)
             }
         })
@@ -72,7 +83,8 @@ impl Router {
             Router::Broadcast => return Ok(vec![Some(batch.clone()); targets]),
             Router::Hash(keys) => {
                 let arrays = evaluate_all(keys, batch)?;
-                let hashes = adisk_core::hash::hash_columns(&arrays, batch.num_rows()).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+                let hashes = adisk_core::hash::hash_columns(&arrays, batch.num_rows())
+                    .map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
                 hashes.iter().map(|h| (h % targets as u64) as u32).collect()
             }
             Router::Range(key, bounds) => range_targets(key, bounds, batch)?,
@@ -86,30 +98,57 @@ impl Router {
                 if r.is_empty() {
                     return Ok(None);
                 }
-                take_record_batch(batch, &UInt32Array::from(r)).map(Some).map_err(|e| DiskOsError::Decode { context: "routing rows".into(), message: e.to_string() })
+                take_record_batch(batch, &UInt32Array::from(r))
+                    .map(Some)
+                    .map_err(|e| DiskOsError::Decode {
+                        context: "routing rows".into(),
+                        message: e.to_string(),
+                    })
             })
             .collect()
     }
 }
 
 /// A literal bound of a range exchange, as a one-value array of the key's type.
-fn literal(bytes: &ExprBytes, key_type: &arrow::datatypes::DataType, planner: &ExprPlanner) -> Result<arrow::array::Scalar<ArrayRef>> {
+fn literal(
+    bytes: &ExprBytes,
+    key_type: &arrow::datatypes::DataType,
+    planner: &ExprPlanner,
+) -> Result<arrow::array::Scalar<ArrayRef>> {
     let empty = Arc::new(Schema::empty());
     let expr = planner.physical(bytes, &empty)?;
-    let one_row = RecordBatch::try_new_with_options(empty, vec![], &RecordBatchOptions::new().with_row_count(Some(1))).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
-    let value = expr.evaluate(&one_row).and_then(|v| v.into_array(1)).map_err(crate::df_err("evaluating a range bound"))?;
-    let value = arrow::compute::cast(&value, key_type).map_err(|e| DiskOsError::InvalidJob(format!("range bound `{expr}` is not a {key_type}: {e}")))?;
+    let one_row = RecordBatch::try_new_with_options(
+        empty,
+        vec![],
+        &RecordBatchOptions::new().with_row_count(Some(1)),
+    )
+    .map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+    let value = expr
+        .evaluate(&one_row)
+        .and_then(|v| v.into_array(1))
+        .map_err(crate::df_err("evaluating a range bound"))?;
+    let value = arrow::compute::cast(&value, key_type).map_err(|e| {
+        DiskOsError::InvalidJob(format!("range bound `{expr}` is not a {key_type}: {e}"))
+    })?;
     if value.is_null(0) {
         return Err(DiskOsError::InvalidJob("a range bound is NULL".into()));
     }
     Ok(arrow::array::Scalar::new(value))
 }
 
-fn range_targets(key: &Arc<dyn PhysicalExpr>, bounds: &[arrow::array::Scalar<ArrayRef>], batch: &RecordBatch) -> Result<Vec<u32>> {
+fn range_targets(
+    key: &Arc<dyn PhysicalExpr>,
+    bounds: &[arrow::array::Scalar<ArrayRef>],
+    batch: &RecordBatch,
+) -> Result<Vec<u32>> {
     let values = evaluate_all(std::slice::from_ref(key), batch)?.remove(0);
     let mut targets = vec![0u32; batch.num_rows()];
     for bound in bounds {
-        let above: BooleanArray = arrow::compute::kernels::cmp::gt(&values, bound).map_err(|e| DiskOsError::Decode { context: "range routing".into(), message: e.to_string() })?;
+        let above: BooleanArray =
+            arrow::compute::kernels::cmp::gt(&values, bound).map_err(|e| DiskOsError::Decode {
+                context: "range routing".into(),
+                message: e.to_string(),
+            })?;
         for (row, t) in targets.iter_mut().enumerate() {
             if above.is_valid(row) && above.value(row) {
                 *t += 1;
@@ -134,7 +173,12 @@ pub struct TempArea {
 impl TempArea {
     /// The area of one job: `root/job-N` (created at the first write), at most `limit_bytes`.
     pub fn new(root: &Path, serial: u64, limit_bytes: u64) -> Self {
-        TempArea { dir: root.join(format!("job-{serial}")), limit_bytes, written: Arc::new(AtomicU64::new(0)), done: Mutex::new(HashMap::new()) }
+        TempArea {
+            dir: root.join(format!("job-{serial}")),
+            limit_bytes,
+            written: Arc::new(AtomicU64::new(0)),
+            done: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The area's directory (created at the first write).
@@ -153,7 +197,12 @@ impl TempArea {
     }
 
     fn signal(&self, name: &str) -> watch::Sender<TempDone> {
-        self.done.lock().expect("temp lock").entry(name.to_string()).or_insert_with(|| watch::Sender::new(None)).clone()
+        self.done
+            .lock()
+            .expect("temp lock")
+            .entry(name.to_string())
+            .or_insert_with(|| watch::Sender::new(None))
+            .clone()
     }
 
     /// Writes stream `name` from `rx` (blocking): `NAME.arrow.tmp`, renamed to `NAME.arrow` when
@@ -164,16 +213,39 @@ impl TempArea {
     pub fn write_stream(&self, name: &str, schema: &SchemaRef, mut rx: StreamRx) -> Result<u64> {
         let signal = self.signal(name);
         let result = self.write_file(name, schema, &mut rx);
-        signal.send_replace(Some(result.as_ref().map(|(p, _)| p.clone()).map_err(|e| e.to_string())));
+        signal.send_replace(Some(
+            result
+                .as_ref()
+                .map(|(p, _)| p.clone())
+                .map_err(|e| e.to_string()),
+        ));
         result.map(|(_, rows)| rows)
     }
 
-    fn write_file(&self, name: &str, schema: &SchemaRef, rx: &mut StreamRx) -> Result<(PathBuf, u64)> {
-        let io = |context: String| move |source: std::io::Error| DiskOsError::Storage(adisk_storage::StorageError::Io { context, source });
-        std::fs::create_dir_all(&self.dir).map_err(io(format!("creating {}", self.dir.display())))?;
-        let (tmp, path) = (self.dir.join(format!("{}.arrow.tmp", file_name(name))), self.dir.join(format!("{}.arrow", file_name(name))));
-        let file = std::fs::File::create(&tmp).map_err(io(format!("creating {}", tmp.display())))?;
-        let capped = CappedWriter { file, written: self.written.clone(), limit_bytes: self.limit_bytes };
+    fn write_file(
+        &self,
+        name: &str,
+        schema: &SchemaRef,
+        rx: &mut StreamRx,
+    ) -> Result<(PathBuf, u64)> {
+        let io = |context: String| {
+            move |source: std::io::Error| {
+                DiskOsError::Storage(adisk_storage::StorageError::Io { context, source })
+            }
+        };
+        std::fs::create_dir_all(&self.dir)
+            .map_err(io(format!("creating {}", self.dir.display())))?;
+        let (tmp, path) = (
+            self.dir.join(format!("{}.arrow.tmp", file_name(name))),
+            self.dir.join(format!("{}.arrow", file_name(name))),
+        );
+        let file =
+            std::fs::File::create(&tmp).map_err(io(format!("creating {}", tmp.display())))?;
+        let capped = CappedWriter {
+            file,
+            written: self.written.clone(),
+            limit_bytes: self.limit_bytes,
+        };
         let ipc = |e: arrow::error::ArrowError| self.ipc_error(&tmp, e);
         let mut writer = arrow::ipc::writer::FileWriter::try_new(capped, schema).map_err(ipc)?;
         let mut rows = 0u64;
@@ -190,16 +262,29 @@ impl TempArea {
         if let arrow::error::ArrowError::IoError(_, source) = &e
             && source.kind() == std::io::ErrorKind::StorageFull
         {
-            return DiskOsError::TempSpaceExceeded { granted_bytes: self.limit_bytes, detail: format!("writing {}", path.display()) };
+            return DiskOsError::TempSpaceExceeded {
+                granted_bytes: self.limit_bytes,
+                detail: format!("writing {}", path.display()),
+            };
         }
-        DiskOsError::Decode { context: format!("writing {}", path.display()), message: e.to_string() }
+        DiskOsError::Decode {
+            context: format!("writing {}", path.display()),
+            message: e.to_string(),
+        }
     }
 
     /// Reads stream `name` once its writer completed, into `tx` (in the batches it was written in).
     ///
     /// # Errors
     /// The writer failed, the file does not decode, the job was cancelled.
-    pub async fn read_stream(&self, name: &str, tx: &StreamTx, account: &Arc<Account>, counters: &ReadCounters, mut cancel: watch::Receiver<bool>) -> Result<()> {
+    pub async fn read_stream(
+        &self,
+        name: &str,
+        tx: &StreamTx,
+        account: &Arc<Account>,
+        counters: &ReadCounters,
+        mut cancel: watch::Receiver<bool>,
+    ) -> Result<()> {
         let mut done = self.signal(name).subscribe();
         let outcome = tokio::select! {
             r = done.wait_for(|d| d.is_some()) => r.map_err(|_| DiskOsError::Cancelled)?.clone(),
@@ -207,16 +292,35 @@ impl TempArea {
         };
         let path = match outcome {
             Some(Ok(path)) => path,
-            Some(Err(why)) => return Err(DiskOsError::Pipe(format!("temporary stream `{name}` was not written: {why}"))),
+            Some(Err(why)) => {
+                return Err(DiskOsError::Pipe(format!(
+                    "temporary stream `{name}` was not written: {why}"
+                )));
+            }
             None => return Err(DiskOsError::Cancelled),
         };
-        let file = std::fs::File::open(&path).map_err(|source| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("opening {}", path.display()), source }))?;
-        let reader = arrow::ipc::reader::FileReader::try_new(file, None).map_err(|e| DiskOsError::Decode { context: format!("reading {}", path.display()), message: e.to_string() })?;
+        let file = std::fs::File::open(&path).map_err(|source| {
+            DiskOsError::Storage(adisk_storage::StorageError::Io {
+                context: format!("opening {}", path.display()),
+                source,
+            })
+        })?;
+        let reader = arrow::ipc::reader::FileReader::try_new(file, None).map_err(|e| {
+            DiskOsError::Decode {
+                context: format!("reading {}", path.display()),
+                message: e.to_string(),
+            }
+        })?;
         let mut position = 0u64;
         for batch in reader {
-            let batch = batch.map_err(|e| DiskOsError::Decode { context: format!("reading {}", path.display()), message: e.to_string() })?;
+            let batch = batch.map_err(|e| DiskOsError::Decode {
+                context: format!("reading {}", path.display()),
+                message: e.to_string(),
+            })?;
             let n = batch.num_rows() as u64;
-            let Ok(bytes) = tx.send_batch(batch, position, account).await else { return Ok(()) };
+            let Ok(bytes) = tx.send_batch(batch, position, account).await else {
+                return Ok(());
+            };
             position += n;
             counters.rows_read.fetch_add(n, Ordering::Relaxed);
             counters.bytes_scanned.fetch_add(bytes, Ordering::Relaxed);
@@ -244,8 +348,21 @@ impl Drop for TempArea {
 /// A temporary stream's file name: its name with every character outside `[A-Za-z0-9_-]`
 /// replaced (names come from the host; they never leave the job's directory).
 fn file_name(name: &str) -> String {
-    let clean: String = name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).take(64).collect();
-    format!("{clean}-{:016x}", adisk_core::hash::hash_bytes(name.as_bytes()))
+    let clean: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    format!(
+        "{clean}-{:016x}",
+        adisk_core::hash::hash_bytes(name.as_bytes())
+    )
 }
 
 /// A file that refuses to grow past a byte limit shared by all of a job's temporary streams.
@@ -260,7 +377,13 @@ impl Write for CappedWriter {
         let before = self.written.fetch_add(buf.len() as u64, Ordering::SeqCst);
         if before + buf.len() as u64 > self.limit_bytes {
             self.written.fetch_sub(buf.len() as u64, Ordering::SeqCst);
-            return Err(std::io::Error::new(std::io::ErrorKind::StorageFull, format!("the job's temporary-space grant of {} bytes is used up", self.limit_bytes)));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                format!(
+                    "the job's temporary-space grant of {} bytes is used up",
+                    self.limit_bytes
+                ),
+            ));
         }
         self.file.write_all(buf)?;
         Ok(buf.len())
@@ -284,18 +407,37 @@ mod tests {
 
     fn batch() -> RecordBatch {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, true)]));
-        RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![Some(5), Some(15), None, Some(25), Some(10), Some(11)]))]).unwrap()
+        RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from(vec![
+                Some(5),
+                Some(15),
+                None,
+                Some(25),
+                Some(10),
+                Some(11),
+            ]))],
+        )
+        .unwrap()
     }
 
     fn keys(part: &Option<RecordBatch>) -> Vec<Option<i64>> {
-        part.as_ref().map_or(vec![], |b| b.column(0).as_primitive::<Int64Type>().iter().collect())
+        part.as_ref().map_or(vec![], |b| {
+            b.column(0).as_primitive::<Int64Type>().iter().collect()
+        })
     }
 
     #[test]
     fn range_routes_by_bounds_and_nulls_go_first() {
         let b = batch();
-        let route = Route::Range { key: bytes(col("k")), bounds: vec![bytes(lit(10i64)), bytes(lit(20i64))] };
-        let parts = Router::new(&route, &b.schema(), &ExprPlanner::default()).unwrap().route(&b, 3).unwrap();
+        let route = Route::Range {
+            key: bytes(col("k")),
+            bounds: vec![bytes(lit(10i64)), bytes(lit(20i64))],
+        };
+        let parts = Router::new(&route, &b.schema(), &ExprPlanner::default())
+            .unwrap()
+            .route(&b, 3)
+            .unwrap();
         assert_eq!(keys(&parts[0]), vec![Some(5), None, Some(10)]);
         assert_eq!(keys(&parts[1]), vec![Some(15), Some(11)]);
         assert_eq!(keys(&parts[2]), vec![Some(25)]);
@@ -304,19 +446,39 @@ mod tests {
     #[test]
     fn hash_routes_every_row_once_and_agrees_with_the_stable_hash() {
         let b = batch();
-        let route = Route::Hash { keys: vec![bytes(col("k"))] };
-        let parts = Router::new(&route, &b.schema(), &ExprPlanner::default()).unwrap().route(&b, 4).unwrap();
+        let route = Route::Hash {
+            keys: vec![bytes(col("k"))],
+        };
+        let parts = Router::new(&route, &b.schema(), &ExprPlanner::default())
+            .unwrap()
+            .route(&b, 4)
+            .unwrap();
         let total: usize = parts.iter().flatten().map(|p| p.num_rows()).sum();
         assert_eq!(total, b.num_rows());
         let hashes = adisk_core::hash::hash_columns(&[b.column(0).clone()], b.num_rows()).unwrap();
         for (t, part) in parts.iter().enumerate() {
             for k in keys(part) {
-                let row = (0..b.num_rows()).find(|r| b.column(0).as_primitive::<Int64Type>().iter().nth(*r).unwrap() == k).unwrap();
+                let row = (0..b.num_rows())
+                    .find(|r| {
+                        b.column(0)
+                            .as_primitive::<Int64Type>()
+                            .iter()
+                            .nth(*r)
+                            .unwrap()
+                            == k
+                    })
+                    .unwrap();
                 assert_eq!(hashes[row] % 4, t as u64);
             }
         }
-        let all = Router::new(&Route::Broadcast, &b.schema(), &ExprPlanner::default()).unwrap().route(&b, 3).unwrap();
-        assert!(all.iter().all(|p| p.as_ref().is_some_and(|p| p.num_rows() == 6)));
+        let all = Router::new(&Route::Broadcast, &b.schema(), &ExprPlanner::default())
+            .unwrap()
+            .route(&b, 3)
+            .unwrap();
+        assert!(
+            all.iter()
+                .all(|p| p.as_ref().is_some_and(|p| p.num_rows() == 6))
+        );
     }
 
     #[test]
@@ -343,9 +505,17 @@ mod tests {
         }
         drop(tx);
         let (result, existed) = writer.join().unwrap();
-        assert!(result.as_ref().is_err_and(|e| e.contains("temporary space exceeded")), "past the grant, a typed error: {result:?}");
+        assert!(
+            result
+                .as_ref()
+                .is_err_and(|e| e.contains("temporary space exceeded")),
+            "past the grant, a typed error: {result:?}"
+        );
         assert!(existed, "the area existed while its job ran");
-        assert!(!root.path().join("job-2").exists(), "dropping the area removed its files");
+        assert!(
+            !root.path().join("job-2").exists(),
+            "dropping the area removed its files"
+        );
         drop(area);
     }
 }

@@ -1,7 +1,9 @@
 //! Connections to the disks, the merged catalog, and job execution.
 use crate::{HostError, Result};
 use adisk_core::config::{ClusterConfig, Deadlines, ExchangeMode};
-use adisk_core::protocol::{DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, TableInfo, action};
+use adisk_core::protocol::{
+    DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, TableInfo, action,
+};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
@@ -90,24 +92,65 @@ impl TableEntry {
     /// [`HostError::LostPartitions`] naming the partitions with no live copy.
     pub fn assign(&self, dead: &BTreeSet<u32>) -> Result<Assignment> {
         if self.copies.is_empty() {
-            let on_dead: Vec<u32> = self.disks().into_iter().filter(|d| dead.contains(d)).collect();
+            let on_dead: Vec<u32> = self
+                .disks()
+                .into_iter()
+                .filter(|d| dead.contains(d))
+                .collect();
             if !on_dead.is_empty() {
-                let lost: Vec<u32> = self.placements.iter().filter(|(d, _)| on_dead.contains(d)).map(|(_, p)| p.partition).collect();
-                let copies = self.placements.iter().filter(|(d, _)| on_dead.contains(d)).map(|(d, p)| format!("{} on disk {d}", p.partition)).collect::<Vec<_>>().join(", ");
-                return Err(HostError::LostPartitions { table: self.name.clone(), partitions: lost, dead: dead.iter().copied().collect(), copies });
+                let lost: Vec<u32> = self
+                    .placements
+                    .iter()
+                    .filter(|(d, _)| on_dead.contains(d))
+                    .map(|(_, p)| p.partition)
+                    .collect();
+                let copies = self
+                    .placements
+                    .iter()
+                    .filter(|(d, _)| on_dead.contains(d))
+                    .map(|(d, p)| format!("{} on disk {d}", p.partition))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(HostError::LostPartitions {
+                    table: self.name.clone(),
+                    partitions: lost,
+                    dead: dead.iter().copied().collect(),
+                    copies,
+                });
             }
             return Ok(self.disks().into_iter().map(|d| (d, None)).collect());
         }
         let usable: BTreeMap<u32, Vec<u32>> = self
             .copies
             .iter()
-            .map(|(p, disks)| (*p, disks.iter().filter(|d| !self.missing.get(p).is_some_and(|m| m.contains(d))).copied().collect()))
+            .map(|(p, disks)| {
+                (
+                    *p,
+                    disks
+                        .iter()
+                        .filter(|d| !self.missing.get(p).is_some_and(|m| m.contains(d)))
+                        .copied()
+                        .collect(),
+                )
+            })
             .collect();
         let assigned = assign_copies(&usable, dead).map_err(|lost| {
-            let copies = lost.iter().map(|p| format!("{p} on disks {:?}", self.copies[p])).collect::<Vec<_>>().join(", ");
-            HostError::LostPartitions { table: self.name.clone(), partitions: lost, dead: dead.iter().copied().collect(), copies }
+            let copies = lost
+                .iter()
+                .map(|p| format!("{p} on disks {:?}", self.copies[p]))
+                .collect::<Vec<_>>()
+                .join(", ");
+            HostError::LostPartitions {
+                table: self.name.clone(),
+                partitions: lost,
+                dead: dead.iter().copied().collect(),
+                copies,
+            }
         })?;
-        Ok(assigned.into_iter().map(|(d, parts)| (d, Some(parts))).collect())
+        Ok(assigned
+            .into_iter()
+            .map(|(d, parts)| (d, Some(parts)))
+            .collect())
     }
 
     /// Copies missing on live disks, as (disk, partitions) sorted by disk: what `adisk repair`
@@ -139,18 +182,26 @@ impl TableEntry {
 /// Assigns every partition of `copies` (partition → disks holding it, primary first) to one
 /// disk not in `dead` (see [`TableEntry::assign`]); returns (disk, partitions) sorted by disk,
 /// or the partitions with no live copy.
-pub fn assign_copies(copies: &BTreeMap<u32, Vec<u32>>, dead: &BTreeSet<u32>) -> std::result::Result<Vec<(u32, Vec<u32>)>, Vec<u32>> {
+pub fn assign_copies(
+    copies: &BTreeMap<u32, Vec<u32>>,
+    dead: &BTreeSet<u32>,
+) -> std::result::Result<Vec<(u32, Vec<u32>)>, Vec<u32>> {
     let mut per_disk: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
     let mut orphans = Vec::new();
     for (p, disks) in copies {
         match disks.first() {
-            Some(primary) if !dead.contains(primary) => per_disk.entry(*primary).or_default().push(*p),
+            Some(primary) if !dead.contains(primary) => {
+                per_disk.entry(*primary).or_default().push(*p)
+            }
             _ => orphans.push(*p),
         }
     }
     let mut lost = Vec::new();
     for p in orphans {
-        let least = copies[&p].iter().filter(|d| !dead.contains(d)).min_by_key(|d| per_disk.get(d).map_or(0, |v| v.len()));
+        let least = copies[&p]
+            .iter()
+            .filter(|d| !dead.contains(d))
+            .min_by_key(|d| per_disk.get(d).map_or(0, |v| v.len()));
         match least {
             Some(d) => per_disk.entry(*d).or_default().push(p),
             None => lost.push(p),
@@ -191,33 +242,74 @@ impl Catalog {
         if let Some(i) = self.incomplete.get(name) {
             return Err(incomplete_error(name, i));
         }
-        self.tables.get(name).ok_or_else(|| HostError::UnknownTable(name.to_string()))
+        self.tables
+            .get(name)
+            .ok_or_else(|| HostError::UnknownTable(name.to_string()))
     }
 }
 
 /// The typed error of an incomplete table.
 pub fn incomplete_error(table: &str, i: &Incomplete) -> HostError {
-    HostError::IncompleteTable { table: table.to_string(), disks: i.disks.clone(), reason: i.reason.clone() }
+    HostError::IncompleteTable {
+        table: table.to_string(),
+        disks: i.disks.clone(),
+        reason: i.reason.clone(),
+    }
 }
 
 /// Checks that every disk holding `stamps`' table holds the same load of it, and that those
 /// are exactly the disks the load wrote (tables written by jobs carry no stamp: accepted).
-fn check_generation(stamps: &[(u32, Option<LoadStamp>)], dead: &BTreeSet<u32>) -> std::result::Result<(), (Vec<u32>, String)> {
-    let Some(stamp) = stamps.iter().find_map(|(_, s)| s.clone()) else { return Ok(()) };
+fn check_generation(
+    stamps: &[(u32, Option<LoadStamp>)],
+    dead: &BTreeSet<u32>,
+) -> std::result::Result<(), (Vec<u32>, String)> {
+    let Some(stamp) = stamps.iter().find_map(|(_, s)| s.clone()) else {
+        return Ok(());
+    };
     let holding: Vec<u32> = stamps.iter().map(|(d, _)| *d).collect();
-    let latest = stamps.iter().filter_map(|(_, s)| s.as_ref()).max_by(|a, b| a.load_id.cmp(&b.load_id)).unwrap_or(&stamp);
-    let mut wrong: Vec<u32> = stamps.iter().filter(|(_, s)| s.as_ref() != Some(latest)).map(|(d, _)| *d).collect();
+    let latest = stamps
+        .iter()
+        .filter_map(|(_, s)| s.as_ref())
+        .max_by(|a, b| a.load_id.cmp(&b.load_id))
+        .unwrap_or(&stamp);
+    let mut wrong: Vec<u32> = stamps
+        .iter()
+        .filter(|(_, s)| s.as_ref() != Some(latest))
+        .map(|(d, _)| *d)
+        .collect();
     // A dead disk's copy is not known to be missing: its partitions count as lost, not stale.
-    wrong.extend(latest.disks.iter().filter(|d| !holding.contains(d) && !dead.contains(d)));
+    wrong.extend(
+        latest
+            .disks
+            .iter()
+            .filter(|d| !holding.contains(d) && !dead.contains(d)),
+    );
     wrong.sort_unstable();
     wrong.dedup();
     if wrong.is_empty() {
         return Ok(());
     }
-    let describe = |(d, s): &(u32, Option<LoadStamp>)| format!("disk {d}: {}", s.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id)));
+    let describe = |(d, s): &(u32, Option<LoadStamp>)| {
+        format!(
+            "disk {d}: {}",
+            s.as_ref()
+                .map_or("no load id".to_string(), |s| format!("load {}", s.load_id))
+        )
+    };
     let mut held: Vec<String> = stamps.iter().map(describe).collect();
-    held.extend(latest.disks.iter().filter(|d| !holding.contains(d) && !dead.contains(d)).map(|d| format!("disk {d}: missing")));
-    let reason = format!("load {} spans disks {:?}, but {}", latest.load_id, latest.disks, held.join(", "));
+    held.extend(
+        latest
+            .disks
+            .iter()
+            .filter(|d| !holding.contains(d) && !dead.contains(d))
+            .map(|d| format!("disk {d}: missing")),
+    );
+    let reason = format!(
+        "load {} spans disks {:?}, but {}",
+        latest.load_id,
+        latest.disks,
+        held.join(", ")
+    );
     Err((wrong, reason))
 }
 
@@ -230,32 +322,85 @@ fn check_generation(stamps: &[(u32, Option<LoadStamp>)], dead: &BTreeSet<u32>) -
 /// every such partition has a usable copy somewhere (or a copy on a dead disk: then it is
 /// [`HostError::LostPartitions`] at planning). Tables without a copy list are judged by
 /// [`check_generation`].
-fn merge_table(name: &str, reports: Vec<(u32, TableInfo)>, dead: &BTreeSet<u32>) -> std::result::Result<TableEntry, Incomplete> {
+fn merge_table(
+    name: &str,
+    reports: Vec<(u32, TableInfo)>,
+    dead: &BTreeSet<u32>,
+) -> std::result::Result<TableEntry, Incomplete> {
     let schema = Arc::new(reports[0].1.schema.clone());
-    let differing: Vec<u32> = reports.iter().filter(|(_, t)| t.schema.fields() != schema.fields()).map(|(d, _)| *d).collect();
+    let differing: Vec<u32> = reports
+        .iter()
+        .filter(|(_, t)| t.schema.fields() != schema.fields())
+        .map(|(d, _)| *d)
+        .collect();
     if !differing.is_empty() {
-        return Err(Incomplete { disks: differing, reason: "its disks hold different schemas".into(), schema });
+        return Err(Incomplete {
+            disks: differing,
+            reason: "its disks hold different schemas".into(),
+            schema,
+        });
     }
-    let latest = reports.iter().filter_map(|(_, t)| t.load.as_ref()).max_by(|a, b| a.load_id.cmp(&b.load_id)).cloned();
+    let latest = reports
+        .iter()
+        .filter_map(|(_, t)| t.load.as_ref())
+        .max_by(|a, b| a.load_id.cmp(&b.load_id))
+        .cloned();
     if let Some(latest) = latest.filter(|l| !l.copies.is_empty()) {
         return merge_copies(name, reports, latest, dead, schema);
     }
-    let stamps: Vec<(u32, Option<LoadStamp>)> = reports.iter().map(|(d, t)| (*d, t.load.clone())).collect();
-    check_generation(&stamps, dead).map_err(|(disks, reason)| Incomplete { disks, reason, schema: schema.clone() })?;
-    let placements = reports.into_iter().flat_map(|(d, t)| t.partitions.into_iter().map(move |p| (d, p))).collect();
-    Ok(TableEntry { name: name.to_string(), schema, placements, copies: BTreeMap::new(), missing: BTreeMap::new(), stale: vec![] })
+    let stamps: Vec<(u32, Option<LoadStamp>)> =
+        reports.iter().map(|(d, t)| (*d, t.load.clone())).collect();
+    check_generation(&stamps, dead).map_err(|(disks, reason)| Incomplete {
+        disks,
+        reason,
+        schema: schema.clone(),
+    })?;
+    let placements = reports
+        .into_iter()
+        .flat_map(|(d, t)| t.partitions.into_iter().map(move |p| (d, p)))
+        .collect();
+    Ok(TableEntry {
+        name: name.to_string(),
+        schema,
+        placements,
+        copies: BTreeMap::new(),
+        missing: BTreeMap::new(),
+        stale: vec![],
+    })
 }
 
 /// [`merge_table`] for a table whose latest load recorded every partition's copies.
-fn merge_copies(name: &str, reports: Vec<(u32, TableInfo)>, latest: LoadStamp, dead: &BTreeSet<u32>, schema: SchemaRef) -> std::result::Result<TableEntry, Incomplete> {
-    let copies: BTreeMap<u32, Vec<u32>> = latest.copies.iter().map(|c| (c.partition, c.disks.clone())).collect();
+fn merge_copies(
+    name: &str,
+    reports: Vec<(u32, TableInfo)>,
+    latest: LoadStamp,
+    dead: &BTreeSet<u32>,
+    schema: SchemaRef,
+) -> std::result::Result<TableEntry, Incomplete> {
+    let copies: BTreeMap<u32, Vec<u32>> = latest
+        .copies
+        .iter()
+        .map(|c| (c.partition, c.disks.clone()))
+        .collect();
     let is_current = |t: &TableInfo| t.load.as_ref().map(|s| &s.load_id) == Some(&latest.load_id);
-    let stale: Vec<u32> = reports.iter().filter(|(_, t)| !is_current(t)).map(|(d, _)| *d).collect();
-    let lists = |d: u32, p: u32| reports.iter().any(|(rd, t)| *rd == d && is_current(t) && t.partitions.iter().any(|x| x.partition == p));
+    let stale: Vec<u32> = reports
+        .iter()
+        .filter(|(_, t)| !is_current(t))
+        .map(|(d, _)| *d)
+        .collect();
+    let lists = |d: u32, p: u32| {
+        reports.iter().any(|(rd, t)| {
+            *rd == d && is_current(t) && t.partitions.iter().any(|x| x.partition == p)
+        })
+    };
     let mut missing: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
     let mut unserved = Vec::new();
     for (p, disks) in &copies {
-        let lacking: BTreeSet<u32> = disks.iter().filter(|d| !dead.contains(d) && !lists(**d, *p)).copied().collect();
+        let lacking: BTreeSet<u32> = disks
+            .iter()
+            .filter(|d| !dead.contains(d) && !lists(**d, *p))
+            .copied()
+            .collect();
         // No copy anywhere, and none on a dead disk that may come back: the load is not there.
         if !lacking.is_empty() && !disks.iter().any(|d| lists(*d, *p) || dead.contains(d)) {
             unserved.push(*p);
@@ -265,17 +410,58 @@ fn merge_copies(name: &str, reports: Vec<(u32, TableInfo)>, latest: LoadStamp, d
         }
     }
     if !unserved.is_empty() {
-        let mut disks: Vec<u32> = unserved.iter().flat_map(|p| missing[p].iter().copied()).chain(stale.iter().copied()).collect();
+        let mut disks: Vec<u32> = unserved
+            .iter()
+            .flat_map(|p| missing[p].iter().copied())
+            .chain(stale.iter().copied())
+            .collect();
         disks.sort_unstable();
         disks.dedup();
-        let describe = |(d, t): &(u32, TableInfo)| format!("disk {d}: {}", t.load.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id)));
+        let describe = |(d, t): &(u32, TableInfo)| {
+            format!(
+                "disk {d}: {}",
+                t.load
+                    .as_ref()
+                    .map_or("no load id".to_string(), |s| format!("load {}", s.load_id))
+            )
+        };
         let mut held: Vec<String> = reports.iter().map(describe).collect();
-        held.extend(disks.iter().filter(|d| !reports.iter().any(|(rd, _)| rd == *d)).map(|d| format!("disk {d}: missing")));
-        let reason = format!("load {} spans disks {:?}, but {}; partitions {unserved:?} have no copy of it on a live disk", latest.load_id, latest.disks, held.join(", "));
-        return Err(Incomplete { disks, reason, schema });
+        held.extend(
+            disks
+                .iter()
+                .filter(|d| !reports.iter().any(|(rd, _)| rd == *d))
+                .map(|d| format!("disk {d}: missing")),
+        );
+        let reason = format!(
+            "load {} spans disks {:?}, but {}; partitions {unserved:?} have no copy of it on a live disk",
+            latest.load_id,
+            latest.disks,
+            held.join(", ")
+        );
+        return Err(Incomplete {
+            disks,
+            reason,
+            schema,
+        });
     }
-    let placements = reports.into_iter().filter(|(_, t)| is_current(t)).flat_map(|(d, t)| t.partitions.into_iter().filter(|p| copies.contains_key(&p.partition)).map(move |p| (d, p))).collect();
-    let mut entry = TableEntry { name: name.to_string(), schema, placements, copies, missing, stale };
+    let placements = reports
+        .into_iter()
+        .filter(|(_, t)| is_current(t))
+        .flat_map(|(d, t)| {
+            t.partitions
+                .into_iter()
+                .filter(|p| copies.contains_key(&p.partition))
+                .map(move |p| (d, p))
+        })
+        .collect();
+    let mut entry = TableEntry {
+        name: name.to_string(),
+        schema,
+        placements,
+        copies,
+        missing,
+        stale,
+    };
     dedup_copies(&mut entry);
     Ok(entry)
 }
@@ -285,7 +471,13 @@ fn merge_copies(name: &str, reports: Vec<(u32, TableInfo)>, latest: LoadStamp, d
 fn dedup_copies(entry: &mut TableEntry) {
     let mut kept: BTreeMap<u32, (u32, PartitionInfo)> = BTreeMap::new();
     for (d, p) in std::mem::take(&mut entry.placements) {
-        let rank = |disk: u32| entry.copies.get(&p.partition).and_then(|c| c.iter().position(|x| *x == disk)).unwrap_or(usize::MAX);
+        let rank = |disk: u32| {
+            entry
+                .copies
+                .get(&p.partition)
+                .and_then(|c| c.iter().position(|x| *x == disk))
+                .unwrap_or(usize::MAX)
+        };
         match kept.get(&p.partition) {
             Some((held, _)) if rank(*held) <= rank(d) => {}
             _ => {
@@ -317,13 +509,18 @@ pub struct Cluster {
 /// A connection to a disk: TCP without Nagle, a connect timeout, and HTTP/2 pings that close
 /// it when the disk stops answering (a stream from a stopped disk fails within the timeout,
 /// never hangs).
-fn endpoint(address: &str, deadlines: Deadlines) -> std::result::Result<tonic::transport::Endpoint, tonic::transport::Error> {
-    Ok(tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-        .connect_timeout(CONNECT_TIMEOUT.min(deadlines.timeout))
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(deadlines.ping_interval())
-        .keep_alive_timeout(deadlines.ping_timeout())
-        .keep_alive_while_idle(true))
+fn endpoint(
+    address: &str,
+    deadlines: Deadlines,
+) -> std::result::Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    Ok(
+        tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
+            .connect_timeout(CONNECT_TIMEOUT.min(deadlines.timeout))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(deadlines.ping_interval())
+            .keep_alive_timeout(deadlines.ping_timeout())
+            .keep_alive_while_idle(true),
+    )
 }
 
 pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
@@ -331,12 +528,24 @@ pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError 
         FlightError::Tonic(status) => {
             let code = format!("{:?}", status.code());
             if status.code() == tonic::Code::Unavailable {
-                HostError::Unreachable { disk, address: address.to_string(), message: status.message().to_string() }
+                HostError::Unreachable {
+                    disk,
+                    address: address.to_string(),
+                    message: status.message().to_string(),
+                }
             } else {
-                HostError::Disk { disk, code, message: status.message().to_string() }
+                HostError::Disk {
+                    disk,
+                    code,
+                    message: status.message().to_string(),
+                }
             }
         }
-        other => HostError::Disk { disk, code: "Internal".into(), message: other.to_string() },
+        other => HostError::Disk {
+            disk,
+            code: "Internal".into(),
+            message: other.to_string(),
+        },
     }
 }
 
@@ -349,18 +558,41 @@ impl Cluster {
     pub async fn connect(config: ClusterConfig) -> Result<Self> {
         let deadlines = config.deadlines();
         let attempts = config.disks.iter().map(|d| async move {
-            let unreachable = |message: String| HostError::Unreachable { disk: d.id, address: d.address.clone(), message };
-            let endpoint = endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
+            let unreachable = |message: String| HostError::Unreachable {
+                disk: d.id,
+                address: d.address.clone(),
+                message,
+            };
+            let endpoint =
+                endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
             let connected = tokio::time::timeout(deadlines.timeout, endpoint.clone().connect())
                 .await
-                .map_err(|_| unreachable(format!("no answer within {} ms", deadlines.timeout.as_millis())))
-                .and_then(|r| r.map_err(|e| unreachable(format!("{e} ({})", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()))));
+                .map_err(|_| {
+                    unreachable(format!(
+                        "no answer within {} ms",
+                        deadlines.timeout.as_millis()
+                    ))
+                })
+                .and_then(|r| {
+                    r.map_err(|e| {
+                        unreachable(format!(
+                            "{e} ({})",
+                            std::error::Error::source(&e)
+                                .map(|s| s.to_string())
+                                .unwrap_or_default()
+                        ))
+                    })
+                });
             Ok::<_, HostError>((endpoint, connected))
         });
         let mut channels = Vec::with_capacity(config.disks.len());
         let mut dead = BTreeSet::new();
         let mut first_error = None;
-        for (i, attempt) in futures::future::join_all(attempts).await.into_iter().enumerate() {
+        for (i, attempt) in futures::future::join_all(attempts)
+            .await
+            .into_iter()
+            .enumerate()
+        {
             let (endpoint, connected) = attempt?;
             match connected {
                 Ok(channel) => channels.push(channel),
@@ -388,7 +620,9 @@ impl Cluster {
     /// Disks not taken as dead.
     pub fn live_disks(&self) -> Vec<u32> {
         let dead = self.dead_disks();
-        (0..self.disk_count()).filter(|d| !dead.contains(d)).collect()
+        (0..self.disk_count())
+            .filter(|d| !dead.contains(d))
+            .collect()
     }
 
     /// Takes disk `d` as dead from now on.
@@ -399,14 +633,21 @@ impl Cluster {
     /// Takes disk `d`'s copy of `table`'s partition `partition` as corrupt: the catalog lists
     /// it as missing from now on, so queries read another copy.
     pub fn mark_corrupt(&self, table: &str, partition: u32, d: u32) {
-        self.corrupt.lock().expect("corrupt lock").insert((table.to_string(), partition, d));
+        self.corrupt
+            .lock()
+            .expect("corrupt lock")
+            .insert((table.to_string(), partition, d));
     }
 
     /// Asks every live disk for its status; those that do not answer are taken as dead.
     /// Returns the disks newly taken as dead (after a failed query: the ones to rerun without).
     pub async fn probe(&self) -> Vec<u32> {
         let live = self.live_disks();
-        let replies = futures::future::join_all(live.iter().map(|d| self.action_json::<DiskStatus>(*d, action::STATUS, vec![]))).await;
+        let replies = futures::future::join_all(
+            live.iter()
+                .map(|d| self.action_json::<DiskStatus>(*d, action::STATUS, vec![])),
+        )
+        .await;
         let mut newly = Vec::new();
         for (d, r) in live.into_iter().zip(replies) {
             if let Err(e) = r {
@@ -425,7 +666,16 @@ impl Cluster {
             mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
-        Ok(Cluster { config, channels, exchange, host_link, relay: tokio::sync::OnceCell::new(), auth, dead: Default::default(), corrupt: Default::default() })
+        Ok(Cluster {
+            config,
+            channels,
+            exchange,
+            host_link,
+            relay: tokio::sync::OnceCell::new(),
+            auth,
+            dead: Default::default(),
+            corrupt: Default::default(),
+        })
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
@@ -437,7 +687,8 @@ impl Cluster {
     /// How this host sends disk-to-disk streams from now on (the cluster file's `exchange`
     /// until changed).
     pub fn set_exchange_mode(&self, mode: ExchangeMode) {
-        self.exchange.store(exchange_code(mode), std::sync::atomic::Ordering::Relaxed);
+        self.exchange
+            .store(exchange_code(mode), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// How disk-to-disk streams travel.
@@ -457,15 +708,35 @@ impl Cluster {
     async fn relay_address(&self) -> Result<String> {
         let relay = self
             .relay
-            .get_or_try_init(|| crate::relay::Relay::start(RELAY_LISTEN, self.host_link.clone(), self.auth.clone(), self.config.disks.iter().map(|d| d.address.clone()).collect()))
+            .get_or_try_init(|| {
+                crate::relay::Relay::start(
+                    RELAY_LISTEN,
+                    self.host_link.clone(),
+                    self.auth.clone(),
+                    self.config
+                        .disks
+                        .iter()
+                        .map(|d| d.address.clone())
+                        .collect(),
+                )
+            })
             .await
-            .map_err(|e| HostError::Invalid(format!("cannot start the host's exchange relay on {RELAY_LISTEN}: {e}")))?;
+            .map_err(|e| {
+                HostError::Invalid(format!(
+                    "cannot start the host's exchange relay on {RELAY_LISTEN}: {e}"
+                ))
+            })?;
         Ok(relay.address().to_string())
     }
 
     /// `spec` as it is sent: in `via-host` mode, its exchange outputs go through the relay.
     async fn routed(&self, spec: &JobSpec) -> Result<Vec<u8>> {
-        let has_exchange = spec.outputs.iter().any(|o| matches!(o.sink, adisk_core::protocol::Sink::Exchange { relay: None, .. }));
+        let has_exchange = spec.outputs.iter().any(|o| {
+            matches!(
+                o.sink,
+                adisk_core::protocol::Sink::Exchange { relay: None, .. }
+            )
+        });
         if self.exchange_mode() == ExchangeMode::Direct || !has_exchange {
             return Ok(spec.to_bytes());
         }
@@ -486,7 +757,11 @@ impl Cluster {
             .map(|d| {
                 endpoint(&d.address, config.deadlines())
                     .map(|e| e.connect_lazy())
-                    .map_err(|e| HostError::Unreachable { disk: d.id, address: d.address.clone(), message: e.to_string() })
+                    .map_err(|e| HostError::Unreachable {
+                        disk: d.id,
+                        address: d.address.clone(),
+                        message: e.to_string(),
+                    })
             })
             .collect::<Result<Vec<_>>>()?;
         Cluster::new(config, channels)
@@ -513,7 +788,9 @@ impl Cluster {
         let mut client = FlightClient::new(self.channels[d as usize].clone());
         if let Some(auth) = &self.auth {
             // A token is ASCII (scheme, digits, hex): always a valid header value.
-            client.add_header(adisk_core::auth::HEADER, &auth.key().header()).expect("a token is a valid header value");
+            client
+                .add_header(adisk_core::auth::HEADER, &auth.key().header())
+                .expect("a token is a valid header value");
         }
         client
     }
@@ -521,27 +798,59 @@ impl Cluster {
     /// Runs a Flight action on disk `d` and returns its reply bodies.
     pub async fn action(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
         let mut c = self.client(d);
-        let stream = c.do_action(Action::new(name, body)).await.map_err(|e| flight_err(d, self.address(d), e))?;
-        stream.try_collect().await.map_err(|e| flight_err(d, self.address(d), e))
+        let stream = c
+            .do_action(Action::new(name, body))
+            .await
+            .map_err(|e| flight_err(d, self.address(d), e))?;
+        stream
+            .try_collect()
+            .await
+            .map_err(|e| flight_err(d, self.address(d), e))
     }
 
     /// Runs a short control action on disk `d` within the cluster's deadline.
-    pub(crate) async fn control(&self, d: u32, name: &str, body: Vec<u8>) -> Result<Vec<bytes::Bytes>> {
+    pub(crate) async fn control(
+        &self,
+        d: u32,
+        name: &str,
+        body: Vec<u8>,
+    ) -> Result<Vec<bytes::Bytes>> {
         let timeout = self.config.deadlines().timeout;
         tokio::time::timeout(timeout, self.action(d, name, body))
             .await
-            .map_err(|_| HostError::Unreachable { disk: d, address: self.address(d).to_string(), message: format!("no answer to `{name}` within {} ms", timeout.as_millis()) })?
+            .map_err(|_| HostError::Unreachable {
+                disk: d,
+                address: self.address(d).to_string(),
+                message: format!("no answer to `{name}` within {} ms", timeout.as_millis()),
+            })?
     }
 
-    async fn action_json<T: serde::de::DeserializeOwned>(&self, d: u32, name: &str, body: Vec<u8>) -> Result<T> {
+    async fn action_json<T: serde::de::DeserializeOwned>(
+        &self,
+        d: u32,
+        name: &str,
+        body: Vec<u8>,
+    ) -> Result<T> {
         let replies = self.control(d, name, body).await?;
-        let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: format!("empty reply to {name}") })?;
-        serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to {name}: {e}") })
+        let first = replies.first().ok_or_else(|| HostError::Disk {
+            disk: d,
+            code: "Internal".into(),
+            message: format!("empty reply to {name}"),
+        })?;
+        serde_json::from_slice(first).map_err(|e| HostError::Disk {
+            disk: d,
+            code: "Internal".into(),
+            message: format!("malformed reply to {name}: {e}"),
+        })
     }
 
     /// Status of every disk (an error per unreachable disk).
     pub async fn status(&self) -> Vec<Result<DiskStatus>> {
-        futures::future::join_all((0..self.disk_count()).map(|d| self.action_json::<DiskStatus>(d, action::STATUS, vec![]))).await
+        futures::future::join_all(
+            (0..self.disk_count())
+                .map(|d| self.action_json::<DiskStatus>(d, action::STATUS, vec![])),
+        )
+        .await
     }
 
     /// Every disk reads all its partitions and checks them against its manifest (an error per
@@ -550,8 +859,16 @@ impl Cluster {
     pub async fn scrub(&self) -> Vec<Result<adisk_core::protocol::ScrubReport>> {
         futures::future::join_all((0..self.disk_count()).map(|d| async move {
             let replies = self.action(d, action::SCRUB, vec![]).await?;
-            let first = replies.first().ok_or_else(|| HostError::Disk { disk: d, code: "Internal".into(), message: "empty reply to scrub".into() })?;
-            serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: d, code: "Internal".into(), message: format!("malformed reply to scrub: {e}") })
+            let first = replies.first().ok_or_else(|| HostError::Disk {
+                disk: d,
+                code: "Internal".into(),
+                message: "empty reply to scrub".into(),
+            })?;
+            serde_json::from_slice(first).map_err(|e| HostError::Disk {
+                disk: d,
+                code: "Internal".into(),
+                message: format!("malformed reply to scrub: {e}"),
+            })
         }))
         .await
     }
@@ -560,17 +877,33 @@ impl Cluster {
     /// each fetches, disk to disk, the copies its tables' latest loads say it holds and it
     /// lacks (with `verify`, also those that fail their check). Runs on all of them at once; an
     /// error per disk that does not answer. No deadline beyond the connections' keepalive.
-    pub async fn repair(&self, disks: &[u32], request: &adisk_core::protocol::RepairRequest) -> Vec<(u32, Result<adisk_core::protocol::RepairReport>)> {
+    pub async fn repair(
+        &self,
+        disks: &[u32],
+        request: &adisk_core::protocol::RepairRequest,
+    ) -> Vec<(u32, Result<adisk_core::protocol::RepairReport>)> {
         let body = serde_json::to_vec(request).expect("request serializes");
         let asks = disks.iter().map(|d| {
             let body = body.clone();
             async move {
                 let replies = self.action(*d, action::REPAIR, body).await?;
-                let first = replies.first().ok_or_else(|| HostError::Disk { disk: *d, code: "Internal".into(), message: "empty reply to repair".into() })?;
-                serde_json::from_slice(first).map_err(|e| HostError::Disk { disk: *d, code: "Internal".into(), message: format!("malformed reply to repair: {e}") })
+                let first = replies.first().ok_or_else(|| HostError::Disk {
+                    disk: *d,
+                    code: "Internal".into(),
+                    message: "empty reply to repair".into(),
+                })?;
+                serde_json::from_slice(first).map_err(|e| HostError::Disk {
+                    disk: *d,
+                    code: "Internal".into(),
+                    message: format!("malformed reply to repair: {e}"),
+                })
             }
         });
-        disks.iter().copied().zip(futures::future::join_all(asks).await).collect()
+        disks
+            .iter()
+            .copied()
+            .zip(futures::future::join_all(asks).await)
+            .collect()
     }
 
     /// The merged catalog of the live disks (a disk that does not answer is taken as dead). A
@@ -581,7 +914,11 @@ impl Cluster {
     /// A disk failing the request otherwise than by being unreachable; no live disk.
     pub async fn catalog(&self) -> Result<Catalog> {
         let live = self.live_disks();
-        let replies = futures::future::join_all(live.iter().map(|d| self.action_json::<DiskCatalog>(*d, action::CATALOG, vec![]))).await;
+        let replies = futures::future::join_all(
+            live.iter()
+                .map(|d| self.action_json::<DiskCatalog>(*d, action::CATALOG, vec![])),
+        )
+        .await;
         let mut parts = Vec::new();
         for (d, r) in live.into_iter().zip(replies) {
             match r {
@@ -594,7 +931,11 @@ impl Cluster {
             }
         }
         if parts.is_empty() {
-            return Err(HostError::Unreachable { disk: 0, address: self.address(0).to_string(), message: "no disk of the cluster answers".into() });
+            return Err(HostError::Unreachable {
+                disk: 0,
+                address: self.address(0).to_string(),
+                message: "no disk of the cluster answers".into(),
+            });
         }
         let dead = self.dead_disks();
         let mut reports: BTreeMap<String, Vec<(u32, TableInfo)>> = BTreeMap::new();
@@ -607,7 +948,13 @@ impl Cluster {
         for (name, reports) in reports {
             match merge_table(&name, reports, &dead) {
                 Ok(mut entry) => {
-                    for (_, p, d) in self.corrupt.lock().expect("corrupt lock").iter().filter(|(t, p, _)| *t == name && entry.copies.contains_key(p)) {
+                    for (_, p, d) in self
+                        .corrupt
+                        .lock()
+                        .expect("corrupt lock")
+                        .iter()
+                        .filter(|(t, p, _)| *t == name && entry.copies.contains_key(p))
+                    {
                         entry.missing.entry(*p).or_default().insert(*d);
                     }
                     catalog.tables.insert(name, entry);
@@ -622,15 +969,23 @@ impl Cluster {
 
     /// Statistics of job `job_id` at disk `d`.
     pub async fn job_stats(&self, d: u32, job_id: &str) -> Result<DiskJobStats> {
-        self.action_json(d, action::JOB_STATS, job_id.as_bytes().to_vec()).await
+        self.action_json(d, action::JOB_STATS, job_id.as_bytes().to_vec())
+            .await
     }
 
     /// Starts `spec` on disk `d`; returns its result stream.
-    pub async fn start(&self, d: u32, spec: &JobSpec) -> Result<BoxStream<'static, Result<RecordBatch>>> {
+    pub async fn start(
+        &self,
+        d: u32,
+        spec: &JobSpec,
+    ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
         let ticket = self.routed(spec).await?;
         let mut c = self.client(d);
         let address = self.address(d).to_string();
-        let stream = c.do_get(Ticket::new(ticket)).await.map_err(|e| flight_err(d, &address, e))?;
+        let stream = c
+            .do_get(Ticket::new(ticket))
+            .await
+            .map_err(|e| flight_err(d, &address, e))?;
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
@@ -650,19 +1005,29 @@ impl Cluster {
             .with_schema(schema)
             .with_flight_descriptor(Some(arrow_flight::FlightDescriptor::new_cmd(command)))
             .build(input.map(Ok));
-        let stream = c.do_exchange(data).await.map_err(|e| flight_err(d, &address, e))?;
+        let stream = c
+            .do_exchange(data)
+            .await
+            .map_err(|e| flight_err(d, &address, e))?;
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
     /// Drops a table on every disk.
     pub async fn drop_table(&self, table: &str) -> Result<()> {
-        futures::future::try_join_all((0..self.disk_count()).map(|d| self.control(d, action::DROP_TABLE, table.as_bytes().to_vec()))).await?;
+        futures::future::try_join_all(
+            (0..self.disk_count())
+                .map(|d| self.control(d, action::DROP_TABLE, table.as_bytes().to_vec())),
+        )
+        .await?;
         Ok(())
     }
 
     /// Asks every disk to shut down (errors ignored: a dead disk is already down).
     pub async fn shutdown(&self) {
-        futures::future::join_all((0..self.disk_count()).map(|d| self.control(d, action::SHUTDOWN, vec![]))).await;
+        futures::future::join_all(
+            (0..self.disk_count()).map(|d| self.control(d, action::SHUTDOWN, vec![])),
+        )
+        .await;
     }
 }
 
@@ -678,7 +1043,9 @@ mod tests {
 
     /// `parts` partitions over `disks` disks (`parts / disks` consecutive ones per primary), `r` copies each.
     fn chain(parts: u32, disks: u32, r: u32) -> BTreeMap<u32, Vec<u32>> {
-        (0..parts).map(|p| (p, replica_disks(p * disks / parts, r, disks))).collect()
+        (0..parts)
+            .map(|p| (p, replica_disks(p * disks / parts, r, disks)))
+            .collect()
     }
 
     fn dead(d: &[u32]) -> BTreeSet<u32> {
@@ -688,15 +1055,27 @@ mod tests {
     #[test]
     fn each_partition_is_assigned_once_primary_first() {
         let copies = chain(4, 4, 2);
-        assert_eq!(assign_copies(&copies, &dead(&[])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (2, vec![2]), (3, vec![3])]);
+        assert_eq!(
+            assign_copies(&copies, &dead(&[])).unwrap(),
+            vec![(0, vec![0]), (1, vec![1]), (2, vec![2]), (3, vec![3])]
+        );
         // Disk 2 dead: its partition is read at the next disk of the chain.
-        assert_eq!(assign_copies(&copies, &dead(&[2])).unwrap(), vec![(0, vec![0]), (1, vec![1]), (3, vec![2, 3])]);
+        assert_eq!(
+            assign_copies(&copies, &dead(&[2])).unwrap(),
+            vec![(0, vec![0]), (1, vec![1]), (3, vec![2, 3])]
+        );
         // Disk 3 dead: its partition wraps around to disk 0.
-        assert_eq!(assign_copies(&copies, &dead(&[3])).unwrap(), vec![(0, vec![0, 3]), (1, vec![1]), (2, vec![2])]);
+        assert_eq!(
+            assign_copies(&copies, &dead(&[3])).unwrap(),
+            vec![(0, vec![0, 3]), (1, vec![1]), (2, vec![2])]
+        );
         // Two adjacent disks dead: partition 1 (disks 1, 2) has no copy left.
         assert_eq!(assign_copies(&copies, &dead(&[1, 2])).unwrap_err(), vec![1]);
         // Two disks apart: every partition still has a copy.
-        assert_eq!(assign_copies(&copies, &dead(&[0, 2])).unwrap(), vec![(1, vec![0, 1]), (3, vec![2, 3])]);
+        assert_eq!(
+            assign_copies(&copies, &dead(&[0, 2])).unwrap(),
+            vec![(1, vec![0, 1]), (3, vec![2, 3])]
+        );
     }
 
     #[test]
@@ -704,41 +1083,103 @@ mod tests {
         // 8 partitions, 2 per primary, 3 copies: disk 1's two partitions go one to disk 2, one to disk 3.
         let copies = chain(8, 4, 3);
         let assigned = assign_copies(&copies, &dead(&[1])).unwrap();
-        assert_eq!(assigned, vec![(0, vec![0, 1]), (2, vec![2, 4, 5]), (3, vec![3, 6, 7])]);
+        assert_eq!(
+            assigned,
+            vec![(0, vec![0, 1]), (2, vec![2, 4, 5]), (3, vec![3, 6, 7])]
+        );
         let mut all: Vec<u32> = assigned.into_iter().flat_map(|(_, p)| p).collect();
         all.sort_unstable();
-        assert_eq!(all, (0..8).collect::<Vec<_>>(), "each partition exactly once");
+        assert_eq!(
+            all,
+            (0..8).collect::<Vec<_>>(),
+            "each partition exactly once"
+        );
     }
 
     #[test]
     fn a_table_entry_names_its_lost_partitions() {
-        let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 1, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
-        let entry = TableEntry { name: "t".into(), schema: empty_schema(), placements: (0..4).map(|p| (p, info(p))).collect(), copies: chain(4, 4, 2), missing: BTreeMap::new(), stale: vec![] };
+        let info = |partition| {
+            PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 1, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() }
+        };
+        let entry = TableEntry {
+            name: "t".into(),
+            schema: empty_schema(),
+            placements: (0..4).map(|p| (p, info(p))).collect(),
+            copies: chain(4, 4, 2),
+            missing: BTreeMap::new(),
+            stale: vec![],
+        };
         assert_eq!(entry.replicas(), 2);
-        assert_eq!(entry.assign(&dead(&[2])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
+        assert_eq!(
+            entry.assign(&dead(&[2])).unwrap(),
+            vec![
+                (0, Some(vec![0])),
+                (1, Some(vec![1])),
+                (3, Some(vec![2, 3]))
+            ]
+        );
         let e = entry.assign(&dead(&[2, 3])).unwrap_err();
-        assert!(matches!(&e, HostError::LostPartitions { table, partitions, .. } if table == "t" && partitions == &vec![2]), "{e}");
-        assert!(e.to_string().contains("2 on disks [2, 3]") && e.to_string().contains("unreachable: disks 2, 3"), "{e}");
+        assert!(
+            matches!(&e, HostError::LostPartitions { table, partitions, .. } if table == "t" && partitions == &vec![2]),
+            "{e}"
+        );
+        assert!(
+            e.to_string().contains("2 on disks [2, 3]")
+                && e.to_string().contains("unreachable: disks 2, 3"),
+            "{e}"
+        );
         // Without a copy list, a table on a dead disk is lost there.
-        let single = TableEntry { copies: BTreeMap::new(), ..entry };
-        assert_eq!(single.assign(&dead(&[])).unwrap(), vec![(0, None), (1, None), (2, None), (3, None)]);
-        assert!(matches!(single.assign(&dead(&[1])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![1]));
+        let single = TableEntry {
+            copies: BTreeMap::new(),
+            ..entry
+        };
+        assert_eq!(
+            single.assign(&dead(&[])).unwrap(),
+            vec![(0, None), (1, None), (2, None), (3, None)]
+        );
+        assert!(
+            matches!(single.assign(&dead(&[1])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![1])
+        );
     }
 
     /// What disks report of a table loaded as `load` with `copies`: each disk in `holding`
     /// lists the partitions whose copies name it.
-    fn reports(load: &str, copies: &BTreeMap<u32, Vec<u32>>, holding: &[u32]) -> Vec<(u32, TableInfo)> {
-        let info = |partition| PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 10, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() };
+    fn reports(
+        load: &str,
+        copies: &BTreeMap<u32, Vec<u32>>,
+        holding: &[u32],
+    ) -> Vec<(u32, TableInfo)> {
+        let info = |partition| {
+            PartitionInfo { partition, ..serde_json::from_value(serde_json::json!({"partition": 0, "file": "f", "rows": 10, "bytes": 1, "crc32": 0, "row_groups": 1})).unwrap() }
+        };
         let stamp = LoadStamp {
             load_id: load.into(),
             disks: (0..4).collect(),
-            copies: copies.iter().map(|(p, d)| adisk_core::protocol::PartitionCopies { partition: *p, disks: d.clone() }).collect(),
+            copies: copies
+                .iter()
+                .map(|(p, d)| adisk_core::protocol::PartitionCopies {
+                    partition: *p,
+                    disks: d.clone(),
+                })
+                .collect(),
         };
         holding
             .iter()
             .map(|d| {
-                let partitions = copies.iter().filter(|(_, c)| c.contains(d)).map(|(p, _)| info(*p)).collect();
-                (*d, TableInfo { name: "t".into(), schema: Schema::empty(), partitions, load: Some(stamp.clone()) })
+                let partitions = copies
+                    .iter()
+                    .filter(|(_, c)| c.contains(d))
+                    .map(|(p, _)| info(*p))
+                    .collect();
+                (
+                    *d,
+                    TableInfo {
+                        name: "t".into(),
+                        schema: Schema::empty(),
+                        partitions,
+                        load: Some(stamp.clone()),
+                    },
+                )
             })
             .collect()
     }
@@ -751,18 +1192,34 @@ mod tests {
         assert_eq!(entry.missing_by_disk(), vec![(2, vec![1, 2])]);
         assert!(entry.needs_repair());
         assert_eq!(entry.rows(), 40, "each partition once");
-        assert_eq!(entry.assign(&dead(&[])).unwrap(), vec![(0, Some(vec![0])), (1, Some(vec![1])), (3, Some(vec![2, 3]))]);
+        assert_eq!(
+            entry.assign(&dead(&[])).unwrap(),
+            vec![
+                (0, Some(vec![0])),
+                (1, Some(vec![1])),
+                (3, Some(vec![2, 3]))
+            ]
+        );
         // Disk 2 holds an older load: ignored, listed as stale.
         let mut r = reports("b", &copies, &[0, 1, 3]);
         r.extend(reports("a", &copies, &[2]));
         let entry = merge_table("t", r, &dead(&[])).unwrap();
-        assert_eq!((entry.stale.clone(), entry.missing_by_disk()), (vec![2], vec![(2, vec![1, 2])]));
+        assert_eq!(
+            (entry.stale.clone(), entry.missing_by_disk()),
+            (vec![2], vec![(2, vec![1, 2])])
+        );
         assert_eq!(entry.rows(), 40);
         // Disk 3 dead as well: partition 2 has no usable copy; a typed error names it.
         let entry = merge_table("t", reports("b", &copies, &[0, 1]), &dead(&[3])).unwrap();
-        assert!(matches!(entry.assign(&dead(&[3])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![2]));
+        assert!(
+            matches!(entry.assign(&dead(&[3])), Err(HostError::LostPartitions { partitions, .. }) if partitions == vec![2])
+        );
         // All copies present: nothing to repair.
-        assert!(!merge_table("t", reports("b", &copies, &[0, 1, 2, 3]), &dead(&[])).unwrap().needs_repair());
+        assert!(
+            !merge_table("t", reports("b", &copies, &[0, 1, 2, 3]), &dead(&[]))
+                .unwrap()
+                .needs_repair()
+        );
     }
 
     #[test]
@@ -771,7 +1228,11 @@ mod tests {
         let single = chain(4, 4, 1);
         let why = merge_table("t", reports("b", &single, &[0, 1, 3]), &dead(&[])).unwrap_err();
         assert_eq!(why.disks, vec![2]);
-        assert!(why.reason.contains("disk 2: missing") && why.reason.contains("partitions [2]"), "{}", why.reason);
+        assert!(
+            why.reason.contains("disk 2: missing") && why.reason.contains("partitions [2]"),
+            "{}",
+            why.reason
+        );
         // Killed between two disks' commits: disk 0 has the new load, the others the old one.
         let mut r = reports("b", &single, &[0]);
         r.extend(reports("a", &single, &[1, 2, 3]));
@@ -783,9 +1244,16 @@ mod tests {
 
     #[test]
     fn a_dead_disk_is_not_a_missing_copy() {
-        let stamp = LoadStamp { load_id: "a".into(), disks: vec![0, 1, 2], copies: vec![] };
+        let stamp = LoadStamp {
+            load_id: "a".into(),
+            disks: vec![0, 1, 2],
+            copies: vec![],
+        };
         let stamps = vec![(0, Some(stamp.clone())), (1, Some(stamp))];
         assert!(check_generation(&stamps, &dead(&[2])).is_ok());
-        assert_eq!(check_generation(&stamps, &dead(&[])).unwrap_err().0, vec![2]);
+        assert_eq!(
+            check_generation(&stamps, &dead(&[])).unwrap_err().0,
+            vec![2]
+        );
     }
 }

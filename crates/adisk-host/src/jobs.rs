@@ -155,11 +155,25 @@ pub async fn run_phase(
 ///
 /// # Errors
 /// Expressions that do not resolve against `schema` or that DataFusion cannot plan.
-pub async fn aggregate_stage(schema: &SchemaRef, group_by: Vec<Expr>, aggs: Vec<Expr>, partial: bool) -> Result<DiskletSpec> {
+pub async fn aggregate_stage(
+    schema: &SchemaRef,
+    group_by: Vec<Expr>,
+    aggs: Vec<Expr>,
+    partial: bool,
+) -> Result<DiskletSpec> {
     use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
-    let err = |source| HostError::Plan { context: "planning an aggregation stage".into(), source };
-    let ctx = datafusion::prelude::SessionContext::new_with_config(datafusion::prelude::SessionConfig::new().with_target_partitions(1));
-    let df = ctx.read_batch(RecordBatch::new_empty(schema.clone())).map_err(err)?.aggregate(group_by, aggs).map_err(err)?;
+    let err = |source| HostError::Plan {
+        context: "planning an aggregation stage".into(),
+        source,
+    };
+    let ctx = datafusion::prelude::SessionContext::new_with_config(
+        datafusion::prelude::SessionConfig::new().with_target_partitions(1),
+    );
+    let df = ctx
+        .read_batch(RecordBatch::new_empty(schema.clone()))
+        .map_err(err)?
+        .aggregate(group_by, aggs)
+        .map_err(err)?;
     let plan = df.create_physical_plan().await.map_err(err)?;
     let mut node = &plan;
     let first = loop {
@@ -168,16 +182,37 @@ pub async fn aggregate_stage(schema: &SchemaRef, group_by: Vec<Expr>, aggs: Vec<
         {
             break a;
         }
-        node = node.children().into_iter().next().ok_or_else(|| HostError::Invalid(format!("no aggregation over the input in {}", plan.name())))?;
+        node = node.children().into_iter().next().ok_or_else(|| {
+            HostError::Invalid(format!("no aggregation over the input in {}", plan.name()))
+        })?;
     };
     if first.input_schema().as_ref() != schema.as_ref() {
-        return Err(HostError::Invalid("the aggregation does not read its input's columns directly".into()));
+        return Err(HostError::Invalid(
+            "the aggregation does not read its input's columns directly".into(),
+        ));
     }
-    let mode = if partial { AggregateMode::Partial } else { AggregateMode::Single };
-    let leaf = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(schema.clone()));
-    let stage = AggregateExec::try_new(mode, first.group_expr().clone(), first.aggr_expr().to_vec(), first.filter_expr().to_vec(), leaf, schema.clone()).map_err(err)?;
+    let mode = if partial {
+        AggregateMode::Partial
+    } else {
+        AggregateMode::Single
+    };
+    let leaf = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+        schema.clone(),
+    ));
+    let stage = AggregateExec::try_new(
+        mode,
+        first.group_expr().clone(),
+        first.aggr_expr().to_vec(),
+        first.filter_expr().to_vec(),
+        leaf,
+        schema.clone(),
+    )
+    .map_err(err)?;
     let bytes = datafusion_proto::bytes::physical_plan_to_bytes(Arc::new(stage)).map_err(err)?;
-    Ok(DiskletSpec::Fragment { kind: adisk_core::protocol::FragmentKind::Aggregate, plan: ExprBytes(bytes.to_vec()) })
+    Ok(DiskletSpec::Fragment {
+        kind: adisk_core::protocol::FragmentKind::Aggregate,
+        plan: ExprBytes(bytes.to_vec()),
+    })
 }
 
 /// Arrow bytes of a batch (slice-aware).

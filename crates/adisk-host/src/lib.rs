@@ -25,8 +25,8 @@
 pub mod cluster;
 pub mod disklet;
 pub mod exchange;
-pub mod load;
 pub mod jobs;
+pub mod load;
 pub mod relay;
 pub mod run;
 pub mod sql;
@@ -86,7 +86,9 @@ pub enum HostError {
         copies: String,
     },
     /// More replicas asked for than the cluster has disks.
-    #[error("--replicas {replicas}: the cluster has only {disks} disks (at most one copy of a partition per disk)")]
+    #[error(
+        "--replicas {replicas}: the cluster has only {disks} disks (at most one copy of a partition per disk)"
+    )]
     TooManyReplicas {
         /// Copies asked for.
         replicas: u32,
@@ -132,14 +134,23 @@ pub enum HostError {
 impl HostError {
     /// True if the error says a disk is down.
     pub fn is_unreachable(&self) -> bool {
-        matches!(self, HostError::Unreachable { .. }) || matches!(self, HostError::Disk { code, .. } if code == "Unavailable")
+        matches!(self, HostError::Unreachable { .. })
+            || matches!(self, HostError::Disk { code, .. } if code == "Unavailable")
     }
 }
 
 /// `disk 2` or `disks 1, 2`.
 fn disks_text(disks: &[u32]) -> String {
-    let list = disks.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
-    if disks.len() == 1 { format!("disk {list}") } else { format!("disks {list}") }
+    let list = disks
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    if disks.len() == 1 {
+        format!("disk {list}")
+    } else {
+        format!("disks {list}")
+    }
 }
 
 /// Result alias.

@@ -12,7 +12,6 @@
 //! end it cleanly), so the receiving job sees a failed sender, not a short stream.
 use crate::sql::TokenBucket;
 use adisk_core::auth::Verifier;
-use tonic::service::interceptor::InterceptedService;
 use adisk_core::protocol::PutCommand;
 use arrow_flight::flight_service_client::FlightServiceClient;
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
@@ -25,6 +24,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tonic::service::interceptor::InterceptedService;
 use tonic::{Request, Response, Status, Streaming};
 
 /// Flight messages in flight between a sender and its target, per relayed stream.
@@ -62,7 +62,12 @@ impl Relay {
     ///
     /// # Errors
     /// The address cannot be bound.
-    pub async fn start(listen: &str, link: Option<Arc<TokenBucket>>, auth: Option<Arc<Verifier>>, members: Vec<String>) -> std::io::Result<Relay> {
+    pub async fn start(
+        listen: &str,
+        link: Option<Arc<TokenBucket>>,
+        auth: Option<Arc<Verifier>>,
+        members: Vec<String>,
+    ) -> std::io::Result<Relay> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
         let address = listener.local_addr()?.to_string();
         let counters = Arc::new(Counters::default());
@@ -151,7 +156,9 @@ impl RelayService {
     ) -> Result<(), Status> {
         let deadlines = adisk_core::config::Deadlines::default();
         if !self.members.iter().any(|m| *m == target) {
-            return Err(Status::permission_denied(format!("the relay forwards only to disks of this cluster, not to {target}")));
+            return Err(Status::permission_denied(format!(
+                "the relay forwards only to disks of this cluster, not to {target}"
+            )));
         }
         let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
             .map_err(|e| Status::invalid_argument(format!("bad target address {target}: {e}")))?
@@ -170,7 +177,12 @@ impl RelayService {
             serde_json::to_vec(&command).expect("command serializes"),
         ));
         let header = match &self.auth {
-            Some(a) => Some(a.key().header().parse().map_err(|_| Status::internal("token header"))?),
+            Some(a) => Some(
+                a.key()
+                    .header()
+                    .parse()
+                    .map_err(|_| Status::internal("token header"))?,
+            ),
             None => None,
         };
         let (tx, rx) = mpsc::channel::<FlightData>(RELAY_DEPTH);
@@ -178,7 +190,9 @@ impl RelayService {
         let mut call = tokio::spawn(async move {
             let mut request = Request::new(tokio_stream::wrappers::ReceiverStream::new(rx));
             if let Some(header) = header {
-                request.metadata_mut().insert(adisk_core::auth::HEADER, header);
+                request
+                    .metadata_mut()
+                    .insert(adisk_core::auth::HEADER, header);
             }
             let mut results = client.do_put(request).await?.into_inner();
             while results.message().await?.is_some() {}
@@ -213,11 +227,18 @@ impl RelayService {
 /// Refuses every call without a fresh token made with the cluster's secret (none to check
 /// without one), as the disks do.
 #[allow(clippy::result_large_err)]
-fn authenticator(auth: Option<Arc<Verifier>>) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+fn authenticator(
+    auth: Option<Arc<Verifier>>,
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     move |request: Request<()>| {
         if let Some(verifier) = &auth {
-            let header = request.metadata().get(adisk_core::auth::HEADER).and_then(|v| v.to_str().ok());
-            verifier.verify(header).map_err(|e| Status::unauthenticated(e.to_string()))?;
+            let header = request
+                .metadata()
+                .get(adisk_core::auth::HEADER)
+                .and_then(|v| v.to_str().ok());
+            verifier
+                .verify(header)
+                .map_err(|e| Status::unauthenticated(e.to_string()))?;
         }
         Ok(request)
     }
@@ -256,12 +277,23 @@ impl FlightService for RelayService {
         r: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
         let Some(auth) = &self.auth else {
-            return Err(Status::unimplemented("this relay has no cluster key to prove"));
+            return Err(Status::unimplemented(
+                "this relay has no cluster key to prove",
+            ));
         };
-        let challenge = r.into_inner().message().await?.ok_or_else(|| Status::invalid_argument("no challenge"))?;
+        let challenge = r
+            .into_inner()
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("no challenge"))?;
         let payload = auth.key().prove(&challenge.payload).into();
-        let answer = HandshakeResponse { protocol_version: 0, payload };
-        Ok(Response::new(stream::once(async move { Ok(answer) }).boxed()))
+        let answer = HandshakeResponse {
+            protocol_version: 0,
+            payload,
+        };
+        Ok(Response::new(
+            stream::once(async move { Ok(answer) }).boxed(),
+        ))
     }
     async fn list_flights(
         &self,

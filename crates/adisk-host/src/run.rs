@@ -23,6 +23,7 @@ use crate::cluster::Cluster;
 use crate::jobs::{self, JobOutput, Sizes};
 use crate::sql::{Offload, QueryOutput, SqlEngine, SqlOptions};
 use crate::{HostError, Result};
+use adisk_core::limits::{LimitExceeded, MAX_SQL_BYTES};
 use adisk_core::protocol::{DiskletSpec, ExprBytes, FragmentKind, JobSpec, Route, Sink, Source};
 use adisk_core::stats::JobStats;
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
@@ -35,7 +36,6 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::prelude::{DataFrame, col, lit};
-use adisk_core::limits::{LimitExceeded, MAX_SQL_BYTES};
 use datafusion::sql::sqlparser::ast::{ExprWithAlias, OrderByExpr, Visit, VisitMut};
 use datafusion::sql::sqlparser::dialect::GenericDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
@@ -187,7 +187,11 @@ pub async fn run(cluster: &Arc<Cluster>, req: &JobRequest) -> Result<JobOutput> 
             let mut reruns = 0;
             loop {
                 match exchange_groupby(cluster, &engine, req, table.clone()).await {
-                    Err(e) if reruns < cluster.disk_count() && !matches!(e, HostError::LostPartitions { .. }) && !cluster.probe().await.is_empty() => {
+                    Err(e)
+                        if reruns < cluster.disk_count()
+                            && !matches!(e, HostError::LostPartitions { .. })
+                            && !cluster.probe().await.is_empty() =>
+                    {
                         tracing::warn!("exchange failed ({e}); rerunning without the dead disks");
                         reruns += 1;
                     }
@@ -257,7 +261,14 @@ where
     T: Visit + VisitMut,
 {
     if text.len() > MAX_SQL_BYTES {
-        return Err(LimitExceeded { limit: "MAX_SQL_BYTES", what: format!("the length in bytes of {what}"), max: MAX_SQL_BYTES, found: text.len(), at_least: false }.into());
+        return Err(LimitExceeded {
+            limit: "MAX_SQL_BYTES",
+            what: format!("the length in bytes of {what}"),
+            max: MAX_SQL_BYTES,
+            found: text.len(),
+            at_least: false,
+        }
+        .into());
     }
     let sql_err = |e: ParserError| HostError::Plan {
         context: format!("parsing {what} `{text}`"),
@@ -703,7 +714,10 @@ async fn exchange_groupby(
         &id,
         scan.disks.len() as u32,
         &partial,
-        DiskletSpec::Fragment { kind: FragmentKind::Aggregate, plan: ExprBytes(bytes) },
+        DiskletSpec::Fragment {
+            kind: FragmentKind::Aggregate,
+            plan: ExprBytes(bytes),
+        },
     ));
     let mut batches = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |_, b| {
@@ -754,9 +768,20 @@ async fn partition(
     let mut specs = senders(cluster, engine, scan, &id, Route::Hash { keys })?;
     // Receivers count what arrived and its key range (the key column keeps the scan's name).
     let key = col(key_schema.field(0).name());
-    let aggs = vec![count(lit(1)).alias("rows"), min(key.clone()).alias("min_key"), max(key).alias("max_key")];
+    let aggs = vec![
+        count(lit(1)).alias("rows"),
+        min(key.clone()).alias("min_key"),
+        max(key).alias("max_key"),
+    ];
     let stage = jobs::aggregate_stage(&key_schema, vec![], aggs, false).await?;
-    specs.extend(receivers(cluster, engine, &id, scan.disks.len() as u32, &key_schema, stage));
+    specs.extend(receivers(
+        cluster,
+        engine,
+        &id,
+        scan.disks.len() as u32,
+        &key_schema,
+        stage,
+    ));
     let mut per_disk: Vec<(u32, RecordBatch)> = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |d, b| {
         per_disk.push((d, b));

@@ -16,22 +16,59 @@ use std::sync::Arc;
 /// its processing, which the other tests' disks on the same 2 cores would disturb.
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A disk node serving `dir` on 127.0.0.1 and a cluster client for it; send on the returned
 /// channel (or drop it) to stop the node, then await the handle.
-async fn one_disk(dir: &std::path::Path, os: DiskOsConfig) -> (Cluster, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<Result<(), adisk_disk::DiskNodeError>>) {
-    let (memory_mib, buffer_kib, buffers_per_stream) = (os.memory_bytes >> 20, os.buffer_bytes >> 10, os.buffers_per_stream);
-    let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None, auto_repair: false }).await.unwrap();
+async fn one_disk(
+    dir: &std::path::Path,
+    os: DiskOsConfig,
+) -> (
+    Cluster,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<(), adisk_disk::DiskNodeError>>,
+) {
+    let (memory_mib, buffer_kib, buffers_per_stream) = (
+        os.memory_bytes >> 20,
+        os.buffer_bytes >> 10,
+        os.buffers_per_stream,
+    );
+    let node = DiskNode::bind(DiskNodeConfig {
+        dir: dir.to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        os,
+        auth: None,
+        members: None,
+        auto_repair: false,
+    })
+    .await
+    .unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {
         let _ = stop_rx.await;
     }));
     let config = ClusterConfig {
-        cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS },
-        disks: vec![DiskConfig { id: 0, address, dir: None, memory_mib, buffer_kib, buffers_per_stream, read_mbps: 0, pid: None }],
+        cluster: ClusterSection {
+            name: "t".into(),
+            host_link_mbps: 0,
+            exchange: Default::default(),
+            key_file: None,
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        },
+        disks: vec![DiskConfig {
+            id: 0,
+            address,
+            dir: None,
+            memory_mib,
+            buffer_kib,
+            buffers_per_stream,
+            read_mbps: 0,
+            pid: None,
+        }],
     };
     (Cluster::connect(config).await.unwrap(), stop_tx, server)
 }
@@ -40,16 +77,54 @@ async fn one_disk(dir: &std::path::Path, os: DiskOsConfig) -> (Cluster, tokio::s
 async fn host_resident_stream_through_a_disklet() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
+    let (cluster, stop_tx, server) =
+        one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-    let batches: Vec<RecordBatch> = (0..20).map(|i| RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(i * 1000..(i + 1) * 1000))]).unwrap()).collect();
-    let predicate = ExprBytes(((col("x") % lit(7i64)).eq(lit(3i64))).to_bytes().unwrap().to_vec());
-    let spec = JobSpec::chain("host-stream-test", "test", Source::Host { schema: schema.as_ref().clone() }, vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }], Sink::Host);
+    let batches: Vec<RecordBatch> = (0..20)
+        .map(|i| {
+            RecordBatch::try_new(
+                schema.clone(),
+                vec![Arc::new(Int64Array::from_iter_values(
+                    i * 1000..(i + 1) * 1000,
+                ))],
+            )
+            .unwrap()
+        })
+        .collect();
+    let predicate = ExprBytes(
+        ((col("x") % lit(7i64)).eq(lit(3i64)))
+            .to_bytes()
+            .unwrap()
+            .to_vec(),
+    );
+    let spec = JobSpec::chain(
+        "host-stream-test",
+        "test",
+        Source::Host {
+            schema: schema.as_ref().clone(),
+        },
+        vec![DiskletSpec::Select {
+            predicate: Some(predicate),
+            projection: vec![],
+            limit: None,
+        }],
+        Sink::Host,
+    );
     let input = futures::stream::iter(batches.clone()).boxed();
-    let mut out = cluster.exchange(0, &spec, schema.clone(), input).await.unwrap();
+    let mut out = cluster
+        .exchange(0, &spec, schema.clone(), input)
+        .await
+        .unwrap();
     let mut got: Vec<i64> = Vec::new();
     while let Some(b) = out.next().await {
-        got.extend(b.unwrap().column(0).as_primitive::<Int64Type>().values().iter().copied());
+        got.extend(
+            b.unwrap()
+                .column(0)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .copied(),
+        );
     }
     let expected: Vec<i64> = (0..20_000).filter(|x| x % 7 == 3).collect();
     assert_eq!(got, expected);
@@ -58,7 +133,18 @@ async fn host_resident_stream_through_a_disklet() {
     assert_eq!(stats.rows_shipped, expected.len() as u64);
     assert!(stats.bytes_shipped_host > 0);
     // A job naming an unknown table is refused with a typed error, and the disk goes on serving.
-    let bad = JobSpec::chain("bad", "test", Source::Table { table: "nosuch".into(), columns: vec![], prune: None, partitions: None }, vec![], Sink::Host);
+    let bad = JobSpec::chain(
+        "bad",
+        "test",
+        Source::Table {
+            table: "nosuch".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![],
+        Sink::Host,
+    );
     let err = match cluster.start(0, &bad).await {
         Err(e) => e.to_string(),
         Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
@@ -80,11 +166,20 @@ async fn concurrent_jobs_share_the_disk() {
     {
         let store = DiskStore::open(dir.path(), 0).unwrap();
         for (table, rows) in [("big", 4_000_000i64), ("small", 1000)] {
-            let mut w = store.create_partition(table, 0, schema.clone(), 65_536).unwrap();
+            let mut w = store
+                .create_partition(table, 0, schema.clone(), 65_536)
+                .unwrap();
             let mut start = 0;
             while start < rows {
                 let end = (start + 65_536).min(rows);
-                w.write(&RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(start..end))]).unwrap()).unwrap();
+                w.write(
+                    &RecordBatch::try_new(
+                        schema.clone(),
+                        vec![Arc::new(Int64Array::from_iter_values(start..end))],
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
                 start = end;
             }
             store.commit_partition(w).unwrap();
@@ -95,9 +190,45 @@ async fn concurrent_jobs_share_the_disk() {
     let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
     let cluster = Arc::new(cluster);
     let e = |x: datafusion::prelude::Expr| ExprBytes(x.to_bytes().unwrap().to_vec());
-    let group = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(100_000i64)).alias("g")], vec![datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x")).alias("s")], true).await.unwrap();
-    let long = JobSpec { scratch_kib: 8 * 1024, ..JobSpec::chain("long", "program-a", Source::Table { table: "big".into(), columns: vec![], prune: None, partitions: None }, vec![group], Sink::Host) };
-    let short = JobSpec::chain("short", "program-b", Source::Table { table: "small".into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: Some(e(col("x").lt(lit(10i64)))), projection: vec![], limit: None }], Sink::Host);
+    let group = adisk_host::jobs::aggregate_stage(
+        &schema,
+        vec![(col("x") % lit(100_000i64)).alias("g")],
+        vec![datafusion::functions_aggregate::expr_fn::sum(col("x") * col("x")).alias("s")],
+        true,
+    )
+    .await
+    .unwrap();
+    let long = JobSpec {
+        scratch_kib: 8 * 1024,
+        ..JobSpec::chain(
+            "long",
+            "program-a",
+            Source::Table {
+                table: "big".into(),
+                columns: vec![],
+                prune: None,
+                partitions: None,
+            },
+            vec![group],
+            Sink::Host,
+        )
+    };
+    let short = JobSpec::chain(
+        "short",
+        "program-b",
+        Source::Table {
+            table: "small".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![DiskletSpec::Select {
+            predicate: Some(e(col("x").lt(lit(10i64)))),
+            projection: vec![],
+            limit: None,
+        }],
+        Sink::Host,
+    );
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
         let mut rows = 0;
@@ -109,15 +240,28 @@ async fn concurrent_jobs_share_the_disk() {
     let long_task = tokio::spawn(drain(cluster.clone(), long));
     // Let the long job get going, then submit the short one.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !cluster.job_stats(0, "long").await.is_ok_and(|s| s.rows_read > 0) {
-        assert!(std::time::Instant::now() < deadline, "the long job read no rows within 60 s");
+    while !cluster
+        .job_stats(0, "long")
+        .await
+        .is_ok_and(|s| s.rows_read > 0)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the long job read no rows within 60 s"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert!(!long_task.is_finished(), "the long job finished before the short one was submitted: nothing to share");
+    assert!(
+        !long_task.is_finished(),
+        "the long job finished before the short one was submitted: nothing to share"
+    );
     let (short_rows, short_done) = drain(cluster.clone(), short).await;
     let (_, long_done) = long_task.await.unwrap();
     assert_eq!(short_rows, 10);
-    assert!(short_done < long_done, "the short job waited for the long one to finish");
+    assert!(
+        short_done < long_done,
+        "the short job waited for the long one to finish"
+    );
     let long_stats = cluster.job_stats(0, "long").await.unwrap();
     assert_eq!(long_stats.rows_read, 4_000_000);
     let _ = stop_tx.send(());
@@ -130,16 +274,35 @@ async fn concurrent_jobs_share_the_disk() {
 async fn abandoned_pipe_job_is_cancelled() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
+    let (cluster, stop_tx, server) =
+        one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
-    let spec = JobSpec::chain("waits-forever", "test", Source::Pipe { exchange_id: "nobody-sends".into(), senders: 1, schema }, vec![], Sink::Host);
+    let spec = JobSpec::chain(
+        "waits-forever",
+        "test",
+        Source::Pipe {
+            exchange_id: "nobody-sends".into(),
+            senders: 1,
+            schema,
+        },
+        vec![],
+        Sink::Host,
+    );
     let stream = cluster.start(0, &spec).await.unwrap();
-    let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| s[0].as_ref().unwrap().memory_granted_bytes;
-    assert!(granted(&cluster.status().await) > 0, "the job holds a grant while it waits");
+    let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| {
+        s[0].as_ref().unwrap().memory_granted_bytes
+    };
+    assert!(
+        granted(&cluster.status().await) > 0,
+        "the job holds a grant while it waits"
+    );
     drop(stream);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
     while granted(&cluster.status().await) > 0 {
-        assert!(std::time::Instant::now() < deadline, "the abandoned job still holds its grant");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the abandoned job still holds its grant"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
     let stats = cluster.job_stats(0, "waits-forever").await.unwrap();
@@ -155,26 +318,62 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
     let _serial = serial();
     use adisk_storage::store::DiskStore;
     let dir = tempfile::tempdir().unwrap();
-    let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false), Field::new("b", DataType::Int64, false), Field::new("c", DataType::Int64, false)]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("a", DataType::Int64, false),
+        Field::new("b", DataType::Int64, false),
+        Field::new("c", DataType::Int64, false),
+    ]));
     {
         let store = DiskStore::open(dir.path(), 0).unwrap();
-        let mut w = store.create_partition("t", 0, schema.clone(), 65_536).unwrap();
-        let col = |k: i64| Arc::new(Int64Array::from_iter_values((0..100_000).map(move |i| i * 10 + k))) as Arc<dyn arrow::array::Array>;
-        w.write(&RecordBatch::try_new(schema.clone(), vec![col(1), col(2), col(3)]).unwrap()).unwrap();
+        let mut w = store
+            .create_partition("t", 0, schema.clone(), 65_536)
+            .unwrap();
+        let col = |k: i64| {
+            Arc::new(Int64Array::from_iter_values(
+                (0..100_000).map(move |i| i * 10 + k),
+            )) as Arc<dyn arrow::array::Array>
+        };
+        w.write(&RecordBatch::try_new(schema.clone(), vec![col(1), col(2), col(3)]).unwrap())
+            .unwrap();
         store.commit_partition(w).unwrap();
     }
-    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = |id: &str, buffer_kib: u64| JobSpec { buffer_kib, ..JobSpec::chain(id, "test", Source::Table { table: "t".into(), columns: vec!["c".into(), "a".into()], prune: None, partitions: None }, vec![], Sink::Host) };
+    let (cluster, stop_tx, server) =
+        one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
+    let spec = |id: &str, buffer_kib: u64| JobSpec {
+        buffer_kib,
+        ..JobSpec::chain(
+            id,
+            "test",
+            Source::Table {
+                table: "t".into(),
+                columns: vec!["c".into(), "a".into()],
+                prune: None,
+                partitions: None,
+            },
+            vec![],
+            Sink::Host,
+        )
+    };
     let mut counts = Vec::new();
     for (id, kib) in [("disk-buffers", 0), ("own-buffers", 1024)] {
         let mut out = cluster.start(0, &spec(id, kib)).await.unwrap();
         let (mut rows, mut batches) = (0usize, 0usize);
         while let Some(b) = out.next().await {
             let b = b.unwrap();
-            let names: Vec<String> = b.schema().fields().iter().map(|f| f.name().clone()).collect();
+            let names: Vec<String> = b
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect();
             assert_eq!(names, ["c", "a"]);
-            let (c, a) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>());
-            assert!((0..b.num_rows()).all(|i| c.value(i) % 10 == 3 && a.value(i) % 10 == 1 && c.value(i) - a.value(i) == 2));
+            let (c, a) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_primitive::<Int64Type>(),
+            );
+            assert!((0..b.num_rows()).all(|i| c.value(i) % 10 == 3
+                && a.value(i) % 10 == 1
+                && c.value(i) - a.value(i) == 2));
             rows += b.num_rows();
             batches += 1;
         }
@@ -182,7 +381,10 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
         counts.push(batches);
     }
     // Buffers 16× larger: many times fewer batches for the same rows.
-    assert!(counts[1] * 8 <= counts[0], "batches with the disk's 64 KiB buffers and the job's 1 MiB: {counts:?}");
+    assert!(
+        counts[1] * 8 <= counts[0],
+        "batches with the disk's 64 KiB buffers and the job's 1 MiB: {counts:?}"
+    );
     for bad in [8, 64 * 1024] {
         let err = match cluster.start(0, &spec("bad-buffers", bad)).await {
             Err(e) => e.to_string(),
@@ -215,19 +417,33 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
     let cluster = Arc::new(cluster);
     let mut crowd = Vec::new();
     for i in 0..CROWD_JOBS {
-        crowd.push(tokio::spawn(drain_groups(cluster.clone(), group_by_job(&format!("crowd-{i}"), "program-a").await)));
+        crowd.push(tokio::spawn(drain_groups(
+            cluster.clone(),
+            group_by_job(&format!("crowd-{i}"), "program-a").await,
+        )));
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     for i in 0..CROWD_JOBS {
-        while !cluster.job_stats(0, &format!("crowd-{i}")).await.is_ok_and(|s| s.rows_read > 0) {
-            assert!(std::time::Instant::now() < deadline, "crowd-{i} read nothing within 120 s");
+        while !cluster
+            .job_stats(0, &format!("crowd-{i}"))
+            .await
+            .is_ok_and(|s| s.rows_read > 0)
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "crowd-{i} read nothing within 120 s"
+            );
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
     }
     let crowd_rows = |cluster: Arc<Cluster>| async move {
         let mut rows = 0;
         for i in 0..CROWD_JOBS {
-            rows += cluster.job_stats(0, &format!("crowd-{i}")).await.unwrap().rows_read;
+            rows += cluster
+                .job_stats(0, &format!("crowd-{i}"))
+                .await
+                .unwrap()
+                .rows_read;
         }
         rows
     };
@@ -236,11 +452,26 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
     let after = crowd_rows(cluster.clone()).await;
     let crowd_running = crowd.iter().filter(|t| !t.is_finished()).count();
     let share = (after - before) as f64 / ROWS as f64;
-    eprintln!("while program B's job read {ROWS} rows, program A's {CROWD_JOBS} jobs read {} ({share:.2}×); {crowd_running} still running", after - before);
-    assert!(crowd_running > 0, "program A's jobs all ended before B's job: nothing was shared");
-    assert!(after > before, "program A's jobs made no progress while B's ran");
-    assert!(share <= MAX_SHARE, "program A got {share:.2}× program B's work (at most {MAX_SHARE}×)");
-    assert_eq!(cluster.job_stats(0, "single").await.unwrap().rows_read, ROWS as u64);
+    eprintln!(
+        "while program B's job read {ROWS} rows, program A's {CROWD_JOBS} jobs read {} ({share:.2}×); {crowd_running} still running",
+        after - before
+    );
+    assert!(
+        crowd_running > 0,
+        "program A's jobs all ended before B's job: nothing was shared"
+    );
+    assert!(
+        after > before,
+        "program A's jobs made no progress while B's ran"
+    );
+    assert!(
+        share <= MAX_SHARE,
+        "program A got {share:.2}× program B's work (at most {MAX_SHARE}×)"
+    );
+    assert_eq!(
+        cluster.job_stats(0, "single").await.unwrap().rows_read,
+        ROWS as u64
+    );
     for t in crowd {
         t.abort();
     }
@@ -251,15 +482,24 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
 /// Writes table `table` of `rows` rows (`x`, `y`: Int64) as one partition of 64 Ki-row groups.
 fn write_wide_table(dir: &std::path::Path, table: &str, rows: i64) {
     use adisk_storage::store::DiskStore;
-    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false), Field::new("y", DataType::Int64, false)]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("x", DataType::Int64, false),
+        Field::new("y", DataType::Int64, false),
+    ]));
     let store = DiskStore::open(dir, 0).unwrap();
-    let mut writer = store.create_partition(table, 0, schema.clone(), 65_536).unwrap();
+    let mut writer = store
+        .create_partition(table, 0, schema.clone(), 65_536)
+        .unwrap();
     let mut start = 0;
     while start < rows {
         let end = (start + 65_536).min(rows);
-        let x = Int64Array::from_iter_values((start..end).map(|i| i.wrapping_mul(2_654_435_761) % 1_000_003));
+        let x = Int64Array::from_iter_values(
+            (start..end).map(|i| i.wrapping_mul(2_654_435_761) % 1_000_003),
+        );
         let y = Int64Array::from_iter_values(start..end);
-        writer.write(&RecordBatch::try_new(schema.clone(), vec![Arc::new(x), Arc::new(y)]).unwrap()).unwrap();
+        writer
+            .write(&RecordBatch::try_new(schema.clone(), vec![Arc::new(x), Arc::new(y)]).unwrap())
+            .unwrap();
         start = end;
     }
     store.commit_partition(writer).unwrap();
@@ -267,10 +507,34 @@ fn write_wide_table(dir: &std::path::Path, table: &str, rows: i64) {
 
 /// A scan of `t` with a partial group-by into 1024 groups (little output, all work at the disk).
 async fn group_by_job(job_id: &str, program: &str) -> JobSpec {
-    let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false), Field::new("y", DataType::Int64, false)]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("x", DataType::Int64, false),
+        Field::new("y", DataType::Int64, false),
+    ]));
     let sum = datafusion::functions_aggregate::expr_fn::sum(col("x") * col("y"));
-    let aggregate = adisk_host::jobs::aggregate_stage(&schema, vec![(col("x") % lit(1024i64)).alias("g")], vec![sum.alias("s")], true).await.unwrap();
-    JobSpec { scratch_kib: 4 * 1024, ..JobSpec::chain(job_id, program, Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }, vec![aggregate], Sink::Host) }
+    let aggregate = adisk_host::jobs::aggregate_stage(
+        &schema,
+        vec![(col("x") % lit(1024i64)).alias("g")],
+        vec![sum.alias("s")],
+        true,
+    )
+    .await
+    .unwrap();
+    JobSpec {
+        scratch_kib: 4 * 1024,
+        ..JobSpec::chain(
+            job_id,
+            program,
+            Source::Table {
+                table: "t".into(),
+                columns: vec![],
+                prune: None,
+                partitions: None,
+            },
+            vec![aggregate],
+            Sink::Host,
+        )
+    }
 }
 
 /// Runs `spec` to its end and checks it made one row per group.
@@ -294,27 +558,68 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
     let dir = tempfile::tempdir().unwrap();
     let schema = Arc::new(Schema::new(vec![Field::new("s", DataType::Utf8, false)]));
     let width = |group: usize| if group == 0 { 8 } else { 2000 };
-    let expected: Vec<String> = (0..3 * GROUP_ROWS).map(|i| format!("{i:0>w$}", w = width(i / GROUP_ROWS))).collect();
+    let expected: Vec<String> = (0..3 * GROUP_ROWS)
+        .map(|i| format!("{i:0>w$}", w = width(i / GROUP_ROWS)))
+        .collect();
     {
         let store = DiskStore::open(dir.path(), 0).unwrap();
-        let mut w = store.create_partition("wide", 0, schema.clone(), GROUP_ROWS).unwrap();
+        let mut w = store
+            .create_partition("wide", 0, schema.clone(), GROUP_ROWS)
+            .unwrap();
         for rows in expected.chunks(GROUP_ROWS) {
-            w.write(&RecordBatch::try_new(schema.clone(), vec![Arc::new(arrow::array::StringArray::from(rows.to_vec()))]).unwrap()).unwrap();
+            w.write(
+                &RecordBatch::try_new(
+                    schema.clone(),
+                    vec![Arc::new(arrow::array::StringArray::from(rows.to_vec()))],
+                )
+                .unwrap(),
+            )
+            .unwrap();
         }
         store.commit_partition(w).unwrap();
     }
-    let (cluster, stop_tx, server) = one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = JobSpec::chain("wide-scan", "test", Source::Table { table: "wide".into(), columns: vec![], prune: None, partitions: None }, vec![], Sink::Host);
+    let (cluster, stop_tx, server) =
+        one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
+    let spec = JobSpec::chain(
+        "wide-scan",
+        "test",
+        Source::Table {
+            table: "wide".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![],
+        Sink::Host,
+    );
     let mut out = cluster.start(0, &spec).await.unwrap();
     let mut got = Vec::new();
     while let Some(b) = out.next().await {
         let b = b.unwrap();
-        got.extend(b.column(0).as_string::<i32>().iter().map(|s| s.unwrap().to_string()));
+        got.extend(
+            b.column(0)
+                .as_string::<i32>()
+                .iter()
+                .map(|s| s.unwrap().to_string()),
+        );
     }
-    assert!(got == expected, "rows differ ({} got, {} expected)", got.len(), expected.len());
+    assert!(
+        got == expected,
+        "rows differ ({} got, {} expected)",
+        got.len(),
+        expected.len()
+    );
     let stats = cluster.job_stats(0, "wide-scan").await.unwrap();
-    eprintln!("memory peak {} of {} granted", stats.memory_peak_bytes, stats.memory_granted_bytes);
-    assert!(stats.memory_peak_bytes <= stats.memory_granted_bytes, "peak {} over the grant {}", stats.memory_peak_bytes, stats.memory_granted_bytes);
+    eprintln!(
+        "memory peak {} of {} granted",
+        stats.memory_peak_bytes, stats.memory_granted_bytes
+    );
+    assert!(
+        stats.memory_peak_bytes <= stats.memory_granted_bytes,
+        "peak {} over the grant {}",
+        stats.memory_peak_bytes,
+        stats.memory_granted_bytes
+    );
     let _ = stop_tx.send(());
     server.await.unwrap().unwrap();
 }
@@ -325,23 +630,66 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
 async fn a_served_data_directory_is_refused_to_a_second_disk() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = || adisk_disk::DiskNodeConfig { dir: dir.path().to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2), auth: None, members: None, auto_repair: false };
+    let config = || adisk_disk::DiskNodeConfig {
+        dir: dir.path().to_path_buf(),
+        listen: "127.0.0.1:0".into(),
+        os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2),
+        auth: None,
+        members: None,
+        auto_repair: false,
+    };
     let first = DiskNode::bind(config()).await.unwrap();
-    let err = DiskNode::bind(config()).await.err().expect("a second node on the same directory").to_string();
-    assert!(err.contains("already served") && err.contains(&format!("pid {}", std::process::id())), "{err}");
+    let err = DiskNode::bind(config())
+        .await
+        .err()
+        .expect("a second node on the same directory")
+        .to_string();
+    assert!(
+        err.contains("already served") && err.contains(&format!("pid {}", std::process::id())),
+        "{err}"
+    );
     assert!(err.contains(&dir.path().display().to_string()), "{err}");
     drop(first);
-    DiskNode::bind(config()).await.expect("the directory is free once the first node is gone");
+    DiskNode::bind(config())
+        .await
+        .expect("the directory is free once the first node is gone");
 }
 
 /// Disk nodes serving `dirs` on 127.0.0.1 and a cluster client for them; drop or send on the
 /// returned channels to stop them.
 async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::oneshot::Sender<()>>) {
-    let mut config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: vec![] };
+    let mut config = ClusterConfig {
+        cluster: ClusterSection {
+            name: "t".into(),
+            host_link_mbps: 0,
+            exchange: Default::default(),
+            key_file: None,
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        },
+        disks: vec![],
+    };
     let mut stops = Vec::new();
     for (id, dir) in dirs.iter().enumerate() {
-        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2), auth: None, members: None, auto_repair: false }).await.unwrap();
-        config.disks.push(DiskConfig { id: id as u32, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None });
+        let node = DiskNode::bind(DiskNodeConfig {
+            dir: dir.to_path_buf(),
+            listen: "127.0.0.1:0".into(),
+            os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2),
+            auth: None,
+            members: None,
+            auto_repair: false,
+        })
+        .await
+        .unwrap();
+        config.disks.push(DiskConfig {
+            id: id as u32,
+            address: node.address().to_string(),
+            dir: None,
+            memory_mib: 64,
+            buffer_kib: 64,
+            buffers_per_stream: 2,
+            read_mbps: 0,
+            pid: None,
+        });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(node.serve(async move {
             let _ = stop_rx.await;
@@ -354,10 +702,24 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
 fn staged(store: &adisk_storage::store::DiskStore, load: &str, rows: i64, disks: Vec<u32>) {
     let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
     store.begin_staging(load, "t").unwrap();
-    let mut w = store.create_staged_partition(load, "t", store.disk_id(), schema.clone(), 4096).unwrap();
-    w.write(&RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap()).unwrap();
+    let mut w = store
+        .create_staged_partition(load, "t", store.disk_id(), schema.clone(), 4096)
+        .unwrap();
+    w.write(
+        &RecordBatch::try_new(
+            schema,
+            vec![Arc::new(Int64Array::from_iter_values(0..rows))],
+        )
+        .unwrap(),
+    )
+    .unwrap();
     store.finish_staged(load, w).unwrap();
-    let commit = adisk_core::protocol::CommitTable { table: "t".into(), partitions: vec![store.disk_id()], disks, copies: vec![] };
+    let commit = adisk_core::protocol::CommitTable {
+        table: "t".into(),
+        partitions: vec![store.disk_id()],
+        disks,
+        copies: vec![],
+    };
     store.commit_load(load, &[commit]).unwrap();
 }
 
@@ -370,7 +732,10 @@ async fn a_half_committed_load_is_reported_incomplete_never_partial() {
     use adisk_storage::store::DiskStore;
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     {
-        let (s0, s1) = (DiskStore::open(a.path(), 0).unwrap(), DiskStore::open(b.path(), 1).unwrap());
+        let (s0, s1) = (
+            DiskStore::open(a.path(), 0).unwrap(),
+            DiskStore::open(b.path(), 1).unwrap(),
+        );
         staged(&s0, "0001-a", 100, vec![0, 1]);
         staged(&s1, "0001-a", 100, vec![0, 1]);
         staged(&s0, "0002-b", 5, vec![0, 1]); // disk 1 never got this commit
@@ -379,11 +744,23 @@ async fn a_half_committed_load_is_reported_incomplete_never_partial() {
     let catalog = cluster.catalog().await.unwrap();
     assert!(!catalog.tables.contains_key("t"));
     let err = catalog.table("t").unwrap_err();
-    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { table, disks, .. } if table == "t" && disks == &vec![1]), "{err}");
-    assert!(err.to_string().contains("load 0002-b") && err.to_string().contains("disk 1: load 0001-a"), "{err}");
-    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    assert!(
+        matches!(&err, adisk_host::HostError::IncompleteTable { table, disks, .. } if table == "t" && disks == &vec![1]),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("load 0002-b") && err.to_string().contains("disk 1: load 0001-a"),
+        "{err}"
+    );
+    let engine =
+        adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default())
+            .await
+            .unwrap();
     let err = engine.query("SELECT sum(k) FROM t").await.unwrap_err();
-    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { table, .. } if table == "t"), "{err}");
+    assert!(
+        matches!(&err, adisk_host::HostError::IncompleteTable { table, .. } if table == "t"),
+        "{err}"
+    );
 }
 
 /// The same for a first load: disk 0 committed, disk 1 has no table at all.
@@ -391,10 +768,18 @@ async fn a_half_committed_load_is_reported_incomplete_never_partial() {
 async fn a_half_committed_first_load_is_reported_incomplete() {
     let _serial = serial();
     let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    staged(&adisk_storage::store::DiskStore::open(a.path(), 0).unwrap(), "0001-a", 100, vec![0, 1]);
+    staged(
+        &adisk_storage::store::DiskStore::open(a.path(), 0).unwrap(),
+        "0001-a",
+        100,
+        vec![0, 1],
+    );
     let (cluster, _stops) = disks(&[a.path(), b.path()]).await;
     let err = cluster.catalog().await.unwrap().table("t").unwrap_err();
-    assert!(matches!(&err, adisk_host::HostError::IncompleteTable { disks, .. } if disks == &vec![1]), "{err}");
+    assert!(
+        matches!(&err, adisk_host::HostError::IncompleteTable { disks, .. } if disks == &vec![1]),
+        "{err}"
+    );
     assert!(err.to_string().contains("disk 1: missing"), "{err}");
 }
 
@@ -403,13 +788,22 @@ fn write_csv(path: &std::path::Path, rows: u64, bad_row: Option<u64>) {
     let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
     writeln!(f, "k,v").unwrap();
     for i in 1..=rows {
-        if Some(i) == bad_row { writeln!(f, "{i},not-a-number").unwrap() } else { writeln!(f, "{i},{}", i * 2).unwrap() }
+        if Some(i) == bad_row {
+            writeln!(f, "{i},not-a-number").unwrap()
+        } else {
+            writeln!(f, "{i},{}", i * 2).unwrap()
+        }
     }
 }
 
 fn leftovers(dir: &std::path::Path) -> Vec<String> {
     let staging = dir.join("staging");
-    std::fs::read_dir(&staging).into_iter().flatten().flatten().map(|e| e.path().display().to_string()).collect()
+    std::fs::read_dir(&staging)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .collect()
 }
 
 /// A CSV whose row 50 001 does not parse: the load fails with the file named, the previous
@@ -420,27 +814,75 @@ async fn a_bad_csv_row_leaves_the_previous_table_and_nothing_on_disk() {
     let _serial = serial();
     use adisk_host::load::{FileFormat, load_files};
     use adisk_storage::decluster::Decluster;
-    let (a, b, files) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (a, b, files) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
     let (good, bad) = (files.path().join("good.csv"), files.path().join("bad.csv"));
     write_csv(&good, 60_000, None);
     write_csv(&bad, 80_000, Some(50_001));
     let (cluster, _stops) = disks(&[a.path(), b.path()]).await;
     let rule = || "roundrobin".parse::<Decluster>().unwrap();
-    let err = load_files(&cluster, "fresh", FileFormat::Csv, std::slice::from_ref(&bad), rule(), |_| {}).await.unwrap_err();
+    let err = load_files(
+        &cluster,
+        "fresh",
+        FileFormat::Csv,
+        std::slice::from_ref(&bad),
+        rule(),
+        |_| {},
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("bad.csv"), "{err}");
-    assert!(matches!(cluster.catalog().await.unwrap().table("fresh"), Err(adisk_host::HostError::UnknownTable(_))));
-    load_files(&cluster, "t", FileFormat::Csv, std::slice::from_ref(&good), rule(), |_| {}).await.unwrap();
-    let err = load_files(&cluster, "t", FileFormat::Csv, std::slice::from_ref(&bad), rule(), |_| {}).await.unwrap_err();
+    assert!(matches!(
+        cluster.catalog().await.unwrap().table("fresh"),
+        Err(adisk_host::HostError::UnknownTable(_))
+    ));
+    load_files(
+        &cluster,
+        "t",
+        FileFormat::Csv,
+        std::slice::from_ref(&good),
+        rule(),
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let err = load_files(
+        &cluster,
+        "t",
+        FileFormat::Csv,
+        std::slice::from_ref(&bad),
+        rule(),
+        |_| {},
+    )
+    .await
+    .unwrap_err();
     assert!(err.to_string().contains("bad.csv"), "{err}");
     let catalog = cluster.catalog().await.unwrap();
     assert_eq!(catalog.table("t").unwrap().rows(), 60_000);
-    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    let engine =
+        adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default())
+            .await
+            .unwrap();
     let out = engine.query("SELECT sum(v) FROM t").await.unwrap();
-    assert_eq!(out.batches[0].column(0).as_primitive::<Int64Type>().value(0), 60_000 * 60_001);
+    assert_eq!(
+        out.batches[0]
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .value(0),
+        60_000 * 60_001
+    );
     // Aborts reach the disks after the failed calls ended: wait for the staged files to go.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     while !(leftovers(a.path()).is_empty() && leftovers(b.path()).is_empty()) {
-        assert!(std::time::Instant::now() < deadline, "staged files left: {:?} {:?}", leftovers(a.path()), leftovers(b.path()));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "staged files left: {:?} {:?}",
+            leftovers(a.path()),
+            leftovers(b.path())
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
@@ -449,7 +891,11 @@ async fn a_bad_csv_row_leaves_the_previous_table_and_nothing_on_disk() {
 fn flip_keeping_mtime(path: &std::path::Path, offset: u64) {
     use std::os::unix::fs::FileExt;
     let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut byte = [0u8; 1];
     f.read_exact_at(&mut byte, offset).unwrap();
     f.write_all_at(&[byte[0] ^ 0x01], offset).unwrap();
@@ -458,7 +904,10 @@ fn flip_keeping_mtime(path: &std::path::Path, offset: u64) {
 
 /// `sum(v - k)` over `t` (reads both columns).
 async fn sum(engine: &adisk_host::sql::SqlEngine) -> Result<i64, adisk_host::HostError> {
-    engine.query("SELECT sum(v - k) FROM t").await.map(|o| o.batches[0].column(0).as_primitive::<Int64Type>().value(0))
+    engine
+        .query("SELECT sum(v - k) FROM t")
+        .await
+        .map(|o| o.batches[0].column(0).as_primitive::<Int64Type>().value(0))
 }
 
 /// Bytes flipped in a data page, then in the footer, after the disk first opened (and
@@ -470,9 +919,23 @@ async fn a_flip_after_the_first_open_fails_the_query_naming_the_file() {
     let csv = files.path().join("t.csv");
     write_csv(&csv, 200_000, None);
     let (cluster, _stops) = disks(&[a.path()]).await;
-    let rule = "roundrobin".parse::<adisk_storage::decluster::Decluster>().unwrap();
-    let infos = adisk_host::load::load_files(&cluster, "t", adisk_host::load::FileFormat::Csv, &[csv], rule, |_| {}).await.unwrap();
-    let engine = adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default()).await.unwrap();
+    let rule = "roundrobin"
+        .parse::<adisk_storage::decluster::Decluster>()
+        .unwrap();
+    let infos = adisk_host::load::load_files(
+        &cluster,
+        "t",
+        adisk_host::load::FileFormat::Csv,
+        &[csv],
+        rule,
+        |_| {},
+    )
+    .await
+    .unwrap();
+    let engine =
+        adisk_host::sql::SqlEngine::new(cluster.clone(), adisk_host::sql::SqlOptions::default())
+            .await
+            .unwrap();
     assert_eq!(sum(&engine).await.unwrap(), 200_000 * 200_001 / 2);
     let catalog = cluster.catalog().await.unwrap();
     let part = &catalog.table("t").unwrap().placements[0].1;
@@ -481,13 +944,26 @@ async fn a_flip_after_the_first_open_fails_the_query_naming_the_file() {
     let original = std::fs::read(&path).unwrap();
     // Column `v` of row group 1: the middle of its chunk, a data page.
     assert_eq!(infos[0].bytes, part.bytes);
-    for (offset, what) in [(sums.tail_offset / 2, "column chunk"), (part.bytes - 30, "footer")] {
+    for (offset, what) in [
+        (sums.tail_offset / 2, "column chunk"),
+        (part.bytes - 30, "footer"),
+    ] {
         flip_keeping_mtime(&path, offset);
         let err = sum(&engine).await.unwrap_err();
         let text = err.to_string();
-        assert!(matches!(&err, adisk_host::HostError::Disk { code, .. } if code == "DataLoss"), "{err}");
-        assert!(text.contains(&path.display().to_string()) && text.contains(what), "{text}");
+        assert!(
+            matches!(&err, adisk_host::HostError::Disk { code, .. } if code == "DataLoss"),
+            "{err}"
+        );
+        assert!(
+            text.contains(&path.display().to_string()) && text.contains(what),
+            "{text}"
+        );
         std::fs::write(&path, &original).unwrap();
-        assert_eq!(sum(&engine).await.unwrap(), 200_000 * 200_001 / 2, "restored: the query answers again");
+        assert_eq!(
+            sum(&engine).await.unwrap(),
+            200_000 * 200_001 / 2,
+            "restored: the query answers again"
+        );
     }
 }

@@ -34,14 +34,45 @@ struct Disk {
 impl Disk {
     async fn start(dir: &Path) -> Self {
         let os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
-        let node = DiskNode::bind(DiskNodeConfig { dir: dir.to_path_buf(), listen: "127.0.0.1:0".into(), os, auth: None, members: None, auto_repair: false }).await.unwrap();
-        let disk = DiskConfig { id: 0, address: node.address().to_string(), dir: None, memory_mib: 64, buffer_kib: 64, buffers_per_stream: 2, read_mbps: 0, pid: None };
+        let node = DiskNode::bind(DiskNodeConfig {
+            dir: dir.to_path_buf(),
+            listen: "127.0.0.1:0".into(),
+            os,
+            auth: None,
+            members: None,
+            auto_repair: false,
+        })
+        .await
+        .unwrap();
+        let disk = DiskConfig {
+            id: 0,
+            address: node.address().to_string(),
+            dir: None,
+            memory_mib: 64,
+            buffer_kib: 64,
+            buffers_per_stream: 2,
+            read_mbps: 0,
+            pid: None,
+        };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {
             let _ = stop_rx.await;
         }));
-        let config = ClusterConfig { cluster: ClusterSection { name: "t".into(), host_link_mbps: 0, exchange: Default::default(), key_file: None, disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS }, disks: vec![disk] };
-        Disk { cluster: Arc::new(Cluster::connect(config).await.unwrap()), stop, server }
+        let config = ClusterConfig {
+            cluster: ClusterSection {
+                name: "t".into(),
+                host_link_mbps: 0,
+                exchange: Default::default(),
+                key_file: None,
+                disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            },
+            disks: vec![disk],
+        };
+        Disk {
+            cluster: Arc::new(Cluster::connect(config).await.unwrap()),
+            stop,
+            server,
+        }
     }
 
     async fn shut(self) {
@@ -62,7 +93,11 @@ impl Disk {
     /// Jobs that instantiated `name` (ran its init) since the disk started.
     async fn instances(&self, name: &str) -> u64 {
         let listed = disklet::list(&self.cluster).await.unwrap();
-        listed[0].1.iter().find(|d| d.name == name).map_or(0, |d| d.instances)
+        listed[0]
+            .1
+            .iter()
+            .find(|d| d.name == name)
+            .map_or(0, |d| d.instances)
     }
 }
 
@@ -70,21 +105,44 @@ impl Disk {
 fn build(example: &str, out_dir: &Path) -> Vec<u8> {
     let sdk = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../sdk/c");
     let out = out_dir.join(format!("{example}.wasm"));
-    let run = std::process::Command::new(sdk.join("build.sh")).arg(sdk.join(format!("examples/{example}.c"))).arg(&out).output().expect("sdk/c/build.sh runs");
-    assert!(run.status.success(), "building {example}.c failed (it needs clang and wasm-ld, see ./x setup):\n{}", String::from_utf8_lossy(&run.stderr));
+    let run = std::process::Command::new(sdk.join("build.sh"))
+        .arg(sdk.join(format!("examples/{example}.c")))
+        .arg(&out)
+        .output()
+        .expect("sdk/c/build.sh runs");
+    assert!(
+        run.status.success(),
+        "building {example}.c failed (it needs clang and wasm-ld, see ./x setup):\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     std::fs::read(out).unwrap()
 }
 
 fn schema() -> Arc<Schema> {
-    Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false), Field::new("v", DataType::Int64, true), Field::new("s", DataType::Utf8, false)]))
+    Arc::new(Schema::new(vec![
+        Field::new("k", DataType::Int64, false),
+        Field::new("v", DataType::Int64, true),
+        Field::new("s", DataType::Utf8, false),
+    ]))
 }
 
 /// `n` rows sorted on `k`, with repeated keys (so merges meet equal keys), some NULL values and
 /// texts of varying length that say which table and row they come from.
 fn rows(table: &str, seed: i64, n: usize) -> Vec<Row> {
-    let mut keys: Vec<i64> = (0..n as i64).map(|i| (i * 7919 + seed * 104_729) % (n as i64 / 3) - 50).collect();
+    let mut keys: Vec<i64> = (0..n as i64)
+        .map(|i| (i * 7919 + seed * 104_729) % (n as i64 / 3) - 50)
+        .collect();
     keys.sort();
-    keys.into_iter().enumerate().map(|(i, k)| (k, (i % 7 != 0).then_some(i as i64 * seed), format!("{table}{i}{}", "x".repeat(i % 13)))).collect()
+    keys.into_iter()
+        .enumerate()
+        .map(|(i, k)| {
+            (
+                k,
+                (i % 7 != 0).then_some(i as i64 * seed),
+                format!("{table}{i}{}", "x".repeat(i % 13)),
+            )
+        })
+        .collect()
 }
 
 fn batch(rows: &[Row]) -> RecordBatch {
@@ -96,7 +154,9 @@ fn batch(rows: &[Row]) -> RecordBatch {
 
 fn write_table(dir: &Path, name: &str, partition: u32, rows: &[Row]) {
     let store = DiskStore::open(dir, 0).unwrap();
-    let mut w = store.create_partition(name, partition, schema(), 4096).unwrap();
+    let mut w = store
+        .create_partition(name, partition, schema(), 4096)
+        .unwrap();
     w.write(&batch(rows)).unwrap();
     store.commit_partition(w).unwrap();
 }
@@ -105,9 +165,23 @@ fn write_table(dir: &Path, name: &str, partition: u32, rows: &[Row]) {
 fn read_rows(batches: &[RecordBatch]) -> Vec<Row> {
     let mut out = Vec::new();
     for b in batches {
-        let (k, v, s) = (b.column_by_name("k").unwrap(), b.column_by_name("v").unwrap(), b.column_by_name("s").unwrap());
-        let (k, v, s) = (k.as_primitive::<Int64Type>(), v.as_primitive::<Int64Type>(), s.as_string::<i32>());
-        out.extend((0..b.num_rows()).map(|r| (k.value(r), v.is_valid(r).then(|| v.value(r)), s.value(r).to_string())));
+        let (k, v, s) = (
+            b.column_by_name("k").unwrap(),
+            b.column_by_name("v").unwrap(),
+            b.column_by_name("s").unwrap(),
+        );
+        let (k, v, s) = (
+            k.as_primitive::<Int64Type>(),
+            v.as_primitive::<Int64Type>(),
+            s.as_string::<i32>(),
+        );
+        out.extend((0..b.num_rows()).map(|r| {
+            (
+                k.value(r),
+                v.is_valid(r).then(|| v.value(r)),
+                s.value(r).to_string(),
+            )
+        }));
     }
     out
 }
@@ -120,25 +194,59 @@ fn merged(a: &[Row], b: &[Row]) -> Vec<Row> {
 }
 
 fn wasm(name: &str, params: &[(&str, &str)]) -> DiskletSpec {
-    DiskletSpec::Wasm { name: name.into(), params: params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(), fuel: None }
+    DiskletSpec::Wasm {
+        name: name.into(),
+        params: params
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        fuel: None,
+    }
 }
 
 fn table(name: &str) -> Source {
-    Source::Table { table: name.into(), columns: vec![], prune: None, partitions: None }
+    Source::Table {
+        table: name.into(),
+        columns: vec![],
+        prune: None,
+        partitions: None,
+    }
 }
 
 fn port(stage: u32, port: u32) -> Port {
     Port::Stage { stage, port }
 }
 
-fn graph(id: &str, inputs: Vec<Source>, stages: Vec<(DiskletSpec, Vec<Port>)>, outputs: Vec<(Port, Sink)>) -> JobSpec {
-    let stages = stages.into_iter().map(|(disklet, inputs)| Stage { disklet, inputs }).collect();
-    let outputs = outputs.into_iter().map(|(from, sink)| Output { from, sink }).collect();
-    JobSpec { job_id: id.into(), program: "wasm-graphs".into(), inputs, stages, outputs, scratch_kib: 8 * 1024, buffer_kib: 0, temp_kib: 0 }
+fn graph(
+    id: &str,
+    inputs: Vec<Source>,
+    stages: Vec<(DiskletSpec, Vec<Port>)>,
+    outputs: Vec<(Port, Sink)>,
+) -> JobSpec {
+    let stages = stages
+        .into_iter()
+        .map(|(disklet, inputs)| Stage { disklet, inputs })
+        .collect();
+    let outputs = outputs
+        .into_iter()
+        .map(|(from, sink)| Output { from, sink })
+        .collect();
+    JobSpec {
+        job_id: id.into(),
+        program: "wasm-graphs".into(),
+        inputs,
+        stages,
+        outputs,
+        scratch_kib: 8 * 1024,
+        buffer_kib: 0,
+        temp_kib: 0,
+    }
 }
 
 fn temp(name: &str) -> Sink {
-    Sink::Store { stream: StoredStream::Temp { name: name.into() } }
+    Sink::Store {
+        stream: StoredStream::Temp { name: name.into() },
+    }
 }
 
 /// Two sorted tables on one disk, and the examples installed there.
@@ -149,7 +257,9 @@ async fn setup(tmp: &Path) -> (Disk, Vec<Row>, Vec<Row>) {
     write_table(&tmp.join("disk"), "b", 1, &b);
     let disk = Disk::start(&tmp.join("disk")).await;
     for example in ["merge2", "split", "histogram"] {
-        let info = disklet::install(&disk.cluster, example, build(example, tmp), 2048).await.unwrap();
+        let info = disklet::install(&disk.cluster, example, build(example, tmp), 2048)
+            .await
+            .unwrap();
         let expected_abi = if example == "histogram" { 1 } else { 2 };
         assert_eq!(info[0].1.abi, expected_abi, "{example}");
     }
@@ -165,19 +275,52 @@ async fn merge2_of_two_sorted_tables_matches_a_sort_of_both() {
     assert_eq!((info.abi, info.inputs, info.outputs), (2, 2, 1));
     let expected = merged(&a, &b);
 
-    let job = graph("merge2", vec![table("a"), table("b")], vec![(wasm("merge2", &[("key", "k")]), vec![Port::Input(0), Port::Input(1)])], vec![(port(0, 0), Sink::Host)]);
+    let job = graph(
+        "merge2",
+        vec![table("a"), table("b")],
+        vec![(
+            wasm("merge2", &[("key", "k")]),
+            vec![Port::Input(0), Port::Input(1)],
+        )],
+        vec![(port(0, 0), Sink::Host)],
+    );
     let out = disk.run(&job).await.unwrap();
-    assert_eq!(out[0].schema().fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>(), ["k", "v", "s"]);
+    assert_eq!(
+        out[0]
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>(),
+        ["k", "v", "s"]
+    );
     let got = read_rows(&out);
     assert_eq!(got.len(), expected.len());
-    assert!(got == expected, "merge2 differs from the reference at row {:?}", got.iter().zip(&expected).position(|(g, e)| g != e));
+    assert!(
+        got == expected,
+        "merge2 differs from the reference at row {:?}",
+        got.iter().zip(&expected).position(|(g, e)| g != e)
+    );
     let stats = disk.cluster.job_stats(0, "merge2").await.unwrap();
     assert_eq!(stats.stages[0].rows_in, (a.len() + b.len()) as u64);
 
     // The path of `adisk disklet run merge2 --table b --table a --param key=k`: b is input 0.
-    let req = WasmRequest { name: "merge2".into(), params: [("key".to_string(), "k".to_string())].into_iter().collect(), ..Default::default() };
-    let out = disklet::run_tables(&disk.cluster, &req, &[("b".into(), vec![]), ("a".into(), vec![])]).await.unwrap();
-    assert!(read_rows(&out.batches) == merged(&b, &a), "merge2 through run_tables differs from the reference");
+    let req = WasmRequest {
+        name: "merge2".into(),
+        params: [("key".to_string(), "k".to_string())].into_iter().collect(),
+        ..Default::default()
+    };
+    let out = disklet::run_tables(
+        &disk.cluster,
+        &req,
+        &[("b".into(), vec![]), ("a".into(), vec![])],
+    )
+    .await
+    .unwrap();
+    assert!(
+        read_rows(&out.batches) == merged(&b, &a),
+        "merge2 through run_tables differs from the reference"
+    );
     disk.shut().await;
 }
 
@@ -190,19 +333,66 @@ async fn split_ports_match_the_reference_and_merge_back_through_temp_streams() {
     let split = || wasm("split", &[("key", "k")]);
 
     // Port 0 to the host, port 1 to a named result read by the next job.
-    let odd_result = Sink::Store { stream: StoredStream::Result { name: "a_odd".into(), partition: 0 } };
-    let job = graph("split", vec![table("a")], vec![(split(), vec![Port::Input(0)])], vec![(port(0, 0), Sink::Host), (port(0, 1), odd_result)]);
-    assert!(read_rows(&disk.run(&job).await.unwrap()) == even, "port 0 carries the even keys in input order");
-    let read = graph("read-odd", vec![table("a_odd")], vec![], vec![(Port::Input(0), Sink::Host)]);
-    assert!(read_rows(&disk.run(&read).await.unwrap()) == odd, "port 1 carries the odd keys in input order");
+    let odd_result = Sink::Store {
+        stream: StoredStream::Result {
+            name: "a_odd".into(),
+            partition: 0,
+        },
+    };
+    let job = graph(
+        "split",
+        vec![table("a")],
+        vec![(split(), vec![Port::Input(0)])],
+        vec![(port(0, 0), Sink::Host), (port(0, 1), odd_result)],
+    );
+    assert!(
+        read_rows(&disk.run(&job).await.unwrap()) == even,
+        "port 0 carries the even keys in input order"
+    );
+    let read = graph(
+        "read-odd",
+        vec![table("a_odd")],
+        vec![],
+        vec![(Port::Input(0), Sink::Host)],
+    );
+    assert!(
+        read_rows(&disk.run(&read).await.unwrap()) == odd,
+        "port 1 carries the odd keys in input order"
+    );
 
     // split → two temporary streams → merge2: the table comes back as it was.
-    let inputs = vec![table("a"), Source::Temp { name: "even".into() }, Source::Temp { name: "odd".into() }];
-    let stages = vec![(split(), vec![Port::Input(0)]), (wasm("merge2", &[("key", "k")]), vec![Port::Input(1), Port::Input(2)])];
-    let outputs = vec![(port(0, 0), temp("even")), (port(0, 1), temp("odd")), (port(1, 0), Sink::Host)];
-    let round_trip = JobSpec { temp_kib: 64 * 1024, ..graph("round-trip", inputs, stages, outputs) };
-    assert!(read_rows(&disk.run(&round_trip).await.unwrap()) == merged(&even, &odd), "split then merge2");
-    assert_eq!(merged(&even, &odd), a, "the reference itself: a is sorted on k");
+    let inputs = vec![
+        table("a"),
+        Source::Temp {
+            name: "even".into(),
+        },
+        Source::Temp { name: "odd".into() },
+    ];
+    let stages = vec![
+        (split(), vec![Port::Input(0)]),
+        (
+            wasm("merge2", &[("key", "k")]),
+            vec![Port::Input(1), Port::Input(2)],
+        ),
+    ];
+    let outputs = vec![
+        (port(0, 0), temp("even")),
+        (port(0, 1), temp("odd")),
+        (port(1, 0), Sink::Host),
+    ];
+    let round_trip = JobSpec {
+        temp_kib: 64 * 1024,
+        ..graph("round-trip", inputs, stages, outputs)
+    };
+    assert!(
+        read_rows(&disk.run(&round_trip).await.unwrap()) == merged(&even, &odd),
+        "split then merge2"
+    );
+    assert_eq!(
+        merged(&even, &odd),
+        a,
+        "the reference itself: a is sorted on k"
+    );
     disk.shut().await;
 }
 
@@ -212,13 +402,20 @@ fn histogram(rows: &[Row], bins: i64, lo: i64, hi: i64) -> Vec<(i64, i64)> {
     for r in rows.iter().filter(|r| (lo..hi).contains(&r.0)) {
         counts[((r.0 - lo) * bins / (hi - lo)) as usize] += 1;
     }
-    counts.into_iter().enumerate().map(|(b, c)| (b as i64, c)).collect()
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(b, c)| (b as i64, c))
+        .collect()
 }
 
 fn refused(result: Result<Vec<RecordBatch>, HostError>, what: &str) -> String {
     match result {
         Err(HostError::Disk { code, message, .. }) if code == "InvalidArgument" => message,
-        other => panic!("{what}: expected an InvalidArgument refusal, got {:?}", other.map(|b| b.len())),
+        other => panic!(
+            "{what}: expected an InvalidArgument refusal, got {:?}",
+            other.map(|b| b.len())
+        ),
     }
 }
 
@@ -228,28 +425,84 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
     let (disk, a, _) = setup(tmp.path()).await;
 
     // ABI v1, unchanged, next to the v2 modules.
-    let params = [("column", "k"), ("bins", "8"), ("min", "-50"), ("max", "9000")];
-    let job = graph("hist", vec![table("a")], vec![(wasm("histogram", &params), vec![Port::Input(0)])], vec![(port(0, 0), Sink::Host)]);
+    let params = [
+        ("column", "k"),
+        ("bins", "8"),
+        ("min", "-50"),
+        ("max", "9000"),
+    ];
+    let job = graph(
+        "hist",
+        vec![table("a")],
+        vec![(wasm("histogram", &params), vec![Port::Input(0)])],
+        vec![(port(0, 0), Sink::Host)],
+    );
     let out = disk.run(&job).await.unwrap();
-    let got: Vec<(i64, i64)> = out.iter().flat_map(|b| {
-        let (bin, count) = (b.column(0).as_primitive::<Int64Type>(), b.column(1).as_primitive::<Int64Type>());
-        (0..b.num_rows()).map(|r| (bin.value(r), count.value(r))).collect::<Vec<_>>()
-    }).collect();
+    let got: Vec<(i64, i64)> = out
+        .iter()
+        .flat_map(|b| {
+            let (bin, count) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_primitive::<Int64Type>(),
+            );
+            (0..b.num_rows())
+                .map(|r| (bin.value(r), count.value(r)))
+                .collect::<Vec<_>>()
+        })
+        .collect();
     assert_eq!(got, histogram(&a, 8, -50, 9000));
 
     // Wrong shapes: refused before admission, the module never instantiated.
-    let before = (disk.instances("merge2").await, disk.instances("split").await, disk.instances("histogram").await);
-    let one_input = graph("m1", vec![table("a")], vec![(wasm("merge2", &[("key", "k")]), vec![Port::Input(0)])], vec![(port(0, 0), Sink::Host)]);
+    let before = (
+        disk.instances("merge2").await,
+        disk.instances("split").await,
+        disk.instances("histogram").await,
+    );
+    let one_input = graph(
+        "m1",
+        vec![table("a")],
+        vec![(wasm("merge2", &[("key", "k")]), vec![Port::Input(0)])],
+        vec![(port(0, 0), Sink::Host)],
+    );
     let message = refused(disk.run(&one_input).await, "merge2 on one input");
-    assert!(message.contains("takes 2 input(s)") && message.contains("wires 1 input(s)"), "{message}");
-    let one_port = graph("s1", vec![table("a")], vec![(wasm("split", &[("key", "k")]), vec![Port::Input(0)])], vec![(port(0, 0), Sink::Host)]);
+    assert!(
+        message.contains("takes 2 input(s)") && message.contains("wires 1 input(s)"),
+        "{message}"
+    );
+    let one_port = graph(
+        "s1",
+        vec![table("a")],
+        vec![(wasm("split", &[("key", "k")]), vec![Port::Input(0)])],
+        vec![(port(0, 0), Sink::Host)],
+    );
     let message = refused(disk.run(&one_port).await, "split with one port read");
-    assert!(message.contains("writes 2 output port(s)") && message.contains("reads 1 port(s)"), "{message}");
-    let v1_two = graph("h2", vec![table("a"), table("b")], vec![(wasm("histogram", &params), vec![Port::Input(0), Port::Input(1)])], vec![(port(0, 0), Sink::Host)]);
+    assert!(
+        message.contains("writes 2 output port(s)") && message.contains("reads 1 port(s)"),
+        "{message}"
+    );
+    let v1_two = graph(
+        "h2",
+        vec![table("a"), table("b")],
+        vec![(
+            wasm("histogram", &params),
+            vec![Port::Input(0), Port::Input(1)],
+        )],
+        vec![(port(0, 0), Sink::Host)],
+    );
     let message = refused(disk.run(&v1_two).await, "a v1 module on two inputs");
-    assert!(message.contains("ABI v1") && message.contains("takes 1 input(s)"), "{message}");
-    let after = (disk.instances("merge2").await, disk.instances("split").await, disk.instances("histogram").await);
-    assert_eq!(before, after, "a refused stage was instantiated (its init ran)");
+    assert!(
+        message.contains("ABI v1") && message.contains("takes 1 input(s)"),
+        "{message}"
+    );
+    let after = (
+        disk.instances("merge2").await,
+        disk.instances("split").await,
+        disk.instances("histogram").await,
+    );
+    assert_eq!(
+        before, after,
+        "a refused stage was instantiated (its init ran)"
+    );
 
     // A malformed v2 module (no adisk_next_input) is refused at install, typed, and not listed.
     let malformed = r#"(module (@custom "adisk_v2" "inputs=2 outputs=1")
@@ -261,9 +514,17 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
       (func (export "adisk_input_ended") (param i32) (result i32) (i32.const 0))
       (func (export "adisk_finish") (result i32) (i32.const 0)))"#;
     match disklet::install(&disk.cluster, "broken", malformed.as_bytes().to_vec(), 1024).await {
-        Err(HostError::Disk { code, message, .. }) => assert!(code == "InvalidArgument" && message.contains("adisk_next_input"), "{code}: {message}"),
+        Err(HostError::Disk { code, message, .. }) => assert!(
+            code == "InvalidArgument" && message.contains("adisk_next_input"),
+            "{code}: {message}"
+        ),
         other => panic!("a v2 module without adisk_next_input was installed: {other:?}"),
     }
-    assert!(disklet::list(&disk.cluster).await.unwrap()[0].1.iter().all(|d| d.name != "broken"));
+    assert!(
+        disklet::list(&disk.cluster).await.unwrap()[0]
+            .1
+            .iter()
+            .all(|d| d.name != "broken")
+    );
     disk.shut().await;
 }

@@ -35,9 +35,15 @@ impl std::str::FromStr for Decluster {
         match s.split_once(':') {
             None if s == "range" => Ok(Decluster::Range { column: None }),
             None if s == "roundrobin" => Ok(Decluster::RoundRobin),
-            Some(("range", c)) if !c.is_empty() => Ok(Decluster::Range { column: Some(c.to_string()) }),
-            Some(("hash", c)) if !c.is_empty() => Ok(Decluster::Hash { column: c.to_string() }),
-            _ => Err(StorageError::Invalid(format!("unknown declustering rule `{s}`: use range, range:COL, hash:COL or roundrobin"))),
+            Some(("range", c)) if !c.is_empty() => Ok(Decluster::Range {
+                column: Some(c.to_string()),
+            }),
+            Some(("hash", c)) if !c.is_empty() => Ok(Decluster::Hash {
+                column: c.to_string(),
+            }),
+            _ => Err(StorageError::Invalid(format!(
+                "unknown declustering rule `{s}`: use range, range:COL, hash:COL or roundrobin"
+            ))),
         }
     }
 }
@@ -63,29 +69,53 @@ pub struct Router {
 }
 
 fn key_as_i64(batch: &RecordBatch, column: &str) -> Result<ArrayRef> {
-    let idx = batch.schema().index_of(column).map_err(|_| StorageError::UnknownColumn {
-        table: "input".into(),
-        column: column.to_string(),
-        available: batch.schema().fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
-    })?;
+    let idx = batch
+        .schema()
+        .index_of(column)
+        .map_err(|_| StorageError::UnknownColumn {
+            table: "input".into(),
+            column: column.to_string(),
+            available: batch
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })?;
     let col = batch.column(idx);
     let as_int = match col.data_type() {
-        DataType::Date32 => cast(&cast(col, &DataType::Int32).map_err(arrow_err)?, &DataType::Int64),
+        DataType::Date32 => cast(
+            &cast(col, &DataType::Int32).map_err(arrow_err)?,
+            &DataType::Int64,
+        ),
         d if d.is_integer() => cast(col, &DataType::Int64),
-        other => return Err(StorageError::Invalid(format!("range declustering needs an integer or date column; `{column}` is {other}"))),
+        other => {
+            return Err(StorageError::Invalid(format!(
+                "range declustering needs an integer or date column; `{column}` is {other}"
+            )));
+        }
     }
     .map_err(arrow_err)?;
     Ok(as_int)
 }
 
 fn arrow_err(source: arrow::error::ArrowError) -> StorageError {
-    StorageError::Arrow { context: "declustering".into(), source }
+    StorageError::Arrow {
+        context: "declustering".into(),
+        source,
+    }
 }
 
 impl Router {
     /// A router for `disks` disks. `range:COL` needs [`Router::observe`] over all input first.
     pub fn new(rule: Decluster, disks: u32) -> Self {
-        Router { rule, disks: disks.max(1), next_row: 0, bounds: None }
+        Router {
+            rule,
+            disks: disks.max(1),
+            next_row: 0,
+            bounds: None,
+        }
     }
 
     /// True if the rule needs a first pass ([`Router::observe`]).
@@ -95,9 +125,17 @@ impl Router {
 
     /// First pass for `range:COL`: widen the key bounds with this batch.
     pub fn observe(&mut self, batch: &RecordBatch) -> Result<()> {
-        let Decluster::Range { column: Some(column) } = &self.rule else { return Ok(()) };
+        let Decluster::Range {
+            column: Some(column),
+        } = &self.rule
+        else {
+            return Ok(());
+        };
         let keys = key_as_i64(batch, column)?;
-        let keys = keys.as_any().downcast_ref::<arrow::array::Int64Array>().expect("cast to Int64");
+        let keys = keys
+            .as_any()
+            .downcast_ref::<arrow::array::Int64Array>()
+            .expect("cast to Int64");
         for v in keys.iter().flatten() {
             self.bounds = Some(match self.bounds {
                 None => (v, v),
@@ -111,34 +149,63 @@ impl Router {
     pub fn route(&mut self, batch: &RecordBatch) -> Result<Vec<RecordBatch>> {
         let n = batch.num_rows();
         let disks = self.disks as u64;
-        let targets: Vec<u32> = match &self.rule {
-            Decluster::RoundRobin | Decluster::Range { column: None } => {
-                let start = self.next_row;
-                (0..n as u64).map(|i| ((start + i) % disks) as u32).collect()
-            }
-            Decluster::Hash { column } => {
-                let idx = batch.schema().index_of(column).map_err(|_| StorageError::UnknownColumn {
-                    table: "input".into(),
-                    column: column.clone(),
-                    available: batch.schema().fields().iter().map(|f| f.name().clone()).collect::<Vec<_>>().join(", "),
-                })?;
-                let hashes = hash_columns(&[batch.column(idx).clone()], n).map_err(|e| StorageError::Invalid(e.to_string()))?;
-                hashes.iter().map(|h| (h % disks) as u32).collect()
-            }
-            Decluster::Range { column: Some(column) } => {
-                let (lo, hi) = self.bounds.unwrap_or((0, 0));
-                let width = ((hi as i128 - lo as i128) / disks as i128 + 1).max(1);
-                let keys = key_as_i64(batch, column)?;
-                let keys = keys.as_any().downcast_ref::<arrow::array::Int64Array>().expect("cast to Int64");
-                (0..n)
-                    .map(|i| if keys.is_null(i) { 0 } else { (((keys.value(i) as i128 - lo as i128) / width) as u64).min(disks - 1) as u32 })
-                    .collect()
-            }
-        };
+        let targets: Vec<u32> =
+            match &self.rule {
+                Decluster::RoundRobin | Decluster::Range { column: None } => {
+                    let start = self.next_row;
+                    (0..n as u64)
+                        .map(|i| ((start + i) % disks) as u32)
+                        .collect()
+                }
+                Decluster::Hash { column } => {
+                    let idx = batch.schema().index_of(column).map_err(|_| {
+                        StorageError::UnknownColumn {
+                            table: "input".into(),
+                            column: column.clone(),
+                            available: batch
+                                .schema()
+                                .fields()
+                                .iter()
+                                .map(|f| f.name().clone())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                        }
+                    })?;
+                    let hashes = hash_columns(&[batch.column(idx).clone()], n)
+                        .map_err(|e| StorageError::Invalid(e.to_string()))?;
+                    hashes.iter().map(|h| (h % disks) as u32).collect()
+                }
+                Decluster::Range {
+                    column: Some(column),
+                } => {
+                    let (lo, hi) = self.bounds.unwrap_or((0, 0));
+                    let width = ((hi as i128 - lo as i128) / disks as i128 + 1).max(1);
+                    let keys = key_as_i64(batch, column)?;
+                    let keys = keys
+                        .as_any()
+                        .downcast_ref::<arrow::array::Int64Array>()
+                        .expect("cast to Int64");
+                    (0..n)
+                        .map(|i| {
+                            if keys.is_null(i) {
+                                0
+                            } else {
+                                (((keys.value(i) as i128 - lo as i128) / width) as u64)
+                                    .min(disks - 1) as u32
+                            }
+                        })
+                        .collect()
+                }
+            };
         self.next_row += n as u64;
         let mut out = Vec::with_capacity(self.disks as usize);
         for d in 0..self.disks {
-            let idx: UInt32Array = targets.iter().enumerate().filter(|(_, t)| **t == d).map(|(i, _)| i as u32).collect();
+            let idx: UInt32Array = targets
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| **t == d)
+                .map(|(i, _)| i as u32)
+                .collect();
             out.push(take_record_batch(batch, &idx).map_err(arrow_err)?);
         }
         Ok(out)
@@ -158,7 +225,10 @@ pub fn disk_of_part(part: u32, part_count: u32, disks: u32) -> u32 {
 /// # Panics
 /// If `replicas` is 0 or more than `disks` (callers check: one copy per disk at most).
 pub fn replica_disks(primary: u32, replicas: u32, disks: u32) -> Vec<u32> {
-    assert!(replicas >= 1 && replicas <= disks, "{replicas} replicas on {disks} disks");
+    assert!(
+        replicas >= 1 && replicas <= disks,
+        "{replicas} replicas on {disks} disks"
+    );
     (0..replicas).map(|r| (primary + r) % disks).collect()
 }
 
@@ -182,7 +252,10 @@ mod tests {
     }
     #[test]
     fn parse_and_parts() {
-        assert_eq!("hash:a".parse::<Decluster>().unwrap(), Decluster::Hash { column: "a".into() });
+        assert_eq!(
+            "hash:a".parse::<Decluster>().unwrap(),
+            Decluster::Hash { column: "a".into() }
+        );
         assert!("hash:".parse::<Decluster>().is_err());
         assert!("zigzag".parse::<Decluster>().is_err());
         let owners: Vec<u32> = (1..=8).map(|p| disk_of_part(p, 8, 4)).collect();

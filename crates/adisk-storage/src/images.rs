@@ -24,7 +24,10 @@ fn mix(mut z: u64) -> u64 {
 pub fn generate(index: u32, side: u32) -> Vec<u8> {
     let side = side as u64;
     let mut out = Vec::with_capacity((side * side) as usize);
-    let (cx, cy) = ((mix(u64::from(index)) % side) as i64, (mix(u64::from(index) + 7) % side) as i64);
+    let (cx, cy) = (
+        (mix(u64::from(index)) % side) as i64,
+        (mix(u64::from(index) + 7) % side) as i64,
+    );
     for y in 0..side {
         for x in 0..side {
             let gradient = (x * (u64::from(index) % 3 + 1) + y * 2) / 4;
@@ -43,17 +46,23 @@ pub fn generate(index: u32, side: u32) -> Vec<u8> {
 /// A side of 0 or above [`MAX_SIDE`], or I/O errors.
 pub fn write(store: &DiskStore, index: u32, side: u32) -> Result<u64> {
     if side == 0 || side > MAX_SIDE {
-        return Err(StorageError::Invalid(format!("image side {side} must be 1..={MAX_SIDE}")));
+        return Err(StorageError::Invalid(format!(
+            "image side {side} must be 1..={MAX_SIDE}"
+        )));
     }
     let target = store.file_path(&path(index))?;
     if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(io_err(format!("creating {}", parent.display())))?;
+        std::fs::create_dir_all(parent)
+            .map_err(io_err(format!("creating {}", parent.display())))?;
     }
     let pixels = generate(index, side);
     let tmp = target.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
-    f.write_all(&pixels).map_err(io_err(format!("writing {}", tmp.display())))?;
-    f.sync_all().map_err(io_err(format!("syncing {}", tmp.display())))?;
+    let mut f =
+        std::fs::File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
+    f.write_all(&pixels)
+        .map_err(io_err(format!("writing {}", tmp.display())))?;
+    f.sync_all()
+        .map_err(io_err(format!("syncing {}", tmp.display())))?;
     std::fs::rename(&tmp, &target).map_err(io_err(format!("renaming {}", tmp.display())))?;
     Ok(pixels.len() as u64)
 }
@@ -64,11 +73,17 @@ pub fn write(store: &DiskStore, index: u32, side: u32) -> Result<u64> {
 /// A prefix escaping `files/`.
 pub fn list(store: &DiskStore, prefix: &str) -> Result<Vec<(String, u64)>> {
     let root = store.files_dir();
-    let start = if prefix.is_empty() { root.clone() } else { store.file_path(prefix)? };
+    let start = if prefix.is_empty() {
+        root.clone()
+    } else {
+        store.file_path(prefix)?
+    };
     let mut out = Vec::new();
     let mut stack = vec![start];
     while let Some(p) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else { continue };
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
         if meta.is_dir() {
             if let Ok(entries) = std::fs::read_dir(&p) {
                 stack.extend(entries.flatten().map(|e| e.path()));
@@ -95,7 +110,8 @@ pub fn convolve(pixels: &[u8], side: usize, kernel: &[i32; 9], divisor: i32) -> 
             let mut sum = 0i32;
             for ky in 0..3 {
                 for kx in 0..3 {
-                    sum += kernel[ky * 3 + kx] * i32::from(pixels[(y + ky - 1) * side + x + kx - 1]);
+                    sum +=
+                        kernel[ky * 3 + kx] * i32::from(pixels[(y + ky - 1) * side + x + kx - 1]);
                 }
             }
             out[y * side + x] = (sum / divisor).clamp(0, 255) as u8;

@@ -22,7 +22,10 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Computes the checksums of a complete partition file whose metadata is `metadata`.
-pub(crate) fn checksum_file(file: &std::fs::File, metadata: &ParquetMetaData) -> std::io::Result<PartitionChecksums> {
+pub(crate) fn checksum_file(
+    file: &std::fs::File,
+    metadata: &ParquetMetaData,
+) -> std::io::Result<PartitionChecksums> {
     use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();
     let read = |start: u64, length: u64| -> std::io::Result<u32> {
@@ -32,16 +35,31 @@ pub(crate) fn checksum_file(file: &std::fs::File, metadata: &ParquetMetaData) ->
     };
     let mut chunk_crc32 = Vec::with_capacity(metadata.num_row_groups());
     for rg in metadata.row_groups() {
-        let crcs = rg.columns().iter().map(|c| c.byte_range()).map(|(start, length)| read(start, length)).collect::<std::io::Result<Vec<u32>>>()?;
+        let crcs = rg
+            .columns()
+            .iter()
+            .map(|c| c.byte_range())
+            .map(|(start, length)| read(start, length))
+            .collect::<std::io::Result<Vec<u32>>>()?;
         chunk_crc32.push(crcs);
     }
     let tail_offset = tail_offset(metadata).min(len);
-    Ok(PartitionChecksums { tail_offset, tail_crc32: read(tail_offset, len - tail_offset)?, chunk_crc32 })
+    Ok(PartitionChecksums {
+        tail_offset,
+        tail_crc32: read(tail_offset, len - tail_offset)?,
+        chunk_crc32,
+    })
 }
 
 /// Where the column chunks end (the page index and the footer follow).
 fn tail_offset(metadata: &ParquetMetaData) -> u64 {
-    let chunks_end = metadata.row_groups().iter().flat_map(|rg| rg.columns()).map(|c| c.byte_range()).map(|(s, l)| s + l).max();
+    let chunks_end = metadata
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns())
+        .map(|c| c.byte_range())
+        .map(|(s, l)| s + l)
+        .max();
     chunks_end.unwrap_or(4) // no row groups: just the magic before the footer
 }
 
@@ -61,7 +79,9 @@ impl VerifiedRanges {
                 return Ok(bytes.slice(from..from + length as usize));
             }
         }
-        Err(ParquetError::General(format!("read of {length} bytes at {start} is outside the verified ranges")))
+        Err(ParquetError::General(format!(
+            "read of {length} bytes at {start} is outside the verified ranges"
+        )))
     }
 }
 
@@ -79,7 +99,9 @@ impl ChunkReader for VerifiedRanges {
             .ranges
             .iter()
             .find(|(o, b)| start >= *o && start < o + b.len() as u64)
-            .ok_or_else(|| ParquetError::General(format!("read at {start} is outside the verified ranges")))?;
+            .ok_or_else(|| {
+                ParquetError::General(format!("read at {start} is outside the verified ranges"))
+            })?;
         Ok(bytes.slice((start - offset) as usize..).reader())
     }
 
@@ -132,8 +154,16 @@ pub struct PartitionReader {
 }
 
 impl PartitionReader {
-    pub(crate) fn new(file: CountingFile, path: PathBuf, checksums: Option<PartitionChecksums>) -> Self {
-        PartitionReader { file, path, checksums }
+    pub(crate) fn new(
+        file: CountingFile,
+        path: PathBuf,
+        checksums: Option<PartitionChecksums>,
+    ) -> Self {
+        PartitionReader {
+            file,
+            path,
+            checksums,
+        }
     }
 
     /// The file's path.
@@ -142,11 +172,23 @@ impl PartitionReader {
     }
 
     fn corrupt(&self, reason: String) -> StorageError {
-        StorageError::Corrupt { path: self.path.clone(), reason }
+        StorageError::Corrupt {
+            path: self.path.clone(),
+            reason,
+        }
     }
 
-    fn read_checked(&self, start: u64, length: u64, expected: u32, what: &str) -> Result<(u64, Bytes)> {
-        let bytes = self.file.get_bytes(start, length as usize).map_err(|e| self.corrupt(format!("reading the {what}: {e}")))?;
+    fn read_checked(
+        &self,
+        start: u64,
+        length: u64,
+        expected: u32,
+        what: &str,
+    ) -> Result<(u64, Bytes)> {
+        let bytes = self
+            .file
+            .get_bytes(start, length as usize)
+            .map_err(|e| self.corrupt(format!("reading the {what}: {e}")))?;
         let crc = crc32fast::hash(&bytes);
         if crc != expected {
             return Err(self.corrupt(format!("{what} (bytes {start}..{}) has CRC-32 {crc:08x} but the manifest says {expected:08x}", start + length)));
@@ -165,10 +207,24 @@ impl PartitionReader {
             None => ArrowReaderMetadata::load(&self.file, options),
             Some(sums) => {
                 if sums.tail_offset > self.file.len() {
-                    return Err(self.corrupt(format!("the manifest's footer offset {} is past the end of the file", sums.tail_offset)));
+                    return Err(self.corrupt(format!(
+                        "the manifest's footer offset {} is past the end of the file",
+                        sums.tail_offset
+                    )));
                 }
-                let tail = self.read_checked(sums.tail_offset, self.file.len() - sums.tail_offset, sums.tail_crc32, "footer and page index")?;
-                ArrowReaderMetadata::load(&VerifiedRanges { len: self.file.len(), ranges: vec![tail] }, options)
+                let tail = self.read_checked(
+                    sums.tail_offset,
+                    self.file.len() - sums.tail_offset,
+                    sums.tail_crc32,
+                    "footer and page index",
+                )?;
+                ArrowReaderMetadata::load(
+                    &VerifiedRanges {
+                        len: self.file.len(),
+                        ranges: vec![tail],
+                    },
+                    options,
+                )
             }
         };
         decoded.map_err(|e| self.corrupt(format!("decoding the footer: {e}")))
@@ -178,19 +234,41 @@ impl PartitionReader {
     ///
     /// # Errors
     /// [`StorageError::Corrupt`] naming the file and the chunk that does not match.
-    pub fn row_group(&self, metadata: &ParquetMetaData, rg: usize, mask: &ProjectionMask) -> Result<RowGroupBytes> {
-        let Some(sums) = &self.checksums else { return Ok(RowGroupBytes::File(self.file.clone())) };
+    pub fn row_group(
+        &self,
+        metadata: &ParquetMetaData,
+        rg: usize,
+        mask: &ProjectionMask,
+    ) -> Result<RowGroupBytes> {
+        let Some(sums) = &self.checksums else {
+            return Ok(RowGroupBytes::File(self.file.clone()));
+        };
         let columns = metadata.row_group(rg).columns();
-        let crcs = sums.chunk_crc32.get(rg).filter(|c| c.len() == columns.len() && sums.chunk_crc32.len() == metadata.num_row_groups());
-        let crcs = crcs.ok_or_else(|| self.corrupt(format!("the manifest's checksums do not match the file's {} row groups", metadata.num_row_groups())))?;
+        let crcs = sums.chunk_crc32.get(rg).filter(|c| {
+            c.len() == columns.len() && sums.chunk_crc32.len() == metadata.num_row_groups()
+        });
+        let crcs = crcs.ok_or_else(|| {
+            self.corrupt(format!(
+                "the manifest's checksums do not match the file's {} row groups",
+                metadata.num_row_groups()
+            ))
+        })?;
         let mut ranges = Vec::new();
         for (leaf, (column, crc)) in columns.iter().zip(crcs).enumerate() {
             if mask.leaf_included(leaf) {
                 let (start, length) = column.byte_range();
-                ranges.push(self.read_checked(start, length, *crc, &format!("column chunk {leaf} of row group {rg}"))?);
+                ranges.push(self.read_checked(
+                    start,
+                    length,
+                    *crc,
+                    &format!("column chunk {leaf} of row group {rg}"),
+                )?);
             }
         }
-        Ok(RowGroupBytes::Verified(VerifiedRanges { len: self.file.len(), ranges }))
+        Ok(RowGroupBytes::Verified(VerifiedRanges {
+            len: self.file.len(),
+            ranges,
+        }))
     }
 }
 
@@ -202,7 +280,11 @@ pub fn decode_all(reader: &PartitionReader) -> Result<u64> {
     let mut rows = 0u64;
     for rg in 0..meta.metadata().num_row_groups() {
         let bytes = reader.row_group(meta.metadata(), rg, &ProjectionMask::all())?;
-        let decoded = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, meta.clone())
+        let decoded =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(
+                bytes,
+                meta.clone(),
+            )
             .with_row_groups(vec![rg])
             .build()
             .map_err(|e| reader.corrupt(e.to_string()))?;

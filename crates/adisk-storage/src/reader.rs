@@ -20,7 +20,11 @@ impl CountingFile {
     /// Wraps `file`; reads are added to `bytes_read`.
     pub fn new(file: File, bytes_read: Arc<AtomicU64>) -> std::io::Result<Self> {
         let len = file.metadata()?.len();
-        Ok(CountingFile { file: Arc::new(file), len, bytes_read })
+        Ok(CountingFile {
+            file: Arc::new(file),
+            len,
+            bytes_read,
+        })
     }
 }
 
@@ -50,18 +54,27 @@ impl ChunkReader for CountingFile {
     type T = CountingRead;
 
     fn get_read(&self, start: u64) -> parquet::errors::Result<Self::T> {
-        Ok(CountingRead { file: self.file.clone(), offset: start, bytes_read: self.bytes_read.clone() })
+        Ok(CountingRead {
+            file: self.file.clone(),
+            offset: start,
+            bytes_read: self.bytes_read.clone(),
+        })
     }
 
     fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<Bytes> {
-        if start.checked_add(length as u64).is_none_or(|end| end > self.len) {
+        if start
+            .checked_add(length as u64)
+            .is_none_or(|end| end > self.len)
+        {
             return Err(ParquetError::EOF(format!(
                 "read of {length} bytes at {start} is past the end of a {}-byte file",
                 self.len
             )));
         }
         let mut buf = vec![0u8; length];
-        self.file.read_exact_at(&mut buf, start).map_err(|e| ParquetError::External(Box::new(e)))?;
+        self.file
+            .read_exact_at(&mut buf, start)
+            .map_err(|e| ParquetError::External(Box::new(e)))?;
         self.bytes_read.fetch_add(length as u64, Ordering::Relaxed);
         Ok(buf.into())
     }

@@ -56,10 +56,15 @@ impl IncomingCopy {
         if self.written + bytes.len() as u64 > self.info.bytes {
             return Err(StorageError::Corrupt {
                 path: self.tmp.clone(),
-                reason: format!("copy of {} partition {} is longer than the {} bytes its manifest entry says", self.table, self.info.partition, self.info.bytes),
+                reason: format!(
+                    "copy of {} partition {} is longer than the {} bytes its manifest entry says",
+                    self.table, self.info.partition, self.info.bytes
+                ),
             });
         }
-        self.file.write_all(bytes).map_err(io_err(format!("writing {}", self.tmp.display())))?;
+        self.file
+            .write_all(bytes)
+            .map_err(io_err(format!("writing {}", self.tmp.display())))?;
         self.crc.update(bytes);
         self.written += bytes.len() as u64;
         Ok(())
@@ -86,29 +91,64 @@ impl DiskStore {
     /// # Errors
     /// [`StorageError::UnknownTable`] when this disk holds no such copy (another load, no
     /// such partition); an I/O error opening it.
-    pub fn open_copy(&self, table: &str, partition: u32, load_id: &str) -> Result<(TableInfo, File)> {
+    pub fn open_copy(
+        &self,
+        table: &str,
+        partition: u32,
+        load_id: &str,
+    ) -> Result<(TableInfo, File)> {
         validate_table_name(table)?;
         let t = self.table(table)?;
         let same_load = t.load.as_ref().is_some_and(|s| s.load_id == load_id);
-        let info = t.partitions.iter().find(|p| p.partition == partition).filter(|_| same_load).cloned();
+        let info = t
+            .partitions
+            .iter()
+            .find(|p| p.partition == partition)
+            .filter(|_| same_load)
+            .cloned();
         let Some(info) = info else {
-            let held = t.load.as_ref().map_or("no load id".to_string(), |s| format!("load {}", s.load_id));
-            return Err(StorageError::UnknownTable(format!("{table} partition {partition} of load {load_id} (disk {} holds {held}, partitions {:?})", self.disk_id(), t.partitions.iter().map(|p| p.partition).collect::<Vec<_>>())));
+            let held = t
+                .load
+                .as_ref()
+                .map_or("no load id".to_string(), |s| format!("load {}", s.load_id));
+            return Err(StorageError::UnknownTable(format!(
+                "{table} partition {partition} of load {load_id} (disk {} holds {held}, partitions {:?})",
+                self.disk_id(),
+                t.partitions.iter().map(|p| p.partition).collect::<Vec<_>>()
+            )));
         };
         let path = self.dir.join(&info.file);
         let file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
-        Ok((TableInfo { partitions: vec![info], ..t }, file))
+        Ok((
+            TableInfo {
+                partitions: vec![info],
+                ..t
+            },
+            file,
+        ))
     }
 
     /// Starts receiving a copy of `info` (the source's manifest entry) of `table` under `stamp`.
-    pub fn begin_copy(&self, table: &str, stamp: &LoadStamp, info: &PartitionInfo) -> Result<IncomingCopy> {
+    pub fn begin_copy(
+        &self,
+        table: &str,
+        stamp: &LoadStamp,
+        info: &PartitionInfo,
+    ) -> Result<IncomingCopy> {
         validate_table_name(table)?;
         crate::staging::validate_load_id(&stamp.load_id)?;
         let dir = self.dir.join(generation_dir(table, &stamp.load_id));
         std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         let tmp = dir.join(format!("part-{:05}.parquet.tmp", info.partition));
         let file = File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
-        Ok(IncomingCopy { table: table.to_string(), info: info.clone(), tmp, file, crc: crc32fast::Hasher::new(), written: 0 })
+        Ok(IncomingCopy {
+            table: table.to_string(),
+            info: info.clone(),
+            tmp,
+            file,
+            crc: crc32fast::Hasher::new(),
+            written: 0,
+        })
     }
 
     /// Checks a received copy (size and CRC-32 against the source's manifest entry), moves it
@@ -117,39 +157,81 @@ impl DiskStore {
     /// # Errors
     /// [`StorageError::Corrupt`] when the copy does not match its entry (nothing changes);
     /// [`StorageError::SchemaMismatch`] when this disk holds the same load with another schema.
-    pub fn install_copy(&self, copy: IncomingCopy, schema: &Schema, stamp: &LoadStamp) -> Result<Installed> {
+    pub fn install_copy(
+        &self,
+        copy: IncomingCopy,
+        schema: &Schema,
+        stamp: &LoadStamp,
+    ) -> Result<Installed> {
         let crc = copy.crc.clone().finalize();
         if copy.written != copy.info.bytes || crc != copy.info.crc32 {
             return Err(StorageError::Corrupt {
                 path: copy.tmp.clone(),
-                reason: format!("copy has {} bytes, CRC-32 {crc:08x}; the source's manifest says {} bytes, {:08x}", copy.written, copy.info.bytes, copy.info.crc32),
+                reason: format!(
+                    "copy has {} bytes, CRC-32 {crc:08x}; the source's manifest says {} bytes, {:08x}",
+                    copy.written, copy.info.bytes, copy.info.crc32
+                ),
             });
         }
-        copy.file.sync_all().map_err(io_err(format!("syncing {}", copy.tmp.display())))?;
-        let relative = format!("{}/part-{:05}.parquet", generation_dir(&copy.table, &stamp.load_id), copy.info.partition);
-        let info = PartitionInfo { file: relative.clone(), ..copy.info.clone() };
+        copy.file
+            .sync_all()
+            .map_err(io_err(format!("syncing {}", copy.tmp.display())))?;
+        let relative = format!(
+            "{}/part-{:05}.parquet",
+            generation_dir(&copy.table, &stamp.load_id),
+            copy.info.partition
+        );
+        let info = PartitionInfo {
+            file: relative.clone(),
+            ..copy.info.clone()
+        };
         let mut m = self.manifest.lock().expect("manifest lock");
         let current = m.tables.get(&copy.table).cloned();
-        if let Some(held) = current.as_ref().and_then(|t| t.load.as_ref()).filter(|held| held.load_id > stamp.load_id) {
-            return Ok(Installed::Superseded { held: held.load_id.clone() });
+        if let Some(held) = current
+            .as_ref()
+            .and_then(|t| t.load.as_ref())
+            .filter(|held| held.load_id > stamp.load_id)
+        {
+            return Ok(Installed::Superseded {
+                held: held.load_id.clone(),
+            });
         }
-        let same_load = current.as_ref().is_some_and(|t| t.load.as_ref().map(|s| &s.load_id) == Some(&stamp.load_id));
+        let same_load = current
+            .as_ref()
+            .is_some_and(|t| t.load.as_ref().map(|s| &s.load_id) == Some(&stamp.load_id));
         let mut next = m.clone();
         let entry = if same_load {
             let t = next.tables.get_mut(&copy.table).expect("current entry");
             if t.schema.fields() != schema.fields() {
-                return Err(StorageError::SchemaMismatch { table: copy.table.clone(), reason: format!("the copy of load {} has another schema than this disk's", stamp.load_id) });
+                return Err(StorageError::SchemaMismatch {
+                    table: copy.table.clone(),
+                    reason: format!(
+                        "the copy of load {} has another schema than this disk's",
+                        stamp.load_id
+                    ),
+                });
             }
             t.partitions.retain(|p| p.partition != info.partition);
             t
         } else {
-            next.tables.insert(copy.table.clone(), TableInfo { name: copy.table.clone(), schema: schema.clone(), partitions: vec![], load: Some(stamp.clone()) });
+            next.tables.insert(
+                copy.table.clone(),
+                TableInfo {
+                    name: copy.table.clone(),
+                    schema: schema.clone(),
+                    partitions: vec![],
+                    load: Some(stamp.clone()),
+                },
+            );
             next.tables.get_mut(&copy.table).expect("inserted")
         };
         entry.partitions.push(info);
         entry.partitions.sort_by_key(|p| p.partition);
         let final_path = self.dir.join(&relative);
-        std::fs::rename(&copy.tmp, &final_path).map_err(io_err(format!("renaming {} into place", copy.tmp.display())))?;
+        std::fs::rename(&copy.tmp, &final_path).map_err(io_err(format!(
+            "renaming {} into place",
+            copy.tmp.display()
+        )))?;
         self.forget_verified(&final_path);
         self.save_manifest(&next)?;
         *m = next;
@@ -172,13 +254,24 @@ impl DiskStore {
     /// Drops `table` here if this disk holds a load of it older than `load_id` (a copy that
     /// missed a later load and holds none of its partitions). Returns whether it did.
     pub fn drop_if_older(&self, table: &str, load_id: &str) -> Result<bool> {
-        let older = self.table(table).ok().and_then(|t| t.load).is_some_and(|s| s.load_id.as_str() < load_id);
-        if older { self.drop_table(table) } else { Ok(false) }
+        let older = self
+            .table(table)
+            .ok()
+            .and_then(|t| t.load)
+            .is_some_and(|s| s.load_id.as_str() < load_id);
+        if older {
+            self.drop_table(table)
+        } else {
+            Ok(false)
+        }
     }
 }
 
 fn generation_dir(table: &str, load_id: &str) -> String {
-    format!("tables/{table}/{}{load_id}", crate::staging::GENERATION_PREFIX)
+    format!(
+        "tables/{table}/{}{load_id}",
+        crate::staging::GENERATION_PREFIX
+    )
 }
 
 #[cfg(test)]
@@ -202,19 +295,38 @@ mod tests {
         store.begin_staging(load, "t").unwrap();
         for p in parts {
             let b = batch(rows + i64::from(*p));
-            let mut w = store.create_staged_partition(load, "t", *p, b.schema(), 4096).unwrap();
+            let mut w = store
+                .create_staged_partition(load, "t", *p, b.schema(), 4096)
+                .unwrap();
             w.write(&b).unwrap();
             store.finish_staged(load, w).unwrap();
         }
-        let copies = parts.iter().map(|p| adisk_core::protocol::PartitionCopies { partition: *p, disks: vec![0, 1] }).collect();
-        store.commit_load(load, &[CommitTable { table: "t".into(), partitions: parts.to_vec(), disks: vec![0, 1], copies }]).unwrap();
+        let copies = parts
+            .iter()
+            .map(|p| adisk_core::protocol::PartitionCopies {
+                partition: *p,
+                disks: vec![0, 1],
+            })
+            .collect();
+        store
+            .commit_load(
+                load,
+                &[CommitTable {
+                    table: "t".into(),
+                    partitions: parts.to_vec(),
+                    disks: vec![0, 1],
+                    copies,
+                }],
+            )
+            .unwrap();
         (dir, store)
     }
 
     /// Copies partition `p` of `from` into `to` the way a repair does.
     fn copy(from: &DiskStore, to: &DiskStore, p: u32, load: &str) -> Result<Installed> {
         let (table, mut file) = from.open_copy("t", p, load)?;
-        let mut incoming = to.begin_copy("t", table.load.as_ref().unwrap(), &table.partitions[0])?;
+        let mut incoming =
+            to.begin_copy("t", table.load.as_ref().unwrap(), &table.partitions[0])?;
         let mut buf = vec![0; 1000];
         loop {
             let n = file.read(&mut buf).unwrap();
@@ -227,7 +339,10 @@ mod tests {
     }
 
     fn rows(store: &DiskStore) -> Vec<(u32, u64)> {
-        store.table("t").map(|t| t.partitions.iter().map(|p| (p.partition, p.rows)).collect()).unwrap_or_default()
+        store
+            .table("t")
+            .map(|t| t.partitions.iter().map(|p| (p.partition, p.rows)).collect())
+            .unwrap_or_default()
     }
 
     #[test]
@@ -248,13 +363,18 @@ mod tests {
         std::fs::write(&path, bytes).unwrap();
         assert!(target.verify_partition(&info).is_err());
         copy(&source, &target, 1, "l1").unwrap();
-        target.verify_partition(&target.table("t").unwrap().partitions[1]).unwrap();
+        target
+            .verify_partition(&target.table("t").unwrap().partitions[1])
+            .unwrap();
         assert_eq!(rows(&target), vec![(0, 100), (1, 101)]);
         // Survives a restart; no temporary file left.
         drop(target);
         let target = DiskStore::open(empty.path(), 1).unwrap();
         assert_eq!(rows(&target), vec![(0, 100), (1, 101)]);
-        let left: Vec<_> = walk(empty.path()).into_iter().filter(|p| p.to_string_lossy().ends_with(".tmp")).collect();
+        let left: Vec<_> = walk(empty.path())
+            .into_iter()
+            .filter(|p| p.to_string_lossy().ends_with(".tmp"))
+            .collect();
         assert!(left.is_empty(), "{left:?}");
     }
 
@@ -263,31 +383,59 @@ mod tests {
         let (_a, source) = loaded("l2", &[0], 100);
         // An older load here: replaced by the copy, its files removed.
         let (old_dir, older) = loaded("l1", &[0, 1], 7);
-        let old_file = old_dir.path().join(&older.table("t").unwrap().partitions[0].file);
+        let old_file = old_dir
+            .path()
+            .join(&older.table("t").unwrap().partitions[0].file);
         copy(&source, &older, 0, "l2").unwrap();
         assert_eq!(rows(&older), vec![(0, 100)]);
         assert_eq!(older.table("t").unwrap().load.unwrap().load_id, "l2");
         assert!(!old_file.exists());
         // A newer load here: the copy is dropped.
         let (_n, newer) = loaded("l3", &[0], 5);
-        assert_eq!(copy(&source, &newer, 0, "l2").unwrap(), Installed::Superseded { held: "l3".into() });
+        assert_eq!(
+            copy(&source, &newer, 0, "l2").unwrap(),
+            Installed::Superseded { held: "l3".into() }
+        );
         assert_eq!(rows(&newer), vec![(0, 5)]);
         // Wrong bytes, or too many: refused, nothing listed, nothing left.
         let empty = tempfile::tempdir().unwrap();
         let target = DiskStore::open(empty.path(), 1).unwrap();
         let (table, _) = source.open_copy("t", 0, "l2").unwrap();
         let stamp = table.load.clone().unwrap();
-        let mut incoming = target.begin_copy("t", &stamp, &table.partitions[0]).unwrap();
-        incoming.write(&vec![0u8; table.partitions[0].bytes as usize]).unwrap();
-        assert!(matches!(target.install_copy(incoming, &table.schema, &stamp), Err(StorageError::Corrupt { .. })));
-        let mut incoming = target.begin_copy("t", &stamp, &table.partitions[0]).unwrap();
-        assert!(incoming.write(&vec![0u8; table.partitions[0].bytes as usize + 1]).is_err());
+        let mut incoming = target
+            .begin_copy("t", &stamp, &table.partitions[0])
+            .unwrap();
+        incoming
+            .write(&vec![0u8; table.partitions[0].bytes as usize])
+            .unwrap();
+        assert!(matches!(
+            target.install_copy(incoming, &table.schema, &stamp),
+            Err(StorageError::Corrupt { .. })
+        ));
+        let mut incoming = target
+            .begin_copy("t", &stamp, &table.partitions[0])
+            .unwrap();
+        assert!(
+            incoming
+                .write(&vec![0u8; table.partitions[0].bytes as usize + 1])
+                .is_err()
+        );
         drop(incoming);
         assert!(target.table("t").is_err());
-        assert!(walk(empty.path()).iter().all(|p| !p.to_string_lossy().ends_with(".tmp")));
+        assert!(
+            walk(empty.path())
+                .iter()
+                .all(|p| !p.to_string_lossy().ends_with(".tmp"))
+        );
         // Only the load a disk holds can be copied from it.
-        assert!(matches!(source.open_copy("t", 0, "l1"), Err(StorageError::UnknownTable(_))));
-        assert!(matches!(source.open_copy("t", 5, "l2"), Err(StorageError::UnknownTable(_))));
+        assert!(matches!(
+            source.open_copy("t", 0, "l1"),
+            Err(StorageError::UnknownTable(_))
+        ));
+        assert!(matches!(
+            source.open_copy("t", 5, "l2"),
+            Err(StorageError::UnknownTable(_))
+        ));
         // A table that missed a later load is dropped, a current one is kept.
         assert!(older.drop_if_older("t", "l9").unwrap());
         assert!(!newer.drop_if_older("t", "l1").unwrap());
@@ -296,7 +444,11 @@ mod tests {
     fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         let mut out = vec![];
         for e in std::fs::read_dir(dir).unwrap().flatten() {
-            if e.path().is_dir() { out.extend(walk(&e.path())) } else { out.push(e.path()) }
+            if e.path().is_dir() {
+                out.extend(walk(&e.path()))
+            } else {
+                out.push(e.path())
+            }
         }
         out
     }

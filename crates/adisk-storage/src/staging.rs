@@ -51,8 +51,18 @@ impl Staging {
 
 /// Checks a load id: 1–64 characters of `[a-z0-9-]` (it names directories).
 pub fn validate_load_id(id: &str) -> Result<()> {
-    let ok = !id.is_empty() && id.len() <= 64 && id.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if ok { Ok(()) } else { Err(StorageError::Invalid(format!("invalid load id `{id}`: use 1-64 characters of a-z, 0-9 and -"))) }
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if ok {
+        Ok(())
+    } else {
+        Err(StorageError::Invalid(format!(
+            "invalid load id `{id}`: use 1-64 characters of a-z, 0-9 and -"
+        )))
+    }
 }
 
 fn staged_dir(load_id: &str, table: &str) -> String {
@@ -70,7 +80,9 @@ impl DiskStore {
         validate_table_name(table)?;
         let mut staging = self.staging.lock().expect("staging lock");
         staging.check_live(load_id)?;
-        staging.staged.retain(|(load, t), _| t != table || load == load_id);
+        staging
+            .staged
+            .retain(|(load, t), _| t != table || load == load_id);
         let root = self.dir.join(STAGING_DIR);
         for load in std::fs::read_dir(&root).into_iter().flatten().flatten() {
             if load.file_name().to_string_lossy() != load_id && load.path().join(table).exists() {
@@ -83,11 +95,27 @@ impl DiskStore {
     }
 
     /// Starts writing partition `partition` of `table`, staged under `load_id`.
-    pub fn create_staged_partition(&self, load_id: &str, table: &str, partition: u32, schema: SchemaRef, row_group_rows: usize) -> Result<PartitionWriter> {
+    pub fn create_staged_partition(
+        &self,
+        load_id: &str,
+        table: &str,
+        partition: u32,
+        schema: SchemaRef,
+        row_group_rows: usize,
+    ) -> Result<PartitionWriter> {
         validate_load_id(load_id)?;
         validate_table_name(table)?;
-        self.staging.lock().expect("staging lock").check_live(load_id)?;
-        self.writer_in(&staged_dir(load_id, table), table, partition, schema, row_group_rows)
+        self.staging
+            .lock()
+            .expect("staging lock")
+            .check_live(load_id)?;
+        self.writer_in(
+            &staged_dir(load_id, table),
+            table,
+            partition,
+            schema,
+            row_group_rows,
+        )
     }
 
     /// Finishes a staged partition (not visible until its load is committed).
@@ -99,10 +127,18 @@ impl DiskStore {
             let _ = std::fs::remove_file(self.dir.join(&info.file));
             return Err(e);
         }
-        let entry =
-            staging.staged.entry((load_id.to_string(), table.clone())).or_insert_with(|| StagedTable { schema: schema.clone(), partitions: BTreeMap::new() });
+        let entry = staging
+            .staged
+            .entry((load_id.to_string(), table.clone()))
+            .or_insert_with(|| StagedTable {
+                schema: schema.clone(),
+                partitions: BTreeMap::new(),
+            });
         if entry.schema.fields() != schema.fields() {
-            return Err(StorageError::SchemaMismatch { table, reason: format!("load {load_id} staged partitions with different schemas") });
+            return Err(StorageError::SchemaMismatch {
+                table,
+                reason: format!("load {load_id} staged partitions with different schemas"),
+            });
         }
         entry.partitions.insert(info.partition, info.clone());
         Ok(info)
@@ -147,8 +183,12 @@ impl DiskStore {
         let moved = self.move_generations(load_id, &new_tables)?;
         let mut m = self.manifest.lock().expect("manifest lock");
         let mut next = m.clone();
-        let replaced: Vec<TableInfo> = tables.iter().filter_map(|t| next.tables.remove(&t.table)).collect();
-        next.tables.extend(new_tables.iter().map(|t| (t.name.clone(), t.clone())));
+        let replaced: Vec<TableInfo> = tables
+            .iter()
+            .filter_map(|t| next.tables.remove(&t.table))
+            .collect();
+        next.tables
+            .extend(new_tables.iter().map(|t| (t.name.clone(), t.clone())));
         if let Err(e) = self.save_manifest(&next) {
             self.move_back(&moved);
             return Err(e);
@@ -163,9 +203,16 @@ impl DiskStore {
     }
 
     /// The table `t` becomes on this disk (None: no partition here), checked against what is staged.
-    fn committed_table(&self, staging: &Staging, load_id: &str, t: &CommitTable) -> Result<Option<TableInfo>> {
+    fn committed_table(
+        &self,
+        staging: &Staging,
+        load_id: &str,
+        t: &CommitTable,
+    ) -> Result<Option<TableInfo>> {
         let staged = staging.staged.get(&(load_id.to_string(), t.table.clone()));
-        let have: Vec<u32> = staged.map(|s| s.partitions.keys().copied().collect()).unwrap_or_default();
+        let have: Vec<u32> = staged
+            .map(|s| s.partitions.keys().copied().collect())
+            .unwrap_or_default();
         let mut expected = t.partitions.clone();
         expected.sort_unstable();
         if have != expected {
@@ -175,25 +222,52 @@ impl DiskStore {
                 self.disk_id()
             )));
         }
-        let Some(staged) = staged.filter(|s| !s.partitions.is_empty()) else { return Ok(None) };
+        let Some(staged) = staged.filter(|s| !s.partitions.is_empty()) else {
+            return Ok(None);
+        };
         let live_dir = generation_dir(load_id, &t.table);
-        let partitions =
-            staged.partitions.values().map(|p| PartitionInfo { file: format!("{live_dir}/part-{:05}.parquet", p.partition), ..p.clone() }).collect();
-        let load = Some(LoadStamp { load_id: load_id.to_string(), disks: t.disks.clone(), copies: t.copies.clone() });
-        Ok(Some(TableInfo { name: t.table.clone(), schema: staged.schema.as_ref().clone(), partitions, load }))
+        let partitions = staged
+            .partitions
+            .values()
+            .map(|p| PartitionInfo {
+                file: format!("{live_dir}/part-{:05}.parquet", p.partition),
+                ..p.clone()
+            })
+            .collect();
+        let load = Some(LoadStamp {
+            load_id: load_id.to_string(),
+            disks: t.disks.clone(),
+            copies: t.copies.clone(),
+        });
+        Ok(Some(TableInfo {
+            name: t.table.clone(),
+            schema: staged.schema.as_ref().clone(),
+            partitions,
+            load,
+        }))
     }
 
     /// Renames each table's staged directory to its generation directory; on failure moves
     /// back what moved. Returns (from, to) pairs.
-    fn move_generations(&self, load_id: &str, tables: &[TableInfo]) -> Result<Vec<(PathBuf, PathBuf)>> {
+    fn move_generations(
+        &self,
+        load_id: &str,
+        tables: &[TableInfo],
+    ) -> Result<Vec<(PathBuf, PathBuf)>> {
         let mut moved = Vec::new();
         for t in tables {
             let from = self.dir.join(staged_dir(load_id, &t.name));
             let to = self.dir.join(generation_dir(load_id, &t.name));
-            let result = to.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::rename(&from, &to));
+            let result = to
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|_| std::fs::rename(&from, &to));
             if let Err(e) = result {
                 self.move_back(&moved);
-                return Err(StorageError::Io { context: format!("moving {} to {}", from.display(), to.display()), source: e });
+                return Err(StorageError::Io {
+                    context: format!("moving {} to {}", from.display(), to.display()),
+                    source: e,
+                });
             }
             moved.push((from, to));
         }
@@ -224,17 +298,27 @@ mod tests {
     fn stage(store: &DiskStore, load: &str, partition: u32, rows: i64) {
         store.begin_staging(load, "t").unwrap();
         let b = batch(rows);
-        let mut w = store.create_staged_partition(load, "t", partition, b.schema(), 4096).unwrap();
+        let mut w = store
+            .create_staged_partition(load, "t", partition, b.schema(), 4096)
+            .unwrap();
         w.write(&b).unwrap();
         store.finish_staged(load, w).unwrap();
     }
 
     fn commit(partitions: Vec<u32>) -> Vec<CommitTable> {
-        vec![CommitTable { table: "t".into(), partitions, disks: vec![0], copies: vec![] }]
+        vec![CommitTable {
+            table: "t".into(),
+            partitions,
+            disks: vec![0],
+            copies: vec![],
+        }]
     }
 
     fn rows(store: &DiskStore) -> u64 {
-        store.table("t").map(|t| t.partitions.iter().map(|p| p.rows).sum()).unwrap_or(0)
+        store
+            .table("t")
+            .map(|t| t.partitions.iter().map(|p| p.rows).sum())
+            .unwrap_or(0)
     }
 
     #[test]
@@ -242,21 +326,35 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = DiskStore::open(dir.path(), 0).unwrap();
         stage(&store, "l1", 0, 100);
-        assert!(store.table("t").is_err(), "a staged partition is not in the catalog");
+        assert!(
+            store.table("t").is_err(),
+            "a staged partition is not in the catalog"
+        );
         store.commit_load("l1", &commit(vec![0])).unwrap();
         assert_eq!(rows(&store), 100);
         // A second load: the first stays readable while it is staged, a wrong commit changes nothing.
         stage(&store, "l2", 0, 7);
         stage(&store, "l2", 1, 8);
         assert_eq!(rows(&store), 100);
-        let err = store.commit_load("l2", &commit(vec![0])).unwrap_err().to_string();
-        assert!(err.contains("[0, 1] staged") && err.contains("expects [0]"), "{err}");
+        let err = store
+            .commit_load("l2", &commit(vec![0]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("[0, 1] staged") && err.contains("expects [0]"),
+            "{err}"
+        );
         assert_eq!(rows(&store), 100);
-        let old_file = dir.path().join(&store.table("t").unwrap().partitions[0].file);
+        let old_file = dir
+            .path()
+            .join(&store.table("t").unwrap().partitions[0].file);
         store.commit_load("l2", &commit(vec![0, 1])).unwrap();
         assert_eq!(rows(&store), 15);
         assert_eq!(store.table("t").unwrap().load.unwrap().load_id, "l2");
-        assert!(!old_file.exists(), "the previous generation's files are removed");
+        assert!(
+            !old_file.exists(),
+            "the previous generation's files are removed"
+        );
         assert!(!dir.path().join(STAGING_DIR).join("l2").exists());
         // Reopened (a restart): the committed load is what the manifest lists.
         drop(store);
@@ -272,10 +370,17 @@ mod tests {
         store.commit_load("l1", &commit(vec![0])).unwrap();
         stage(&store, "l2", 0, 5);
         assert!(store.abort_load("l2").unwrap());
-        assert!(store.commit_load("l2", &commit(vec![0])).is_err(), "an aborted load cannot commit");
+        assert!(
+            store.commit_load("l2", &commit(vec![0])).is_err(),
+            "an aborted load cannot commit"
+        );
         // A partition of the aborted load that finishes late removes itself.
         let b = batch(3);
-        assert!(store.create_staged_partition("l2", "t", 1, b.schema(), 4096).is_err());
+        assert!(
+            store
+                .create_staged_partition("l2", "t", 1, b.schema(), 4096)
+                .is_err()
+        );
         assert_eq!(rows(&store), 100);
         assert!(!dir.path().join(STAGING_DIR).join("l2").exists());
         // A load staged, then the process killed: a restart removes it, and a generation

@@ -1,10 +1,10 @@
 //! The data directory of one disk.
+use crate::integrity::PartitionReader;
 use crate::writer::PartitionWriter;
 use crate::{Result, StorageError, io_err};
 use adisk_core::protocol::{DiskCatalog, PartitionInfo, TableInfo};
 use arrow::datatypes::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
-use crate::integrity::PartitionReader;
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -36,7 +36,9 @@ pub fn validate_table_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name.starts_with(|c: char| c.is_ascii_lowercase())
-        && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
     if ok {
         Ok(())
     } else {
@@ -55,15 +57,30 @@ impl DiskStore {
     /// checksum.
     pub fn open(dir: &Path, disk_id: u32) -> Result<Self> {
         for sub in ["tables", "files"] {
-            std::fs::create_dir_all(dir.join(sub)).map_err(io_err(format!("creating {}", dir.join(sub).display())))?;
+            std::fs::create_dir_all(dir.join(sub))
+                .map_err(io_err(format!("creating {}", dir.join(sub).display())))?;
         }
         let path = dir.join(MANIFEST);
         let manifest = match std::fs::read(&path) {
             Ok(bytes) => decode_manifest(&path, &bytes)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest { format_version: FORMAT_VERSION, ..Default::default() },
-            Err(e) => return Err(StorageError::Io { context: format!("reading {}", path.display()), source: e }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Manifest {
+                format_version: FORMAT_VERSION,
+                ..Default::default()
+            },
+            Err(e) => {
+                return Err(StorageError::Io {
+                    context: format!("reading {}", path.display()),
+                    source: e,
+                });
+            }
         };
-        let store = DiskStore { dir: dir.to_path_buf(), disk_id, manifest: Mutex::new(manifest), verified: Mutex::default(), staging: Mutex::default() };
+        let store = DiskStore {
+            dir: dir.to_path_buf(),
+            disk_id,
+            manifest: Mutex::new(manifest),
+            verified: Mutex::default(),
+            staging: Mutex::default(),
+        };
         store.remove_temporaries()?;
         Ok(store)
     }
@@ -75,18 +92,32 @@ impl DiskStore {
         let staging = self.dir.join(crate::staging::STAGING_DIR);
         if staging.exists() {
             tracing::warn!(dir = %staging.display(), "removing partitions of loads that were never committed");
-            std::fs::remove_dir_all(&staging).map_err(io_err(format!("removing {}", staging.display())))?;
+            std::fs::remove_dir_all(&staging)
+                .map_err(io_err(format!("removing {}", staging.display())))?;
         }
         let listed: std::collections::HashSet<PathBuf> = {
             let m = self.manifest.lock().expect("manifest lock");
-            m.tables.values().flat_map(|t| &t.partitions).filter_map(|p| Path::new(&p.file).parent().map(|d| self.dir.join(d))).collect()
+            m.tables
+                .values()
+                .flat_map(|t| &t.partitions)
+                .filter_map(|p| Path::new(&p.file).parent().map(|d| self.dir.join(d)))
+                .collect()
         };
         let tables = self.dir.join("tables");
-        let entries = std::fs::read_dir(&tables).map_err(io_err(format!("listing {}", tables.display())))?;
+        let entries =
+            std::fs::read_dir(&tables).map_err(io_err(format!("listing {}", tables.display())))?;
         for table_dir in entries.flatten() {
-            for f in std::fs::read_dir(table_dir.path()).into_iter().flatten().flatten() {
+            for f in std::fs::read_dir(table_dir.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
                 let path = f.path();
-                let generation = f.file_name().to_string_lossy().starts_with(crate::staging::GENERATION_PREFIX) && path.is_dir();
+                let generation = f
+                    .file_name()
+                    .to_string_lossy()
+                    .starts_with(crate::staging::GENERATION_PREFIX)
+                    && path.is_dir();
                 if generation && !listed.contains(&path) {
                     tracing::warn!(dir = %path.display(), "removing a generation no manifest lists (interrupted commit)");
                     let _ = std::fs::remove_dir_all(&path);
@@ -118,33 +149,66 @@ impl DiskStore {
     /// All local tables.
     pub fn catalog(&self) -> DiskCatalog {
         let m = self.manifest.lock().expect("manifest lock");
-        DiskCatalog { disk_id: self.disk_id, tables: m.tables.values().cloned().collect() }
+        DiskCatalog {
+            disk_id: self.disk_id,
+            tables: m.tables.values().cloned().collect(),
+        }
     }
 
     /// One local table.
     pub fn table(&self, name: &str) -> Result<TableInfo> {
         let m = self.manifest.lock().expect("manifest lock");
-        m.tables.get(name).cloned().ok_or_else(|| StorageError::UnknownTable(name.to_string()))
+        m.tables
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StorageError::UnknownTable(name.to_string()))
     }
 
     /// Starts writing partition `partition` of `table` (a job's named result: listed by
     /// [`DiskStore::commit_partition`]; loads are staged, see [`crate::staging`]).
-    pub fn create_partition(&self, table: &str, partition: u32, schema: SchemaRef, row_group_rows: usize) -> Result<PartitionWriter> {
+    pub fn create_partition(
+        &self,
+        table: &str,
+        partition: u32,
+        schema: SchemaRef,
+        row_group_rows: usize,
+    ) -> Result<PartitionWriter> {
         validate_table_name(table)?;
         if let Ok(existing) = self.table(table) {
             check_same_schema(table, &existing.schema, &schema)?;
         }
-        self.writer_in(&format!("tables/{table}"), table, partition, schema, row_group_rows)
+        self.writer_in(
+            &format!("tables/{table}"),
+            table,
+            partition,
+            schema,
+            row_group_rows,
+        )
     }
 
     /// A partition writer whose file is `<relative_dir>/part-NNNNN.parquet`.
-    pub(crate) fn writer_in(&self, relative_dir: &str, table: &str, partition: u32, schema: SchemaRef, row_group_rows: usize) -> Result<PartitionWriter> {
+    pub(crate) fn writer_in(
+        &self,
+        relative_dir: &str,
+        table: &str,
+        partition: u32,
+        schema: SchemaRef,
+        row_group_rows: usize,
+    ) -> Result<PartitionWriter> {
         let dir = self.dir.join(relative_dir);
         std::fs::create_dir_all(&dir).map_err(io_err(format!("creating {}", dir.display())))?;
         let relative = format!("{relative_dir}/part-{partition:05}.parquet");
         let final_path = self.dir.join(&relative);
         let tmp_path = final_path.with_extension("parquet.tmp");
-        PartitionWriter::create(table, partition, tmp_path, final_path, relative, schema, row_group_rows)
+        PartitionWriter::create(
+            table,
+            partition,
+            tmp_path,
+            final_path,
+            relative,
+            schema,
+            row_group_rows,
+        )
     }
 
     /// Finishes a partition and lists it in the manifest (replacing one with the same number).
@@ -153,7 +217,12 @@ impl DiskStore {
         let schema = writer.schema.as_ref().clone();
         let info = writer.finish()?;
         let mut m = self.manifest.lock().expect("manifest lock");
-        let entry = m.tables.entry(table.clone()).or_insert_with(|| TableInfo { name: table.clone(), schema: schema.clone(), partitions: vec![], load: None });
+        let entry = m.tables.entry(table.clone()).or_insert_with(|| TableInfo {
+            name: table.clone(),
+            schema: schema.clone(),
+            partitions: vec![],
+            load: None,
+        });
         check_same_schema(&table, &entry.schema, &schema)?;
         entry.partitions.retain(|p| p.partition != info.partition);
         entry.partitions.push(info.clone());
@@ -165,7 +234,9 @@ impl DiskStore {
     /// Removes a table's local partitions.
     pub fn drop_table(&self, table: &str) -> Result<bool> {
         let mut m = self.manifest.lock().expect("manifest lock");
-        let Some(removed) = m.tables.remove(table) else { return Ok(false) };
+        let Some(removed) = m.tables.remove(table) else {
+            return Ok(false);
+        };
         self.save_manifest(&m)?;
         drop(m);
         self.remove_files(&removed);
@@ -177,7 +248,12 @@ impl DiskStore {
         for p in &table.partitions {
             let path = self.dir.join(&p.file);
             let _ = std::fs::remove_file(&path);
-            if let Some(parent) = path.parent().filter(|d| d.file_name().is_some_and(|n| n.to_string_lossy().starts_with(crate::staging::GENERATION_PREFIX))) {
+            if let Some(parent) = path.parent().filter(|d| {
+                d.file_name().is_some_and(|n| {
+                    n.to_string_lossy()
+                        .starts_with(crate::staging::GENERATION_PREFIX)
+                })
+            }) {
                 let _ = std::fs::remove_dir(parent);
             }
         }
@@ -189,10 +265,16 @@ impl DiskStore {
     pub(crate) fn save_manifest(&self, m: &Manifest) -> Result<()> {
         let path = self.dir.join(MANIFEST);
         let tmp = self.dir.join("manifest.json.tmp");
-        std::fs::write(&tmp, encode_manifest(m)).map_err(io_err(format!("writing {}", tmp.display())))?;
-        File::open(&tmp).and_then(|f| f.sync_all()).map_err(io_err(format!("syncing {}", tmp.display())))?;
-        std::fs::rename(&tmp, &path).map_err(io_err(format!("renaming {} into place", tmp.display())))?;
-        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(io_err(format!("syncing {}", self.dir.display())))
+        std::fs::write(&tmp, encode_manifest(m))
+            .map_err(io_err(format!("writing {}", tmp.display())))?;
+        File::open(&tmp)
+            .and_then(|f| f.sync_all())
+            .map_err(io_err(format!("syncing {}", tmp.display())))?;
+        std::fs::rename(&tmp, &path)
+            .map_err(io_err(format!("renaming {} into place", tmp.display())))?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .map_err(io_err(format!("syncing {}", self.dir.display())))
     }
 
     /// Opens a partition file, checking its size against the manifest and its whole-file
@@ -202,33 +284,57 @@ impl DiskStore {
     pub fn open_partition(&self, info: &PartitionInfo) -> Result<File> {
         let path = self.dir.join(&info.file);
         let mut file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
-        let meta = file.metadata().map_err(io_err(format!("stat {}", path.display())))?;
-        let stamp = (meta.len(), meta.modified().unwrap_or(SystemTime::UNIX_EPOCH));
-        let cached = info.checksums.is_some() && self.verified.lock().expect("verified lock").get(&path) == Some(&stamp);
+        let meta = file
+            .metadata()
+            .map_err(io_err(format!("stat {}", path.display())))?;
+        let stamp = (
+            meta.len(),
+            meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+        );
+        let cached = info.checksums.is_some()
+            && self.verified.lock().expect("verified lock").get(&path) == Some(&stamp);
         if cached {
             return Ok(file);
         }
         if meta.len() != info.bytes {
-            return Err(StorageError::Corrupt { path, reason: format!("size {} but the manifest says {}", meta.len(), info.bytes) });
+            return Err(StorageError::Corrupt {
+                path,
+                reason: format!("size {} but the manifest says {}", meta.len(), info.bytes),
+            });
         }
-        let (crc, _) = crate::reader::file_crc32(&mut file).map_err(io_err(format!("checksumming {}", path.display())))?;
+        let (crc, _) = crate::reader::file_crc32(&mut file)
+            .map_err(io_err(format!("checksumming {}", path.display())))?;
         if crc != info.crc32 {
-            return Err(StorageError::Corrupt { path, reason: format!("CRC-32 {crc:08x} but the manifest says {:08x}", info.crc32) });
+            return Err(StorageError::Corrupt {
+                path,
+                reason: format!("CRC-32 {crc:08x} but the manifest says {:08x}", info.crc32),
+            });
         }
-        self.verified.lock().expect("verified lock").insert(path, stamp);
+        self.verified
+            .lock()
+            .expect("verified lock")
+            .insert(path, stamp);
         Ok(file)
     }
 
     /// Reads every byte of every local partition (never trusting what was verified before) and
     /// checks size and CRC-32 against the manifest.
     pub fn scrub(&self) -> adisk_core::protocol::ScrubReport {
-        let mut report = adisk_core::protocol::ScrubReport { disk_id: self.disk_id(), ..Default::default() };
+        let mut report = adisk_core::protocol::ScrubReport {
+            disk_id: self.disk_id(),
+            ..Default::default()
+        };
         for table in self.catalog().tables {
             for info in &table.partitions {
                 report.partitions += 1;
                 report.bytes += info.bytes;
                 if let Err(reason) = self.check_whole(info) {
-                    report.corrupt.push(adisk_core::protocol::CorruptPartition { table: table.name.clone(), partition: info.partition, file: info.file.clone(), reason });
+                    report.corrupt.push(adisk_core::protocol::CorruptPartition {
+                        table: table.name.clone(),
+                        partition: info.partition,
+                        file: info.file.clone(),
+                        reason,
+                    });
                 }
             }
         }
@@ -244,13 +350,17 @@ impl DiskStore {
     pub(crate) fn check_whole(&self, info: &PartitionInfo) -> std::result::Result<(), String> {
         let path = self.dir.join(&info.file);
         let mut file = File::open(&path).map_err(|e| format!("cannot open: {e}"))?;
-        let (crc, len) = crate::reader::file_crc32(&mut file).map_err(|e| format!("cannot read: {e}"))?;
+        let (crc, len) =
+            crate::reader::file_crc32(&mut file).map_err(|e| format!("cannot read: {e}"))?;
         if len != info.bytes {
             return Err(format!("size {len} but the manifest says {}", info.bytes));
         }
         if crc != info.crc32 {
             self.verified.lock().expect("verified lock").remove(&path);
-            return Err(format!("CRC-32 {crc:08x} but the manifest says {:08x}", info.crc32));
+            return Err(format!(
+                "CRC-32 {crc:08x} but the manifest says {:08x}",
+                info.crc32
+            ));
         }
         Ok(())
     }
@@ -258,27 +368,43 @@ impl DiskStore {
     /// Opens a partition for a scan: every byte decoded through the returned reader is
     /// verified against the manifest's checksums when it is read; reads are counted in
     /// `bytes_read`.
-    pub fn partition_reader(&self, info: &PartitionInfo, bytes_read: Arc<std::sync::atomic::AtomicU64>) -> Result<PartitionReader> {
+    pub fn partition_reader(
+        &self,
+        info: &PartitionInfo,
+        bytes_read: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<PartitionReader> {
         let path = self.dir.join(&info.file);
         let file = self.open_partition(info)?;
-        let counting = crate::reader::CountingFile::new(file, bytes_read).map_err(io_err(format!("opening {}", path.display())))?;
+        let counting = crate::reader::CountingFile::new(file, bytes_read)
+            .map_err(io_err(format!("opening {}", path.display())))?;
         Ok(PartitionReader::new(counting, path, info.checksums.clone()))
     }
 
     /// A partition reader that verifies nothing (not even on first open): only for measuring
     /// what verification costs (`adisk bench checksum`); scans never use it.
-    pub fn partition_reader_unverified(&self, info: &PartitionInfo, bytes_read: Arc<std::sync::atomic::AtomicU64>) -> Result<PartitionReader> {
+    pub fn partition_reader_unverified(
+        &self,
+        info: &PartitionInfo,
+        bytes_read: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Result<PartitionReader> {
         let path = self.dir.join(&info.file);
         let file = File::open(&path).map_err(io_err(format!("opening {}", path.display())))?;
-        let counting = crate::reader::CountingFile::new(file, bytes_read).map_err(io_err(format!("opening {}", path.display())))?;
+        let counting = crate::reader::CountingFile::new(file, bytes_read)
+            .map_err(io_err(format!("opening {}", path.display())))?;
         Ok(PartitionReader::new(counting, path, None))
     }
 
     /// Resolves a path under `files/`, refusing anything that escapes it.
     pub fn file_path(&self, relative: &str) -> Result<PathBuf> {
         let rel = Path::new(relative);
-        if rel.is_absolute() || rel.components().any(|c| !matches!(c, std::path::Component::Normal(_))) {
-            return Err(StorageError::Invalid(format!("file path `{relative}` must be relative and stay under files/")));
+        if rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| !matches!(c, std::path::Component::Normal(_)))
+        {
+            return Err(StorageError::Invalid(format!(
+                "file path `{relative}` must be relative and stay under files/"
+            )));
         }
         Ok(self.files_dir().join(rel))
     }
@@ -288,28 +414,40 @@ impl DiskStore {
 fn encode_manifest(m: &Manifest) -> Vec<u8> {
     let tables = serde_json::to_value(&m.tables).expect("manifest serializes");
     let crc32 = crc32fast::hash(&serde_json::to_vec(&tables).expect("manifest serializes"));
-    let doc = serde_json::json!({ "format_version": m.format_version, "crc32": crc32, "tables": tables });
+    let doc =
+        serde_json::json!({ "format_version": m.format_version, "crc32": crc32, "tables": tables });
     serde_json::to_vec_pretty(&doc).expect("manifest serializes")
 }
 
 /// Parses a manifest and checks its CRC-32 (a manifest written before it had one is accepted).
 fn decode_manifest(path: &Path, bytes: &[u8]) -> Result<Manifest> {
-    let bad = |reason: String| StorageError::BadManifest { path: path.to_path_buf(), reason };
+    let bad = |reason: String| StorageError::BadManifest {
+        path: path.to_path_buf(),
+        reason,
+    };
     let doc: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| bad(e.to_string()))?;
     let tables = doc.get("tables").ok_or_else(|| bad("no `tables`".into()))?;
     match doc.get("crc32").map(|c| c.as_u64()) {
         Some(Some(expected)) => {
-            let crc = crc32fast::hash(&serde_json::to_vec(tables).expect("a parsed value serializes"));
+            let crc =
+                crc32fast::hash(&serde_json::to_vec(tables).expect("a parsed value serializes"));
             if u64::from(crc) != expected {
-                return Err(bad(format!("CRC-32 {crc:08x} but the manifest says {expected:08x}")));
+                return Err(bad(format!(
+                    "CRC-32 {crc:08x} but the manifest says {expected:08x}"
+                )));
             }
         }
         Some(None) => return Err(bad("`crc32` is not a number".into())),
-        None => tracing::warn!(path = %path.display(), "manifest without a checksum (written by an older version)"),
+        None => {
+            tracing::warn!(path = %path.display(), "manifest without a checksum (written by an older version)")
+        }
     }
     let m: Manifest = serde_json::from_value(doc).map_err(|e| bad(e.to_string()))?;
     if m.format_version != FORMAT_VERSION {
-        return Err(bad(format!("format version {} (this build reads {FORMAT_VERSION})", m.format_version)));
+        return Err(bad(format!(
+            "format version {} (this build reads {FORMAT_VERSION})",
+            m.format_version
+        )));
     }
     Ok(m)
 }
@@ -318,14 +456,21 @@ fn check_same_schema(table: &str, existing: &Schema, new: &Schema) -> Result<()>
     if existing.fields() != new.fields() {
         return Err(StorageError::SchemaMismatch {
             table: table.to_string(),
-            reason: format!("existing columns {:?}, new columns {:?}", field_list(existing), field_list(new)),
+            reason: format!(
+                "existing columns {:?}, new columns {:?}",
+                field_list(existing),
+                field_list(new)
+            ),
         });
     }
     Ok(())
 }
 
 fn field_list(s: &Schema) -> Vec<String> {
-    s.fields().iter().map(|f| format!("{}: {}", f.name(), f.data_type())).collect()
+    s.fields()
+        .iter()
+        .map(|f| format!("{}: {}", f.name(), f.data_type()))
+        .collect()
 }
 
 /// Shared handle.
@@ -376,7 +521,12 @@ mod tests {
         w.write(&b).unwrap();
         drop(w);
         assert!(store.table("t").is_err());
-        assert_eq!(std::fs::read_dir(dir.path().join("tables/t")).unwrap().count(), 0);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("tables/t"))
+                .unwrap()
+                .count(),
+            0
+        );
         assert!(validate_table_name("../x").is_err());
         assert!(store.file_path("../etc/passwd").is_err());
     }
@@ -385,7 +535,11 @@ mod tests {
     fn flip_keeping_mtime(path: &Path, offset: u64) {
         use std::os::unix::fs::FileExt;
         let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
-        let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .unwrap();
         let mut b = [0u8; 1];
         f.read_exact_at(&mut b, offset).unwrap();
         f.write_all_at(&[b[0] ^ 0x10], offset).unwrap();
@@ -399,9 +553,21 @@ mod tests {
         for rg in 0..meta.metadata().num_row_groups() {
             let mask = parquet::arrow::ProjectionMask::all();
             let bytes = reader.row_group(meta.metadata(), rg, &mask)?;
-            let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(bytes, meta.clone()).with_row_groups(vec![rg]).build().unwrap();
+            let r =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::new_with_metadata(
+                    bytes,
+                    meta.clone(),
+                )
+                .with_row_groups(vec![rg])
+                .build()
+                .unwrap();
             for b in r {
-                rows += b.map_err(|e| StorageError::Corrupt { path: PathBuf::new(), reason: e.to_string() })?.num_rows() as u64;
+                rows += b
+                    .map_err(|e| StorageError::Corrupt {
+                        path: PathBuf::new(),
+                        reason: e.to_string(),
+                    })?
+                    .num_rows() as u64;
             }
         }
         Ok(rows)
@@ -417,13 +583,20 @@ mod tests {
         let info = store.commit_partition(w).unwrap();
         let sums = info.checksums.clone().unwrap();
         assert_eq!(sums.chunk_crc32.len(), 5);
-        assert_eq!(read_all(&store, &info).unwrap(), 20_000, "first open: whole-file CRC, then per-read checks");
+        assert_eq!(
+            read_all(&store, &info).unwrap(),
+            20_000,
+            "first open: whole-file CRC, then per-read checks"
+        );
         let path = dir.path().join(&info.file);
         // A data page in the middle of row group 2, flipped after the first open.
         let original = std::fs::read(&path).unwrap();
         flip_keeping_mtime(&path, sums.tail_offset / 2);
         let err = read_all(&store, &info).unwrap_err();
-        assert!(matches!(&err, StorageError::Corrupt { path: p, reason } if p == &path && reason.contains("column chunk")), "{err}");
+        assert!(
+            matches!(&err, StorageError::Corrupt { path: p, reason } if p == &path && reason.contains("column chunk")),
+            "{err}"
+        );
         // The footer.
         std::fs::write(&path, &original).unwrap();
         let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
@@ -431,7 +604,10 @@ mod tests {
         flip_keeping_mtime(&path, info.bytes - 20);
         assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
         let err = read_all(&store, &info).unwrap_err();
-        assert!(matches!(&err, StorageError::Corrupt { reason, .. } if reason.contains("footer")), "{err}");
+        assert!(
+            matches!(&err, StorageError::Corrupt { reason, .. } if reason.contains("footer")),
+            "{err}"
+        );
     }
 
     #[test]
@@ -448,18 +624,27 @@ mod tests {
         // A digit of the row count: still valid JSON, a different table.
         std::fs::write(&path, text.replace("\"rows\": 100", "\"rows\": 900")).unwrap();
         let err = DiskStore::open(dir.path(), 0).err().unwrap();
-        assert!(matches!(&err, StorageError::BadManifest { path: p, reason } if p == &path && reason.contains("CRC-32")), "{err}");
+        assert!(
+            matches!(&err, StorageError::BadManifest { path: p, reason } if p == &path && reason.contains("CRC-32")),
+            "{err}"
+        );
         // A manifest of an older version (no crc32, no per-read checksums) opens, and its
         // partition is verified whole at every open.
         let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
         doc.as_object_mut().unwrap().remove("crc32");
-        doc["tables"]["t"]["partitions"][0].as_object_mut().unwrap().remove("checksums");
+        doc["tables"]["t"]["partitions"][0]
+            .as_object_mut()
+            .unwrap()
+            .remove("checksums");
         std::fs::write(&path, serde_json::to_vec(&doc).unwrap()).unwrap();
         let store = DiskStore::open(dir.path(), 0).unwrap();
         let info = store.table("t").unwrap().partitions[0].clone();
         assert!(info.checksums.is_none());
         assert_eq!(read_all(&store, &info).unwrap(), 100);
         flip_keeping_mtime(&dir.path().join(&info.file), info.bytes / 2);
-        assert!(matches!(read_all(&store, &info), Err(StorageError::Corrupt { .. })));
+        assert!(matches!(
+            read_all(&store, &info),
+            Err(StorageError::Corrupt { .. })
+        ));
     }
 }

@@ -18,7 +18,9 @@ use tpchgen_arrow::{
 };
 
 /// The eight TPC-H tables, small first.
-pub const TABLES: [&str; 8] = ["region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"];
+pub const TABLES: [&str; 8] = [
+    "region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem",
+];
 
 /// Smallest and largest accepted scale factors.
 pub const SF_RANGE: (f64, f64) = (0.001, 1000.0);
@@ -68,7 +70,10 @@ pub fn approx_rows(table: &str, sf: f64) -> u64 {
 /// Checks a scale factor.
 pub fn validate_sf(sf: f64) -> Result<()> {
     if !(SF_RANGE.0..=SF_RANGE.1).contains(&sf) || !sf.is_finite() {
-        return Err(StorageError::Invalid(format!("scale factor {sf} outside {}..={}", SF_RANGE.0, SF_RANGE.1)));
+        return Err(StorageError::Invalid(format!(
+            "scale factor {sf} outside {}..={}",
+            SF_RANGE.0, SF_RANGE.1
+        )));
     }
     Ok(())
 }
@@ -84,7 +89,12 @@ pub fn schema(table: &str) -> Result<SchemaRef> {
         "partsupp" => PartSuppArrow::schema_ref(),
         "orders" => OrderArrow::schema_ref(),
         "lineitem" => LineItemArrow::schema_ref(),
-        other => return Err(StorageError::Invalid(format!("`{other}` is not a TPC-H table ({})", TABLES.join(", ")))),
+        other => {
+            return Err(StorageError::Invalid(format!(
+                "`{other}` is not a TPC-H table ({})",
+                TABLES.join(", ")
+            )));
+        }
     })
 }
 
@@ -92,20 +102,35 @@ pub fn schema(table: &str) -> Result<SchemaRef> {
 pub fn generate(table: &str, sf: f64, part: u32, part_count: u32) -> Result<BatchIter> {
     validate_sf(sf)?;
     if part == 0 || part > part_count {
-        return Err(StorageError::Invalid(format!("part {part} outside 1..={part_count}")));
+        return Err(StorageError::Invalid(format!(
+            "part {part} outside 1..={part_count}"
+        )));
     }
     let (p, n) = (part as i32, part_count as i32);
     let b = GENERATE_BATCH_ROWS;
     Ok(match table {
         "region" => Box::new(RegionArrow::new(RegionGenerator::new(sf, p, n)).with_batch_size(b)),
         "nation" => Box::new(NationArrow::new(NationGenerator::new(sf, p, n)).with_batch_size(b)),
-        "supplier" => Box::new(SupplierArrow::new(SupplierGenerator::new(sf, p, n)).with_batch_size(b)),
-        "customer" => Box::new(CustomerArrow::new(CustomerGenerator::new(sf, p, n)).with_batch_size(b)),
+        "supplier" => {
+            Box::new(SupplierArrow::new(SupplierGenerator::new(sf, p, n)).with_batch_size(b))
+        }
+        "customer" => {
+            Box::new(CustomerArrow::new(CustomerGenerator::new(sf, p, n)).with_batch_size(b))
+        }
         "part" => Box::new(PartArrow::new(PartGenerator::new(sf, p, n)).with_batch_size(b)),
-        "partsupp" => Box::new(PartSuppArrow::new(PartSuppGenerator::new(sf, p, n)).with_batch_size(b)),
+        "partsupp" => {
+            Box::new(PartSuppArrow::new(PartSuppGenerator::new(sf, p, n)).with_batch_size(b))
+        }
         "orders" => Box::new(OrderArrow::new(OrderGenerator::new(sf, p, n)).with_batch_size(b)),
-        "lineitem" => Box::new(LineItemArrow::new(LineItemGenerator::new(sf, p, n)).with_batch_size(b)),
-        other => return Err(StorageError::Invalid(format!("`{other}` is not a TPC-H table ({})", TABLES.join(", ")))),
+        "lineitem" => {
+            Box::new(LineItemArrow::new(LineItemGenerator::new(sf, p, n)).with_batch_size(b))
+        }
+        other => {
+            return Err(StorageError::Invalid(format!(
+                "`{other}` is not a TPC-H table ({})",
+                TABLES.join(", ")
+            )));
+        }
     })
 }
 
@@ -140,7 +165,10 @@ struct Generator {
 
 impl Generator {
     fn spawn(exe: &std::path::Path) -> Result<Self> {
-        let io = |source| StorageError::Io { context: format!("starting the TPC-H generator {}", exe.display()), source };
+        let io = |source| StorageError::Io {
+            context: format!("starting the TPC-H generator {}", exe.display()),
+            source,
+        };
         let mut child = std::process::Command::new(exe)
             .arg("tpch-generate")
             .stdin(std::process::Stdio::piped())
@@ -150,15 +178,29 @@ impl Generator {
             .map_err(io)?;
         let stdin = child.stdin.take().expect("stdin is piped");
         let stdout = child.stdout.take().expect("stdout is piped");
-        Ok(Generator { child, stdin, stdout: std::sync::Arc::new(std::sync::Mutex::new(std::io::BufReader::with_capacity(1 << 20, stdout))) })
+        Ok(Generator {
+            child,
+            stdin,
+            stdout: std::sync::Arc::new(std::sync::Mutex::new(std::io::BufReader::with_capacity(
+                1 << 20,
+                stdout,
+            ))),
+        })
     }
 
     /// Asks for one partition; the batches follow on the child's output.
-    fn request(&mut self, table: &str, sf: f64, part: u32, part_count: u32) -> std::io::Result<arrow::ipc::reader::StreamReader<SharedOutput>> {
+    fn request(
+        &mut self,
+        table: &str,
+        sf: f64,
+        part: u32,
+        part_count: u32,
+    ) -> std::io::Result<arrow::ipc::reader::StreamReader<SharedOutput>> {
         use std::io::Write;
         writeln!(self.stdin, "{table} {sf} {part} {part_count}")?;
         self.stdin.flush()?;
-        arrow::ipc::reader::StreamReader::try_new(SharedOutput(self.stdout.clone()), None).map_err(std::io::Error::other)
+        arrow::ipc::reader::StreamReader::try_new(SharedOutput(self.stdout.clone()), None)
+            .map_err(std::io::Error::other)
     }
 }
 
@@ -170,7 +212,9 @@ impl Drop for Generator {
 }
 
 /// The child's output, shared between the generator and the reader of one partition.
-struct SharedOutput(std::sync::Arc<std::sync::Mutex<std::io::BufReader<std::process::ChildStdout>>>);
+struct SharedOutput(
+    std::sync::Arc<std::sync::Mutex<std::io::BufReader<std::process::ChildStdout>>>,
+);
 
 impl std::io::Read for SharedOutput {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -181,11 +225,15 @@ impl std::io::Read for SharedOutput {
 /// [`generate`], in a generator child when [`generate_in_children`] was called. An idle child
 /// is reused; one that exited since (idle) is replaced once.
 pub fn generate_isolated(table: &str, sf: f64, part: u32, part_count: u32) -> Result<BatchIter> {
-    let Some(exe) = CHILD_GENERATOR.get() else { return generate(table, sf, part, part_count) };
+    let Some(exe) = CHILD_GENERATOR.get() else {
+        return generate(table, sf, part, part_count);
+    };
     validate_sf(sf)?;
     schema(table)?;
     if part == 0 || part > part_count {
-        return Err(StorageError::Invalid(format!("part {part} outside 1..={part_count}")));
+        return Err(StorageError::Invalid(format!(
+            "part {part} outside 1..={part_count}"
+        )));
     }
     let idle = IDLE.lock().unwrap_or_else(|p| p.into_inner()).take();
     let mut generator = match idle {
@@ -197,10 +245,15 @@ pub fn generate_isolated(table: &str, sf: f64, part: u32, part_count: u32) -> Re
         Err(_) => {
             // The idle child may have exited meanwhile: one fresh child.
             generator = Generator::spawn(exe)?;
-            generator.request(table, sf, part, part_count).map_err(|e| StorageError::Invalid(format!("the TPC-H generator failed: {e}")))?
+            generator
+                .request(table, sf, part, part_count)
+                .map_err(|e| StorageError::Invalid(format!("the TPC-H generator failed: {e}")))?
         }
     };
-    Ok(Box::new(ChildBatches { generator: Some(generator), reader }))
+    Ok(Box::new(ChildBatches {
+        generator: Some(generator),
+        reader,
+    }))
 }
 
 /// Batches of one partition read from a generator child; the child goes back to [`IDLE`]
@@ -226,7 +279,9 @@ impl Iterator for ChildBatches {
             }
             None => {
                 self.generator = None;
-                return Some(Err(ArrowError::IpcError("the TPC-H generator ended before the partition did".into())));
+                return Some(Err(ArrowError::IpcError(
+                    "the TPC-H generator ended before the partition did".into(),
+                )));
             }
             Some(Err(_)) => self.generator = None,
             Some(Ok(_)) => {}
@@ -241,7 +296,10 @@ impl Iterator for ChildBatches {
 ///
 /// # Errors
 /// A malformed request, a bad table, scale factor or part, or a failed write.
-pub fn serve_generator(input: impl std::io::BufRead + Send + 'static, mut out: impl std::io::Write) -> Result<()> {
+pub fn serve_generator(
+    input: impl std::io::BufRead + Send + 'static,
+    mut out: impl std::io::Write,
+) -> Result<()> {
     let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<String>>();
     std::thread::spawn(move || {
         for line in input.lines() {
@@ -252,15 +310,31 @@ pub fn serve_generator(input: impl std::io::BufRead + Send + 'static, mut out: i
     });
     loop {
         let line = match rx.recv_timeout(GENERATOR_IDLE) {
-            Ok(line) => line.map_err(|source| StorageError::Io { context: "reading a generator request".into(), source })?,
+            Ok(line) => line.map_err(|source| StorageError::Io {
+                context: "reading a generator request".into(),
+                source,
+            })?,
             Err(_) => return Ok(()), // idle, or the parent closed our input
         };
-        let bad = || StorageError::Invalid(format!("malformed generator request `{line}` (expected TABLE SF PART PARTS)"));
+        let bad = || {
+            StorageError::Invalid(format!(
+                "malformed generator request `{line}` (expected TABLE SF PART PARTS)"
+            ))
+        };
         let fields: Vec<&str> = line.split_whitespace().collect();
-        let [table, sf, part, parts] = fields.as_slice() else { return Err(bad()) };
-        let (sf, part, parts) = (sf.parse().map_err(|_| bad())?, part.parse().map_err(|_| bad())?, parts.parse().map_err(|_| bad())?);
+        let [table, sf, part, parts] = fields.as_slice() else {
+            return Err(bad());
+        };
+        let (sf, part, parts) = (
+            sf.parse().map_err(|_| bad())?,
+            part.parse().map_err(|_| bad())?,
+            parts.parse().map_err(|_| bad())?,
+        );
         write_generated(table, sf, part, parts, &mut out)?;
-        out.flush().map_err(|source| StorageError::Io { context: "writing generated rows".into(), source })?;
+        out.flush().map_err(|source| StorageError::Io {
+            context: "writing generated rows".into(),
+            source,
+        })?;
     }
 }
 
@@ -268,11 +342,23 @@ pub fn serve_generator(input: impl std::io::BufRead + Send + 'static, mut out: i
 ///
 /// # Errors
 /// A bad table, scale factor or part, or a failed write.
-pub fn write_generated(table: &str, sf: f64, part: u32, part_count: u32, out: impl std::io::Write) -> Result<()> {
-    let arrow_err = |source| StorageError::Arrow { context: "writing generated TPC-H rows".into(), source };
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(out, schema(table)?.as_ref()).map_err(arrow_err)?;
+pub fn write_generated(
+    table: &str,
+    sf: f64,
+    part: u32,
+    part_count: u32,
+    out: impl std::io::Write,
+) -> Result<()> {
+    let arrow_err = |source| StorageError::Arrow {
+        context: "writing generated TPC-H rows".into(),
+        source,
+    };
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(out, schema(table)?.as_ref())
+        .map_err(arrow_err)?;
     for batch in generate(table, sf, part, part_count)? {
-        writer.write(&batch.map_err(arrow_err)?).map_err(arrow_err)?;
+        writer
+            .write(&batch.map_err(arrow_err)?)
+            .map_err(arrow_err)?;
     }
     writer.finish().map_err(arrow_err)
 }

@@ -51,9 +51,17 @@ impl PartitionWriter {
         schema: SchemaRef,
         row_group_rows: usize,
     ) -> Result<Self> {
-        let file = File::create(&tmp_path).map_err(io_err(format!("creating {}", tmp_path.display())))?;
-        let writer = ArrowWriter::try_new(file, schema.clone(), Some(writer_properties(row_group_rows)))
-            .map_err(|source| StorageError::Parquet { context: format!("opening writer for {}", tmp_path.display()), source })?;
+        let file =
+            File::create(&tmp_path).map_err(io_err(format!("creating {}", tmp_path.display())))?;
+        let writer = ArrowWriter::try_new(
+            file,
+            schema.clone(),
+            Some(writer_properties(row_group_rows)),
+        )
+        .map_err(|source| StorageError::Parquet {
+            context: format!("opening writer for {}", tmp_path.display()),
+            source,
+        })?;
         let columns = schema.fields().len();
         Ok(PartitionWriter {
             table: table.to_string(),
@@ -84,14 +92,23 @@ impl PartitionWriter {
         if batch.schema().fields() != self.schema.fields() {
             return Err(StorageError::SchemaMismatch {
                 table: self.table.clone(),
-                reason: format!("batch schema {:?} differs from {:?}", batch.schema(), self.schema),
+                reason: format!(
+                    "batch schema {:?} differs from {:?}",
+                    batch.schema(),
+                    self.schema
+                ),
             });
         }
-        let writer = self.writer.as_mut().expect("writer is present until finish");
-        writer.write(batch).map_err(|source| StorageError::Parquet {
-            context: format!("writing {}", self.tmp_path.display()),
-            source,
-        })?;
+        let writer = self
+            .writer
+            .as_mut()
+            .expect("writer is present until finish");
+        writer
+            .write(batch)
+            .map_err(|source| StorageError::Parquet {
+                context: format!("writing {}", self.tmp_path.display()),
+                source,
+            })?;
         self.rows += batch.num_rows() as u64;
         // Distinct-value sketches (planner statistics); NULLs are not values.
         self.hashes.resize(batch.num_rows(), 0);
@@ -112,7 +129,10 @@ impl PartitionWriter {
 
     /// Bytes written to the file so far (approximate until finish).
     pub fn bytes_written(&self) -> u64 {
-        self.writer.as_ref().map(|w| w.bytes_written() as u64).unwrap_or(0)
+        self.writer
+            .as_ref()
+            .map(|w| w.bytes_written() as u64)
+            .unwrap_or(0)
     }
 
     /// Closes the file, syncs it, checksums it and renames it into place.
@@ -122,12 +142,19 @@ impl PartitionWriter {
             context: format!("closing {}", self.tmp_path.display()),
             source,
         })?;
-        let mut file = File::open(&self.tmp_path).map_err(io_err(format!("reopening {}", self.tmp_path.display())))?;
-        let (crc32, bytes) = crate::reader::file_crc32(&mut file).map_err(io_err(format!("checksumming {}", self.tmp_path.display())))?;
-        let checksums = crate::integrity::checksum_file(&file, &metadata).map_err(io_err(format!("checksumming the chunks of {}", self.tmp_path.display())))?;
-        file.sync_all().map_err(io_err(format!("syncing {}", self.tmp_path.display())))?;
-        std::fs::rename(&self.tmp_path, &self.final_path)
-            .map_err(io_err(format!("renaming {} into place", self.tmp_path.display())))?;
+        let mut file = File::open(&self.tmp_path)
+            .map_err(io_err(format!("reopening {}", self.tmp_path.display())))?;
+        let (crc32, bytes) = crate::reader::file_crc32(&mut file)
+            .map_err(io_err(format!("checksumming {}", self.tmp_path.display())))?;
+        let checksums = crate::integrity::checksum_file(&file, &metadata).map_err(io_err(
+            format!("checksumming the chunks of {}", self.tmp_path.display()),
+        ))?;
+        file.sync_all()
+            .map_err(io_err(format!("syncing {}", self.tmp_path.display())))?;
+        std::fs::rename(&self.tmp_path, &self.final_path).map_err(io_err(format!(
+            "renaming {} into place",
+            self.tmp_path.display()
+        )))?;
         Ok(PartitionInfo {
             partition: self.partition,
             file: self.relative.clone(),

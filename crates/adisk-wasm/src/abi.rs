@@ -9,7 +9,8 @@
 //! `data_offset` into the bytes at `aux_offset`.
 use crate::error::{Result, WasmError};
 use arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Date32Array, Decimal128Array,
+    Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
@@ -46,10 +47,20 @@ pub mod types {
 }
 
 /// Exports every ABI v1 disklet provides: name and parameter types as text; each returns one i32.
-pub const REQUIRED_EXPORTS: [(&str, &str); 4] = [("adisk_input_area", "i32"), ("adisk_init", "i32 i32"), ("adisk_process", "i32 i32 i64"), ("adisk_finish", "")];
+pub const REQUIRED_EXPORTS: [(&str, &str); 4] = [
+    ("adisk_input_area", "i32"),
+    ("adisk_init", "i32 i32"),
+    ("adisk_process", "i32 i32 i64"),
+    ("adisk_finish", ""),
+];
 
 /// Imports an ABI v1 disklet may use: name, parameter types as text, result count.
-pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [("emit", "i32 i32", 1), ("skip", "i64 i64", 0), ("log", "i32 i32", 0), ("declare_output", "i32 i32", 1)];
+pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [
+    ("emit", "i32 i32", 1),
+    ("skip", "i64 i64", 0),
+    ("log", "i32 i32", 0),
+    ("declare_output", "i32 i32", 1),
+];
 
 /// ABI v2: several inputs (one input area each) and several output ports.
 pub mod v2 {
@@ -73,7 +84,12 @@ pub mod v2 {
         ("adisk_finish", ""),
     ];
     /// Imports a v2 disklet may use: name, parameter types as text, result count.
-    pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [("emit", "i32 i32 i32", 1), ("skip", "i32 i64 i64", 0), ("log", "i32 i32", 0), ("declare_output", "i32 i32 i32", 1)];
+    pub const ALLOWED_IMPORTS: [(&str, &str, usize); 4] = [
+        ("emit", "i32 i32 i32", 1),
+        ("skip", "i32 i64 i64", 0),
+        ("log", "i32 i32", 0),
+        ("declare_output", "i32 i32 i32", 1),
+    ];
 }
 
 /// A module's ABI version and the inputs and output ports it declares.
@@ -89,7 +105,11 @@ pub struct Shape {
 
 impl Shape {
     /// Every ABI v1 module: one input, one output.
-    pub const V1: Shape = Shape { abi: 1, inputs: 1, outputs: 1 };
+    pub const V1: Shape = Shape {
+        abi: 1,
+        inputs: 1,
+        outputs: 1,
+    };
 }
 
 /// Parses the [`v2::SHAPE_SECTION`] text: `inputs=N outputs=K` (whitespace-separated, trailing
@@ -98,15 +118,24 @@ impl Shape {
 /// # Errors
 /// A message naming what is wrong.
 pub fn parse_shape(section: &[u8]) -> Result<Shape, String> {
-    let text = std::str::from_utf8(section).map_err(|_| "the shape is not UTF-8 text".to_string())?;
+    let text =
+        std::str::from_utf8(section).map_err(|_| "the shape is not UTF-8 text".to_string())?;
     let (mut inputs, mut outputs) = (None, None);
     for item in text.trim_end_matches('\0').split_whitespace() {
-        let (key, value) = item.split_once('=').ok_or_else(|| format!("`{item}` is not key=value"))?;
-        let n: u32 = value.parse().map_err(|_| format!("`{item}`: `{value}` is not a number"))?;
+        let (key, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("`{item}` is not key=value"))?;
+        let n: u32 = value
+            .parse()
+            .map_err(|_| format!("`{item}`: `{value}` is not a number"))?;
         let slot = match key {
             "inputs" => &mut inputs,
             "outputs" => &mut outputs,
-            other => return Err(format!("unknown key `{other}` (the shape has `inputs=` and `outputs=`)")),
+            other => {
+                return Err(format!(
+                    "unknown key `{other}` (the shape has `inputs=` and `outputs=`)"
+                ));
+            }
         };
         if slot.replace(n).is_some() {
             return Err(format!("`{key}` is given twice"));
@@ -115,9 +144,17 @@ pub fn parse_shape(section: &[u8]) -> Result<Shape, String> {
     let inputs = inputs.ok_or("the shape has no `inputs=`")?;
     let outputs = outputs.ok_or("the shape has no `outputs=`")?;
     if !(1..=v2::MAX_INPUTS).contains(&inputs) || !(1..=v2::MAX_OUTPUTS).contains(&outputs) {
-        return Err(format!("inputs={inputs} outputs={outputs}: a module has 1 to {} inputs and 1 to {} outputs", v2::MAX_INPUTS, v2::MAX_OUTPUTS));
+        return Err(format!(
+            "inputs={inputs} outputs={outputs}: a module has 1 to {} inputs and 1 to {} outputs",
+            v2::MAX_INPUTS,
+            v2::MAX_OUTPUTS
+        ));
     }
-    Ok(Shape { abi: 2, inputs, outputs })
+    Ok(Shape {
+        abi: 2,
+        inputs,
+        outputs,
+    })
 }
 
 /// Return codes of the exports and imports.
@@ -156,7 +193,9 @@ pub mod codes {
 
 fn ty_code(dt: &DataType) -> Option<(u8, i8)> {
     Some(match dt {
-        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => (types::INT32, 0),
+        DataType::Int8 | DataType::Int16 | DataType::Int32 | DataType::UInt8 | DataType::UInt16 => {
+            (types::INT32, 0)
+        }
         DataType::Int64 | DataType::UInt32 | DataType::UInt64 => (types::INT64, 0),
         DataType::Float32 | DataType::Float64 => (types::FLOAT64, 0),
         DataType::Decimal128(p, s) if *p <= 18 => (types::DECIMAL64, *s),
@@ -192,7 +231,11 @@ pub fn type_name(dt: &DataType) -> Option<String> {
 pub fn check_input_schema(schema: &Schema) -> Result<()> {
     for f in schema.fields() {
         if ty_code(f.data_type()).is_none() {
-            return Err(WasmError::InvalidJob(format!("column `{}` has type {} which ABI v1 cannot pass to a disklet", f.name(), f.data_type())));
+            return Err(WasmError::InvalidJob(format!(
+                "column `{}` has type {} which ABI v1 cannot pass to a disklet",
+                f.name(),
+                f.data_type()
+            )));
         }
     }
     Ok(())
@@ -238,7 +281,11 @@ pub fn encoded_len(batch: &RecordBatch, start: usize, len: usize) -> usize {
     let mut n = HEADER_BYTES + COLUMN_BYTES * batch.num_columns();
     for c in batch.columns() {
         let (code, _) = ty_code(c.data_type()).unwrap_or((types::INT64, 0));
-        let rows = if matches!(code, types::UTF8 | types::BINARY) { len + 1 } else { len };
+        let rows = if matches!(code, types::UTF8 | types::BINARY) {
+            len + 1
+        } else {
+            len
+        };
         n = align8(n) + rows * width(code);
         if c.null_count() > 0 {
             n = align8(n) + len;
@@ -278,7 +325,12 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
     put_u32(out, 12, total as u32);
     let mut at = HEADER_BYTES + COLUMN_BYTES * batch.num_columns();
     for (i, c) in batch.columns().iter().enumerate() {
-        let (code, scale) = ty_code(c.data_type()).ok_or_else(|| WasmError::InvalidJob(format!("column {i} has type {} which ABI v1 cannot carry", c.data_type())))?;
+        let (code, scale) = ty_code(c.data_type()).ok_or_else(|| {
+            WasmError::InvalidJob(format!(
+                "column {i} has type {} which ABI v1 cannot carry",
+                c.data_type()
+            ))
+        })?;
         let desc = HEADER_BYTES + COLUMN_BYTES * i;
         out[desc] = code;
         out[desc + 1] = scale as u8;
@@ -287,18 +339,102 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
         put_u32(out, desc + 4, data as u32);
         let c = c.slice(start, len);
         match c.data_type() {
-            DataType::Int8 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Int8Type>(), 0, len, |v: i8| v as i32),
-            DataType::Int16 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Int16Type>(), 0, len, |v: i16| v as i32),
-            DataType::Int32 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Int32Type>(), 0, len, |v: i32| v),
-            DataType::UInt8 => fixed!(out, data, c.as_primitive::<arrow::datatypes::UInt8Type>(), 0, len, |v: u8| v as i32),
-            DataType::UInt16 => fixed!(out, data, c.as_primitive::<arrow::datatypes::UInt16Type>(), 0, len, |v: u16| v as i32),
-            DataType::Int64 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Int64Type>(), 0, len, |v: i64| v),
-            DataType::UInt32 => fixed!(out, data, c.as_primitive::<arrow::datatypes::UInt32Type>(), 0, len, |v: u32| v as i64),
-            DataType::UInt64 => fixed!(out, data, c.as_primitive::<arrow::datatypes::UInt64Type>(), 0, len, |v: u64| v as i64),
-            DataType::Float32 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Float32Type>(), 0, len, |v: f32| v as f64),
-            DataType::Float64 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Float64Type>(), 0, len, |v: f64| v),
-            DataType::Decimal128(..) => fixed!(out, data, c.as_primitive::<arrow::datatypes::Decimal128Type>(), 0, len, |v: i128| v as i64),
-            DataType::Date32 => fixed!(out, data, c.as_primitive::<arrow::datatypes::Date32Type>(), 0, len, |v: i32| v),
+            DataType::Int8 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Int8Type>(),
+                0,
+                len,
+                |v: i8| v as i32
+            ),
+            DataType::Int16 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Int16Type>(),
+                0,
+                len,
+                |v: i16| v as i32
+            ),
+            DataType::Int32 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Int32Type>(),
+                0,
+                len,
+                |v: i32| v
+            ),
+            DataType::UInt8 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::UInt8Type>(),
+                0,
+                len,
+                |v: u8| v as i32
+            ),
+            DataType::UInt16 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::UInt16Type>(),
+                0,
+                len,
+                |v: u16| v as i32
+            ),
+            DataType::Int64 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Int64Type>(),
+                0,
+                len,
+                |v: i64| v
+            ),
+            DataType::UInt32 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::UInt32Type>(),
+                0,
+                len,
+                |v: u32| v as i64
+            ),
+            DataType::UInt64 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::UInt64Type>(),
+                0,
+                len,
+                |v: u64| v as i64
+            ),
+            DataType::Float32 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Float32Type>(),
+                0,
+                len,
+                |v: f32| v as f64
+            ),
+            DataType::Float64 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Float64Type>(),
+                0,
+                len,
+                |v: f64| v
+            ),
+            DataType::Decimal128(..) => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Decimal128Type>(),
+                0,
+                len,
+                |v: i128| v as i64
+            ),
+            DataType::Date32 => fixed!(
+                out,
+                data,
+                c.as_primitive::<arrow::datatypes::Date32Type>(),
+                0,
+                len,
+                |v: i32| v
+            ),
             DataType::Boolean => {
                 let b = c.as_boolean();
                 for r in 0..len {
@@ -307,7 +443,11 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
             }
             _ => {}
         }
-        let rows = if matches!(code, types::UTF8 | types::BINARY) { len + 1 } else { len };
+        let rows = if matches!(code, types::UTF8 | types::BINARY) {
+            len + 1
+        } else {
+            len
+        };
         at = data + rows * width(code);
         if c.null_count() > 0 {
             at = align8(at);
@@ -321,10 +461,26 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
             at = align8(at);
             put_u32(out, desc + 12, at as u32);
             let values: Vec<&[u8]> = match c.data_type() {
-                DataType::Utf8 => c.as_string::<i32>().iter().map(|v| v.unwrap_or("").as_bytes()).collect(),
-                DataType::LargeUtf8 => c.as_string::<i64>().iter().map(|v| v.unwrap_or("").as_bytes()).collect(),
-                DataType::Binary => c.as_binary::<i32>().iter().map(|v| v.unwrap_or(&[])).collect(),
-                _ => c.as_binary::<i64>().iter().map(|v| v.unwrap_or(&[])).collect(),
+                DataType::Utf8 => c
+                    .as_string::<i32>()
+                    .iter()
+                    .map(|v| v.unwrap_or("").as_bytes())
+                    .collect(),
+                DataType::LargeUtf8 => c
+                    .as_string::<i64>()
+                    .iter()
+                    .map(|v| v.unwrap_or("").as_bytes())
+                    .collect(),
+                DataType::Binary => c
+                    .as_binary::<i32>()
+                    .iter()
+                    .map(|v| v.unwrap_or(&[]))
+                    .collect(),
+                _ => c
+                    .as_binary::<i64>()
+                    .iter()
+                    .map(|v| v.unwrap_or(&[]))
+                    .collect(),
             };
             let mut off = 0u32;
             put_u32(out, data, 0);
@@ -336,7 +492,10 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
             at += off as usize;
         }
     }
-    debug_assert!(align8(at) <= total, "ADT1 encoding overran its computed length");
+    debug_assert!(
+        align8(at) <= total,
+        "ADT1 encoding overran its computed length"
+    );
     Ok(())
 }
 
@@ -348,7 +507,9 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
 pub fn parse_output_spec(text: &str) -> Result<SchemaRef, String> {
     let mut fields = Vec::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, ty) = item.split_once(':').ok_or_else(|| format!("`{item}` is not name:type"))?;
+        let (name, ty) = item
+            .split_once(':')
+            .ok_or_else(|| format!("`{item}` is not name:type"))?;
         let dt = match ty.trim() {
             "int32" => DataType::Int32,
             "int64" => DataType::Int64,
@@ -365,23 +526,34 @@ pub fn parse_output_spec(text: &str) -> Result<SchemaRef, String> {
         fields.push(Field::new(name.trim(), dt, true));
     }
     if fields.is_empty() || fields.len() > MAX_COLUMNS {
-        return Err(format!("an output declaration needs 1 to {MAX_COLUMNS} columns"));
+        return Err(format!(
+            "an output declaration needs 1 to {MAX_COLUMNS} columns"
+        ));
     }
     Ok(Arc::new(Schema::new(fields)))
 }
 
 /// The scale of `decimal64(S)`, 0 <= S <= 18.
 fn decimal_scale(ty: &str) -> Option<i8> {
-    let scale: i8 = ty.strip_prefix("decimal64(")?.strip_suffix(')')?.trim().parse().ok()?;
+    let scale: i8 = ty
+        .strip_prefix("decimal64(")?
+        .strip_suffix(')')?
+        .trim()
+        .parse()
+        .ok()?;
     (0..=18).contains(&scale).then_some(scale)
 }
 
 fn get_u32(buf: &[u8], at: usize) -> Result<u32, String> {
-    buf.get(at..at + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).ok_or_else(|| format!("offset {at} is outside the {}-byte buffer", buf.len()))
+    buf.get(at..at + 4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .ok_or_else(|| format!("offset {at} is outside the {}-byte buffer", buf.len()))
 }
 
 fn slice(buf: &[u8], at: usize, len: usize) -> Result<&[u8], String> {
-    at.checked_add(len).and_then(|end| buf.get(at..end)).ok_or_else(|| format!("range {at}+{len} is outside the {}-byte buffer", buf.len()))
+    at.checked_add(len)
+        .and_then(|end| buf.get(at..end))
+        .ok_or_else(|| format!("range {at}+{len} is outside the {}-byte buffer", buf.len()))
 }
 
 /// Decodes an ADT1 buffer the guest emitted into a batch of `schema`; every offset is checked.
@@ -395,7 +567,10 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
     let rows = get_u32(buf, 4)? as usize;
     let cols = get_u32(buf, 8)? as usize;
     if cols != schema.fields().len() {
-        return Err(format!("{cols} columns, but the declared output has {}", schema.fields().len()));
+        return Err(format!(
+            "{cols} columns, but the declared output has {}",
+            schema.fields().len()
+        ));
     }
     let mut arrays: Vec<ArrayRef> = Vec::with_capacity(cols);
     for (i, f) in schema.fields().iter().enumerate() {
@@ -406,29 +581,80 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
         let aux = get_u32(buf, desc + 12)? as usize;
         let expected = ty_code(f.data_type()).map(|t| t.0).unwrap_or(0);
         if code != expected {
-            return Err(format!("column {i} `{}` has type code {code}, declared {expected}", f.name()));
+            return Err(format!(
+                "column {i} `{}` has type code {code}, declared {expected}",
+                f.name()
+            ));
         }
-        let valid: Option<Vec<bool>> = if validity == 0 { None } else { Some(slice(buf, validity, rows)?.iter().map(|b| *b != 0).collect()) };
+        let valid: Option<Vec<bool>> = if validity == 0 {
+            None
+        } else {
+            Some(
+                slice(buf, validity, rows)?
+                    .iter()
+                    .map(|b| *b != 0)
+                    .collect(),
+            )
+        };
         let w = width(code);
-        let n = if matches!(code, types::UTF8 | types::BINARY) { rows + 1 } else { rows };
+        let n = if matches!(code, types::UTF8 | types::BINARY) {
+            rows + 1
+        } else {
+            rows
+        };
         let raw = slice(buf, data, n.checked_mul(w).ok_or("row count overflows")?)?;
         let pick = |r: usize| valid.as_ref().is_none_or(|v| v[r]);
         let array: ArrayRef = match code {
-            types::INT32 => Arc::new(Int32Array::from_iter((0..rows).map(|r| pick(r).then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))))),
-            types::DATE32 => Arc::new(Date32Array::from_iter((0..rows).map(|r| pick(r).then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))))),
-            types::INT64 => Arc::new(Int64Array::from_iter((0..rows).map(|r| pick(r).then(|| i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))))),
+            types::INT32 => Arc::new(Int32Array::from_iter((0..rows).map(|r| {
+                pick(r)
+                    .then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))
+            }))),
+            types::DATE32 => Arc::new(Date32Array::from_iter((0..rows).map(|r| {
+                pick(r)
+                    .then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))
+            }))),
+            types::INT64 => Arc::new(Int64Array::from_iter((0..rows).map(|r| {
+                pick(r)
+                    .then(|| i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))
+            }))),
             types::DECIMAL64 => {
-                let DataType::Decimal128(precision, scale) = f.data_type() else { return Err(format!("column {i}: not a decimal")) };
+                let DataType::Decimal128(precision, scale) = f.data_type() else {
+                    return Err(format!("column {i}: not a decimal"));
+                };
                 if buf[desc + 1] as i8 != *scale {
-                    return Err(format!("column {i} `{}` has scale {}, declared {scale}", f.name(), buf[desc + 1] as i8));
+                    return Err(format!(
+                        "column {i} `{}` has scale {}, declared {scale}",
+                        f.name(),
+                        buf[desc + 1] as i8
+                    ));
                 }
-                let values = Decimal128Array::from_iter((0..rows).map(|r| pick(r).then(|| i128::from(i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes"))))));
-                Arc::new(values.with_precision_and_scale(*precision, *scale).map_err(|e| format!("column {i}: {e}"))?)
+                let values = Decimal128Array::from_iter((0..rows).map(|r| {
+                    pick(r).then(|| {
+                        i128::from(i64::from_le_bytes(
+                            raw[8 * r..8 * r + 8].try_into().expect("8 bytes"),
+                        ))
+                    })
+                }));
+                Arc::new(
+                    values
+                        .with_precision_and_scale(*precision, *scale)
+                        .map_err(|e| format!("column {i}: {e}"))?,
+                )
             }
-            types::FLOAT64 => Arc::new(Float64Array::from_iter((0..rows).map(|r| pick(r).then(|| f64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))))),
-            types::BOOL => Arc::new(BooleanArray::from_iter((0..rows).map(|r| pick(r).then(|| raw[r] != 0)))),
+            types::FLOAT64 => Arc::new(Float64Array::from_iter((0..rows).map(|r| {
+                pick(r)
+                    .then(|| f64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))
+            }))),
+            types::BOOL => Arc::new(BooleanArray::from_iter(
+                (0..rows).map(|r| pick(r).then(|| raw[r] != 0)),
+            )),
             types::UTF8 | types::BINARY => {
-                let offsets: Vec<usize> = (0..=rows).map(|r| u32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")) as usize).collect();
+                let offsets: Vec<usize> = (0..=rows)
+                    .map(|r| {
+                        u32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes"))
+                            as usize
+                    })
+                    .collect();
                 let end = *offsets.last().unwrap_or(&0);
                 let bytes = slice(buf, aux, end)?;
                 let mut values = Vec::with_capacity(rows);
@@ -440,7 +666,11 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
                     values.push(pick(r).then(|| &bytes[a..b]));
                 }
                 if code == types::UTF8 {
-                    let strings: Vec<Option<&str>> = values.into_iter().map(|v| v.map(std::str::from_utf8).transpose()).collect::<Result<_, _>>().map_err(|e| format!("column {i}: {e}"))?;
+                    let strings: Vec<Option<&str>> = values
+                        .into_iter()
+                        .map(|v| v.map(std::str::from_utf8).transpose())
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| format!("column {i}: {e}"))?;
                     Arc::new(StringArray::from(strings))
                 } else {
                     Arc::new(BinaryArray::from(values))
@@ -469,7 +699,11 @@ mod tests {
             vec![
                 Arc::new(Int64Array::from(vec![Some(1), None, Some(3)])),
                 Arc::new(StringArray::from(vec!["x", "yz", ""])),
-                Arc::new(Decimal128Array::from(vec![100, 250, -5]).with_precision_and_scale(15, 2).unwrap()),
+                Arc::new(
+                    Decimal128Array::from(vec![100, 250, -5])
+                        .with_precision_and_scale(15, 2)
+                        .unwrap(),
+                ),
             ],
         )
         .unwrap();
@@ -479,19 +713,52 @@ mod tests {
         assert_eq!(get_u32(&out, 4).unwrap(), 2);
         let back_schema = parse_output_spec("a:int64,s:utf8").unwrap();
         // Decode only the first two columns' layout: build a 2-column buffer.
-        let two = RecordBatch::try_new(back_schema.clone(), vec![batch.column(0).slice(1, 2), batch.column(1).slice(1, 2)]).unwrap();
+        let two = RecordBatch::try_new(
+            back_schema.clone(),
+            vec![batch.column(0).slice(1, 2), batch.column(1).slice(1, 2)],
+        )
+        .unwrap();
         encode(&two, 0, 2, &mut out).unwrap();
         let decoded = decode(&out, &back_schema).unwrap();
-        assert_eq!(decoded.column(0).as_primitive::<arrow::datatypes::Int64Type>().iter().collect::<Vec<_>>(), vec![None, Some(3)]);
+        assert_eq!(
+            decoded
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int64Type>()
+                .iter()
+                .collect::<Vec<_>>(),
+            vec![None, Some(3)]
+        );
         assert_eq!(decoded.column(1).as_string::<i32>().value(0), "yz");
         assert!(decode(&out[..20], &back_schema).is_err());
     }
 
     #[test]
     fn shapes_parse_and_refuse() {
-        assert_eq!(parse_shape(b"inputs=2 outputs=3\0").unwrap(), Shape { abi: 2, inputs: 2, outputs: 3 });
-        assert_eq!(parse_shape(b" outputs=1\ninputs=16 ").unwrap(), Shape { abi: 2, inputs: 16, outputs: 1 });
-        for (bad, why) in [("inputs=2", "no `outputs=`"), ("inputs=0 outputs=1", "1 to 16"), ("inputs=1 outputs=65", "1 to 64"), ("inputs=1 inputs=2 outputs=1", "twice"), ("inputs=x outputs=1", "not a number"), ("ports=1", "unknown key"), ("inputs", "key=value")] {
+        assert_eq!(
+            parse_shape(b"inputs=2 outputs=3\0").unwrap(),
+            Shape {
+                abi: 2,
+                inputs: 2,
+                outputs: 3
+            }
+        );
+        assert_eq!(
+            parse_shape(b" outputs=1\ninputs=16 ").unwrap(),
+            Shape {
+                abi: 2,
+                inputs: 16,
+                outputs: 1
+            }
+        );
+        for (bad, why) in [
+            ("inputs=2", "no `outputs=`"),
+            ("inputs=0 outputs=1", "1 to 16"),
+            ("inputs=1 outputs=65", "1 to 64"),
+            ("inputs=1 inputs=2 outputs=1", "twice"),
+            ("inputs=x outputs=1", "not a number"),
+            ("ports=1", "unknown key"),
+            ("inputs", "key=value"),
+        ] {
             let e = parse_shape(bad.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{bad}: {e}");
         }
@@ -505,9 +772,18 @@ mod tests {
         assert_eq!(type_name(&DataType::Float16), None);
         let schema = parse_output_spec("d:decimal64(2),n:int64").unwrap();
         assert_eq!(schema.field(0).data_type(), &DataType::Decimal128(18, 2));
-        assert!(parse_output_spec("d:decimal64(19)").is_err() && parse_output_spec("d:decimal64(x)").is_err());
-        let d = Decimal128Array::from(vec![Some(1234), None, Some(-5)]).with_precision_and_scale(18, 2).unwrap();
-        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(d), Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+        assert!(
+            parse_output_spec("d:decimal64(19)").is_err()
+                && parse_output_spec("d:decimal64(x)").is_err()
+        );
+        let d = Decimal128Array::from(vec![Some(1234), None, Some(-5)])
+            .with_precision_and_scale(18, 2)
+            .unwrap();
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(d), Arc::new(Int64Array::from(vec![1, 2, 3]))],
+        )
+        .unwrap();
         let mut out = Vec::new();
         encode(&batch, 0, 3, &mut out).unwrap();
         assert_eq!(decode(&out, &schema).unwrap(), batch);

@@ -18,7 +18,9 @@ pub enum WasmError {
     #[error("malformed module: {0}")]
     Malformed(String),
     /// An import outside the ActiveDisk ABI (WASI, `env`, other modules, unknown functions).
-    #[error("forbidden import `{module}::{name}`: only the functions of `{allowed}` may be imported")]
+    #[error(
+        "forbidden import `{module}::{name}`: only the functions of `{allowed}` may be imported"
+    )]
     ForbiddenImport {
         /// Module of the import.
         module: String,
@@ -47,7 +49,9 @@ pub enum WasmError {
         phase: &'static str,
     },
     /// The disklet tried to grow its memory past its grant.
-    #[error("disklet `{name}`: memory grant exceeded (wanted {desired_bytes} bytes, grant {grant_bytes})")]
+    #[error(
+        "disklet `{name}`: memory grant exceeded (wanted {desired_bytes} bytes, grant {grant_bytes})"
+    )]
     MemoryExceeded {
         /// Disklet.
         name: String,

@@ -25,7 +25,14 @@ pub(crate) struct Input {
 
 impl Input {
     pub fn new(area: u32, schema: SchemaRef, raw: bool) -> Self {
-        Input { area, schema, raw, queue: VecDeque::new(), ended: false, told_ended: false }
+        Input {
+            area,
+            schema,
+            raw,
+            queue: VecDeque::new(),
+            ended: false,
+            told_ended: false,
+        }
     }
 
     /// True if the guest can be handed something now: a chunk, or the end of the input.
@@ -38,7 +45,11 @@ impl Input {
     /// # Errors
     /// A table buffer lacking one of the input's columns.
     pub fn push(&mut self, batch: &RecordBatch, position: u64) -> Result<()> {
-        let mut pending = if self.raw { Pending::new(batch.clone(), position) } else { Pending::new(reorder(batch, &self.schema)?, position) };
+        let mut pending = if self.raw {
+            Pending::new(batch.clone(), position)
+        } else {
+            Pending::new(reorder(batch, &self.schema)?, position)
+        };
         if !pending.is_empty(self.raw) {
             self.queue.push_back(pending);
         }
@@ -52,8 +63,15 @@ impl Input {
     /// One row larger than the input area.
     pub fn next_chunk(&mut self, capacity: usize, out: &mut Vec<u8>) -> Result<u64> {
         let raw = self.raw;
-        let front = self.queue.front_mut().expect("next_chunk is called on a non-empty queue");
-        let position = if raw { front.bytes_chunk(capacity, out) } else { front.table_chunk(capacity, out)? };
+        let front = self
+            .queue
+            .front_mut()
+            .expect("next_chunk is called on a non-empty queue");
+        let position = if raw {
+            front.bytes_chunk(capacity, out)
+        } else {
+            front.table_chunk(capacity, out)?
+        };
         if front.is_empty(raw) {
             self.queue.pop_front();
         }
@@ -68,10 +86,14 @@ fn reorder(batch: &RecordBatch, schema: &SchemaRef) -> Result<RecordBatch> {
     }
     let mut columns = Vec::with_capacity(schema.fields().len());
     for f in schema.fields() {
-        let c = batch.column_by_name(f.name()).ok_or_else(|| WasmError::InvalidJob(format!("input buffer lacks column `{}`", f.name())))?;
+        let c = batch.column_by_name(f.name()).ok_or_else(|| {
+            WasmError::InvalidJob(format!("input buffer lacks column `{}`", f.name()))
+        })?;
         columns.push(c.clone());
     }
-    RecordBatch::try_new(schema.clone(), columns).map_err(|e| WasmError::InvalidJob(format!("input buffer does not match the input schema: {e}")))
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| {
+        WasmError::InvalidJob(format!("input buffer does not match the input schema: {e}"))
+    })
 }
 
 /// A buffer, and how far it was handed over: the next row and, for file bytes, the next byte
@@ -85,13 +107,25 @@ pub(crate) struct Pending {
 
 impl Pending {
     fn new(batch: RecordBatch, position: u64) -> Self {
-        Pending { batch, position, row: 0, byte: 0 }
+        Pending {
+            batch,
+            position,
+            row: 0,
+            byte: 0,
+        }
     }
 
     fn is_empty(&mut self, raw: bool) -> bool {
         if raw {
             // Empty byte rows are never handed over.
-            while self.row < self.batch.num_rows() && self.batch.column(1).as_binary::<i32>().value(self.row).is_empty() {
+            while self.row < self.batch.num_rows()
+                && self
+                    .batch
+                    .column(1)
+                    .as_binary::<i32>()
+                    .value(self.row)
+                    .is_empty()
+            {
                 self.row += 1;
             }
         }
@@ -104,7 +138,10 @@ impl Pending {
         let mut len = self.batch.num_rows() - start;
         while abi::encoded_len(&self.batch, start, len) > capacity {
             if len == 1 {
-                return Err(WasmError::InvalidJob(format!("row {} takes more than the {capacity}-byte input area", self.position + start as u64)));
+                return Err(WasmError::InvalidJob(format!(
+                    "row {} takes more than the {capacity}-byte input area",
+                    self.position + start as u64
+                )));
             }
             len = len.div_ceil(2);
         }
@@ -116,7 +153,11 @@ impl Pending {
     /// The next at most `capacity` bytes of the current byte row; its position is the file
     /// offset of its first byte.
     fn bytes_chunk(&mut self, capacity: usize, out: &mut Vec<u8>) -> u64 {
-        let offset = self.batch.column(0).as_primitive::<UInt64Type>().value(self.row);
+        let offset = self
+            .batch
+            .column(0)
+            .as_primitive::<UInt64Type>()
+            .value(self.row);
         let value = self.batch.column(1).as_binary::<i32>().value(self.row);
         let end = (self.byte + capacity).min(value.len());
         out.clear();

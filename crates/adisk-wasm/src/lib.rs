@@ -36,11 +36,21 @@ use adisk_diskos::user::UserDiskletFailure as F;
 pub fn to_diskos_error(e: WasmError) -> DiskOsError {
     let kind = match &e {
         WasmError::NotInstalled(_) => F::NotInstalled,
-        WasmError::BadName(_) | WasmError::InvalidJob(_) | WasmError::Abi(_) | WasmError::Malformed(_) | WasmError::ForbiddenImport { .. } => F::Invalid,
-        WasmError::ModuleTooLarge { .. } | WasmError::Memory(_) | WasmError::MemoryExceeded { .. } | WasmError::OutputExceeded { .. } => F::ResourceExceeded,
+        WasmError::BadName(_)
+        | WasmError::InvalidJob(_)
+        | WasmError::Abi(_)
+        | WasmError::Malformed(_)
+        | WasmError::ForbiddenImport { .. } => F::Invalid,
+        WasmError::ModuleTooLarge { .. }
+        | WasmError::Memory(_)
+        | WasmError::MemoryExceeded { .. }
+        | WasmError::OutputExceeded { .. } => F::ResourceExceeded,
         WasmError::BudgetExceeded { .. } => F::BudgetExceeded,
         WasmError::Trap { .. } => F::Trap,
         WasmError::Guest { .. } | WasmError::Io { .. } | WasmError::Registry(_) => F::Failed,
     };
-    DiskOsError::UserDisklet { kind, message: e.to_string() }
+    DiskOsError::UserDisklet {
+        kind,
+        message: e.to_string(),
+    }
 }

@@ -43,11 +43,17 @@ fn one() -> u32 {
 
 impl Entry {
     fn shape(&self) -> Shape {
-        Shape { abi: self.abi, inputs: self.inputs, outputs: self.outputs }
+        Shape {
+            abi: self.abi,
+            inputs: self.inputs,
+            outputs: self.outputs,
+        }
     }
 
     fn grant_bytes(&self, runtime: &WasmRuntime) -> u64 {
-        runtime.limits().grant_bytes_for(self.scratch_kib, self.inputs)
+        runtime
+            .limits()
+            .grant_bytes_for(self.scratch_kib, self.inputs)
     }
 }
 
@@ -69,19 +75,33 @@ pub struct DiskletRegistry {
 }
 
 fn check_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if ok { Ok(()) } else { Err(WasmError::BadName(name.to_string())) }
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(WasmError::BadName(name.to_string()))
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
-    f.write_all(bytes).map_err(io_err(format!("writing {}", tmp.display())))?;
-    f.sync_all().map_err(io_err(format!("syncing {}", tmp.display())))?;
+    let mut f =
+        std::fs::File::create(&tmp).map_err(io_err(format!("creating {}", tmp.display())))?;
+    f.write_all(bytes)
+        .map_err(io_err(format!("writing {}", tmp.display())))?;
+    f.sync_all()
+        .map_err(io_err(format!("syncing {}", tmp.display())))?;
     std::fs::rename(&tmp, path).map_err(io_err(format!("renaming {}", tmp.display())))
 }
 
@@ -102,11 +122,18 @@ impl DiskletRegistry {
         }
         let index_path = dir.join("index.json");
         let index = match std::fs::read(&index_path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| WasmError::Registry(format!("{}: {e}", index_path.display())))?,
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| WasmError::Registry(format!("{}: {e}", index_path.display())))?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Index::default(),
             Err(e) => return Err(io_err(format!("reading {}", index_path.display()))(e)),
         };
-        Ok(DiskletRegistry { dir, runtime, index: Mutex::new(index), cache: Mutex::new(HashMap::new()), instances: Mutex::new(HashMap::new()) })
+        Ok(DiskletRegistry {
+            dir,
+            runtime,
+            index: Mutex::new(index),
+            cache: Mutex::new(HashMap::new()),
+            instances: Mutex::new(HashMap::new()),
+        })
     }
 
     /// The engine.
@@ -115,7 +142,12 @@ impl DiskletRegistry {
     }
 
     fn info(&self, name: &str, e: &Entry) -> DiskletInfo {
-        let cached = self.cache.lock().expect("cache lock").get(&e.sha256).map(|(_, ns)| *ns);
+        let cached = self
+            .cache
+            .lock()
+            .expect("cache lock")
+            .get(&e.sha256)
+            .map(|(_, ns)| *ns);
         DiskletInfo {
             name: name.to_string(),
             sha256: e.sha256.clone(),
@@ -125,7 +157,13 @@ impl DiskletRegistry {
             grant_bytes: e.grant_bytes(&self.runtime),
             compiled: cached.is_some(),
             compile_ns: cached.unwrap_or(0),
-            instances: self.instances.lock().expect("instances lock").get(name).copied().unwrap_or(0),
+            instances: self
+                .instances
+                .lock()
+                .expect("instances lock")
+                .get(name)
+                .copied()
+                .unwrap_or(0),
             abi: e.abi,
             inputs: e.inputs,
             outputs: e.outputs,
@@ -139,22 +177,44 @@ impl DiskletRegistry {
     pub fn install(&self, name: &str, bytes: &[u8], scratch_kib: u64) -> Result<DiskletInfo> {
         check_name(name)?;
         if scratch_kib > MAX_SCRATCH_KIB {
-            return Err(WasmError::Memory(format!("scratch {scratch_kib} KiB is more than the {MAX_SCRATCH_KIB} KiB limit")));
+            return Err(WasmError::Memory(format!(
+                "scratch {scratch_kib} KiB is more than the {MAX_SCRATCH_KIB} KiB limit"
+            )));
         }
         let (module, facts) = self.runtime.compile(bytes, scratch_kib)?;
         let sha256 = sha256_hex(bytes);
         let mut index = self.index.lock().expect("index lock");
         if !index.disklets.contains_key(name) && index.disklets.len() >= MAX_INSTALLED {
-            return Err(WasmError::Registry(format!("{MAX_INSTALLED} disklets are already installed")));
+            return Err(WasmError::Registry(format!(
+                "{MAX_INSTALLED} disklets are already installed"
+            )));
         }
         write_atomically(&self.dir.join(format!("{name}.wasm")), bytes)?;
-        let Shape { abi, inputs, outputs } = facts.shape;
-        let entry = Entry { sha256: sha256.clone(), size_bytes: bytes.len() as u64, scratch_kib, memory_max_bytes: facts.memory_max_bytes, abi, inputs, outputs };
+        let Shape {
+            abi,
+            inputs,
+            outputs,
+        } = facts.shape;
+        let entry = Entry {
+            sha256: sha256.clone(),
+            size_bytes: bytes.len() as u64,
+            scratch_kib,
+            memory_max_bytes: facts.memory_max_bytes,
+            abi,
+            inputs,
+            outputs,
+        };
         let mut next = index.clone();
         next.disklets.insert(name.to_string(), entry.clone());
-        write_atomically(&self.dir.join("index.json"), &serde_json::to_vec_pretty(&next).expect("index serializes"))?;
+        write_atomically(
+            &self.dir.join("index.json"),
+            &serde_json::to_vec_pretty(&next).expect("index serializes"),
+        )?;
         *index = next;
-        self.cache.lock().expect("cache lock").insert(sha256, (module, facts.compile_ns));
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .insert(sha256, (module, facts.compile_ns));
         drop(index);
         Ok(self.info(name, &entry))
     }
@@ -162,7 +222,11 @@ impl DiskletRegistry {
     /// The installed disklets.
     pub fn list(&self) -> Vec<DiskletInfo> {
         let index = self.index.lock().expect("index lock").clone();
-        index.disklets.iter().map(|(n, e)| self.info(n, e)).collect()
+        index
+            .disklets
+            .iter()
+            .map(|(n, e)| self.info(n, e))
+            .collect()
     }
 
     /// Removes a disklet. Returns false if it was not installed.
@@ -172,10 +236,15 @@ impl DiskletRegistry {
     pub fn remove(&self, name: &str) -> Result<bool> {
         check_name(name)?;
         let mut index = self.index.lock().expect("index lock");
-        let Some(entry) = index.disklets.get(name).cloned() else { return Ok(false) };
+        let Some(entry) = index.disklets.get(name).cloned() else {
+            return Ok(false);
+        };
         let mut next = index.clone();
         next.disklets.remove(name);
-        write_atomically(&self.dir.join("index.json"), &serde_json::to_vec_pretty(&next).expect("index serializes"))?;
+        write_atomically(
+            &self.dir.join("index.json"),
+            &serde_json::to_vec_pretty(&next).expect("index serializes"),
+        )?;
         *index = next;
         let _ = std::fs::remove_file(self.dir.join(format!("{name}.wasm")));
         if !index.disklets.values().any(|e| e.sha256 == entry.sha256) {
@@ -185,7 +254,13 @@ impl DiskletRegistry {
     }
 
     fn entry(&self, name: &str) -> Result<Entry> {
-        self.index.lock().expect("index lock").disklets.get(name).cloned().ok_or_else(|| WasmError::NotInstalled(name.to_string()))
+        self.index
+            .lock()
+            .expect("index lock")
+            .disklets
+            .get(name)
+            .cloned()
+            .ok_or_else(|| WasmError::NotInstalled(name.to_string()))
     }
 
     /// Memory grant of an installed disklet, bytes.
@@ -213,12 +288,18 @@ impl DiskletRegistry {
         let path = self.dir.join(format!("{name}.wasm"));
         let bytes = std::fs::read(&path).map_err(io_err(format!("reading {}", path.display())))?;
         if sha256_hex(&bytes) != entry.sha256 {
-            return Err(WasmError::Registry(format!("{} does not match its recorded sha256", path.display())));
+            return Err(WasmError::Registry(format!(
+                "{} does not match its recorded sha256",
+                path.display()
+            )));
         }
         let started = Instant::now();
         let (module, _) = self.runtime.compile(&bytes, entry.scratch_kib)?;
         let ns = started.elapsed().as_nanos() as u64;
-        self.cache.lock().expect("cache lock").insert(entry.sha256.clone(), (module.clone(), ns));
+        self.cache
+            .lock()
+            .expect("cache lock")
+            .insert(entry.sha256.clone(), (module.clone(), ns));
         Ok((module, ns))
     }
 
@@ -226,7 +307,13 @@ impl DiskletRegistry {
     ///
     /// # Errors
     /// [`WasmError::NotInstalled`], and everything [`WasmDisklet::new`] reports.
-    pub fn instantiate(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, input: &SchemaRef) -> Result<WasmDisklet> {
+    pub fn instantiate(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        fuel: Option<u64>,
+        input: &SchemaRef,
+    ) -> Result<WasmDisklet> {
         self.instantiate_inputs(name, params, fuel, std::slice::from_ref(input))
     }
 
@@ -235,11 +322,30 @@ impl DiskletRegistry {
     ///
     /// # Errors
     /// [`WasmError::NotInstalled`], and everything [`WasmDisklet::new`] reports.
-    pub fn instantiate_inputs(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> Result<WasmDisklet> {
+    pub fn instantiate_inputs(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        fuel: Option<u64>,
+        inputs: &[SchemaRef],
+    ) -> Result<WasmDisklet> {
         let entry = self.entry(name)?;
         let (module, compile_ns) = self.module(name, &entry)?;
-        let job = WasmJob { name, params, fuel, inputs, shape: entry.shape(), grant_bytes: entry.grant_bytes(&self.runtime), compile_ns };
-        *self.instances.lock().expect("instances lock").entry(name.to_string()).or_default() += 1;
+        let job = WasmJob {
+            name,
+            params,
+            fuel,
+            inputs,
+            shape: entry.shape(),
+            grant_bytes: entry.grant_bytes(&self.runtime),
+            compile_ns,
+        };
+        *self
+            .instances
+            .lock()
+            .expect("instances lock")
+            .entry(name.to_string())
+            .or_default() += 1;
         WasmDisklet::new(&self.runtime, &module, job)
     }
 }
@@ -251,11 +357,23 @@ impl adisk_diskos::user::UserDisklets for DiskletRegistry {
 
     fn shape(&self, name: &str) -> adisk_diskos::Result<UserShape> {
         let s = DiskletRegistry::shape(self, name).map_err(crate::to_diskos_error)?;
-        Ok(UserShape { abi: s.abi, inputs: s.inputs as usize, outputs: s.outputs as usize })
+        Ok(UserShape {
+            abi: s.abi,
+            inputs: s.inputs as usize,
+            outputs: s.outputs as usize,
+        })
     }
 
-    fn build(&self, name: &str, params: &BTreeMap<String, String>, fuel: Option<u64>, inputs: &[SchemaRef]) -> adisk_diskos::Result<Box<dyn Disklet>> {
-        let d = self.instantiate_inputs(name, params, fuel, inputs).map_err(crate::to_diskos_error)?;
+    fn build(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        fuel: Option<u64>,
+        inputs: &[SchemaRef],
+    ) -> adisk_diskos::Result<Box<dyn Disklet>> {
+        let d = self
+            .instantiate_inputs(name, params, fuel, inputs)
+            .map_err(crate::to_diskos_error)?;
         Ok(Box::new(WasmStage(d)))
     }
 }

@@ -74,7 +74,9 @@ impl WasmLimits {
 
     /// Memory grant of a disklet with `inputs` inputs: scratch + one input area per input.
     pub fn grant_bytes_for(&self, scratch_kib: u64, inputs: u32) -> u64 {
-        scratch_kib.saturating_mul(1024).saturating_add(self.input_area_bytes().saturating_mul(u64::from(inputs)))
+        scratch_kib
+            .saturating_mul(1024)
+            .saturating_add(self.input_area_bytes().saturating_mul(u64::from(inputs)))
     }
 }
 
@@ -97,7 +99,8 @@ impl WasmRuntime {
             .max_wasm_stack(limits.wasm_stack_bytes)
             .wasm_multi_memory(false)
             .wasm_memory64(false);
-        let engine = Engine::new(&config).map_err(|e| WasmError::Registry(format!("cannot create the wasm engine: {e}")))?;
+        let engine = Engine::new(&config)
+            .map_err(|e| WasmError::Registry(format!("cannot create the wasm engine: {e}")))?;
         Ok(WasmRuntime { engine, limits })
     }
 
@@ -114,13 +117,18 @@ impl WasmRuntime {
     /// [`WasmError::Abi`], [`WasmError::Memory`].
     pub fn compile(&self, bytes: &[u8], scratch_kib: u64) -> Result<(Module, ModuleFacts)> {
         if bytes.len() as u64 > self.limits.module_bytes_max {
-            return Err(WasmError::ModuleTooLarge { size_bytes: bytes.len() as u64, limit_bytes: self.limits.module_bytes_max });
+            return Err(WasmError::ModuleTooLarge {
+                size_bytes: bytes.len() as u64,
+                limit_bytes: self.limits.module_bytes_max,
+            });
         }
         let started = Instant::now();
         let wasm = wat::parse_bytes(bytes).map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
-        let module = Module::from_binary(&self.engine, &wasm).map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
+        let module = Module::from_binary(&self.engine, &wasm)
+            .map_err(|e| WasmError::Malformed(format!("{e:#}")))?;
         let compile_ns = started.elapsed().as_nanos() as u64;
-        let facts = crate::validate::validate(&module, &wasm, &self.limits, scratch_kib, compile_ns)?;
+        let facts =
+            crate::validate::validate(&module, &wasm, &self.limits, scratch_kib, compile_ns)?;
         Ok((module, facts))
     }
 }
@@ -165,16 +173,39 @@ struct Exports {
 impl Exports {
     fn get(store: &mut Store<HostState>, instance: &Instance, abi: u32) -> Result<Self> {
         let abi_err = |e: wasmtime::Error| WasmError::Abi(format!("{e:#}"));
-        let finish = instance.get_typed_func(&mut *store, "adisk_finish").map_err(abi_err)?;
+        let finish = instance
+            .get_typed_func(&mut *store, "adisk_finish")
+            .map_err(abi_err)?;
         if abi == 1 {
-            let process = ProcessFn::V1(instance.get_typed_func(&mut *store, "adisk_process").map_err(abi_err)?);
-            return Ok(Exports { process, finish, next_input: None, input_ended: None });
+            let process = ProcessFn::V1(
+                instance
+                    .get_typed_func(&mut *store, "adisk_process")
+                    .map_err(abi_err)?,
+            );
+            return Ok(Exports {
+                process,
+                finish,
+                next_input: None,
+                input_ended: None,
+            });
         }
         Ok(Exports {
-            process: ProcessFn::V2(instance.get_typed_func(&mut *store, "adisk_process").map_err(abi_err)?),
+            process: ProcessFn::V2(
+                instance
+                    .get_typed_func(&mut *store, "adisk_process")
+                    .map_err(abi_err)?,
+            ),
             finish,
-            next_input: Some(instance.get_typed_func(&mut *store, "adisk_next_input").map_err(abi_err)?),
-            input_ended: Some(instance.get_typed_func(&mut *store, "adisk_input_ended").map_err(abi_err)?),
+            next_input: Some(
+                instance
+                    .get_typed_func(&mut *store, "adisk_next_input")
+                    .map_err(abi_err)?,
+            ),
+            input_ended: Some(
+                instance
+                    .get_typed_func(&mut *store, "adisk_input_ended")
+                    .map_err(abi_err)?,
+            ),
         })
     }
 }
@@ -199,40 +230,81 @@ pub struct WasmDisklet {
 
 fn is_file_schema(schema: &Schema) -> bool {
     let f = schema.fields();
-    f.len() == 2 && f[0].name() == "offset" && f[1].name() == "bytes" && *f[1].data_type() == DataType::Binary
+    f.len() == 2
+        && f[0].name() == "offset"
+        && f[1].name() == "bytes"
+        && *f[1].data_type() == DataType::Binary
 }
 
 impl std::fmt::Debug for WasmDisklet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmDisklet").field("name", &self.store.data().name).field("fuel", &self.fuel).finish_non_exhaustive()
+        f.debug_struct("WasmDisklet")
+            .field("name", &self.store.data().name)
+            .field("fuel", &self.fuel)
+            .finish_non_exhaustive()
     }
 }
 
 /// Checks the job's inputs against the module's shape and the types ADT1 carries.
 fn check_inputs(job: &WasmJob<'_>) -> Result<()> {
     if job.inputs.len() != job.shape.inputs as usize {
-        return Err(WasmError::InvalidJob(format!("user disklet `{}` (ABI v{}) takes {} input(s), the stage wires {}", job.name, job.shape.abi, job.shape.inputs, job.inputs.len())));
+        return Err(WasmError::InvalidJob(format!(
+            "user disklet `{}` (ABI v{}) takes {} input(s), the stage wires {}",
+            job.name,
+            job.shape.abi,
+            job.shape.inputs,
+            job.inputs.len()
+        )));
     }
-    job.inputs.iter().filter(|s| !is_file_schema(s)).try_for_each(|s| abi::check_input_schema(s))
+    job.inputs
+        .iter()
+        .filter(|s| !is_file_schema(s))
+        .try_for_each(|s| abi::check_input_schema(s))
 }
 
 /// The init parameters: the user's `key=value` lines, then the host's description of the
 /// inputs (ABI v1: `_input`, `_columns`; v2: `_inputs`, `_outputs`, and per input `i`
 /// `_input.i`, `_columns.i` and, for tables, `_types.i`).
 fn params_text(job: &WasmJob<'_>) -> String {
-    let mut text: String = job.params.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    let mut text: String = job
+        .params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}\n"))
+        .collect();
     let kind = |s: &SchemaRef| if is_file_schema(s) { "bytes" } else { "table" };
-    let names = |s: &SchemaRef| s.fields().iter().map(|f| f.name().as_str()).collect::<Vec<_>>().join(",");
+    let names = |s: &SchemaRef| {
+        s.fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect::<Vec<_>>()
+            .join(",")
+    };
     if job.shape.abi == 1 {
         let input = &job.inputs[0];
-        text.push_str(&format!("_input={}\n_columns={}\n", kind(input), names(input)));
+        text.push_str(&format!(
+            "_input={}\n_columns={}\n",
+            kind(input),
+            names(input)
+        ));
         return text;
     }
-    text.push_str(&format!("_inputs={}\n_outputs={}\n", job.inputs.len(), job.shape.outputs));
+    text.push_str(&format!(
+        "_inputs={}\n_outputs={}\n",
+        job.inputs.len(),
+        job.shape.outputs
+    ));
     for (i, s) in job.inputs.iter().enumerate() {
-        text.push_str(&format!("_input.{i}={}\n_columns.{i}={}\n", kind(s), names(s)));
+        text.push_str(&format!(
+            "_input.{i}={}\n_columns.{i}={}\n",
+            kind(s),
+            names(s)
+        ));
         if !is_file_schema(s) {
-            let types: Vec<String> = s.fields().iter().filter_map(|f| abi::type_name(f.data_type())).collect();
+            let types: Vec<String> = s
+                .fields()
+                .iter()
+                .filter_map(|f| abi::type_name(f.data_type()))
+                .collect();
             text.push_str(&format!("_types.{i}={}\n", types.join(",")));
         }
     }
@@ -241,25 +313,53 @@ fn params_text(job: &WasmJob<'_>) -> String {
 
 /// Asks the guest for one input area per input (ABI v1 `adisk_input_area(capacity)`, v2
 /// `adisk_input_area(input, capacity)`): each inside memory, none overlapping another.
-fn reserve_areas(store: &mut Store<HostState>, instance: &Instance, job: &WasmJob<'_>, capacity: usize, fuel: u64) -> Result<Vec<u32>> {
+fn reserve_areas(
+    store: &mut Store<HostState>,
+    instance: &Instance,
+    job: &WasmJob<'_>,
+    capacity: usize,
+    fuel: u64,
+) -> Result<Vec<u32>> {
     let abi_err = |e: wasmtime::Error| WasmError::Abi(format!("{e:#}"));
     let trap = |e: wasmtime::Error| classify(e, job.name, fuel, "init");
     let mut areas: Vec<u32> = Vec::with_capacity(job.inputs.len());
     for i in 0..job.inputs.len() {
         let (area, call) = if job.shape.abi == 1 {
-            let f: TypedFunc<i32, i32> = instance.get_typed_func(&mut *store, "adisk_input_area").map_err(abi_err)?;
-            (f.call(&mut *store, capacity as i32).map_err(trap)?, format!("adisk_input_area({capacity})"))
+            let f: TypedFunc<i32, i32> = instance
+                .get_typed_func(&mut *store, "adisk_input_area")
+                .map_err(abi_err)?;
+            (
+                f.call(&mut *store, capacity as i32).map_err(trap)?,
+                format!("adisk_input_area({capacity})"),
+            )
         } else {
-            let f: TypedFunc<(i32, i32), i32> = instance.get_typed_func(&mut *store, "adisk_input_area").map_err(abi_err)?;
-            (f.call(&mut *store, (i as i32, capacity as i32)).map_err(trap)?, format!("adisk_input_area({i}, {capacity})"))
+            let f: TypedFunc<(i32, i32), i32> = instance
+                .get_typed_func(&mut *store, "adisk_input_area")
+                .map_err(abi_err)?;
+            (
+                f.call(&mut *store, (i as i32, capacity as i32))
+                    .map_err(trap)?,
+                format!("adisk_input_area({i}, {capacity})"),
+            )
         };
         let memory_len = store.data().memory.map_or(0, |m| m.data_size(&*store));
-        let refuse = |why: String| WasmError::Guest { name: job.name.to_string(), phase: "init", message: format!("{call} returned {area}, {why}") };
+        let refuse = |why: String| WasmError::Guest {
+            name: job.name.to_string(),
+            phase: "init",
+            message: format!("{call} returned {area}, {why}"),
+        };
         if area <= 0 || (area as usize).saturating_add(capacity) > memory_len {
-            return Err(refuse(format!("not a region inside the {memory_len}-byte memory (is the grant too small?)")));
+            return Err(refuse(format!(
+                "not a region inside the {memory_len}-byte memory (is the grant too small?)"
+            )));
         }
-        if let Some(other) = areas.iter().position(|a| (*a as usize).abs_diff(area as usize) < capacity) {
-            return Err(refuse(format!("which overlaps the input area of input {other}")));
+        if let Some(other) = areas
+            .iter()
+            .position(|a| (*a as usize).abs_diff(area as usize) < capacity)
+        {
+            return Err(refuse(format!(
+                "which overlaps the input area of input {other}"
+            )));
         }
         areas.push(area as u32);
     }
@@ -267,17 +367,39 @@ fn reserve_areas(store: &mut Store<HostState>, instance: &Instance, job: &WasmJo
 }
 
 /// Copies the parameters into input area 0 and runs the guest's init.
-fn run_init(store: &mut Store<HostState>, instance: &Instance, job: &WasmJob<'_>, area: u32, capacity: usize, fuel: u64) -> Result<()> {
+fn run_init(
+    store: &mut Store<HostState>,
+    instance: &Instance,
+    job: &WasmJob<'_>,
+    area: u32,
+    capacity: usize,
+    fuel: u64,
+) -> Result<()> {
     let text = params_text(job);
     if text.len() > capacity {
-        return Err(WasmError::InvalidJob(format!("parameters take {} bytes, more than the {capacity}-byte input area", text.len())));
+        return Err(WasmError::InvalidJob(format!(
+            "parameters take {} bytes, more than the {capacity}-byte input area",
+            text.len()
+        )));
     }
-    let memory = store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
-    memory.data_mut(&mut *store)[area as usize..area as usize + text.len()].copy_from_slice(text.as_bytes());
-    let init: TypedFunc<(i32, i32), i32> = instance.get_typed_func(&mut *store, "adisk_init").map_err(|e| WasmError::Abi(format!("{e:#}")))?;
-    let rc = init.call(&mut *store, (area as i32, text.len() as i32)).map_err(|e| classify(e, job.name, fuel, "init"))?;
+    let memory = store
+        .data()
+        .memory
+        .ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
+    memory.data_mut(&mut *store)[area as usize..area as usize + text.len()]
+        .copy_from_slice(text.as_bytes());
+    let init: TypedFunc<(i32, i32), i32> = instance
+        .get_typed_func(&mut *store, "adisk_init")
+        .map_err(|e| WasmError::Abi(format!("{e:#}")))?;
+    let rc = init
+        .call(&mut *store, (area as i32, text.len() as i32))
+        .map_err(|e| classify(e, job.name, fuel, "init"))?;
     if rc != codes::OK {
-        return Err(WasmError::Guest { name: job.name.to_string(), phase: "init", message: codes::describe(rc) });
+        return Err(WasmError::Guest {
+            name: job.name.to_string(),
+            phase: "init",
+            message: codes::describe(rc),
+        });
     }
     store.data_mut().in_init = false;
     Ok(())
@@ -297,22 +419,48 @@ impl WasmDisklet {
         check_inputs(&job)?;
         let fuel = job.fuel.unwrap_or(limits.fuel_default);
         if fuel == 0 || fuel > limits.fuel_max {
-            return Err(WasmError::InvalidJob(format!("fuel budget {fuel} is outside 1..={}", limits.fuel_max)));
+            return Err(WasmError::InvalidJob(format!(
+                "fuel budget {fuel} is outside 1..={}",
+                limits.fuel_max
+            )));
         }
-        let state = HostState::new(job.name, limits.clone(), job.grant_bytes, job.inputs.len(), job.shape.outputs as usize);
+        let state = HostState::new(
+            job.name,
+            limits.clone(),
+            job.grant_bytes,
+            job.inputs.len(),
+            job.shape.outputs as usize,
+        );
         let mut store = Store::new(&runtime.engine, state);
         store.limiter(|s| s as &mut dyn ResourceLimiter);
-        store.set_fuel(fuel).map_err(|e| WasmError::Registry(format!("fuel: {e}")))?;
-        let linker = host::linker(&runtime.engine).map_err(|e| WasmError::Registry(format!("linker: {e}")))?;
-        let instance: Instance = linker.instantiate(&mut store, module).map_err(|e| classify(e, job.name, fuel, "init"))?;
-        let memory = instance.get_memory(&mut store, "memory").ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
+        store
+            .set_fuel(fuel)
+            .map_err(|e| WasmError::Registry(format!("fuel: {e}")))?;
+        let linker = host::linker(&runtime.engine)
+            .map_err(|e| WasmError::Registry(format!("linker: {e}")))?;
+        let instance: Instance = linker
+            .instantiate(&mut store, module)
+            .map_err(|e| classify(e, job.name, fuel, "init"))?;
+        let memory = instance
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
         store.data_mut().memory = Some(memory);
         let exports = Exports::get(&mut store, &instance, job.shape.abi)?;
         let input_capacity = limits.input_area_bytes() as usize;
         let areas = reserve_areas(&mut store, &instance, &job, input_capacity, fuel)?;
         run_init(&mut store, &instance, &job, areas[0], input_capacity, fuel)?;
-        let output_schemas = store.data().output_schemas.iter().map(|s| s.clone().unwrap_or_else(raw_output_schema)).collect();
-        let inputs = job.inputs.iter().zip(areas).map(|(s, area)| Input::new(area, s.clone(), is_file_schema(s))).collect();
+        let output_schemas = store
+            .data()
+            .output_schemas
+            .iter()
+            .map(|s| s.clone().unwrap_or_else(raw_output_schema))
+            .collect();
+        let inputs = job
+            .inputs
+            .iter()
+            .zip(areas)
+            .map(|(s, area)| Input::new(area, s.clone(), is_file_schema(s)))
+            .collect();
         let mut d = WasmDisklet {
             store,
             exports,
@@ -365,7 +513,11 @@ impl WasmDisklet {
 
     fn check_alive(&self) -> Result<()> {
         if self.failed {
-            return Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "process", message: "the instance already failed".into() });
+            return Err(WasmError::Guest {
+                name: self.store.data().name.clone(),
+                phase: "process",
+                message: "the instance already failed".into(),
+            });
         }
         Ok(())
     }
@@ -373,7 +525,12 @@ impl WasmDisklet {
     /// Calls into the guest with a fresh per-call output allowance, then moves what it emitted
     /// and the skips it asked for to `out`. A trap or exhausted budget becomes a typed error
     /// and leaves the instance unusable.
-    fn call<R>(&mut self, phase: &'static str, out: &mut Emitter, f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>) -> Result<R> {
+    fn call<R>(
+        &mut self,
+        phase: &'static str,
+        out: &mut Emitter,
+        f: impl FnOnce(&mut Store<HostState>) -> wasmtime::Result<R>,
+    ) -> Result<R> {
         self.store.data_mut().call_output_bytes = 0;
         let result = f(&mut self.store);
         self.drain(out);
@@ -390,7 +547,11 @@ impl WasmDisklet {
             codes::DONE if done_allowed => Ok(true),
             other => {
                 self.failed = true;
-                Err(WasmError::Guest { name: self.store.data().name.clone(), phase, message: codes::describe(other) })
+                Err(WasmError::Guest {
+                    name: self.store.data().name.clone(),
+                    phase,
+                    message: codes::describe(other),
+                })
             }
         }
     }
@@ -408,7 +569,9 @@ impl WasmDisklet {
     /// Which input the guest wants next (ABI v2 `adisk_next_input`; v1: any). Output it emits
     /// here leaves with the next call's.
     fn ask_next_input(&mut self) -> Result<Option<usize>> {
-        let Some(f) = &self.exports.next_input else { return Ok(None) };
+        let Some(f) = &self.exports.next_input else {
+            return Ok(None);
+        };
         let result = f.call(&mut self.store, ());
         let rc = result.map_err(|e| {
             self.failed = true;
@@ -419,8 +582,15 @@ impl WasmDisklet {
             Ok(i) if i < self.inputs.len() => Ok(Some(i)),
             _ => {
                 self.failed = true;
-                let message = format!("adisk_next_input returned {rc}; the disklet has {} input(s) (-1: any)", self.inputs.len());
-                Err(WasmError::Guest { name: self.store.data().name.clone(), phase: "next_input", message })
+                let message = format!(
+                    "adisk_next_input returned {rc}; the disklet has {} input(s) (-1: any)",
+                    self.inputs.len()
+                );
+                Err(WasmError::Guest {
+                    name: self.store.data().name.clone(),
+                    phase: "next_input",
+                    message,
+                })
             }
         }
     }
@@ -440,7 +610,11 @@ impl WasmDisklet {
     /// Hands the guest chunks and input ends while it wants something that is ready.
     fn pump(&mut self, out: &mut Emitter) -> Result<()> {
         while let Some(i) = self.deliverable() {
-            let done = if self.inputs[i].queue.is_empty() { self.tell_ended(i, out)? } else { self.deliver_chunk(i, out)? };
+            let done = if self.inputs[i].queue.is_empty() {
+                self.tell_ended(i, out)?
+            } else {
+                self.deliver_chunk(i, out)?
+            };
             if done {
                 self.stop(out);
                 return Ok(());
@@ -459,20 +633,35 @@ impl WasmDisklet {
 
     fn deliver_chunk(&mut self, i: usize, out: &mut Emitter) -> Result<bool> {
         let mut encoded = std::mem::take(&mut self.encoded);
-        let result = self.inputs[i].next_chunk(self.input_capacity, &mut encoded).and_then(|position| self.call_process(i, &encoded, position, out));
+        let result = self.inputs[i]
+            .next_chunk(self.input_capacity, &mut encoded)
+            .and_then(|position| self.call_process(i, &encoded, position, out));
         self.encoded = encoded;
         result
     }
 
     /// Copies one chunk into input `i`'s area and calls process; true if the guest is DONE.
-    fn call_process(&mut self, i: usize, data: &[u8], position: u64, out: &mut Emitter) -> Result<bool> {
+    fn call_process(
+        &mut self,
+        i: usize,
+        data: &[u8],
+        position: u64,
+        out: &mut Emitter,
+    ) -> Result<bool> {
         let area = self.inputs[i].area;
-        let memory = self.store.data().memory.ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
-        memory.data_mut(&mut self.store)[area as usize..area as usize + data.len()].copy_from_slice(data);
+        let memory = self
+            .store
+            .data()
+            .memory
+            .ok_or_else(|| WasmError::Abi("no exported memory".into()))?;
+        memory.data_mut(&mut self.store)[area as usize..area as usize + data.len()]
+            .copy_from_slice(data);
         let (buf, len, pos) = (area as i32, data.len() as i32, position as i64);
         let rc = match self.exports.process.clone() {
             ProcessFn::V1(f) => self.call("process", out, |s| f.call(s, (buf, len, pos)))?,
-            ProcessFn::V2(f) => self.call("process", out, |s| f.call(s, (i as i32, buf, len, pos)))?,
+            ProcessFn::V2(f) => {
+                self.call("process", out, |s| f.call(s, (i as i32, buf, len, pos)))?
+            }
         };
         self.code("process", rc, true)
     }
@@ -480,7 +669,9 @@ impl WasmDisklet {
     /// Tells the guest input `i` ended (ABI v2 `adisk_input_ended`); true if it is DONE.
     fn tell_ended(&mut self, i: usize, out: &mut Emitter) -> Result<bool> {
         self.inputs[i].told_ended = true;
-        let Some(f) = self.exports.input_ended.clone() else { return Ok(false) };
+        let Some(f) = self.exports.input_ended.clone() else {
+            return Ok(false);
+        };
         let rc = self.call("input_ended", out, |s| f.call(s, i as i32))?;
         self.code("input_ended", rc, true)
     }
@@ -490,10 +681,20 @@ impl WasmDisklet {
     ///
     /// # Errors
     /// See [`WasmError`]; the instance is unusable afterwards.
-    pub fn process_input(&mut self, input: usize, batch: &RecordBatch, position: u64, out: &mut Emitter) -> Result<()> {
+    pub fn process_input(
+        &mut self,
+        input: usize,
+        batch: &RecordBatch,
+        position: u64,
+        out: &mut Emitter,
+    ) -> Result<()> {
         self.check_alive()?;
         let count = self.inputs.len();
-        let slot = self.inputs.get_mut(input).ok_or_else(|| WasmError::InvalidJob(format!("a buffer of input {input}, but the disklet has {count}")))?;
+        let slot = self.inputs.get_mut(input).ok_or_else(|| {
+            WasmError::InvalidJob(format!(
+                "a buffer of input {input}, but the disklet has {count}"
+            ))
+        })?;
         if !self.done {
             slot.push(batch, position)?;
         }
@@ -504,7 +705,12 @@ impl WasmDisklet {
     ///
     /// # Errors
     /// See [`WasmDisklet::process_input`].
-    pub fn process_batch(&mut self, batch: &RecordBatch, position: u64, out: &mut Emitter) -> Result<()> {
+    pub fn process_batch(
+        &mut self,
+        batch: &RecordBatch,
+        position: u64,
+        out: &mut Emitter,
+    ) -> Result<()> {
         self.process_input(0, batch, position, out)
     }
 
@@ -536,7 +742,10 @@ impl WasmDisklet {
 
     /// Bytes of guest memory in use.
     pub fn memory_bytes(&self) -> u64 {
-        self.store.data().memory.map_or(0, |m| m.data_size(&self.store) as u64)
+        self.store
+            .data()
+            .memory
+            .map_or(0, |m| m.data_size(&self.store) as u64)
     }
 }
 
@@ -548,14 +757,30 @@ fn classify(e: wasmtime::Error, name: &str, fuel: u64, phase: &'static str) -> W
     };
     if let Some(trap) = e.downcast_ref::<Trap>() {
         if *trap == Trap::OutOfFuel {
-            return WasmError::BudgetExceeded { name: name.to_string(), fuel, phase };
+            return WasmError::BudgetExceeded {
+                name: name.to_string(),
+                fuel,
+                phase,
+            };
         }
-        return WasmError::Trap { name: name.to_string(), phase, message: trap.to_string() };
+        return WasmError::Trap {
+            name: name.to_string(),
+            phase,
+            message: trap.to_string(),
+        };
     }
     if let Some(typed) = e.chain().find_map(|c| c.downcast_ref::<WasmError>()) {
-        return WasmError::Trap { name: name.to_string(), phase, message: typed.to_string() };
+        return WasmError::Trap {
+            name: name.to_string(),
+            phase,
+            message: typed.to_string(),
+        };
     }
-    WasmError::Trap { name: name.to_string(), phase, message: format!("{e:#}") }
+    WasmError::Trap {
+        name: name.to_string(),
+        phase,
+        message: format!("{e:#}"),
+    }
 }
 
 /// Adapts [`WasmDisklet`] to the DiskOS interface.
@@ -582,7 +807,9 @@ impl Disklet for WasmStage {
         self.0.next_input()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> adisk_diskos::Result<()> {
-        self.0.process_input(input.input, input.batch, input.position, out).map_err(to_os)
+        self.0
+            .process_input(input.input, input.batch, input.position, out)
+            .map_err(to_os)
     }
     fn input_ended(&mut self, input: usize, out: &mut Emitter) -> adisk_diskos::Result<()> {
         self.0.end_input(input, out).map_err(to_os)

@@ -15,7 +15,11 @@ const BUFFER_BYTES: u64 = 64 * 1024;
 
 fn registry() -> (tempfile::TempDir, DiskletRegistry) {
     let dir = tempfile::tempdir().unwrap();
-    let r = DiskletRegistry::open(dir.path(), WasmRuntime::new(WasmLimits::new(BUFFER_BYTES)).unwrap()).unwrap();
+    let r = DiskletRegistry::open(
+        dir.path(),
+        WasmRuntime::new(WasmLimits::new(BUFFER_BYTES)).unwrap(),
+    )
+    .unwrap();
     (dir, r)
 }
 
@@ -51,8 +55,19 @@ impl Default for V2<'_> {
 
 impl V2<'_> {
     fn wat(&self) -> Vec<u8> {
-        let shape = self.shape.map(|s| format!(r#"(@custom "adisk_v2" "{s}")"#)).unwrap_or_default();
-        let V2 { imports, memory, area, next_input, process, process_params, .. } = self;
+        let shape = self
+            .shape
+            .map(|s| format!(r#"(@custom "adisk_v2" "{s}")"#))
+            .unwrap_or_default();
+        let V2 {
+            imports,
+            memory,
+            area,
+            next_input,
+            process,
+            process_params,
+            ..
+        } = self;
         format!(
             r#"(module {shape}
   (import "adisk_v2" "emit" (func $emit (param i32 i32 i32) (result i32)))
@@ -74,30 +89,153 @@ fn malformed_v2_modules_are_refused_at_install_with_typed_errors() {
     let (_d, r) = registry();
     let info = r.install("good", &V2::default().wat(), 1024).unwrap();
     assert_eq!((info.abi, info.inputs, info.outputs), (2, 2, 2));
-    assert_eq!(info.grant_bytes, 1024 * 1024 + 2 * area_bytes() as u64, "scratch + one input area per input");
+    assert_eq!(
+        info.grant_bytes,
+        1024 * 1024 + 2 * area_bytes() as u64,
+        "scratch + one input area per input"
+    );
 
-    let no_next = String::from_utf8(V2::default().wat()).unwrap().replace(r#"(func (export "adisk_next_input") (result i32) (i32.const -1))"#, "");
+    let no_next = String::from_utf8(V2::default().wat()).unwrap().replace(
+        r#"(func (export "adisk_next_input") (result i32) (i32.const -1))"#,
+        "",
+    );
     let e = r.install("no_next", no_next.as_bytes(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_next_input"), "{e}");
-    let e = r.install("v1_process", &V2 { process_params: "i32 i32 i64", ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_process"), "{e}");
-    let e = r.install("mixed", &V2 { imports: r#"(import "adisk_v1" "log" (func (param i32 i32)))"#, ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("mixes ABI versions"), "{e}");
-    let e = r.install("env", &V2 { imports: r#"(import "env" "memcpy" (func (param i32 i32 i32) (result i32)))"#, ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::ForbiddenImport { allowed: "adisk_v2", .. }) && e.to_string().contains("env::memcpy"), "{e}");
-    let e = r.install("bad_skip", &V2 { imports: r#"(import "adisk_v2" "skip" (func (param i64 i64)))"#, ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("skip"), "{e}");
-    let e = r.install("no_shape", &V2 { shape: None, ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("custom section"), "{e}");
-    for bad in ["inputs=0 outputs=1", "inputs=2", "inputs=2 outputs=1 colour=red", "inputs=two outputs=1", "inputs=17 outputs=1"] {
-        let e = r.install("bad_shape", &V2 { shape: Some(bad), ..Default::default() }.wat(), 1024).unwrap_err();
-        assert!(matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_v2"), "{bad}: {e}");
+    assert!(
+        matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_next_input"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "v1_process",
+            &V2 {
+                process_params: "i32 i32 i64",
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_process"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "mixed",
+            &V2 {
+                imports: r#"(import "adisk_v1" "log" (func (param i32 i32)))"#,
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Abi(_)) && e.to_string().contains("mixes ABI versions"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "env",
+            &V2 {
+                imports: r#"(import "env" "memcpy" (func (param i32 i32 i32) (result i32)))"#,
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WasmError::ForbiddenImport {
+                allowed: "adisk_v2",
+                ..
+            }
+        ) && e.to_string().contains("env::memcpy"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "bad_skip",
+            &V2 {
+                imports: r#"(import "adisk_v2" "skip" (func (param i64 i64)))"#,
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Abi(_)) && e.to_string().contains("skip"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "no_shape",
+            &V2 {
+                shape: None,
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Abi(_)) && e.to_string().contains("custom section"),
+        "{e}"
+    );
+    for bad in [
+        "inputs=0 outputs=1",
+        "inputs=2",
+        "inputs=2 outputs=1 colour=red",
+        "inputs=two outputs=1",
+        "inputs=17 outputs=1",
+    ] {
+        let e = r
+            .install(
+                "bad_shape",
+                &V2 {
+                    shape: Some(bad),
+                    ..Default::default()
+                }
+                .wat(),
+                1024,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(e, WasmError::Abi(_)) && e.to_string().contains("adisk_v2"),
+            "{bad}: {e}"
+        );
     }
     // The grant counts one input area per input: 1 MiB + 2 areas = 1408 KiB (22 pages) fits a
     // maximum of 20 pages with two inputs, and refuses it with one.
-    r.install("two_areas", &V2 { memory: "16 20", ..Default::default() }.wat(), 1024).unwrap();
-    let e = r.install("one_area", &V2 { shape: Some("inputs=1 outputs=1"), memory: "16 20", ..Default::default() }.wat(), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Memory(_)) && e.to_string().contains("grant"), "{e}");
+    r.install(
+        "two_areas",
+        &V2 {
+            memory: "16 20",
+            ..Default::default()
+        }
+        .wat(),
+        1024,
+    )
+    .unwrap();
+    let e = r
+        .install(
+            "one_area",
+            &V2 {
+                shape: Some("inputs=1 outputs=1"),
+                memory: "16 20",
+                ..Default::default()
+            }
+            .wat(),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Memory(_)) && e.to_string().contains("grant"),
+        "{e}"
+    );
     let names: Vec<String> = r.list().into_iter().map(|d| d.name).collect();
     assert_eq!(names, ["good", "two_areas"]);
 }
@@ -142,7 +280,13 @@ fn schema() -> SchemaRef {
 }
 
 fn batch(start: i64, rows: i64) -> RecordBatch {
-    RecordBatch::try_new(schema(), vec![Arc::new(Int64Array::from((start..start + rows).collect::<Vec<_>>()))]).unwrap()
+    RecordBatch::try_new(
+        schema(),
+        vec![Arc::new(Int64Array::from(
+            (start..start + rows).collect::<Vec<_>>(),
+        ))],
+    )
+    .unwrap()
 }
 
 /// Feeds `inputs` as DiskOS does: a buffer of the input the disklet wants (any open one if it
@@ -171,10 +315,16 @@ fn drive(d: &mut WasmDisklet, inputs: Vec<Vec<RecordBatch>>) -> Vec<Vec<RecordBa
                 d.end_input(i, &mut out).unwrap();
             }
         }
-        out.take_outputs().into_iter().zip(&mut emitted).for_each(|(o, e)| e.extend(o));
+        out.take_outputs()
+            .into_iter()
+            .zip(&mut emitted)
+            .for_each(|(o, e)| e.extend(o));
     }
     d.finish_job(&mut out).unwrap();
-    out.take_outputs().into_iter().zip(&mut emitted).for_each(|(o, e)| e.extend(o));
+    out.take_outputs()
+        .into_iter()
+        .zip(&mut emitted)
+        .for_each(|(o, e)| e.extend(o));
     emitted
 }
 
@@ -187,7 +337,14 @@ fn records(emitted: &[Vec<RecordBatch>]) -> Vec<Record> {
         for b in batches {
             for r in b.column(0).as_binary::<i32>().iter().flatten() {
                 let u = |at: usize| u32::from_le_bytes(r[at..at + 4].try_into().unwrap());
-                all.push((port, u(0), u(4), u(8), u(12), u64::from_le_bytes(r[16..24].try_into().unwrap())));
+                all.push((
+                    port,
+                    u(0),
+                    u(4),
+                    u(8),
+                    u(12),
+                    u64::from_le_bytes(r[16..24].try_into().unwrap()),
+                ));
             }
         }
     }
@@ -198,30 +355,52 @@ fn records(emitted: &[Vec<RecordBatch>]) -> Vec<Record> {
 fn the_host_hands_over_the_input_the_guest_asks_for_even_mid_buffer() {
     let (_d, r) = registry();
     r.install("tracer", TRACER.as_bytes(), 1024).unwrap();
-    let mut d = r.instantiate_inputs("tracer", &BTreeMap::new(), None, &[schema(), schema()]).unwrap();
+    let mut d = r
+        .instantiate_inputs("tracer", &BTreeMap::new(), None, &[schema(), schema()])
+        .unwrap();
     assert_eq!(d.next_input(), NextInput::Input(0), "asked after init");
     // Input 0's first buffer (480 KB) is larger than its input area: it goes over in chunks.
-    let inputs = vec![vec![batch(0, 60_000), batch(60_000, 10)], vec![batch(0, 100), batch(100, 100), batch(200, 100)]];
+    let inputs = vec![
+        vec![batch(0, 60_000), batch(60_000, 10)],
+        vec![batch(0, 100), batch(100, 100), batch(200, 100)],
+    ];
     let totals = [60_010u64, 300u64];
     let emitted = drive(&mut d, inputs);
     // Records are per port; the guest's calls interleave them: order by a global sequence is
     // lost across ports, so check each port's records and the shape of the whole.
     let all = records(&emitted);
     for (port, kind, input, ..) in &all {
-        assert!(*kind == 3 || *port == *input as usize, "input {input}'s records go to port {input}");
+        assert!(
+            *kind == 3 || *port == *input as usize,
+            "input {input}'s records go to port {input}"
+        );
     }
     for input in 0..2u32 {
         let calls: Vec<&Record> = all.iter().filter(|r| r.2 == input && r.1 == 1).collect();
         let mut next = 0u64;
         for (_, _, _, rows, buf, position) in &calls {
-            assert_eq!(*buf as i64, 65536 + i64::from(input) * area_bytes(), "input {input}'s buffers are in its own area");
-            assert_eq!(*position, next, "input {input}: chunks in order, none lost or repeated");
+            assert_eq!(
+                *buf as i64,
+                65536 + i64::from(input) * area_bytes(),
+                "input {input}'s buffers are in its own area"
+            );
+            assert_eq!(
+                *position, next,
+                "input {input}: chunks in order, none lost or repeated"
+            );
             next += u64::from(*rows);
         }
         assert_eq!(next, totals[input as usize]);
-        assert_eq!(all.iter().filter(|r| r.2 == input && r.1 == 2).count(), 1, "input {input} ended once");
+        assert_eq!(
+            all.iter().filter(|r| r.2 == input && r.1 == 2).count(),
+            1,
+            "input {input} ended once"
+        );
     }
-    assert!(all.iter().filter(|r| r.2 == 0 && r.1 == 1).count() > 2, "the large buffer was split");
+    assert!(
+        all.iter().filter(|r| r.2 == 0 && r.1 == 1).count() > 2,
+        "the large buffer was split"
+    );
     assert_eq!(all.iter().filter(|r| r.1 == 3).count(), 1, "finish once");
 }
 
@@ -229,19 +408,40 @@ fn the_host_hands_over_the_input_the_guest_asks_for_even_mid_buffer() {
 #[test]
 fn chunks_of_a_large_buffer_wait_while_the_guest_wants_the_other_input() {
     let (_d, r) = registry();
-    let one_port = TRACER.replace("inputs=2 outputs=2", "inputs=2 outputs=1").replace("(call $emit (local.get $input)", "(call $emit (i32.const 0)");
+    let one_port = TRACER
+        .replace("inputs=2 outputs=2", "inputs=2 outputs=1")
+        .replace(
+            "(call $emit (local.get $input)",
+            "(call $emit (i32.const 0)",
+        );
     r.install("tracer1", one_port.as_bytes(), 1024).unwrap();
-    let mut d = r.instantiate_inputs("tracer1", &BTreeMap::new(), None, &[schema(), schema()]).unwrap();
-    let inputs = vec![vec![batch(0, 60_000), batch(60_000, 10)], vec![batch(0, 100), batch(100, 100), batch(200, 100)]];
+    let mut d = r
+        .instantiate_inputs("tracer1", &BTreeMap::new(), None, &[schema(), schema()])
+        .unwrap();
+    let inputs = vec![
+        vec![batch(0, 60_000), batch(60_000, 10)],
+        vec![batch(0, 100), batch(100, 100), batch(200, 100)],
+    ];
     let all = records(&drive(&mut d, inputs));
     let order: Vec<(u32, u32)> = all.iter().map(|r| (r.1, r.2)).collect();
     // While both inputs have buffers the guest alternates, so input 0's chunks are interleaved
     // with input 1's buffers: 0 1 0 1 0 1 0 …; then the ends (1 first: it ran out first), finish.
-    let processes: Vec<u32> = order.iter().filter(|(k, _)| *k == 1).map(|(_, i)| *i).collect();
+    let processes: Vec<u32> = order
+        .iter()
+        .filter(|(k, _)| *k == 1)
+        .map(|(_, i)| *i)
+        .collect();
     let alternating: Vec<u32> = (0..processes.len() as u32).map(|i| i % 2).collect();
     assert_eq!(processes, alternating, "{order:?}");
-    assert!(processes.len() >= 7, "input 0 has at least 4 chunks, input 1 three buffers: {order:?}");
-    assert_eq!(&order[order.len() - 3..], &[(2, 1), (2, 0), (3, 0)], "{order:?}");
+    assert!(
+        processes.len() >= 7,
+        "input 0 has at least 4 chunks, input 1 three buffers: {order:?}"
+    );
+    assert_eq!(
+        &order[order.len() - 3..],
+        &[(2, 1), (2, 0), (3, 0)],
+        "{order:?}"
+    );
 }
 
 #[test]
@@ -249,23 +449,104 @@ fn guest_mistakes_are_typed_errors() {
     let (_d, r) = registry();
     let two = [schema(), schema()];
     // Emitting on a port it does not have: the import answers -6, which the guest returns.
-    r.install("bad_port", &V2 { process: "(call $emit (i32.const 5) (i32.const 0) (i32.const 8))", ..Default::default() }.wat(), 1024).unwrap();
-    let mut d = r.instantiate_inputs("bad_port", &BTreeMap::new(), None, &two).unwrap();
-    let e = d.process_input(0, &batch(0, 10), 0, &mut Emitter::new(2)).unwrap_err();
-    assert!(matches!(e, WasmError::Guest { phase: "process", .. }) && e.to_string().contains("-6"), "{e}");
+    r.install(
+        "bad_port",
+        &V2 {
+            process: "(call $emit (i32.const 5) (i32.const 0) (i32.const 8))",
+            ..Default::default()
+        }
+        .wat(),
+        1024,
+    )
+    .unwrap();
+    let mut d = r
+        .instantiate_inputs("bad_port", &BTreeMap::new(), None, &two)
+        .unwrap();
+    let e = d
+        .process_input(0, &batch(0, 10), 0, &mut Emitter::new(2))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WasmError::Guest {
+                phase: "process",
+                ..
+            }
+        ) && e.to_string().contains("-6"),
+        "{e}"
+    );
     // Asking for an input it does not have.
-    r.install("bad_next", &V2 { next_input: "(i32.const 7)", ..Default::default() }.wat(), 1024).unwrap();
-    let e = r.instantiate_inputs("bad_next", &BTreeMap::new(), None, &two).unwrap_err();
-    assert!(matches!(e, WasmError::Guest { phase: "next_input", .. }) && e.to_string().contains("returned 7"), "{e}");
+    r.install(
+        "bad_next",
+        &V2 {
+            next_input: "(i32.const 7)",
+            ..Default::default()
+        }
+        .wat(),
+        1024,
+    )
+    .unwrap();
+    let e = r
+        .instantiate_inputs("bad_next", &BTreeMap::new(), None, &two)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WasmError::Guest {
+                phase: "next_input",
+                ..
+            }
+        ) && e.to_string().contains("returned 7"),
+        "{e}"
+    );
     // Two inputs in one area.
-    r.install("overlap", &V2 { area: "(i32.const 65536)", ..Default::default() }.wat(), 1024).unwrap();
-    let e = r.instantiate_inputs("overlap", &BTreeMap::new(), None, &two).unwrap_err();
-    assert!(matches!(e, WasmError::Guest { phase: "init", .. }) && e.to_string().contains("overlaps"), "{e}");
+    r.install(
+        "overlap",
+        &V2 {
+            area: "(i32.const 65536)",
+            ..Default::default()
+        }
+        .wat(),
+        1024,
+    )
+    .unwrap();
+    let e = r
+        .instantiate_inputs("overlap", &BTreeMap::new(), None, &two)
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Guest { phase: "init", .. }) && e.to_string().contains("overlaps"),
+        "{e}"
+    );
     // As many inputs as it declares.
-    let e = r.instantiate_inputs("bad_port", &BTreeMap::new(), None, &two[..1]).unwrap_err();
-    assert!(matches!(e, WasmError::InvalidJob(_)) && e.to_string().contains("takes 2 input(s)"), "{e}");
+    let e = r
+        .instantiate_inputs("bad_port", &BTreeMap::new(), None, &two[..1])
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::InvalidJob(_)) && e.to_string().contains("takes 2 input(s)"),
+        "{e}"
+    );
     // Fuel applies to v2 calls as to v1: a spinning next_input runs out.
-    r.install("spin", &V2 { next_input: "(loop $l (br $l)) (i32.const -1)", ..Default::default() }.wat(), 1024).unwrap();
-    let e = r.instantiate_inputs("spin", &BTreeMap::new(), Some(10_000_000), &two).unwrap_err();
-    assert!(matches!(e, WasmError::BudgetExceeded { phase: "next_input", .. }), "{e}");
+    r.install(
+        "spin",
+        &V2 {
+            next_input: "(loop $l (br $l)) (i32.const -1)",
+            ..Default::default()
+        }
+        .wat(),
+        1024,
+    )
+    .unwrap();
+    let e = r
+        .instantiate_inputs("spin", &BTreeMap::new(), Some(10_000_000), &two)
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WasmError::BudgetExceeded {
+                phase: "next_input",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

@@ -28,25 +28,55 @@ const EMITS_AT_INIT: &str = r#"(module
 struct NoPipes;
 
 impl adisk_diskos::job::PipeConnector for NoPipes {
-    fn send(&self, route: adisk_diskos::job::PipeRoute, _: arrow::datatypes::SchemaRef, _: StreamRx) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
-        Box::pin(async move { Err(DiskOsError::Pipe(format!("no pipes in this test (asked for {})", route.target))) })
+    fn send(
+        &self,
+        route: adisk_diskos::job::PipeRoute,
+        _: arrow::datatypes::SchemaRef,
+        _: StreamRx,
+    ) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
+        Box::pin(async move {
+            Err(DiskOsError::Pipe(format!(
+                "no pipes in this test (asked for {})",
+                route.target
+            )))
+        })
     }
 }
 
 fn disk(dir: &std::path::Path, memory_bytes: u64, registry: Arc<DiskletRegistry>) -> Arc<DiskOs> {
     let store = Arc::new(DiskStore::open(dir, 0).expect("store"));
-    let os = DiskOs::new(DiskOsConfig::new(0, memory_bytes, BUFFER_BYTES, 2), store, Arc::new(NoPipes));
+    let os = DiskOs::new(
+        DiskOsConfig::new(0, memory_bytes, BUFFER_BYTES, 2),
+        store,
+        Arc::new(NoPipes),
+    );
     os.set_user_disklets(registry);
     os
 }
 
 fn job(schema: &Schema) -> JobSpec {
-    let stages = vec![DiskletSpec::Wasm { name: "emits_at_init".into(), params: Default::default(), fuel: None }];
-    JobSpec::chain("guest", "test", Source::Host { schema: schema.clone() }, stages, Sink::Host)
+    let stages = vec![DiskletSpec::Wasm {
+        name: "emits_at_init".into(),
+        params: Default::default(),
+        fuel: None,
+    }];
+    JobSpec::chain(
+        "guest",
+        "test",
+        Source::Host {
+            schema: schema.clone(),
+        },
+        stages,
+        Sink::Host,
+    )
 }
 
 fn instances(registry: &DiskletRegistry) -> u64 {
-    registry.list().iter().find(|d| d.name == "emits_at_init").map_or(0, |d| d.instances)
+    registry
+        .list()
+        .iter()
+        .find(|d| d.name == "emits_at_init")
+        .map_or(0, |d| d.instances)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -55,23 +85,40 @@ async fn refused_job_never_runs_guest_init() {
     let runtime = WasmRuntime::new(WasmLimits::new(BUFFER_BYTES)).unwrap();
     let registry = Arc::new(DiskletRegistry::open(&tmp.path().join("r"), runtime).unwrap());
     // 8 MiB of scratch: more than the small disk's whole 4 MiB budget.
-    registry.install("emits_at_init", EMITS_AT_INIT.as_bytes(), 8 * 1024).unwrap();
+    registry
+        .install("emits_at_init", EMITS_AT_INIT.as_bytes(), 8 * 1024)
+        .unwrap();
     let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
 
     let small = disk(&tmp.path().join("small"), 4 << 20, registry.clone());
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
     let refused = small.start_job(job(&schema), Some(rx)).await;
-    assert!(matches!(refused, Err(DiskOsError::GrantTooLarge { .. })), "refused for memory: {:?}", refused.err());
-    assert_eq!(instances(&registry), 0, "the refused job instantiated its disklet (ran guest init)");
+    assert!(
+        matches!(refused, Err(DiskOsError::GrantTooLarge { .. })),
+        "refused for memory: {:?}",
+        refused.err()
+    );
+    assert_eq!(
+        instances(&registry),
+        0,
+        "the refused job instantiated its disklet (ran guest init)"
+    );
     assert_eq!(small.status().memory_granted_bytes, 0);
 
     // The control: on a disk with room, the same job runs the guest's init once and its output
     // carries what init emitted.
     let large = disk(&tmp.path().join("large"), 64 << 20, registry.clone());
     let (tx, rx) = tokio::sync::mpsc::channel(1);
-    let mut running = large.start_job(job(&schema), Some(rx)).await.expect("admitted");
+    let mut running = large
+        .start_job(job(&schema), Some(rx))
+        .await
+        .expect("admitted");
     assert_eq!(instances(&registry), 1);
-    let batch = RecordBatch::try_new(Arc::new(schema.clone()), vec![Arc::new(Int64Array::from(vec![1, 2, 3]))]).unwrap();
+    let batch = RecordBatch::try_new(
+        Arc::new(schema.clone()),
+        vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+    )
+    .unwrap();
     tx.send(batch).await.unwrap();
     drop(tx);
     let mut rows = 0;

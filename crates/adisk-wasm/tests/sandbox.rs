@@ -37,7 +37,11 @@ fn registry() -> (tempfile::TempDir, DiskletRegistry) {
 
 fn input() -> (SchemaRef, RecordBatch) {
     let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from((0..1000).collect::<Vec<i64>>()))]).unwrap();
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![Arc::new(Int64Array::from((0..1000).collect::<Vec<i64>>()))],
+    )
+    .unwrap();
     (schema, batch)
 }
 
@@ -60,23 +64,60 @@ fn good_module_runs_and_is_cached() {
     assert!(info.compiled && info.compile_ns > 0);
     assert_eq!(run(&r, "echo", None).unwrap(), 1);
     let (schema, _) = input();
-    let d = r.instantiate("echo", &BTreeMap::new(), None, &schema).unwrap();
-    assert_eq!(d.setup_ns().0, 0, "second instantiation reuses the compiled module");
+    let d = r
+        .instantiate("echo", &BTreeMap::new(), None, &schema)
+        .unwrap();
+    assert_eq!(
+        d.setup_ns().0,
+        0,
+        "second instantiation reuses the compiled module"
+    );
 }
 
 #[test]
 fn install_rejections_are_typed() {
     let (_d, r) = registry();
-    let malformed = r.install("bad", b"\0asm\x01\0\0\0garbage", 1024).unwrap_err();
+    let malformed = r
+        .install("bad", b"\0asm\x01\0\0\0garbage", 1024)
+        .unwrap_err();
     assert!(matches!(malformed, WasmError::Malformed(_)), "{malformed}");
-    let wasi = module(r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#, "16 16", "(i32.const 0)", "(i32.const 0)");
+    let wasi = module(
+        r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
+        "16 16",
+        "(i32.const 0)",
+        "(i32.const 0)",
+    );
     let e = r.install("wasi", &wasi, 1024).unwrap_err();
-    assert!(matches!(e, WasmError::ForbiddenImport { .. }) && e.to_string().contains("wasi_snapshot_preview1"), "{e}");
-    let e = r.install("huge", &module("", "1 65536", "(i32.const 0)", "(i32.const 0)"), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Memory(_)) && e.to_string().contains("grant"), "{e}");
-    let e = r.install("nomax", &module("", "16", "(i32.const 0)", "(i32.const 0)"), 1024).unwrap_err();
-    assert!(matches!(e, WasmError::Memory(_)) && e.to_string().contains("no maximum"), "{e}");
-    let e = r.install("noexp", b"(module (memory (export \"memory\") 1 1))", 1024).unwrap_err();
+    assert!(
+        matches!(e, WasmError::ForbiddenImport { .. })
+            && e.to_string().contains("wasi_snapshot_preview1"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "huge",
+            &module("", "1 65536", "(i32.const 0)", "(i32.const 0)"),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Memory(_)) && e.to_string().contains("grant"),
+        "{e}"
+    );
+    let e = r
+        .install(
+            "nomax",
+            &module("", "16", "(i32.const 0)", "(i32.const 0)"),
+            1024,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Memory(_)) && e.to_string().contains("no maximum"),
+        "{e}"
+    );
+    let e = r
+        .install("noexp", b"(module (memory (export \"memory\") 1 1))", 1024)
+        .unwrap_err();
     assert!(matches!(e, WasmError::Abi(_)), "{e}");
     let e = r.install("../x", &ok_module(ECHO), 1024).unwrap_err();
     assert!(matches!(e, WasmError::BadName(_)), "{e}");
@@ -87,17 +128,53 @@ fn install_rejections_are_typed() {
 fn run_time_failures_are_contained() {
     let (_d, r) = registry();
     r.install("echo", &ok_module(ECHO), 1024).unwrap();
-    r.install("spin", &ok_module("(loop $l (br $l)) (i32.const 0)"), 1024).unwrap();
-    r.install("oob", &ok_module("(drop (i32.load (i32.const 0x7ffffff0))) (i32.const 0)"), 1024).unwrap();
+    r.install("spin", &ok_module("(loop $l (br $l)) (i32.const 0)"), 1024)
+        .unwrap();
+    r.install(
+        "oob",
+        &ok_module("(drop (i32.load (i32.const 0x7ffffff0))) (i32.const 0)"),
+        1024,
+    )
+    .unwrap();
     // grant = 64 KiB scratch + 192 KiB input area = 4 pages; declared max 4; asks for 100 more.
-    r.install("grow", &module("", "4 4", "(i32.const 0)", "(drop (memory.grow (i32.const 100))) (i32.const 0)"), 64).unwrap();
-    r.install("flood", &ok_module("(loop $l (drop (call $emit (i32.const 0) (i32.const 65536))) (br $l)) (i32.const 0)"), 1024).unwrap();
-    r.install("initrap", &module("", "16 16", "(unreachable)", "(i32.const 0)"), 1024).unwrap();
-    r.install("errcode", &ok_module("(i32.const -4)"), 1024).unwrap();
+    r.install(
+        "grow",
+        &module(
+            "",
+            "4 4",
+            "(i32.const 0)",
+            "(drop (memory.grow (i32.const 100))) (i32.const 0)",
+        ),
+        64,
+    )
+    .unwrap();
+    r.install(
+        "flood",
+        &ok_module(
+            "(loop $l (drop (call $emit (i32.const 0) (i32.const 65536))) (br $l)) (i32.const 0)",
+        ),
+        1024,
+    )
+    .unwrap();
+    r.install(
+        "initrap",
+        &module("", "16 16", "(unreachable)", "(i32.const 0)"),
+        1024,
+    )
+    .unwrap();
+    r.install("errcode", &ok_module("(i32.const -4)"), 1024)
+        .unwrap();
     let e = run(&r, "spin", Some(10_000_000)).unwrap_err();
-    assert!(matches!(e, WasmError::BudgetExceeded { .. }) && e.to_string().contains("CPU budget exceeded"), "{e}");
+    assert!(
+        matches!(e, WasmError::BudgetExceeded { .. })
+            && e.to_string().contains("CPU budget exceeded"),
+        "{e}"
+    );
     let e = run(&r, "oob", None).unwrap_err();
-    assert!(matches!(e, WasmError::Trap { .. }) && e.to_string().contains("out of bounds"), "{e}");
+    assert!(
+        matches!(e, WasmError::Trap { .. }) && e.to_string().contains("out of bounds"),
+        "{e}"
+    );
     let e = run(&r, "grow", None).unwrap_err();
     assert!(matches!(e, WasmError::MemoryExceeded { .. }), "{e}");
     let e = run(&r, "flood", None).unwrap_err();
@@ -105,34 +182,70 @@ fn run_time_failures_are_contained() {
     let e = run(&r, "initrap", None).unwrap_err();
     assert!(matches!(e, WasmError::Trap { phase: "init", .. }), "{e}");
     let e = run(&r, "errcode", None).unwrap_err();
-    assert!(matches!(e, WasmError::Guest { .. }) && e.to_string().contains("-4"), "{e}");
-    assert!(matches!(run(&r, "nosuch", None).unwrap_err(), WasmError::NotInstalled(_)));
-    assert_eq!(run(&r, "echo", None).unwrap(), 1, "the runtime serves the next job");
+    assert!(
+        matches!(e, WasmError::Guest { .. }) && e.to_string().contains("-4"),
+        "{e}"
+    );
+    assert!(matches!(
+        run(&r, "nosuch", None).unwrap_err(),
+        WasmError::NotInstalled(_)
+    ));
+    assert_eq!(
+        run(&r, "echo", None).unwrap(),
+        1,
+        "the runtime serves the next job"
+    );
 }
 
 #[test]
 fn registry_persists_and_rechecks_hash() {
     let dir = tempfile::tempdir().unwrap();
-    let open = || DiskletRegistry::open(dir.path(), WasmRuntime::new(WasmLimits::new(BUFFER_BYTES)).unwrap()).unwrap();
+    let open = || {
+        DiskletRegistry::open(
+            dir.path(),
+            WasmRuntime::new(WasmLimits::new(BUFFER_BYTES)).unwrap(),
+        )
+        .unwrap()
+    };
     let r = open();
     r.install("echo", &ok_module(ECHO), 1024).unwrap();
     drop(r);
     let r = open();
     let listed = r.list();
     assert_eq!(listed.len(), 1);
-    assert!(!listed[0].compiled, "a restarted disk compiles on first use");
+    assert!(
+        !listed[0].compiled,
+        "a restarted disk compiles on first use"
+    );
     let (schema, _) = input();
-    let first = r.instantiate("echo", &BTreeMap::new(), None, &schema).unwrap();
+    let first = r
+        .instantiate("echo", &BTreeMap::new(), None, &schema)
+        .unwrap();
     assert!(first.setup_ns().0 > 0, "first run after a restart compiles");
-    let second = r.instantiate("echo", &BTreeMap::new(), None, &schema).unwrap();
-    assert_eq!(second.setup_ns().0, 0, "second run reuses the compiled module");
+    let second = r
+        .instantiate("echo", &BTreeMap::new(), None, &schema)
+        .unwrap();
+    assert_eq!(
+        second.setup_ns().0,
+        0,
+        "second run reuses the compiled module"
+    );
     assert!(r.remove("echo").unwrap());
     assert!(!r.remove("echo").unwrap());
     // A tampered module is refused.
     let r2 = open();
     assert!(r2.list().is_empty());
     r2.install("echo", &ok_module(ECHO), 1024).unwrap();
-    std::fs::write(dir.path().join("disklets/echo.wasm"), ok_module("(i32.const 0)")).unwrap();
-    let e = open().instantiate("echo", &BTreeMap::new(), None, &schema).unwrap_err();
-    assert!(matches!(e, WasmError::Registry(_)) && e.to_string().contains("sha256"), "{e}");
+    std::fs::write(
+        dir.path().join("disklets/echo.wasm"),
+        ok_module("(i32.const 0)"),
+    )
+    .unwrap();
+    let e = open()
+        .instantiate("echo", &BTreeMap::new(), None, &schema)
+        .unwrap_err();
+    assert!(
+        matches!(e, WasmError::Registry(_)) && e.to_string().contains("sha256"),
+        "{e}"
+    );
 }

@@ -18,14 +18,24 @@ const Q6_PREDICATE: &str = "l_shipdate >= DATE '1994-01-01' AND l_shipdate < DAT
 fn cpu_hz() -> f64 {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("cpu MHz")).and_then(|l| l.split(':').nth(1)).and_then(|v| v.trim().parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("cpu MHz"))
+                .and_then(|l| l.split(':').nth(1))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
         .map_or(2.0e9, |mhz| mhz * 1e6)
 }
 
 fn peak_rss_bytes(pid: u32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse::<u64>().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse::<u64>().ok())
+        })
         .map_or(0, |kib| kib * 1024)
 }
 
@@ -44,12 +54,24 @@ fn duckdb_seconds(python: &str, dir: &Path, repeats: usize, sql: &str) -> Result
         .output()
         .map_err(|e| CliError::Other(format!("cannot run {python}: {e}")))?;
     if !out.status.success() {
-        return Err(CliError::Other(format!("DuckDB timing failed (pip install duckdb==1.5.5): {}", String::from_utf8_lossy(&out.stderr))));
+        return Err(CliError::Other(format!(
+            "DuckDB timing failed (pip install duckdb==1.5.5): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
     }
-    String::from_utf8_lossy(&out.stdout).trim().parse().map_err(|e| CliError::Other(format!("bad DuckDB timing output: {e}")))
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .map_err(|e| CliError::Other(format!("bad DuckDB timing output: {e}")))
 }
 
-pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, python: &str) -> Result<(), CliError> {
+pub async fn scan(
+    dir: &Path,
+    sf: f64,
+    disk_counts: &[u32],
+    repeats: usize,
+    python: &str,
+) -> Result<(), CliError> {
     let hz = cpu_hz();
     let queries: [(&str, JobRequest, String); 2] = [
         (
@@ -79,24 +101,64 @@ pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, pyth
             "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2".to_string(),
         ),
     ];
-    println!("adisk bench scan: TPC-H SF {sf} lineitem, median of {repeats}, clock {:.2} GHz", hz / 1e9);
+    println!(
+        "adisk bench scan: TPC-H SF {sf} lineitem, median of {repeats}, clock {:.2} GHz",
+        hz / 1e9
+    );
     println!(
         "{:<8} {:>5} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>9}",
-        "query", "disks", "wall_ms", "disk_ms", "scanned_MB", "MB/s", "cyc/B", "read_MB", "shipped", "rss_MB_max", "duck_ms", "vs_duck"
+        "query",
+        "disks",
+        "wall_ms",
+        "disk_ms",
+        "scanned_MB",
+        "MB/s",
+        "cyc/B",
+        "read_MB",
+        "shipped",
+        "rss_MB_max",
+        "duck_ms",
+        "vs_duck"
     );
     for &n in disk_counts {
         let cdir = dir.join(format!("bench-scan-{n}"));
         if cdir.join("cluster.toml").exists() {
             let _ = down(&cdir).await;
         }
-        let args = UpArgs { disks: n, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure: false };
+        let args = UpArgs {
+            disks: n,
+            memory_mib: 64,
+            buffer_kib: 256,
+            buffers_per_stream: 2,
+            host_link_mbps: 0,
+            disk_read_mbps: 0,
+            exchange: Default::default(),
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            insecure: false,
+        };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.
         let loaded = async {
             let cluster = crate::connect(&cdir).await?;
-            let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
+            let rows = cluster
+                .catalog()
+                .await?
+                .tables
+                .get("lineitem")
+                .map(|t| t.rows())
+                .unwrap_or(0);
             if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
-                crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1 }).await?;
+                crate::output::load_tpch(
+                    &cluster,
+                    &adisk_host::load::TpchLoad {
+                        sf,
+                        partitions_per_disk: 1,
+                        row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+                        tables: vec!["lineitem".into()],
+                        replicas: 1,
+                    },
+                )
+                .await?;
             }
             Ok::<(), CliError>(())
         }
@@ -146,7 +208,11 @@ pub async fn scan(dir: &Path, sf: f64, disk_counts: &[u32], repeats: usize, pyth
         down(&cdir).await?;
         result?;
     }
-    println!("wall_ms: host end to end (planning, all disks, combining); disk_ms: slowest disk's job; MB/s: Arrow bytes scanned at the disks / disk_ms;");
-    println!("cyc/B: CPU time of all disks x clock / scanned bytes; vs_duck: DuckDB 1-thread time / wall_ms (above 1: ActiveDisk faster)");
+    println!(
+        "wall_ms: host end to end (planning, all disks, combining); disk_ms: slowest disk's job; MB/s: Arrow bytes scanned at the disks / disk_ms;"
+    );
+    println!(
+        "cyc/B: CPU time of all disks x clock / scanned bytes; vs_duck: DuckDB 1-thread time / wall_ms (above 1: ActiveDisk faster)"
+    );
     Ok(())
 }

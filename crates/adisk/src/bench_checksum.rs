@@ -20,9 +20,17 @@ pub struct ChecksumBenchArgs {
     pub repeats: usize,
 }
 
-fn write_lineitem(store: &DiskStore, sf: f64) -> Result<adisk_core::protocol::PartitionInfo, CliError> {
+fn write_lineitem(
+    store: &DiskStore,
+    sf: f64,
+) -> Result<adisk_core::protocol::PartitionInfo, CliError> {
     let schema = adisk_storage::tpch::schema("lineitem")?;
-    let mut writer = store.create_partition("lineitem", 0, schema, adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS)?;
+    let mut writer = store.create_partition(
+        "lineitem",
+        0,
+        schema,
+        adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+    )?;
     for batch in adisk_storage::tpch::generate("lineitem", sf, 1, 1)? {
         writer.write(&batch.map_err(|e| CliError::Other(format!("generating lineitem: {e}")))?)?;
     }
@@ -30,12 +38,23 @@ fn write_lineitem(store: &DiskStore, sf: f64) -> Result<adisk_core::protocol::Pa
 }
 
 /// One decode of the whole partition: (ms, bytes read).
-fn pass(store: &DiskStore, info: &adisk_core::protocol::PartitionInfo, verify: bool) -> Result<(f64, u64), CliError> {
+fn pass(
+    store: &DiskStore,
+    info: &adisk_core::protocol::PartitionInfo,
+    verify: bool,
+) -> Result<(f64, u64), CliError> {
     let read = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
-    let reader = if verify { store.partition_reader(info, read.clone())? } else { store.partition_reader_unverified(info, read.clone())? };
+    let reader = if verify {
+        store.partition_reader(info, read.clone())?
+    } else {
+        store.partition_reader_unverified(info, read.clone())?
+    };
     adisk_storage::integrity::decode_all(&reader)?;
-    Ok((start.elapsed().as_secs_f64() * 1e3, read.load(Ordering::Relaxed)))
+    Ok((
+        start.elapsed().as_secs_f64() * 1e3,
+        read.load(Ordering::Relaxed),
+    ))
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -61,11 +80,36 @@ pub async fn run(dir: &Path, a: ChecksumBenchArgs) -> Result<(), CliError> {
     }
     let (on, off) = (median(on), median(off));
     let gb = bytes.0 as f64 / 1e9;
-    println!("lineitem SF {}: {} rows, {:.1} MB file, every column decoded, median of {}", a.sf, info.rows, info.bytes as f64 / 1e6, a.repeats.max(1));
-    println!("{:<14} {:>10} {:>12} {:>10}", "verification", "ms", "MB read", "GB/s");
-    println!("{:<14} {:>10.1} {:>12.1} {:>10.2}", "on", on, bytes.0 as f64 / 1e6, gb / (on / 1e3));
-    println!("{:<14} {:>10.1} {:>12.1} {:>10.2}", "off", off, bytes.1 as f64 / 1e6, bytes.1 as f64 / 1e9 / (off / 1e3));
-    println!("cost: {:.1} ms per GB read ({:+.1} %)", (on - off) / gb, (on / off - 1.0) * 100.0);
+    println!(
+        "lineitem SF {}: {} rows, {:.1} MB file, every column decoded, median of {}",
+        a.sf,
+        info.rows,
+        info.bytes as f64 / 1e6,
+        a.repeats.max(1)
+    );
+    println!(
+        "{:<14} {:>10} {:>12} {:>10}",
+        "verification", "ms", "MB read", "GB/s"
+    );
+    println!(
+        "{:<14} {:>10.1} {:>12.1} {:>10.2}",
+        "on",
+        on,
+        bytes.0 as f64 / 1e6,
+        gb / (on / 1e3)
+    );
+    println!(
+        "{:<14} {:>10.1} {:>12.1} {:>10.2}",
+        "off",
+        off,
+        bytes.1 as f64 / 1e6,
+        bytes.1 as f64 / 1e9 / (off / 1e3)
+    );
+    println!(
+        "cost: {:.1} ms per GB read ({:+.1} %)",
+        (on - off) / gb,
+        (on / off - 1.0) * 100.0
+    );
     drop(store);
     let _ = std::fs::remove_dir_all(&scratch);
     Ok(())

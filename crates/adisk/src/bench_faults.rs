@@ -39,7 +39,11 @@ pub struct FaultsBenchArgs {
 }
 
 /// The three clusters: name, without authentication, replicas.
-const SETUPS: [(&str, bool, u32); 3] = [("noauth", true, 1), ("auth", false, 1), ("replicas2", false, 2)];
+const SETUPS: [(&str, bool, u32); 3] = [
+    ("noauth", true, 1),
+    ("auth", false, 1),
+    ("replicas2", false, 2),
+];
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -54,7 +58,17 @@ pub async fn run(dir: &Path, a: FaultsBenchArgs) -> Result<(), CliError> {
         if cdir.join("cluster.toml").exists() {
             let _ = down(&cdir).await;
         }
-        let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure };
+        let args = UpArgs {
+            disks: a.disks,
+            memory_mib: a.memory_mib,
+            buffer_kib: 256,
+            buffers_per_stream: 2,
+            host_link_mbps: 0,
+            disk_read_mbps: 0,
+            exchange: Default::default(),
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            insecure,
+        };
         let started = up(&cdir, &args).await;
         dirs.push(cdir);
         if let Err(e) = started {
@@ -74,7 +88,14 @@ pub async fn run(dir: &Path, a: FaultsBenchArgs) -> Result<(), CliError> {
 /// A connection and an `auto` engine to the cluster in `cdir`.
 async fn engine(cdir: &Path) -> Result<SqlEngine, CliError> {
     let cluster = Arc::new(crate::connect(cdir).await?);
-    Ok(SqlEngine::new(cluster, SqlOptions { offload: Offload::Auto, ..Default::default() }).await?)
+    Ok(SqlEngine::new(
+        cluster,
+        SqlOptions {
+            offload: Offload::Auto,
+            ..Default::default()
+        },
+    )
+    .await?)
 }
 
 /// Loads TPC-H into each cluster unless it holds it already at this scale.
@@ -83,31 +104,65 @@ async fn load(dirs: &[PathBuf], a: &FaultsBenchArgs) -> Result<(), CliError> {
         let cluster = crate::connect(cdir).await?;
         let catalog = cluster.catalog().await?;
         let orders = catalog.tables.get("orders");
-        if orders.is_some_and(|t| t.rows() == tpch::orders_rows(a.sf) && t.replicas() == replicas as usize) {
+        if orders.is_some_and(|t| {
+            t.rows() == tpch::orders_rows(a.sf) && t.replicas() == replicas as usize
+        }) {
             continue;
         }
-        eprintln!("loading TPC-H SF {} into {name} ({replicas} replicas) …", a.sf);
-        crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![], replicas }).await?;
+        eprintln!(
+            "loading TPC-H SF {} into {name} ({replicas} replicas) …",
+            a.sf
+        );
+        crate::output::load_tpch(
+            &cluster,
+            &adisk_host::load::TpchLoad {
+                sf: a.sf,
+                partitions_per_disk: 1,
+                row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+                tables: vec![],
+                replicas,
+            },
+        )
+        .await?;
     }
     Ok(())
 }
 
 /// Checks an answer against the official one; a wrong answer ends the benchmark.
-fn check(q: u32, out: &adisk_host::sql::QueryOutput, answers: &BTreeMap<u32, String>, what: &str) -> Result<(), CliError> {
-    let skip = |c: &str| tpch::TEXT_DEPENDENT_QUERIES.contains(&q) || tpch::generator_text_column(c);
-    oracle::compare(out, &answers[&q], skip).map_err(|diff| CliError::Other(format!("Q{q} on {what}: WRONG ANSWER: {diff}")))
+fn check(
+    q: u32,
+    out: &adisk_host::sql::QueryOutput,
+    answers: &BTreeMap<u32, String>,
+    what: &str,
+) -> Result<(), CliError> {
+    let skip =
+        |c: &str| tpch::TEXT_DEPENDENT_QUERIES.contains(&q) || tpch::generator_text_column(c);
+    oracle::compare(out, &answers[&q], skip)
+        .map_err(|diff| CliError::Other(format!("Q{q} on {what}: WRONG ANSWER: {diff}")))
 }
 
 async fn measure(dirs: &[PathBuf], a: &FaultsBenchArgs) -> Result<(), CliError> {
     load(dirs, a).await?;
     let answers = tpch::official_answers(a.sf)?;
-    let queries: Vec<u32> = if a.queries.is_empty() { (1..=22).collect() } else { a.queries.clone() };
+    let queries: Vec<u32> = if a.queries.is_empty() {
+        (1..=22).collect()
+    } else {
+        a.queries.clone()
+    };
     let mut engines = Vec::new();
     for d in dirs {
         engines.push(engine(d).await?);
     }
-    println!("adisk bench faults: TPC-H SF {} on {} disks per cluster, offload auto, median of {}", a.sf, a.disks, a.repeats.max(1));
-    println!("{:<5} {:>11} {:>11} {:>13} {:>11} {:>14}", "query", "noauth_ms", "auth_ms", "replicas2_ms", "auth/noauth", "replicas2/auth");
+    println!(
+        "adisk bench faults: TPC-H SF {} on {} disks per cluster, offload auto, median of {}",
+        a.sf,
+        a.disks,
+        a.repeats.max(1)
+    );
+    println!(
+        "{:<5} {:>11} {:>11} {:>13} {:>11} {:>14}",
+        "query", "noauth_ms", "auth_ms", "replicas2_ms", "auth/noauth", "replicas2/auth"
+    );
     let mut totals = [0.0; 3];
     for q in &queries {
         eprintln!("Q{q:02} …");
@@ -125,19 +180,44 @@ async fn measure(dirs: &[PathBuf], a: &FaultsBenchArgs) -> Result<(), CliError> 
         for i in 0..3 {
             totals[i] += m[i];
         }
-        println!("Q{q:02}   {:>11.1} {:>11.1} {:>13.1} {:>11.3} {:>14.3}", m[0] * 1e3, m[1] * 1e3, m[2] * 1e3, m[1] / m[0], m[2] / m[1]);
+        println!(
+            "Q{q:02}   {:>11.1} {:>11.1} {:>13.1} {:>11.3} {:>14.3}",
+            m[0] * 1e3,
+            m[1] * 1e3,
+            m[2] * 1e3,
+            m[1] / m[0],
+            m[2] / m[1]
+        );
     }
-    println!("total {:>11.1} {:>11.1} {:>13.1} {:>11.3} {:>14.3}", totals[0] * 1e3, totals[1] * 1e3, totals[2] * 1e3, totals[1] / totals[0], totals[2] / totals[1]);
-    println!("auth/noauth: the cost of per-request tokens; replicas2/auth: of a second copy of every partition (no failure). Runs interleaved per query, each cluster warmed up once.");
+    println!(
+        "total {:>11.1} {:>11.1} {:>13.1} {:>11.3} {:>14.3}",
+        totals[0] * 1e3,
+        totals[1] * 1e3,
+        totals[2] * 1e3,
+        totals[1] / totals[0],
+        totals[2] / totals[1]
+    );
+    println!(
+        "auth/noauth: the cost of per-request tokens; replicas2/auth: of a second copy of every partition (no failure). Runs interleaved per query, each cluster warmed up once."
+    );
     drop(engines);
     kill_mid_query(&dirs[2], a, &answers).await
 }
 
 /// On the replicated cluster: each query normally and with a disk killed half-way, on fresh
 /// connections, `repeats` times (a different victim each time, restarted after).
-async fn kill_mid_query(cdir: &Path, a: &FaultsBenchArgs, answers: &BTreeMap<u32, String>) -> Result<(), CliError> {
-    println!("\nA disk killed mid-query (replicas2 cluster; SIGKILL at half the query's normal time, the query rerun without it):");
-    println!("{:<5} {:>11} {:>13} {:>8}  {}", "query", "normal_ms", "disk_died_ms", "ratio", "failover");
+async fn kill_mid_query(
+    cdir: &Path,
+    a: &FaultsBenchArgs,
+    answers: &BTreeMap<u32, String>,
+) -> Result<(), CliError> {
+    println!(
+        "\nA disk killed mid-query (replicas2 cluster; SIGKILL at half the query's normal time, the query rerun without it):"
+    );
+    println!(
+        "{:<5} {:>11} {:>13} {:>8}  {}",
+        "query", "normal_ms", "disk_died_ms", "ratio", "failover"
+    );
     for q in &a.kill_queries {
         let sql = tpch::query(*q)?;
         let (mut normal, mut failed, mut notes) = (Vec::new(), Vec::new(), Vec::new());
@@ -149,23 +229,46 @@ async fn kill_mid_query(cdir: &Path, a: &FaultsBenchArgs, answers: &BTreeMap<u32
             let (out, wall) = query_killing(cdir, sql, victim, out.wall / 2).await?;
             check(*q, &out, answers, "replicas2 with a disk killed")?;
             failed.push(wall.as_secs_f64());
-            notes.extend(out.failover.iter().map(|f| f.split(" (").next().unwrap_or(f).to_string()));
+            notes.extend(
+                out.failover
+                    .iter()
+                    .map(|f| f.split(" (").next().unwrap_or(f).to_string()),
+            );
             let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
             restart_disk(cdir, &config, victim, true).await?;
         }
         let (n, f) = (median(normal), median(failed));
         notes.dedup();
-        println!("Q{q:02}   {:>11.1} {:>13.1} {:>8.2}  {}", n * 1e3, f * 1e3, f / n, if notes.is_empty() { "none (it ended before the kill)".into() } else { notes.join(", ") });
+        println!(
+            "Q{q:02}   {:>11.1} {:>13.1} {:>8.2}  {}",
+            n * 1e3,
+            f * 1e3,
+            f / n,
+            if notes.is_empty() {
+                "none (it ended before the kill)".into()
+            } else {
+                notes.join(", ")
+            }
+        );
     }
-    println!("disk_died_ms: from submitting the query to its answer, the failed run and the rerun included.");
+    println!(
+        "disk_died_ms: from submitting the query to its answer, the failed run and the rerun included."
+    );
     Ok(())
 }
 
 /// Runs `sql` on a fresh connection and kills disk `victim` after `after`; the output and
 /// the wall time from submission.
-async fn query_killing(cdir: &Path, sql: &str, victim: u32, after: Duration) -> Result<(adisk_host::sql::QueryOutput, Duration), CliError> {
+async fn query_killing(
+    cdir: &Path,
+    sql: &str,
+    victim: u32,
+    after: Duration,
+) -> Result<(adisk_host::sql::QueryOutput, Duration), CliError> {
     let engine = engine(cdir).await?;
-    let pid = ClusterConfig::load(&cdir.join("cluster.toml"))?.disks[victim as usize].pid.ok_or_else(|| CliError::Other(format!("disk {victim} has no pid")))?;
+    let pid = ClusterConfig::load(&cdir.join("cluster.toml"))?.disks[victim as usize]
+        .pid
+        .ok_or_else(|| CliError::Other(format!("disk {victim} has no pid")))?;
     let start = Instant::now();
     let killer = async {
         tokio::time::sleep(after).await;

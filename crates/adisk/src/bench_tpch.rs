@@ -88,15 +88,24 @@ impl DuckDb {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(CliError::Other("DuckDB child has no pipes".into()));
         };
-        let mut d = DuckDb { child, stdin, stdout: std::io::BufReader::new(stdout) };
+        let mut d = DuckDb {
+            child,
+            stdin,
+            stdout: std::io::BufReader::new(stdout),
+        };
         let mut line = String::new();
-        d.stdout.read_line(&mut line).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        d.stdout
+            .read_line(&mut line)
+            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
         if line.trim() != "ready" {
             let mut err = String::new();
             if let Some(mut e) = d.child.stderr.take() {
                 let _ = std::io::Read::read_to_string(&mut e, &mut err);
             }
-            return Err(CliError::Other(format!("DuckDB timing failed to start (pip install duckdb==1.5.5): {}", err.trim())));
+            return Err(CliError::Other(format!(
+                "DuckDB timing failed to start (pip install duckdb==1.5.5): {}",
+                err.trim()
+            )));
         }
         Ok(d)
     }
@@ -105,10 +114,23 @@ impl DuckDb {
     fn time(&mut self, sql: &str) -> Result<f64, CliError> {
         use std::io::{BufRead, Write};
         let request = serde_json::to_string(sql).map_err(|e| CliError::Other(e.to_string()))?;
-        writeln!(self.stdin, "{request}").and_then(|_| self.stdin.flush()).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        writeln!(self.stdin, "{request}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
         let mut line = String::new();
-        self.stdout.read_line(&mut line).map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
-        line.trim().parse::<f64>().map_err(|_| CliError::Other(format!("DuckDB: {}", if line.is_empty() { "the child exited" } else { line.trim() })))
+        self.stdout
+            .read_line(&mut line)
+            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
+        line.trim().parse::<f64>().map_err(|_| {
+            CliError::Other(format!(
+                "DuckDB: {}",
+                if line.is_empty() {
+                    "the child exited"
+                } else {
+                    line.trim()
+                }
+            ))
+        })
     }
 }
 
@@ -136,13 +158,30 @@ impl Samples {
 
 pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     let repeats = a.repeats.max(1);
-    let queries: Vec<u32> = if a.queries.is_empty() { (1..=22).collect() } else { a.queries.clone() };
-    let texts = queries.iter().map(|n| tpch::query(*n)).collect::<Result<Vec<_>, _>>()?;
+    let queries: Vec<u32> = if a.queries.is_empty() {
+        (1..=22).collect()
+    } else {
+        a.queries.clone()
+    };
+    let texts = queries
+        .iter()
+        .map(|n| tpch::query(*n))
+        .collect::<Result<Vec<_>, _>>()?;
     let cdir = dir.join(format!("bench-tpch-{}", a.disks));
     if cdir.join("cluster.toml").exists() {
         let _ = down(&cdir).await;
     }
-    let args = UpArgs { disks: a.disks, memory_mib: a.memory_mib, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: a.host_link_mbps, disk_read_mbps: a.disk_read_mbps, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure: false };
+    let args = UpArgs {
+        disks: a.disks,
+        memory_mib: a.memory_mib,
+        buffer_kib: 256,
+        buffers_per_stream: 2,
+        host_link_mbps: a.host_link_mbps,
+        disk_read_mbps: a.disk_read_mbps,
+        exchange: Default::default(),
+        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        insecure: false,
+    };
     up(&cdir, &args).await?;
     let result = async {
         let cluster = Arc::new(crate::connect(&cdir).await?);
@@ -247,17 +286,50 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
 /// `--levels`: the queries at each level, runs interleaved level by level per query after one
 /// warm-up each; medians, bytes to the host and disk to disk, and each level's speed-up over the
 /// first level named.
-async fn levels_table(cluster: &Arc<adisk_host::Cluster>, a: &TpchBenchArgs, queries: &[u32], texts: &[&str]) -> Result<(), CliError> {
-    let levels = a.levels.iter().map(|l| l.parse::<Offload>()).collect::<Result<Vec<_>, _>>()?;
+async fn levels_table(
+    cluster: &Arc<adisk_host::Cluster>,
+    a: &TpchBenchArgs,
+    queries: &[u32],
+    texts: &[&str],
+) -> Result<(), CliError> {
+    let levels = a
+        .levels
+        .iter()
+        .map(|l| l.parse::<Offload>())
+        .collect::<Result<Vec<_>, _>>()?;
     let mut engines = Vec::with_capacity(levels.len());
     for l in &levels {
-        engines.push(SqlEngine::new(cluster.clone(), SqlOptions { offload: *l, buffer_kib: a.buffer_kib, ..Default::default() }).await?);
+        engines.push(
+            SqlEngine::new(
+                cluster.clone(),
+                SqlOptions {
+                    offload: *l,
+                    buffer_kib: a.buffer_kib,
+                    ..Default::default()
+                },
+            )
+            .await?,
+        );
     }
-    let link = if a.host_link_mbps > 0 { format!("{} Mbit/s", a.host_link_mbps) } else { "unthrottled".into() };
-    println!("adisk bench tpch --levels: SF {} on {} disks, host link {link}, median of {}", a.sf, a.disks, a.repeats.max(1));
+    let link = if a.host_link_mbps > 0 {
+        format!("{} Mbit/s", a.host_link_mbps)
+    } else {
+        "unthrottled".into()
+    };
+    println!(
+        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, median of {}",
+        a.sf,
+        a.disks,
+        a.repeats.max(1)
+    );
     let mut header = format!("{:<5}", "query");
     for l in &levels {
-        header += &format!(" {:>12} {:>11} {:>11}", format!("{l}_ms"), format!("{l}_host"), format!("{l}_d2d"));
+        header += &format!(
+            " {:>12} {:>11} {:>11}",
+            format!("{l}_ms"),
+            format!("{l}_host"),
+            format!("{l}_d2d")
+        );
     }
     for l in levels.iter().skip(1) {
         header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
@@ -266,7 +338,8 @@ async fn levels_table(cluster: &Arc<adisk_host::Cluster>, a: &TpchBenchArgs, que
     let mut totals = vec![0.0; levels.len()];
     for (n, sql) in queries.iter().zip(texts) {
         eprintln!("Q{n:02} …");
-        let mut samples: Vec<(Vec<f64>, report::Links)> = vec![(Vec::new(), report::Links::default()); levels.len()];
+        let mut samples: Vec<(Vec<f64>, report::Links)> =
+            vec![(Vec::new(), report::Links::default()); levels.len()];
         if !a.no_warmup {
             for e in &engines {
                 e.query(sql).await?;
@@ -283,7 +356,12 @@ async fn levels_table(cluster: &Arc<adisk_host::Cluster>, a: &TpchBenchArgs, que
         let mut line = format!("Q{n:02}  ");
         for (i, (_, links)) in samples.iter().enumerate() {
             totals[i] += medians[i];
-            line += &format!(" {:>12.1} {:>11} {:>11}", medians[i] * 1e3, human_bytes(links.to_host), human_bytes(links.disk_to_disk));
+            line += &format!(
+                " {:>12.1} {:>11} {:>11}",
+                medians[i] * 1e3,
+                human_bytes(links.to_host),
+                human_bytes(links.disk_to_disk)
+            );
         }
         for m in medians.iter().skip(1) {
             line += &format!(" {:>10.2}", medians[0] / m);
@@ -298,6 +376,8 @@ async fn levels_table(cluster: &Arc<adisk_host::Cluster>, a: &TpchBenchArgs, que
         line += &format!(" {:>10.2}", totals[0] / t);
     }
     println!("{line}");
-    println!("_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once.");
+    println!(
+        "_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once."
+    );
     Ok(())
 }

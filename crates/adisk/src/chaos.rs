@@ -108,7 +108,17 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         let _ = local::down(&cdir).await;
     }
     let _ = std::fs::remove_dir_all(&cdir);
-    let args = UpArgs { disks: a.disks, memory_mib: 128, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: 3_000, insecure: false };
+    let args = UpArgs {
+        disks: a.disks,
+        memory_mib: 128,
+        buffer_kib: 256,
+        buffers_per_stream: 2,
+        host_link_mbps: 0,
+        disk_read_mbps: 0,
+        exchange: Default::default(),
+        disk_timeout_ms: 3_000,
+        insecure: false,
+    };
     let config = local::up(&cdir, &args).await?;
     let result = match proxy_links(&cdir, &config).await {
         Ok(links) => {
@@ -122,8 +132,16 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         }
     };
     let tally = result?;
-    println!("chaos seed {} for {} min on {} disks, {} replicas: {:?}", a.seed, a.minutes, a.disks, a.replicas, tally.events);
-    println!("answers correct {}, clear errors under a fault {}, failures {}", tally.correct, tally.expected_errors, tally.failures.len());
+    println!(
+        "chaos seed {} for {} min on {} disks, {} replicas: {:?}",
+        a.seed, a.minutes, a.disks, a.replicas, tally.events
+    );
+    println!(
+        "answers correct {}, clear errors under a fault {}, failures {}",
+        tally.correct,
+        tally.expected_errors,
+        tally.failures.len()
+    );
     if tally.failures.is_empty() {
         let _ = std::fs::remove_dir_all(&cdir);
         return Ok(());
@@ -131,7 +149,12 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     for f in &tally.failures {
         println!("FAIL {f}");
     }
-    Err(CliError::Other(format!("chaos seed {}: {} failures (rerun with --seed {} to replay)", a.seed, tally.failures.len(), a.seed)))
+    Err(CliError::Other(format!(
+        "chaos seed {}: {} failures (rerun with --seed {} to replay)",
+        a.seed,
+        tally.failures.len(),
+        a.seed
+    )))
 }
 
 /// Puts a [`LinkProxy`] in front of every disk and names the proxies in `cluster.toml`, so
@@ -141,8 +164,13 @@ async fn proxy_links(cdir: &Path, config: &ClusterConfig) -> Result<Vec<LinkProx
     let mut links = Vec::new();
     let mut proxied = config.clone();
     for disk in &mut proxied.disks {
-        let target = disk.address.parse().map_err(|e| CliError::Other(format!("disk address {}: {e}", disk.address)))?;
-        let link = LinkProxy::start("127.0.0.1:0", target).await.map_err(|e| CliError::Other(format!("starting a link proxy: {e}")))?;
+        let target = disk
+            .address
+            .parse()
+            .map_err(|e| CliError::Other(format!("disk address {}: {e}", disk.address)))?;
+        let link = LinkProxy::start("127.0.0.1:0", target)
+            .await
+            .map_err(|e| CliError::Other(format!("starting a link proxy: {e}")))?;
         disk.address = link.address().to_string();
         links.push(link);
     }
@@ -150,9 +178,23 @@ async fn proxy_links(cdir: &Path, config: &ClusterConfig) -> Result<Vec<LinkProx
     Ok(links)
 }
 
-async fn chaos_loop(cdir: &Path, config: ClusterConfig, links: &[LinkProxy], a: &ChaosArgs, answers: &BTreeMap<u32, String>) -> Result<Tally, CliError> {
-    let cluster = Arc::new(adisk_host::Cluster::connect(ClusterConfig::load(&cdir.join("cluster.toml"))?).await?);
-    let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![], replicas: a.replicas };
+async fn chaos_loop(
+    cdir: &Path,
+    config: ClusterConfig,
+    links: &[LinkProxy],
+    a: &ChaosArgs,
+    answers: &BTreeMap<u32, String>,
+) -> Result<Tally, CliError> {
+    let cluster = Arc::new(
+        adisk_host::Cluster::connect(ClusterConfig::load(&cdir.join("cluster.toml"))?).await?,
+    );
+    let load = adisk_host::load::TpchLoad {
+        sf: a.sf,
+        partitions_per_disk: 1,
+        row_group_rows: 1 << 16,
+        tables: vec![],
+        replicas: a.replicas,
+    };
     adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await?;
     let answers = oracles(&cluster, answers).await?;
     let answers = &answers;
@@ -164,8 +206,23 @@ async fn chaos_loop(cdir: &Path, config: ClusterConfig, links: &[LinkProxy], a: 
     while Instant::now() < deadline {
         match rng.below(10) {
             0..=5 => query(cdir, &mut rng, fault.is_some(), answers, &mut tally).await,
-            6 | 7 if fault.is_none() => fault = Some(inject(cdir, &config, links, a.replicas, &mut rng, &mut tally)?),
-            6 | 7 => end(cdir, &config, links, a.replicas, fault.take().expect("a fault"), &mut rng, &mut tally).await?,
+            6 | 7 if fault.is_none() => {
+                fault = Some(inject(
+                    cdir, &config, links, a.replicas, &mut rng, &mut tally,
+                )?)
+            }
+            6 | 7 => {
+                end(
+                    cdir,
+                    &config,
+                    links,
+                    a.replicas,
+                    fault.take().expect("a fault"),
+                    &mut rng,
+                    &mut tally,
+                )
+                .await?
+            }
             8 if fault.is_none() => reload(cdir, a, &mut rng, &mut tally).await,
             _ => {}
         }
@@ -183,19 +240,34 @@ async fn chaos_loop(cdir: &Path, config: ClusterConfig, links: &[LinkProxy], a: 
 /// The answer each query is checked against: DuckDB's official one, except where it depends
 /// on generator text (Q13: tpchgen draws comments differently from dbgen), where it is DuckDB's
 /// on the same files, taken before any fault (reloads regenerate identical rows).
-async fn oracles(cluster: &adisk_host::Cluster, official: &BTreeMap<u32, String>) -> Result<BTreeMap<u32, String>, CliError> {
+async fn oracles(
+    cluster: &adisk_host::Cluster,
+    official: &BTreeMap<u32, String>,
+) -> Result<BTreeMap<u32, String>, CliError> {
     let mut answers = official.clone();
     let catalog = cluster.catalog().await?;
-    let texts: Vec<&str> = tpch::TEXT_DEPENDENT_QUERIES.iter().map(|q| tpch::query(*q)).collect::<Result<_, _>>()?;
+    let texts: Vec<&str> = tpch::TEXT_DEPENDENT_QUERIES
+        .iter()
+        .map(|q| tpch::query(*q))
+        .collect::<Result<_, _>>()?;
     let same = oracle::duckdb_same_data(cluster, &catalog, &texts)?;
     for (q, a) in tpch::TEXT_DEPENDENT_QUERIES.iter().zip(same) {
-        answers.insert(*q, a.map_err(|e| CliError::Other(format!("DuckDB on the same files, Q{q}: {e}")))?);
+        answers.insert(
+            *q,
+            a.map_err(|e| CliError::Other(format!("DuckDB on the same files, Q{q}: {e}")))?,
+        );
     }
     Ok(answers)
 }
 
 /// One TPC-H query at a random level, on a fresh connection (as a client would).
-async fn query(cdir: &Path, rng: &mut Rng, faulty: bool, answers: &BTreeMap<u32, String>, tally: &mut Tally) {
+async fn query(
+    cdir: &Path,
+    rng: &mut Rng,
+    faulty: bool,
+    answers: &BTreeMap<u32, String>,
+    tally: &mut Tally,
+) {
     tally.event("query");
     let q = 1 + rng.below(22) as u32;
     let offload = Offload::ALL[rng.below(Offload::ALL.len() as u64) as usize];
@@ -203,17 +275,33 @@ async fn query(cdir: &Path, rng: &mut Rng, faulty: bool, answers: &BTreeMap<u32,
     let run = async {
         let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
         let cluster = Arc::new(adisk_host::Cluster::connect(config).await?);
-        let engine = SqlEngine::new(cluster, SqlOptions { offload, ..SqlOptions::default() }).await?;
+        let engine = SqlEngine::new(
+            cluster,
+            SqlOptions {
+                offload,
+                ..SqlOptions::default()
+            },
+        )
+        .await?;
         Ok::<_, adisk_host::HostError>(engine.query(tpch::query(q)?).await?)
     };
     match tokio::time::timeout(QUERY_DEADLINE, run).await {
-        Err(_) => tally.failures.push(format!("{what}: no answer within {} s", QUERY_DEADLINE.as_secs())),
-        Ok(Ok(out)) => match oracle::compare(&out, &answers[&q], |c| !tpch::TEXT_DEPENDENT_QUERIES.contains(&q) && tpch::generator_text_column(c)) {
+        Err(_) => tally.failures.push(format!(
+            "{what}: no answer within {} s",
+            QUERY_DEADLINE.as_secs()
+        )),
+        Ok(Ok(out)) => match oracle::compare(&out, &answers[&q], |c| {
+            !tpch::TEXT_DEPENDENT_QUERIES.contains(&q) && tpch::generator_text_column(c)
+        }) {
             Ok(()) => tally.correct += 1,
             Err(diff) => tally.failures.push(format!("{what}: WRONG ANSWER: {diff}")),
         },
         Ok(Err(e)) if faulty && !untyped(&e) => tally.expected_errors += 1,
-        Ok(Err(e)) => tally.failures.push(format!("{what}: {} error{}: {e}", if untyped(&e) { "untyped" } else { "unexpected" }, if faulty { " under a fault" } else { "" })),
+        Ok(Err(e)) => tally.failures.push(format!(
+            "{what}: {} error{}: {e}",
+            if untyped(&e) { "untyped" } else { "unexpected" },
+            if faulty { " under a fault" } else { "" }
+        )),
     }
 }
 
@@ -225,7 +313,14 @@ fn untyped(e: &adisk_host::HostError) -> bool {
 
 /// Starts a random fault (deleting a disk's directory only when every partition has another
 /// copy).
-fn inject(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u32, rng: &mut Rng, tally: &mut Tally) -> Result<Fault, CliError> {
+fn inject(
+    cdir: &Path,
+    config: &ClusterConfig,
+    links: &[LinkProxy],
+    replicas: u32,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) -> Result<Fault, CliError> {
     let d = rng.below(config.disks.len() as u64) as u32;
     let pid = current_pid(cdir, d)?;
     Ok(match rng.below(if replicas >= 2 { 6 } else { 5 }) {
@@ -245,7 +340,10 @@ fn inject(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u3
             tally.event("flip");
             let files = data_files(&cdir.join(format!("disk-{d}")));
             let file = files[rng.below(files.len() as u64) as usize].clone();
-            let len = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(1).max(1);
+            let len = std::fs::metadata(&file)
+                .map(|m| m.len())
+                .unwrap_or(1)
+                .max(1);
             let offset = rng.below(len);
             flip(&file, offset)?;
             Fault::Flipped { file, offset }
@@ -266,7 +364,8 @@ fn inject(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u3
             unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
             wait_gone(pid)?;
             let disk_dir = cdir.join(format!("disk-{d}"));
-            std::fs::remove_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("deleting {}: {e}", disk_dir.display())))?;
+            std::fs::remove_dir_all(&disk_dir)
+                .map_err(|e| CliError::Other(format!("deleting {}: {e}", disk_dir.display())))?;
             Fault::Wiped(d)
         }
     })
@@ -276,12 +375,17 @@ fn inject(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u3
 fn wait_gone(pid: u32) -> Result<(), CliError> {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| s.rsplit_once(')').is_some_and(|(_, r)| r.trim_start().starts_with('Z')));
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+        });
         if !matches!(zombie, Ok(false)) {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(CliError::Other(format!("disk process {pid} did not end within 20 s of SIGKILL")));
+            return Err(CliError::Other(format!(
+                "disk process {pid} did not end within 20 s of SIGKILL"
+            )));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -289,7 +393,15 @@ fn wait_gone(pid: u32) -> Result<(), CliError> {
 
 /// Ends a fault: restarts, continues, restores (or, with replicas, scrubs and repairs), or
 /// restarts an empty disk and waits until it repaired itself.
-async fn end(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas: u32, fault: Fault, rng: &mut Rng, tally: &mut Tally) -> Result<(), CliError> {
+async fn end(
+    cdir: &Path,
+    config: &ClusterConfig,
+    links: &[LinkProxy],
+    replicas: u32,
+    fault: Fault,
+    rng: &mut Rng,
+    tally: &mut Tally,
+) -> Result<(), CliError> {
     match fault {
         Fault::Killed(d) => {
             tally.event("restart");
@@ -303,7 +415,9 @@ async fn end(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas:
         Fault::Flipped { file, offset } if replicas >= 2 && rng.below(2) == 0 => {
             tally.event("scrub-repair");
             if let Err(why) = scrub_repairs(cdir, &file).await {
-                tally.failures.push(format!("scrub after a flip in {}: {why}", file.display()));
+                tally
+                    .failures
+                    .push(format!("scrub after a flip in {}: {why}", file.display()));
                 flip(&file, offset)?;
             }
         }
@@ -330,24 +444,47 @@ async fn end(cdir: &Path, config: &ClusterConfig, links: &[LinkProxy], replicas:
 /// refetch it from another copy.
 async fn scrub_repairs(cdir: &Path, file: &Path) -> Result<(), String> {
     let config = ClusterConfig::load(&cdir.join("cluster.toml")).map_err(|e| e.to_string())?;
-    let cluster = adisk_host::Cluster::connect(config).await.map_err(|e| e.to_string())?;
+    let cluster = adisk_host::Cluster::connect(config)
+        .await
+        .map_err(|e| e.to_string())?;
     let reports = cluster.scrub().await;
-    let name = file.file_name().map(|n| n.to_string_lossy().to_string()).unwrap_or_default();
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
     let mut found = None;
     for (d, r) in reports.iter().enumerate() {
-        let r = r.as_ref().map_err(|e| format!("disk {d} did not scrub: {e}"))?;
-        if let Some(c) = r.corrupt.iter().find(|c| c.file.ends_with(&name) && file.to_string_lossy().contains(&format!("disk-{d}/"))) {
+        let r = r
+            .as_ref()
+            .map_err(|e| format!("disk {d} did not scrub: {e}"))?;
+        if let Some(c) = r.corrupt.iter().find(|c| {
+            c.file.ends_with(&name) && file.to_string_lossy().contains(&format!("disk-{d}/"))
+        }) {
             found = Some((d as u32, c.table.clone(), c.partition));
         }
     }
     let (d, table, partition) = found.ok_or("the scrub did not find the flipped file")?;
-    let request = adisk_core::protocol::RepairRequest { verify: true, tables: vec![table.clone()] };
-    let (_, report) = cluster.repair(&[d], &request).await.pop().ok_or("no repair report")?;
+    let request = adisk_core::protocol::RepairRequest {
+        verify: true,
+        tables: vec![table.clone()],
+    };
+    let (_, report) = cluster
+        .repair(&[d], &request)
+        .await
+        .pop()
+        .ok_or("no repair report")?;
     let report = report.map_err(|e| e.to_string())?;
-    if report.repaired.iter().any(|x| x.table == table && x.partition == partition) {
+    if report
+        .repaired
+        .iter()
+        .any(|x| x.table == table && x.partition == partition)
+    {
         Ok(())
     } else {
-        Err(format!("disk {d} did not refetch {table} partition {partition}: {:?}", report.failed))
+        Err(format!(
+            "disk {d} did not refetch {table} partition {partition}: {:?}",
+            report.failed
+        ))
     }
 }
 
@@ -356,7 +493,9 @@ async fn repaired_itself(cdir: &Path, d: u32) -> Result<(), String> {
     let deadline = Instant::now() + REPAIR_DEADLINE;
     loop {
         let config = ClusterConfig::load(&cdir.join("cluster.toml")).map_err(|e| e.to_string())?;
-        let cluster = adisk_host::Cluster::connect(config).await.map_err(|e| e.to_string())?;
+        let cluster = adisk_host::Cluster::connect(config)
+            .await
+            .map_err(|e| e.to_string())?;
         if let Ok(catalog) = cluster.catalog().await
             && catalog.incomplete.is_empty()
             && catalog.tables.values().all(|t| !t.needs_repair())
@@ -364,7 +503,10 @@ async fn repaired_itself(cdir: &Path, d: u32) -> Result<(), String> {
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(format!("disk {d}, restarted empty, did not repair itself within {} s", REPAIR_DEADLINE.as_secs()));
+            return Err(format!(
+                "disk {d}, restarted empty, did not repair itself within {} s",
+                REPAIR_DEADLINE.as_secs()
+            ));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -373,11 +515,21 @@ async fn repaired_itself(cdir: &Path, d: u32) -> Result<(), String> {
 /// Reloads `nation` or `region` (an atomic load while nothing else is faulty).
 async fn reload(cdir: &Path, a: &ChaosArgs, rng: &mut Rng, tally: &mut Tally) {
     tally.event("reload");
-    let table = if rng.below(2) == 0 { "nation" } else { "region" };
+    let table = if rng.below(2) == 0 {
+        "nation"
+    } else {
+        "region"
+    };
     let run = async {
         let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
         let cluster = adisk_host::Cluster::connect(config).await?;
-        let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: 1 << 16, tables: vec![table.to_string()], replicas: a.replicas };
+        let load = adisk_host::load::TpchLoad {
+            sf: a.sf,
+            partitions_per_disk: 1,
+            row_group_rows: 1 << 16,
+            tables: vec![table.to_string()],
+            replicas: a.replicas,
+        };
         adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await
     };
     if let Err(e) = run.await {
@@ -387,7 +539,9 @@ async fn reload(cdir: &Path, a: &ChaosArgs, rng: &mut Rng, tally: &mut Tally) {
 
 fn current_pid(cdir: &Path, d: u32) -> Result<u32, CliError> {
     let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
-    config.disks[d as usize].pid.ok_or_else(|| CliError::Other(format!("disk {d} has no pid in cluster.toml")))
+    config.disks[d as usize]
+        .pid
+        .ok_or_else(|| CliError::Other(format!("disk {d} has no pid in cluster.toml")))
 }
 
 /// Parquet files of a disk's tables.
@@ -412,13 +566,24 @@ fn data_files(disk_dir: &Path) -> Vec<PathBuf> {
 /// does).
 fn flip(file: &Path, offset: u64) -> Result<(), CliError> {
     use std::io::{Read, Seek, SeekFrom, Write};
-    let io = |e: std::io::Error| CliError::Other(format!("flipping a byte of {}: {e}", file.display()));
-    let mtime = std::fs::metadata(file).and_then(|m| m.modified()).map_err(io)?;
-    let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file).map_err(io)?;
+    let io =
+        |e: std::io::Error| CliError::Other(format!("flipping a byte of {}: {e}", file.display()));
+    let mtime = std::fs::metadata(file)
+        .and_then(|m| m.modified())
+        .map_err(io)?;
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .map_err(io)?;
     let mut b = [0u8];
-    f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_exact(&mut b)).map_err(io)?;
+    f.seek(SeekFrom::Start(offset))
+        .and_then(|_| f.read_exact(&mut b))
+        .map_err(io)?;
     b[0] ^= 1;
-    f.seek(SeekFrom::Start(offset)).and_then(|_| f.write_all(&b)).map_err(io)?;
+    f.seek(SeekFrom::Start(offset))
+        .and_then(|_| f.write_all(&b))
+        .map_err(io)?;
     f.set_modified(mtime).map_err(io)?;
     Ok(())
 }

@@ -70,12 +70,28 @@ pub struct RunArgs {
 pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
     let cluster = crate::connect(dir).await?;
     match cmd {
-        DiskletCommand::Install { file, name, scratch_kib } => {
-            let module = std::fs::read(&file).map_err(|e| CliError::Other(format!("cannot read {}: {e}", file.display())))?;
+        DiskletCommand::Install {
+            file,
+            name,
+            scratch_kib,
+        } => {
+            let module = std::fs::read(&file)
+                .map_err(|e| CliError::Other(format!("cannot read {}: {e}", file.display())))?;
             let infos = disklet::install(&cluster, &name, module, scratch_kib).await?;
-            println!("{:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11}", "disk", "name", "sha256", "bytes", "memory_max", "grant", "compile_ms");
+            println!(
+                "{:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11}",
+                "disk", "name", "sha256", "bytes", "memory_max", "grant", "compile_ms"
+            );
             for (d, i) in infos {
-                println!("{d:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11.2}", i.name, &i.sha256[..16], i.size_bytes, i.memory_max_bytes, i.grant_bytes, i.compile_ns as f64 / 1e6);
+                println!(
+                    "{d:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11.2}",
+                    i.name,
+                    &i.sha256[..16],
+                    i.size_bytes,
+                    i.memory_max_bytes,
+                    i.grant_bytes,
+                    i.compile_ns as f64 / 1e6
+                );
             }
             Ok(())
         }
@@ -85,11 +101,22 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
                 println!("{}", serde_json::to_string_pretty(&all).expect("json"));
                 return Ok(());
             }
-            println!("{:<5} {:<16} {:<18} {:<11} {:>10} {:>12} {:>9} {:>11}", "disk", "name", "sha256", "abi in>out", "bytes", "grant", "compiled", "compile_ms");
+            println!(
+                "{:<5} {:<16} {:<18} {:<11} {:>10} {:>12} {:>9} {:>11}",
+                "disk", "name", "sha256", "abi in>out", "bytes", "grant", "compiled", "compile_ms"
+            );
             for (d, infos) in all {
                 for i in infos {
                     let shape = format!("v{} {}>{}", i.abi, i.inputs, i.outputs);
-                    println!("{d:<5} {:<16} {:<18} {shape:<11} {:>10} {:>12} {:>9} {:>11.2}", i.name, &i.sha256[..16], i.size_bytes, i.grant_bytes, i.compiled, i.compile_ns as f64 / 1e6);
+                    println!(
+                        "{d:<5} {:<16} {:<18} {shape:<11} {:>10} {:>12} {:>9} {:>11.2}",
+                        i.name,
+                        &i.sha256[..16],
+                        i.size_bytes,
+                        i.grant_bytes,
+                        i.compiled,
+                        i.compile_ns as f64 / 1e6
+                    );
                 }
             }
             Ok(())
@@ -107,7 +134,12 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
 }
 
 async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
-    let req = WasmRequest { name: a.name.clone(), params: a.params.into_iter().collect(), fuel: a.fuel, scratch_kib: 0 };
+    let req = WasmRequest {
+        name: a.name.clone(),
+        params: a.params.into_iter().collect(),
+        fuel: a.fuel,
+        scratch_kib: 0,
+    };
     if !a.table.is_empty() {
         let tables = table_inputs(&a.table, &a.columns);
         let out = disklet::run_tables(cluster, &req, &tables).await?;
@@ -119,7 +151,10 @@ async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
     for (d, path, batches) in &out.files {
         let mut bytes = Vec::new();
         for b in batches {
-            if let Some(col) = b.column_by_name("bytes").and_then(|c| c.as_any().downcast_ref::<arrow::array::BinaryArray>()) {
+            if let Some(col) = b
+                .column_by_name("bytes")
+                .and_then(|c| c.as_any().downcast_ref::<arrow::array::BinaryArray>())
+            {
                 for v in col.iter().flatten() {
                     bytes.extend_from_slice(v);
                 }
@@ -128,20 +163,29 @@ async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
         if let Some(dir) = &a.out {
             let target = dir.join(path);
             if let Some(parent) = target.parent() {
-                std::fs::create_dir_all(parent).map_err(|e| CliError::Other(format!("cannot create {}: {e}", parent.display())))?;
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    CliError::Other(format!("cannot create {}: {e}", parent.display()))
+                })?;
             }
-            std::fs::write(&target, &bytes).map_err(|e| CliError::Other(format!("cannot write {}: {e}", target.display())))?;
+            std::fs::write(&target, &bytes)
+                .map_err(|e| CliError::Other(format!("cannot write {}: {e}", target.display())))?;
         }
         rows.push(serde_json::json!({ "disk": d, "file": path, "output_bytes": bytes.len(), "output_rows": batches.iter().map(|b| b.num_rows()).sum::<usize>() }));
     }
     if a.format == "json" {
-        let doc = serde_json::json!({ "files": rows, "stats": out.stats, "totals": out.stats.totals() });
+        let doc =
+            serde_json::json!({ "files": rows, "stats": out.stats, "totals": out.stats.totals() });
         println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
         return Ok(());
     }
     println!("{:<5} {:<32} {:>12}", "disk", "file", "output_bytes");
     for r in rows.iter().take(a.max_rows) {
-        println!("{:<5} {:<32} {:>12}", r["disk"], r["file"].as_str().unwrap_or(""), r["output_bytes"]);
+        println!(
+            "{:<5} {:<32} {:>12}",
+            r["disk"],
+            r["file"].as_str().unwrap_or(""),
+            r["output_bytes"]
+        );
     }
     println!("({} files)\n\n{}", rows.len(), out.stats.description);
     print!("{}", out.stats.render_table());
@@ -153,7 +197,14 @@ fn table_inputs(tables: &[String], columns: &[String]) -> Vec<(String, Vec<Strin
     tables
         .iter()
         .map(|t| match t.split_once(':') {
-            Some((table, cols)) => (table.to_string(), cols.split(',').map(str::trim).filter(|c| !c.is_empty()).map(String::from).collect()),
+            Some((table, cols)) => (
+                table.to_string(),
+                cols.split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(String::from)
+                    .collect(),
+            ),
             None => (t.clone(), columns.to_vec()),
         })
         .collect()
@@ -163,7 +214,11 @@ pub async fn load_images(dir: &Path, count: u32, side: u32) -> Result<(), CliErr
     let cluster = crate::connect(dir).await?;
     let started = std::time::Instant::now();
     disklet::load_images(&cluster, count, side).await?;
-    eprintln!("generated {count} images of {side}x{side} pixels on {} disks in {:.1} s", cluster.disk_count(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "generated {count} images of {side}x{side} pixels on {} disks in {:.1} s",
+        cluster.disk_count(),
+        started.elapsed().as_secs_f64()
+    );
     Ok(())
 }
 
@@ -181,9 +236,16 @@ pub fn build_example(sdk: &Path, example: &str, out: &Path) -> Result<(), CliErr
         .arg(sdk.join(format!("c/examples/{example}.c")))
         .arg(out)
         .status()
-        .map_err(|e| CliError::Other(format!("cannot run {}: {e}", sdk.join("c/build.sh").display())))?;
+        .map_err(|e| {
+            CliError::Other(format!(
+                "cannot run {}: {e}",
+                sdk.join("c/build.sh").display()
+            ))
+        })?;
     if !status.success() {
-        return Err(CliError::Other(format!("building {example}.c failed (apt-get install clang lld)")));
+        return Err(CliError::Other(format!(
+            "building {example}.c failed (apt-get install clang lld)"
+        )));
     }
     Ok(())
 }
@@ -197,7 +259,17 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
     if cdir.join("cluster.toml").exists() {
         let _ = crate::local::down(&cdir).await;
     }
-    let args = crate::local::UpArgs { disks: 1, memory_mib: 64, buffer_kib: 256, buffers_per_stream: 2, host_link_mbps: 0, disk_read_mbps: 0, exchange: Default::default(), disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS, insecure: false };
+    let args = crate::local::UpArgs {
+        disks: 1,
+        memory_mib: 64,
+        buffer_kib: 256,
+        buffers_per_stream: 2,
+        host_link_mbps: 0,
+        disk_read_mbps: 0,
+        exchange: Default::default(),
+        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        insecure: false,
+    };
     crate::local::up(&cdir, &args).await?;
     let result = async {
         let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
@@ -253,6 +325,12 @@ mod tests {
     fn several_tables_become_inputs_in_order() {
         let cols = vec!["k".to_string()];
         let tables = table_inputs(&["a".into(), "b:x, y".into()], &cols);
-        assert_eq!(tables, vec![("a".to_string(), cols.clone()), ("b".to_string(), vec!["x".to_string(), "y".to_string()])]);
+        assert_eq!(
+            tables,
+            vec![
+                ("a".to_string(), cols.clone()),
+                ("b".to_string(), vec!["x".to_string(), "y".to_string()])
+            ]
+        );
     }
 }

@@ -52,7 +52,11 @@ impl LinkProxy {
         let address = listener.local_addr()?;
         let mode = Arc::new(AtomicU8::new(LinkMode::Up as u8));
         let task = tokio::spawn(accept(listener, target, mode.clone()));
-        Ok(LinkProxy { mode, address, task })
+        Ok(LinkProxy {
+            mode,
+            address,
+            task,
+        })
     }
 
     /// Where the proxy listens.
@@ -84,7 +88,9 @@ async fn accept(listener: TcpListener, target: SocketAddr, mode: Arc<AtomicU8>) 
 /// One connection: waits while the link is cut, then connects to the disk and pumps both ways.
 async fn forward(client: TcpStream, target: SocketAddr, mode: Arc<AtomicU8>) {
     wait_unless_cut(&mode).await;
-    let Ok(disk) = TcpStream::connect(target).await else { return };
+    let Ok(disk) = TcpStream::connect(target).await else {
+        return;
+    };
     let _ = disk.set_nodelay(true);
     let (client_read, client_write) = client.into_split();
     let (disk_read, disk_write) = disk.into_split();
@@ -101,7 +107,11 @@ async fn wait_unless_cut(mode: &AtomicU8) {
 }
 
 /// Copies `from` to `to` chunk by chunk under the link's state, until either side closes.
-async fn pump(mut from: tokio::net::tcp::OwnedReadHalf, mut to: tokio::net::tcp::OwnedWriteHalf, mode: Arc<AtomicU8>) {
+async fn pump(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    mode: Arc<AtomicU8>,
+) {
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
         let n = match from.read(&mut buf).await {
@@ -148,7 +158,12 @@ mod tests {
         assert_eq!(&b, b"ping");
         proxy.set(LinkMode::Cut);
         c.write_all(b"held").await.unwrap();
-        assert!(tokio::time::timeout(Duration::from_millis(200), c.read_exact(&mut b)).await.is_err(), "a cut link forwards nothing");
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), c.read_exact(&mut b))
+                .await
+                .is_err(),
+            "a cut link forwards nothing"
+        );
         proxy.set(LinkMode::Slow);
         let t = std::time::Instant::now();
         c.read_exact(&mut b).await.unwrap();

@@ -127,7 +127,15 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     if let Ok(exe) = std::env::current_exe() {
         adisk_storage::tpch::generate_in_children(exe);
     }
-    let node = DiskNode::bind(DiskNodeConfig { dir: data.to_path_buf(), listen: a.listen.clone(), os, auth, members: a.members.clone(), auto_repair: !a.no_auto_repair }).await?;
+    let node = DiskNode::bind(DiskNodeConfig {
+        dir: data.to_path_buf(),
+        listen: a.listen.clone(),
+        os,
+        auth,
+        members: a.members.clone(),
+        auto_repair: !a.no_auto_repair,
+    })
+    .await?;
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");
@@ -182,16 +190,35 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     let _up = up_lock(&dir)?;
     let config_path = dir.join("cluster.toml");
     if let Ok(old) = ClusterConfig::load(&config_path)
-        && old.disks.iter().any(|d| d.pid.is_some_and(|p| holds_lock(p, d.dir.as_deref())))
+        && old
+            .disks
+            .iter()
+            .any(|d| d.pid.is_some_and(|p| holds_lock(p, d.dir.as_deref())))
     {
-        return Err(CliError::Other(format!("a cluster is already running in {} (run `adisk down` first)", dir.display())));
+        return Err(CliError::Other(format!(
+            "a cluster is already running in {} (run `adisk down` first)",
+            dir.display()
+        )));
     }
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
-    let key_file = if args.insecure { None } else { Some(cluster_key(&dir)?) };
+    let key_file = if args.insecure {
+        None
+    } else {
+        Some(cluster_key(&dir)?)
+    };
     let mut children = Vec::new();
     for id in 0..args.disks {
-        let disk = DiskConfig { id, address: "127.0.0.1:0".into(), dir: None, memory_mib: args.memory_mib, buffer_kib: args.buffer_kib, buffers_per_stream: args.buffers_per_stream, read_mbps: args.disk_read_mbps, pid: None };
+        let disk = DiskConfig {
+            id,
+            address: "127.0.0.1:0".into(),
+            dir: None,
+            memory_mib: args.memory_mib,
+            buffer_kib: args.buffer_kib,
+            buffers_per_stream: args.buffers_per_stream,
+            read_mbps: args.disk_read_mbps,
+            pid: None,
+        };
         match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
             Err(e) => return Err(kill_all(&mut children, e)),
@@ -216,7 +243,10 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
 }
 
 /// Stops the disks a failed `up` started (nothing is left running after it); returns `e`.
-fn kill_all(children: &mut [(u32, std::process::Child, PathBuf, PathBuf)], e: CliError) -> CliError {
+fn kill_all(
+    children: &mut [(u32, std::process::Child, PathBuf, PathBuf)],
+    e: CliError,
+) -> CliError {
     for (_, child, _, _) in children.iter_mut() {
         let _ = child.kill();
         let _ = child.wait();
@@ -227,16 +257,29 @@ fn kill_all(children: &mut [(u32, std::process::Child, PathBuf, PathBuf)], e: Cl
 /// Takes `dir/up.lock`, refusing when another `adisk up` holds it.
 fn up_lock(dir: &Path) -> Result<std::fs::File, CliError> {
     let path = dir.join("up.lock");
-    let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&path).map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Other(format!("another `adisk up` is starting a cluster in {}", dir.display()))),
-        Err(std::fs::TryLockError::Error(e)) => Err(CliError::Other(format!("{}: {e}", path.display()))),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Other(format!(
+            "another `adisk up` is starting a cluster in {}",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(CliError::Other(format!("{}: {e}", path.display())))
+        }
     }
 }
 
 /// Waits until every started disk wrote its address; the disks' entries for `cluster.toml`.
-async fn wait_started(children: &mut [(u32, std::process::Child, PathBuf, PathBuf)], args: &UpArgs) -> Result<Vec<DiskConfig>, CliError> {
+async fn wait_started(
+    children: &mut [(u32, std::process::Child, PathBuf, PathBuf)],
+    args: &UpArgs,
+) -> Result<Vec<DiskConfig>, CliError> {
     let mut disks = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     for (id, child, port_file, disk_dir) in children.iter_mut() {
@@ -276,21 +319,39 @@ async fn wait_started(children: &mut [(u32, std::process::Child, PathBuf, PathBu
 /// Starts the disk process of `disk` (listening on its `address`) under the cluster directory
 /// `dir`, logging to its `disk.log`; returns the child, the file it writes its bound address
 /// to, and its data directory.
-fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: Option<&Path>, auto_repair: bool) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
+fn spawn_disk(
+    exe: &Path,
+    dir: &Path,
+    disk: &DiskConfig,
+    key_file: Option<&Path>,
+    auto_repair: bool,
+) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
     use std::os::unix::process::CommandExt;
     let id = disk.id;
     let disk_dir = dir.join(format!("disk-{id}"));
-    std::fs::create_dir_all(&disk_dir).map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
+    std::fs::create_dir_all(&disk_dir)
+        .map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
     let port_file = disk_dir.join("address");
     let _ = std::fs::remove_file(&port_file);
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(disk_dir.join("disk.log")).map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
-    let log2 = log.try_clone().map_err(|e| CliError::Other(e.to_string()))?;
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(disk_dir.join("disk.log"))
+        .map_err(|e| CliError::Other(format!("creating the disk log: {e}")))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CliError::Other(e.to_string()))?;
     let child = std::process::Command::new(exe)
         .arg("disk")
         .arg("--dir")
         .arg(&disk_dir)
         .args(["--listen", &disk.address, "--id", &id.to_string()])
-        .args(["--memory-mib", &disk.memory_mib.to_string(), "--buffer-kib", &disk.buffer_kib.to_string()])
+        .args([
+            "--memory-mib",
+            &disk.memory_mib.to_string(),
+            "--buffer-kib",
+            &disk.buffer_kib.to_string(),
+        ])
         .args(["--buffers-per-stream", &disk.buffers_per_stream.to_string()])
         .args(["--read-mbps", &disk.read_mbps.to_string()])
         .arg("--port-file")
@@ -301,7 +362,11 @@ fn spawn_disk(exe: &Path, dir: &Path, disk: &DiskConfig, key_file: Option<&Path>
         })
         .arg("--members")
         .arg(dir.join("cluster.toml"))
-        .args(if auto_repair { &[][..] } else { &["--no-auto-repair"][..] })
+        .args(if auto_repair {
+            &[][..]
+        } else {
+            &["--no-auto-repair"][..]
+        })
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -324,7 +389,11 @@ async fn wait_unlocked(disk_dir: &Path, timeout: Duration) -> Result<(), CliErro
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(CliError::Other(format!("{} is still locked by another process after {} s", disk_dir.display(), timeout.as_secs())));
+            return Err(CliError::Other(format!(
+                "{} is still locked by another process after {} s",
+                disk_dir.display(),
+                timeout.as_secs()
+            )));
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -335,33 +404,66 @@ async fn wait_unlocked(disk_dir: &Path, timeout: Duration) -> Result<(), CliErro
 pub async fn restart(dir: &Path, d: u32, auto_repair: bool) -> Result<(), CliError> {
     let path = dir.join("cluster.toml");
     if !path.exists() {
-        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+        return Err(CliError::Other(format!(
+            "no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)",
+            dir.display()
+        )));
     }
     let config = ClusterConfig::load(&path)?;
-    let disk = config.disks.get(d as usize).ok_or_else(|| CliError::Other(format!("--disk {d}: the cluster has disks 0..{}", config.disks.len())))?;
-    if let Some(pid) = disk.pid.filter(|p| alive(*p) && holds_lock(*p, disk.dir.as_deref())) {
-        return Err(CliError::Other(format!("disk {d} is running (pid {pid}); only a disk that stopped can be restarted")));
+    let disk = config.disks.get(d as usize).ok_or_else(|| {
+        CliError::Other(format!(
+            "--disk {d}: the cluster has disks 0..{}",
+            config.disks.len()
+        ))
+    })?;
+    if let Some(pid) = disk
+        .pid
+        .filter(|p| alive(*p) && holds_lock(*p, disk.dir.as_deref()))
+    {
+        return Err(CliError::Other(format!(
+            "disk {d} is running (pid {pid}); only a disk that stopped can be restarted"
+        )));
     }
     restart_disk(dir, &config, d, auto_repair).await?;
-    println!("disk {d} restarted on {}{}", disk.address, if auto_repair { "; it repairs itself from its peers (see adisk status)" } else { "" });
+    println!(
+        "disk {d} restarted on {}{}",
+        disk.address,
+        if auto_repair {
+            "; it repairs itself from its peers (see adisk status)"
+        } else {
+            ""
+        }
+    );
     Ok(())
 }
 
 /// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address, and
 /// records its new pid in `cluster.toml`.
-pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32, auto_repair: bool) -> Result<(), CliError> {
-    let exe = std::env::current_exe().map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
+pub async fn restart_disk(
+    dir: &Path,
+    config: &ClusterConfig,
+    d: u32,
+    auto_repair: bool,
+) -> Result<(), CliError> {
+    let exe = std::env::current_exe()
+        .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
     let key_file = config.cluster.key_file.clone();
     let disk = &config.disks[d as usize];
     wait_unlocked(&dir.join(format!("disk-{d}")), Duration::from_secs(20)).await?;
-    let (mut child, port_file, disk_dir) = spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair)?;
+    let (mut child, port_file, disk_dir) =
+        spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !port_file.exists() {
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(CliError::Other(format!("disk {d} exited ({status}) on restart (see {})", disk_dir.join("disk.log").display())));
+            return Err(CliError::Other(format!(
+                "disk {d} exited ({status}) on restart (see {})",
+                disk_dir.join("disk.log").display()
+            )));
         }
         if Instant::now() > deadline {
-            return Err(CliError::Other(format!("disk {d} did not restart within 20 s")));
+            return Err(CliError::Other(format!(
+                "disk {d} did not restart within 20 s"
+            )));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -376,7 +478,11 @@ pub async fn restart_disk(dir: &Path, config: &ClusterConfig, d: u32, auto_repai
 /// key and the host's stay the same).
 fn cluster_key(dir: &Path) -> Result<PathBuf, CliError> {
     let path = dir.join(adisk_core::auth::KEY_FILE);
-    let made = if path.exists() { adisk_core::auth::ClusterKey::load(&path) } else { adisk_core::auth::ClusterKey::create(&path) };
+    let made = if path.exists() {
+        adisk_core::auth::ClusterKey::load(&path)
+    } else {
+        adisk_core::auth::ClusterKey::create(&path)
+    };
     made.map_err(|e| CliError::Other(e.to_string()))?;
     Ok(path)
 }
@@ -415,7 +521,11 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
     let config = ClusterConfig::load(&path)?;
     // Only processes that hold their disk's directory lock are ours: a pid the OS gave to an
     // unrelated process since is never waited for or signalled.
-    let pids: Vec<u32> = config.disks.iter().filter_map(|d| d.pid.filter(|p| holds_lock(*p, d.dir.as_deref()))).collect();
+    let pids: Vec<u32> = config
+        .disks
+        .iter()
+        .filter_map(|d| d.pid.filter(|p| holds_lock(*p, d.dir.as_deref())))
+        .collect();
     if let Ok(cluster) = adisk_host::Cluster::connect_lazy(config.clone()) {
         cluster.shutdown().await;
     }
@@ -458,7 +568,9 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
 fn holds_lock(pid: u32, data: Option<&Path>) -> bool {
     use std::io::Read;
     let Some(data) = data else { return true };
-    let Ok(mut file) = std::fs::File::open(data.join(adisk_disk::LOCK_FILE)) else { return false };
+    let Ok(mut file) = std::fs::File::open(data.join(adisk_disk::LOCK_FILE)) else {
+        return false;
+    };
     match file.try_lock_shared() {
         Ok(()) => false, // nobody holds it: the disk is gone
         Err(std::fs::TryLockError::WouldBlock) => {

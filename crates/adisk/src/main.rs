@@ -1,11 +1,11 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod bench;
-mod chaos;
 mod bench_checksum;
 mod bench_exchange;
-mod bench_faults;
 mod bench_fair;
+mod bench_faults;
 mod bench_tpch;
+mod chaos;
 mod disklet_cmd;
 mod linkfault;
 mod local;
@@ -14,9 +14,9 @@ mod repair_cmd;
 mod sql_cmd;
 
 use adisk_core::config::ClusterConfig;
+use adisk_host::JobRequest;
 use adisk_host::cluster::Cluster;
 use adisk_host::load::{FileFormat, TpchLoad};
-use adisk_host::JobRequest;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,7 +27,12 @@ use std::process::ExitCode;
 #[command(name = "adisk", version, about, long_about = None)]
 struct Cli {
     /// Cluster directory (holds cluster.toml and the local disks' data).
-    #[arg(long, global = true, env = "ADISK_HOME", default_value = "./adisk-data")]
+    #[arg(
+        long,
+        global = true,
+        env = "ADISK_HOME",
+        default_value = "./adisk-data"
+    )]
     dir: PathBuf,
     #[command(subcommand)]
     command: Command,
@@ -207,7 +212,9 @@ struct RunArgs {
 }
 
 fn parse_param(s: &str) -> Result<(String, String), String> {
-    s.split_once('=').map(|(k, v)| (k.trim().to_string(), v.to_string())).ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
+    s.split_once('=')
+        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
+        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
 }
 
 /// Every failure the command reports, with its exit code.
@@ -255,7 +262,10 @@ fn main() -> ExitCode {
         }
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ADISK_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("ADISK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
@@ -264,7 +274,11 @@ fn main() -> ExitCode {
             // The runtime's threads write to the disks' sockets with writev, which raises SIGPIPE
             // when a disk died: they block it (the write fails with EPIPE instead, and the query
             // fails over); only the main thread, which writes the output, keeps SIGPIPE.
-            let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().on_thread_start(block_sigpipe).build() {
+            let runtime = match tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .on_thread_start(block_sigpipe)
+                .build()
+            {
                 Ok(r) => r,
                 Err(e) => {
                     eprintln!("error: cannot start the runtime: {e}");
@@ -287,7 +301,10 @@ fn main() -> ExitCode {
 pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
     let path = dir.join("cluster.toml");
     if !path.exists() {
-        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+        return Err(CliError::Other(format!(
+            "no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)",
+            dir.display()
+        )));
     }
     let config = ClusterConfig::load(&path)?;
     Ok(Cluster::connect(config).await?)
@@ -298,7 +315,10 @@ pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
 fn connect_lazy(dir: &std::path::Path) -> Result<Cluster, CliError> {
     let path = dir.join("cluster.toml");
     if !path.exists() {
-        return Err(CliError::Other(format!("no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)", dir.display())));
+        return Err(CliError::Other(format!(
+            "no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)",
+            dir.display()
+        )));
     }
     Ok(Cluster::connect_lazy(ClusterConfig::load(&path)?)?)
 }
@@ -309,24 +329,79 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::TpchGenerate => {
             let out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
             let input = std::io::BufReader::new(std::io::stdin());
-            adisk_storage::tpch::serve_generator(input, out).map_err(|e| CliError::Other(e.to_string()))
+            adisk_storage::tpch::serve_generator(input, out)
+                .map_err(|e| CliError::Other(e.to_string()))
         }
-        Command::Up(args) => local::up(&dir, &args).await.map(|config| println!("{}", local::describe(&config, &dir))),
+        Command::Up(args) => local::up(&dir, &args)
+            .await
+            .map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
-        Command::Scrub { format, no_repair } => repair_cmd::scrub(&connect_lazy(&dir)?, &format, no_repair).await,
-        Command::Repair { disks, verify, format } => repair_cmd::repair(&connect_lazy(&dir)?, &disks, verify, &format).await,
-        Command::Restart { disk, no_auto_repair } => local::restart(&dir, disk, !no_auto_repair).await,
-        Command::Load(LoadCommand::Tpch { sf, partitions_per_disk, row_group_rows, tables, replicas }) => {
-            let cluster = connect(&dir).await?;
-            output::load_tpch(&cluster, &TpchLoad { sf, partitions_per_disk, row_group_rows, tables, replicas }).await
+        Command::Scrub { format, no_repair } => {
+            repair_cmd::scrub(&connect_lazy(&dir)?, &format, no_repair).await
         }
-        Command::Load(LoadCommand::Parquet(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Parquet, &a.files, &a.decluster, a.replicas).await,
-        Command::Load(LoadCommand::Csv(a)) => output::load_files(&connect(&dir).await?, &a.table, FileFormat::Csv, &a.files, &a.decluster, a.replicas).await,
+        Command::Repair {
+            disks,
+            verify,
+            format,
+        } => repair_cmd::repair(&connect_lazy(&dir)?, &disks, verify, &format).await,
+        Command::Restart {
+            disk,
+            no_auto_repair,
+        } => local::restart(&dir, disk, !no_auto_repair).await,
+        Command::Load(LoadCommand::Tpch {
+            sf,
+            partitions_per_disk,
+            row_group_rows,
+            tables,
+            replicas,
+        }) => {
+            let cluster = connect(&dir).await?;
+            output::load_tpch(
+                &cluster,
+                &TpchLoad {
+                    sf,
+                    partitions_per_disk,
+                    row_group_rows,
+                    tables,
+                    replicas,
+                },
+            )
+            .await
+        }
+        Command::Load(LoadCommand::Parquet(a)) => {
+            output::load_files(
+                &connect(&dir).await?,
+                &a.table,
+                FileFormat::Parquet,
+                &a.files,
+                &a.decluster,
+                a.replicas,
+            )
+            .await
+        }
+        Command::Load(LoadCommand::Csv(a)) => {
+            output::load_files(
+                &connect(&dir).await?,
+                &a.table,
+                FileFormat::Csv,
+                &a.files,
+                &a.decluster,
+                a.replicas,
+            )
+            .await
+        }
         Command::Run(a) => {
             let cluster = std::sync::Arc::new(connect(&dir).await?);
-            let req = JobRequest { disklet: a.disklet, table: a.table, columns: a.columns, params: a.params.into_iter().collect(), scratch_kib: a.scratch_kib, temp_kib: a.temp_kib };
+            let req = JobRequest {
+                disklet: a.disklet,
+                table: a.table,
+                columns: a.columns,
+                params: a.params.into_iter().collect(),
+                scratch_kib: a.scratch_kib,
+                temp_kib: a.temp_kib,
+            };
             let out = adisk_host::run::run(&cluster, &req).await?;
             output::print_job(&out, &a.format, a.max_rows)
         }
@@ -337,7 +412,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Bench(b) => output::bench(&dir, b).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
-        Command::Load(LoadCommand::Images { count, side }) => disklet_cmd::load_images(&dir, count, side).await,
+        Command::Load(LoadCommand::Images { count, side }) => {
+            disklet_cmd::load_images(&dir, count, side).await
+        }
         Command::Sim(_) => unreachable!("handled before the runtime starts"),
     }
 }

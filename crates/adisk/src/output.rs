@@ -1,8 +1,8 @@
 //! Printing results and statistics; loads with progress bars; benchmarks.
 use crate::CliError;
+use adisk_host::JobOutput;
 use adisk_host::cluster::Cluster;
 use adisk_host::load::{FileFormat, TpchLoad};
-use adisk_host::JobOutput;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -135,9 +135,21 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
                 );
             }
             for t in c.tables.values().filter(|t| t.needs_repair()) {
-                let mut why: Vec<String> = t.missing_by_disk().into_iter().map(|(d, p)| format!("disk {d} lacks partitions {p:?}")).collect();
-                why.extend(t.stale.iter().map(|d| format!("disk {d} holds an older load")));
-                println!("{} needs repair: {} (read from other copies meanwhile; `adisk repair`)", t.name, why.join(", "));
+                let mut why: Vec<String> = t
+                    .missing_by_disk()
+                    .into_iter()
+                    .map(|(d, p)| format!("disk {d} lacks partitions {p:?}"))
+                    .collect();
+                why.extend(
+                    t.stale
+                        .iter()
+                        .map(|d| format!("disk {d} holds an older load")),
+                );
+                println!(
+                    "{} needs repair: {} (read from other copies meanwhile; `adisk repair`)",
+                    t.name,
+                    why.join(", ")
+                );
             }
             for (name, why) in &c.incomplete {
                 println!("{}", adisk_host::cluster::incomplete_error(name, why));
@@ -150,10 +162,18 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
 
 /// After a status report: an error (and a failing exit) when some disk did not answer.
 fn all_answered<T>(statuses: &[adisk_host::Result<T>]) -> Result<(), CliError> {
-    let failed: Vec<String> = statuses.iter().filter_map(|s| s.as_ref().err()).map(|e| e.to_string()).collect();
+    let failed: Vec<String> = statuses
+        .iter()
+        .filter_map(|s| s.as_ref().err())
+        .map(|e| e.to_string())
+        .collect();
     match failed.first() {
         None => Ok(()),
-        Some(first) => Err(CliError::Other(format!("{} of {} disks did not answer (first: {first})", failed.len(), statuses.len()))),
+        Some(first) => Err(CliError::Other(format!(
+            "{} of {} disks did not answer (first: {first})",
+            failed.len(),
+            statuses.len()
+        ))),
     }
 }
 
@@ -218,9 +238,15 @@ pub async fn load_files(
     let rule = decluster.parse()?;
     let started = Instant::now();
     let pb = indicatif::ProgressBar::new_spinner();
-    let infos = adisk_host::load::load_files_replicated(cluster, table, format, files, rule, replicas, |rows| {
-        pb.set_message(format!("{rows} rows"))
-    })
+    let infos = adisk_host::load::load_files_replicated(
+        cluster,
+        table,
+        format,
+        files,
+        rule,
+        replicas,
+        |rows| pb.set_message(format!("{rows} rows")),
+    )
     .await?;
     pb.finish_and_clear();
     let rows: u64 = infos.iter().map(|p| p.rows).sum();

@@ -8,32 +8,74 @@ use std::collections::BTreeMap;
 
 /// `adisk repair`: the named disks (default: every disk) fetch from their peers the copies
 /// they lack; fails if a copy could not be restored or a disk did not answer.
-pub async fn repair(cluster: &Cluster, disks: &[u32], verify: bool, format: &str) -> Result<(), CliError> {
+pub async fn repair(
+    cluster: &Cluster,
+    disks: &[u32],
+    verify: bool,
+    format: &str,
+) -> Result<(), CliError> {
     check_format(format)?;
     if let Some(d) = disks.iter().find(|d| **d >= cluster.disk_count()) {
-        return Err(CliError::Other(format!("--disk {d}: the cluster has disks 0..{}", cluster.disk_count())));
+        return Err(CliError::Other(format!(
+            "--disk {d}: the cluster has disks 0..{}",
+            cluster.disk_count()
+        )));
     }
-    let targets: Vec<u32> = if disks.is_empty() { (0..cluster.disk_count()).collect() } else { disks.to_vec() };
+    let targets: Vec<u32> = if disks.is_empty() {
+        (0..cluster.disk_count()).collect()
+    } else {
+        disks.to_vec()
+    };
     let t = std::time::Instant::now();
-    let reports = cluster.repair(&targets, &RepairRequest { verify, tables: vec![] }).await;
+    let reports = cluster
+        .repair(
+            &targets,
+            &RepairRequest {
+                verify,
+                tables: vec![],
+            },
+        )
+        .await;
     let mut problems = Vec::new();
     for (d, r) in &reports {
         match r {
-            Ok(r) if format == "json" => println!("{}", serde_json::to_string(r).expect("report serializes")),
+            Ok(r) if format == "json" => {
+                println!("{}", serde_json::to_string(r).expect("report serializes"))
+            }
             Ok(r) => print_report(r),
-            Err(e) if format == "json" => println!("{}", serde_json::json!({ "disk_id": d, "error": e.to_string() })),
+            Err(e) if format == "json" => println!(
+                "{}",
+                serde_json::json!({ "disk_id": d, "error": e.to_string() })
+            ),
             Err(e) => println!("disk {d}: {e}"),
         }
         match r {
-            Ok(r) if !r.failed.is_empty() => problems.push(format!("disk {d}: {} copies not restored", r.failed.len())),
+            Ok(r) if !r.failed.is_empty() => {
+                problems.push(format!("disk {d}: {} copies not restored", r.failed.len()))
+            }
             Ok(_) => {}
             Err(_) => problems.push(format!("disk {d} did not answer")),
         }
     }
-    let restored: usize = reports.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|r| r.repaired.len()).sum();
-    let bytes: u64 = reports.iter().filter_map(|(_, r)| r.as_ref().ok()).map(|r| r.bytes_received).sum();
-    eprintln!("repair: {restored} copies restored, {bytes} bytes moved disk to disk, in {:.1} s", t.elapsed().as_secs_f64());
-    if problems.is_empty() { Ok(()) } else { Err(CliError::Other(format!("repair: {}", problems.join("; ")))) }
+    let restored: usize = reports
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .map(|r| r.repaired.len())
+        .sum();
+    let bytes: u64 = reports
+        .iter()
+        .filter_map(|(_, r)| r.as_ref().ok())
+        .map(|r| r.bytes_received)
+        .sum();
+    eprintln!(
+        "repair: {restored} copies restored, {bytes} bytes moved disk to disk, in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(CliError::Other(format!("repair: {}", problems.join("; "))))
+    }
 }
 
 fn print_report(r: &RepairReport) {
@@ -53,13 +95,19 @@ fn print_report(r: &RepairReport) {
         r.elapsed_ms
     );
     for x in &r.repaired {
-        println!("  restored: {} partition {} from disk {} ({} bytes; {})", x.table, x.partition, x.from_disk, x.bytes, x.reason);
+        println!(
+            "  restored: {} partition {} from disk {} ({} bytes; {})",
+            x.table, x.partition, x.from_disk, x.bytes, x.reason
+        );
     }
     for t in &r.dropped {
         println!("  dropped: {t} (an older load; this disk holds no copy of the current one)");
     }
     for f in &r.failed {
-        println!("  NOT restored: {} partition {}: {}", f.table, f.partition, f.reason);
+        println!(
+            "  NOT restored: {} partition {}: {}",
+            f.table, f.partition, f.reason
+        );
     }
     if !r.unreachable.is_empty() {
         println!("  peers that did not answer: {:?}", r.unreachable);
@@ -81,13 +129,24 @@ pub async fn scrub(cluster: &Cluster, format: &str, no_repair: bool) -> Result<(
             }
         }
     }
-    let repairs: BTreeMap<u32, adisk_host::Result<RepairReport>> = if no_repair || corrupt.is_empty() {
-        BTreeMap::new()
-    } else {
-        let disks: Vec<u32> = corrupt.keys().copied().collect();
-        let tables: Vec<String> = corrupt.values().flatten().cloned().collect();
-        cluster.repair(&disks, &RepairRequest { verify: true, tables }).await.into_iter().collect()
-    };
+    let repairs: BTreeMap<u32, adisk_host::Result<RepairReport>> =
+        if no_repair || corrupt.is_empty() {
+            BTreeMap::new()
+        } else {
+            let disks: Vec<u32> = corrupt.keys().copied().collect();
+            let tables: Vec<String> = corrupt.values().flatten().cloned().collect();
+            cluster
+                .repair(
+                    &disks,
+                    &RepairRequest {
+                        verify: true,
+                        tables,
+                    },
+                )
+                .await
+                .into_iter()
+                .collect()
+        };
     let mut left = 0;
     for (d, r) in reports.iter().enumerate() {
         let repair = repairs.get(&(d as u32));
@@ -96,26 +155,50 @@ pub async fn scrub(cluster: &Cluster, format: &str, no_repair: bool) -> Result<(
     eprintln!("scrub took {:.1} s", t.elapsed().as_secs_f64());
     let unanswered = reports.iter().filter(|r| r.is_err()).count();
     if left > 0 || unanswered > 0 {
-        let hint = if no_repair { "" } else { " (no good copy on a live peer: load the table again)" };
-        return Err(CliError::Other(format!("scrub: {left} corrupt partitions left{hint}, {unanswered} disks did not answer")));
+        let hint = if no_repair {
+            ""
+        } else {
+            " (no good copy on a live peer: load the table again)"
+        };
+        return Err(CliError::Other(format!(
+            "scrub: {left} corrupt partitions left{hint}, {unanswered} disks did not answer"
+        )));
     }
     Ok(())
 }
 
 /// Prints one disk's scrub (and repair); returns how many corrupt copies are left.
-fn print_scrub(d: u32, r: &adisk_host::Result<ScrubReport>, repair: Option<&adisk_host::Result<RepairReport>>, format: &str) -> usize {
+fn print_scrub(
+    d: u32,
+    r: &adisk_host::Result<ScrubReport>,
+    repair: Option<&adisk_host::Result<RepairReport>>,
+    format: &str,
+) -> usize {
     let r = match r {
         Ok(r) => r,
         Err(e) => {
             match format {
-                "json" => println!("{}", serde_json::json!({ "disk_id": d, "error": e.to_string() })),
+                "json" => println!(
+                    "{}",
+                    serde_json::json!({ "disk_id": d, "error": e.to_string() })
+                ),
                 _ => println!("disk {d}: {e}"),
             }
             return 0;
         }
     };
-    let repaired = |table: &str, p: u32| repair.and_then(|x| x.as_ref().ok()).and_then(|x| x.repaired.iter().find(|x| x.table == table && x.partition == p));
-    let left = r.corrupt.iter().filter(|c| repaired(&c.table, c.partition).is_none()).count();
+    let repaired = |table: &str, p: u32| {
+        repair.and_then(|x| x.as_ref().ok()).and_then(|x| {
+            x.repaired
+                .iter()
+                .find(|x| x.table == table && x.partition == p)
+        })
+    };
+    let left = r
+        .corrupt
+        .iter()
+        .filter(|c| repaired(&c.table, c.partition).is_none())
+        .count();
     if format == "json" {
         let repair = repair.map(|x| match x {
             Ok(x) => serde_json::to_value(x).expect("report serializes"),
@@ -127,11 +210,23 @@ fn print_scrub(d: u32, r: &adisk_host::Result<ScrubReport>, repair: Option<&adis
         println!("{v}");
         return left;
     }
-    println!("disk {d}: {} partitions, {} bytes read, {} corrupt, {} repaired", r.partitions, r.bytes, r.corrupt.len(), r.corrupt.len() - left);
+    println!(
+        "disk {d}: {} partitions, {} bytes read, {} corrupt, {} repaired",
+        r.partitions,
+        r.bytes,
+        r.corrupt.len(),
+        r.corrupt.len() - left
+    );
     for c in &r.corrupt {
         match repaired(&c.table, c.partition) {
-            Some(x) => println!("  corrupt: table {} partition {} ({}): {}\n    repaired from disk {} ({} bytes)", c.table, c.partition, c.file, c.reason, x.from_disk, x.bytes),
-            None => println!("  corrupt: table {} partition {} ({}): {}", c.table, c.partition, c.file, c.reason),
+            Some(x) => println!(
+                "  corrupt: table {} partition {} ({}): {}\n    repaired from disk {} ({} bytes)",
+                c.table, c.partition, c.file, c.reason, x.from_disk, x.bytes
+            ),
+            None => println!(
+                "  corrupt: table {} partition {} ({}): {}",
+                c.table, c.partition, c.file, c.reason
+            ),
         }
     }
     if let Some(Err(e)) = repair {
@@ -139,7 +234,10 @@ fn print_scrub(d: u32, r: &adisk_host::Result<ScrubReport>, repair: Option<&adis
     }
     if let Some(Ok(x)) = repair {
         for f in &x.failed {
-            println!("  NOT repaired: {} partition {}: {}", f.table, f.partition, f.reason);
+            println!(
+                "  NOT repaired: {} partition {}: {}",
+                f.table, f.partition, f.reason
+            );
         }
     }
     left

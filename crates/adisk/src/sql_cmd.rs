@@ -34,7 +34,15 @@ pub struct EngineArgs {
 
 impl EngineArgs {
     pub fn options(&self, offload: Offload) -> SqlOptions {
-        SqlOptions { offload, bloom_kib: self.bloom_kib, scratch_kib: self.scratch_kib, temp_kib: self.temp_kib, host_threads: 0, buffer_kib: self.buffer_kib, program: self.program.clone() }
+        SqlOptions {
+            offload,
+            bloom_kib: self.bloom_kib,
+            scratch_kib: self.scratch_kib,
+            temp_kib: self.temp_kib,
+            host_threads: 0,
+            buffer_kib: self.buffer_kib,
+            program: self.program.clone(),
+        }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
         Ok(self.offload.parse::<Offload>()?)
@@ -120,17 +128,24 @@ async fn engine(dir: &Path, opts: SqlOptions) -> Result<SqlEngine, CliError> {
 }
 
 /// Prints result batches in `format`.
-pub fn print_batches(batches: &[RecordBatch], schema: &arrow::datatypes::SchemaRef, format: &str) -> Result<(), CliError> {
+pub fn print_batches(
+    batches: &[RecordBatch],
+    schema: &arrow::datatypes::SchemaRef,
+    format: &str,
+) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let io = |e: std::io::Error| CliError::Other(format!("writing the result: {e}"));
-    let arrow_err = |e: arrow::error::ArrowError| CliError::Other(format!("formatting the result: {e}"));
+    let arrow_err =
+        |e: arrow::error::ArrowError| CliError::Other(format!("formatting the result: {e}"));
     match format {
         "table" => {
             let text = arrow::util::pretty::pretty_format_batches(batches).map_err(arrow_err)?;
             writeln!(out, "{text}").map_err(io)?;
         }
         "csv" => {
-            let mut w = arrow::csv::WriterBuilder::new().with_header(true).build(&mut out);
+            let mut w = arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(&mut out);
             if batches.is_empty() {
                 let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
                 drop(w);
@@ -150,13 +165,18 @@ pub fn print_batches(batches: &[RecordBatch], schema: &arrow::datatypes::SchemaR
             writeln!(out).map_err(io)?;
         }
         "arrow" => {
-            let mut w = arrow::ipc::writer::StreamWriter::try_new(&mut out, schema).map_err(arrow_err)?;
+            let mut w =
+                arrow::ipc::writer::StreamWriter::try_new(&mut out, schema).map_err(arrow_err)?;
             for b in batches {
                 w.write(b).map_err(arrow_err)?;
             }
             w.finish().map_err(arrow_err)?;
         }
-        other => return Err(CliError::Other(format!("unknown format `{other}` (table, csv, json, arrow)"))),
+        other => {
+            return Err(CliError::Other(format!(
+                "unknown format `{other}` (table, csv, json, arrow)"
+            )));
+        }
     }
     Ok(())
 }
@@ -179,7 +199,10 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
     let text = match (&a.query, &a.file) {
         (Some(q), _) => Some(q.clone()),
-        (None, Some(f)) => Some(std::fs::read_to_string(f).map_err(|e| CliError::Other(format!("reading {}: {e}", f.display())))?),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(f)
+                .map_err(|e| CliError::Other(format!("reading {}: {e}", f.display())))?,
+        ),
         (None, None) => None,
     };
     if let Some(q) = text {
@@ -225,12 +248,20 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
     let (analyze, query) = match a.words.as_slice() {
         [q] => (false, q.clone()),
         [w, q] if w.eq_ignore_ascii_case("analyze") => (true, q.clone()),
-        _ => return Err(CliError::Other("usage: adisk explain [analyze] \"QUERY\"".into())),
+        _ => {
+            return Err(CliError::Other(
+                "usage: adisk explain [analyze] \"QUERY\"".into(),
+            ));
+        }
     };
     let json = match a.format.as_str() {
         "text" => false,
         "json" => true,
-        other => return Err(CliError::Other(format!("unknown format `{other}` (text, json)"))),
+        other => {
+            return Err(CliError::Other(format!(
+                "unknown format `{other}` (text, json)"
+            )));
+        }
     };
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
     match (analyze, json) {
@@ -240,7 +271,10 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
             println!("{}", report::explain_analyze_json(&out, eng.settings()));
         }
         (false, false) => print!("{}", eng.explain(&query).await?),
-        (false, true) => println!("{}", report::explain_json(&eng.plan(&query).await?, eng.settings())),
+        (false, true) => println!(
+            "{}",
+            report::explain_json(&eng.plan(&query).await?, eng.settings())
+        ),
     }
     if let Some(b) = &a.bundling {
         print!("{}", bundles(dir, &a, &query, b.parse()?).await?);
@@ -250,7 +284,12 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
 
 /// memik's bundles of the query's plan (the conventional plan: DataFusion's operators before
 /// any offload), with their count, size and distinct shapes.
-async fn bundles(dir: &Path, a: &ExplainArgs, query: &str, relation: adisk_host::sql::bundling::Bundling) -> Result<String, CliError> {
+async fn bundles(
+    dir: &Path,
+    a: &ExplainArgs,
+    query: &str,
+    relation: adisk_host::sql::bundling::Bundling,
+) -> Result<String, CliError> {
     let plain = engine(dir, a.engine.options(Offload::None)).await?;
     let r = adisk_host::sql::bundling::report(&plain.plan(query).await?, relation);
     let mut text = format!(
@@ -271,7 +310,9 @@ pub fn levels(spec: &str) -> Result<Vec<Offload>, CliError> {
     if spec == "all" {
         return Ok(Offload::ALL.to_vec());
     }
-    spec.split(',').map(|s| s.trim().parse::<Offload>().map_err(CliError::from)).collect()
+    spec.split(',')
+        .map(|s| s.trim().parse::<Offload>().map_err(CliError::from))
+        .collect()
 }
 
 async fn check_sf(eng_dir: &Path, sf: f64) -> Result<(), CliError> {
@@ -289,7 +330,13 @@ async fn check_sf(eng_dir: &Path, sf: f64) -> Result<(), CliError> {
 
 pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
     match cmd {
-        TpchCommand::Query { n, sf, format, analyze, engine: e } => {
+        TpchCommand::Query {
+            n,
+            sf,
+            format,
+            analyze,
+            engine: e,
+        } => {
             let text = tpch::query(n)?;
             let eng = engine(dir, e.options(e.offload()?)).await?;
             let out = if analyze {
@@ -305,30 +352,62 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             if let Some(sf) = sf {
                 check_sf(dir, sf).await?;
                 let answers = tpch::official_answers(sf)?;
-                let answer = answers.get(&n).ok_or_else(|| CliError::Other(format!("no official answer for Q{n} at SF {sf}")))?;
+                let answer = answers.get(&n).ok_or_else(|| {
+                    CliError::Other(format!("no official answer for Q{n} at SF {sf}"))
+                })?;
                 if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
-                    eprintln!("Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)");
+                    eprintln!(
+                        "Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)"
+                    );
                 } else {
                     match oracle::compare(&out, answer, tpch::generator_text_column) {
-                        Ok(()) => eprintln!("Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"),
-                        Err(d) => return Err(CliError::Other(format!("Q{n:02} differs from the official answer for SF {sf}: {d}"))),
+                        Ok(()) => eprintln!(
+                            "Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"
+                        ),
+                        Err(d) => {
+                            return Err(CliError::Other(format!(
+                                "Q{n:02} differs from the official answer for SF {sf}: {d}"
+                            )));
+                        }
                     }
                 }
             }
             Ok(())
         }
-        TpchCommand::Check { sf, offload, bloom_kib, queries } => {
+        TpchCommand::Check {
+            sf,
+            offload,
+            bloom_kib,
+            queries,
+        } => {
             check_sf(dir, sf).await?;
             let answers = tpch::official_answers(sf)?;
-            let queries: Vec<u32> = if queries.is_empty() { (1..=22).collect() } else { queries };
+            let queries: Vec<u32> = if queries.is_empty() {
+                (1..=22).collect()
+            } else {
+                queries
+            };
             let cluster = crate::connect(dir).await?;
             let catalog = cluster.catalog().await?;
-            let texts = queries.iter().map(|n| tpch::query(*n)).collect::<Result<Vec<_>, _>>()?;
+            let texts = queries
+                .iter()
+                .map(|n| tpch::query(*n))
+                .collect::<Result<Vec<_>, _>>()?;
             let same_data = oracle::duckdb_same_data(&cluster, &catalog, &texts)?;
-            println!("oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)");
+            println!(
+                "oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)"
+            );
             let (mut passed, mut failed) = (0, 0);
             for level in levels(&offload)? {
-                let eng = engine(dir, SqlOptions { offload: level, bloom_kib, ..Default::default() }).await?;
+                let eng = engine(
+                    dir,
+                    SqlOptions {
+                        offload: level,
+                        bloom_kib,
+                        ..Default::default()
+                    },
+                )
+                .await?;
                 for (i, &n) in queries.iter().enumerate() {
                     let verdict = match eng.query(texts[i]).await {
                         Ok(out) => {
@@ -336,12 +415,16 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                                 Ok(())
                             } else {
                                 match answers.get(&n) {
-                                    Some(a) => oracle::compare(&out, a, tpch::generator_text_column).map_err(|d| format!("official answer: {d}")),
+                                    Some(a) => {
+                                        oracle::compare(&out, a, tpch::generator_text_column)
+                                            .map_err(|d| format!("official answer: {d}"))
+                                    }
                                     None => Err(format!("no official answer for Q{n}")),
                                 }
                             };
                             let same = match &same_data[i] {
-                                Ok(a) => oracle::compare(&out, a, |_| false).map_err(|d| format!("DuckDB on the same files: {d}")),
+                                Ok(a) => oracle::compare(&out, a, |_| false)
+                                    .map_err(|d| format!("DuckDB on the same files: {d}")),
                                 Err(e) => Err(format!("DuckDB on the same files failed: {e}")),
                             };
                             official.and(same).map(|()| moved(&out))
@@ -385,12 +468,20 @@ pub struct SltArgs {
 }
 
 enum Block {
-    Query { line: usize, sql: String },
-    Error { line: usize, sql: String, expect: String },
+    Query {
+        line: usize,
+        sql: String,
+    },
+    Error {
+        line: usize,
+        sql: String,
+        expect: String,
+    },
 }
 
 fn parse_slt(path: &Path) -> Result<Vec<Block>, CliError> {
-    let text = std::fs::read_to_string(path).map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CliError::Other(format!("reading {}: {e}", path.display())))?;
     let mut blocks = Vec::new();
     let mut lines = text.lines().enumerate().peekable();
     while let Some((i, line)) = lines.next() {
@@ -403,7 +494,11 @@ fn parse_slt(path: &Path) -> Result<Vec<Block>, CliError> {
         } else if let Some(rest) = t.strip_prefix("statement error") {
             Some(rest.trim().to_string())
         } else {
-            return Err(CliError::Other(format!("{}:{}: expected `query` or `statement error`, found `{t}`", path.display(), i + 1)));
+            return Err(CliError::Other(format!(
+                "{}:{}: expected `query` or `statement error`, found `{t}`",
+                path.display(),
+                i + 1
+            )));
         };
         let mut sql = String::new();
         for (_, l) in lines.by_ref() {
@@ -414,11 +509,19 @@ fn parse_slt(path: &Path) -> Result<Vec<Block>, CliError> {
             }
         }
         if !sql.trim_end().ends_with(';') {
-            return Err(CliError::Other(format!("{}:{}: statement does not end with `;`", path.display(), i + 1)));
+            return Err(CliError::Other(format!(
+                "{}:{}: statement does not end with `;`",
+                path.display(),
+                i + 1
+            )));
         }
         blocks.push(match expect {
             None => Block::Query { line: i + 1, sql },
-            Some(expect) => Block::Error { line: i + 1, sql, expect },
+            Some(expect) => Block::Error {
+                line: i + 1,
+                sql,
+                expect,
+            },
         });
     }
     Ok(blocks)
@@ -433,11 +536,28 @@ pub async fn slt(dir: &Path, a: SltArgs) -> Result<(), CliError> {
             blocks.push((f.display().to_string(), b));
         }
     }
-    let queries: Vec<&str> = blocks.iter().filter_map(|(_, b)| if let Block::Query { sql, .. } = b { Some(sql.trim().trim_end_matches(';')) } else { None }).collect();
+    let queries: Vec<&str> = blocks
+        .iter()
+        .filter_map(|(_, b)| {
+            if let Block::Query { sql, .. } = b {
+                Some(sql.trim().trim_end_matches(';'))
+            } else {
+                None
+            }
+        })
+        .collect();
     let answers = oracle::duckdb_same_data(&cluster, &catalog, &queries)?;
     let (mut passed, mut failed) = (0, 0);
     for level in levels(&a.offload)? {
-        let eng = engine(dir, SqlOptions { offload: level, bloom_kib: a.bloom_kib, ..Default::default() }).await?;
+        let eng = engine(
+            dir,
+            SqlOptions {
+                offload: level,
+                bloom_kib: a.bloom_kib,
+                ..Default::default()
+            },
+        )
+        .await?;
         let mut qi = 0;
         for (file, b) in &blocks {
             let (line, verdict) = match b {
@@ -445,7 +565,9 @@ pub async fn slt(dir: &Path, a: SltArgs) -> Result<(), CliError> {
                     let answer = &answers[qi];
                     qi += 1;
                     let v = match (eng.query(sql).await, answer) {
-                        (Ok(out), Ok(a)) => oracle::compare(&out, a, |_| false).map(|()| moved(&out)),
+                        (Ok(out), Ok(a)) => {
+                            oracle::compare(&out, a, |_| false).map(|()| moved(&out))
+                        }
                         (Err(e), _) => Err(e.to_string()),
                         (_, Err(e)) => Err(format!("DuckDB failed: {e}")),
                     };
@@ -453,8 +575,14 @@ pub async fn slt(dir: &Path, a: SltArgs) -> Result<(), CliError> {
                 }
                 Block::Error { line, sql, expect } => {
                     let v = match eng.query(sql).await {
-                        Ok(out) => Err(format!("expected an error containing `{expect}`, got {} rows", out.rows())),
-                        Err(e) if e.to_string().contains(expect.as_str()) => Ok(format!("error as expected: {}", e.to_string().lines().next().unwrap_or(""))),
+                        Ok(out) => Err(format!(
+                            "expected an error containing `{expect}`, got {} rows",
+                            out.rows()
+                        )),
+                        Err(e) if e.to_string().contains(expect.as_str()) => Ok(format!(
+                            "error as expected: {}",
+                            e.to_string().lines().next().unwrap_or("")
+                        )),
                         Err(e) => Err(format!("expected an error containing `{expect}`, got: {e}")),
                     };
                     (line, v)

@@ -10,7 +10,21 @@ mod common;
 fn chaos_seeds_find_no_wrong_answers_panics_or_hangs() {
     let tmp = tempfile::tempdir().unwrap();
     for (seed, replicas) in [("1", "1"), ("2", "1"), ("3", "2")] {
-        let out = common::ok(tmp.path(), &["chaos", "--seed", seed, "--minutes", "0.5", "--replicas", replicas]);
-        assert!(out.contains("failures 0") && out.contains("answers correct"), "seed {seed}, {replicas} replicas: {out}");
+        let out = common::ok(
+            tmp.path(),
+            &[
+                "chaos",
+                "--seed",
+                seed,
+                "--minutes",
+                "0.5",
+                "--replicas",
+                replicas,
+            ],
+        );
+        assert!(
+            out.contains("failures 0") && out.contains("answers correct"),
+            "seed {seed}, {replicas} replicas: {out}"
+        );
     }
 }

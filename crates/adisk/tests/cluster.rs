@@ -334,7 +334,11 @@ fn cluster_jobs_match_duckdb_and_fail_cleanly() {
         .unwrap()
         .parse()
         .unwrap();
-    assert_eq!(at_disks as usize, ours.len(), "every row is sorted at its disk");
+    assert_eq!(
+        at_disks as usize,
+        ours.len(),
+        "every row is sorted at its disk"
+    );
 
     // zone maps: a range on the declustering key reads fewer bytes than a full scan.
     let narrow = run_json(
@@ -555,7 +559,10 @@ fn malformed_config_and_port_in_use() {
     assert!(err.contains("unreachable"), "{err}");
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let taken = listener.local_addr().unwrap().to_string();
-    let err = fails(&tmp.path().join("d0"), &["disk", "--insecure", "--listen", &taken]);
+    let err = fails(
+        &tmp.path().join("d0"),
+        &["disk", "--insecure", "--listen", &taken],
+    );
     assert!(
         err.contains("cannot listen") && err.contains(&taken),
         "{err}"
@@ -622,41 +629,93 @@ fn killed_exchange_sender(up_args: &[&str]) {
     let dir = tmp.path();
     ok(dir, &["up", "--disks", "4"]);
     let _down = Down(dir);
-    ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
+    ok(
+        dir,
+        &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"],
+    );
     ok(dir, &["down"]);
     // Slow reads keep the exchange running for seconds.
-    ok(dir, &[&["up", "--disks", "4", "--disk-read-mbps", "2"][..], up_args].concat());
+    ok(
+        dir,
+        &[
+            &["up", "--disks", "4", "--disk-read-mbps", "2"][..],
+            up_args,
+        ]
+        .concat(),
+    );
     let pids = common::disk_pids(dir);
     let mut run = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(dir)
-        .args(["run", "partition", "--table", "lineitem", "--param", "key=l_orderkey", "--format", "json"])
+        .args([
+            "run",
+            "partition",
+            "--table",
+            "lineitem",
+            "--param",
+            "key=l_orderkey",
+            "--format",
+            "json",
+        ])
         .env_remove("ADISK_HOME")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let jobs_at = |d: usize| common::status_json(dir)["disks"][d]["jobs_running"].as_u64().unwrap_or(0);
-    common::wait_until("disk 3 to run its exchange jobs", std::time::Duration::from_secs(60), || jobs_at(3) >= 2);
-    assert!(run.try_wait().unwrap().is_none(), "the exchange finished before the kill");
-    Command::new("kill").args(["-9", &pids[3].to_string()]).status().unwrap();
+    let jobs_at = |d: usize| {
+        common::status_json(dir)["disks"][d]["jobs_running"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    common::wait_until(
+        "disk 3 to run its exchange jobs",
+        std::time::Duration::from_secs(60),
+        || jobs_at(3) >= 2,
+    );
+    assert!(
+        run.try_wait().unwrap().is_none(),
+        "the exchange finished before the kill"
+    );
+    Command::new("kill")
+        .args(["-9", &pids[3].to_string()])
+        .status()
+        .unwrap();
     let killed = std::time::Instant::now();
-    common::wait_until("the job to fail after disk 3 died", std::time::Duration::from_secs(30), || run.try_wait().unwrap().is_some());
+    common::wait_until(
+        "the job to fail after disk 3 died",
+        std::time::Duration::from_secs(30),
+        || run.try_wait().unwrap().is_some(),
+    );
     let out = run.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && !err.contains("panicked"), "{err}");
     assert!(err.contains("disk"), "the error names a disk: {err}");
-    eprintln!("failed {:.1} s after the kill: {}", killed.elapsed().as_secs_f64(), err.lines().last().unwrap_or(""));
+    eprintln!(
+        "failed {:.1} s after the kill: {}",
+        killed.elapsed().as_secs_f64(),
+        err.lines().last().unwrap_or("")
+    );
     let released = |status: &Value| {
         (0..3).all(|d| {
             let s = &status["disks"][d];
-            ["memory_granted_bytes", "exchange_inboxes", "temp_granted_bytes", "temp_files_bytes", "jobs_running"].iter().all(|k| s[*k].as_u64() == Some(0))
+            [
+                "memory_granted_bytes",
+                "exchange_inboxes",
+                "temp_granted_bytes",
+                "temp_files_bytes",
+                "jobs_running",
+            ]
+            .iter()
+            .all(|k| s[*k].as_u64() == Some(0))
         })
     };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
     let mut status = common::status_json(dir);
     while !released(&status) {
-        assert!(std::time::Instant::now() < deadline, "disks 0-2 still hold grants, inboxes or temporary files 15 s after the failure: {status:#}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "disks 0-2 still hold grants, inboxes or temporary files 15 s after the failure: {status:#}"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
         status = common::status_json(dir);
     }
@@ -672,15 +731,39 @@ fn down_stops_only_its_own_disks_and_a_served_directory_is_refused() {
     ok(dir, &["up", "--disks", "1"]);
     let _down = Down(dir);
     let disk = common::disk_pids(dir)[0];
-    let second = Command::new(env!("CARGO_BIN_EXE_adisk")).arg("--dir").arg(dir.join("disk-0")).args(["disk", "--insecure", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let second = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir.join("disk-0"))
+        .args(["disk", "--insecure", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&second.stderr);
-    assert!(!second.status.success() && err.contains("already served") && err.contains(&format!("pid {disk}")), "{err}");
+    assert!(
+        !second.status.success()
+            && err.contains("already served")
+            && err.contains(&format!("pid {disk}")),
+        "{err}"
+    );
     let mut stranger = Command::new("sleep").arg("60").spawn().unwrap();
     let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
-    std::fs::write(dir.join("cluster.toml"), config.replace(&format!("pid = {disk}"), &format!("pid = {}", stranger.id()))).unwrap();
+    std::fs::write(
+        dir.join("cluster.toml"),
+        config.replace(
+            &format!("pid = {disk}"),
+            &format!("pid = {}", stranger.id()),
+        ),
+    )
+    .unwrap();
     ok(dir, &["down"]);
-    common::wait_until("the disk process to stop", std::time::Duration::from_secs(15), || common::process_gone(disk));
-    assert!(stranger.try_wait().unwrap().is_none(), "down signalled a process that is not its disk");
+    common::wait_until(
+        "the disk process to stop",
+        std::time::Duration::from_secs(15),
+        || common::process_gone(disk),
+    );
+    assert!(
+        stranger.try_wait().unwrap().is_none(),
+        "down signalled a process that is not its disk"
+    );
     stranger.kill().unwrap();
     let _ = stranger.wait();
 }
@@ -708,7 +791,16 @@ fn kill_load_when(dir: &Path, envs: &[(&str, &str)], what: &str, mut point: impl
     let mut load = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(dir)
-        .args(["load", "tpch", "--sf", "0.05", "--tables", "lineitem", "--partitions-per-disk", "2"])
+        .args([
+            "load",
+            "tpch",
+            "--sf",
+            "0.05",
+            "--tables",
+            "lineitem",
+            "--partitions-per-disk",
+            "2",
+        ])
         .env_remove("ADISK_HOME")
         .envs(envs.iter().copied())
         .stdout(std::process::Stdio::null())
@@ -716,7 +808,10 @@ fn kill_load_when(dir: &Path, envs: &[(&str, &str)], what: &str, mut point: impl
         .spawn()
         .unwrap();
     common::wait_until(what, std::time::Duration::from_secs(120), || {
-        assert!(load.try_wait().unwrap().is_none(), "the load ended before {what}");
+        assert!(
+            load.try_wait().unwrap().is_none(),
+            "the load ended before {what}"
+        );
         point()
     });
     load.kill().unwrap(); // SIGKILL
@@ -728,9 +823,13 @@ fn staged_files(dir: &Path, d: usize) -> usize {
 }
 
 fn lineitem_stamp(dir: &Path, d: usize) -> String {
-    let text = std::fs::read_to_string(dir.join(format!("disk-{d}/manifest.json"))).unwrap_or_default();
+    let text =
+        std::fs::read_to_string(dir.join(format!("disk-{d}/manifest.json"))).unwrap_or_default();
     let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-    v["tables"]["lineitem"]["load"]["load_id"].as_str().unwrap_or("").to_string()
+    v["tables"]["lineitem"]["load"]["load_id"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 /// `adisk load tpch` killed with SIGKILL while disks stage partitions (before the first is
@@ -743,22 +842,62 @@ fn a_killed_tpch_load_leaves_the_previous_table_or_reports_it_incomplete() {
     let dir = tmp.path();
     ok(dir, &["up", "--disks", "2"]);
     let _down = Down(dir);
-    ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"]);
+    ok(
+        dir,
+        &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"],
+    );
     let before = ok(dir, &["sql", Q6, "--format", "csv"]);
     let stamp = lineitem_stamp(dir, 0);
-    kill_load_when(dir, &[], "a staged partition being written", || std::fs::read_dir(dir.join("disk-1/staging")).is_ok());
-    assert_eq!(ok(dir, &["sql", Q6, "--format", "csv"]), before, "killed early");
-    kill_load_when(dir, &[], "a staged partition complete on each disk", || staged_files(dir, 0) >= 1 && staged_files(dir, 1) >= 1);
-    assert_eq!(ok(dir, &["sql", Q6, "--format", "csv"]), before, "killed after some partitions were staged");
+    kill_load_when(dir, &[], "a staged partition being written", || {
+        std::fs::read_dir(dir.join("disk-1/staging")).is_ok()
+    });
+    assert_eq!(
+        ok(dir, &["sql", Q6, "--format", "csv"]),
+        before,
+        "killed early"
+    );
+    kill_load_when(dir, &[], "a staged partition complete on each disk", || {
+        staged_files(dir, 0) >= 1 && staged_files(dir, 1) >= 1
+    });
+    assert_eq!(
+        ok(dir, &["sql", Q6, "--format", "csv"]),
+        before,
+        "killed after some partitions were staged"
+    );
     assert_eq!(lineitem_stamp(dir, 0), stamp);
-    kill_load_when(dir, &[(adisk_host::load::COMMIT_PAUSE_ENV, "60000")], "disk 0 to commit", || lineitem_stamp(dir, 0) != stamp);
+    kill_load_when(
+        dir,
+        &[(adisk_host::load::COMMIT_PAUSE_ENV, "60000")],
+        "disk 0 to commit",
+        || lineitem_stamp(dir, 0) != stamp,
+    );
     let err = fails(dir, &["sql", Q6]);
-    assert!(err.contains("lineitem") && err.contains("incomplete") && err.contains("[1]"), "{err}");
-    ok(dir, &["load", "tpch", "--sf", "0.05", "--tables", "lineitem", "--partitions-per-disk", "2"]);
-    assert!(staged_files(dir, 0) + staged_files(dir, 1) == 0, "staged leftovers remain");
+    assert!(
+        err.contains("lineitem") && err.contains("incomplete") && err.contains("[1]"),
+        "{err}"
+    );
+    ok(
+        dir,
+        &[
+            "load",
+            "tpch",
+            "--sf",
+            "0.05",
+            "--tables",
+            "lineitem",
+            "--partitions-per-disk",
+            "2",
+        ],
+    );
+    assert!(
+        staged_files(dir, 0) + staged_files(dir, 1) == 0,
+        "staged leftovers remain"
+    );
     let after = ok(dir, &["sql", Q6, "--format", "csv"]);
     assert_ne!(after, before, "SF 0.05 answers differently from SF 0.01");
-    let files: usize = (0..2).map(|d| parquet_files(&dir.join(format!("disk-{d}/tables/lineitem"))).len()).sum();
+    let files: usize = (0..2)
+        .map(|d| parquet_files(&dir.join(format!("disk-{d}/tables/lineitem"))).len())
+        .sum();
     assert_eq!(files, 4, "only the committed load's partitions remain");
     // Bit rot after the first open: one byte of a data page flipped, size and mtime kept.
     let all = "SELECT * FROM lineitem ORDER BY l_orderkey, l_linenumber LIMIT 1";
@@ -767,14 +906,24 @@ fn a_killed_tpch_load_leaves_the_previous_table_or_reports_it_incomplete() {
     flip_keeping_mtime(&victim, std::fs::metadata(&victim).unwrap().len() / 2);
     let err = fails(dir, &["sql", all, "--format", "csv"]);
     let name = victim.file_name().unwrap().to_string_lossy().to_string();
-    assert!(err.contains("corrupt partition") && err.contains(&name) && err.contains("disk 1") && err.contains("column chunk"), "{err}");
+    assert!(
+        err.contains("corrupt partition")
+            && err.contains(&name)
+            && err.contains("disk 1")
+            && err.contains("column chunk"),
+        "{err}"
+    );
 }
 
 /// Flips one byte at `offset` keeping the file's size and mtime, as bit rot does.
 fn flip_keeping_mtime(path: &Path, offset: u64) {
     use std::os::unix::fs::FileExt;
     let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut byte = [0u8; 1];
     f.read_exact_at(&mut byte, offset).unwrap();
     f.write_all_at(&[byte[0] ^ 0x01], offset).unwrap();

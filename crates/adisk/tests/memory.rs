@@ -30,7 +30,12 @@ impl Drop for Down<'_> {
 
 fn rss_mib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let kib: u64 = status.lines().find_map(|l| l.strip_prefix("VmRSS:")).and_then(|v| v.split_whitespace().next()).and_then(|v| v.parse().ok()).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap();
     kib / 1024
 }
 
@@ -45,7 +50,10 @@ fn a_disk_stays_within_its_budget_plus_a_fixed_overhead_under_queries() {
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
     let limit = BUDGET_MIB + OVERHEAD_MIB;
     let after_load = rss_mib(pid);
-    assert!(after_load <= limit, "after the load: disk RSS {after_load} MiB past its budget {BUDGET_MIB} MiB + {OVERHEAD_MIB} MiB");
+    assert!(
+        after_load <= limit,
+        "after the load: disk RSS {after_load} MiB past its budget {BUDGET_MIB} MiB + {OVERHEAD_MIB} MiB"
+    );
     let literal = "x".repeat(900_000);
     let query = dir.join("literal.sql");
     std::fs::write(&query, format!("select count(*) as n from lineitem where l_comment = '{literal}' or l_comment like '%{}%'", &literal[..1000])).unwrap();
@@ -56,13 +64,29 @@ fn a_disk_stays_within_its_budget_plus_a_fixed_overhead_under_queries() {
             ok(dir, &["sql", "--file", &query]);
         }
         for (q, level) in [(1, "auto"), (9, "disks"), (18, "disks"), (13, "semijoin")] {
-            ok(dir, &["tpch", "query", &q.to_string(), "--sf", "0.01", "--offload", level]);
+            ok(
+                dir,
+                &[
+                    "tpch",
+                    "query",
+                    &q.to_string(),
+                    "--sf",
+                    "0.01",
+                    "--offload",
+                    level,
+                ],
+            );
         }
         let rss = rss_mib(pid);
         peak = peak.max(rss);
-        assert!(rss <= limit, "round {round}: disk RSS {rss} MiB past its budget {BUDGET_MIB} MiB + {OVERHEAD_MIB} MiB");
+        assert!(
+            rss <= limit,
+            "round {round}: disk RSS {rss} MiB past its budget {BUDGET_MIB} MiB + {OVERHEAD_MIB} MiB"
+        );
     }
-    eprintln!("disk RSS after the load {after_load} MiB, peak after each round {peak} MiB (limit {limit} MiB)");
+    eprintln!(
+        "disk RSS after the load {after_load} MiB, peak after each round {peak} MiB (limit {limit} MiB)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -72,15 +96,46 @@ async fn a_job_spec_too_large_for_the_budget_is_refused() {
     ok(dir, &["up", "--disks", "1", "--memory-mib", "64"]);
     let _down = Down(dir);
     let key = ClusterKey::load(&dir.join(adisk_core::auth::KEY_FILE)).unwrap();
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", common::disk_address(dir, 0))).unwrap().connect().await.unwrap();
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", common::disk_address(dir, 0)))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
     let mut client = FlightClient::new(channel);
     client.add_header(HEADER, &key.header()).unwrap();
     // 64 MiB / 16 = 4 MiB: a spec carrying a 5 MB expression is refused before the expression
     // is decoded.
     let predicate = adisk_core::protocol::ExprBytes(vec![7u8; 5_000_000]);
-    let spec = JobSpec::chain("big", "p", Source::Table { table: "t".into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: Some(predicate), projection: vec![], limit: None }], Sink::Host);
-    let err = client.do_get(Ticket::new(spec.to_bytes())).await.err().expect("refused");
-    assert!(err.to_string().contains("exceeds this disk's limit"), "{err}");
+    let spec = JobSpec::chain(
+        "big",
+        "p",
+        Source::Table {
+            table: "t".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![DiskletSpec::Select {
+            predicate: Some(predicate),
+            projection: vec![],
+            limit: None,
+        }],
+        Sink::Host,
+    );
+    let err = client
+        .do_get(Ticket::new(spec.to_bytes()))
+        .await
+        .err()
+        .expect("refused");
+    assert!(
+        err.to_string().contains("exceeds this disk's limit"),
+        "{err}"
+    );
     let status = common::status_json(dir);
-    assert_eq!(status["disks"][0]["jobs_running"].as_u64(), Some(0), "{status}");
+    assert_eq!(
+        status["disks"][0]["jobs_running"].as_u64(),
+        Some(0),
+        "{status}"
+    );
 }

@@ -16,18 +16,28 @@ use std::time::Duration;
 /// `status`'s entry of `table`.
 fn table_status(dir: &Path, table: &str) -> serde_json::Value {
     let status = common::status_json(dir);
-    status["tables"].as_array().and_then(|t| t.iter().find(|t| t["name"] == table).cloned()).unwrap_or(serde_json::Value::Null)
+    status["tables"]
+        .as_array()
+        .and_then(|t| t.iter().find(|t| t["name"] == table).cloned())
+        .unwrap_or(serde_json::Value::Null)
 }
 
 fn any_needs_repair(dir: &Path) -> bool {
     let status = common::status_json(dir);
-    status["tables"].as_array().is_none_or(|t| t.iter().any(|t| t["needs_repair"] != false))
+    status["tables"]
+        .as_array()
+        .is_none_or(|t| t.iter().any(|t| t["needs_repair"] != false))
 }
 
 /// The Parquet file of `table`'s partition `p` on disk `d`.
 fn partition_file(dir: &Path, d: usize, table: &str, p: u32) -> PathBuf {
     let tables = dir.join(format!("disk-{d}/tables/{table}"));
-    let generation = std::fs::read_dir(&tables).unwrap().next().unwrap().unwrap().path();
+    let generation = std::fs::read_dir(&tables)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
     generation.join(format!("part-{p:05}.parquet"))
 }
 
@@ -36,7 +46,11 @@ fn partition_file(dir: &Path, d: usize, table: &str, p: u32) -> PathBuf {
 fn flip(file: &Path) {
     use std::os::unix::fs::FileExt;
     let mtime = std::fs::metadata(file).unwrap().modified().unwrap();
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(file).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .unwrap();
     let at = f.metadata().unwrap().len() / 3;
     let mut b = [0u8];
     f.read_exact_at(&mut b, at).unwrap();
@@ -61,27 +75,53 @@ fn a_wiped_disk_is_restored_by_adisk_repair() {
     // are read from their other copies.
     let lineitem = table_status(dir, "lineitem");
     assert_eq!(lineitem["needs_repair"], true, "{lineitem}");
-    assert_eq!(lineitem["missing"], serde_json::json!({"2": [1, 2]}), "{lineitem}");
+    assert_eq!(
+        lineitem["missing"],
+        serde_json::json!({"2": [1, 2]}),
+        "{lineitem}"
+    );
     assert_eq!(lineitem["rows"], 60175, "{lineitem}");
     let text = ok(dir, &["status"]);
-    assert!(text.contains("lineitem needs repair: disk 2 lacks partitions [1, 2]"), "{text}");
+    assert!(
+        text.contains("lineitem needs repair: disk 2 lacks partitions [1, 2]"),
+        "{text}"
+    );
     check_tpch(dir, "auto", "disk 2 empty");
     let analyzed = ok(dir, &["tpch", "query", "6", "--analyze"]);
-    assert!(analyzed.contains("lineitem: disk 0 [0], disk 1 [1], disk 3 [2, 3]"), "{analyzed}");
+    assert!(
+        analyzed.contains("lineitem: disk 0 [0], disk 1 [1], disk 3 [2, 3]"),
+        "{analyzed}"
+    );
     // Repair: disk 2 fetches every copy its tables' loads give it, disk to disk.
     let out = ok(dir, &["repair"]);
-    assert!(out.contains("restored: lineitem partition 1 from disk 1") && out.contains("restored: lineitem partition 2 from disk 3"), "{out}");
-    assert!(out.contains("disk 0:") && out.contains(" 0 restored") && !out.contains("NOT restored"), "{out}");
+    assert!(
+        out.contains("restored: lineitem partition 1 from disk 1")
+            && out.contains("restored: lineitem partition 2 from disk 3"),
+        "{out}"
+    );
+    assert!(
+        out.contains("disk 0:") && out.contains(" 0 restored") && !out.contains("NOT restored"),
+        "{out}"
+    );
     assert!(!any_needs_repair(dir), "{}", ok(dir, &["status"]));
-    let again = ok(dir, &["repair", "--disk", "2", "--verify", "--format", "json"]);
+    let again = ok(
+        dir,
+        &["repair", "--disk", "2", "--verify", "--format", "json"],
+    );
     let report: serde_json::Value = serde_json::from_str(again.trim()).unwrap();
     assert_eq!(report["repaired"], serde_json::json!([]), "{report}");
-    assert!(report["verified"].as_u64().unwrap() >= 2 && report["verified"] == report["expected"], "{report}");
+    assert!(
+        report["verified"].as_u64().unwrap() >= 2 && report["verified"] == report["expected"],
+        "{report}"
+    );
     // The restored copies answer: disk 3 (the other copy of partition 2) dead.
     kill_disk(dir, 3);
     check_tpch(dir, "disks", "disk 2 restored, disk 3 dead");
     let analyzed = ok(dir, &["tpch", "query", "6", "--analyze"]);
-    assert!(analyzed.contains("lineitem: disk 0 [0, 3], disk 1 [1], disk 2 [2]"), "{analyzed}");
+    assert!(
+        analyzed.contains("lineitem: disk 0 [0, 3], disk 1 [1], disk 2 [2]"),
+        "{analyzed}"
+    );
     // Repair of a dead disk: a clear error.
     let e = common::fails(dir, &["repair", "--disk", "3"]);
     assert!(e.contains("disk 3 did not answer"), "{e}");
@@ -95,17 +135,37 @@ fn a_wiped_disk_is_restored_by_adisk_repair() {
 fn a_disk_repairs_itself_on_start_and_scrub_repairs_a_flipped_byte() {
     let c = TpchCluster::start("0.01", 2);
     let dir = c.dir();
-    ok(dir, &["load", "tpch", "--sf", "0.01", "--tables", "nation", "--replicas", "1"]);
+    ok(
+        dir,
+        &[
+            "load",
+            "tpch",
+            "--sf",
+            "0.01",
+            "--tables",
+            "nation",
+            "--replicas",
+            "1",
+        ],
+    );
     kill_disk(dir, 1);
     std::fs::remove_dir_all(dir.join("disk-1")).unwrap();
     ok(dir, &["restart", "--disk", "1"]);
-    common::wait_until("disk 1 to repair itself", Duration::from_secs(60), || !any_needs_repair(dir));
+    common::wait_until("disk 1 to repair itself", Duration::from_secs(60), || {
+        !any_needs_repair(dir)
+    });
     let log = std::fs::read_to_string(dir.join("disk-1/disk.log")).unwrap();
-    assert!(log.contains("repair on start") && log.contains("copies restored"), "{log}");
+    assert!(
+        log.contains("repair on start") && log.contains("copies restored"),
+        "{log}"
+    );
     // Disk 0 dead: its partition 0 is now read from the restored disk 1 (nation, with its
     // one copy on disk 0, is lost meanwhile, so disk 0 is restarted before the TPC-H check).
     kill_disk(dir, 0);
-    let analyzed = ok(dir, &["explain", "analyze", "select count(*) from lineitem"]);
+    let analyzed = ok(
+        dir,
+        &["explain", "analyze", "select count(*) from lineitem"],
+    );
     assert!(analyzed.contains("lineitem: disk 1 [0, 1]"), "{analyzed}");
     ok(dir, &["restart", "--disk", "0"]);
     check_tpch(dir, "auto", "disk 1 restored by itself");
@@ -117,11 +177,20 @@ fn a_disk_repairs_itself_on_start_and_scrub_repairs_a_flipped_byte() {
     let every_column = "select count(*) from lineitem where concat(l_orderkey, l_partkey, l_suppkey, l_linenumber, l_quantity, l_extendedprice, l_discount, \
         l_tax, l_returnflag, l_linestatus, l_shipdate, l_commitdate, l_receiptdate, l_shipinstruct, l_shipmode, l_comment) <> ''";
     let analyzed = ok(dir, &["explain", "analyze", every_column]);
-    assert!(analyzed.contains("rerun without disk 3's corrupt copy of lineitem partition 3") && analyzed.contains("disk 0 [0, 3]"), "{analyzed}");
+    assert!(
+        analyzed.contains("rerun without disk 3's corrupt copy of lineitem partition 3")
+            && analyzed.contains("disk 0 [0, 3]"),
+        "{analyzed}"
+    );
     let answer = ok(dir, &["sql", every_column, "--format", "csv"]);
     assert!(answer.contains("60175"), "{answer}");
     let out = ok(dir, &["scrub"]);
-    assert!(out.contains("disk 3:") && out.contains("1 corrupt, 1 repaired") && out.contains("repaired from disk 0"), "{out}");
+    assert!(
+        out.contains("disk 3:")
+            && out.contains("1 corrupt, 1 repaired")
+            && out.contains("repaired from disk 0"),
+        "{out}"
+    );
     let clean = ok(dir, &["scrub"]);
     assert_eq!(clean.matches(" 0 corrupt").count(), 4, "{clean}");
     check_tpch(dir, "auto", "after scrub repaired a flipped byte");
@@ -129,9 +198,16 @@ fn a_disk_repairs_itself_on_start_and_scrub_repairs_a_flipped_byte() {
     let nation = partition_file(dir, 0, "nation", 0);
     flip(&nation);
     let out = adisk(dir, &["scrub"]);
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
     assert!(!out.status.success(), "{stdout}");
-    assert!(stdout.contains("corrupt: table nation") && stdout.contains("NOT repaired: nation partition 0: no live peer holds a copy"), "{stdout}");
+    assert!(
+        stdout.contains("corrupt: table nation")
+            && stdout.contains("NOT repaired: nation partition 0: no live peer holds a copy"),
+        "{stdout}"
+    );
     assert!(stderr.contains("1 corrupt partitions left"), "{stderr}");
     flip(&nation);
     let out = ok(dir, &["scrub", "--no-repair"]);

@@ -27,7 +27,11 @@ impl Drop for Down<'_> {
 }
 
 async fn client(address: &str, token: Option<String>) -> FlightClient {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}")).unwrap().connect().await.unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
     let mut c = FlightClient::new(channel);
     if let Some(t) = token {
         c.add_header(HEADER, &t).unwrap();
@@ -53,7 +57,22 @@ async fn action_code(address: &str, token: Option<String>, name: &str, body: &[u
 }
 
 fn scan(table: &str, sink: Sink) -> JobSpec {
-    JobSpec::chain("stranger", "stranger", Source::Table { table: table.into(), columns: vec![], prune: None, partitions: None }, vec![DiskletSpec::Select { predicate: None, projection: vec![], limit: None }], sink)
+    JobSpec::chain(
+        "stranger",
+        "stranger",
+        Source::Table {
+            table: table.into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![DiskletSpec::Select {
+            predicate: None,
+            projection: vec![],
+            limit: None,
+        }],
+        sink,
+    )
 }
 
 async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic::Code {
@@ -67,10 +86,29 @@ async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic
 
 /// A forged `nation` row sent as a load.
 async fn forged_load(address: &str, token: Option<String>) -> tonic::Code {
-    let schema = Arc::new(Schema::new(vec![Field::new("n_nationkey", DataType::Int32, false), Field::new("n_name", DataType::Utf8, false)]));
-    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int32Array::from(vec![99])), Arc::new(StringArray::from(vec!["FORGED"]))]).unwrap();
-    let cmd = serde_json::to_vec(&PutCommand::Load { table: "nation".into(), partition: 9, row_group_rows: 1024, load_id: "forged".into() }).unwrap();
-    let data = FlightDataEncoderBuilder::new().with_schema(schema).with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd))).build(futures::stream::iter(vec![Ok(batch)]));
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("n_nationkey", DataType::Int32, false),
+        Field::new("n_name", DataType::Utf8, false),
+    ]));
+    let batch = RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(Int32Array::from(vec![99])),
+            Arc::new(StringArray::from(vec!["FORGED"])),
+        ],
+    )
+    .unwrap();
+    let cmd = serde_json::to_vec(&PutCommand::Load {
+        table: "nation".into(),
+        partition: 9,
+        row_group_rows: 1024,
+        load_id: "forged".into(),
+    })
+    .unwrap();
+    let data = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd)))
+        .build(futures::stream::iter(vec![Ok(batch)]));
     let mut c = client(address, token).await;
     let r = match c.do_put(data).await {
         Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
@@ -95,45 +133,122 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
     let unauth = tonic::Code::Unauthenticated;
 
     // Without credentials, every kind of request is refused.
-    for name in [action::STATUS, action::CATALOG, action::SHUTDOWN, action::LIST_FILES, action::DISKLET_LIST] {
-        assert_eq!(action_code(&address, None, name, b"").await, unauth, "{name}");
+    for name in [
+        action::STATUS,
+        action::CATALOG,
+        action::SHUTDOWN,
+        action::LIST_FILES,
+        action::DISKLET_LIST,
+    ] {
+        assert_eq!(
+            action_code(&address, None, name, b"").await,
+            unauth,
+            "{name}"
+        );
     }
-    assert_eq!(action_code(&address, None, action::DROP_TABLE, b"nation").await, unauth);
-    assert_eq!(action_code(&address, None, action::DISKLET_INSTALL, b"{}").await, unauth);
+    assert_eq!(
+        action_code(&address, None, action::DROP_TABLE, b"nation").await,
+        unauth
+    );
+    assert_eq!(
+        action_code(&address, None, action::DISKLET_INSTALL, b"{}").await,
+        unauth
+    );
     // Copying a partition out, or making a disk fetch copies: refused likewise.
-    assert_eq!(action_code(&address, None, action::PARTITION_READ, br#"{"table":"nation","partition":0,"load_id":"x"}"#).await, unauth);
-    assert_eq!(action_code(&address, None, action::REPAIR, b"{}").await, unauth);
-    assert_eq!(get_code(&address, None, &scan("customer", Sink::Host)).await, unauth);
+    assert_eq!(
+        action_code(
+            &address,
+            None,
+            action::PARTITION_READ,
+            br#"{"table":"nation","partition":0,"load_id":"x"}"#
+        )
+        .await,
+        unauth
+    );
+    assert_eq!(
+        action_code(&address, None, action::REPAIR, b"{}").await,
+        unauth
+    );
+    assert_eq!(
+        get_code(&address, None, &scan("customer", Sink::Host)).await,
+        unauth
+    );
     assert_eq!(forged_load(&address, None).await, unauth);
 
     // Credentials made with another key, or a token seen before, are refused as well.
     let stranger = ClusterKey::generate();
-    assert_eq!(get_code(&address, Some(stranger.header()), &scan("customer", Sink::Host)).await, unauth);
+    assert_eq!(
+        get_code(
+            &address,
+            Some(stranger.header()),
+            &scan("customer", Sink::Host)
+        )
+        .await,
+        unauth
+    );
     let key = ClusterKey::load(&dir.join(adisk_core::auth::KEY_FILE)).unwrap();
     let token = key.header();
     let mut member = client(&address, Some(token.clone())).await;
-    assert!(member.do_action(Action::new(action::STATUS, vec![])).await.unwrap().try_collect::<Vec<_>>().await.is_ok());
-    assert_eq!(action_code(&address, Some(token), action::STATUS, b"").await, unauth, "a replayed token");
+    assert!(
+        member
+            .do_action(Action::new(action::STATUS, vec![]))
+            .await
+            .unwrap()
+            .try_collect::<Vec<_>>()
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        action_code(&address, Some(token), action::STATUS, b"").await,
+        unauth,
+        "a replayed token"
+    );
 
     // The exchange-target trick: even with a member's token, a job cannot make a disk open a
     // connection to an address of its choosing.
     let trap = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let target = trap.local_addr().unwrap().to_string();
-    let sink = Sink::Exchange { exchange_id: "x".into(), targets: vec![target.clone()], sender: 0, route: Route::Broadcast, relay: None };
+    let sink = Sink::Exchange {
+        exchange_id: "x".into(),
+        targets: vec![target.clone()],
+        sender: 0,
+        route: Route::Broadcast,
+        relay: None,
+    };
     let refused = get_code(&address, Some(key.header()), &scan("nation", sink)).await;
     assert_ne!(refused, tonic::Code::Ok);
     let accepted = tokio::time::timeout(std::time::Duration::from_millis(500), trap.accept()).await;
-    assert!(accepted.is_err(), "the disk connected to {target}, an address that is not a disk of the cluster");
+    assert!(
+        accepted.is_err(),
+        "the disk connected to {target}, an address that is not a disk of the cluster"
+    );
     // Nor through a relay that does not hold the key.
-    let relay = Sink::Exchange { exchange_id: "y".into(), targets: vec![common::disk_address(dir, 1)], sender: 0, route: Route::Broadcast, relay: Some(target.clone()) };
-    assert_ne!(get_code(&address, Some(key.header()), &scan("nation", relay)).await, tonic::Code::Ok);
+    let relay = Sink::Exchange {
+        exchange_id: "y".into(),
+        targets: vec![common::disk_address(dir, 1)],
+        sender: 0,
+        route: Route::Broadcast,
+        relay: Some(target.clone()),
+    };
+    assert_ne!(
+        get_code(&address, Some(key.header()), &scan("nation", relay)).await,
+        tonic::Code::Ok
+    );
 
     // Nothing changed: same answer, the disk is still up, and the cluster still works.
     assert_eq!(nation_count(dir), before);
     assert!(before.contains("25"), "{before}");
     let status = common::status_json(dir);
-    assert_eq!(status["disks"].as_array().map(|d| d.len()), Some(2), "{status}");
-    let mut stream = client(&address, Some(key.header())).await.do_get(Ticket::new(scan("nation", Sink::Host).to_bytes())).await.unwrap();
+    assert_eq!(
+        status["disks"].as_array().map(|d| d.len()),
+        Some(2),
+        "{status}"
+    );
+    let mut stream = client(&address, Some(key.header()))
+        .await
+        .do_get(Ticket::new(scan("nation", Sink::Host).to_bytes()))
+        .await
+        .unwrap();
     let mut rows = 0;
     while let Some(b) = stream.next().await {
         rows += b.unwrap().num_rows();
@@ -145,7 +260,11 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
 fn timed(dir: &Path, args: &[&str]) -> (bool, String, f64) {
     let t = std::time::Instant::now();
     let out = adisk(dir, args);
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.success(), text, t.elapsed().as_secs_f64())
 }
 
@@ -162,15 +281,28 @@ fn a_stopped_disk_is_declared_unreachable_and_nothing_hangs() {
     // The bound is a hang detector, far above the 2 s timeout: not a measurement.
     let bound = 30.0;
     let (success, text, secs) = timed(dir, &["sql", "select count(*) from lineitem"]);
-    assert!(!success && text.contains("disk 1") && text.contains("unreachable"), "{text}");
-    assert!(secs < bound, "sql took {secs:.1} s against a stopped disk: {text}");
+    assert!(
+        !success && text.contains("disk 1") && text.contains("unreachable"),
+        "{text}"
+    );
+    assert!(
+        secs < bound,
+        "sql took {secs:.1} s against a stopped disk: {text}"
+    );
     let (success, text, secs) = timed(dir, &["status"]);
-    assert!(!success && text.contains("disk 1") && secs < bound, "status ({secs:.1} s): {text}");
+    assert!(
+        !success && text.contains("disk 1") && secs < bound,
+        "status ({secs:.1} s): {text}"
+    );
     let (success, text, secs) = timed(dir, &["down"]);
     std::mem::forget(down);
     assert!(success && secs < bound, "down ({secs:.1} s): {text}");
     for pid in pids {
-        common::wait_until("a disk process to end", std::time::Duration::from_secs(10), || common::process_gone(pid));
+        common::wait_until(
+            "a disk process to end",
+            std::time::Duration::from_secs(10),
+            || common::process_gone(pid),
+        );
     }
 }
 
@@ -180,21 +312,42 @@ fn a_stopped_disk_is_declared_unreachable_and_nothing_hangs() {
 fn concurrent_ups_start_one_cluster_and_leave_nothing_behind() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
-    let up = |dir: std::path::PathBuf| std::thread::spawn(move || adisk(&dir, &["up", "--disks", "2"]));
+    let up =
+        |dir: std::path::PathBuf| std::thread::spawn(move || adisk(&dir, &["up", "--disks", "2"]));
     let (a, b) = (up(dir.clone()), up(dir.clone()));
     let outs = [a.join().unwrap(), b.join().unwrap()];
     let ok_count = outs.iter().filter(|o| o.status.success()).count();
-    let errors: Vec<String> = outs.iter().filter(|o| !o.status.success()).map(|o| String::from_utf8_lossy(&o.stderr).to_string()).collect();
+    let errors: Vec<String> = outs
+        .iter()
+        .filter(|o| !o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stderr).to_string())
+        .collect();
     assert_eq!(ok_count, 1, "exactly one up succeeds: {errors:?}");
-    assert!(errors.iter().all(|e| e.contains("already running") || e.contains("another `adisk up`")), "{errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("already running") || e.contains("another `adisk up`")),
+        "{errors:?}"
+    );
     let pids = common::disk_pids(&dir);
     assert_eq!(pids.len(), 2);
     ok(&dir, &["down"]);
     for pid in pids {
-        common::wait_until("a disk process to end", std::time::Duration::from_secs(10), || common::process_gone(pid));
+        common::wait_until(
+            "a disk process to end",
+            std::time::Duration::from_secs(10),
+            || common::process_gone(pid),
+        );
     }
-    let strays = std::process::Command::new("pgrep").args(["-f", &dir.display().to_string()]).output().unwrap();
-    assert!(strays.stdout.is_empty(), "disk processes left: {}", String::from_utf8_lossy(&strays.stdout));
+    let strays = std::process::Command::new("pgrep")
+        .args(["-f", &dir.display().to_string()])
+        .output()
+        .unwrap();
+    assert!(
+        strays.stdout.is_empty(),
+        "disk processes left: {}",
+        String::from_utf8_lossy(&strays.stdout)
+    );
 }
 
 /// `adisk scrub` reads every partition against its manifest: a byte flipped in a data page
@@ -209,11 +362,24 @@ fn scrub_finds_a_flipped_byte_and_names_the_partition() {
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
     assert!(ok(dir, &["scrub"]).contains("0 corrupt"));
     let orders = dir.join("disk-1/tables/orders");
-    let generation = std::fs::read_dir(&orders).unwrap().next().unwrap().unwrap().path();
-    let file = std::fs::read_dir(&generation).unwrap().map(|e| e.unwrap().path()).find(|p| p.extension().is_some_and(|x| x == "parquet")).unwrap();
+    let generation = std::fs::read_dir(&orders)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let file = std::fs::read_dir(&generation)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "parquet"))
+        .unwrap();
     let flip = |file: &Path| {
         let mtime = std::fs::metadata(file).unwrap().modified().unwrap();
-        let mut f = std::fs::OpenOptions::new().read(true).write(true).open(file).unwrap();
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file)
+            .unwrap();
         let at = f.metadata().unwrap().len() / 2;
         let mut b = [0u8];
         f.seek(SeekFrom::Start(at)).unwrap();
@@ -226,7 +392,12 @@ fn scrub_finds_a_flipped_byte_and_names_the_partition() {
     flip(&file);
     let out = adisk(dir, &["scrub"]);
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success() && text.contains("corrupt: table orders") && text.contains(file.file_name().unwrap().to_str().unwrap()), "{text}");
+    assert!(
+        !out.status.success()
+            && text.contains("corrupt: table orders")
+            && text.contains(file.file_name().unwrap().to_str().unwrap()),
+        "{text}"
+    );
     flip(&file);
     assert!(ok(dir, &["scrub"]).contains("0 corrupt"));
 }
@@ -240,7 +411,11 @@ fn a_full_disk_fails_a_load_cleanly_and_keeps_the_previous_tables() {
     let dir = tmp.path();
     let disk = dir.join("disk-0");
     std::fs::create_dir_all(&disk).unwrap();
-    let mounted = std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"]).arg(&disk).status().is_ok_and(|s| s.success());
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=6m", "tmpfs"])
+        .arg(&disk)
+        .status()
+        .is_ok_and(|s| s.success());
     if !mounted {
         eprintln!("skipped: cannot mount a tmpfs here (needs root)");
         return;
@@ -255,11 +430,31 @@ fn a_full_disk_fails_a_load_cleanly_and_keeps_the_previous_tables() {
     ok(dir, &["up", "--disks", "1"]);
     let _down = Down(dir);
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
-    let before = ok(dir, &["sql", "select count(*) as n, sum(l_extendedprice) as s from lineitem"]);
+    let before = ok(
+        dir,
+        &[
+            "sql",
+            "select count(*) as n, sum(l_extendedprice) as s from lineitem",
+        ],
+    );
     let out = adisk(dir, &["load", "tpch", "--sf", "0.1"]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("disk 0") && err.contains("No space left on device"), "{err}");
-    let staged: Vec<_> = std::fs::read_dir(disk.join("staging")).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    assert!(
+        !out.status.success() && err.contains("disk 0") && err.contains("No space left on device"),
+        "{err}"
+    );
+    let staged: Vec<_> = std::fs::read_dir(disk.join("staging"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
     assert!(staged.is_empty(), "staged leftovers: {staged:?}");
-    assert_eq!(ok(dir, &["sql", "select count(*) as n, sum(l_extendedprice) as s from lineitem"]), before);
+    assert_eq!(
+        ok(
+            dir,
+            &[
+                "sql",
+                "select count(*) as n, sum(l_extendedprice) as s from lineitem"
+            ]
+        ),
+        before
+    );
 }

@@ -112,7 +112,10 @@ fn adhoc_sql_explain_and_bad_input() {
     ok(dir, &["load", "csv", "t_nulls", csv.to_str().unwrap()]);
     let slt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sql/adhoc.slt");
     let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "all"]);
-    assert!(out.contains(&format!("{} passed, 0 failed", 41 * LEVELS)), "slt:\n{out}");
+    assert!(
+        out.contains(&format!("{} passed, 0 failed", 41 * LEVELS)),
+        "slt:\n{out}"
+    );
 
     // EXPLAIN: where each operator runs.
     for level in ["aggregate", "semijoin", "auto"] {
@@ -323,14 +326,29 @@ fn adhoc_sql_explain_and_bad_input() {
     let mut long = Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(dir)
-        .args(["tpch", "query", "21", "--offload", "disks", "--format", "csv"])
+        .args([
+            "tpch",
+            "query",
+            "21",
+            "--offload",
+            "disks",
+            "--format",
+            "csv",
+        ])
         .env_remove("ADISK_HOME")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    common::wait_until("disk 2 to run a stage of Q21", std::time::Duration::from_secs(60), || disk_jobs_running(dir, 2) > 0);
-    assert!(long.try_wait().unwrap().is_none(), "Q21 at disks finished before the kill");
+    common::wait_until(
+        "disk 2 to run a stage of Q21",
+        std::time::Duration::from_secs(60),
+        || disk_jobs_running(dir, 2) > 0,
+    );
+    assert!(
+        long.try_wait().unwrap().is_none(),
+        "Q21 at disks finished before the kill"
+    );
     // SAFETY: signalling a child disk process of this test's cluster.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
@@ -338,9 +356,16 @@ fn adhoc_sql_explain_and_bad_input() {
     let started = std::time::Instant::now();
     let out = long.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!err.contains("panicked") && !out.status.success(), "Q21 at disks with disk 2 killed: {err}");
+    assert!(
+        !err.contains("panicked") && !out.status.success(),
+        "Q21 at disks with disk 2 killed: {err}"
+    );
     assert!(err.contains("disk "), "the error names a disk: {err}");
-    assert!(started.elapsed() < std::time::Duration::from_secs(60), "the failure took {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(60),
+        "the failure took {:?}",
+        started.elapsed()
+    );
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let out = adisk(dir, &["status", "--format", "json"]);
@@ -348,15 +373,41 @@ fn adhoc_sql_explain_and_bad_input() {
         let held: Vec<String> = [0usize, 1, 3]
             .iter()
             .map(|d| &v["disks"][*d])
-            .filter(|s| !(s["jobs_running"] == 0 && s["jobs_waiting"] == 0 && s["memory_granted_bytes"] == 0 && s["exchange_inboxes"] == 0 && s["temp_files_bytes"] == 0))
-            .map(|s| format!("disk {}: running {} waiting {} memory {} inboxes {} temp {}", s["disk_id"], s["jobs_running"], s["jobs_waiting"], s["memory_granted_bytes"], s["exchange_inboxes"], s["temp_files_bytes"]))
+            .filter(|s| {
+                !(s["jobs_running"] == 0
+                    && s["jobs_waiting"] == 0
+                    && s["memory_granted_bytes"] == 0
+                    && s["exchange_inboxes"] == 0
+                    && s["temp_files_bytes"] == 0)
+            })
+            .map(|s| {
+                format!(
+                    "disk {}: running {} waiting {} memory {} inboxes {} temp {}",
+                    s["disk_id"],
+                    s["jobs_running"],
+                    s["jobs_waiting"],
+                    s["memory_granted_bytes"],
+                    s["exchange_inboxes"],
+                    s["temp_files_bytes"]
+                )
+            })
             .collect();
         if held.is_empty() {
             break;
         }
         if std::time::Instant::now() >= deadline {
-            let logs: Vec<String> = [0, 1, 3].iter().map(|d| std::fs::read_to_string(dir.join(format!("disk-{d}/disk.log"))).unwrap_or_default()).map(|l| l.lines().rev().take(30).collect::<Vec<_>>().join("\n")).collect();
-            panic!("30 s after the failure, surviving disks still hold: {held:?}\nlogs (newest first):\n{}", logs.join("\n----\n"));
+            let logs: Vec<String> = [0, 1, 3]
+                .iter()
+                .map(|d| {
+                    std::fs::read_to_string(dir.join(format!("disk-{d}/disk.log")))
+                        .unwrap_or_default()
+                })
+                .map(|l| l.lines().rev().take(30).collect::<Vec<_>>().join("\n"))
+                .collect();
+            panic!(
+                "30 s after the failure, surviving disks still hold: {held:?}\nlogs (newest first):\n{}",
+                logs.join("\n----\n")
+            );
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }

@@ -21,7 +21,13 @@ pub struct BloomProbe {
 
 impl BloomProbe {
     /// Checks the filter against the scratch grant and plans the key expressions.
-    pub fn new(keys: &[ExprBytes], filter: BloomFilter, input: &SchemaRef, scratch_bytes: u64, planner: &ExprPlanner) -> Result<Self> {
+    pub fn new(
+        keys: &[ExprBytes],
+        filter: BloomFilter,
+        input: &SchemaRef,
+        scratch_bytes: u64,
+        planner: &ExprPlanner,
+    ) -> Result<Self> {
         filter.validate().map_err(DiskOsError::InvalidJob)?;
         if filter.size_bytes() as u64 > scratch_bytes {
             return Err(DiskOsError::ScratchExceeded {
@@ -31,10 +37,19 @@ impl BloomProbe {
             });
         }
         if keys.is_empty() {
-            return Err(DiskOsError::InvalidJob("bloom_probe needs at least one key".into()));
+            return Err(DiskOsError::InvalidJob(
+                "bloom_probe needs at least one key".into(),
+            ));
         }
-        let keys = keys.iter().map(|k| planner.physical(k, input)).collect::<Result<_>>()?;
-        Ok(BloomProbe { keys, filter, schema: input.clone() })
+        let keys = keys
+            .iter()
+            .map(|k| planner.physical(k, input))
+            .collect::<Result<_>>()?;
+        Ok(BloomProbe {
+            keys,
+            filter,
+            schema: input.clone(),
+        })
     }
 }
 
@@ -48,11 +63,15 @@ impl Disklet for BloomProbe {
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
         let batch = input.batch;
         let keys = evaluate_all(&self.keys, batch)?;
-        let hashes = hash_columns(&keys, batch.num_rows()).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+        let hashes = hash_columns(&keys, batch.num_rows())
+            .map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
         // Rows with a NULL key can never join; the stable hash maps NULL to a constant that is
         // treated like any value here and filtered by the join at the host.
         let mask = BooleanArray::new(self.filter.probe(&hashes), None);
-        let kept = filter_record_batch(batch, &mask).map_err(|e| DiskOsError::Decode { context: "bloom filtering".into(), message: e.to_string() })?;
+        let kept = filter_record_batch(batch, &mask).map_err(|e| DiskOsError::Decode {
+            context: "bloom filtering".into(),
+            message: e.to_string(),
+        })?;
         out.emit(0, kept);
         Ok(())
     }

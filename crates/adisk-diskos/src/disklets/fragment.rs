@@ -24,15 +24,17 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::aggregates::AggregateExec;
-use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::joins::HashJoinExec;
-use datafusion::physical_plan::limit::LocalLimitExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::HashJoinExec;
+use datafusion::physical_plan::limit::LocalLimitExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::Stream;
 use std::collections::VecDeque;
@@ -41,7 +43,14 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// Operators a fragment may contain besides its leaf.
-pub const ALLOWED_OPERATORS: [&str; 6] = ["FilterExec", "ProjectionExec", "AggregateExec", "SortExec", "HashJoinExec", "LocalLimitExec"];
+pub const ALLOWED_OPERATORS: [&str; 6] = [
+    "FilterExec",
+    "ProjectionExec",
+    "AggregateExec",
+    "SortExec",
+    "HashJoinExec",
+    "LocalLimitExec",
+];
 
 /// [`Fragment::wanted`] before the plan waited for any input.
 const NO_INPUT: usize = usize::MAX;
@@ -71,7 +80,12 @@ const MAX_BATCH_ROWS: u64 = 8192;
 
 /// Estimated bytes per row of `schema`: fixed widths, 16 for variable-length values.
 fn row_width(schema: &SchemaRef) -> u64 {
-    schema.fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(16) as u64).sum::<u64>().max(1)
+    schema
+        .fields()
+        .iter()
+        .map(|f| f.data_type().primitive_width().unwrap_or(16) as u64)
+        .sum::<u64>()
+        .max(1)
 }
 
 /// Wakes the stage thread parked in [`Fragment::drive`].
@@ -101,14 +115,25 @@ pub struct FeedExec {
 }
 
 impl FeedExec {
-    fn new(schema: SchemaRef, feed: Arc<Mutex<Feed>>, index: usize, wanted: Arc<AtomicUsize>) -> Self {
+    fn new(
+        schema: SchemaRef,
+        feed: Arc<Mutex<Feed>>,
+        index: usize,
+        wanted: Arc<AtomicUsize>,
+    ) -> Self {
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        FeedExec { schema, feed, index, wanted, properties }
+        FeedExec {
+            schema,
+            feed,
+            index,
+            wanted,
+            properties,
+        }
     }
 }
 
@@ -130,14 +155,25 @@ impl ExecutionPlan for FeedExec {
     }
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn datafusion::physical_plan::PhysicalExpr>) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+        ) -> datafusion::error::Result<
+            datafusion::common::tree_node::TreeNodeRecursion,
+        >,
     ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
     }
-    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
-    fn execute(&self, _partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
         let feed = self.feed.clone();
         let schema = self.schema.clone();
         let (index, wanted) = (self.index, self.wanted.clone());
@@ -145,8 +181,12 @@ impl ExecutionPlan for FeedExec {
             let mut f = feed.lock().expect("feed lock");
             match f.queue.pop_front() {
                 Some(b) if schema.fields().is_empty() => {
-                    let opts = arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
-                    Poll::Ready(Some(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts).map_err(Into::into)))
+                    let opts =
+                        arrow::array::RecordBatchOptions::new().with_row_count(Some(b.num_rows()));
+                    Poll::Ready(Some(
+                        RecordBatch::try_new_with_options(schema.clone(), vec![], &opts)
+                            .map_err(Into::into),
+                    ))
                 }
                 Some(b) => Poll::Ready(Some(Ok(b))),
                 None if f.closed => Poll::Ready(None),
@@ -156,7 +196,10 @@ impl ExecutionPlan for FeedExec {
                 }
             }
         });
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), stream)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
     }
 }
 
@@ -184,12 +227,23 @@ pub struct Fragment {
 }
 
 fn df(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError + '_ {
-    move |source| DiskOsError::DataFusion { context: context.to_string(), source }
+    move |source| DiskOsError::DataFusion {
+        context: context.to_string(),
+        source,
+    }
 }
 
-fn rewire(plan: Arc<dyn ExecutionPlan>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-    use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
-    plan.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+fn rewire(
+    plan: Arc<dyn ExecutionPlan>,
+    children: Vec<Arc<dyn ExecutionPlan>>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_plan::execution_plan::{
+        ChildrenPropertiesMode, ReplaceChildrenOptions,
+    };
+    plan.replace_children(
+        children,
+        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+    )
 }
 
 /// The plan's input leaves: one per input stream of the stage.
@@ -208,17 +262,31 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
         let want = plan.schema();
         let i = leaves.found;
         let Some(input) = leaves.inputs.get(i) else {
-            return Err(DiskOsError::InvalidJob(format!("the fragment has more input leaves than the stage's {} inputs", leaves.inputs.len())));
+            return Err(DiskOsError::InvalidJob(format!(
+                "the fragment has more input leaves than the stage's {} inputs",
+                leaves.inputs.len()
+            )));
         };
         // An empty leaf schema (count(*) and the like) takes any input: only row counts matter.
         let same = want.fields().is_empty()
             || want.fields().len() == input.fields().len()
-            && want.fields().iter().zip(input.fields()).all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+                && want
+                    .fields()
+                    .iter()
+                    .zip(input.fields())
+                    .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
         if !same {
-            return Err(DiskOsError::InvalidJob(format!("fragment input {i}: schema {want:?} does not match the stream's {input:?}")));
+            return Err(DiskOsError::InvalidJob(format!(
+                "fragment input {i}: schema {want:?} does not match the stream's {input:?}"
+            )));
         }
         leaves.found += 1;
-        return Ok(Arc::new(FeedExec::new(want, leaves.feeds[i].clone(), i, leaves.wanted.clone())));
+        return Ok(Arc::new(FeedExec::new(
+            want,
+            leaves.feeds[i].clone(),
+            i,
+            leaves.wanted.clone(),
+        )));
     }
     // One input partition per leaf, so a sort that keeps partitions and a plain one are the
     // same, and a join's build side is the whole of its input.
@@ -235,16 +303,28 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
             ALLOWED_OPERATORS.join(", ")
         )));
     }
-    let children = plan.children().into_iter().map(|c| attach(c.clone(), leaves)).collect::<Result<Vec<_>>>()?;
+    let children = plan
+        .children()
+        .into_iter()
+        .map(|c| attach(c.clone(), leaves))
+        .collect::<Result<Vec<_>>>()?;
     rewire(plan, children).map_err(df("rewiring a fragment"))
 }
 
 impl Fragment {
     /// Decodes and checks the fragment; its memory pool is the scratch grant, its spill space
     /// `spill` (none: spilling disabled).
-    pub fn new(kind: FragmentKind, plan: &[u8], inputs: &[SchemaRef], scratch_bytes: u64, spill: Option<&Spill>) -> Result<Self> {
+    pub fn new(
+        kind: FragmentKind,
+        plan: &[u8],
+        inputs: &[SchemaRef],
+        scratch_bytes: u64,
+        spill: Option<&Spill>,
+    ) -> Result<Self> {
         let Some(input) = inputs.first() else {
-            return Err(DiskOsError::InvalidJob("a plan fragment needs an input".into()));
+            return Err(DiskOsError::InvalidJob(
+                "a plan fragment needs an input".into(),
+            ));
         };
         // The plan's pool is the scratch grant less a reserve for one output batch held back
         // (`pending`); output batches are sized to fit half of it.
@@ -253,14 +333,26 @@ impl Fragment {
         let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(pool_bytes as usize));
         let disk = match spill {
             Some(sp) => {
-                std::fs::create_dir_all(&sp.dir).map_err(|source| DiskOsError::Storage(adisk_storage::StorageError::Io { context: format!("creating {}", sp.dir.display()), source }))?;
-                DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![sp.dir.clone()])).with_max_temp_directory_size(sp.bytes)
+                std::fs::create_dir_all(&sp.dir).map_err(|source| {
+                    DiskOsError::Storage(adisk_storage::StorageError::Io {
+                        context: format!("creating {}", sp.dir.display()),
+                        source,
+                    })
+                })?;
+                DiskManagerBuilder::default()
+                    .with_mode(DiskManagerMode::Directories(vec![sp.dir.clone()]))
+                    .with_max_temp_directory_size(sp.bytes)
             }
             None => DiskManagerBuilder::default().with_mode(DiskManagerMode::Disabled),
         };
-        let runtime = RuntimeEnvBuilder::new().with_memory_pool(pool.clone()).with_disk_manager_builder(disk).build_arc().map_err(df("building the fragment runtime"))?;
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(pool.clone())
+            .with_disk_manager_builder(disk)
+            .build_arc()
+            .map_err(df("building the fragment runtime"))?;
         let disk = runtime.disk_manager.clone();
-        let batch_rows = (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
+        let batch_rows =
+            (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
         let mut config = SessionConfig::new().with_batch_size(batch_rows);
         // A sort keeps this much of its pool back for merging its spilled runs (DataFusion's
         // default, 10 MiB, would not fit a disk's scratch); in-place sorting up to the same.
@@ -276,18 +368,50 @@ impl Fragment {
             FragmentKind::Stage => true,
         };
         if !root_fits {
-            return Err(DiskOsError::InvalidJob(format!("a `{}` fragment must end in its operator, not `{}`", kind.disklet_name(), plan.name())));
+            return Err(DiskOsError::InvalidJob(format!(
+                "a `{}` fragment must end in its operator, not `{}`",
+                kind.disklet_name(),
+                plan.name()
+            )));
         }
-        let feeds: Vec<_> = inputs.iter().map(|_| Arc::new(Mutex::new(Feed::default()))).collect();
+        let feeds: Vec<_> = inputs
+            .iter()
+            .map(|_| Arc::new(Mutex::new(Feed::default())))
+            .collect();
         let wanted = Arc::new(AtomicUsize::new(NO_INPUT));
-        let mut leaves = Leaves { inputs, feeds: &feeds, wanted: &wanted, found: 0 };
+        let mut leaves = Leaves {
+            inputs,
+            feeds: &feeds,
+            wanted: &wanted,
+            found: 0,
+        };
         let plan = attach(plan, &mut leaves)?;
         if leaves.found != inputs.len() {
-            return Err(DiskOsError::InvalidJob(format!("the fragment has {} input leaves for the stage's {} inputs", leaves.found, inputs.len())));
+            return Err(DiskOsError::InvalidJob(format!(
+                "the fragment has {} input leaves for the stage's {} inputs",
+                leaves.found,
+                inputs.len()
+            )));
         }
         let schema = plan.schema();
-        let stream = plan.execute(0, task).map_err(df("starting a plan fragment"))?;
-        Ok(Fragment { kind, schema, feeds, wanted, stream, pool, disk, pending: VecDeque::new(), pending_bytes: 0, spilled_peak: 0, exhausted: false, emitted: 0, flushes: 0 })
+        let stream = plan
+            .execute(0, task)
+            .map_err(df("starting a plan fragment"))?;
+        Ok(Fragment {
+            kind,
+            schema,
+            feeds,
+            wanted,
+            stream,
+            pool,
+            disk,
+            pending: VecDeque::new(),
+            pending_bytes: 0,
+            spilled_peak: 0,
+            exhausted: false,
+            emitted: 0,
+            flushes: 0,
+        })
     }
 
     /// Polls the fragment until it needs more input, ends, or fills the emitter (the rest of
@@ -309,7 +433,12 @@ impl Fragment {
                     self.pending.push_back(b);
                     (spins, since) = (0, std::time::Instant::now());
                 }
-                Poll::Ready(Some(Err(source))) => return Err(DiskOsError::DataFusion { context: format!("running {}", self.name()), source }),
+                Poll::Ready(Some(Err(source))) => {
+                    return Err(DiskOsError::DataFusion {
+                        context: format!("running {}", self.name()),
+                        source,
+                    });
+                }
                 Poll::Ready(None) => self.exhausted = true,
                 Poll::Pending => {
                     if self.needs_input() {
@@ -318,7 +447,11 @@ impl Fragment {
                     spins += 1;
                     if spins > SPIN_POLLS {
                         if since.elapsed() > STALL_WAIT {
-                            return Err(DiskOsError::InvalidJob(format!("{} made no progress for {} s with input queued", self.name(), STALL_WAIT.as_secs())));
+                            return Err(DiskOsError::InvalidJob(format!(
+                                "{} made no progress for {} s with input queued",
+                                self.name(),
+                                STALL_WAIT.as_secs()
+                            )));
                         }
                         std::thread::park_timeout(std::time::Duration::from_millis(5));
                     }
@@ -342,20 +475,27 @@ impl Fragment {
     }
 
     fn all_closed(&self) -> bool {
-        self.feeds.iter().all(|f| f.lock().expect("feed lock").closed)
+        self.feeds
+            .iter()
+            .all(|f| f.lock().expect("feed lock").closed)
     }
 
     /// Emits held-back output while the emitter has room, cutting a batch that does not fit.
     fn flush_pending(&mut self, out: &mut Emitter) {
         while let Some(b) = self.pending.pop_front() {
             let (bytes, room) = (crate::disklets::batch_bytes(&b), out.room());
-            let rows = if bytes <= room { b.num_rows() } else { (b.num_rows() as u128 * room as u128 / bytes.max(1) as u128) as usize };
+            let rows = if bytes <= room {
+                b.num_rows()
+            } else {
+                (b.num_rows() as u128 * room as u128 / bytes.max(1) as u128) as usize
+            };
             if rows == 0 {
                 self.pending.push_front(b);
                 return;
             }
             let (now, later) = (b.slice(0, rows), b.slice(rows, b.num_rows() - rows));
-            self.pending_bytes = self.pending_bytes.saturating_sub(bytes) + crate::disklets::batch_bytes(&later);
+            self.pending_bytes =
+                self.pending_bytes.saturating_sub(bytes) + crate::disklets::batch_bytes(&later);
             self.emitted += 1;
             out.emit(0, now);
             if later.num_rows() > 0 {
@@ -374,8 +514,17 @@ impl Disklet for Fragment {
         self.schema.clone()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
-        let feed = self.feeds.get(input.input).ok_or_else(|| DiskOsError::InvalidJob(format!("input {} of a fragment with {}", input.input, self.feeds.len())))?;
-        feed.lock().expect("feed lock").queue.push_back(input.batch.clone());
+        let feed = self.feeds.get(input.input).ok_or_else(|| {
+            DiskOsError::InvalidJob(format!(
+                "input {} of a fragment with {}",
+                input.input,
+                self.feeds.len()
+            ))
+        })?;
+        feed.lock()
+            .expect("feed lock")
+            .queue
+            .push_back(input.batch.clone());
         let before = self.emitted;
         self.drive(out)?;
         // An aggregation that emits before its input ended has flushed groups early.
@@ -396,7 +545,10 @@ impl Disklet for Fragment {
         }
         self.drive(out)?;
         if !self.exhausted && self.pending.is_empty() {
-            return Err(DiskOsError::InvalidJob(format!("{} did not end with its input", self.name())));
+            return Err(DiskOsError::InvalidJob(format!(
+                "{} did not end with its input",
+                self.name()
+            )));
         }
         Ok(())
     }

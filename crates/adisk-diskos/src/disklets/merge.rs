@@ -43,26 +43,60 @@ impl Merge {
     ///
     /// # Errors
     /// No key, inputs of different schemas, a key that does not plan.
-    pub fn new(keys: &[SortKey], inputs: &[SchemaRef], scratch_bytes: u64, planner: &ExprPlanner) -> Result<Self> {
-        let first = inputs.first().ok_or_else(|| DiskOsError::InvalidJob("merge needs at least one input".into()))?;
+    pub fn new(
+        keys: &[SortKey],
+        inputs: &[SchemaRef],
+        scratch_bytes: u64,
+        planner: &ExprPlanner,
+    ) -> Result<Self> {
+        let first = inputs
+            .first()
+            .ok_or_else(|| DiskOsError::InvalidJob("merge needs at least one input".into()))?;
         if keys.is_empty() {
-            return Err(DiskOsError::InvalidJob("merge needs at least one key".into()));
+            return Err(DiskOsError::InvalidJob(
+                "merge needs at least one key".into(),
+            ));
         }
-        if let Some((i, _)) = inputs.iter().enumerate().find(|(_, s)| s.fields() != first.fields()) {
-            return Err(DiskOsError::InvalidJob(format!("merge input {i} has another schema than input 0")));
+        if let Some((i, _)) = inputs
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.fields() != first.fields())
+        {
+            return Err(DiskOsError::InvalidJob(format!(
+                "merge input {i} has another schema than input 0"
+            )));
         }
-        let exprs: Vec<Arc<dyn PhysicalExpr>> = keys.iter().map(|k| planner.physical(&k.expr, first)).collect::<Result<_>>()?;
+        let exprs: Vec<Arc<dyn PhysicalExpr>> = keys
+            .iter()
+            .map(|k| planner.physical(&k.expr, first))
+            .collect::<Result<_>>()?;
         let fields = exprs
             .iter()
             .zip(keys)
             .map(|(e, k)| {
-                let data_type = e.data_type(first).map_err(crate::df_err(format!("typing merge key `{e}`")))?;
-                Ok(SortField::new_with_options(data_type, SortOptions { descending: k.descending, nulls_first: k.nulls_first }))
+                let data_type = e
+                    .data_type(first)
+                    .map_err(crate::df_err(format!("typing merge key `{e}`")))?;
+                Ok(SortField::new_with_options(
+                    data_type,
+                    SortOptions {
+                        descending: k.descending,
+                        nulls_first: k.nulls_first,
+                    },
+                ))
             })
             .collect::<Result<Vec<_>>>()?;
-        let converter = RowConverter::new(fields).map_err(|e| DiskOsError::InvalidJob(format!("merge keys: {e}")))?;
+        let converter = RowConverter::new(fields)
+            .map_err(|e| DiskOsError::InvalidJob(format!("merge keys: {e}")))?;
         let n = inputs.len();
-        Ok(Merge { keys: exprs, converter, schema: first.clone(), heads: (0..n).map(|_| None).collect(), ended: vec![false; n], scratch_granted: scratch_bytes })
+        Ok(Merge {
+            keys: exprs,
+            converter,
+            schema: first.clone(),
+            heads: (0..n).map(|_| None).collect(),
+            ended: vec![false; n],
+            scratch_granted: scratch_bytes,
+        })
     }
 
     /// The input holding the smallest next row, if every input that has not ended has rows
@@ -111,13 +145,27 @@ impl Merge {
         self.emit(&mut picks, &used_up, out)
     }
 
-    fn emit(&self, picks: &mut Vec<(usize, usize)>, used_up: &[RecordBatch], out: &mut Emitter) -> Result<()> {
+    fn emit(
+        &self,
+        picks: &mut Vec<(usize, usize)>,
+        used_up: &[RecordBatch],
+        out: &mut Emitter,
+    ) -> Result<()> {
         if picks.is_empty() {
             return Ok(());
         }
         let empty = RecordBatch::new_empty(self.schema.clone());
-        let live: Vec<&RecordBatch> = self.heads.iter().map(|h| h.as_ref().map_or(&empty, |h| &h.batch)).chain(used_up.iter()).collect();
-        let merged = arrow::compute::kernels::interleave::interleave_record_batch(&live, picks).map_err(|e| DiskOsError::Decode { context: "merging".into(), message: e.to_string() })?;
+        let live: Vec<&RecordBatch> = self
+            .heads
+            .iter()
+            .map(|h| h.as_ref().map_or(&empty, |h| &h.batch))
+            .chain(used_up.iter())
+            .collect();
+        let merged = arrow::compute::kernels::interleave::interleave_record_batch(&live, picks)
+            .map_err(|e| DiskOsError::Decode {
+                context: "merging".into(),
+                message: e.to_string(),
+            })?;
         picks.clear();
         out.emit(0, merged);
         Ok(())
@@ -143,13 +191,33 @@ impl Disklet for Merge {
             return Ok(());
         }
         if self.heads[i].is_some() {
-            return Err(DiskOsError::InvalidJob(format!("merge got a buffer of input {i} before it used up the last one")));
+            return Err(DiskOsError::InvalidJob(format!(
+                "merge got a buffer of input {i} before it used up the last one"
+            )));
         }
         let arrays = evaluate_all(&self.keys, input.batch)?;
-        let keys = self.converter.convert_columns(&arrays).map_err(|e| DiskOsError::Decode { context: "merge keys".into(), message: e.to_string() })?;
-        self.heads[i] = Some(Head { batch: input.batch.clone(), keys, next: 0 });
+        let keys = self
+            .converter
+            .convert_columns(&arrays)
+            .map_err(|e| DiskOsError::Decode {
+                context: "merge keys".into(),
+                message: e.to_string(),
+            })?;
+        self.heads[i] = Some(Head {
+            batch: input.batch.clone(),
+            keys,
+            next: 0,
+        });
         if self.scratch_bytes() > self.scratch_granted {
-            return Err(DiskOsError::ScratchExceeded { disklet: "merge", granted_bytes: self.scratch_granted, detail: format!("{} inputs' current buffers take {} bytes", self.heads.len(), self.scratch_bytes()) });
+            return Err(DiskOsError::ScratchExceeded {
+                disklet: "merge",
+                granted_bytes: self.scratch_granted,
+                detail: format!(
+                    "{} inputs' current buffers take {} bytes",
+                    self.heads.len(),
+                    self.scratch_bytes()
+                ),
+            });
         }
         self.drain(out)
     }
@@ -162,7 +230,11 @@ impl Disklet for Merge {
         self.drain(out)
     }
     fn scratch_bytes(&self) -> u64 {
-        self.heads.iter().flatten().map(|h| batch_bytes(&h.batch) + h.keys.size() as u64).sum()
+        self.heads
+            .iter()
+            .flatten()
+            .map(|h| batch_bytes(&h.batch) + h.keys.size() as u64)
+            .sum()
     }
 }
 
@@ -175,20 +247,33 @@ mod tests {
     use datafusion_proto::bytes::Serializeable;
 
     fn batch(schema: &SchemaRef, values: &[i64]) -> RecordBatch {
-        RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(values.to_vec()))]).unwrap()
+        RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from(values.to_vec()))],
+        )
+        .unwrap()
     }
 
     fn values(out: &mut Emitter) -> Vec<i64> {
-        out.take_outputs().remove(0).iter().flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec()).collect()
+        out.take_outputs()
+            .remove(0)
+            .iter()
+            .flat_map(|b| b.column(0).as_primitive::<Int64Type>().values().to_vec())
+            .collect()
     }
 
     /// Feeds buffers in the order the disklet asks for them, as DiskOS does.
     fn run(inputs: Vec<Vec<Vec<i64>>>) -> Vec<i64> {
         let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, true)]));
-        let key = SortKey { expr: adisk_core::protocol::ExprBytes(col("x").to_bytes().unwrap().to_vec()), descending: false, nulls_first: false };
+        let key = SortKey {
+            expr: adisk_core::protocol::ExprBytes(col("x").to_bytes().unwrap().to_vec()),
+            descending: false,
+            nulls_first: false,
+        };
         let schemas = vec![schema.clone(); inputs.len()];
         let mut m = Merge::new(&[key], &schemas, 1 << 20, &ExprPlanner::default()).unwrap();
-        let mut queues: Vec<std::collections::VecDeque<Vec<i64>>> = inputs.into_iter().map(Into::into).collect();
+        let mut queues: Vec<std::collections::VecDeque<Vec<i64>>> =
+            inputs.into_iter().map(Into::into).collect();
         let mut out = Emitter::new(1);
         let mut merged = Vec::new();
         loop {
@@ -200,7 +285,16 @@ mod tests {
                 },
             };
             match queues[i].pop_front() {
-                Some(v) => m.process(&InputBuffer { batch: &batch(&schema, &v), position: 0, input: i }, &mut out).unwrap(),
+                Some(v) => m
+                    .process(
+                        &InputBuffer {
+                            batch: &batch(&schema, &v),
+                            position: 0,
+                            input: i,
+                        },
+                        &mut out,
+                    )
+                    .unwrap(),
                 None => m.input_ended(i, &mut out).unwrap(),
             }
             merged.extend(values(&mut out));
@@ -212,7 +306,12 @@ mod tests {
 
     #[test]
     fn merges_sorted_inputs_against_a_plain_sort() {
-        let inputs = vec![vec![vec![1, 4, 9], vec![10, 12]], vec![vec![2, 3], vec![3, 11, 20]], vec![], vec![vec![0], vec![5, 6, 7, 8]]];
+        let inputs = vec![
+            vec![vec![1, 4, 9], vec![10, 12]],
+            vec![vec![2, 3], vec![3, 11, 20]],
+            vec![],
+            vec![vec![0], vec![5, 6, 7, 8]],
+        ];
         let mut expected: Vec<i64> = inputs.iter().flatten().flatten().copied().collect();
         expected.sort();
         assert_eq!(run(inputs), expected);
@@ -222,7 +321,10 @@ mod tests {
     fn one_input_and_long_runs() {
         let long: Vec<i64> = (0..20_000).map(|i| i * 2).collect();
         let other: Vec<i64> = (0..20_000).map(|i| i * 2 + 1).collect();
-        let merged = run(vec![vec![long[..10_000].to_vec(), long[10_000..].to_vec()], vec![other.clone()]]);
+        let merged = run(vec![
+            vec![long[..10_000].to_vec(), long[10_000..].to_vec()],
+            vec![other.clone()],
+        ]);
         assert_eq!(merged, (0..40_000).collect::<Vec<i64>>());
         assert_eq!(run(vec![vec![vec![3, 5]]]), vec![3, 5]);
     }

@@ -20,37 +20,99 @@ use std::sync::Arc;
 ///
 /// # Errors
 /// Parameters that do not plan over the inputs, or as many inputs as the disklet takes.
-pub fn build(spec: &DiskletSpec, inputs: &[SchemaRef], scratch_bytes: u64, planner: &ExprPlanner, spill: Option<&fragment::Spill>) -> Result<Box<dyn Disklet>> {
+pub fn build(
+    spec: &DiskletSpec,
+    inputs: &[SchemaRef],
+    scratch_bytes: u64,
+    planner: &ExprPlanner,
+    spill: Option<&fragment::Spill>,
+) -> Result<Box<dyn Disklet>> {
     let one = || match inputs {
         [input] => Ok(input),
-        _ => Err(DiskOsError::InvalidJob(format!("`{}` takes one input, got {}", spec.name(), inputs.len()))),
+        _ => Err(DiskOsError::InvalidJob(format!(
+            "`{}` takes one input, got {}",
+            spec.name(),
+            inputs.len()
+        ))),
     };
     Ok(match spec {
-        DiskletSpec::Select { predicate, projection, limit } => Box::new(select::Select::new(predicate.as_ref(), projection, *limit, one()?, planner)?),
-        DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(keys, filter.clone(), one()?, scratch_bytes, planner)?),
-        DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(keys, *partitions, one()?, planner)?),
-        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(*kind, &plan.0, inputs, scratch_bytes, spill)?),
-        DiskletSpec::Merge { keys } => Box::new(merge::Merge::new(keys, inputs, scratch_bytes, planner)?),
-        DiskletSpec::HashJoin { build_keys, probe_keys } => Box::new(hash_join::HashJoin::new(build_keys, probe_keys, inputs, scratch_bytes, planner)?),
-        DiskletSpec::Wasm { name, .. } => return Err(DiskOsError::InvalidJob(format!("user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"))),
+        DiskletSpec::Select {
+            predicate,
+            projection,
+            limit,
+        } => Box::new(select::Select::new(
+            predicate.as_ref(),
+            projection,
+            *limit,
+            one()?,
+            planner,
+        )?),
+        DiskletSpec::BloomProbe { keys, filter } => Box::new(bloom_probe::BloomProbe::new(
+            keys,
+            filter.clone(),
+            one()?,
+            scratch_bytes,
+            planner,
+        )?),
+        DiskletSpec::Partition { keys, partitions } => Box::new(partition::Partition::new(
+            keys,
+            *partitions,
+            one()?,
+            planner,
+        )?),
+        DiskletSpec::Fragment { kind, plan } => Box::new(fragment::Fragment::new(
+            *kind,
+            &plan.0,
+            inputs,
+            scratch_bytes,
+            spill,
+        )?),
+        DiskletSpec::Merge { keys } => {
+            Box::new(merge::Merge::new(keys, inputs, scratch_bytes, planner)?)
+        }
+        DiskletSpec::HashJoin {
+            build_keys,
+            probe_keys,
+        } => Box::new(hash_join::HashJoin::new(
+            build_keys,
+            probe_keys,
+            inputs,
+            scratch_bytes,
+            planner,
+        )?),
+        DiskletSpec::Wasm { name, .. } => {
+            return Err(DiskOsError::InvalidJob(format!(
+                "user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"
+            )));
+        }
     })
 }
 
 /// Evaluates expressions into arrays of the batch's length.
-pub(crate) fn evaluate_all(exprs: &[Arc<dyn PhysicalExpr>], batch: &RecordBatch) -> Result<Vec<ArrayRef>> {
+pub(crate) fn evaluate_all(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> Result<Vec<ArrayRef>> {
     exprs
         .iter()
         .map(|e| {
             e.evaluate(batch)
                 .and_then(|v| v.into_array(batch.num_rows()))
-                .map_err(|source| DiskOsError::DataFusion { context: format!("evaluating `{e}`"), source })
+                .map_err(|source| DiskOsError::DataFusion {
+                    context: format!("evaluating `{e}`"),
+                    source,
+                })
         })
         .collect()
 }
 
 /// Bytes of a batch's rows (slice-aware).
 pub fn batch_bytes(batch: &RecordBatch) -> u64 {
-    batch.columns().iter().map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64).sum()
+    batch
+        .columns()
+        .iter()
+        .map(|c| c.to_data().get_slice_memory_size().unwrap_or(0) as u64)
+        .sum()
 }
 
 /// Copies string/binary view columns whose data buffers are mostly unreferenced (after a
@@ -61,7 +123,11 @@ pub fn compact_views(batch: RecordBatch) -> RecordBatch {
     use arrow::datatypes::DataType;
     fn wasteful(buffers: &[arrow::buffer::Buffer], views: &[u128]) -> bool {
         let held: usize = buffers.iter().map(|b| b.len()).sum();
-        let used: usize = views.iter().map(|v| *v as u32 as usize).filter(|l| *l > 12).sum();
+        let used: usize = views
+            .iter()
+            .map(|v| *v as u32 as usize)
+            .filter(|l| *l > 12)
+            .sum();
         held > 2 * used + 8192
     }
     let mut changed = false;

@@ -24,15 +24,32 @@ pub struct Partition {
 
 impl Partition {
     /// Plans the key expressions.
-    pub fn new(keys: &[ExprBytes], partitions: u32, input: &SchemaRef, planner: &ExprPlanner) -> Result<Self> {
+    pub fn new(
+        keys: &[ExprBytes],
+        partitions: u32,
+        input: &SchemaRef,
+        planner: &ExprPlanner,
+    ) -> Result<Self> {
         if partitions == 0 || partitions > MAX_PARTITIONS {
-            return Err(DiskOsError::InvalidJob(format!("partition count {partitions} outside 1..={MAX_PARTITIONS}")));
+            return Err(DiskOsError::InvalidJob(format!(
+                "partition count {partitions} outside 1..={MAX_PARTITIONS}"
+            )));
         }
         if keys.is_empty() {
-            return Err(DiskOsError::InvalidJob("partition needs at least one key".into()));
+            return Err(DiskOsError::InvalidJob(
+                "partition needs at least one key".into(),
+            ));
         }
-        let keys = keys.iter().map(|k| planner.physical(k, input)).collect::<Result<_>>()?;
-        Ok(Partition { keys, partitions, schema: input.clone(), indices: (0..partitions).map(|_| Vec::new()).collect() })
+        let keys = keys
+            .iter()
+            .map(|k| planner.physical(k, input))
+            .collect::<Result<_>>()?;
+        Ok(Partition {
+            keys,
+            partitions,
+            schema: input.clone(),
+            indices: (0..partitions).map(|_| Vec::new()).collect(),
+        })
     }
 }
 
@@ -49,7 +66,8 @@ impl Disklet for Partition {
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
         let batch = input.batch;
         let keys = evaluate_all(&self.keys, batch)?;
-        let hashes = hash_columns(&keys, batch.num_rows()).map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
+        let hashes = hash_columns(&keys, batch.num_rows())
+            .map_err(|e| DiskOsError::InvalidJob(e.to_string()))?;
         for idx in &mut self.indices {
             idx.clear();
         }
@@ -60,8 +78,12 @@ impl Disklet for Partition {
             if idx.is_empty() {
                 continue;
             }
-            let taken = take_record_batch(batch, &UInt32Array::from(idx.clone()))
-                .map_err(|e| DiskOsError::Decode { context: "partitioning".into(), message: e.to_string() })?;
+            let taken = take_record_batch(batch, &UInt32Array::from(idx.clone())).map_err(|e| {
+                DiskOsError::Decode {
+                    context: "partitioning".into(),
+                    message: e.to_string(),
+                }
+            })?;
             out.emit(port, taken);
         }
         Ok(())

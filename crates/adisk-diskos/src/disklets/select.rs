@@ -48,17 +48,33 @@ pub struct Select {
 
 impl Select {
     /// Plans the predicate and projection over `input`.
-    pub fn new(predicate: Option<&ExprBytes>, projection: &[NamedExpr], limit: Option<u64>, input: &SchemaRef, planner: &ExprPlanner) -> Result<Self> {
+    pub fn new(
+        predicate: Option<&ExprBytes>,
+        projection: &[NamedExpr],
+        limit: Option<u64>,
+        input: &SchemaRef,
+        planner: &ExprPlanner,
+    ) -> Result<Self> {
         let predicate = predicate.map(|p| planner.physical(p, input)).transpose()?;
         if let Some(p) = &predicate {
             let t = p.data_type(input).map_err(df_err("typing the predicate"))?;
             if t != DataType::Boolean {
-                return Err(DiskOsError::InvalidJob(format!("predicate `{p}` is {t}, not boolean")));
+                return Err(DiskOsError::InvalidJob(format!(
+                    "predicate `{p}` is {t}, not boolean"
+                )));
             }
         }
         let conjuncts = match &predicate {
             None => vec![],
-            Some(p) => datafusion::physical_expr::split_conjunction(p).into_iter().map(|e| Conjunct { expr: e.clone(), rows_in: 0, rows_out: 0, nanos: 0 }).collect(),
+            Some(p) => datafusion::physical_expr::split_conjunction(p)
+                .into_iter()
+                .map(|e| Conjunct {
+                    expr: e.clone(),
+                    rows_in: 0,
+                    rows_out: 0,
+                    nanos: 0,
+                })
+                .collect(),
         };
         let (projection, schema) = if projection.is_empty() {
             (None, input.clone())
@@ -67,14 +83,23 @@ impl Select {
             let mut fields = Vec::with_capacity(projection.len());
             for ne in projection {
                 let e = planner.physical(&ne.expr, input)?;
-                let t = e.data_type(input).map_err(df_err(format!("typing `{}`", ne.name)))?;
+                let t = e
+                    .data_type(input)
+                    .map_err(df_err(format!("typing `{}`", ne.name)))?;
                 let nullable = e.nullable(input).unwrap_or(true);
                 fields.push(Field::new(&ne.name, t, nullable));
                 exprs.push(e);
             }
             (Some(exprs), Arc::new(Schema::new(fields)))
         };
-        Ok(Select { conjuncts, buffers: 0, projection, schema, limit, emitted: 0 })
+        Ok(Select {
+            conjuncts,
+            buffers: 0,
+            projection,
+            schema,
+            limit,
+            emitted: 0,
+        })
     }
 }
 
@@ -102,7 +127,11 @@ impl Disklet for Select {
             c.rows_in += filtered.num_rows() as u64;
             c.rows_out += kept as u64;
             if kept < filtered.num_rows() || mask.null_count() > 0 {
-                filtered = filter_record_batch(&filtered, mask).map_err(|e| DiskOsError::Decode { context: "filtering".into(), message: e.to_string() })?;
+                filtered =
+                    filter_record_batch(&filtered, mask).map_err(|e| DiskOsError::Decode {
+                        context: "filtering".into(),
+                        message: e.to_string(),
+                    })?;
             }
             c.nanos += t0.elapsed().as_nanos() as u64;
         }
@@ -114,7 +143,12 @@ impl Disklet for Select {
             None => filtered,
             Some(exprs) => {
                 let cols = evaluate_all(exprs, &filtered)?;
-                RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| DiskOsError::Decode { context: "projecting".into(), message: e.to_string() })?
+                RecordBatch::try_new(self.schema.clone(), cols).map_err(|e| {
+                    DiskOsError::Decode {
+                        context: "projecting".into(),
+                        message: e.to_string(),
+                    }
+                })?
             }
         };
         if let Some(limit) = self.limit {
@@ -144,25 +178,65 @@ mod tests {
     /// predicate whatever the order.
     #[test]
     fn adaptive_conjunct_order_keeps_the_same_rows() {
-        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, true), Field::new("b", DataType::Int64, false)]));
+        let schema: SchemaRef = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, false),
+        ]));
         // `a` is NULL on every 7th row: NULL fails the predicate like false.
-        let predicate = col("a").gt(lit(10i64)).and(col("b").lt_eq(lit(3i64))).and(col("a").not_eq(lit(500i64)));
+        let predicate = col("a")
+            .gt(lit(10i64))
+            .and(col("b").lt_eq(lit(3i64)))
+            .and(col("a").not_eq(lit(500i64)));
         let bytes = ExprBytes(predicate.to_bytes().unwrap().to_vec());
-        let mut select = Select::new(Some(&bytes), &[], None, &schema, &ExprPlanner::default()).unwrap();
-        let first: Vec<String> = select.conjuncts.iter().map(|c| c.expr.to_string()).collect();
+        let mut select =
+            Select::new(Some(&bytes), &[], None, &schema, &ExprPlanner::default()).unwrap();
+        let first: Vec<String> = select
+            .conjuncts
+            .iter()
+            .map(|c| c.expr.to_string())
+            .collect();
         let (mut kept, mut expected) = (0usize, 0usize);
         for buffer in 0..(3 * REORDER_EVERY as i64) {
-            let a: Int64Array = (0..1000).map(|i| if i % 7 == 0 { None } else { Some(buffer * 1000 + i) }).collect();
+            let a: Int64Array = (0..1000)
+                .map(|i| {
+                    if i % 7 == 0 {
+                        None
+                    } else {
+                        Some(buffer * 1000 + i)
+                    }
+                })
+                .collect();
             let b: Int64Array = (0..1000).map(|i| (i * 31 + buffer) % 100).collect();
-            expected += a.iter().zip(b.iter()).filter(|(a, b)| matches!(a, Some(a) if *a > 10 && *a != 500) && b.unwrap() <= 3).count();
-            let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b)]).unwrap();
+            expected += a
+                .iter()
+                .zip(b.iter())
+                .filter(|(a, b)| matches!(a, Some(a) if *a > 10 && *a != 500) && b.unwrap() <= 3)
+                .count();
+            let batch =
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(a), Arc::new(b)]).unwrap();
             let mut out = Emitter::new(1);
-            select.process(&InputBuffer { batch: &batch, position: 0, input: 0 }, &mut out).unwrap();
-            kept += out.take_outputs()[0].iter().map(|b| b.num_rows()).sum::<usize>();
+            select
+                .process(
+                    &InputBuffer {
+                        batch: &batch,
+                        position: 0,
+                        input: 0,
+                    },
+                    &mut out,
+                )
+                .unwrap();
+            kept += out.take_outputs()[0]
+                .iter()
+                .map(|b| b.num_rows())
+                .sum::<usize>();
         }
         assert_eq!(kept, expected);
         // `b <= 3` drops 96 % of the rows and now runs first.
-        let now: Vec<String> = select.conjuncts.iter().map(|c| c.expr.to_string()).collect();
+        let now: Vec<String> = select
+            .conjuncts
+            .iter()
+            .map(|c| c.expr.to_string())
+            .collect();
         assert_ne!(now, first);
         assert!(now[0].contains("b@1"), "{now:?}");
     }

@@ -44,15 +44,36 @@ impl CostModel {
         // Per-core processing rate measured by `adisk bench scan` on this class of machine
         // (select over lineitem: ~1.8 GB/s); disks and host run the same code.
         let cpu = 1.5e9;
-        let read = cfg.disks.iter().map(|d| if d.read_mbps > 0 { d.read_mbps as f64 * 1e6 / 8.0 } else { 2.0e9 }).fold(f64::MAX, f64::min);
-        let link = if cfg.cluster.host_link_mbps > 0 { cfg.cluster.host_link_mbps as f64 * 1e6 / 8.0 } else { 4.0e9 };
-        let buffers: u64 = cfg.disks.iter().map(|d| 4 * (d.buffers_per_stream as u64 + 2) * d.buffer_kib * 1024).max().unwrap_or(0);
+        let read = cfg
+            .disks
+            .iter()
+            .map(|d| {
+                if d.read_mbps > 0 {
+                    d.read_mbps as f64 * 1e6 / 8.0
+                } else {
+                    2.0e9
+                }
+            })
+            .fold(f64::MAX, f64::min);
+        let link = if cfg.cluster.host_link_mbps > 0 {
+            cfg.cluster.host_link_mbps as f64 * 1e6 / 8.0
+        } else {
+            4.0e9
+        };
+        let buffers: u64 = cfg
+            .disks
+            .iter()
+            .map(|d| 4 * (d.buffers_per_stream as u64 + 2) * d.buffer_kib * 1024)
+            .max()
+            .unwrap_or(0);
         CostModel {
             disks,
             disk_read: read,
             disk_cpu: cpu,
             link,
-            host_cores: std::thread::available_parallelism().map(|n| n.get() as f64).unwrap_or(1.0),
+            host_cores: std::thread::available_parallelism()
+                .map(|n| n.get() as f64)
+                .unwrap_or(1.0),
             host_cpu: cpu,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: min_memory.saturating_sub(buffers),
@@ -63,9 +84,12 @@ impl CostModel {
     pub fn scan_time(&self, bytes: f64, s: f64, at_disks: bool) -> f64 {
         let read = bytes / (self.disks * self.disk_read);
         if at_disks {
-            read.max(bytes / (self.disks * self.disk_cpu)).max(s * bytes / self.link).max(s * bytes / (self.host_cores * self.host_cpu))
+            read.max(bytes / (self.disks * self.disk_cpu))
+                .max(s * bytes / self.link)
+                .max(s * bytes / (self.host_cores * self.host_cpu))
         } else {
-            read.max(bytes / self.link).max(bytes / (self.host_cores * self.host_cpu))
+            read.max(bytes / self.link)
+                .max(bytes / (self.host_cores * self.host_cpu))
         }
     }
 
@@ -81,7 +105,12 @@ impl CostModel {
     /// Whether a Bloom semi-join pays: the probe side is not tiny (over 1 000 rows: filtering it cascades through later joins) and much
     /// larger than the build side (4×), whose keys fit the filter at a useful false-positive
     /// rate (8 bits per key, ~2 %). An unknown build side is given the benefit of the doubt.
-    pub fn push_bloom(&self, build_rows: Option<usize>, probe_rows: Option<usize>, filter_bytes: usize) -> bool {
+    pub fn push_bloom(
+        &self,
+        build_rows: Option<usize>,
+        probe_rows: Option<usize>,
+        filter_bytes: usize,
+    ) -> bool {
         match (build_rows, probe_rows) {
             (Some(b), Some(p)) => {
                 let keys_at_8_bits = filter_bytes;

@@ -493,10 +493,14 @@ struct Run {
 impl DisksExec {
     /// Which disk reads which partitions, per scan of the stages.
     pub fn scan_reads(&self) -> Vec<String> {
-        self.stages.iter().flat_map(|s| &s.inputs).filter_map(|i| match i {
-            Input::Scan(scan) => scan.describe_reads(),
-            Input::Pipe(_) => None,
-        }).collect()
+        self.stages
+            .iter()
+            .flat_map(|s| &s.inputs)
+            .filter_map(|i| match i {
+                Input::Scan(scan) => scan.describe_reads(),
+                Input::Pipe(_) => None,
+            })
+            .collect()
     }
 
     /// Number of stages.
@@ -609,7 +613,10 @@ impl DisksExec {
                 Input::Scan(scan) => {
                     let (source, chain) = scan.disk_stages()?;
                     // Replicas: this disk reads only the partitions assigned to it.
-                    inputs.push(super::scan::reading_source(source, scan.partitions_at(stage.disks[p])));
+                    inputs.push(super::scan::reading_source(
+                        source,
+                        scan.partitions_at(stage.disks[p]),
+                    ));
                     let mut from = input;
                     for disklet in chain {
                         stages.push(JobStage {

@@ -20,17 +20,28 @@ use std::ops::ControlFlow;
 /// [`LimitExceeded`] naming the limit.
 pub fn check(sql: &str) -> Result<(), LimitExceeded> {
     if sql.len() > MAX_SQL_BYTES {
-        return Err(LimitExceeded { limit: "MAX_SQL_BYTES", what: "the SQL text's length in bytes".into(), max: MAX_SQL_BYTES, found: sql.len(), at_least: false });
+        return Err(LimitExceeded {
+            limit: "MAX_SQL_BYTES",
+            what: "the SQL text's length in bytes".into(),
+            max: MAX_SQL_BYTES,
+            found: sql.len(),
+            at_least: false,
+        });
     }
-    let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else { return Ok(()) };
+    let Ok(statements) = DFParser::parse_sql_with_dialect(sql, &GenericDialect {}) else {
+        return Ok(());
+    };
     for statement in statements {
         let mut roots = Vec::new();
         collect_roots(statement, &mut roots);
         // Every root is measured (and a deep one taken apart) even after the first refusal.
-        let results: Vec<_> = roots.into_iter().map(|root| match root {
-            Root::Statement(mut s) => check_node(s.as_mut(), "an expression in the SQL text"),
-            Root::Query(mut q) => check_node(q.as_mut(), "an expression in the SQL text"),
-        }).collect();
+        let results: Vec<_> = roots
+            .into_iter()
+            .map(|root| match root {
+                Root::Statement(mut s) => check_node(s.as_mut(), "an expression in the SQL text"),
+                Root::Query(mut q) => check_node(q.as_mut(), "an expression in the SQL text"),
+            })
+            .collect();
         results.into_iter().collect::<Result<Vec<()>, _>>()?;
     }
     Ok(())
@@ -48,7 +59,13 @@ pub fn check_node<T: Visit + VisitMut>(node: &mut T, what: &str) -> Result<(), L
         return Ok(());
     }
     dismantle(node);
-    Err(LimitExceeded { limit: "MAX_SQL_EXPR_DEPTH", what: format!("the depth of {what}"), max: MAX_SQL_EXPR_DEPTH, found: depth.deepest, at_least: true })
+    Err(LimitExceeded {
+        limit: "MAX_SQL_EXPR_DEPTH",
+        what: format!("the depth of {what}"),
+        max: MAX_SQL_EXPR_DEPTH,
+        found: depth.deepest,
+        at_least: true,
+    })
 }
 
 /// The sqlparser statements inside a DataFusion statement (`EXPLAIN` unwrapped in a loop).
@@ -90,7 +107,11 @@ impl Visitor for Depth {
     fn pre_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
         self.current += 1;
         self.deepest = self.deepest.max(self.current);
-        if self.current > MAX_SQL_EXPR_DEPTH { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+        if self.current > MAX_SQL_EXPR_DEPTH {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
     }
     fn post_visit_expr(&mut self, _: &Expr) -> ControlFlow<()> {
         self.current -= 1;
@@ -114,7 +135,8 @@ impl VisitorMut for Slicer {
     fn pre_visit_expr(&mut self, expr: &mut Expr) -> ControlFlow<()> {
         self.current += 1;
         if self.current >= SLICE_DEPTH {
-            self.pieces.push(std::mem::replace(expr, Expr::Value(Value::Null.into())));
+            self.pieces
+                .push(std::mem::replace(expr, Expr::Value(Value::Null.into())));
         }
         ControlFlow::Continue(())
     }
@@ -144,11 +166,21 @@ mod tests {
     fn measures_sql_depth_without_overflowing() {
         let chain = |n: usize| vec!["x"; n].join(" + ");
         assert!(check(&format!("select {} from t", chain(100))).is_ok());
-        assert!(check(&format!("explain select * from t where {} > 0", chain(MAX_SQL_EXPR_DEPTH - 1))).is_ok());
+        assert!(
+            check(&format!(
+                "explain select * from t where {} > 0",
+                chain(MAX_SQL_EXPR_DEPTH - 1)
+            ))
+            .is_ok()
+        );
         // 200 000 terms: measured only up to the limit, then taken apart in slices.
         let e = check(&format!("select * from t where {} > 0", chain(200_000))).unwrap_err();
         assert_eq!(e.limit, "MAX_SQL_EXPR_DEPTH");
-        let e = check(&format!("explain select * from t where {} > 0", chain(MAX_SQL_EXPR_DEPTH + 1))).unwrap_err();
+        let e = check(&format!(
+            "explain select * from t where {} > 0",
+            chain(MAX_SQL_EXPR_DEPTH + 1)
+        ))
+        .unwrap_err();
         assert_eq!(e.limit, "MAX_SQL_EXPR_DEPTH");
         // Deep nesting inside a subquery counts as well.
         assert!(check(&format!("select (select {} from u) from t", chain(300))).is_err());

@@ -55,7 +55,15 @@ pub enum Offload {
 
 impl Offload {
     /// All levels, in order.
-    pub const ALL: [Offload; 7] = [Offload::None, Offload::Project, Offload::Select, Offload::Aggregate, Offload::Semijoin, Offload::Disks, Offload::Auto];
+    pub const ALL: [Offload; 7] = [
+        Offload::None,
+        Offload::Project,
+        Offload::Select,
+        Offload::Aggregate,
+        Offload::Semijoin,
+        Offload::Disks,
+        Offload::Auto,
+    ];
 }
 
 impl std::fmt::Display for Offload {
@@ -95,7 +103,12 @@ impl TokenBucket {
     /// A bucket of `mbps` megabits per second.
     pub fn new(mbps: u64) -> Self {
         let bytes_per_sec = mbps as f64 * 1e6 / 8.0;
-        TokenBucket { bytes_per_sec, state: tokio::sync::Mutex::new((0.0, Instant::now())), burst: (bytes_per_sec / 20.0).max(64.0 * 1024.0), busy_ns: Default::default() }
+        TokenBucket {
+            bytes_per_sec,
+            state: tokio::sync::Mutex::new((0.0, Instant::now())),
+            burst: (bytes_per_sec / 20.0).max(64.0 * 1024.0),
+            busy_ns: Default::default(),
+        }
     }
     /// Rate in bytes per second.
     pub fn bytes_per_sec(&self) -> f64 {
@@ -110,7 +123,8 @@ impl TokenBucket {
         s.1 = now;
         s.0 -= bytes as f64;
         let cost = Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
-        self.busy_ns.fetch_add(cost.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+        self.busy_ns
+            .fetch_add(cost.as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
         if s.0 < 0.0 {
             let wait = Duration::from_secs_f64(-s.0 / self.bytes_per_sec);
             tokio::time::sleep(wait).await;
@@ -194,11 +208,16 @@ pub struct QueryMetrics {
 
 impl QueryMetrics {
     fn started(&self) {
-        self.pending.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.pending
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
     fn record(&self, r: ScanReport) {
         self.scans.lock().expect("metrics lock").push(r);
-        let before = self.pending.fetch_update(std::sync::atomic::Ordering::SeqCst, std::sync::atomic::Ordering::SeqCst, |p| Some(p.saturating_sub(1)));
+        let before = self.pending.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |p| Some(p.saturating_sub(1)),
+        );
         if before.unwrap_or(0) <= 1 {
             self.settled.notify_waiters();
         }
@@ -275,7 +294,15 @@ pub const SQL_BUFFER_KIB: u64 = 1024;
 
 impl Default for SqlOptions {
     fn default() -> Self {
-        SqlOptions { offload: Offload::Auto, bloom_kib: 1024, scratch_kib: 0, temp_kib: 0, host_threads: 0, buffer_kib: SQL_BUFFER_KIB, program: None }
+        SqlOptions {
+            offload: Offload::Auto,
+            bloom_kib: 1024,
+            scratch_kib: 0,
+            temp_kib: 0,
+            host_threads: 0,
+            buffer_kib: SQL_BUFFER_KIB,
+            program: None,
+        }
     }
 }
 
@@ -285,12 +312,30 @@ impl Default for SqlOptions {
 /// disk cannot receive them mid-query).
 fn disks_config(config: &mut SessionConfig, disks: u32) {
     config.options_mut().execution.target_partitions = disks.max(1) as usize;
-    config.options_mut().optimizer.hash_join_single_partition_threshold = BROADCAST_BYTES;
-    config.options_mut().optimizer.hash_join_single_partition_threshold_rows = BROADCAST_ROWS;
-    config.options_mut().optimizer.enable_dynamic_filter_pushdown = false;
-    config.options_mut().optimizer.enable_join_dynamic_filter_pushdown = false;
-    config.options_mut().optimizer.enable_topk_dynamic_filter_pushdown = false;
-    config.options_mut().optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    config
+        .options_mut()
+        .optimizer
+        .hash_join_single_partition_threshold = BROADCAST_BYTES;
+    config
+        .options_mut()
+        .optimizer
+        .hash_join_single_partition_threshold_rows = BROADCAST_ROWS;
+    config
+        .options_mut()
+        .optimizer
+        .enable_dynamic_filter_pushdown = false;
+    config
+        .options_mut()
+        .optimizer
+        .enable_join_dynamic_filter_pushdown = false;
+    config
+        .options_mut()
+        .optimizer
+        .enable_topk_dynamic_filter_pushdown = false;
+    config
+        .options_mut()
+        .optimizer
+        .enable_aggregate_dynamic_filter_pushdown = false;
 }
 
 /// Largest build side the `disks` level broadcasts to every disk of the probe side, bytes and
@@ -328,10 +373,18 @@ struct Sessions {
 
 /// The table and partition of a disk's `corrupt partition …/tables/<table>/[g-<load>/]part-NNNNN.parquet: …`.
 fn corrupt_partition(message: &str) -> Option<(String, u32)> {
-    let path = message.split("corrupt partition ").nth(1)?.split(": ").next()?;
+    let path = message
+        .split("corrupt partition ")
+        .nth(1)?
+        .split(": ")
+        .next()?;
     let mut parts = path.rsplit('/');
     let file = parts.next()?;
-    let partition = file.strip_prefix("part-")?.strip_suffix(".parquet")?.parse().ok()?;
+    let partition = file
+        .strip_prefix("part-")?
+        .strip_suffix(".parquet")?
+        .parse()
+        .ok()?;
     let table = parts.find(|p| !p.starts_with(adisk_storage::staging::GENERATION_PREFIX))?;
     Some((table.to_string(), partition))
 }
@@ -343,14 +396,51 @@ fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) ->
             && let Some(h) = e.downcast_ref::<HostError>()
         {
             return match h {
-                HostError::Unreachable { disk, address, message } => HostError::Unreachable { disk: *disk, address: address.clone(), message: message.clone() },
-                HostError::Disk { disk, code, message } => HostError::Disk { disk: *disk, code: code.clone(), message: message.clone() },
-                HostError::IncompleteTable { table, disks, reason } => HostError::IncompleteTable { table: table.clone(), disks: disks.clone(), reason: reason.clone() },
-                HostError::LostPartitions { table, partitions, dead, copies } => HostError::LostPartitions { table: table.clone(), partitions: partitions.clone(), dead: dead.clone(), copies: copies.clone() },
+                HostError::Unreachable {
+                    disk,
+                    address,
+                    message,
+                } => HostError::Unreachable {
+                    disk: *disk,
+                    address: address.clone(),
+                    message: message.clone(),
+                },
+                HostError::Disk {
+                    disk,
+                    code,
+                    message,
+                } => HostError::Disk {
+                    disk: *disk,
+                    code: code.clone(),
+                    message: message.clone(),
+                },
+                HostError::IncompleteTable {
+                    table,
+                    disks,
+                    reason,
+                } => HostError::IncompleteTable {
+                    table: table.clone(),
+                    disks: disks.clone(),
+                    reason: reason.clone(),
+                },
+                HostError::LostPartitions {
+                    table,
+                    partitions,
+                    dead,
+                    copies,
+                } => HostError::LostPartitions {
+                    table: table.clone(),
+                    partitions: partitions.clone(),
+                    dead: dead.clone(),
+                    copies: copies.clone(),
+                },
                 other => HostError::Invalid(other.to_string()),
             };
         }
-        HostError::Plan { context: context.to_string(), source }
+        HostError::Plan {
+            context: context.to_string(),
+            source,
+        }
     }
 }
 
@@ -361,11 +451,20 @@ impl SqlEngine {
     /// Unreachable disks; a Bloom filter larger than what a disk can grant.
     pub async fn new(cluster: Arc<Cluster>, opts: SqlOptions) -> Result<Self> {
         let (sessions, settings, tables) = Self::build(&cluster, &opts).await?;
-        Ok(SqlEngine { cluster, opts, sessions: Mutex::new(Arc::new(sessions)), settings, tables })
+        Ok(SqlEngine {
+            cluster,
+            opts,
+            sessions: Mutex::new(Arc::new(sessions)),
+            settings,
+            tables,
+        })
     }
 
     /// The sessions over the catalog of the live disks.
-    async fn build(cluster: &Arc<Cluster>, opts: &SqlOptions) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
+    async fn build(
+        cluster: &Arc<Cluster>,
+        opts: &SqlOptions,
+    ) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
         let catalog = cluster.catalog().await?;
         let statuses = cluster.status().await;
         let dead = cluster.dead_disks();
@@ -385,34 +484,73 @@ impl SqlEngine {
                 cost.max_scratch_bytes / 1024
             )));
         }
-        if opts.buffer_kib > adisk_core::protocol::MAX_JOB_BUFFER_KIB || (opts.buffer_kib > 0 && opts.buffer_kib < 16) {
-            return Err(HostError::Invalid(format!("stream buffers of {} KiB: allowed are 16 to {} KiB (0: the disks' default)", opts.buffer_kib, adisk_core::protocol::MAX_JOB_BUFFER_KIB)));
+        if opts.buffer_kib > adisk_core::protocol::MAX_JOB_BUFFER_KIB
+            || (opts.buffer_kib > 0 && opts.buffer_kib < 16)
+        {
+            return Err(HostError::Invalid(format!(
+                "stream buffers of {} KiB: allowed are 16 to {} KiB (0: the disks' default)",
+                opts.buffer_kib,
+                adisk_core::protocol::MAX_JOB_BUFFER_KIB
+            )));
         }
         if bloom_bytes < 64 {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
         let link = cluster.host_link().cloned();
-        let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog.tables.values().map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values()))).collect();
+        let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog
+            .tables
+            .values()
+            .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
+            .collect();
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
-        let settings_for = |analyze| Arc::new(SqlSettings { offload: opts.offload, bloom_bytes, scratch_kib: opts.scratch_kib, temp_kib: opts.temp_kib, buffer_kib: opts.buffer_kib, analyze, host_link: link.clone(), cost: cost.clone(), program: program.clone() });
+        let settings_for = |analyze| {
+            Arc::new(SqlSettings {
+                offload: opts.offload,
+                bloom_bytes,
+                scratch_kib: opts.scratch_kib,
+                temp_kib: opts.temp_kib,
+                buffer_kib: opts.buffer_kib,
+                analyze,
+                host_link: link.clone(),
+                cost: cost.clone(),
+                program: program.clone(),
+            })
+        };
         let settings = settings_for(false);
         let (ctx, metrics) = Self::session(cluster, &tables, settings.clone(), opts.host_threads)?;
-        let (analyze_ctx, analyze_metrics) = Self::session(cluster, &tables, settings_for(true), opts.host_threads)?;
+        let (analyze_ctx, analyze_metrics) =
+            Self::session(cluster, &tables, settings_for(true), opts.host_threads)?;
         for (name, why) in &catalog.incomplete {
-            let provider = Arc::new(scan::IncompleteTable { name: name.clone(), schema: why.schema.clone(), why: why.clone() });
+            let provider = Arc::new(scan::IncompleteTable {
+                name: name.clone(),
+                schema: why.schema.clone(),
+                why: why.clone(),
+            });
             for c in [&ctx, &analyze_ctx] {
-                c.register_table(name.as_str(), provider.clone()).map_err(plan_err("registering a table"))?;
+                c.register_table(name.as_str(), provider.clone())
+                    .map_err(plan_err("registering a table"))?;
             }
         }
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
-        Ok((Sessions { ctx, metrics, analyze_ctx, analyze_metrics }, settings, tables))
+        Ok((
+            Sessions {
+                ctx,
+                metrics,
+                analyze_ctx,
+                analyze_metrics,
+            },
+            settings,
+            tables,
+        ))
     }
 
     /// After a failed run: takes the disks that stopped answering as dead and rebuilds the
     /// sessions over the live ones. Returns the note of the rerun, or the error itself when
     /// no disk newly failed (or too many reruns happened).
     async fn failover(&self, error: HostError, reruns: &mut Vec<String>) -> Result<()> {
-        if reruns.len() >= self.cluster.disk_count() as usize || matches!(error, HostError::LostPartitions { .. }) {
+        if reruns.len() >= self.cluster.disk_count() as usize
+            || matches!(error, HostError::LostPartitions { .. })
+        {
             return Err(error);
         }
         if let Some(note) = self.avoid_corrupt_copy(&error).await {
@@ -426,7 +564,11 @@ impl SqlEngine {
         if newly.is_empty() {
             return Err(error);
         }
-        let disks = newly.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ");
+        let disks = newly
+            .iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
         tracing::warn!("query failed ({error}); rerunning without disk {disks}");
         reruns.push(format!("rerun without disk {disks} (it failed: {error})"));
         let (sessions, _, _) = Self::build(&self.cluster, &self.opts).await?;
@@ -438,18 +580,32 @@ impl SqlEngine {
     /// holds a copy of that partition, takes this copy as corrupt (it is never read again by
     /// this host) and returns the note of the rerun.
     async fn avoid_corrupt_copy(&self, error: &HostError) -> Option<String> {
-        let HostError::Disk { disk, code, message } = error else { return None };
+        let HostError::Disk {
+            disk,
+            code,
+            message,
+        } = error
+        else {
+            return None;
+        };
         let (table, partition) = corrupt_partition(message).filter(|_| code == "DataLoss")?;
         let catalog = self.cluster.catalog().await.ok()?;
         let copies = catalog.tables.get(&table)?.copies.get(&partition)?.clone();
         let dead = self.cluster.dead_disks();
         copies.iter().find(|d| **d != *disk && !dead.contains(d))?;
         self.cluster.mark_corrupt(&table, partition, *disk);
-        Some(format!("rerun without disk {disk}'s corrupt copy of {table} partition {partition} (read from disks {copies:?}; `adisk scrub` repairs it)"))
+        Some(format!(
+            "rerun without disk {disk}'s corrupt copy of {table} partition {partition} (read from disks {copies:?}; `adisk scrub` repairs it)"
+        ))
     }
 
     /// A DataFusion session with the offload rule for `settings` and every table registered.
-    fn session(cluster: &Arc<Cluster>, tables: &[(Arc<TableEntry>, Arc<Vec<Option<u64>>>)], settings: Arc<SqlSettings>, host_threads: usize) -> Result<(SessionContext, Arc<QueryMetrics>)> {
+    fn session(
+        cluster: &Arc<Cluster>,
+        tables: &[(Arc<TableEntry>, Arc<Vec<Option<u64>>>)],
+        settings: Arc<SqlSettings>,
+        host_threads: usize,
+    ) -> Result<(SessionContext, Arc<QueryMetrics>)> {
         let metrics = Arc::new(QueryMetrics::default());
         let mut config = SessionConfig::new().with_information_schema(false);
         if host_threads > 0 {
@@ -457,8 +613,14 @@ impl SqlEngine {
         }
         // Prefer joins that collect the (small) build side once: their Bloom filter is
         // complete before the probe side starts.
-        config.options_mut().optimizer.hash_join_single_partition_threshold = 64 << 20;
-        config.options_mut().optimizer.hash_join_single_partition_threshold_rows = 4 << 20;
+        config
+            .options_mut()
+            .optimizer
+            .hash_join_single_partition_threshold = 64 << 20;
+        config
+            .options_mut()
+            .optimizer
+            .hash_join_single_partition_threshold_rows = 4 << 20;
         if settings.offload == Offload::Disks {
             disks_config(&mut config, cluster.live_disks().len() as u32);
         }
@@ -466,12 +628,23 @@ impl SqlEngine {
             .with_config(config)
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
-            .with_physical_optimizer_rule(Arc::new(distribute::DistributeRule::new(settings.clone(), cluster.clone(), metrics.clone())))
+            .with_physical_optimizer_rule(Arc::new(distribute::DistributeRule::new(
+                settings.clone(),
+                cluster.clone(),
+                metrics.clone(),
+            )))
             .build();
         let ctx = SessionContext::new_with_state(state);
         for (entry, ndv) in tables {
-            let provider = scan::DiskTable { entry: entry.clone(), ndv: ndv.clone(), cluster: cluster.clone(), settings: settings.clone(), metrics: metrics.clone() };
-            ctx.register_table(entry.name.as_str(), Arc::new(provider)).map_err(plan_err("registering a table"))?;
+            let provider = scan::DiskTable {
+                entry: entry.clone(),
+                ndv: ndv.clone(),
+                cluster: cluster.clone(),
+                settings: settings.clone(),
+                metrics: metrics.clone(),
+            };
+            ctx.register_table(entry.name.as_str(), Arc::new(provider))
+                .map_err(plan_err("registering a table"))?;
         }
         Ok((ctx, metrics))
     }
@@ -493,7 +666,9 @@ impl SqlEngine {
         }
         limits::check(sql)?;
         let df = ctx.sql(sql).await.map_err(plan_err("planning the query"))?;
-        df.create_physical_plan().await.map_err(plan_err("planning the query"))
+        df.create_physical_plan()
+            .await
+            .map_err(plan_err("planning the query"))
     }
 
     /// The optimized physical plan of `sql`.
@@ -530,7 +705,11 @@ impl SqlEngine {
 
     fn session_for(&self, analyze: bool) -> (SessionContext, Arc<QueryMetrics>) {
         let s = self.sessions.lock().expect("sessions lock").clone();
-        if analyze { (s.analyze_ctx.clone(), s.analyze_metrics.clone()) } else { (s.ctx.clone(), s.metrics.clone()) }
+        if analyze {
+            (s.analyze_ctx.clone(), s.analyze_metrics.clone())
+        } else {
+            (s.ctx.clone(), s.metrics.clone())
+        }
     }
 
     /// A table as a DataFrame of this engine's session (`analyze`: the session that counts
@@ -543,7 +722,11 @@ impl SqlEngine {
         if !self.tables.iter().any(|t| t == name) {
             return Err(HostError::UnknownTable(name.to_string()));
         }
-        self.session_for(analyze).0.table(name).await.map_err(plan_err("opening a table"))
+        self.session_for(analyze)
+            .0
+            .table(name)
+            .await
+            .map_err(plan_err("opening a table"))
     }
 
     /// The optimized physical plan of a DataFrame built from [`SqlEngine::table`].
@@ -551,7 +734,9 @@ impl SqlEngine {
     /// # Errors
     /// Planning errors.
     pub async fn plan_frame(&self, df: DataFrame) -> Result<Arc<dyn ExecutionPlan>> {
-        df.create_physical_plan().await.map_err(plan_err("planning the request"))
+        df.create_physical_plan()
+            .await
+            .map_err(plan_err("planning the request"))
     }
 
     /// Runs a DataFrame built from [`SqlEngine::table`] (with the same `analyze`).
@@ -568,7 +753,12 @@ impl SqlEngine {
             // assign partitions among the live disks.
             let df = match first.take() {
                 Some(df) => df,
-                None => self.session_for(analyze).0.execute_logical_plan(logical.clone()).await.map_err(plan_err("planning the request"))?,
+                None => self
+                    .session_for(analyze)
+                    .0
+                    .execute_logical_plan(logical.clone())
+                    .await
+                    .map_err(plan_err("planning the request"))?,
             };
             let plan = self.plan_frame(df).await?;
             match self.execute(plan, analyze, started).await {
@@ -581,11 +771,18 @@ impl SqlEngine {
         }
     }
 
-    async fn execute(&self, plan: Arc<dyn ExecutionPlan>, analyze: bool, started: Instant) -> Result<QueryOutput> {
+    async fn execute(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        analyze: bool,
+        started: Instant,
+    ) -> Result<QueryOutput> {
         let (ctx, metrics) = self.session_for(analyze);
         let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         metrics.take();
-        let batches = collect(plan.clone(), ctx.task_ctx()).await.map_err(plan_err("running the query"));
+        let batches = collect(plan.clone(), ctx.task_ctx())
+            .await
+            .map_err(plan_err("running the query"));
         // Streams dropped early (LIMIT) report from a spawned task.
         metrics.settle(Duration::from_secs(2)).await;
         let scans = metrics.take();
@@ -594,7 +791,15 @@ impl SqlEngine {
             (Some(l), Some(b0)) => Some(l.busy().saturating_sub(b0)),
             _ => None,
         };
-        Ok(QueryOutput { schema: plan.schema(), batches, scans, wall: started.elapsed(), plan, link_busy, failover: vec![] })
+        Ok(QueryOutput {
+            schema: plan.schema(),
+            batches,
+            scans,
+            wall: started.elapsed(),
+            plan,
+            link_busy,
+            failover: vec![],
+        })
     }
 
     /// EXPLAIN: the plan with each operator marked disk or host, the bundles and the expected
@@ -619,8 +824,16 @@ mod tests {
     fn a_disks_data_loss_names_the_table_and_partition() {
         let m = "job q7-2 failed: corrupt partition /d/disk-3/tables/line_item/g-00ab-1f/part-00002.parquet: column chunk 3 of row group 1 (bytes 10..20) has CRC-32 1 but the manifest says 2";
         assert_eq!(corrupt_partition(m), Some(("line_item".into(), 2)));
-        assert_eq!(corrupt_partition("corrupt partition tables/t/part-00011.parquet: size 1 but the manifest says 2"), Some(("t".into(), 11)));
+        assert_eq!(
+            corrupt_partition(
+                "corrupt partition tables/t/part-00011.parquet: size 1 but the manifest says 2"
+            ),
+            Some(("t".into(), 11))
+        );
         assert_eq!(corrupt_partition("disk full"), None);
-        assert_eq!(corrupt_partition("corrupt partition /d/tables/t/notes.txt: x"), None);
+        assert_eq!(
+            corrupt_partition("corrupt partition /d/tables/t/notes.txt: x"),
+            None
+        );
     }
 }

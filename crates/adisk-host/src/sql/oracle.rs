@@ -62,7 +62,9 @@ fn printed_decimals(text: &str) -> i32 {
 fn close(got: &str, want: &str) -> bool {
     match (got.trim().parse::<f64>(), want.trim().parse::<f64>()) {
         (Ok(x), Ok(y)) => {
-            let tolerance = 0.5 * 10f64.powi(-printed_decimals(want)) + 10f64.powi(-printed_decimals(got)) + 1e-9 * x.abs().max(y.abs());
+            let tolerance = 0.5 * 10f64.powi(-printed_decimals(want))
+                + 10f64.powi(-printed_decimals(got))
+                + 1e-9 * x.abs().max(y.abs());
             (x - y).abs() <= tolerance * (1.0 + 1e-12)
         }
         _ => got.trim() == want.trim(),
@@ -193,7 +195,10 @@ mod tests {
         // An answer rounded to two places: anything that rounds to it agrees.
         assert!(close("0.049985", "0.05"));
         assert!(close("0.0549", "0.05"));
-        assert!(!close("0.0552", "0.05"), "Q1's avg_disc off by 10 % must not pass");
+        assert!(
+            !close("0.0552", "0.05"),
+            "Q1's avg_disc off by 10 % must not pass"
+        );
         assert!(!close("0.0600", "0.05"));
         assert!(close("38273.129734", "38273.13"));
         assert!(!close("38273.1400", "38273.13"));

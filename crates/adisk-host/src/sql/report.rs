@@ -24,7 +24,12 @@ fn width(dt: &arrow::datatypes::DataType) -> f64 {
 fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &mut Vec<String>) {
     let pad = "  ".repeat(depth);
     if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
-        let _ = writeln!(out, "disk  {pad}DiskScanExec: {} on {} disks", scan.table(), scan.disks.len());
+        let _ = writeln!(
+            out,
+            "disk  {pad}DiskScanExec: {} on {} disks",
+            scan.table(),
+            scan.disks.len()
+        );
         for s in scan.describe_stages() {
             let _ = writeln!(out, "disk  {pad}  ↳ {s}");
         }
@@ -32,7 +37,11 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &m
         return;
     }
     if let Some(disks) = plan.downcast_ref::<super::distribute::DisksExec>() {
-        let _ = writeln!(out, "disks {pad}DisksExec: {} stages across the disks", disks.stage_count());
+        let _ = writeln!(
+            out,
+            "disks {pad}DisksExec: {} stages across the disks",
+            disks.stage_count()
+        );
         for s in disks.describe() {
             let _ = writeln!(out, "disks {pad}  ↳ {s}");
         }
@@ -48,23 +57,46 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &m
 fn expected(scan: &DiskScanExec) -> String {
     let schema = &scan.entry.schema;
     let all: f64 = schema.fields().iter().map(|f| width(f.data_type())).sum();
-    let read: f64 = scan.plan.read.iter().filter_map(|n| schema.field_with_name(n).ok()).map(|f| width(f.data_type())).sum();
+    let read: f64 = scan
+        .plan
+        .read
+        .iter()
+        .filter_map(|n| schema.field_with_name(n).ok())
+        .map(|f| width(f.data_type()))
+        .sum();
     let cols = read / all.max(1.0);
-    let mut text = format!("{}: stored {} · columns read ≈{:.0}% of row width", scan.table(), human_bytes(scan.entry.bytes()), cols * 100.0);
+    let mut text = format!(
+        "{}: stored {} · columns read ≈{:.0}% of row width",
+        scan.table(),
+        human_bytes(scan.entry.bytes()),
+        cols * 100.0
+    );
     let mut share = cols;
     if scan.plan.predicate.is_some() {
         let sel = scan.plan.est_rows / (scan.entry.rows().max(1) as f64);
         share *= sel;
-        let _ = write!(text, " · qualification ≈{:.1}% of rows (heuristic, per conjunct)", sel * 100.0);
+        let _ = write!(
+            text,
+            " · qualification ≈{:.1}% of rows (heuristic, per conjunct)",
+            sel * 100.0
+        );
     }
     if scan.plan.bloom.is_some() {
         let _ = write!(text, " · semi-join: rows without a build-side key dropped");
     }
     if scan.plan.fragment.is_some() {
         let _ = write!(text, " · partial aggregation: one row per group per disk");
-        let _ = write!(text, " → ships ≤ {:.1}% of the scanned rows' bytes", share * 100.0);
+        let _ = write!(
+            text,
+            " → ships ≤ {:.1}% of the scanned rows' bytes",
+            share * 100.0
+        );
     } else {
-        let _ = write!(text, " → ships ≈{:.1}% of the table's row bytes", share * 100.0);
+        let _ = write!(
+            text,
+            " → ships ≈{:.1}% of the table's row bytes",
+            share * 100.0
+        );
     }
     text
 }
@@ -101,8 +133,21 @@ struct Row {
 
 impl Row {
     fn of(r: &ScanReport) -> Row {
-        let Some(s) = &r.stats else { return Row { shipped: r.bytes_received, rows_shipped: r.rows_received, wall_ns: r.wall_ns, ..Default::default() } };
-        let stage = |names: &[&str]| s.stages.iter().rev().find(|st| names.contains(&st.disklet.as_str())).map(|st| st.bytes_out);
+        let Some(s) = &r.stats else {
+            return Row {
+                shipped: r.bytes_received,
+                rows_shipped: r.rows_received,
+                wall_ns: r.wall_ns,
+                ..Default::default()
+            };
+        };
+        let stage = |names: &[&str]| {
+            s.stages
+                .iter()
+                .rev()
+                .find(|st| names.contains(&st.disklet.as_str()))
+                .map(|st| st.bytes_out)
+        };
         Row {
             read: s.bytes_read,
             skipped: s.bytes_skipped,
@@ -171,7 +216,13 @@ pub fn partition_reads(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
 /// EXPLAIN ANALYZE text of a finished query.
 pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let mut text = String::new();
-    let _ = writeln!(text, "offload level: {} · {} result rows · {:.1} ms", settings.offload, out.rows(), out.wall.as_secs_f64() * 1e3);
+    let _ = writeln!(
+        text,
+        "offload level: {} · {} result rows · {:.1} ms",
+        settings.offload,
+        out.rows(),
+        out.wall.as_secs_f64() * 1e3
+    );
     let mut by_scan: BTreeMap<usize, Vec<&ScanReport>> = BTreeMap::new();
     for r in &out.scans {
         by_scan.entry(r.scan_id).or_default().push(r);
@@ -186,7 +237,18 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         let _ = writeln!(
             text,
             "  {:<6} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>11} {:>12} {:>8} {:>8}",
-            "disk", "read", "skipped", "col. elim.", "qualified", "semi-join", "aggregated", "shipped", "rows read", "rows shipped", "cpu ms", "wall ms"
+            "disk",
+            "read",
+            "skipped",
+            "col. elim.",
+            "qualified",
+            "semi-join",
+            "aggregated",
+            "shipped",
+            "rows read",
+            "rows shipped",
+            "cpu ms",
+            "wall ms"
         );
         let mut total = Row::default();
         let mut sorted = reports.clone();
@@ -211,31 +273,57 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
                             x.4 += st.bytes_out;
                             x.5 += st.cpu_ns;
                         }
-                        None => stages.push((st.disklet.clone(), st.rows_in, st.rows_out, st.bytes_in, st.bytes_out, st.cpu_ns)),
+                        None => stages.push((
+                            st.disklet.clone(),
+                            st.rows_in,
+                            st.rows_out,
+                            st.bytes_in,
+                            st.bytes_out,
+                            st.cpu_ns,
+                        )),
                     }
                 }
             }
         }
         if !stages.is_empty() {
-            let _ = writeln!(text, "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9}", "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms");
+            let _ = writeln!(
+                text,
+                "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9}",
+                "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms"
+            );
             for (name, ri, ro, bi, bo, cpu) in &stages {
-                let _ = writeln!(text, "  {name:<14} {ri:>12} {ro:>12} {:>10} {:>10} {:>9.1}", human_bytes(*bi), human_bytes(*bo), *cpu as f64 / 1e6);
+                let _ = writeln!(
+                    text,
+                    "  {name:<14} {ri:>12} {ro:>12} {:>10} {:>10} {:>9.1}",
+                    human_bytes(*bi),
+                    human_bytes(*bo),
+                    *cpu as f64 / 1e6
+                );
             }
         }
         if let Some(bytes) = first.bloom_bytes {
             let keys = first.bloom_keys.unwrap_or(0);
-            let (rows_in, rows_out) = stages.iter().find(|s| s.0 == "bloom_probe").map(|s| (s.1, s.2)).unwrap_or((0, 0));
+            let (rows_in, rows_out) = stages
+                .iter()
+                .find(|s| s.0 == "bloom_probe")
+                .map(|s| (s.1, s.2))
+                .unwrap_or((0, 0));
             let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
             let fpr = truth.map(|t| {
                 let negatives = rows_in.saturating_sub(t);
-                if negatives == 0 { 0.0 } else { rows_out.saturating_sub(t) as f64 / negatives as f64 }
+                if negatives == 0 {
+                    0.0
+                } else {
+                    rows_out.saturating_sub(t) as f64 / negatives as f64
+                }
             });
             let _ = writeln!(
                 text,
                 "  bloom filter: {} with {keys} build keys · {rows_in} rows probed, {} dropped at the disks · false-positive rate measured {}",
                 human_bytes(bytes),
                 rows_in.saturating_sub(rows_out),
-                fpr.map(|f| format!("{:.2}%", f * 100.0)).unwrap_or_else(|| "n/a".into())
+                fpr.map(|f| format!("{:.2}%", f * 100.0))
+                    .unwrap_or_else(|| "n/a".into())
             );
         }
     }
@@ -253,7 +341,13 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         links.jobs * 2
     );
     if let Some(busy) = out.link_busy {
-        let _ = writeln!(text, "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)", busy.as_secs_f64() * 1e3, out.wall.as_secs_f64() * 1e3, 100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9));
+        let _ = writeln!(
+            text,
+            "\nhost link: busy {:.1} ms of {:.1} ms ({:.0}% utilization)",
+            busy.as_secs_f64() * 1e3,
+            out.wall.as_secs_f64() * 1e3,
+            100.0 * busy.as_secs_f64() / out.wall.as_secs_f64().max(1e-9)
+        );
     }
     let reads = partition_reads(&out.plan);
     if !reads.is_empty() {
@@ -265,8 +359,15 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     for f in &out.failover {
         let _ = writeln!(text, "\nfailover: {f}");
     }
-    let _ = writeln!(text, "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):");
-    let _ = write!(text, "{}", DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true));
+    let _ = writeln!(
+        text,
+        "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):"
+    );
+    let _ = write!(
+        text,
+        "{}",
+        DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true)
+    );
     text
 }
 
@@ -283,7 +384,10 @@ pub struct Links {
 
 /// Bytes per link and control messages of a run.
 pub fn links(out: &QueryOutput) -> Links {
-    let mut l = Links { jobs: out.scans.len() as u64, ..Default::default() };
+    let mut l = Links {
+        jobs: out.scans.len() as u64,
+        ..Default::default()
+    };
     for s in out.scans.iter().filter_map(|r| r.stats.as_ref()) {
         l.to_host += s.bytes_shipped_host;
         l.disk_to_disk += s.bytes_shipped_disks;

@@ -35,15 +35,24 @@ use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{ExecutionPlanProperties, DisplayAs, DisplayFormatType, ExecutionPlan, PhysicalExpr, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PhysicalExpr,
+    PlanProperties,
+};
 use futures::StreamExt;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 /// Replaces the children of `plan` (its properties are recomputed).
-pub(crate) fn rewire(plan: Arc<dyn ExecutionPlan>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-    plan.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
+pub(crate) fn rewire(
+    plan: Arc<dyn ExecutionPlan>,
+    children: Vec<Arc<dyn ExecutionPlan>>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    plan.replace_children(
+        children,
+        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+    )
 }
 
 /// The rule; see the module documentation.
@@ -60,19 +69,32 @@ impl OffloadRule {
 }
 
 impl PhysicalOptimizerRule for OffloadRule {
-    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _config: &ConfigOptions) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    fn optimize(
+        &self,
+        plan: Arc<dyn ExecutionPlan>,
+        _config: &ConfigOptions,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         let level = self.settings.offload;
         let aggregates = level >= Offload::Aggregate;
         // At `disks` joins run at the disks: no Bloom filters built at the host.
         let semijoins = matches!(level, Offload::Semijoin | Offload::Auto);
         plan.transform_up(|node| {
-            if aggregates && let Some(agg) = node.downcast_ref::<AggregateExec>() && let Some(pushed) = push_aggregate(agg, &node) {
+            if aggregates
+                && let Some(agg) = node.downcast_ref::<AggregateExec>()
+                && let Some(pushed) = push_aggregate(agg, &node)
+            {
                 return Ok(Transformed::yes(pushed));
             }
-            if level >= Offload::Select && let Some(sort) = node.downcast_ref::<SortExec>() && let Some(pushed) = push_sort(sort, &node) {
+            if level >= Offload::Select
+                && let Some(sort) = node.downcast_ref::<SortExec>()
+                && let Some(pushed) = push_sort(sort, &node)
+            {
                 return Ok(Transformed::yes(pushed));
             }
-            if semijoins && let Some(join) = node.downcast_ref::<HashJoinExec>() && let Some(pushed) = push_bloom(join, &node, &self.settings)? {
+            if semijoins
+                && let Some(join) = node.downcast_ref::<HashJoinExec>()
+                && let Some(pushed) = push_bloom(join, &node, &self.settings)?
+            {
                 return Ok(Transformed::yes(pushed));
             }
             Ok(Transformed::no(node))
@@ -90,10 +112,15 @@ impl PhysicalOptimizerRule for OffloadRule {
 /// Operators that only move batches between partitions or resize them.
 fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
     let a: &dyn ExecutionPlan = p.as_ref();
-    a.downcast_ref::<RepartitionExec>().is_some() || a.downcast_ref::<CooperativeExec>().is_some() || a.downcast_ref::<CoalescePartitionsExec>().is_some()
+    a.downcast_ref::<RepartitionExec>().is_some()
+        || a.downcast_ref::<CooperativeExec>().is_some()
+        || a.downcast_ref::<CoalescePartitionsExec>().is_some()
 }
 
-fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+fn push_aggregate(
+    agg: &AggregateExec,
+    node: &Arc<dyn ExecutionPlan>,
+) -> Option<Arc<dyn ExecutionPlan>> {
     if *agg.mode() != AggregateMode::Partial {
         return None;
     }
@@ -105,7 +132,8 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
             break scan;
         }
         let a: &dyn ExecutionPlan = cur.as_ref();
-        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some() {
+        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some()
+        {
             chain.push(cur.clone());
         } else if !is_plumbing(&cur) {
             return None;
@@ -124,7 +152,9 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
     if frag.schema() != node.schema() {
         return None;
     }
-    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone())
+        .ok()?
+        .to_vec();
     if !decodable(&bytes) {
         return None;
     }
@@ -137,20 +167,36 @@ fn push_aggregate(agg: &AggregateExec, node: &Arc<dyn ExecutionPlan>) -> Option<
     } else {
         let leaf_schema = scan.schema();
         let mut product = 1.0f64;
-        let mut known = chain.iter().all(|c| c.downcast_ref::<FilterExec>().is_some_and(|f| f.projection().is_none()));
+        let mut known = chain.iter().all(|c| {
+            c.downcast_ref::<FilterExec>()
+                .is_some_and(|f| f.projection().is_none())
+        });
         for (e, _) in groups {
             if !known {
                 break;
             }
-            match e.downcast_ref::<Column>().and_then(|c| leaf_schema.fields().get(c.index())).and_then(|f| scan.distinct(f.name())) {
+            match e
+                .downcast_ref::<Column>()
+                .and_then(|c| leaf_schema.fields().get(c.index()))
+                .and_then(|f| scan.distinct(f.name()))
+            {
                 Some(n) => product *= n as f64,
                 None => known = false,
             }
         }
-        Some(if known { product.min(scan.plan.est_rows) } else { scan.plan.est_rows })
+        Some(if known {
+            product.min(scan.plan.est_rows)
+        } else {
+            scan.plan.est_rows
+        })
     };
     let mut plan = scan.plan.clone();
-    plan.fragment = Some(ScanFragment { kind: FragmentKind::Aggregate, plan: frag, bytes, est_rows });
+    plan.fragment = Some(ScanFragment {
+        kind: FragmentKind::Aggregate,
+        plan: frag,
+        bytes,
+        est_rows,
+    });
     Some(Arc::new(scan.with_plan(plan)))
 }
 
@@ -162,7 +208,9 @@ fn decodable(bytes: &[u8]) -> bool {
 }
 
 /// The filters and projections between `input` and the scan below it, top first, and the scan.
-fn row_chain(input: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Arc<dyn ExecutionPlan>>, &DiskScanExec)> {
+fn row_chain(
+    input: &Arc<dyn ExecutionPlan>,
+) -> Option<(Vec<Arc<dyn ExecutionPlan>>, &DiskScanExec)> {
     let mut chain: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
     let mut cur = input;
     loop {
@@ -170,7 +218,8 @@ fn row_chain(input: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Arc<dyn ExecutionPla
             return Some((chain, scan));
         }
         let a: &dyn ExecutionPlan = cur.as_ref();
-        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some() {
+        if a.downcast_ref::<ProjectionExec>().is_some() || a.downcast_ref::<FilterExec>().is_some()
+        {
             chain.push(cur.clone());
         } else if a.downcast_ref::<CooperativeExec>().is_none() {
             // Repartitioning would mix the disks' streams: a sort must stay on one.
@@ -185,7 +234,11 @@ fn row_chain(input: &Arc<dyn ExecutionPlan>) -> Option<(Vec<Arc<dyn ExecutionPla
 /// within the scratch grant, merged — and the host only merges the disks' sorted streams.
 fn push_sort(sort: &SortExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
     let (chain, scan) = row_chain(sort.input())?;
-    if !(sort.preserve_partitioning() || scan.disks.len() <= 1) || scan.plan.fragment.is_some() || scan.plan.bloom.is_some() || !scan.plan.extra_blooms.is_empty() {
+    if !(sort.preserve_partitioning() || scan.disks.len() <= 1)
+        || scan.plan.fragment.is_some()
+        || scan.plan.bloom.is_some()
+        || !scan.plan.extra_blooms.is_empty()
+    {
         return None;
     }
     let mut frag: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(scan.schema()));
@@ -197,24 +250,45 @@ fn push_sort(sort: &SortExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn E
     if frag.schema() != node.schema() {
         return None;
     }
-    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone()).ok()?.to_vec();
+    let bytes = datafusion_proto::bytes::physical_plan_to_bytes(frag.clone())
+        .ok()?
+        .to_vec();
     if !decodable(&bytes) {
         return None;
     }
     let est_rows = sort.fetch().map(|f| (f * scan.disks.len()) as f64);
     let mut plan = scan.plan.clone();
-    plan.fragment = Some(ScanFragment { kind: FragmentKind::Sort, plan: frag, bytes, est_rows });
+    plan.fragment = Some(ScanFragment {
+        kind: FragmentKind::Sort,
+        plan: frag,
+        bytes,
+        est_rows,
+    });
     Some(Arc::new(scan.with_plan(plan)))
 }
 
 /// Join types for which dropping probe rows that match no build key changes nothing.
 fn probe_filterable(t: &JoinType) -> bool {
-    matches!(t, JoinType::Inner | JoinType::Left | JoinType::LeftSemi | JoinType::LeftAnti | JoinType::RightSemi | JoinType::LeftMark)
+    matches!(
+        t,
+        JoinType::Inner
+            | JoinType::Left
+            | JoinType::LeftSemi
+            | JoinType::LeftAnti
+            | JoinType::RightSemi
+            | JoinType::LeftMark
+    )
 }
 
 /// Rebuilds the probe side with the Bloom filter attached to its scan; `keys` are column
 /// indices of `plan`'s output.
-fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+fn attach_bloom(
+    plan: &Arc<dyn ExecutionPlan>,
+    keys: &[usize],
+    slot: &watch::Receiver<BloomState>,
+    bytes: usize,
+    est: &mut Option<usize>,
+) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
     if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
         // With a fragment, the keys are followed down to the scan's base columns: the Bloom
@@ -224,10 +298,17 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
             None => keys.to_vec(),
         };
         let schema = scan.plan.base_schema.clone();
-        let names = keys.iter().map(|k| schema.fields().get(*k).map(|f| f.name().clone())).collect::<Option<Vec<_>>>()?;
+        let names = keys
+            .iter()
+            .map(|k| schema.fields().get(*k).map(|f| f.name().clone()))
+            .collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
-        let spec = BloomProbeSpec { keys: names, slot: slot.clone(), bytes };
+        let spec = BloomProbeSpec {
+            keys: names,
+            slot: slot.clone(),
+            bytes,
+        };
         if p.bloom.is_none() {
             p.bloom = Some(spec);
         } else if p.extra_blooms.len() < MAX_BLOOMS_PER_SCAN - 1 {
@@ -239,7 +320,10 @@ fn attach_bloom(plan: &Arc<dyn ExecutionPlan>, keys: &[usize], slot: &watch::Rec
     }
     let child_keys: Vec<usize> = if let Some(k) = keys_below_row_operator(a, keys) {
         k?
-    } else if is_plumbing(plan) || a.downcast_ref::<SortExec>().is_some() || a.downcast_ref::<BloomBuildExec>().is_some() {
+    } else if is_plumbing(plan)
+        || a.downcast_ref::<SortExec>().is_some()
+        || a.downcast_ref::<BloomBuildExec>().is_some()
+    {
         keys.to_vec()
     } else if let Some(agg) = a.downcast_ref::<AggregateExec>() {
         group_key_inputs(agg, keys)?
@@ -262,7 +346,13 @@ fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
         return None;
     }
     let exprs = groups.expr();
-    keys.iter().map(|k| exprs.get(*k).and_then(|(e, _)| e.downcast_ref::<Column>().map(|c| c.index()))).collect()
+    keys.iter()
+        .map(|k| {
+            exprs
+                .get(*k)
+                .and_then(|(e, _)| e.downcast_ref::<Column>().map(|c| c.index()))
+        })
+        .collect()
 }
 
 /// Input columns of output columns `keys` of a projection (plain columns only) or a filter
@@ -270,7 +360,15 @@ fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
 fn keys_below_row_operator(a: &dyn ExecutionPlan, keys: &[usize]) -> Option<Option<Vec<usize>>> {
     if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
         let exprs: Vec<_> = proj.projection_expr().iter().collect();
-        return Some(keys.iter().map(|k| exprs.get(*k).and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))).collect());
+        return Some(
+            keys.iter()
+                .map(|k| {
+                    exprs
+                        .get(*k)
+                        .and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index()))
+                })
+                .collect(),
+        );
     }
     let f = a.downcast_ref::<FilterExec>()?;
     Some(match f.projection() {
@@ -299,7 +397,11 @@ fn keys_below_fragment(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<
 /// Filter size for an estimated build side: 32 bits per key, at least 16 KiB, at most `max`.
 fn filter_bytes(build_rows: Option<usize>, max: usize) -> usize {
     match build_rows {
-        Some(r) => r.saturating_mul(4).next_power_of_two().max(16 * 1024).min(max),
+        Some(r) => r
+            .saturating_mul(4)
+            .next_power_of_two()
+            .max(16 * 1024)
+            .min(max),
         None => max,
     }
 }
@@ -311,9 +413,19 @@ const MAX_BLOOMS_PER_SCAN: usize = 4;
 /// rows whose key cannot match only drops output rows with that key when the side's rows are
 /// never NULL-extended: both sides of an inner join, the preserved side of an outer join, the
 /// output side of a semi or anti join.
-fn attach_bloom_through_join(plan: &Arc<dyn ExecutionPlan>, j: &HashJoinExec, keys: &[usize], slot: &watch::Receiver<BloomState>, bytes: usize, est: &mut Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+fn attach_bloom_through_join(
+    plan: &Arc<dyn ExecutionPlan>,
+    j: &HashJoinExec,
+    keys: &[usize],
+    slot: &watch::Receiver<BloomState>,
+    bytes: usize,
+    est: &mut Option<usize>,
+) -> Option<Arc<dyn ExecutionPlan>> {
     let idx: Vec<usize> = match &j.projection {
-        Some(p) => keys.iter().map(|k| p.get(*k).copied()).collect::<Option<_>>()?,
+        Some(p) => keys
+            .iter()
+            .map(|k| p.get(*k).copied())
+            .collect::<Option<_>>()?,
         None => keys.to_vec(),
     };
     let left_len = j.left().schema().fields().len();
@@ -338,7 +450,11 @@ fn attach_bloom_through_join(plan: &Arc<dyn ExecutionPlan>, j: &HashJoinExec, ke
     rewire(plan.clone(), children).ok()
 }
 
-fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &SqlSettings) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
+fn push_bloom(
+    join: &HashJoinExec,
+    node: &Arc<dyn ExecutionPlan>,
+    settings: &SqlSettings,
+) -> datafusion::error::Result<Option<Arc<dyn ExecutionPlan>>> {
     if *join.partition_mode() != PartitionMode::CollectLeft
         || !probe_filterable(join.join_type())
         || join.null_equality() != NullEquality::NullEqualsNothing
@@ -351,8 +467,12 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
     // Key pairs a filter can use: the probe side's key is a column of the same type.
     let mut pairs = Vec::new();
     for (l, r) in join.on() {
-        let Some(rc) = r.downcast_ref::<Column>() else { continue };
-        let Some(probe_field) = right_schema.fields().get(rc.index()) else { continue };
+        let Some(rc) = r.downcast_ref::<Column>() else {
+            continue;
+        };
+        let Some(probe_field) = right_schema.fields().get(rc.index()) else {
+            continue;
+        };
         if l.data_type(&left_schema)? == *probe_field.data_type() {
             pairs.push((l.clone(), rc.index()));
         }
@@ -378,15 +498,25 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
             break;
         }
     }
-    let Some((subset, _, _)) = chosen else { return Ok(None) };
-    let build_keys: Vec<Arc<dyn PhysicalExpr>> = subset.iter().map(|i| pairs[*i].0.clone()).collect();
+    let Some((subset, _, _)) = chosen else {
+        return Ok(None);
+    };
+    let build_keys: Vec<Arc<dyn PhysicalExpr>> =
+        subset.iter().map(|i| pairs[*i].0.clone()).collect();
     let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
     // Distinct build keys bound the filter's contents: a single-column key with a known
     // distinct count needs no more room than that, however many rows carry it.
-    let build_stats = StatisticsContext::default().compute(join.left().as_ref(), &StatisticsArgs::new()).ok();
-    let build_rows = build_stats.as_ref().and_then(|s| s.num_rows.get_value().copied());
+    let build_stats = StatisticsContext::default()
+        .compute(join.left().as_ref(), &StatisticsArgs::new())
+        .ok();
+    let build_rows = build_stats
+        .as_ref()
+        .and_then(|s| s.num_rows.get_value().copied());
     let build_distinct = match (&build_stats, build_keys.as_slice()) {
-        (Some(s), [k]) => k.downcast_ref::<Column>().and_then(|c| s.column_statistics.get(c.index())).and_then(|c| c.distinct_count.get_value().copied()),
+        (Some(s), [k]) => k
+            .downcast_ref::<Column>()
+            .and_then(|c| s.column_statistics.get(c.index()))
+            .and_then(|c| c.distinct_count.get_value().copied()),
         _ => None,
     };
     let build_rows = match (build_rows, build_distinct) {
@@ -395,16 +525,33 @@ fn push_bloom(join: &HashJoinExec, node: &Arc<dyn ExecutionPlan>, settings: &Sql
     };
     // `auto` sizes the filter to the build side (32 bits per estimated key, 16 KiB at least);
     // `--bloom-kib` is the largest size and the size at level `semijoin`.
-    let bytes = if settings.offload == Offload::Auto { filter_bytes(build_rows, settings.bloom_bytes) } else { settings.bloom_bytes };
+    let bytes = if settings.offload == Offload::Auto {
+        filter_bytes(build_rows, settings.bloom_bytes)
+    } else {
+        settings.bloom_bytes
+    };
     let mut probe_est = None;
-    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else { return Ok(None) };
-    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes) {
+    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else {
+        return Ok(None);
+    };
+    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes)
+    {
         return Ok(None);
     }
     // Hash functions are chosen for the expected number of keys (10 bits per key if unknown,
     // at most 20 bits per key so that an underestimate cannot saturate the filter).
-    let expected_keys = build_rows.map(|r| r as u64).unwrap_or((bytes * 8 / 10) as u64).max((bytes * 8 / 20) as u64);
-    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(join.left().clone(), build_keys, Arc::new(tx), bytes, expected_keys, settings.analyze));
+    let expected_keys = build_rows
+        .map(|r| r as u64)
+        .unwrap_or((bytes * 8 / 10) as u64)
+        .max((bytes * 8 / 20) as u64);
+    let left: Arc<dyn ExecutionPlan> = Arc::new(BloomBuildExec::new(
+        join.left().clone(),
+        build_keys,
+        Arc::new(tx),
+        bytes,
+        expected_keys,
+        settings.analyze,
+    ));
     let new = rewire(node.clone(), vec![left, right])?;
     Ok(Some(new))
 }
@@ -422,15 +569,34 @@ pub struct BloomBuildExec {
 }
 
 impl BloomBuildExec {
-    fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Arc<dyn PhysicalExpr>>, slot: Arc<watch::Sender<BloomState>>, bytes: usize, expected_keys: u64, exact: bool) -> Self {
-        BloomBuildExec { input, keys, slot, bytes, expected_keys, exact }
+    fn new(
+        input: Arc<dyn ExecutionPlan>,
+        keys: Vec<Arc<dyn PhysicalExpr>>,
+        slot: Arc<watch::Sender<BloomState>>,
+        bytes: usize,
+        expected_keys: u64,
+        exact: bool,
+    ) -> Self {
+        BloomBuildExec {
+            input,
+            keys,
+            slot,
+            bytes,
+            expected_keys,
+            exact,
+        }
     }
 }
 
 impl DisplayAs for BloomBuildExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let keys: Vec<String> = self.keys.iter().map(|k| k.to_string()).collect();
-        write!(f, "BloomBuildExec: keys=[{}] filter={} KiB", keys.join(", "), self.bytes / 1024)
+        write!(
+            f,
+            "BloomBuildExec: keys=[{}] filter={} KiB",
+            keys.join(", "),
+            self.bytes / 1024
+        )
     }
 }
 
@@ -461,7 +627,10 @@ impl ExecutionPlan for BloomBuildExec {
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
         vec![&self.input]
     }
-    fn apply_expressions(&self, f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> datafusion::error::Result<TreeNodeRecursion>) -> datafusion::error::Result<TreeNodeRecursion> {
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> datafusion::error::Result<TreeNodeRecursion>,
+    ) -> datafusion::error::Result<TreeNodeRecursion> {
         for k in &self.keys {
             if f(k)? == TreeNodeRecursion::Stop {
                 return Ok(TreeNodeRecursion::Stop);
@@ -469,14 +638,36 @@ impl ExecutionPlan for BloomBuildExec {
         }
         Ok(TreeNodeRecursion::Continue)
     }
-    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        let input = children.into_iter().next().ok_or_else(|| datafusion::error::DataFusionError::Internal("BloomBuildExec needs one child".into()))?;
-        Ok(Arc::new(BloomBuildExec::new(input, self.keys.clone(), self.slot.clone(), self.bytes, self.expected_keys, self.exact)))
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        let input = children.into_iter().next().ok_or_else(|| {
+            datafusion::error::DataFusionError::Internal("BloomBuildExec needs one child".into())
+        })?;
+        Ok(Arc::new(BloomBuildExec::new(
+            input,
+            self.keys.clone(),
+            self.slot.clone(),
+            self.bytes,
+            self.expected_keys,
+            self.exact,
+        )))
     }
-    fn statistics_from_inputs(&self, inputs: &[Arc<datafusion::common::Statistics>], _args: &StatisticsArgs) -> datafusion::error::Result<Arc<datafusion::common::Statistics>> {
-        Ok(inputs.first().cloned().unwrap_or_else(|| Arc::new(datafusion::common::Statistics::new_unknown(&self.schema()))))
+    fn statistics_from_inputs(
+        &self,
+        inputs: &[Arc<datafusion::common::Statistics>],
+        _args: &StatisticsArgs,
+    ) -> datafusion::error::Result<Arc<datafusion::common::Statistics>> {
+        Ok(inputs.first().cloned().unwrap_or_else(|| {
+            Arc::new(datafusion::common::Statistics::new_unknown(&self.schema()))
+        }))
     }
-    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
         let input = self.input.execute(partition, context)?;
         let schema = input.schema();
         let building = Arc::new(Mutex::new(Building {
@@ -491,8 +682,15 @@ impl ExecutionPlan for BloomBuildExec {
         let stream = input
             .map(move |item| {
                 let batch: RecordBatch = item?;
-                let cols = keys.iter().map(|k| k.evaluate(&batch).and_then(|v| v.into_array(batch.num_rows()))).collect::<datafusion::error::Result<Vec<_>>>()?;
-                let hashes = hash_columns(&cols, batch.num_rows()).map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
+                let cols = keys
+                    .iter()
+                    .map(|k| {
+                        k.evaluate(&batch)
+                            .and_then(|v| v.into_array(batch.num_rows()))
+                    })
+                    .collect::<datafusion::error::Result<Vec<_>>>()?;
+                let hashes = hash_columns(&cols, batch.num_rows())
+                    .map_err(|e| datafusion::error::DataFusionError::External(Box::new(e)))?;
                 let mut b = on_batch.lock().expect("bloom lock");
                 for (row, h) in hashes.iter().enumerate() {
                     if cols.iter().any(|c| c.is_null(row)) {
@@ -509,9 +707,14 @@ impl ExecutionPlan for BloomBuildExec {
             .map(Some)
             .chain(futures::stream::once(async move {
                 let mut b = building.lock().expect("bloom lock");
-                let built = BuiltBloom { filter: b.filter.clone(), keys: b.keys, exact: b.exact.take() };
+                let built = BuiltBloom {
+                    filter: b.filter.clone(),
+                    keys: b.keys,
+                    exact: b.exact.take(),
+                };
                 b.published = true;
-                b.slot.send_replace(BloomState::Ready(Some(Arc::new(built))));
+                b.slot
+                    .send_replace(BloomState::Ready(Some(Arc::new(built))));
                 None
             }))
             .filter_map(|x: Option<datafusion::error::Result<RecordBatch>>| async move { x })

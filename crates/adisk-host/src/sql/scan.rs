@@ -18,7 +18,9 @@ use crate::jobs::encode_expr;
 use crate::{HostError, Result};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::hash::hash_columns;
-use adisk_core::protocol::{DiskletSpec, ExprBytes, FragmentKind, JobSpec, NamedExpr, Sink, Source};
+use adisk_core::protocol::{
+    DiskletSpec, ExprBytes, FragmentKind, JobSpec, NamedExpr, Sink, Source,
+};
 use arrow::array::{RecordBatch, RecordBatchOptions};
 use arrow::datatypes::{Schema, SchemaRef};
 use async_trait::async_trait;
@@ -33,7 +35,10 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown, utils::conjunc
 use datafusion::physical_expr::EquivalenceProperties;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties};
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
+};
 use futures::StreamExt;
 use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
@@ -77,13 +82,25 @@ fn equality_selectivity(e: &Expr, ndv: &dyn Fn(&str) -> Option<u64>) -> Option<f
     use datafusion::logical_expr::{BinaryExpr, Operator};
     let per_value = |col: &Expr| column_of(col).and_then(ndv).map(|n| 1.0 / n.max(1) as f64);
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op: op @ (Operator::Eq | Operator::NotEq), right }) => {
-            let p = if is_literal(right) { per_value(left)? } else if is_literal(left) { per_value(right)? } else { return None };
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: op @ (Operator::Eq | Operator::NotEq),
+            right,
+        }) => {
+            let p = if is_literal(right) {
+                per_value(left)?
+            } else if is_literal(left) {
+                per_value(right)?
+            } else {
+                return None;
+            };
             Some(if *op == Operator::Eq { p } else { 1.0 - p })
         }
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
-            Some((equality_selectivity(left, ndv)? + equality_selectivity(right, ndv)?).min(1.0))
-        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => Some((equality_selectivity(left, ndv)? + equality_selectivity(right, ndv)?).min(1.0)),
         Expr::InList(l) if l.list.iter().all(is_literal) => {
             let p = (per_value(&l.expr)? * l.list.len() as f64).min(1.0);
             Some(if l.negated { 1.0 - p } else { p })
@@ -96,13 +113,20 @@ fn equality_selectivity(e: &Expr, ndv: &dyn Fn(&str) -> Option<u64>) -> Option<f
 /// distinct values of a column by name, where known.
 pub fn estimate_selectivity(filters: &[Expr], ndv: &dyn Fn(&str) -> Option<u64>) -> f64 {
     let (mut exact, mut others) = (1.0, 0);
-    for c in filters.iter().flat_map(|f| datafusion::logical_expr::utils::split_conjunction(f)) {
+    for c in filters
+        .iter()
+        .flat_map(|f| datafusion::logical_expr::utils::split_conjunction(f))
+    {
         match equality_selectivity(c, ndv) {
             Some(p) => exact *= p,
             None => others += 1,
         }
     }
-    let rest = if others == 0 { 1.0 } else { PER_CONJUNCT_SELECTIVITY.powi(others).max(SELECTIVITY_FLOOR) };
+    let rest = if others == 0 {
+        1.0
+    } else {
+        PER_CONJUNCT_SELECTIVITY.powi(others).max(SELECTIVITY_FLOOR)
+    };
     exact * rest
 }
 
@@ -127,7 +151,14 @@ pub struct DiskTable {
 fn disk_evaluable(e: &Expr) -> bool {
     let mut ok = true;
     let _ = e.apply(|n| {
-        if matches!(n, Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) | Expr::OuterReferenceColumn(..) | Expr::Placeholder(_)) {
+        if matches!(
+            n,
+            Expr::ScalarSubquery(_)
+                | Expr::Exists(_)
+                | Expr::InSubquery(_)
+                | Expr::OuterReferenceColumn(..)
+                | Expr::Placeholder(_)
+        ) {
             ok = false;
             return Ok(datafusion::common::tree_node::TreeNodeRecursion::Stop);
         }
@@ -156,8 +187,16 @@ impl TableProvider for IncompleteTable {
     fn table_type(&self) -> TableType {
         TableType::Base
     }
-    async fn scan(&self, _state: &dyn Session, _projection: Option<&Vec<usize>>, _filters: &[Expr], _limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::External(Box::new(crate::cluster::incomplete_error(&self.name, &self.why))))
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        _projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        Err(DataFusionError::External(Box::new(
+            crate::cluster::incomplete_error(&self.name, &self.why),
+        )))
     }
 }
 
@@ -169,11 +208,20 @@ impl TableProvider for DiskTable {
     fn table_type(&self) -> TableType {
         TableType::Base
     }
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> datafusion::error::Result<Vec<TableProviderFilterPushDown>> {
         let push = self.settings.filters_at_disks(&self.entry);
         Ok(filters
             .iter()
-            .map(|f| if push && disk_evaluable(f) { TableProviderFilterPushDown::Exact } else { TableProviderFilterPushDown::Unsupported })
+            .map(|f| {
+                if push && disk_evaluable(f) {
+                    TableProviderFilterPushDown::Exact
+                } else {
+                    TableProviderFilterPushDown::Unsupported
+                }
+            })
             .collect())
     }
     fn statistics(&self) -> Option<Statistics> {
@@ -187,17 +235,34 @@ impl TableProvider for DiskTable {
         }
         Some(s)
     }
-    async fn scan(&self, _state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         // Partitions with no live copy: a typed error before anything runs.
-        self.entry.assign(&self.cluster.dead_disks()).map_err(to_df)?;
+        self.entry
+            .assign(&self.cluster.dead_disks())
+            .map_err(to_df)?;
         let schema = &self.entry.schema;
-        let projection: Vec<usize> = projection.cloned().unwrap_or_else(|| (0..schema.fields().len()).collect());
+        let projection: Vec<usize> = projection
+            .cloned()
+            .unwrap_or_else(|| (0..schema.fields().len()).collect());
         let output = Arc::new(schema.project(&projection)?);
         let predicate = conjunction(filters.iter().cloned());
         if predicate.is_some() && !self.settings.filters_at_disks(&self.entry) {
-            return plan_err!("internal: filters pushed to a scan of `{}` at offload level {}", self.entry.name, self.settings.offload);
+            return plan_err!(
+                "internal: filters pushed to a scan of `{}` at offload level {}",
+                self.entry.name,
+                self.settings.offload
+            );
         }
-        let names: Vec<String> = projection.iter().map(|i| schema.field(*i).name().clone()).collect();
+        let names: Vec<String> = projection
+            .iter()
+            .map(|i| schema.field(*i).name().clone())
+            .collect();
         let read: Vec<String> = if self.settings.offload == Offload::None {
             // Conventional: whole rows leave the disks.
             schema.fields().iter().map(|f| f.name().clone()).collect()
@@ -210,21 +275,46 @@ impl TableProvider for DiskTable {
             }
             if cols.is_empty() {
                 // count(*)-style scans still need the row count: read the narrowest column.
-                let narrow = schema.fields().iter().min_by_key(|f| f.data_type().primitive_width().unwrap_or(16)).map(|f| f.name().clone());
+                let narrow = schema
+                    .fields()
+                    .iter()
+                    .min_by_key(|f| f.data_type().primitive_width().unwrap_or(16))
+                    .map(|f| f.name().clone());
                 cols.extend(narrow);
             }
             // Keep table order, so the stream's schema is a projection of the table's.
-            schema.fields().iter().map(|f| f.name().clone()).filter(|n| cols.contains(n)).collect()
+            schema
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .filter(|n| cols.contains(n))
+                .collect()
         };
-        let ndv = |name: &str| schema.index_of(name).ok().and_then(|i| self.ndv.get(i).copied().flatten());
-        let est_rows = (self.entry.rows() as f64 * estimate_selectivity(filters, &ndv)).max(1.0_f64.min(self.entry.rows() as f64));
+        let ndv = |name: &str| {
+            schema
+                .index_of(name)
+                .ok()
+                .and_then(|i| self.ndv.get(i).copied().flatten())
+        };
+        let est_rows = (self.entry.rows() as f64 * estimate_selectivity(filters, &ndv))
+            .max(1.0_f64.min(self.entry.rows() as f64));
         Ok(Arc::new(DiskScanExec::new(
             self.entry.clone(),
             self.ndv.clone(),
             self.cluster.clone(),
             self.settings.clone(),
             self.metrics.clone(),
-            ScanPlan { read, predicate, output_names: names, base_schema: output, est_rows, limit: limit.map(|l| l as u64), fragment: None, bloom: None, extra_blooms: vec![] },
+            ScanPlan {
+                read,
+                predicate,
+                output_names: names,
+                base_schema: output,
+                est_rows,
+                limit: limit.map(|l| l as u64),
+                fragment: None,
+                bloom: None,
+                extra_blooms: vec![],
+            },
         )))
     }
 }
@@ -316,9 +406,20 @@ pub struct DiskScanExec {
 }
 
 impl DiskScanExec {
-    fn new(entry: Arc<TableEntry>, ndv: Arc<Vec<Option<u64>>>, cluster: Arc<Cluster>, settings: Arc<SqlSettings>, metrics: Arc<QueryMetrics>, plan: ScanPlan) -> Self {
+    fn new(
+        entry: Arc<TableEntry>,
+        ndv: Arc<Vec<Option<u64>>>,
+        cluster: Arc<Cluster>,
+        settings: Arc<SqlSettings>,
+        metrics: Arc<QueryMetrics>,
+        plan: ScanPlan,
+    ) -> Self {
         // Lost partitions leave the scan without disks; planning failed already (`scan`).
-        let (disks, reads): (Vec<u32>, Vec<Option<Vec<u32>>>) = entry.assign(&cluster.dead_disks()).unwrap_or_default().into_iter().unzip();
+        let (disks, reads): (Vec<u32>, Vec<Option<Vec<u32>>>) = entry
+            .assign(&cluster.dead_disks())
+            .unwrap_or_default()
+            .into_iter()
+            .unzip();
         // A sorting fragment makes each disk's stream sorted: say so, for the host's merge.
         let equivalences = match &plan.fragment {
             Some(f) if f.kind == FragmentKind::Sort => f.plan.equivalence_properties().clone(),
@@ -331,12 +432,30 @@ impl DiskScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
-        DiskScanExec { entry, ndv, cluster, settings, metrics, plan, disks, reads, id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed), properties }
+        DiskScanExec {
+            entry,
+            ndv,
+            cluster,
+            settings,
+            metrics,
+            plan,
+            disks,
+            reads,
+            id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed),
+            properties,
+        }
     }
 
     /// The same scan with a different plan.
     pub(super) fn with_plan(&self, plan: ScanPlan) -> Self {
-        let mut s = DiskScanExec::new(self.entry.clone(), self.ndv.clone(), self.cluster.clone(), self.settings.clone(), self.metrics.clone(), plan);
+        let mut s = DiskScanExec::new(
+            self.entry.clone(),
+            self.ndv.clone(),
+            self.cluster.clone(),
+            self.settings.clone(),
+            self.metrics.clone(),
+            plan,
+        );
         s.id = self.id;
         s
     }
@@ -354,21 +473,44 @@ impl DiskScanExec {
 
     /// The partitions disk `d` reads for this scan (None: all its local ones).
     pub(crate) fn partitions_at(&self, d: u32) -> Option<Vec<u32>> {
-        self.disks.iter().position(|x| *x == d).and_then(|i| self.reads[i].clone())
+        self.disks
+            .iter()
+            .position(|x| *x == d)
+            .and_then(|i| self.reads[i].clone())
     }
 
     /// Who reads what, e.g. `lineitem: disk 0 [0], disk 1 [1, 2]` (None for tables read
     /// whole at each disk).
     pub fn describe_reads(&self) -> Option<String> {
-        let parts: Vec<String> = self.disks.iter().zip(&self.reads).filter_map(|(d, r)| r.as_ref().map(|r| format!("disk {d} {r:?}"))).collect();
+        let parts: Vec<String> = self
+            .disks
+            .iter()
+            .zip(&self.reads)
+            .filter_map(|(d, r)| r.as_ref().map(|r| format!("disk {d} {r:?}")))
+            .collect();
         (!parts.is_empty()).then(|| format!("{}: {}", self.entry.name, parts.join(", ")))
     }
 
     /// The job shipped to each disk, given the Bloom filter (if any).
-    fn job(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec> {
+    fn job(
+        &self,
+        bloom: Option<&BuiltBloom>,
+        extras: &[(Vec<String>, Arc<BuiltBloom>)],
+    ) -> Result<JobSpec> {
         let (source, stages) = self.stages(bloom, extras)?;
-        let sizes = crate::jobs::Sizes { scratch_kib: self.settings.scratch_kib, buffer_kib: self.settings.buffer_kib, temp_kib: self.settings.temp_kib };
-        Ok(crate::jobs::chain("sql", &self.settings.program, source, stages, Sink::Host, sizes))
+        let sizes = crate::jobs::Sizes {
+            scratch_kib: self.settings.scratch_kib,
+            buffer_kib: self.settings.buffer_kib,
+            temp_kib: self.settings.temp_kib,
+        };
+        Ok(crate::jobs::chain(
+            "sql",
+            &self.settings.program,
+            source,
+            stages,
+            Sink::Host,
+            sizes,
+        ))
     }
 
     /// The source and stages of a bundle without Bloom filters, for job graphs that route its
@@ -378,35 +520,86 @@ impl DiskScanExec {
     /// Expressions that cannot be encoded; a bundle that waits for a Bloom filter.
     pub(crate) fn disk_stages(&self) -> Result<(Source, Vec<DiskletSpec>)> {
         if self.plan.bloom.is_some() || !self.plan.extra_blooms.is_empty() {
-            return Err(HostError::Invalid("a bundle with a Bloom semi-join cannot feed an exchange".into()));
+            return Err(HostError::Invalid(
+                "a bundle with a Bloom semi-join cannot feed an exchange".into(),
+            ));
         }
         self.stages(None, &[])
     }
 
-    fn stages(&self, bloom: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<(Source, Vec<DiskletSpec>)> {
+    fn stages(
+        &self,
+        bloom: Option<&BuiltBloom>,
+        extras: &[(Vec<String>, Arc<BuiltBloom>)],
+    ) -> Result<(Source, Vec<DiskletSpec>)> {
         let p = &self.plan;
         let prune = p.predicate.as_ref().map(encode_expr).transpose()?;
-        let source = Source::Table { table: self.entry.name.clone(), columns: p.read.clone(), prune: prune.clone(), partitions: None };
+        let source = Source::Table {
+            table: self.entry.name.clone(),
+            columns: p.read.clone(),
+            prune: prune.clone(),
+            partitions: None,
+        };
         let mut stages = Vec::new();
         let read_is_output = p.read == p.output_names;
-        let limit = if p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None { p.limit } else { None };
-        if p.predicate.is_some() || limit.is_some() || (!read_is_output && self.settings.offload != Offload::None && !p.output_names.is_empty()) {
+        let limit = if p.fragment.is_none()
+            && p.bloom.is_none()
+            && self.settings.offload != Offload::None
+        {
+            p.limit
+        } else {
+            None
+        };
+        if p.predicate.is_some()
+            || limit.is_some()
+            || (!read_is_output
+                && self.settings.offload != Offload::None
+                && !p.output_names.is_empty())
+        {
             let projection = p
                 .output_names
                 .iter()
-                .map(|n| Ok(NamedExpr { name: n.clone(), expr: encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(n)))? }))
+                .map(|n| {
+                    Ok(NamedExpr {
+                        name: n.clone(),
+                        expr: encode_expr(&Expr::Column(
+                            datafusion::common::Column::new_unqualified(n),
+                        ))?,
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?;
             // An empty projection means "all input columns" to the select disklet; the host
             // then keeps only the row count.
-            stages.push(DiskletSpec::Select { predicate: prune, projection, limit });
+            stages.push(DiskletSpec::Select {
+                predicate: prune,
+                projection,
+                limit,
+            });
         }
-        let probes = p.bloom.iter().filter_map(|spec| bloom.map(|b| (&spec.keys, b))).chain(extras.iter().map(|(k, b)| (k, b.as_ref())));
+        let probes = p
+            .bloom
+            .iter()
+            .filter_map(|spec| bloom.map(|b| (&spec.keys, b)))
+            .chain(extras.iter().map(|(k, b)| (k, b.as_ref())));
         for (names, b) in probes {
-            let keys = names.iter().map(|k| encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(k)))).collect::<Result<Vec<ExprBytes>>>()?;
-            stages.push(DiskletSpec::BloomProbe { keys, filter: b.filter.clone() });
+            let keys = names
+                .iter()
+                .map(|k| {
+                    encode_expr(&Expr::Column(datafusion::common::Column::new_unqualified(
+                        k,
+                    )))
+                })
+                .collect::<Result<Vec<ExprBytes>>>()?;
+            stages.push(DiskletSpec::BloomProbe {
+                keys,
+                filter: b.filter.clone(),
+            });
         }
         if let Some(f) = &p.fragment {
-            stages.push(DiskletSpec::Fragment { kind: f.kind, plan: ExprBytes(f.bytes.clone()) });
+            stages.push(DiskletSpec::Fragment {
+                kind: f.kind,
+                plan: ExprBytes(f.bytes.clone()),
+            });
         }
         Ok((source, stages))
     }
@@ -418,20 +611,43 @@ impl DiskScanExec {
             "scan {} columns [{}]{}",
             self.entry.name,
             p.read.join(", "),
-            p.predicate.as_ref().map(|e| format!(" zone maps: {e}")).unwrap_or_default()
+            p.predicate
+                .as_ref()
+                .map(|e| format!(" zone maps: {e}"))
+                .unwrap_or_default()
         )];
-        let limit = p.limit.filter(|_| p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None);
-        let limit_text = limit.map(|l| format!(", stop after {l} rows")).unwrap_or_default();
+        let limit = p.limit.filter(|_| {
+            p.fragment.is_none() && p.bloom.is_none() && self.settings.offload != Offload::None
+        });
+        let limit_text = limit
+            .map(|l| format!(", stop after {l} rows"))
+            .unwrap_or_default();
         if p.predicate.is_some() || limit.is_some() {
-            out.push(format!("select {} → [{}]{limit_text}", p.predicate.as_ref().map(|e| e.to_string()).unwrap_or_else(|| "all rows".into()), p.output_names.join(", ")));
-        } else if p.read != p.output_names && self.settings.offload != Offload::None && !p.output_names.is_empty() {
+            out.push(format!(
+                "select {} → [{}]{limit_text}",
+                p.predicate
+                    .as_ref()
+                    .map(|e| e.to_string())
+                    .unwrap_or_else(|| "all rows".into()),
+                p.output_names.join(", ")
+            ));
+        } else if p.read != p.output_names
+            && self.settings.offload != Offload::None
+            && !p.output_names.is_empty()
+        {
             out.push(format!("project [{}]", p.output_names.join(", ")));
         }
         for b in p.bloom.iter().chain(&p.extra_blooms) {
-            out.push(format!("bloom_probe keys [{}], filter {} KiB (from a join's build side)", b.keys.join(", "), b.bytes / 1024));
+            out.push(format!(
+                "bloom_probe keys [{}], filter {} KiB (from a join's build side)",
+                b.keys.join(", "),
+                b.bytes / 1024
+            ));
         }
         if let Some(f) = &p.fragment {
-            let text = datafusion::physical_plan::displayable(f.plan.as_ref()).indent(false).to_string();
+            let text = datafusion::physical_plan::displayable(f.plan.as_ref())
+                .indent(false)
+                .to_string();
             for line in text.lines() {
                 if !line.trim_start().starts_with("EmptyExec") {
                     out.push(format!("{}: {}", f.kind.disklet_name(), line.trim()));
@@ -444,7 +660,13 @@ impl DiskScanExec {
 
 impl DisplayAs for DiskScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "DiskScanExec: table={} disks={} bundle=[{}]", self.entry.name, self.disks.len(), self.describe_stages().join(" | "))
+        write!(
+            f,
+            "DiskScanExec: table={} disks={} bundle=[{}]",
+            self.entry.name,
+            self.disks.len(),
+            self.describe_stages().join(" | ")
+        )
     }
 }
 
@@ -471,24 +693,39 @@ fn to_df(e: HostError) -> DataFusionError {
 }
 
 /// Reshapes a batch the disk sent into the scan's output schema.
-fn conform(batch: RecordBatch, schema: &SchemaRef, host_projection: Option<&[usize]>) -> datafusion::error::Result<RecordBatch> {
+fn conform(
+    batch: RecordBatch,
+    schema: &SchemaRef,
+    host_projection: Option<&[usize]>,
+) -> datafusion::error::Result<RecordBatch> {
     let batch = match host_projection {
         Some(idx) => batch.project(idx)?,
         None => batch,
     };
     if schema.fields().is_empty() {
         let opts = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
-        return Ok(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts)?);
+        return Ok(RecordBatch::try_new_with_options(
+            schema.clone(),
+            vec![],
+            &opts,
+        )?);
     }
     if batch.num_columns() != schema.fields().len() {
         let picked = schema
             .fields()
             .iter()
-            .map(|f| batch.column_by_name(f.name()).cloned().ok_or_else(|| DataFusionError::Internal(format!("disk result lacks column {}", f.name()))))
+            .map(|f| {
+                batch.column_by_name(f.name()).cloned().ok_or_else(|| {
+                    DataFusionError::Internal(format!("disk result lacks column {}", f.name()))
+                })
+            })
             .collect::<datafusion::error::Result<Vec<_>>>()?;
         return Ok(RecordBatch::try_new(schema.clone(), picked)?);
     }
-    Ok(RecordBatch::try_new(schema.clone(), batch.columns().to_vec())?)
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        batch.columns().to_vec(),
+    )?)
 }
 
 impl ExecutionPlan for DiskScanExec {
@@ -503,16 +740,31 @@ impl ExecutionPlan for DiskScanExec {
     }
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn datafusion::physical_plan::PhysicalExpr>) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion>,
+        _f: &mut dyn FnMut(
+            &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
+        ) -> datafusion::error::Result<
+            datafusion::common::tree_node::TreeNodeRecursion,
+        >,
     ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
         Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
     }
-    fn with_new_children(self: Arc<Self>, _children: Vec<Arc<dyn ExecutionPlan>>) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
     }
-    fn statistics_from_inputs(&self, _inputs: &[Arc<Statistics>], args: &datafusion::physical_plan::statistics::StatisticsArgs) -> datafusion::error::Result<Arc<Statistics>> {
+    fn statistics_from_inputs(
+        &self,
+        _inputs: &[Arc<Statistics>],
+        args: &datafusion::physical_plan::statistics::StatisticsArgs,
+    ) -> datafusion::error::Result<Arc<Statistics>> {
         let mut s = Statistics::new_unknown(&self.schema());
-        let share = if args.partition().is_some() { 1.0 / self.disks.len().max(1) as f64 } else { 1.0 };
+        let share = if args.partition().is_some() {
+            1.0 / self.disks.len().max(1) as f64
+        } else {
+            1.0
+        };
         let rows = match &self.plan.fragment {
             None => Some(self.plan.est_rows),
             Some(f) => f.est_rows,
@@ -520,7 +772,12 @@ impl ExecutionPlan for DiskScanExec {
         let est_rows = rows.map(|r| r * share);
         if let Some(rows) = rows {
             let rows = rows * share;
-            let width: usize = self.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(24)).sum();
+            let width: usize = self
+                .schema()
+                .fields()
+                .iter()
+                .map(|f| f.data_type().primitive_width().unwrap_or(24))
+                .sum();
             s.num_rows = Precision::Inexact(rows as usize);
             s.total_byte_size = Precision::Inexact((rows as usize).saturating_mul(width.max(1)));
         }
@@ -532,15 +789,26 @@ impl ExecutionPlan for DiskScanExec {
                     && let Some(Some(n)) = ndv.get(i)
                 {
                     // A filtered scan has at most as many distinct values as rows.
-                    let d = ((*n as f64) * share).min(est_rows.unwrap_or(f64::MAX)).max(1.0);
+                    let d = ((*n as f64) * share)
+                        .min(est_rows.unwrap_or(f64::MAX))
+                        .max(1.0);
                     c.distinct_count = Precision::Inexact(d as usize);
                 }
             }
         }
         Ok(Arc::new(s))
     }
-    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> datafusion::error::Result<SendableRecordBatchStream> {
-        let disk = *self.disks.get(partition).ok_or_else(|| DataFusionError::Internal(format!("scan partition {partition} of {}", self.disks.len())))?;
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> datafusion::error::Result<SendableRecordBatchStream> {
+        let disk = *self.disks.get(partition).ok_or_else(|| {
+            DataFusionError::Internal(format!(
+                "scan partition {partition} of {}",
+                self.disks.len()
+            ))
+        })?;
         let reads = self.reads[partition].clone();
         let schema = self.schema();
         let cluster = self.cluster.clone();
@@ -548,23 +816,49 @@ impl ExecutionPlan for DiskScanExec {
         let settings = self.settings.clone();
         let bloom_spec = self.plan.bloom.clone();
         let extra_specs = self.plan.extra_blooms.clone();
-        let host_projection: Option<Vec<usize>> = if self.settings.offload == Offload::None && self.plan.fragment.is_none() {
-            let table = &self.entry.schema;
-            Some(self.plan.output_names.iter().map(|n| table.index_of(n)).collect::<std::result::Result<_, _>>()?)
-        } else if self.plan.predicate.is_none() && self.plan.output_names.is_empty() && self.plan.fragment.is_none() {
-            Some(vec![])
-        } else {
-            None
+        let host_projection: Option<Vec<usize>> =
+            if self.settings.offload == Offload::None && self.plan.fragment.is_none() {
+                let table = &self.entry.schema;
+                Some(
+                    self.plan
+                        .output_names
+                        .iter()
+                        .map(|n| table.index_of(n))
+                        .collect::<std::result::Result<_, _>>()?,
+                )
+            } else if self.plan.predicate.is_none()
+                && self.plan.output_names.is_empty()
+                && self.plan.fragment.is_none()
+            {
+                Some(vec![])
+            } else {
+                None
+            };
+        let this = ScanIdentity {
+            id: self.id,
+            table: self.entry.name.clone(),
+            stages: self.describe_stages(),
         };
-        let this = ScanIdentity { id: self.id, table: self.entry.name.clone(), stages: self.describe_stages() };
         // The job is built when the stream is first polled: a probe-side scan waits there for
         // the filter its join's build side is making.
         let job_for = {
             let plan = self.plan.clone();
             let scan = self.with_plan(plan);
-            move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| scan.job(b, extras).map(|spec| reading(spec, reads))
+            move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| {
+                scan.job(b, extras).map(|spec| reading(spec, reads))
+            }
         };
-        let stream = async_stream(disk, cluster, metrics, settings, (bloom_spec, extra_specs), job_for, schema.clone(), host_projection, this);
+        let stream = async_stream(
+            disk,
+            cluster,
+            metrics,
+            settings,
+            (bloom_spec, extra_specs),
+            job_for,
+            schema.clone(),
+            host_projection,
+            this,
+        );
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
 }
@@ -597,7 +891,10 @@ impl Reporter {
             bytes_received: received.bytes,
             wall_ns: received.started.elapsed().as_nanos() as u64,
             bloom_keys: received.bloom.as_ref().map(|b| b.keys),
-            bloom_bytes: received.bloom.as_ref().map(|b| b.filter.size_bytes() as u64),
+            bloom_bytes: received
+                .bloom
+                .as_ref()
+                .map(|b| b.filter.size_bytes() as u64),
             bloom_true_matches: received.true_matches,
         });
     }
@@ -631,7 +928,8 @@ impl JobStream {
             rows: self.rows,
             bytes: self.bytes,
             bloom: self.bloom.clone(),
-            true_matches: (self.bloom.is_some() && self.analyze && !self.key_idx.is_empty()).then_some(self.true_matches),
+            true_matches: (self.bloom.is_some() && self.analyze && !self.key_idx.is_empty())
+                .then_some(self.true_matches),
         }
     }
 }
@@ -652,7 +950,11 @@ impl Drop for JobStream {
 /// Waits for a join's build side to publish its filter (None: it went away, or timed out).
 async fn wait_for_bloom(spec: &BloomProbeSpec) -> Option<Arc<BuiltBloom>> {
     let mut rx = spec.slot.clone();
-    let waited = tokio::time::timeout(BLOOM_WAIT, rx.wait_for(|s| matches!(s, BloomState::Ready(_)))).await;
+    let waited = tokio::time::timeout(
+        BLOOM_WAIT,
+        rx.wait_for(|s| matches!(s, BloomState::Ready(_))),
+    )
+    .await;
     match waited {
         Ok(Ok(state)) => match &*state {
             BloomState::Ready(Some(b)) => Some(b.clone()),
@@ -669,7 +971,9 @@ fn async_stream(
     metrics: Arc<QueryMetrics>,
     settings: Arc<SqlSettings>,
     (bloom_spec, extra_specs): (Option<BloomProbeSpec>, Vec<BloomProbeSpec>),
-    job_for: impl FnOnce(Option<&BuiltBloom>, &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec> + Send + 'static,
+    job_for: impl FnOnce(Option<&BuiltBloom>, &[(Vec<String>, Arc<BuiltBloom>)]) -> Result<JobSpec>
+    + Send
+    + 'static,
     schema: SchemaRef,
     host_projection: Option<Vec<usize>>,
     ident: ScanIdentity,
@@ -690,15 +994,39 @@ fn async_stream(
         let job = job_for(bloom.as_deref(), &extras).map_err(to_df)?;
         // The false-positive rate is measured for a scan with a single filter.
         let key_idx = match (&bloom_spec, &bloom) {
-            (Some(spec), Some(_)) if extras.is_empty() && !job.disklets().any(|s| matches!(s, DiskletSpec::Fragment { .. })) => {
-                spec.keys.iter().map(|k| schema_index(&job, k)).collect::<Vec<_>>()
+            (Some(spec), Some(_))
+                if extras.is_empty()
+                    && !job
+                        .disklets()
+                        .any(|s| matches!(s, DiskletSpec::Fragment { .. })) =>
+            {
+                spec.keys
+                    .iter()
+                    .map(|k| schema_index(&job, k))
+                    .collect::<Vec<_>>()
             }
             _ => vec![],
         };
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
         metrics.started();
-        let reporter = Reporter { cluster, metrics, ident, disk, job_id: job.job_id };
-        Ok::<_, DataFusionError>(JobStream { inner, reporter: Some(reporter), started: Instant::now(), bloom, key_idx, true_matches: 0, rows: 0, bytes: 0, analyze })
+        let reporter = Reporter {
+            cluster,
+            metrics,
+            ident,
+            disk,
+            job_id: job.job_id,
+        };
+        Ok::<_, DataFusionError>(JobStream {
+            inner,
+            reporter: Some(reporter),
+            started: Instant::now(),
+            bloom,
+            key_idx,
+            true_matches: 0,
+            rows: 0,
+            bytes: 0,
+            analyze,
+        })
     };
     futures::stream::once(init).flat_map(move |st| {
         let link = link.clone();
@@ -725,11 +1053,16 @@ fn async_stream(
                                 && let Some(exact) = &b.exact
                                 && !s.key_idx.is_empty()
                             {
-                                let cols: Option<Vec<_>> = s.key_idx.iter().map(|i| batch.columns().get(*i).cloned()).collect();
+                                let cols: Option<Vec<_>> = s
+                                    .key_idx
+                                    .iter()
+                                    .map(|i| batch.columns().get(*i).cloned())
+                                    .collect();
                                 if let Some(cols) = cols
                                     && let Ok(h) = hash_columns(&cols, batch.num_rows())
                                 {
-                                    s.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
+                                    s.true_matches +=
+                                        h.iter().filter(|x| exact.contains(x)).count() as u64;
                                 }
                             }
                             Some((conform(batch, &schema, host_projection.as_deref()), Some(s)))
@@ -766,8 +1099,19 @@ fn schema_index(job: &JobSpec, name: &str) -> usize {
 
 /// An empty schema helper for fragments.
 pub fn schema_of(names: &[String], table: &Schema) -> Result<SchemaRef> {
-    let idx = names.iter().map(|n| table.index_of(n).map_err(|e| HostError::Invalid(e.to_string()))).collect::<Result<Vec<_>>>()?;
-    Ok(Arc::new(table.project(&idx).map_err(|e| HostError::Invalid(e.to_string()))?))
+    let idx = names
+        .iter()
+        .map(|n| {
+            table
+                .index_of(n)
+                .map_err(|e| HostError::Invalid(e.to_string()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(
+        table
+            .project(&idx)
+            .map_err(|e| HostError::Invalid(e.to_string()))?,
+    ))
 }
 
 #[cfg(test)]
@@ -784,14 +1128,37 @@ mod tests {
         };
         let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
         // Equality with a constant: 1/NDV; IN lists: n/NDV; NOT: the complement.
-        assert!(close(estimate_selectivity(&[col("brand").eq(lit("Brand#23"))], &ndv), 1.0 / 25.0));
-        assert!(close(estimate_selectivity(&[col("mode").in_list(vec![lit("AIR"), lit("MAIL")], false)], &ndv), 2.0 / 7.0));
-        assert!(close(estimate_selectivity(&[col("mode").not_eq(lit("AIR"))], &ndv), 6.0 / 7.0));
-        assert!(close(estimate_selectivity(&[col("mode").eq(lit("AIR")).or(col("mode").eq(lit("MAIL")))], &ndv), 2.0 / 7.0));
+        assert!(close(
+            estimate_selectivity(&[col("brand").eq(lit("Brand#23"))], &ndv),
+            1.0 / 25.0
+        ));
+        assert!(close(
+            estimate_selectivity(
+                &[col("mode").in_list(vec![lit("AIR"), lit("MAIL")], false)],
+                &ndv
+            ),
+            2.0 / 7.0
+        ));
+        assert!(close(
+            estimate_selectivity(&[col("mode").not_eq(lit("AIR"))], &ndv),
+            6.0 / 7.0
+        ));
+        assert!(close(
+            estimate_selectivity(
+                &[col("mode").eq(lit("AIR")).or(col("mode").eq(lit("MAIL")))],
+                &ndv
+            ),
+            2.0 / 7.0
+        ));
         // Conjuncts multiply; unknown columns and ranges fall back to 0.25 each, floored at 0.01.
-        let both = col("brand").eq(lit("Brand#23")).and(col("mode").eq(lit("AIR")));
+        let both = col("brand")
+            .eq(lit("Brand#23"))
+            .and(col("mode").eq(lit("AIR")));
         assert!(close(estimate_selectivity(&[both], &ndv), 1.0 / 175.0));
-        assert!(close(estimate_selectivity(&[col("x").gt(lit(3))], &ndv), 0.25));
+        assert!(close(
+            estimate_selectivity(&[col("x").gt(lit(3))], &ndv),
+            0.25
+        ));
         let ranges: Vec<Expr> = (0..5).map(|i| col("x").gt(lit(i))).collect();
         assert!(close(estimate_selectivity(&ranges, &ndv), 0.01));
         assert!(close(estimate_selectivity(&[], &ndv), 1.0));

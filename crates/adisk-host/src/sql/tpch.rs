@@ -30,7 +30,10 @@ const QUERIES: [&str; 22] = [
 
 /// The text of TPC-H query `n` (1–22).
 pub fn query(n: u32) -> Result<&'static str> {
-    QUERIES.get((n as usize).wrapping_sub(1)).copied().ok_or_else(|| HostError::Invalid(format!("TPC-H has queries 1 to 22, not {n}")))
+    QUERIES
+        .get((n as usize).wrapping_sub(1))
+        .copied()
+        .ok_or_else(|| HostError::Invalid(format!("TPC-H has queries 1 to 22, not {n}")))
 }
 
 const ANSWERS_PY: &str = include_str!("tpch_answers.py");
@@ -44,12 +47,22 @@ pub fn official_answers(sf: f64) -> Result<BTreeMap<u32, String>> {
         .arg(ANSWERS_PY)
         .arg(sf.to_string())
         .output()
-        .map_err(|source| HostError::Io { context: format!("running {python} for the TPC-H answers"), source })?;
+        .map_err(|source| HostError::Io {
+            context: format!("running {python} for the TPC-H answers"),
+            source,
+        })?;
     if !out.status.success() {
-        return Err(HostError::Invalid(format!("TPC-H oracle: {}", String::from_utf8_lossy(&out.stderr).trim())));
+        return Err(HostError::Invalid(format!(
+            "TPC-H oracle: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
     }
-    let map: BTreeMap<String, String> = serde_json::from_slice(&out.stdout).map_err(|e| HostError::Invalid(format!("TPC-H oracle printed malformed JSON: {e}")))?;
-    Ok(map.into_iter().filter_map(|(k, v)| k.parse().ok().map(|k| (k, v))).collect())
+    let map: BTreeMap<String, String> = serde_json::from_slice(&out.stdout)
+        .map_err(|e| HostError::Invalid(format!("TPC-H oracle printed malformed JSON: {e}")))?;
+    Ok(map
+        .into_iter()
+        .filter_map(|(k, v)| k.parse().ok().map(|k| (k, v)))
+        .collect())
 }
 
 /// Columns whose values come from the generator's random text (addresses, comments):

@@ -107,7 +107,12 @@ pub fn status_json(dir: &Path) -> serde_json::Value {
 #[allow(dead_code)]
 pub fn disk_address(dir: &Path, d: usize) -> String {
     let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
-    let addresses: Vec<String> = config.lines().filter_map(|l| l.trim().strip_prefix("address")).filter_map(|v| v.trim_start().strip_prefix('=')).map(|v| v.trim().trim_matches('"').to_string()).collect();
+    let addresses: Vec<String> = config
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("address"))
+        .filter_map(|v| v.trim_start().strip_prefix('='))
+        .map(|v| v.trim().trim_matches('"').to_string())
+        .collect();
     addresses[d].clone()
 }
 
@@ -116,7 +121,11 @@ pub fn disk_address(dir: &Path, d: usize) -> String {
 #[allow(dead_code)]
 pub fn wait_refused(dir: &Path, d: usize) {
     let address = disk_address(dir, d);
-    wait_until(&format!("disk {d} at {address} to refuse connections"), std::time::Duration::from_secs(10), || std::net::TcpStream::connect(&address).is_err());
+    wait_until(
+        &format!("disk {d} at {address} to refuse connections"),
+        std::time::Duration::from_secs(10),
+        || std::net::TcpStream::connect(&address).is_err(),
+    );
 }
 
 /// A local cluster of 4 disk processes with TPC-H at scale `sf` loaded with `replicas` copies
@@ -130,7 +139,17 @@ impl TpchCluster {
     pub fn start(sf: &str, replicas: u32) -> Self {
         let dir = tempfile::tempdir().expect("tempdir");
         ok(dir.path(), &["up", "--disks", "4"]);
-        ok(dir.path(), &["load", "tpch", "--sf", sf, "--replicas", &replicas.to_string()]);
+        ok(
+            dir.path(),
+            &[
+                "load",
+                "tpch",
+                "--sf",
+                sf,
+                "--replicas",
+                &replicas.to_string(),
+            ],
+        );
         TpchCluster(dir)
     }
     /// The cluster's directory (`--dir`).
@@ -149,7 +168,10 @@ impl Drop for TpchCluster {
 #[allow(dead_code)]
 pub fn check_tpch(dir: &Path, level: &str, what: &str) {
     let out = ok(dir, &["tpch", "check", "--sf", "0.01", "--offload", level]);
-    assert!(out.contains("22 passed, 0 failed"), "{what}, offload {level}:\n{out}");
+    assert!(
+        out.contains("22 passed, 0 failed"),
+        "{what}, offload {level}:\n{out}"
+    );
 }
 
 /// Kills disk `d` with SIGKILL and waits until its port refuses connections.
