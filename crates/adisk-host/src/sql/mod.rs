@@ -783,10 +783,12 @@ impl SqlEngine {
         let batches = collect(plan.clone(), ctx.task_ctx())
             .await
             .map_err(plan_err("running the query"));
+        // A failed run's statistics are dropped with it: do not wait for streams of a dead disk
+        // that will never report (a failover would wait up to the whole settle time).
+        let batches = batches?;
         // Streams dropped early (LIMIT) report from a spawned task.
         metrics.settle(Duration::from_secs(2)).await;
         let scans = metrics.take();
-        let batches = batches?;
         let link_busy = match (&self.settings.host_link, busy0) {
             (Some(l), Some(b0)) => Some(l.busy().saturating_sub(b0)),
             _ => None,
