@@ -27,15 +27,13 @@ pub async fn repair(
         disks.to_vec()
     };
     let t = std::time::Instant::now();
-    let reports = cluster
-        .repair(
-            &targets,
-            &RepairRequest {
-                verify,
-                tables: vec![],
-            },
-        )
-        .await;
+    let spinner = waiting(&format!("repairing disks {targets:?} from their peers"));
+    let request = RepairRequest {
+        verify,
+        tables: vec![],
+    };
+    let reports = cluster.repair(&targets, &request).await;
+    spinner.finish_and_clear();
     let mut problems = Vec::new();
     for (d, r) in &reports {
         match r {
@@ -76,6 +74,17 @@ pub async fn repair(
     } else {
         Err(CliError::Other(format!("repair: {}", problems.join("; "))))
     }
+}
+
+/// A spinner with the elapsed time on standard error while the disks work (they report only
+/// when done); hidden when standard error is not a terminal.
+fn waiting(what: &str) -> indicatif::ProgressBar {
+    let spinner = indicatif::ProgressBar::new_spinner();
+    let style = indicatif::ProgressStyle::with_template("{spinner} {msg} ({elapsed})");
+    spinner.set_style(style.expect("template"));
+    spinner.set_message(what.to_string());
+    spinner.enable_steady_tick(std::time::Duration::from_millis(200));
+    spinner
 }
 
 fn print_report(r: &RepairReport) {
@@ -120,7 +129,9 @@ fn print_report(r: &RepairReport) {
 pub async fn scrub(cluster: &Cluster, format: &str, no_repair: bool) -> Result<(), CliError> {
     check_format(format)?;
     let t = std::time::Instant::now();
+    let spinner = waiting("scrubbing: every disk reads all its partitions");
     let reports = cluster.scrub().await;
+    spinner.finish_and_clear();
     let mut corrupt: BTreeMap<u32, Vec<String>> = BTreeMap::new();
     for (d, r) in reports.iter().enumerate() {
         if let Ok(r) = r {
@@ -135,17 +146,14 @@ pub async fn scrub(cluster: &Cluster, format: &str, no_repair: bool) -> Result<(
         } else {
             let disks: Vec<u32> = corrupt.keys().copied().collect();
             let tables: Vec<String> = corrupt.values().flatten().cloned().collect();
-            cluster
-                .repair(
-                    &disks,
-                    &RepairRequest {
-                        verify: true,
-                        tables,
-                    },
-                )
-                .await
-                .into_iter()
-                .collect()
+            let spinner = waiting(&format!("refetching corrupt copies on disks {disks:?}"));
+            let request = RepairRequest {
+                verify: true,
+                tables,
+            };
+            let repairs = cluster.repair(&disks, &request).await.into_iter().collect();
+            spinner.finish_and_clear();
+            repairs
         };
     let mut left = 0;
     for (d, r) in reports.iter().enumerate() {
