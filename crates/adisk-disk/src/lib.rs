@@ -97,6 +97,21 @@ pub struct DiskNodeConfig {
     pub auto_repair: bool,
 }
 
+impl DiskNodeConfig {
+    /// A disk on `dir` listening on any free loopback port, without the cluster's key, members
+    /// or repair on start: an in-process disk for tests and tools.
+    pub fn local(dir: impl Into<PathBuf>, os: DiskOsConfig) -> Self {
+        DiskNodeConfig {
+            dir: dir.into(),
+            listen: "127.0.0.1:0".into(),
+            os,
+            auth: None,
+            members: None,
+            auto_repair: false,
+        }
+    }
+}
+
 /// A bound, not yet serving, disk node.
 pub struct DiskNode {
     listener: TcpListener,

@@ -38,16 +38,9 @@ impl Disks {
         let (mut configs, mut stops, mut servers) = (Vec::new(), Vec::new(), Vec::new());
         for (id, dir) in dirs.iter().enumerate() {
             let os = DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2);
-            let node = DiskNode::bind(DiskNodeConfig {
-                dir: dir.clone(),
-                listen: "127.0.0.1:0".into(),
-                os,
-                auth: None,
-                members: None,
-                auto_repair: false,
-            })
-            .await
-            .unwrap();
+            let node = DiskNode::bind(DiskNodeConfig::local(dir.clone(), os))
+                .await
+                .unwrap();
             configs.push(DiskConfig {
                 id: id as u32,
                 address: node.address().to_string(),

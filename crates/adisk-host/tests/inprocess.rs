@@ -36,16 +36,9 @@ async fn one_disk(
         os.buffer_bytes >> 10,
         os.buffers_per_stream,
     );
-    let node = DiskNode::bind(DiskNodeConfig {
-        dir: dir.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        os,
-        auth: None,
-        members: None,
-        auto_repair: false,
-    })
-    .await
-    .unwrap();
+    let node = DiskNode::bind(DiskNodeConfig::local(dir.to_path_buf(), os))
+        .await
+        .unwrap();
     let address = node.address().to_string();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(node.serve(async move {
@@ -630,13 +623,11 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
 async fn a_served_data_directory_is_refused_to_a_second_disk() {
     let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
-    let config = || adisk_disk::DiskNodeConfig {
-        dir: dir.path().to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        os: DiskOsConfig::new(0, 16 << 20, 64 << 10, 2),
-        auth: None,
-        members: None,
-        auto_repair: false,
+    let config = || {
+        adisk_disk::DiskNodeConfig::local(
+            dir.path().to_path_buf(),
+            DiskOsConfig::new(0, 16 << 20, 64 << 10, 2),
+        )
     };
     let first = DiskNode::bind(config()).await.unwrap();
     let err = DiskNode::bind(config())
@@ -670,14 +661,10 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
     };
     let mut stops = Vec::new();
     for (id, dir) in dirs.iter().enumerate() {
-        let node = DiskNode::bind(DiskNodeConfig {
-            dir: dir.to_path_buf(),
-            listen: "127.0.0.1:0".into(),
-            os: DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2),
-            auth: None,
-            members: None,
-            auto_repair: false,
-        })
+        let node = DiskNode::bind(DiskNodeConfig::local(
+            dir.to_path_buf(),
+            DiskOsConfig::new(id as u32, 64 << 20, 64 << 10, 2),
+        ))
         .await
         .unwrap();
         config.disks.push(DiskConfig {

@@ -44,14 +44,10 @@ async fn one_disk(
         .unwrap();
         store.commit_partition(w).unwrap();
     }
-    let node = DiskNode::bind(DiskNodeConfig {
-        dir: dir.to_path_buf(),
-        listen: "127.0.0.1:0".into(),
-        os: DiskOsConfig::new(0, 64 << 20, 64 << 10, 2),
-        auth: None,
-        members: None,
-        auto_repair: false,
-    })
+    let node = DiskNode::bind(DiskNodeConfig::local(
+        dir.to_path_buf(),
+        DiskOsConfig::new(0, 64 << 20, 64 << 10, 2),
+    ))
     .await
     .unwrap();
     let address = node.address().to_string();

@@ -34,16 +34,9 @@ struct Disk {
 impl Disk {
     async fn start(dir: &Path) -> Self {
         let os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
-        let node = DiskNode::bind(DiskNodeConfig {
-            dir: dir.to_path_buf(),
-            listen: "127.0.0.1:0".into(),
-            os,
-            auth: None,
-            members: None,
-            auto_repair: false,
-        })
-        .await
-        .unwrap();
+        let node = DiskNode::bind(DiskNodeConfig::local(dir.to_path_buf(), os))
+            .await
+            .unwrap();
         let disk = DiskConfig {
             id: 0,
             address: node.address().to_string(),
