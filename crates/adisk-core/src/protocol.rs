@@ -697,6 +697,12 @@ pub struct PartitionInfo {
     /// hash; empty: written before sketches existed).
     #[serde(default)]
     pub ndv: Vec<Option<crate::sketch::Hll>>,
+    /// Smallest and largest value per column, in schema order, for integer and date columns
+    /// (`None`: another type, or no non-NULL value; empty: written before bounds existed). The
+    /// planner joins two tables at their disks without an exchange when these show that equal
+    /// keys always sit on the same disk (co-partitioned tables).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub bounds: Vec<Option<[i64; 2]>>,
     /// Checksums verified on every read (`None`: written before they existed; such a file is
     /// checked against [`PartitionInfo::crc32`] whole, at every open).
     #[serde(default, skip_serializing_if = "Option::is_none")]

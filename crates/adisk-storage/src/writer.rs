@@ -38,7 +38,76 @@ pub struct PartitionWriter {
     writer: Option<ArrowWriter<File>>,
     rows: u64,
     ndv: Vec<Option<adisk_core::sketch::Hll>>,
+    bounds: Vec<Bounds>,
     hashes: Vec<u64>,
+}
+
+/// The smallest and largest value seen in an integer or date column.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Bounds {
+    /// Not an integer or date column.
+    Untracked,
+    /// No non-NULL value yet.
+    Empty,
+    Seen(i64, i64),
+}
+
+impl Bounds {
+    fn for_type(t: &arrow::datatypes::DataType) -> Self {
+        use arrow::datatypes::DataType::*;
+        match t {
+            Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | Date32 | Date64 => {
+                Bounds::Empty
+            }
+            _ => Bounds::Untracked,
+        }
+    }
+
+    /// Widens to the values of `array` (of the type this was made for).
+    fn update(&mut self, array: &dyn Array) {
+        if matches!(self, Bounds::Untracked) {
+            return;
+        }
+        let Some((lo, hi)) = int_min_max(array) else {
+            return;
+        };
+        *self = match *self {
+            Bounds::Seen(a, b) => Bounds::Seen(a.min(lo), b.max(hi)),
+            _ => Bounds::Seen(lo, hi),
+        };
+    }
+
+    fn finish(self) -> Option<[i64; 2]> {
+        match self {
+            Bounds::Seen(lo, hi) => Some([lo, hi]),
+            _ => None,
+        }
+    }
+}
+
+/// Smallest and largest non-NULL value of an integer or date array, as i64.
+fn int_min_max(array: &dyn Array) -> Option<(i64, i64)> {
+    use arrow::array::AsArray;
+    use arrow::compute::{max, min};
+    use arrow::datatypes::*;
+    macro_rules! mm {
+        ($t:ty) => {{
+            let a = array.as_primitive::<$t>();
+            Some((i64::from(min(a)?), i64::from(max(a)?)))
+        }};
+    }
+    match array.data_type() {
+        DataType::Int8 => mm!(Int8Type),
+        DataType::Int16 => mm!(Int16Type),
+        DataType::Int32 => mm!(Int32Type),
+        DataType::Int64 => mm!(Int64Type),
+        DataType::UInt8 => mm!(UInt8Type),
+        DataType::UInt16 => mm!(UInt16Type),
+        DataType::UInt32 => mm!(UInt32Type),
+        DataType::Date32 => mm!(Date32Type),
+        DataType::Date64 => mm!(Date64Type),
+        _ => None,
+    }
 }
 
 impl PartitionWriter {
@@ -63,6 +132,11 @@ impl PartitionWriter {
             source,
         })?;
         let columns = schema.fields().len();
+        let bounds = schema
+            .fields()
+            .iter()
+            .map(|f| Bounds::for_type(f.data_type()))
+            .collect();
         Ok(PartitionWriter {
             table: table.to_string(),
             partition,
@@ -73,6 +147,7 @@ impl PartitionWriter {
             writer: Some(writer),
             rows: 0,
             ndv: vec![Some(adisk_core::sketch::Hll::default()); columns],
+            bounds,
             hashes: Vec::new(),
         })
     }
@@ -110,6 +185,9 @@ impl PartitionWriter {
                 source,
             })?;
         self.rows += batch.num_rows() as u64;
+        for (col, b) in batch.columns().iter().zip(self.bounds.iter_mut()) {
+            b.update(col.as_ref());
+        }
         // Distinct-value sketches (planner statistics); NULLs are not values.
         self.hashes.resize(batch.num_rows(), 0);
         for (col, sketch) in batch.columns().iter().zip(self.ndv.iter_mut()) {
@@ -163,6 +241,7 @@ impl PartitionWriter {
             crc32,
             row_groups: metadata.num_row_groups() as u32,
             ndv: std::mem::take(&mut self.ndv),
+            bounds: self.bounds.iter().map(|b| b.finish()).collect(),
             checksums: Some(checksums),
         })
     }

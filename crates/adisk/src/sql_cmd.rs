@@ -10,7 +10,7 @@ use std::sync::Arc;
 /// Options shared by the SQL commands.
 #[derive(clap::Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// How much runs at the disks: none | project | select | aggregate | semijoin | auto.
+    /// How much runs at the disks: none | project | select | aggregate | semijoin | disks | auto.
     #[arg(long, default_value = "auto")]
     pub offload: String,
     /// Bloom filter size for semi-joins, KiB (capped by the disks' memory grant).
@@ -19,8 +19,9 @@ pub struct EngineArgs {
     /// Scratch per disk stage, KiB (0: the disk's default, a quarter of its memory).
     #[arg(long, default_value_t = 0)]
     pub scratch_kib: u64,
-    /// Temporary disk space per disk job, KiB: sorts and aggregations past their scratch spill
-    /// there (0: none; they fail instead).
+    /// Temporary disk space per disk job, KiB: sorts, aggregations and (at `disks`) sort-merge
+    /// joins past their scratch spill there (0: the default, none for scan jobs and 256 MiB
+    /// for `disks` stages that sort, aggregate or join; past it a job fails).
     #[arg(long, default_value_t = 0)]
     pub temp_kib: u64,
     /// Stream buffer size of the disk jobs, KiB (0: the disks' default).
@@ -30,6 +31,10 @@ pub struct EngineArgs {
     /// programs (default: one program per `adisk` process).
     #[arg(long)]
     pub program: Option<String>,
+    /// At `disks` (or when `auto` chooses it): the disk that does the host's combining work
+    /// (memik's central unit); the host only submits the plan and receives the result.
+    #[arg(long)]
+    pub central_unit: Option<u32>,
 }
 
 impl EngineArgs {
@@ -42,6 +47,7 @@ impl EngineArgs {
             host_threads: 0,
             buffer_kib: self.buffer_kib,
             program: self.program.clone(),
+            central_unit: self.central_unit,
         }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
@@ -119,6 +125,9 @@ pub enum TpchCommand {
         /// Only these queries (comma-separated numbers).
         #[arg(long, value_delimiter = ',')]
         queries: Vec<u32>,
+        /// At `disks` and `auto`: the disk that does the host's combining work.
+        #[arg(long)]
+        central_unit: Option<u32>,
     },
 }
 
@@ -271,10 +280,12 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
             println!("{}", report::explain_analyze_json(&out, eng.settings()));
         }
         (false, false) => print!("{}", eng.explain(&query).await?),
-        (false, true) => println!(
-            "{}",
-            report::explain_json(&eng.plan(&query).await?, eng.settings())
-        ),
+        (false, true) => {
+            let (plan, choice) = eng.plan_with_choice(&query).await?;
+            let mut v = report::explain_json(&plan, eng.settings());
+            v["choice"] = choice.into();
+            println!("{v}");
+        }
     }
     if let Some(b) = &a.bundling {
         print!("{}", bundles(dir, &a, &query, b.parse()?).await?);
@@ -379,6 +390,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             offload,
             bloom_kib,
             queries,
+            central_unit,
         } => {
             check_sf(dir, sf).await?;
             let answers = tpch::official_answers(sf)?;
@@ -404,6 +416,9 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                     SqlOptions {
                         offload: level,
                         bloom_kib,
+                        // The central unit applies where the host would combine.
+                        central_unit: central_unit
+                            .filter(|_| matches!(level, Offload::Disks | Offload::Auto)),
                         ..Default::default()
                     },
                 )

@@ -52,7 +52,48 @@ fn check_all_levels(sf: &str) {
 
 #[test]
 fn tpch_sf001_every_offload_level() {
-    check_all_levels("0.01");
+    let c = Cluster::start("0.01");
+    let check = |args: &[&str]| {
+        let mut all = vec!["tpch", "check", "--sf", "0.01"];
+        all.extend_from_slice(args);
+        ok(c.dir(), &all)
+    };
+    let out = check(&["--offload", "all"]);
+    assert!(
+        out.contains(&format!("{} passed, 0 failed", 22 * LEVELS)),
+        "TPC-H SF 0.01:\n{out}"
+    );
+    // memik's central unit: disk 0 does the host's combining work.
+    let out = check(&["--offload", "disks,auto", "--central-unit", "0"]);
+    assert!(out.contains("44 passed, 0 failed"), "central unit:\n{out}");
+    let v = explain(c.dir(), false, &tpch_text(3), "disks");
+    assert!(
+        host_ops(&v).contains(&"SortPreservingMergeExec".to_string()),
+        "Q3 at disks merges the disks' sorted streams at the host: {v}"
+    );
+    let central: Value = serde_json::from_str(&ok(
+        c.dir(),
+        &[
+            "explain",
+            &tpch_text(3),
+            "--format",
+            "json",
+            "--offload",
+            "disks",
+            "--central-unit",
+            "0",
+        ],
+    ))
+    .unwrap();
+    assert!(
+        host_ops(&central).is_empty(),
+        "Q3 with a central unit: nothing combines at the host: {central}"
+    );
+    // chiu's partially distributed system: every exchange through the host.
+    ok(c.dir(), &["down"]);
+    ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);
+    let out = check(&["--offload", "disks"]);
+    assert!(out.contains("22 passed, 0 failed"), "via host:\n{out}");
 }
 
 #[test]
@@ -485,4 +526,109 @@ fn throttled_link_and_disk_reads() {
         none["bytes_shipped"].as_u64().unwrap() > 100 * auto["bytes_shipped"].as_u64().unwrap(),
         "conventional ships whole rows"
     );
+}
+
+/// Sum of `spilled_bytes` over every stage of every job of an EXPLAIN ANALYZE.
+fn spilled(v: &Value) -> u64 {
+    v["scans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["stats"]["stages"].as_array().cloned().unwrap_or_default())
+        .map(|st| st["spilled_bytes"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+fn stages_text(v: &Value) -> String {
+    v["operators"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["operator"] == "DisksExec")
+        .flat_map(|o| o["stages"].as_array().cloned().unwrap_or_default())
+        .map(|s| s.as_str().unwrap_or("").to_string())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The `disks` level's joins (issue 11): co-partitioned tables (TPC-H's orders and lineitem,
+/// generated part by part on the same disks) join where they are, with no exchange; a join
+/// whose build side is past a disk's memory (16 MiB disks) runs as a sort-merge join that
+/// spills within the disk-space grant and answers exactly (DuckDB on the same files); past
+/// the grant it fails with a typed error and leaves no temporary files.
+#[test]
+fn disks_level_colocated_and_spilling_joins() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "4", "--memory-mib", "16"]);
+    struct Down<'a>(&'a Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = adisk(self.0, &["down"]);
+        }
+    }
+    let _down = Down(dir);
+    ok(dir, &["load", "tpch", "--sf", "0.1"]);
+
+    // orders ⋈ lineitem on the order key: 150 000 orders, too many to broadcast.
+    let colocated = "select o_orderpriority, count(*) as n, sum(l_quantity) as q \
+                     from orders, lineitem where o_orderkey = l_orderkey \
+                     group by o_orderpriority order by o_orderpriority";
+    let v = explain(dir, false, colocated, "disks");
+    let stages = stages_text(&v);
+    assert!(
+        stages
+            .lines()
+            .any(|l| l.contains("scan orders") && l.contains("scan lineitem")),
+        "orders and lineitem should join in one stage at their disks:\n{stages}"
+    );
+    assert!(
+        !stages.contains("hash [o_orderkey]") && !stages.contains("hash [l_orderkey]"),
+        "no exchange on the order key:\n{stages}"
+    );
+
+    // A self-join of lineitem on its key: the build side (150 000 rows per disk with their
+    // comments) is far past a 16 MiB disk's memory.
+    let big = "select count(*) as n, sum(length(a.l_comment)) as c, sum(b.l_extendedprice) as p \
+               from lineitem a join lineitem b \
+               on a.l_orderkey = b.l_orderkey and a.l_linenumber = b.l_linenumber";
+    let v = explain(dir, true, big, "disks");
+    let stages = stages_text(&v);
+    assert!(stages.contains("SortMergeJoinExec"), "{stages}");
+    assert!(spilled(&v) > 0, "the sort-merge join spilled nothing:\n{v}");
+    let slt = dir.join("big_join.slt");
+    std::fs::write(&slt, format!("query\n{big};\n")).unwrap();
+    let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "disks"]);
+    assert!(out.contains("1 passed, 0 failed"), "{out}");
+
+    // Past a 256 KiB disk-space grant: a typed error, and nothing left at the disks.
+    let err = fails(
+        dir,
+        &["sql", big, "--offload", "disks", "--temp-kib", "256"],
+    );
+    assert!(
+        err.contains("disk ") && err.contains("temporary space exceeded"),
+        "{err}"
+    );
+    common::wait_until(
+        "every disk to release its grants and temporary files",
+        std::time::Duration::from_secs(30),
+        || {
+            let s = common::status_json(dir);
+            (0..4).all(|d| {
+                let d = &s["disks"][d];
+                d["jobs_running"] == 0
+                    && d["memory_granted_bytes"] == 0
+                    && d["temp_files_bytes"] == 0
+                    && d["exchange_inboxes"] == 0
+            })
+        },
+    );
+    for d in 0..4 {
+        let tmp = dir.join(format!("disk-{d}/tmp"));
+        let left: Vec<_> = std::fs::read_dir(&tmp)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "disk {d} left {left:?}");
+    }
 }

@@ -18,8 +18,9 @@ use crate::{DiskOsError, Result};
 use adisk_core::protocol::FragmentKind;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
@@ -27,8 +28,8 @@ use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
-use datafusion::physical_plan::joins::HashJoinExec;
-use datafusion::physical_plan::limit::LocalLimitExec;
+use datafusion::physical_plan::joins::{HashJoinExec, SortMergeJoinExec};
+use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -43,14 +44,59 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// Operators a fragment may contain besides its leaf.
-pub const ALLOWED_OPERATORS: [&str; 6] = [
+pub const ALLOWED_OPERATORS: [&str; 8] = [
     "FilterExec",
     "ProjectionExec",
     "AggregateExec",
     "SortExec",
     "HashJoinExec",
+    "SortMergeJoinExec",
     "LocalLimitExec",
+    "GlobalLimitExec",
 ];
+
+/// A fragment's scratch grant as DataFusion's memory pool: its greedy pool, except that asking
+/// for nothing more always succeeds. A sort-merge join that spills its buffered rows keeps
+/// their key columns in memory and forces them onto the pool, past its limit if need be
+/// (DataFusion's own accounting of what it holds); an operator that then re-asserts an
+/// unchanged reservation (an aggregation without groups asks for 0 bytes per batch) must not
+/// fail the job for memory it does not take. Any request for more bytes is refused as before.
+#[derive(Debug)]
+struct ScratchPool(GreedyMemoryPool);
+
+impl std::fmt::Display for ScratchPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl MemoryPool for ScratchPool {
+    fn name(&self) -> &str {
+        "scratch"
+    }
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.0.grow(reservation, additional)
+    }
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.0.shrink(reservation, shrink)
+    }
+    fn try_grow(
+        &self,
+        reservation: &MemoryReservation,
+        additional: usize,
+    ) -> datafusion::error::Result<()> {
+        if additional == 0 {
+            return Ok(());
+        }
+        self.0.try_grow(reservation, additional)
+    }
+    fn reserved(&self) -> usize {
+        self.0.reserved()
+    }
+    fn memory_limit(&self) -> datafusion::execution::memory_pool::MemoryLimit {
+        self.0.memory_limit()
+    }
+}
 
 /// [`Fragment::wanted`] before the plan waited for any input.
 const NO_INPUT: usize = usize::MAX;
@@ -219,6 +265,8 @@ pub struct Fragment {
     pending_bytes: u64,
     /// Most bytes on disk in spill files at once.
     spilled_peak: u64,
+    /// Bytes of temporary space granted for spilling.
+    spill_granted: u64,
     exhausted: bool,
     /// Batches emitted so far.
     emitted: u64,
@@ -295,7 +343,9 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
         || any.downcast_ref::<AggregateExec>().is_some()
         || any.downcast_ref::<SortExec>().is_some()
         || any.downcast_ref::<HashJoinExec>().is_some()
-        || any.downcast_ref::<LocalLimitExec>().is_some();
+        || any.downcast_ref::<SortMergeJoinExec>().is_some()
+        || any.downcast_ref::<LocalLimitExec>().is_some()
+        || any.downcast_ref::<GlobalLimitExec>().is_some();
     if !allowed {
         return Err(DiskOsError::InvalidJob(format!(
             "operator `{}` may not run at a disk (allowed: {})",
@@ -330,7 +380,8 @@ impl Fragment {
         // (`pending`); output batches are sized to fit half of it.
         let reserve = scratch_bytes / OUTPUT_RESERVE_FRACTION;
         let pool_bytes = scratch_bytes - reserve;
-        let pool: Arc<dyn MemoryPool> = Arc::new(GreedyMemoryPool::new(pool_bytes as usize));
+        let pool: Arc<dyn MemoryPool> =
+            Arc::new(ScratchPool(GreedyMemoryPool::new(pool_bytes as usize)));
         let disk = match spill {
             Some(sp) => {
                 std::fs::create_dir_all(&sp.dir).map_err(|source| {
@@ -354,13 +405,21 @@ impl Fragment {
         let batch_rows =
             (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
         let mut config = SessionConfig::new().with_batch_size(batch_rows);
-        // A sort keeps this much of its pool back for merging its spilled runs (DataFusion's
-        // default, 10 MiB, would not fit a disk's scratch); in-place sorting up to the same.
-        config.options_mut().execution.sort_spill_reservation_bytes = (pool_bytes / 4) as usize;
-        config.options_mut().execution.sort_in_place_threshold_bytes = (pool_bytes / 4) as usize;
-        let ctx = SessionContext::new_with_config_rt(config, runtime);
-        let task = ctx.task_ctx();
-        let plan = crate::expr::decode_plan_fragment(plan, &task)?;
+        let decoding = SessionContext::new_with_config_rt(config.clone(), runtime.clone());
+        let plan = crate::expr::decode_plan_fragment(plan, &decoding.task_ctx())?;
+        // A sort keeps part of the pool back for merging its spilled runs (DataFusion's
+        // default, 10 MiB, would not fit a disk's scratch): a quarter of it, shared by the
+        // fragment's sorts (a sort-merge join sorts both its inputs, and both hold their
+        // reservation while the join reads them); in-place sorting up to the same.
+        let mut sorts = 0;
+        let _ = plan.apply(|n| {
+            sorts += usize::from(n.downcast_ref::<SortExec>().is_some());
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        });
+        let reservation = (pool_bytes / 4) as usize / sorts.max(1);
+        config.options_mut().execution.sort_spill_reservation_bytes = reservation;
+        config.options_mut().execution.sort_in_place_threshold_bytes = reservation;
+        let task = SessionContext::new_with_config_rt(config, runtime).task_ctx();
         let root_fits = match kind {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
@@ -408,10 +467,27 @@ impl Fragment {
             pending: VecDeque::new(),
             pending_bytes: 0,
             spilled_peak: 0,
+            spill_granted: spill.map_or(0, |sp| sp.bytes),
             exhausted: false,
             emitted: 0,
             flushes: 0,
         })
+    }
+
+    /// The job's error for a failure of the plan: spilling past the temporary-space grant is
+    /// [`DiskOsError::TempSpaceExceeded`].
+    fn failed(&self, source: datafusion::error::DataFusionError) -> DiskOsError {
+        let text = source.to_string();
+        if text.contains("spilling process has exceeded the allowable limit") {
+            return DiskOsError::TempSpaceExceeded {
+                granted_bytes: self.spill_granted,
+                detail: format!("{} spilling sorted runs", self.name()),
+            };
+        }
+        DiskOsError::DataFusion {
+            context: format!("running {}", self.name()),
+            source,
+        }
     }
 
     /// Polls the fragment until it needs more input, ends, or fills the emitter (the rest of
@@ -433,12 +509,7 @@ impl Fragment {
                     self.pending.push_back(b);
                     (spins, since) = (0, std::time::Instant::now());
                 }
-                Poll::Ready(Some(Err(source))) => {
-                    return Err(DiskOsError::DataFusion {
-                        context: format!("running {}", self.name()),
-                        source,
-                    });
-                }
+                Poll::Ready(Some(Err(source))) => return Err(self.failed(source)),
                 Poll::Ready(None) => self.exhausted = true,
                 Poll::Pending => {
                     if self.needs_input() {

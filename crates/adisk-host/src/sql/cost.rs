@@ -34,6 +34,20 @@ pub struct CostModel {
     pub small_table_bytes: u64,
     /// The largest scratch a stage can be granted next to its stream buffers.
     pub max_scratch_bytes: u64,
+    /// Every disk runs on the host's machine (loopback addresses, as `adisk up` starts them):
+    /// host and disks share its cores.
+    pub shared_cores: bool,
+    /// Disk-to-disk streams pass through the host (`exchange = via-host`).
+    pub via_host: bool,
+}
+
+/// What a plan is expected to move, bytes: to the host, and from disk to disk.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Traffic {
+    /// Bytes the host receives.
+    pub to_host: u64,
+    /// Bytes sent from disk to disk.
+    pub disk_to_disk: u64,
 }
 
 impl CostModel {
@@ -77,7 +91,45 @@ impl CostModel {
             host_cpu: cpu,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: min_memory.saturating_sub(buffers),
+            shared_cores: cfg.disks.iter().all(|d| is_loopback(&d.address)),
+            via_host: cfg.cluster.exchange == adisk_core::config::ExchangeMode::ViaHost,
         }
+    }
+
+    /// Seconds a plan moving `t` spends beyond the scans every level shares (reading, decoding
+    /// and qualifying at the disks), as a pipeline whose slowest resource sets the pace (the
+    /// scan model above, extended to the links between disks):
+    ///
+    /// * the host link carries `to_host`, plus every disk-to-disk byte twice when exchanges
+    ///   pass through the host;
+    /// * the disks' own links carry the rest, `n` of them at the host link's rate;
+    /// * every byte that moves is encoded and decoded once (Arrow IPC), and the joins and
+    ///   aggregations above the scans process the rows the host-centric plan ships,
+    ///   `host_work_bytes`, wherever they run: at the host in a host-centric plan (with what it
+    ///   receives), spread over the disks otherwise. When host and disks share one machine's
+    ///   cores, all of it competes for them.
+    pub fn traffic_time(&self, t: Traffic, host_work_bytes: u64, at_disks: bool) -> f64 {
+        let (to_host, between) = (t.to_host as f64, t.disk_to_disk as f64);
+        let work = host_work_bytes as f64;
+        let via = if self.via_host { 2.0 * between } else { 0.0 };
+        let link = (to_host + via) / self.link;
+        let disk_links = if self.via_host {
+            0.0
+        } else {
+            between / (self.disks * self.link)
+        };
+        let (host_cpu, disk_cpu) = if at_disks {
+            (2.0 * to_host, 2.0 * between + work + to_host)
+        } else {
+            (to_host + work, to_host)
+        };
+        let cpu = if self.shared_cores {
+            (host_cpu + disk_cpu) / (self.host_cores * self.host_cpu)
+        } else {
+            (host_cpu / (self.host_cores * self.host_cpu))
+                .max(disk_cpu / (self.disks * self.disk_cpu))
+        };
+        link.max(disk_links).max(cpu)
     }
 
     /// Seconds to scan `bytes` with selectivity `s`, filtering at the disks or at the host.
@@ -120,4 +172,14 @@ impl CostModel {
             _ => false,
         }
     }
+}
+
+/// Whether a `host:port` address is on this machine's loopback.
+fn is_loopback(address: &str) -> bool {
+    let host = address.rsplit_once(':').map(|(h, _)| h).unwrap_or(address);
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }

@@ -9,7 +9,9 @@
 //!                                 (chiu's redistribution); the stage above reads the pipe
 //! HashJoinExec(CollectLeft)    → the build side is a stage of its own whose output is
 //!                                 broadcast to the disks of the probe side (memik's replication)
-//! HashJoinExec(Partitioned)    → both sides arrive hashed on the join key at the same disks
+//! HashJoinExec(Partitioned)    → both sides arrive hashed on the join key at the same disks,
+//!                                 or stay where they are when their tables are co-partitioned
+//!                                 on it (`colocate`)
 //! DiskScanExec                 → a local input of the stage at each disk holding the table
 //! filters, projections, aggregations, sorts, local limits → stay inside their stage
 //! anything else (merges, global limits, non-column keys…) → the host, above a DisksExec
@@ -90,6 +92,8 @@ struct StagePlan {
     route: Route2,
     /// The disks of the stage that reads this one (set when it is cut).
     targets: Vec<u32>,
+    /// Estimated bytes of its output over all its disks (DataFusion's statistics).
+    est_bytes: Option<u64>,
 }
 
 /// A stage being cut: the plan above its inputs so far.
@@ -143,9 +147,13 @@ impl PhysicalOptimizerRule for DistributeRule {
         let mut cutter = Cutter {
             stages: stages.clone(),
             disk_count: live.len() as u32,
+            join_budget: self.join_budget(&plan),
             live,
         };
-        let out = self.place(plan, &mut cutter)?;
+        let mut out = self.place(plan, &mut cutter)?;
+        if let Some(c) = self.settings.central_unit {
+            out = self.centralize(out, c, &mut cutter)?;
+        }
         let list = std::mem::take(&mut stages.lock().expect("stages lock").list);
         let graph = Arc::new(list);
         // Give every DisksExec the stages of this query.
@@ -180,7 +188,7 @@ impl DistributeRule {
             && decodable(&cut.plan)
         {
             let partitions = cut.disks.len();
-            let root = cutter.finish(cut, Route2::Host);
+            let root = cutter.finish(cut, Route2::Host, &plan);
             return Ok(Arc::new(self.disks_exec(root, partitions, &plan)));
         }
         let children = plan
@@ -192,6 +200,63 @@ impl DistributeRule {
             return Ok(plan);
         }
         super::rules::rewire(plan, children)
+    }
+
+    /// What a join stage's build side may take per disk: a join stage's share of the smallest
+    /// disk's scratch (see [`DisksExec::sizes`]) when every heavy operator of the plan ran at
+    /// the same disk in stages of their own (the most the busiest disk can carry), halved for
+    /// DataFusion's hash table overhead. Never more than the requested scratch.
+    fn join_budget(&self, plan: &Arc<dyn ExecutionPlan>) -> u64 {
+        let mut inputs = 0;
+        let _ = plan.apply(|n| {
+            let n: &dyn ExecutionPlan = n.as_ref();
+            if n.downcast_ref::<DiskScanExec>().is_some()
+                || n.downcast_ref::<RepartitionExec>().is_some()
+            {
+                inputs += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        let busiest = (weight(plan) + inputs).max(1);
+        let mut share = self.settings.cost.max_scratch_bytes * 2 / 3 / busiest * JOIN_WEIGHT;
+        if self.settings.scratch_kib > 0 {
+            share = share.min(self.settings.scratch_kib * 1024);
+        }
+        share / 2
+    }
+
+    /// With a central unit: the host's combining work above the stages becomes a stage at
+    /// disk `c`, which the top stage sends all its rows to ([`super::central`]).
+    fn centralize(
+        &self,
+        out: Arc<dyn ExecutionPlan>,
+        c: u32,
+        cutter: &mut Cutter,
+    ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+        if !cutter.live.contains(&c) {
+            return Err(DataFusionError::Plan(format!(
+                "central unit disk {c} is not a live disk (live: {:?})",
+                cutter.live
+            )));
+        }
+        let Some((fragment, top)) = super::central::gather(&out) else {
+            return Ok(out);
+        };
+        if !decodable(&fragment) {
+            return Ok(out);
+        }
+        {
+            let mut stages = cutter.stages.lock().expect("stages lock");
+            stages.list[top].route = Route2::Broadcast;
+            stages.list[top].targets = vec![c];
+        }
+        let cut = Cut {
+            plan: fragment,
+            disks: vec![c],
+            inputs: vec![Input::Pipe(top)],
+        };
+        let root = cutter.finish(cut, Route2::Host, &out);
+        Ok(Arc::new(self.disks_exec(root, 1, &out)))
     }
 
     fn disks_exec(
@@ -226,13 +291,17 @@ fn worth_it(cut: &Cut) -> bool {
 struct Cutter {
     stages: Arc<Mutex<Stages>>,
     disk_count: u32,
+    /// Bytes of build side per disk past which a join runs as a sort-merge join (it spills).
+    join_budget: u64,
     /// The disks not taken as dead, in order: hash partition `i` goes to `live[i]`.
     live: Vec<u32>,
 }
 
 impl Cutter {
-    /// Ends `cut` as a stage routed `route`; its index.
-    fn finish(&mut self, cut: Cut, route: Route2) -> usize {
+    /// Ends `cut` as a stage routed `route`; its index. `original` is the part of the query
+    /// plan it runs (for the estimate of its output).
+    fn finish(&mut self, cut: Cut, route: Route2, original: &Arc<dyn ExecutionPlan>) -> usize {
+        let est_bytes = super::sortmerge::estimated_bytes(original);
         let bytes = datafusion_proto::bytes::physical_plan_to_bytes(cut.plan.clone())
             .map(|b| b.to_vec())
             .unwrap_or_default();
@@ -244,6 +313,7 @@ impl Cutter {
             inputs: cut.inputs,
             route,
             targets: vec![],
+            est_bytes,
         });
         stages.list.len() - 1
     }
@@ -327,7 +397,7 @@ impl Cutter {
                     return None;
                 }
                 let schema = below.plan.schema();
-                let stage = self.finish(below, Route2::Hash(keys));
+                let stage = self.finish(below, Route2::Hash(keys), &child);
                 let disks: Vec<u32> = self.live.clone();
                 self.set_targets(stage, &disks);
                 Some(Cut {
@@ -357,12 +427,13 @@ impl Cutter {
                     return self.repartitioned_join(j, &build);
                 }
                 let probe = self.cut(j.right())?;
-                let build = self.cut(&build)?;
+                let build_plan = build;
+                let build = self.cut(&build_plan)?;
                 if !decodable(&build.plan) {
                     return None;
                 }
                 let build_schema = build.plan.schema();
-                let stage = self.finish(build, Route2::Broadcast);
+                let stage = self.finish(build, Route2::Broadcast, &build_plan);
                 self.set_targets(stage, &probe.disks);
                 let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(build_schema));
                 let joined = super::rules::rewire(plan.clone(), vec![leaf, probe.plan]).ok()?;
@@ -375,13 +446,21 @@ impl Cutter {
                 })
             }
             PartitionMode::Partitioned => {
-                let left = self.cut(j.left())?;
-                let right = self.cut(j.right())?;
+                // Co-partitioned tables join where they are: the two hash exchanges go.
+                let (left, right) = if super::colocate::colocated(j) {
+                    (
+                        super::colocate::below_exchange(j.left())?,
+                        super::colocate::below_exchange(j.right())?,
+                    )
+                } else {
+                    (j.left().clone(), j.right().clone())
+                };
+                let left = self.cut(&left)?;
+                let right = self.cut(&right)?;
                 if left.disks != right.disks {
                     return None;
                 }
-                let joined =
-                    super::rules::rewire(plan.clone(), vec![left.plan, right.plan]).ok()?;
+                let joined = self.partitioned_join(j, plan, left.plan, right.plan)?;
                 let mut inputs = left.inputs;
                 inputs.extend(right.inputs);
                 Some(Cut {
@@ -430,8 +509,8 @@ impl Cutter {
         let disks: Vec<u32> = self.live.clone();
         let (lschema, rschema) = (left.plan.schema(), right.plan.schema());
         let (l, r) = (
-            self.finish(left, Route2::Hash(keys.0)),
-            self.finish(right, Route2::Hash(keys.1)),
+            self.finish(left, Route2::Hash(keys.0), build),
+            self.finish(right, Route2::Hash(keys.1), j.right()),
         );
         self.set_targets(l, &disks);
         self.set_targets(r, &disks);
@@ -439,18 +518,49 @@ impl Cutter {
             Arc::new(EmptyExec::new(lschema)),
             Arc::new(EmptyExec::new(rschema)),
         ];
-        let joined = j
+        let partitioned = j
             .builder()
             .with_partition_mode(PartitionMode::Partitioned)
-            .with_new_children(leaves)
+            .with_new_children(leaves.clone())
             .ok()?
             .build_exec()
             .ok()?;
+        let joined = match self.spills(j.left()) {
+            true => super::sortmerge::sort_merge(j, leaves[0].clone(), leaves[1].clone())
+                .unwrap_or(partitioned),
+            false => partitioned,
+        };
         Some(Cut {
             plan: joined,
             disks,
             inputs: vec![Input::Pipe(l), Input::Pipe(r)],
         })
+    }
+}
+
+impl Cutter {
+    /// Whether a join with this build side must be able to spill: its estimated rows per disk
+    /// are past what a join stage's scratch can hold.
+    fn spills(&self, build: &Arc<dyn ExecutionPlan>) -> bool {
+        super::sortmerge::estimated_bytes(build)
+            .is_some_and(|b| b / u64::from(self.disk_count.max(1)) > self.join_budget)
+    }
+
+    /// The partitioned join `plan` over its stage's inputs `left` and `right`: the hash join,
+    /// or a sort-merge join when its build side may not fit.
+    fn partitioned_join(
+        &self,
+        j: &HashJoinExec,
+        plan: &Arc<dyn ExecutionPlan>,
+        left: Arc<dyn ExecutionPlan>,
+        right: Arc<dyn ExecutionPlan>,
+    ) -> Option<Arc<dyn ExecutionPlan>> {
+        if self.spills(j.left())
+            && let Some(merged) = super::sortmerge::sort_merge(j, left.clone(), right.clone())
+        {
+            return Some(merged);
+        }
+        super::rules::rewire(plan.clone(), vec![left, right]).ok()
     }
 }
 
@@ -501,6 +611,27 @@ impl DisksExec {
                 Input::Pipe(_) => None,
             })
             .collect()
+    }
+
+    /// Estimated bytes this node sends to the host and from disk to disk (a broadcast counted
+    /// once per receiving disk); None where DataFusion cannot estimate a stage's output.
+    pub fn estimated_traffic(&self) -> Option<(u64, u64)> {
+        let root = self.stages.get(self.root)?.est_bytes?;
+        let mut between = 0u64;
+        for i in self.reachable().into_iter().filter(|i| *i != self.root) {
+            let s = &self.stages[i];
+            let fanout = match s.route {
+                Route2::Broadcast => s.targets.len() as u64,
+                _ => 1,
+            };
+            between = between.saturating_add(s.est_bytes?.saturating_mul(fanout));
+        }
+        Some((root, between))
+    }
+
+    /// Index of the stage whose output this node streams.
+    pub(super) fn root(&self) -> usize {
+        self.root
     }
 
     /// Number of stages.
@@ -768,16 +899,21 @@ const STAGE_TEMP_KIB: u64 = 256 << 10;
 /// Smallest scratch of a stage job, KiB.
 const MIN_STAGE_SCRATCH_KIB: u64 = 64;
 
+/// Weight of a stage holding one hash join (see [`weight`]).
+const JOIN_WEIGHT: u64 = 9;
+
 /// How much scratch a stage needs relative to others: 1, plus 8 per hash join (its build side
-/// is held whole), 4 per sort or aggregation that holds its input.
+/// is held whole), 4 per sort, aggregation or merge join that holds its input or a key's rows.
 fn weight(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     let mut w = 1;
     let _ = plan.apply(|node| {
         let n: &dyn ExecutionPlan = node.as_ref();
         if n.downcast_ref::<HashJoinExec>().is_some() {
-            w += 8;
+            w += JOIN_WEIGHT - 1;
         } else if n.downcast_ref::<SortExec>().is_some()
             || n.downcast_ref::<AggregateExec>().is_some()
+            || n.downcast_ref::<datafusion::physical_plan::joins::SortMergeJoinExec>()
+                .is_some()
         {
             w += 4;
         }
@@ -980,4 +1116,36 @@ impl ExecutionPlan for DisksExec {
         .flatten();
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, stream)))
     }
+}
+
+/// What `plan` is expected to move: the estimated output of every disk scan and `DisksExec`
+/// the host reads, and the exchanges between disks. None where an estimate is missing.
+pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost::Traffic> {
+    let mut t = super::cost::Traffic {
+        to_host: 0,
+        disk_to_disk: 0,
+    };
+    let mut known = true;
+    let _ = plan.apply(|node| {
+        let n: &dyn ExecutionPlan = node.as_ref();
+        if let Some(d) = n.downcast_ref::<DisksExec>() {
+            match d.estimated_traffic() {
+                Some((host, between)) => {
+                    t.to_host = t.to_host.saturating_add(host);
+                    t.disk_to_disk = t.disk_to_disk.saturating_add(between);
+                }
+                None => known = false,
+            }
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if n.downcast_ref::<DiskScanExec>().is_some() {
+            match super::sortmerge::estimated_bytes(node) {
+                Some(b) => t.to_host = t.to_host.saturating_add(b),
+                None => known = false,
+            }
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    known.then_some(t)
 }

@@ -13,6 +13,8 @@
 //! (partial aggregation and group-by) < `semijoin` (Bloom filters). `auto` chooses per scan
 //! and per operator with the cost model in [`cost`].
 pub mod bundling;
+mod central;
+mod colocate;
 pub mod cost;
 pub mod distribute;
 pub mod limits;
@@ -20,6 +22,7 @@ pub mod oracle;
 pub mod report;
 pub mod rules;
 pub mod scan;
+mod sortmerge;
 pub mod tpch;
 
 use crate::cluster::{Cluster, TableEntry};
@@ -158,6 +161,8 @@ pub struct SqlSettings {
     pub cost: cost::CostModel,
     /// The host program the disk jobs belong to: the unit of fair sharing at the disks.
     pub program: String,
+    /// At `disks`: the disk that does the host's combining work (memik's central unit).
+    pub central_unit: Option<u32>,
 }
 
 impl SqlSettings {
@@ -258,6 +263,8 @@ pub struct QueryOutput {
     pub link_busy: Option<Duration>,
     /// Failovers: each rerun of the query, e.g. `rerun without disk 2 (…)`.
     pub failover: Vec<String>,
+    /// At `auto`: which plan the cost model chose, with its estimates.
+    pub choice: Option<String>,
 }
 
 impl QueryOutput {
@@ -285,6 +292,10 @@ pub struct SqlOptions {
     /// The host program the disk jobs belong to (the unit of fair sharing at the disks;
     /// None: `host-<pid>`, one program per host process).
     pub program: Option<String>,
+    /// At `disks` (and when `auto` chooses it): the disk that does the host's combining work
+    /// — merging the disks' sorted streams, global limits, aggregations over all rows — so
+    /// the host only submits the plan and receives the result (memik's central unit).
+    pub central_unit: Option<u32>,
 }
 
 /// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
@@ -302,6 +313,7 @@ impl Default for SqlOptions {
             host_threads: 0,
             buffer_kib: SQL_BUFFER_KIB,
             program: None,
+            central_unit: None,
         }
     }
 }
@@ -369,6 +381,29 @@ struct Sessions {
     metrics: Arc<QueryMetrics>,
     analyze_ctx: SessionContext,
     analyze_metrics: Arc<QueryMetrics>,
+    /// At `auto`: the same at the `disks` level, whose plan runs when the cost model expects
+    /// it to be faster ([`SqlEngine::chosen`]).
+    disks: Option<Box<Sessions>>,
+}
+
+/// A session and the metrics its scans report to.
+type Session = (SessionContext, Arc<QueryMetrics>);
+
+/// The plan a query runs, in its session.
+struct Chosen {
+    plan: Arc<dyn ExecutionPlan>,
+    session: Session,
+    note: Option<String>,
+}
+
+impl Sessions {
+    fn pick(&self, analyze: bool) -> Session {
+        if analyze {
+            (self.analyze_ctx.clone(), self.analyze_metrics.clone())
+        } else {
+            (self.ctx.clone(), self.metrics.clone())
+        }
+    }
 }
 
 /// The table and partition of a disk's `corrupt partition …/tables/<table>/[g-<load>/]part-NNNNN.parquet: …`.
@@ -493,6 +528,21 @@ impl SqlEngine {
                 adisk_core::protocol::MAX_JOB_BUFFER_KIB
             )));
         }
+        if let Some(c) = opts.central_unit {
+            if !matches!(opts.offload, Offload::Disks | Offload::Auto) {
+                return Err(HostError::Invalid(format!(
+                    "--central-unit runs the host's combining work at a disk: it needs --offload disks or auto, not {}",
+                    opts.offload
+                )));
+            }
+            if c >= cluster.disk_count() || dead.contains(&c) {
+                return Err(HostError::Invalid(format!(
+                    "--central-unit {c}: not a live disk of this cluster (disks 0..{}, dead {:?})",
+                    cluster.disk_count(),
+                    dead
+                )));
+            }
+        }
         if bloom_bytes < 64 {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
@@ -503,9 +553,9 @@ impl SqlEngine {
             .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
             .collect();
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
-        let settings_for = |analyze| {
+        let settings_for = |offload, analyze| {
             Arc::new(SqlSettings {
-                offload: opts.offload,
+                offload,
                 bloom_bytes,
                 scratch_kib: opts.scratch_kib,
                 temp_kib: opts.temp_kib,
@@ -514,34 +564,52 @@ impl SqlEngine {
                 host_link: link.clone(),
                 cost: cost.clone(),
                 program: program.clone(),
+                central_unit: opts.central_unit,
             })
         };
-        let settings = settings_for(false);
-        let (ctx, metrics) = Self::session(cluster, &tables, settings.clone(), opts.host_threads)?;
-        let (analyze_ctx, analyze_metrics) =
-            Self::session(cluster, &tables, settings_for(true), opts.host_threads)?;
+        let settings = settings_for(opts.offload, false);
+        let sessions_at = |offload| -> Result<Sessions> {
+            let (ctx, metrics) = Self::session(
+                cluster,
+                &tables,
+                settings_for(offload, false),
+                opts.host_threads,
+            )?;
+            let (analyze_ctx, analyze_metrics) = Self::session(
+                cluster,
+                &tables,
+                settings_for(offload, true),
+                opts.host_threads,
+            )?;
+            Ok(Sessions {
+                ctx,
+                metrics,
+                analyze_ctx,
+                analyze_metrics,
+                disks: None,
+            })
+        };
+        let mut sessions = sessions_at(opts.offload)?;
+        if opts.offload == Offload::Auto {
+            sessions.disks = Some(Box::new(sessions_at(Offload::Disks)?));
+        }
+        let all = std::iter::once(&sessions).chain(sessions.disks.as_deref());
+        let contexts: Vec<SessionContext> = all
+            .flat_map(|s| [s.ctx.clone(), s.analyze_ctx.clone()])
+            .collect();
         for (name, why) in &catalog.incomplete {
             let provider = Arc::new(scan::IncompleteTable {
                 name: name.clone(),
                 schema: why.schema.clone(),
                 why: why.clone(),
             });
-            for c in [&ctx, &analyze_ctx] {
+            for c in &contexts {
                 c.register_table(name.as_str(), provider.clone())
                     .map_err(plan_err("registering a table"))?;
             }
         }
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
-        Ok((
-            Sessions {
-                ctx,
-                metrics,
-                analyze_ctx,
-                analyze_metrics,
-            },
-            settings,
-            tables,
-        ))
+        Ok((sessions, settings, tables))
     }
 
     /// After a failed run: takes the disks that stopped answering as dead and rebuilds the
@@ -671,10 +739,69 @@ impl SqlEngine {
             .map_err(plan_err("planning the query"))
     }
 
-    /// The optimized physical plan of `sql`.
+    /// The optimized physical plan of `sql` (at `auto`, the one the cost model chose).
     pub async fn plan(&self, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
-        let (ctx, _) = self.session_for(false);
-        self.physical(&ctx, sql).await
+        Ok(self.chosen(sql, false).await?.plan)
+    }
+
+    /// The plan `sql` runs with: at `auto`, the host-centric plan (scans, qualification,
+    /// partial aggregation and Bloom semi-joins at the disks) or the `disks` level's (whole
+    /// stages at the disks), whichever [`cost::CostModel::traffic_time`] expects to be faster
+    /// given what each moves. A query the `disks` level cannot plan, or whose estimates are
+    /// missing, runs host-centric.
+    async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
+        let session = self.session_for(analyze);
+        let plan = self.physical(&session.0, sql).await?;
+        let host = Chosen {
+            plan,
+            session,
+            note: None,
+        };
+        let Some(alt) = self.disks_session_for(analyze) else {
+            return Ok(host);
+        };
+        let Ok(disks) = self.physical(&alt.0, sql).await else {
+            return Ok(host);
+        };
+        let distributed = datafusion::common::tree_node::TreeNode::exists(&disks, |n| {
+            Ok(n.downcast_ref::<distribute::DisksExec>().is_some())
+        })
+        .unwrap_or(false);
+        let (Some(h), Some(d)) = (
+            distribute::plan_traffic(&host.plan),
+            distribute::plan_traffic(&disks),
+        ) else {
+            return Ok(host);
+        };
+        if !distributed {
+            return Ok(host);
+        }
+        let cost = &self.settings.cost;
+        let (th, td) = (
+            cost.traffic_time(h, h.to_host, false),
+            cost.traffic_time(d, h.to_host, true),
+        );
+        let note = format!(
+            "auto: {} (cost model: host-centric {:.3} s moving {} to the host; disks {:.3} s moving {} to the host and {} between disks)",
+            if td < th { "disks" } else { "host-centric" },
+            th,
+            adisk_core::stats::human_bytes(h.to_host),
+            td,
+            adisk_core::stats::human_bytes(d.to_host),
+            adisk_core::stats::human_bytes(d.disk_to_disk),
+        );
+        Ok(if td < th {
+            Chosen {
+                plan: disks,
+                session: alt,
+                note: Some(note),
+            }
+        } else {
+            Chosen {
+                note: Some(note),
+                ..host
+            }
+        })
     }
 
     /// Runs `sql`.
@@ -691,11 +818,11 @@ impl SqlEngine {
         let started = Instant::now();
         let mut reruns = Vec::new();
         loop {
-            let (ctx, _) = self.session_for(analyze);
-            let plan = self.physical(&ctx, sql).await?;
-            match self.execute(plan, analyze, started).await {
+            let chosen = self.chosen(sql, analyze).await?;
+            match self.execute(chosen.plan, chosen.session, started).await {
                 Ok(mut out) => {
                     out.failover = reruns;
+                    out.choice = chosen.note;
                     return Ok(out);
                 }
                 Err(e) => self.failover(e, &mut reruns).await?,
@@ -703,13 +830,15 @@ impl SqlEngine {
         }
     }
 
-    fn session_for(&self, analyze: bool) -> (SessionContext, Arc<QueryMetrics>) {
+    fn session_for(&self, analyze: bool) -> Session {
         let s = self.sessions.lock().expect("sessions lock").clone();
-        if analyze {
-            (s.analyze_ctx.clone(), s.analyze_metrics.clone())
-        } else {
-            (s.ctx.clone(), s.metrics.clone())
-        }
+        s.pick(analyze)
+    }
+
+    /// At `auto`: the `disks` level's session.
+    fn disks_session_for(&self, analyze: bool) -> Option<Session> {
+        let s = self.sessions.lock().expect("sessions lock").clone();
+        s.disks.as_ref().map(|d| d.pick(analyze))
     }
 
     /// A table as a DataFrame of this engine's session (`analyze`: the session that counts
@@ -761,7 +890,7 @@ impl SqlEngine {
                     .map_err(plan_err("planning the request"))?,
             };
             let plan = self.plan_frame(df).await?;
-            match self.execute(plan, analyze, started).await {
+            match self.execute(plan, self.session_for(analyze), started).await {
                 Ok(mut out) => {
                     out.failover = reruns;
                     return Ok(out);
@@ -774,10 +903,9 @@ impl SqlEngine {
     async fn execute(
         &self,
         plan: Arc<dyn ExecutionPlan>,
-        analyze: bool,
+        (ctx, metrics): Session,
         started: Instant,
     ) -> Result<QueryOutput> {
-        let (ctx, metrics) = self.session_for(analyze);
         let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         metrics.take();
         let batches = collect(plan.clone(), ctx.task_ctx())
@@ -801,14 +929,29 @@ impl SqlEngine {
             plan,
             link_busy,
             failover: vec![],
+            choice: None,
         })
     }
 
     /// EXPLAIN: the plan with each operator marked disk or host, the bundles and the expected
     /// data reduction.
     pub async fn explain(&self, sql: &str) -> Result<String> {
-        let plan = self.plan(sql).await?;
-        Ok(report::explain(&plan, &self.settings))
+        let (plan, choice) = self.plan_with_choice(sql).await?;
+        let mut text = report::explain(&plan, &self.settings);
+        if let Some(c) = choice {
+            text.push_str(&format!("\n{c}\n"));
+        }
+        Ok(text)
+    }
+
+    /// The plan `sql` would run with, and at `auto` the cost model's choice between the
+    /// host-centric and the `disks` plan, with its estimates.
+    pub async fn plan_with_choice(
+        &self,
+        sql: &str,
+    ) -> Result<(Arc<dyn ExecutionPlan>, Option<String>)> {
+        let c = self.chosen(sql, false).await?;
+        Ok((c.plan, c.note))
     }
 
     /// EXPLAIN ANALYZE: runs the query and reports bytes at every stage per disk and in total.

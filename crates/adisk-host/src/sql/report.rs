@@ -223,6 +223,9 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         out.rows(),
         out.wall.as_secs_f64() * 1e3
     );
+    if let Some(c) = &out.choice {
+        let _ = writeln!(text, "{c}");
+    }
     let mut by_scan: BTreeMap<usize, Vec<&ScanReport>> = BTreeMap::new();
     for r in &out.scans {
         by_scan.entry(r.scan_id).or_default().push(r);
@@ -448,5 +451,6 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v["partitions_read"] = partition_reads(&out.plan).into();
     v["failover"] = out.failover.clone().into();
+    v["choice"] = out.choice.clone().into();
     v
 }

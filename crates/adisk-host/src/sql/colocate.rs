@@ -1,0 +1,256 @@
+//! Co-partitioned joins at the `disks` level: two tables whose equal join keys always sit on
+//! the same disk join there, with no exchange (memik §4: relations declustered on their join
+//! attribute; TPC-H's `orders` and `lineitem`, generated part by part on the same disks, are
+//! range-declustered on the order key).
+//!
+//! Nothing here trusts how a table was loaded. Each partition carries the smallest and largest
+//! value of its integer and date columns ([`PartitionInfo::bounds`], written at load), and a
+//! query's scans say which disk reads which partition. A join of column `a` of table `A` with
+//! column `b` of table `B` is co-located when every partition of `A` and every partition of
+//! `B` whose key ranges overlap are read at the same disk: then every pair of rows with equal
+//! keys meets at one disk, whatever the join type. A partition without bounds (loaded before
+//! they existed, or a type without them) makes the answer no, and the join is hashed to the
+//! disks as before.
+//!
+//! [`PartitionInfo::bounds`]: adisk_core::protocol::PartitionInfo::bounds
+use super::scan::DiskScanExec;
+use datafusion::common::{JoinType, NullEquality};
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::Partitioning;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coop::CooperativeExec;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
+use datafusion::physical_plan::limit::LocalLimitExec;
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use std::sync::Arc;
+
+/// A column whose values at each disk are values of one table column in the partitions that
+/// disk reads (or NULL).
+#[derive(Debug, Clone)]
+pub(super) struct Origin {
+    /// The [`DiskScanExec`].
+    scan: Arc<dyn ExecutionPlan>,
+    column: String,
+}
+
+/// Where a traced column ends: a scan's table column, or the leaf of a scan's fragment.
+enum Traced {
+    Table(Origin),
+    Leaf(usize),
+}
+
+/// Whether the partitioned hash join `j` can run where its inputs are, without its two hash
+/// exchanges: both inputs are hash repartitions, and on some key pair both columns come from
+/// co-partitioned tables.
+pub(super) fn colocated(j: &HashJoinExec) -> bool {
+    if *j.partition_mode() != PartitionMode::Partitioned
+        || j.null_equality() != NullEquality::NullEqualsNothing
+    {
+        return false;
+    }
+    let (Some(left), Some(right)) = (below_exchange(j.left()), below_exchange(j.right())) else {
+        return false;
+    };
+    j.on().iter().any(|(l, r)| {
+        let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
+            return false;
+        };
+        match (origin(&left, l.index()), origin(&right, r.index())) {
+            (Some(a), Some(b)) => copartitioned(&a, &b),
+            _ => false,
+        }
+    })
+}
+
+/// The input of a hash repartition (seen through a cooperative wrapper), if `plan` is one.
+pub(super) fn below_exchange(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let node: &dyn ExecutionPlan = plan.as_ref();
+    if node.downcast_ref::<CooperativeExec>().is_some() {
+        return below_exchange(plan.children().first()?);
+    }
+    let r = node.downcast_ref::<RepartitionExec>()?;
+    if !matches!(r.partitioning(), Partitioning::Hash(..)) {
+        return None;
+    }
+    let child = plan.children().first().map(|c| (*c).clone())?;
+    // A round-robin repartition below only spreads batches within a disk's partition.
+    match child.downcast_ref::<RepartitionExec>() {
+        Some(rr) if matches!(rr.partitioning(), Partitioning::RoundRobinBatch(_)) => {
+            rr.children().first().map(|c| (*c).clone())
+        }
+        _ => Some(child),
+    }
+}
+
+/// The table column column `index` of `plan`'s output comes from, if its rows never left the
+/// disk that read them.
+pub(super) fn origin(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Origin> {
+    match trace(plan, index)? {
+        Traced::Table(o) => Some(o),
+        Traced::Leaf(_) => None,
+    }
+}
+
+fn trace(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Traced> {
+    let node: &dyn ExecutionPlan = plan.as_ref();
+    if let Some(scan) = node.downcast_ref::<DiskScanExec>() {
+        return scan_column(plan, scan, index).map(Traced::Table);
+    }
+    if node.downcast_ref::<EmptyExec>().is_some() {
+        return Some(Traced::Leaf(index));
+    }
+    let child = |i: usize| trace(plan.children().first()?, i);
+    if node.downcast_ref::<CooperativeExec>().is_some()
+        || node.downcast_ref::<LocalLimitExec>().is_some()
+        || node.downcast_ref::<SortExec>().is_some()
+    {
+        return child(index);
+    }
+    if let Some(f) = node.downcast_ref::<FilterExec>() {
+        let i = match f.projection() {
+            Some(p) => *p.get(index)?,
+            None => index,
+        };
+        return child(i);
+    }
+    if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+        let c = p.expr().get(index)?.expr.downcast_ref::<Column>()?;
+        return child(c.index());
+    }
+    if let Some(a) = node.downcast_ref::<AggregateExec>() {
+        // A partial aggregation groups the rows of one disk; its keys keep their values.
+        if *a.mode() != AggregateMode::Partial || !a.group_expr().is_single() {
+            return None;
+        }
+        let (e, _) = a.group_expr().expr().get(index)?;
+        return child(e.downcast_ref::<Column>()?.index());
+    }
+    if let Some(j) = node.downcast_ref::<HashJoinExec>() {
+        return join_column(j, index);
+    }
+    None
+}
+
+/// Column `index` of a scan's output, traced through its fragment to the table.
+fn scan_column(plan: &Arc<dyn ExecutionPlan>, scan: &DiskScanExec, index: usize) -> Option<Origin> {
+    let base = match &scan.plan.fragment {
+        Some(f) => match trace(&f.plan, index)? {
+            Traced::Leaf(i) => i,
+            Traced::Table(_) => return None,
+        },
+        None => index,
+    };
+    let column = scan.plan.output_names.get(base)?;
+    scan.entry.schema.index_of(column).ok()?;
+    Some(Origin {
+        scan: plan.clone(),
+        column: column.clone(),
+    })
+}
+
+/// Column `index` of a hash join's output: a probe-side column of a broadcast join (rows stay
+/// at the probe side's disk), or either side's column of a co-located join.
+fn join_column(j: &HashJoinExec, index: usize) -> Option<Traced> {
+    let index = match &j.projection {
+        Some(p) => *p.get(index)?,
+        None => index,
+    };
+    let left_len = j.left().schema().fields().len();
+    let (side, i) = match j.join_type() {
+        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+            if index < left_len {
+                (0, index)
+            } else {
+                (1, index - left_len)
+            }
+        }
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => (0, index),
+        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => (1, index),
+    };
+    match j.partition_mode() {
+        PartitionMode::CollectLeft
+            if side == 1
+                && matches!(
+                    j.join_type(),
+                    JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti
+                ) =>
+        {
+            trace(j.right(), i)
+        }
+        PartitionMode::Partitioned if colocated(j) => {
+            let input = if side == 0 { j.left() } else { j.right() };
+            trace(&below_exchange(input)?, i)
+        }
+        _ => None,
+    }
+}
+
+/// Whether equal values of `a` and `b` always sit on the same disk: every pair of partitions
+/// whose ranges of the two columns overlap is read at one disk.
+fn copartitioned(a: &Origin, b: &Origin) -> bool {
+    match (ranges(a), ranges(b)) {
+        (Some(ra), Some(rb)) => overlaps_meet(&ra, &rb),
+        _ => false,
+    }
+}
+
+/// Whether every two ranges, one of each side, that overlap are on the same disk.
+fn overlaps_meet(a: &[(u32, [i64; 2])], b: &[(u32, [i64; 2])]) -> bool {
+    a.iter().all(|(da, [lo_a, hi_a])| {
+        b.iter()
+            .all(|(db, [lo_b, hi_b])| da == db || hi_a < lo_b || hi_b < lo_a)
+    })
+}
+
+/// (reading disk, [min, max] of the column) per non-empty partition the scan reads; None if
+/// one lacks bounds.
+fn ranges(o: &Origin) -> Option<Vec<(u32, [i64; 2])>> {
+    let scan = o.scan.downcast_ref::<DiskScanExec>()?;
+    let column = scan.entry.schema.index_of(&o.column).ok()?;
+    let mut out = Vec::new();
+    for (i, disk) in scan.disks.iter().enumerate() {
+        let reads = scan.reads.get(i)?;
+        for (d, p) in &scan.entry.placements {
+            let read_here = match reads {
+                Some(list) => list.contains(&p.partition),
+                None => d == disk,
+            };
+            if !read_here || p.rows == 0 {
+                continue;
+            }
+            out.push((*disk, (*p.bounds.get(column)?)?));
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::overlaps_meet;
+
+    #[test]
+    fn equal_keys_meet_only_when_overlapping_ranges_share_a_disk() {
+        // TPC-H style: part k of both tables on disk k, the same key ranges.
+        let orders = [(0, [1, 100]), (1, [101, 200]), (2, [201, 300])];
+        let lineitem = [(0, [1, 99]), (1, [103, 200]), (2, [201, 300])];
+        assert!(overlaps_meet(&orders, &lineitem));
+        // Two partitions of one side on one disk is fine.
+        let merged = [(0, [1, 200]), (2, [201, 300])];
+        let split = [(0, [1, 50]), (0, [51, 200]), (2, [201, 250])];
+        assert!(overlaps_meet(&merged, &split));
+        // A range crossing a boundary (hash or round-robin declustering) is not.
+        let hashed = [(0, [1, 300]), (1, [2, 299]), (2, [3, 298])];
+        assert!(!overlaps_meet(&orders, &hashed));
+        // Adjacent ranges touching at one key on different disks are not.
+        let shifted = [(0, [1, 101]), (1, [102, 200]), (2, [201, 300])];
+        assert!(!overlaps_meet(&orders, &shifted));
+        // A dead disk's partition read elsewhere moves its range with it.
+        let failed_over = [(0, [1, 100]), (0, [101, 200]), (2, [201, 300])];
+        assert!(!overlaps_meet(&orders, &failed_over));
+    }
+}
