@@ -161,10 +161,10 @@ pub fn scan(text: &str) -> (Vec<KeyLine>, Vec<TraceError>) {
             let body = strip_comment(value);
             depth = bracket_balance(body);
             let mut block = std::mem::take(&mut pending);
-            if let Some(trailing) = value.get(body.len()..).map(str::trim) {
-                if trailing.starts_with('#') {
-                    block.push((line_number, trailing.to_string()));
-                }
+            if let Some(trailing) = value.get(body.len()..).map(str::trim)
+                && trailing.starts_with('#')
+            {
+                block.push((line_number, trailing.to_string()));
             }
             let (tags, mut errs) = parse_tags(&block);
             problems.append(&mut errs);

@@ -125,7 +125,7 @@ fn measured_rotational_latency_ms(spec: &DiskSpec, requests: u32) -> f64 {
     for _ in 0..requests {
         // Align to 512 bytes and stay off the previous request's end (not sequential).
         let addr = rng.below(track_bytes / len - 1) * len;
-        now = now + SimDuration::from_us_f64(1000.0 + rng.next_f64() * 50_000.0);
+        now += SimDuration::from_us_f64(1000.0 + rng.next_f64() * 50_000.0);
         let (start, finish) = d.serve(now, DiskOp::Read, addr, len);
         let service_ms = finish.since(start).as_secs_f64() * 1e3;
         sum += service_ms - spec.controller_overhead_us / 1e3 - media_ms;
