@@ -848,6 +848,7 @@ impl DisksExec {
                     job_id: spec.job_id.clone(),
                     stage: s,
                     describe: format!("stage {s}"),
+                    spec_bytes: spec.to_bytes().len(),
                 };
                 self.metrics.started();
                 if s == self.root {
@@ -950,12 +951,15 @@ struct Reporter {
     job_id: String,
     stage: usize,
     describe: String,
+    spec_bytes: usize,
 }
 
 impl Reporter {
     async fn report(self, rows: u64, bytes: u64, started: Instant) {
         let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        let control_bytes = super::control_bytes(self.spec_bytes, &self.job_id, stats.as_ref());
         self.metrics.record(ScanReport {
+            control_bytes,
             scan_id: usize::MAX - self.stage,
             table: self.describe,
             stages: vec![],

@@ -201,6 +201,16 @@ pub struct ScanReport {
     pub bloom_bytes: Option<u64>,
     /// Bloom: rows shipped whose key is really in the build side (analyze only).
     pub bloom_true_matches: Option<u64>,
+    /// Control bytes of the job: its spec (the ticket that starts it), the statistics request
+    /// and the statistics answer.
+    pub control_bytes: u64,
+}
+
+/// Control bytes of one job: its spec going out, the statistics request and answer coming
+/// back (JSON, as the action carries them).
+fn control_bytes(spec_bytes: usize, job_id: &str, stats: Option<&DiskJobStats>) -> u64 {
+    let answer = stats.map_or(0, |s| serde_json::to_vec(s).map_or(0, |v| v.len()));
+    (spec_bytes + job_id.len() + answer) as u64
 }
 
 /// Scan reports of the query being run.

@@ -337,11 +337,12 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let links = links(out);
     let _ = writeln!(
         text,
-        "\nlinks: disk→host {} · disk→disk {} · control: {} disk jobs started ({} messages with their statistics requests)",
+        "\nlinks: disk→host {} · disk→disk {} · control: {} disk jobs started ({} messages with their statistics requests, {})",
         human_bytes(links.to_host),
         human_bytes(links.disk_to_disk),
         links.jobs,
-        links.jobs * 2
+        links.jobs * 2,
+        human_bytes(links.control_bytes)
     );
     if let Some(busy) = out.link_busy {
         let _ = writeln!(
@@ -383,12 +384,15 @@ pub struct Links {
     pub disk_to_disk: u64,
     /// Disk jobs started (each one control message out, one statistics request after).
     pub jobs: u64,
+    /// Bytes of those control messages: specs out, statistics requests and answers.
+    pub control_bytes: u64,
 }
 
 /// Bytes per link and control messages of a run.
 pub fn links(out: &QueryOutput) -> Links {
     let mut l = Links {
         jobs: out.scans.len() as u64,
+        control_bytes: out.scans.iter().map(|r| r.control_bytes).sum(),
         ..Default::default()
     };
     for s in out.scans.iter().filter_map(|r| r.stats.as_ref()) {
@@ -448,6 +452,7 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     let l = links(out);
     v["bytes_disk_to_disk"] = l.disk_to_disk.into();
     v["control_messages"] = (l.jobs * 2).into();
+    v["control_bytes"] = l.control_bytes.into();
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v["partitions_read"] = partition_reads(&out.plan).into();
     v["failover"] = out.failover.clone().into();

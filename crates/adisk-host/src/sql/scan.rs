@@ -876,12 +876,15 @@ struct Reporter {
     ident: ScanIdentity,
     disk: u32,
     job_id: String,
+    spec_bytes: usize,
 }
 
 impl Reporter {
     async fn report(self, received: Received) {
         let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        let control_bytes = super::control_bytes(self.spec_bytes, &self.job_id, stats.as_ref());
         self.metrics.record(ScanReport {
+            control_bytes,
             scan_id: self.ident.id,
             table: self.ident.table,
             stages: self.ident.stages,
@@ -1014,6 +1017,7 @@ fn async_stream(
             metrics,
             ident,
             disk,
+            spec_bytes: job.to_bytes().len(),
             job_id: job.job_id,
         };
         Ok::<_, DataFusionError>(JobStream {
