@@ -57,6 +57,13 @@ pub struct TpchBenchArgs {
     /// query the median time, the bytes the host received and the bytes sent disk to disk.
     #[arg(long, value_delimiter = ',')]
     pub levels: Vec<String>,
+    /// How disk-to-disk streams travel: `direct` (chiu's fully distributed smart disks) or
+    /// `via-host` (the partially distributed system: every exchange through the host).
+    #[arg(long, default_value_t = adisk_core::config::ExchangeMode::Direct)]
+    pub exchange: adisk_core::config::ExchangeMode,
+    /// With `--levels`: the disk that does the host's combining work at `disks` and `auto`.
+    #[arg(long)]
+    pub central_unit: Option<u32>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -178,7 +185,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         buffers_per_stream: 2,
         host_link_mbps: a.host_link_mbps,
         disk_read_mbps: a.disk_read_mbps,
-        exchange: Default::default(),
+        exchange: a.exchange,
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         insecure: false,
     };
@@ -305,6 +312,9 @@ async fn levels_table(
                 SqlOptions {
                     offload: *l,
                     buffer_kib: a.buffer_kib,
+                    central_unit: a
+                        .central_unit
+                        .filter(|_| matches!(l, Offload::Disks | Offload::Auto)),
                     ..Default::default()
                 },
             )
@@ -317,9 +327,13 @@ async fn levels_table(
         "unthrottled".into()
     };
     println!(
-        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, median of {}",
+        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, exchange {}{}, median of {}",
         a.sf,
         a.disks,
+        a.exchange,
+        a.central_unit
+            .map(|c| format!(", central unit disk {c}"))
+            .unwrap_or_default(),
         a.repeats.max(1)
     );
     let mut header = format!("{:<5}", "query");
