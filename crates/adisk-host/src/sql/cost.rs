@@ -26,6 +26,9 @@ pub struct CostModel {
     pub disk_cpu: f64,
     /// Host link, bytes/s (`host_link_mbps`, or loopback-class when unlimited).
     pub link: f64,
+    /// Each disk's own link to the others, bytes/s (loopback-class: only the host link can
+    /// be throttled).
+    pub disk_link: f64,
     /// Host cores.
     pub host_cores: f64,
     /// Processing rate of one host core, bytes/s.
@@ -85,6 +88,7 @@ impl CostModel {
             disk_read: read,
             disk_cpu: cpu,
             link,
+            disk_link: 4.0e9,
             host_cores: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),
@@ -102,7 +106,7 @@ impl CostModel {
     ///
     /// * the host link carries `to_host`, plus every disk-to-disk byte twice when exchanges
     ///   pass through the host;
-    /// * the disks' own links carry the rest, `n` of them at the host link's rate;
+    /// * the disks' own links carry the rest, `n` of them;
     /// * every byte that moves is encoded and decoded once (Arrow IPC), and the joins and
     ///   aggregations above the scans process the rows the host-centric plan ships,
     ///   `host_work_bytes`, wherever they run: at the host in a host-centric plan (with what it
@@ -116,7 +120,7 @@ impl CostModel {
         let disk_links = if self.via_host {
             0.0
         } else {
-            between / (self.disks * self.link)
+            between / (self.disks * self.disk_link)
         };
         let (host_cpu, disk_cpu) = if at_disks {
             (2.0 * to_host, 2.0 * between + work + to_host)
@@ -182,4 +186,85 @@ fn is_loopback(address: &str) -> bool {
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// 4 disks at 2 GB/s, a 2-core host, 1.5 GB/s per core.
+    fn model(link_mbps: Option<f64>, shared_cores: bool, via_host: bool) -> CostModel {
+        CostModel {
+            disks: 4.0,
+            disk_read: 2.0e9,
+            disk_cpu: 1.5e9,
+            link: link_mbps.map_or(4.0e9, |m| m * 1e6 / 8.0),
+            disk_link: 4.0e9,
+            host_cores: 2.0,
+            host_cpu: 1.5e9,
+            small_table_bytes: 1 << 20,
+            max_scratch_bytes: 64 << 20,
+            shared_cores,
+            via_host,
+        }
+    }
+
+    const MB: u64 = 1_000_000;
+
+    /// A join query: the host-centric plan ships 200 MB of join inputs; the `disks` plan sends
+    /// 150 MB between disks and 1 MB of result to the host.
+    fn times(m: &CostModel) -> (f64, f64) {
+        let host = Traffic {
+            to_host: 200 * MB,
+            disk_to_disk: 0,
+        };
+        let disks = Traffic {
+            to_host: MB,
+            disk_to_disk: 150 * MB,
+        };
+        (
+            m.traffic_time(host, host.to_host, false),
+            m.traffic_time(disks, host.to_host, true),
+        )
+    }
+
+    #[test]
+    fn a_throttled_host_link_makes_the_disks_plan_cheaper() {
+        let (host, disks) = times(&model(Some(100.0), true, false));
+        // 200 MB over 12.5 MB/s = 16 s; the disks plan is CPU-bound at well under a second.
+        assert!((host - 16.0).abs() < 1e-9, "{host}");
+        assert!(disks < 1.0 && disks < host / 10.0, "{disks}");
+    }
+
+    #[test]
+    fn sharing_the_hosts_cores_an_exchange_must_move_less_than_the_host_would_receive() {
+        // Unthrottled on one machine: 150 MB exchanged (+1 MB) vs 200 MB to the host.
+        let (host, disks) = times(&model(None, true, false));
+        assert!(disks < host, "{disks} vs {host}");
+        // Exchanging more than the host-centric plan ships loses.
+        let m = model(None, true, false);
+        let more = Traffic {
+            to_host: MB,
+            disk_to_disk: 250 * MB,
+        };
+        assert!(m.traffic_time(more, 200 * MB, true) > host);
+    }
+
+    #[test]
+    fn via_host_exchanges_pay_the_host_link_twice() {
+        let direct = times(&model(Some(100.0), true, false)).1;
+        let via = times(&model(Some(100.0), true, true)).1;
+        // (1 + 2 × 150) MB over 12.5 MB/s.
+        assert!((via - 301.0 / 12.5).abs() < 1e-9, "{via}");
+        assert!(via > direct);
+    }
+
+    #[test]
+    fn loopback_addresses_share_the_hosts_cores() {
+        assert!(is_loopback("127.0.0.1:50051"));
+        assert!(is_loopback("localhost:1"));
+        assert!(is_loopback("[::1]:7"));
+        assert!(!is_loopback("10.0.0.5:50051"));
+        assert!(!is_loopback("disk3.example:50051"));
+    }
 }
