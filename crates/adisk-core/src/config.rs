@@ -80,6 +80,11 @@ pub struct ClusterSection {
     /// unreachable, in milliseconds ([`Deadlines`]).
     #[serde(default = "default_disk_timeout_ms")]
     pub disk_timeout_ms: u64,
+    /// Limit on the router between disk groups (chiu's disk groups behind a router): what all
+    /// disk-to-disk streams crossing from one group to another may carry together, in Mbit/s
+    /// (0: unlimited). Only with disks in more than one group.
+    #[serde(default)]
+    pub router_mbps: u64,
 }
 
 /// Default of `[cluster] disk_timeout_ms`.
@@ -190,6 +195,10 @@ pub struct DiskConfig {
     /// Process id when started by `adisk up`.
     #[serde(default)]
     pub pid: Option<u32>,
+    /// The disk group behind a router this disk belongs to (None: group 0). Streams between
+    /// disks of different groups pass through the host's router ([`ClusterSection::router_mbps`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
 }
 
 fn default_memory_mib() -> u64 {
@@ -256,6 +265,30 @@ impl ClusterConfig {
     /// Whether `address` is one of this cluster's disks.
     pub fn is_member(&self, address: &str) -> bool {
         self.disks.iter().any(|d| d.address == address)
+    }
+
+    /// The group of the disk at `address` (None: not a disk of this cluster).
+    pub fn group_at(&self, address: &str) -> Option<u32> {
+        self.disks
+            .iter()
+            .find(|d| d.address == address)
+            .map(|d| d.group.unwrap_or(0))
+    }
+
+    /// The group of disk `id` (0 for a disk with none, or an unknown id).
+    pub fn group_of(&self, id: u32) -> u32 {
+        self.disks
+            .iter()
+            .find(|d| d.id == id)
+            .and_then(|d| d.group)
+            .unwrap_or(0)
+    }
+
+    /// Whether the disks sit in more than one group (streams between groups then pass the
+    /// router).
+    pub fn grouped(&self) -> bool {
+        let first = self.disks.first().map_or(0, |d| d.group.unwrap_or(0));
+        self.disks.iter().any(|d| d.group.unwrap_or(0) != first)
     }
 
     /// Parses and validates TOML text; `path` is only used in messages.

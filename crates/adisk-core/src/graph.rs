@@ -421,6 +421,7 @@ mod tests {
                 sender: 0,
                 route: Route::Broadcast,
                 relay: None,
+                target_relays: vec![],
             },
         );
         assert_eq!(ex.outputs.len(), 3);
@@ -506,6 +507,7 @@ mod tests {
                 bounds: vec![],
             },
             relay: None,
+            target_relays: vec![],
         };
         assert!(matches!(
             check(&job(

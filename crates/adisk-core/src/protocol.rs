@@ -115,6 +115,10 @@ pub enum Sink {
         /// way to a target (the host's, for `exchange = "via-host"`); None: straight to it.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         relay: Option<String>,
+        /// Per target, a relay its streams pass through instead of `relay` (the host's router
+        /// for a target in another disk group); empty: `relay` for every target.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        target_relays: Vec<Option<String>>,
     },
     /// A disk-resident stream written to this disk's own storage.
     Store {
@@ -395,6 +399,24 @@ pub struct Output {
 pub const MAX_JOB_BUFFER_KIB: u64 = 16 * 1024;
 
 impl JobSpec {
+    /// Sends the streams of every exchange output to the targets `through` names a relay for
+    /// (by target address) through that relay.
+    pub fn relay_targets(&mut self, through: impl Fn(&str) -> Option<String>) {
+        for output in &mut self.outputs {
+            if let Sink::Exchange {
+                targets,
+                target_relays,
+                ..
+            } = &mut output.sink
+            {
+                let relays: Vec<Option<String>> = targets.iter().map(|t| through(t)).collect();
+                if relays.iter().any(Option::is_some) {
+                    *target_relays = relays;
+                }
+            }
+        }
+    }
+
     /// Routes every exchange output that names no relay of its own through `relay`.
     pub fn relay_exchanges(&mut self, relay: &str) {
         for output in &mut self.outputs {
@@ -435,6 +457,7 @@ impl JobSpec {
                 sender,
                 route: Route::Broadcast,
                 relay,
+                target_relays,
             } if ends_in_partition => targets
                 .into_iter()
                 .enumerate()
@@ -446,6 +469,7 @@ impl JobSpec {
                         sender,
                         route: Route::Broadcast,
                         relay: relay.clone(),
+                        target_relays: target_relays.get(i).cloned().into_iter().collect(),
                     },
                 })
                 .collect(),

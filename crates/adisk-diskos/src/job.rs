@@ -877,16 +877,21 @@ impl DiskOs {
                     targets,
                     sender,
                     relay,
+                    target_relays,
                     ..
                 } => {
                     let router = routers[o].take();
+                    // A target's own relay (the router to another disk group), else the output's.
+                    let relays = (0..targets.len())
+                        .map(|i| target_relays.get(i).cloned().flatten().or(relay.clone()))
+                        .collect();
                     let out = ExchangeOut {
                         rx,
                         schema,
                         exchange_id: exchange_id.clone(),
                         targets: targets.clone(),
                         sender: *sender,
-                        relay: relay.clone(),
+                        relays,
                         router,
                     };
                     self.spawn_exchange(&mut tasks, out, &state, &account);
@@ -1042,7 +1047,7 @@ impl DiskOs {
             exchange_id,
             targets,
             sender,
-            relay,
+            relays,
             router,
         } = out;
         let mut per_target = Vec::with_capacity(targets.len());
@@ -1061,12 +1066,12 @@ impl DiskOs {
                 }));
             }
         }
-        for (target, rx) in targets.into_iter().zip(per_target) {
+        for ((target, rx), relay) in targets.into_iter().zip(per_target).zip(relays) {
             let connector = self.connector.clone();
             let (st, schema) = (state.clone(), schema.clone());
             let route = PipeRoute {
                 target,
-                relay: relay.clone(),
+                relay,
                 exchange_id: exchange_id.clone(),
                 sender,
             };
@@ -1227,7 +1232,8 @@ struct ExchangeOut {
     exchange_id: String,
     targets: Vec<String>,
     sender: u32,
-    relay: Option<String>,
+    /// Per target, the relay its stream passes through, if any.
+    relays: Vec<Option<String>>,
     router: Option<Router>,
 }
 
@@ -1741,6 +1747,7 @@ mod tests {
             sender: 0,
             route: adisk_core::protocol::Route::Broadcast,
             relay: None,
+            target_relays: vec![],
         };
         assert_eq!(
             routed_streams(&sink(1)),

@@ -496,6 +496,9 @@ pub struct Cluster {
     exchange: std::sync::atomic::AtomicU8,
     host_link: Option<Arc<crate::sql::TokenBucket>>,
     relay: tokio::sync::OnceCell<crate::relay::Relay>,
+    /// The router between disk groups (chiu): a relay every stream from one group to another
+    /// passes through, paying `router_mbps`; started on first use.
+    router: tokio::sync::OnceCell<crate::relay::Relay>,
     /// The cluster's secret: every request carries a fresh token made with it.
     auth: Option<Arc<adisk_core::auth::Verifier>>,
     /// Disks taken as dead (unreachable at connect, or failed since): never given work again
@@ -672,6 +675,7 @@ impl Cluster {
             exchange,
             host_link,
             relay: tokio::sync::OnceCell::new(),
+            router: tokio::sync::OnceCell::new(),
             auth,
             dead: Default::default(),
             corrupt: Default::default(),
@@ -704,14 +708,38 @@ impl Cluster {
         self.relay.get().map(|r| r.stats()).unwrap_or_default()
     }
 
+    /// What the router between disk groups moved (zero when no stream crossed groups).
+    pub fn router_stats(&self) -> crate::relay::RelayStats {
+        self.router.get().map(|r| r.stats()).unwrap_or_default()
+    }
+
     /// The relay's address, starting it on first use.
     async fn relay_address(&self) -> Result<String> {
-        let relay = self
-            .relay
+        self.relay_of(&self.relay, self.host_link.clone(), "exchange relay")
+            .await
+    }
+
+    /// The router's address, starting it on first use; it pays `router_mbps`.
+    async fn router_address(&self) -> Result<String> {
+        let limit = match self.config.cluster.router_mbps {
+            0 => None,
+            mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
+        };
+        self.relay_of(&self.router, limit, "router between disk groups")
+            .await
+    }
+
+    async fn relay_of(
+        &self,
+        cell: &tokio::sync::OnceCell<crate::relay::Relay>,
+        limit: Option<Arc<crate::sql::TokenBucket>>,
+        what: &str,
+    ) -> Result<String> {
+        let relay = cell
             .get_or_try_init(|| {
                 crate::relay::Relay::start(
                     RELAY_LISTEN,
-                    self.host_link.clone(),
+                    limit,
                     self.auth.clone(),
                     self.config
                         .disks
@@ -723,25 +751,41 @@ impl Cluster {
             .await
             .map_err(|e| {
                 HostError::Invalid(format!(
-                    "cannot start the host's exchange relay on {RELAY_LISTEN}: {e}"
+                    "cannot start the host's {what} on {RELAY_LISTEN}: {e}"
                 ))
             })?;
         Ok(relay.address().to_string())
     }
 
-    /// `spec` as it is sent: in `via-host` mode, its exchange outputs go through the relay.
-    async fn routed(&self, spec: &JobSpec) -> Result<Vec<u8>> {
+    /// `spec` as it is sent to disk `d`: in `via-host` mode, its exchange outputs go through
+    /// the relay; with disk groups, its streams to disks of another group through the router.
+    async fn routed(&self, d: u32, spec: &JobSpec) -> Result<Vec<u8>> {
         let has_exchange = spec.outputs.iter().any(|o| {
             matches!(
                 o.sink,
                 adisk_core::protocol::Sink::Exchange { relay: None, .. }
             )
         });
-        if self.exchange_mode() == ExchangeMode::Direct || !has_exchange {
+        if !has_exchange {
             return Ok(spec.to_bytes());
         }
         let mut spec = spec.clone();
-        spec.relay_exchanges(&self.relay_address().await?);
+        if self.exchange_mode() == ExchangeMode::ViaHost {
+            spec.relay_exchanges(&self.relay_address().await?);
+        } else if self.config.grouped() {
+            let group = self.config.group_of(d);
+            let crosses = |t: &str| self.config.group_at(t).is_some_and(|g| g != group);
+            let any = spec.outputs.iter().any(|o| match &o.sink {
+                adisk_core::protocol::Sink::Exchange { targets, .. } => {
+                    targets.iter().any(|t| crosses(t))
+                }
+                _ => false,
+            });
+            if any {
+                let router = self.router_address().await?;
+                spec.relay_targets(|t| crosses(t).then(|| router.clone()));
+            }
+        }
         Ok(spec.to_bytes())
     }
 
@@ -979,7 +1023,7 @@ impl Cluster {
         d: u32,
         spec: &JobSpec,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let ticket = self.routed(spec).await?;
+        let ticket = self.routed(d, spec).await?;
         let mut c = self.client(d);
         let address = self.address(d).to_string();
         let stream = c
@@ -998,7 +1042,7 @@ impl Cluster {
         schema: SchemaRef,
         input: BoxStream<'static, RecordBatch>,
     ) -> Result<BoxStream<'static, Result<RecordBatch>>> {
-        let command = self.routed(spec).await?;
+        let command = self.routed(d, spec).await?;
         let mut c = self.client(d);
         let address = self.address(d).to_string();
         let data = arrow_flight::encode::FlightDataEncoderBuilder::new()

@@ -96,6 +96,7 @@ pub async fn run(
             sender: i as u32,
             route: route.clone(),
             relay: None,
+            target_relays: vec![],
         };
         jobs.push((
             *d,

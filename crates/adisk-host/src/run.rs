@@ -596,6 +596,7 @@ fn senders(
                 sender: i as u32,
                 route: route.clone(),
                 relay: None,
+                target_relays: vec![],
             };
             (
                 *d,

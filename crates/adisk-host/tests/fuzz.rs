@@ -132,6 +132,7 @@ fn spec_corpus() -> Vec<Vec<u8>> {
             sender: 0,
             route: Default::default(),
             relay: None,
+            target_relays: vec![],
         })
         .to_bytes(),
     ]
@@ -275,6 +276,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             exchange: Default::default(),
             key_file: Some(key_path),
             disk_timeout_ms: 10_000,
+            router_mbps: 0,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -285,6 +287,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             buffers_per_stream: 2,
             read_mbps: 0,
             pid: None,
+            group: None,
         }],
     };
     (

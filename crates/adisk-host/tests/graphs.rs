@@ -50,6 +50,7 @@ impl Disks {
                 buffers_per_stream: 2,
                 read_mbps: 0,
                 pid: None,
+                group: None,
             });
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             servers.push(tokio::spawn(node.serve(async move {
@@ -64,6 +65,7 @@ impl Disks {
                 exchange: Default::default(),
                 key_file: None,
                 disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+                router_mbps: 0,
             },
             disks: configs,
         };
@@ -338,6 +340,7 @@ async fn hash_join_across_disks_after_hash_exchange() {
                 keys: vec![e(col(key))],
             },
             relay: None,
+            target_relays: vec![],
         };
         (
             d,
@@ -459,6 +462,7 @@ async fn exchange_rows(
             sender: d as u32,
             route: route.clone(),
             relay: None,
+            target_relays: vec![],
         };
         jobs.push((
             d,

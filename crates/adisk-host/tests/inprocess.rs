@@ -51,6 +51,7 @@ async fn one_disk(
             exchange: Default::default(),
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            router_mbps: 0,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -61,6 +62,7 @@ async fn one_disk(
             buffers_per_stream,
             read_mbps: 0,
             pid: None,
+            group: None,
         }],
     };
     (Cluster::connect(config).await.unwrap(), stop_tx, server)
@@ -656,6 +658,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
             exchange: Default::default(),
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            router_mbps: 0,
         },
         disks: vec![],
     };
@@ -676,6 +679,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
             buffers_per_stream: 2,
             read_mbps: 0,
             pid: None,
+            group: None,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(node.serve(async move {

@@ -62,6 +62,7 @@ async fn one_disk(
             exchange: Default::default(),
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            router_mbps: 0,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -72,6 +73,7 @@ async fn one_disk(
             buffers_per_stream: 2,
             read_mbps: 0,
             pid: None,
+            group: None,
         }],
     };
     (

@@ -46,6 +46,7 @@ impl Disk {
             buffers_per_stream: 2,
             read_mbps: 0,
             pid: None,
+            group: None,
         };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {
@@ -58,6 +59,7 @@ impl Disk {
                 exchange: Default::default(),
                 key_file: None,
                 disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+                router_mbps: 0,
             },
             disks: vec![disk],
         };

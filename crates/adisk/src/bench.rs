@@ -135,6 +135,8 @@ pub async fn scan(
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             insecure: false,
+            groups: 1,
+            router_mbps: 0,
         };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.

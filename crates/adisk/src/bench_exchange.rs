@@ -114,6 +114,8 @@ pub async fn run(dir: &Path, a: ExchangeBenchArgs) -> Result<(), CliError> {
         exchange: ExchangeMode::Direct,
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         insecure: false,
+        groups: 1,
+        router_mbps: 0,
     };
     up(&cdir, &args).await?;
     let result = measure(&cdir, &a).await;

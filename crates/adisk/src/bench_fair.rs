@@ -169,6 +169,8 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
         exchange: Default::default(),
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         insecure: false,
+        groups: 1,
+        router_mbps: 0,
     };
     up(&cdir, &args).await?;
     let result = async {

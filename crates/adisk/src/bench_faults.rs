@@ -68,6 +68,8 @@ pub async fn run(dir: &Path, a: FaultsBenchArgs) -> Result<(), CliError> {
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             insecure,
+            groups: 1,
+            router_mbps: 0,
         };
         let started = up(&cdir, &args).await;
         dirs.push(cdir);

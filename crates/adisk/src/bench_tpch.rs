@@ -188,6 +188,8 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         exchange: a.exchange,
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         insecure: false,
+        groups: 1,
+        router_mbps: 0,
     };
     up(&cdir, &args).await?;
     let result = async {

@@ -118,6 +118,8 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         exchange: Default::default(),
         disk_timeout_ms: 3_000,
         insecure: false,
+        groups: 1,
+        router_mbps: 0,
     };
     let config = local::up(&cdir, &args).await?;
     let result = match proxy_links(&cdir, &config).await {

@@ -269,6 +269,8 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
         exchange: Default::default(),
         disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
         insecure: false,
+        groups: 1,
+        router_mbps: 0,
     };
     crate::local::up(&cdir, &args).await?;
     let result = async {

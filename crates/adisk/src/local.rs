@@ -84,6 +84,13 @@ pub struct UpArgs {
     /// load, drop and shut down (only for measuring what authentication costs).
     #[arg(long)]
     pub insecure: bool,
+    /// Disk groups behind a router (chiu): the disks are split into this many groups of
+    /// consecutive ids; streams between groups pass the host's router.
+    #[arg(long, default_value_t = 1)]
+    pub groups: u32,
+    /// Limit on the router between disk groups, Mbit/s (0: unthrottled).
+    #[arg(long, default_value_t = 0)]
+    pub router_mbps: u64,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -104,6 +111,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             exchange: Default::default(),
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            router_mbps: 0,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -114,6 +122,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             buffers_per_stream: a.buffers_per_stream,
             read_mbps: a.read_mbps,
             pid: None,
+            group: None,
         }],
     };
     probe.validate(Path::new("command line"))?;
@@ -175,6 +184,12 @@ fn reap(pid: u32) {
 
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
 pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
+    if args.groups == 0 || args.groups > args.disks {
+        return Err(CliError::Other(format!(
+            "--groups {} for {} disks: each group needs at least one disk",
+            args.groups, args.disks
+        )));
+    }
     if args.disks == 0 || args.disks > 256 {
         return Err(CliError::Other(format!(
             "--disks {} outside 1..=256",
@@ -218,16 +233,22 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             buffers_per_stream: args.buffers_per_stream,
             read_mbps: args.disk_read_mbps,
             pid: None,
+            group: None,
         };
         match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
             Err(e) => return Err(kill_all(&mut children, e)),
         }
     }
-    let disks = match wait_started(&mut children, args).await {
+    let mut disks = match wait_started(&mut children, args).await {
         Ok(disks) => disks,
         Err(e) => return Err(kill_all(&mut children, e)),
     };
+    if args.groups > 1 {
+        for d in &mut disks {
+            d.group = Some(d.id * args.groups / args.disks);
+        }
+    }
     let config = ClusterConfig {
         cluster: ClusterSection {
             name: "local".into(),
@@ -235,6 +256,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             exchange: args.exchange,
             key_file,
             disk_timeout_ms: args.disk_timeout_ms,
+            router_mbps: args.router_mbps,
         },
         disks,
     };
@@ -294,6 +316,7 @@ async fn wait_started(
                     buffers_per_stream: args.buffers_per_stream,
                     read_mbps: args.disk_read_mbps,
                     pid: Some(child.id()),
+                    group: None,
                 });
                 break;
             }
@@ -596,6 +619,8 @@ pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             insecure: false,
+            groups: 1,
+            router_mbps: 0,
         },
     )
     .await?;

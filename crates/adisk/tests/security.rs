@@ -214,6 +214,7 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         sender: 0,
         route: Route::Broadcast,
         relay: None,
+        target_relays: vec![],
     };
     let refused = get_code(&address, Some(key.header()), &scan("nation", sink)).await;
     assert_ne!(refused, tonic::Code::Ok);
@@ -229,6 +230,7 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         sender: 0,
         route: Route::Broadcast,
         relay: Some(target.clone()),
+        target_relays: vec![],
     };
     assert_ne!(
         get_code(&address, Some(key.header()), &scan("nation", relay)).await,

@@ -632,3 +632,67 @@ fn disks_level_colocated_and_spilling_joins() {
         assert!(left.is_empty(), "disk {d} left {left:?}");
     }
 }
+
+/// chiu's disk groups behind a router: 4 disks in 2 groups; at `disks` every stream from one
+/// group to the other passes the host's router (throttled here), the answers stay right
+/// (DuckDB), and EXPLAIN ANALYZE reports the bytes that crossed between groups.
+#[test]
+fn disk_groups_behind_a_router() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(
+        dir,
+        &[
+            "up",
+            "--disks",
+            "4",
+            "--groups",
+            "2",
+            "--router-mbps",
+            "400",
+        ],
+    );
+    struct Down<'a>(&'a Path);
+    impl Drop for Down<'_> {
+        fn drop(&mut self) {
+            let _ = adisk(self.0, &["down"]);
+        }
+    }
+    let _down = Down(dir);
+    let toml = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    assert!(
+        toml.contains("router_mbps = 400") && toml.contains("group = 1"),
+        "{toml}"
+    );
+    ok(dir, &["load", "tpch", "--sf", "0.01"]);
+    let out = ok(
+        dir,
+        &[
+            "tpch",
+            "check",
+            "--sf",
+            "0.01",
+            "--offload",
+            "disks",
+            "--queries",
+            "3,5,9,18",
+        ],
+    );
+    assert!(out.contains("4 passed, 0 failed"), "{out}");
+    let v = explain(dir, true, &tpch_text(5), "disks");
+    let between = v["bytes_inter_group"]
+        .as_u64()
+        .expect("inter-group bytes reported");
+    let d2d = v["bytes_disk_to_disk"].as_u64().unwrap();
+    assert!(between > 0, "Q5's exchanges cross the groups: {v}");
+    // The router forwards Flight messages as they are: about what the senders shipped to
+    // the other group, never more than everything shipped disk to disk (plus headers).
+    assert!(
+        between <= d2d + d2d / 10 + 4096,
+        "{between} B between groups of {d2d} B disk to disk"
+    );
+    // `--groups` must leave every group a disk.
+    let tmp2 = tempfile::tempdir().unwrap();
+    let err = fails(tmp2.path(), &["up", "--disks", "2", "--groups", "3"]);
+    assert!(err.contains("each group needs at least one disk"), "{err}");
+}

@@ -806,6 +806,7 @@ impl DisksExec {
                     sender: p as u32,
                     route,
                     relay: None,
+                    target_relays: vec![],
                 }
             }
         };

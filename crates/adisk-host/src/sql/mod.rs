@@ -275,6 +275,9 @@ pub struct QueryOutput {
     pub failover: Vec<String>,
     /// At `auto`: which plan the cost model chose, with its estimates.
     pub choice: Option<String>,
+    /// With disk groups: bytes the router between groups forwarded during the query (the
+    /// router is the cluster's, so a concurrent query's streams count too).
+    pub inter_group_bytes: Option<u64>,
 }
 
 impl QueryOutput {
@@ -917,6 +920,7 @@ impl SqlEngine {
         started: Instant,
     ) -> Result<QueryOutput> {
         let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
+        let routed0 = self.cluster.router_stats().bytes;
         metrics.take();
         let batches = collect(plan.clone(), ctx.task_ctx())
             .await
@@ -940,6 +944,11 @@ impl SqlEngine {
             link_busy,
             failover: vec![],
             choice: None,
+            inter_group_bytes: self
+                .cluster
+                .config()
+                .grouped()
+                .then(|| self.cluster.router_stats().bytes.saturating_sub(routed0)),
         })
     }
 

@@ -344,6 +344,13 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         links.jobs * 2,
         human_bytes(links.control_bytes)
     );
+    if let Some(b) = out.inter_group_bytes {
+        let _ = writeln!(
+            text,
+            "between disk groups (through the router): {}",
+            human_bytes(b)
+        );
+    }
     if let Some(busy) = out.link_busy {
         let _ = writeln!(
             text,
@@ -453,6 +460,7 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["bytes_disk_to_disk"] = l.disk_to_disk.into();
     v["control_messages"] = (l.jobs * 2).into();
     v["control_bytes"] = l.control_bytes.into();
+    v["bytes_inter_group"] = out.inter_group_bytes.into();
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v["partitions_read"] = partition_reads(&out.plan).into();
     v["failover"] = out.failover.clone().into();
