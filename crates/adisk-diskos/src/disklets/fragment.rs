@@ -18,7 +18,6 @@ use crate::{DiskOsError, Result};
 use adisk_core::protocol::FragmentKind;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
-use datafusion::common::tree_node::TreeNode;
 use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
@@ -405,21 +404,15 @@ impl Fragment {
         let batch_rows =
             (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
         let mut config = SessionConfig::new().with_batch_size(batch_rows);
-        let decoding = SessionContext::new_with_config_rt(config.clone(), runtime.clone());
-        let plan = crate::expr::decode_plan_fragment(plan, &decoding.task_ctx())?;
-        // A sort keeps part of the pool back for merging its spilled runs (DataFusion's
-        // default, 10 MiB, would not fit a disk's scratch): a quarter of it, shared by the
-        // fragment's sorts (a sort-merge join sorts both its inputs, and both hold their
-        // reservation while the join reads them); in-place sorting up to the same.
-        let mut sorts = 0;
-        let _ = plan.apply(|n| {
-            sorts += usize::from(n.downcast_ref::<SortExec>().is_some());
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        });
-        let reservation = (pool_bytes / 4) as usize / sorts.max(1);
-        config.options_mut().execution.sort_spill_reservation_bytes = reservation;
-        config.options_mut().execution.sort_in_place_threshold_bytes = reservation;
+        // A sort keeps a quarter of the pool back for merging its spilled runs (DataFusion's
+        // default, 10 MiB, would not fit a disk's scratch) and for sorting what it holds
+        // before it spills; in-place sorting up to the same. (Splitting that quarter between
+        // a sort-merge join's two sorts left each too little to sort before spilling: TPC-H
+        // Q18 at SF 1 failed with "Not enough memory to continue external sort".)
+        config.options_mut().execution.sort_spill_reservation_bytes = (pool_bytes / 4) as usize;
+        config.options_mut().execution.sort_in_place_threshold_bytes = (pool_bytes / 4) as usize;
         let task = SessionContext::new_with_config_rt(config, runtime).task_ctx();
+        let plan = crate::expr::decode_plan_fragment(plan, &task)?;
         let root_fits = match kind {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
