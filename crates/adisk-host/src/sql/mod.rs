@@ -794,16 +794,23 @@ impl SqlEngine {
             cost.traffic_time(h, h.to_host, false),
             cost.traffic_time(d, h.to_host, true),
         );
+        let link_bound = cost.link_bound(h, h.to_host);
+        let at_disks = link_bound && td < th;
         let note = format!(
-            "auto: {} (cost model: host-centric {:.3} s moving {} to the host; disks {:.3} s moving {} to the host and {} between disks)",
-            if td < th { "disks" } else { "host-centric" },
+            "auto: {} (cost model: host-centric {:.3} s moving {} to the host{}; disks {:.3} s moving {} to the host and {} between disks)",
+            if at_disks { "disks" } else { "host-centric" },
             th,
             adisk_core::stats::human_bytes(h.to_host),
+            if link_bound {
+                ", bound by the host link"
+            } else {
+                ", not bound by the host link"
+            },
             td,
             adisk_core::stats::human_bytes(d.to_host),
             adisk_core::stats::human_bytes(d.disk_to_disk),
         );
-        Ok(if td < th {
+        Ok(if at_disks {
             Chosen {
                 plan: disks,
                 session: alt,
