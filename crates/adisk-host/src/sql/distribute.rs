@@ -1145,13 +1145,9 @@ pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost:
             }
             return Ok(TreeNodeRecursion::Jump);
         }
-        if let Some(scan) = n.downcast_ref::<DiskScanExec>() {
-            // What leaves the disks after the scan's Bloom semi-joins.
+        if n.downcast_ref::<DiskScanExec>().is_some() {
             match super::sortmerge::estimated_bytes(node) {
-                Some(b) => {
-                    let passed = (b as f64 * scan.bloom_pass_fraction()) as u64;
-                    t.to_host = t.to_host.saturating_add(passed);
-                }
+                Some(b) => t.to_host = t.to_host.saturating_add(b),
                 None => known = false,
             }
             return Ok(TreeNodeRecursion::Jump);

@@ -286,7 +286,7 @@ fn attach_bloom(
     plan: &Arc<dyn ExecutionPlan>,
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
-    (bytes, build_keys): (usize, Option<u64>),
+    bytes: usize,
     est: &mut Option<usize>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
@@ -308,7 +308,6 @@ fn attach_bloom(
             keys: names,
             slot: slot.clone(),
             bytes,
-            build_keys,
         };
         if p.bloom.is_none() {
             p.bloom = Some(spec);
@@ -329,12 +328,12 @@ fn attach_bloom(
     } else if let Some(agg) = a.downcast_ref::<AggregateExec>() {
         group_key_inputs(agg, keys)?
     } else if let Some(j) = a.downcast_ref::<HashJoinExec>() {
-        return attach_bloom_through_join(plan, j, keys, slot, (bytes, build_keys), est);
+        return attach_bloom_through_join(plan, j, keys, slot, bytes, est);
     } else {
         return None;
     };
     let child = plan.children().first().map(|c| (*c).clone())?;
-    let new_child = attach_bloom(&child, &child_keys, slot, (bytes, build_keys), est)?;
+    let new_child = attach_bloom(&child, &child_keys, slot, bytes, est)?;
     rewire(plan.clone(), vec![new_child]).ok()
 }
 
@@ -419,7 +418,7 @@ fn attach_bloom_through_join(
     j: &HashJoinExec,
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
-    filter: (usize, Option<u64>),
+    bytes: usize,
     est: &mut Option<usize>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let idx: Vec<usize> = match &j.projection {
@@ -444,9 +443,9 @@ fn attach_bloom_through_join(
     let (into_left, child_keys) = side?;
     let (left, right) = (j.left().clone(), j.right().clone());
     let children = if into_left {
-        vec![attach_bloom(&left, &child_keys, slot, filter, est)?, right]
+        vec![attach_bloom(&left, &child_keys, slot, bytes, est)?, right]
     } else {
-        vec![left, attach_bloom(&right, &child_keys, slot, filter, est)?]
+        vec![left, attach_bloom(&right, &child_keys, slot, bytes, est)?]
     };
     rewire(plan.clone(), children).ok()
 }
@@ -494,8 +493,7 @@ fn push_bloom(
         let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
         let mut probe_est = None;
         // Sized below, once the build keys are known; the size travels with the filter.
-        if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, (0, None), &mut probe_est)
-        {
+        if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, 0, &mut probe_est) {
             chosen = Some((subset, right, probe_est));
             break;
         }
@@ -533,8 +531,7 @@ fn push_bloom(
         settings.bloom_bytes
     };
     let mut probe_est = None;
-    let filter = (bytes, build_rows.map(|r| r as u64));
-    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, filter, &mut probe_est) else {
+    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else {
         return Ok(None);
     };
     if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes)

@@ -348,8 +348,6 @@ pub struct BloomProbeSpec {
     pub slot: watch::Receiver<BloomState>,
     /// Filter size in bytes.
     pub bytes: usize,
-    /// Estimated distinct keys of the build side (the planner's, for estimates only).
-    pub build_keys: Option<u64>,
 }
 
 /// A plan fragment moved into the scan.
@@ -408,30 +406,6 @@ pub struct DiskScanExec {
 }
 
 impl DiskScanExec {
-    /// Estimated share of rows its Bloom filters let through: per filter on one key column,
-    /// the build side's distinct keys over the column's distinct values (plus the filter's
-    /// ~2 % false positives); 1 where either is unknown.
-    pub fn bloom_pass_fraction(&self) -> f64 {
-        let specs = self.plan.bloom.iter().chain(&self.plan.extra_blooms);
-        specs
-            .map(|spec| {
-                let ndv = match spec.keys.as_slice() {
-                    [key] => self
-                        .entry
-                        .schema
-                        .index_of(key)
-                        .ok()
-                        .and_then(|i| self.ndv.get(i).copied().flatten()),
-                    _ => None,
-                };
-                match (spec.build_keys, ndv) {
-                    (Some(b), Some(n)) if n > 0 => (b as f64 / n as f64 + 0.02).min(1.0),
-                    _ => 1.0,
-                }
-            })
-            .product()
-    }
-
     fn new(
         entry: Arc<TableEntry>,
         ndv: Arc<Vec<Option<u64>>>,
