@@ -101,6 +101,10 @@ struct Cut {
     plan: Arc<dyn ExecutionPlan>,
     disks: Vec<u32>,
     inputs: Vec<Input>,
+    /// Its rows are where their tables' declustering put them (scans, co-located joins), not
+    /// where a hash exchange sent them: a partitioned join may pair it only with a side placed
+    /// the same way (see [`Cutter::join`]).
+    declustered: bool,
 }
 
 /// The stages of one query, as the rule cuts them.
@@ -256,6 +260,7 @@ impl DistributeRule {
             plan: fragment,
             disks: vec![c],
             inputs: vec![Input::Pipe(top)],
+            declustered: false,
         };
         let root = cutter.finish(cut, Route2::Host, &out);
         Ok(Arc::new(self.disks_exec(root, 1, &out)))
@@ -340,6 +345,7 @@ impl Cutter {
                 plan: leaf,
                 disks: scan.disks.clone(),
                 inputs: vec![Input::Scan(scan)],
+                declustered: true,
             });
         }
         if node.downcast_ref::<CooperativeExec>().is_some() {
@@ -406,6 +412,7 @@ impl Cutter {
                     plan: Arc::new(EmptyExec::new(schema)),
                     disks,
                     inputs: vec![Input::Pipe(stage)],
+                    declustered: false,
                 })
             }
             _ => None,
@@ -445,11 +452,13 @@ impl Cutter {
                     plan: joined,
                     disks: probe.disks,
                     inputs,
+                    declustered: probe.declustered,
                 })
             }
             PartitionMode::Partitioned => {
                 // Co-partitioned tables join where they are: the two hash exchanges go.
-                let (left, right) = if super::colocate::colocated(j) {
+                let colocated = super::colocate::colocated(j);
+                let (left, right) = if colocated {
                     (
                         super::colocate::below_exchange(j.left())?,
                         super::colocate::below_exchange(j.right())?,
@@ -459,7 +468,13 @@ impl Cutter {
                 };
                 let left = self.cut(&left)?;
                 let right = self.cut(&right)?;
-                if left.disks != right.disks {
+                // Without the co-location check, both sides must come from hash exchanges: a
+                // side DataFusion left unexchanged because a co-located join below it already
+                // "partitions on the key" is placed by range, not by the hash the other side
+                // was sent with.
+                if left.disks != right.disks
+                    || (!colocated && (left.declustered || right.declustered))
+                {
                     return None;
                 }
                 let joined = self.partitioned_join(j, plan, left.plan, right.plan)?;
@@ -469,6 +484,7 @@ impl Cutter {
                     plan: joined,
                     disks: left.disks,
                     inputs,
+                    declustered: colocated,
                 })
             }
             PartitionMode::Auto => None,
@@ -536,6 +552,7 @@ impl Cutter {
             plan: joined,
             disks,
             inputs: vec![Input::Pipe(l), Input::Pipe(r)],
+            declustered: false,
         })
     }
 }
