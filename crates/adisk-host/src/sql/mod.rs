@@ -765,7 +765,7 @@ impl SqlEngine {
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
         let session = self.session_for(analyze);
         let plan = self.physical(&session.0, sql).await?;
-        let host = Chosen {
+        let mut host = Chosen {
             plan,
             session,
             note: None,
@@ -773,6 +773,19 @@ impl SqlEngine {
         let Some(alt) = self.disks_session_for(analyze) else {
             return Ok(host);
         };
+        let Some(h) = distribute::plan_traffic(&host.plan) else {
+            return Ok(host);
+        };
+        let cost = &self.settings.cost;
+        let th = cost.traffic_time(h, h.to_host, false);
+        // Not bound by the host link: the `disks` plan is not even made.
+        if !cost.link_bound(h, h.to_host) {
+            host.note = Some(format!(
+                "auto: host-centric (cost model: {th:.3} s moving {} to the host, not bound by the host link)",
+                adisk_core::stats::human_bytes(h.to_host)
+            ));
+            return Ok(host);
+        }
         let Ok(disks) = self.physical(&alt.0, sql).await else {
             return Ok(host);
         };
@@ -780,47 +793,25 @@ impl SqlEngine {
             Ok(n.downcast_ref::<distribute::DisksExec>().is_some())
         })
         .unwrap_or(false);
-        let (Some(h), Some(d)) = (
-            distribute::plan_traffic(&host.plan),
-            distribute::plan_traffic(&disks),
-        ) else {
+        let Some(d) = distribute::plan_traffic(&disks).filter(|_| distributed) else {
             return Ok(host);
         };
-        if !distributed {
-            return Ok(host);
-        }
-        let cost = &self.settings.cost;
-        let (th, td) = (
-            cost.traffic_time(h, h.to_host, false),
-            cost.traffic_time(d, h.to_host, true),
-        );
-        let link_bound = cost.link_bound(h, h.to_host);
-        let at_disks = link_bound && td < th;
-        let note = format!(
-            "auto: {} (cost model: host-centric {:.3} s moving {} to the host{}; disks {:.3} s moving {} to the host and {} between disks)",
-            if at_disks { "disks" } else { "host-centric" },
-            th,
+        let td = cost.traffic_time(d, h.to_host, true);
+        let note = Some(format!(
+            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by the host link; disks {td:.3} s moving {} to the host and {} between disks)",
+            if td < th { "disks" } else { "host-centric" },
             adisk_core::stats::human_bytes(h.to_host),
-            if link_bound {
-                ", bound by the host link"
-            } else {
-                ", not bound by the host link"
-            },
-            td,
             adisk_core::stats::human_bytes(d.to_host),
             adisk_core::stats::human_bytes(d.disk_to_disk),
-        );
-        Ok(if at_disks {
+        ));
+        Ok(if td < th {
             Chosen {
                 plan: disks,
                 session: alt,
-                note: Some(note),
+                note,
             }
         } else {
-            Chosen {
-                note: Some(note),
-                ..host
-            }
+            Chosen { note, ..host }
         })
     }
 
