@@ -253,6 +253,19 @@ fn check_sinks(spec: &JobSpec) -> Result<(), GraphError> {
                 }
             }
             Sink::Store { stream } => {
+                if let StoredStream::Split {
+                    first_partition,
+                    max_partitions,
+                    ..
+                } = stream
+                    && (*max_partitions == 0
+                        || *max_partitions > MAX_SPLIT_PARTITIONS
+                        || first_partition.checked_add(*max_partitions).is_none())
+                {
+                    return Err(GraphError::Wiring(format!(
+                        "a split result writes 1 to {MAX_SPLIT_PARTITIONS} partitions from a partition number that does not overflow; got {max_partitions} from {first_partition}"
+                    )));
+                }
                 if !stored.insert(stream.clone()) {
                     return Err(GraphError::Wiring(format!("{stream:?} is written twice")));
                 }
@@ -261,6 +274,9 @@ fn check_sinks(spec: &JobSpec) -> Result<(), GraphError> {
     }
     Ok(())
 }
+
+/// Most partitions one split result ([`StoredStream::Split`]) may write.
+pub const MAX_SPLIT_PARTITIONS: u32 = 4096;
 
 /// Each temporary stream read is written by exactly one output that does not itself depend on
 /// the reading input.

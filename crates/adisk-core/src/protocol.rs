@@ -168,6 +168,20 @@ pub enum StoredStream {
         /// Partition number (unique within the table across the cluster).
         partition: u32,
     },
+    /// A named result split into several partitions by a `UInt32` column `by` of the port
+    /// (not stored): rows whose `by` is `v` go to partition `first_partition + v`. Values
+    /// must not decrease along the stream; each partition is complete when the value changes
+    /// (sorted runs written one after another). Committed like [`StoredStream::Result`].
+    Split {
+        /// Table name.
+        name: String,
+        /// Partition number of value 0.
+        first_partition: u32,
+        /// The `UInt32` column choosing the partition.
+        by: String,
+        /// Most partitions (values of `by`) the stream may write.
+        max_partitions: u32,
+    },
 }
 
 /// One sort key (of `merge`).
@@ -233,6 +247,23 @@ pub enum DiskletSpec {
         /// Key expressions over the probe input (same count and types).
         probe_keys: Vec<ExprBytes>,
     },
+    /// A native disklet of an application (`adisk app`, crate `adisk-apps`), registered with
+    /// the disk's DiskOS: `app`'s disklet `disklet`, with its own parameters. Its inputs and
+    /// output ports are stated here so that admission sizes the grant from the spec alone;
+    /// the disklet checks them against what it takes when built.
+    App {
+        /// The application (`sort`, `conv`, …).
+        app: String,
+        /// The disklet within it.
+        name: String,
+        /// Its parameters (JSON, checked by the disklet).
+        #[serde(default)]
+        params: serde_json::Value,
+        /// Inputs it reads.
+        inputs: u32,
+        /// Output ports it writes.
+        ports: u32,
+    },
     /// A user disklet installed on the disk (WebAssembly, ABI v1 or v2, see
     /// `docs/disklet-abi.md`). Its module declares how many inputs and output ports it has
     /// (ABI v1: one of each); the stage wires that many inputs, and the job reads its ports
@@ -290,6 +321,7 @@ impl DiskletSpec {
             DiskletSpec::Fragment { kind, .. } => kind.disklet_name(),
             DiskletSpec::Merge { .. } => "merge",
             DiskletSpec::HashJoin { .. } => "hash_join",
+            DiskletSpec::App { .. } => "app",
             DiskletSpec::Wasm { .. } => "wasm",
         }
     }
@@ -300,6 +332,7 @@ impl DiskletSpec {
     pub fn output_ports(&self) -> Option<u32> {
         match self {
             DiskletSpec::Partition { partitions, .. } => Some(*partitions),
+            DiskletSpec::App { ports, .. } => Some(*ports),
             DiskletSpec::Wasm { .. } => None,
             _ => Some(1),
         }
@@ -316,6 +349,7 @@ impl DiskletSpec {
                 ..
             } => None,
             DiskletSpec::HashJoin { .. } => Some(2),
+            DiskletSpec::App { inputs, .. } => Some(*inputs as usize),
             _ => Some(1),
         }
     }

@@ -74,6 +74,15 @@ pub struct DiskJobStats {
     pub memory_granted_bytes: u64,
     /// Peak memory in use under the grant (buffers in flight + scratch).
     pub memory_peak_bytes: u64,
+    /// Bytes written to the disk's storage: named results (Parquet, as encoded).
+    #[serde(default)]
+    pub bytes_written: u64,
+    /// Temporary disk space granted (spill files, temporary streams).
+    #[serde(default)]
+    pub temp_granted_bytes: u64,
+    /// Temporary disk space written (its peak: temporary files are removed only at the end).
+    #[serde(default)]
+    pub temp_peak_bytes: u64,
     /// Stages.
     pub stages: Vec<StageStats>,
     /// Error, if the job failed at this disk.

@@ -242,6 +242,11 @@ impl DiskNode {
         })
     }
 
+    /// The node's DiskOS (to register applications' disklets before serving).
+    pub fn diskos(&self) -> &Arc<DiskOs> {
+        self.service.os()
+    }
+
     /// The bound address.
     pub fn address(&self) -> SocketAddr {
         self.address

@@ -147,6 +147,10 @@ pub struct JobState {
     schedule_wait_ns: Arc<AtomicU64>,
     granted_bytes: AtomicU64,
     account: Mutex<Option<Arc<Account>>>,
+    /// Bytes of named results written.
+    written_bytes: Arc<AtomicU64>,
+    temp_granted: AtomicU64,
+    temp_written: Mutex<Option<Arc<AtomicU64>>>,
     wall_ns: AtomicU64,
     failed: AtomicBool,
     error: Mutex<Option<String>>,
@@ -182,6 +186,9 @@ impl JobState {
             schedule_wait_ns: Arc::new(AtomicU64::new(0)),
             granted_bytes: AtomicU64::new(0),
             account: Mutex::new(None),
+            written_bytes: Arc::new(AtomicU64::new(0)),
+            temp_granted: AtomicU64::new(0),
+            temp_written: Mutex::new(None),
             wall_ns: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
@@ -258,6 +265,14 @@ impl JobState {
                 .expect("account lock")
                 .as_ref()
                 .map_or(0, |a| a.peak()),
+            bytes_written: l(&self.written_bytes),
+            temp_granted_bytes: l(&self.temp_granted),
+            temp_peak_bytes: self
+                .temp_written
+                .lock()
+                .expect("temp lock")
+                .as_ref()
+                .map_or(0, |w| l(w)),
             stages,
             error: self.error.lock().expect("error lock").clone(),
         }
@@ -287,6 +302,7 @@ pub struct DiskOs {
     connector: Arc<dyn PipeConnector>,
     running: Mutex<Vec<Arc<JobState>>>,
     user: std::sync::OnceLock<Arc<dyn crate::user::UserDisklets>>,
+    apps: std::sync::OnceLock<Arc<dyn crate::apps::AppDisklets>>,
     finished: Mutex<VecDeque<Arc<JobState>>>,
     jobs_finished: AtomicU64,
     jobs_failed: AtomicU64,
@@ -319,6 +335,7 @@ impl DiskOs {
             connector,
             running: Mutex::new(Vec::new()),
             user: std::sync::OnceLock::new(),
+            apps: std::sync::OnceLock::new(),
             finished: Mutex::new(VecDeque::new()),
             jobs_finished: AtomicU64::new(0),
             jobs_failed: AtomicU64::new(0),
@@ -355,6 +372,11 @@ impl DiskOs {
         let _ = self.user.set(user);
     }
 
+    /// Installs the applications' native disklets (once; later calls are ignored).
+    pub fn set_app_disklets(&self, apps: Arc<dyn crate::apps::AppDisklets>) {
+        let _ = self.apps.set(apps);
+    }
+
     /// The registry of user disklets, if the disk node provides one.
     pub fn user_disklets(&self) -> Option<&Arc<dyn crate::user::UserDisklets>> {
         self.user.get()
@@ -371,6 +393,26 @@ impl DiskOs {
             DiskletSpec::Wasm { name, params, fuel } => self
                 .user_disklets_or_refuse()?
                 .build(name, params, *fuel, inputs),
+            DiskletSpec::App {
+                app,
+                name,
+                params,
+                ports,
+                ..
+            } => self
+                .apps
+                .get()
+                .ok_or_else(|| {
+                    DiskOsError::InvalidJob("this disk runs no application disklets".into())
+                })?
+                .build(crate::apps::AppStage {
+                    app,
+                    disklet: name,
+                    params,
+                    inputs,
+                    ports: *ports as usize,
+                    scratch_bytes,
+                }),
             _ => disklets::build(stage, inputs, scratch_bytes, &self.planner, spill),
         }
     }
@@ -486,6 +528,7 @@ impl DiskOs {
                 ..
             }
             | DiskletSpec::Merge { .. }
+            | DiskletSpec::App { .. }
             | DiskletSpec::HashJoin { .. } => requested,
             DiskletSpec::Fragment {
                 kind: FragmentKind::Select,
@@ -601,6 +644,10 @@ impl DiskOs {
             .store(admission_wait_ns, Ordering::Relaxed);
         state.granted_bytes.store(grant.bytes(), Ordering::Relaxed);
         *state.account.lock().expect("account lock") = Some(grant.account().clone());
+        state
+            .temp_granted
+            .store(temp.as_ref().map_or(0, Grant::bytes), Ordering::Relaxed);
+        *state.temp_written.lock().expect("temp lock") = Some(area.written_counter());
         self.running
             .lock()
             .expect("running lock")
@@ -905,6 +952,27 @@ impl DiskOs {
                     }));
                 }
                 Sink::Store {
+                    stream:
+                        StoredStream::Split {
+                            name,
+                            first_partition,
+                            by,
+                            max_partitions,
+                        },
+                } => {
+                    let split = SplitWrite {
+                        store: self.store.clone(),
+                        name: name.clone(),
+                        first: *first_partition,
+                        by: by.clone(),
+                        max: *max_partitions,
+                        buffer_bytes,
+                        account: account.clone(),
+                        pending: pending.clone(),
+                    };
+                    tasks.push(tokio::task::spawn_blocking(move || split.run(schema, rx)));
+                }
+                Sink::Store {
                     stream: StoredStream::Result { name, partition },
                 } => {
                     let (store, name, partition, pending) = (
@@ -1137,7 +1205,7 @@ impl DiskOs {
             let writers: Vec<PartitionWriter> =
                 std::mem::take(&mut *pending.lock().expect("pending lock"));
             if first_error.is_none()
-                && let Err(e) = commit_results(&os.store, writers).await
+                && let Err(e) = commit_results(&os.store, writers, &st.written_bytes).await
             {
                 st.fail(&e);
                 first_error = Some(e);
@@ -1479,15 +1547,131 @@ fn write_result(
     Ok(())
 }
 
-async fn commit_results(store: &Arc<DiskStore>, writers: Vec<PartitionWriter>) -> Result<()> {
+/// A [`StoredStream::Split`] being written: a partition per value of `by`.
+struct SplitWrite {
+    store: Arc<DiskStore>,
+    name: String,
+    first: u32,
+    by: String,
+    max: u32,
+    buffer_bytes: u64,
+    account: Arc<Account>,
+    pending: PendingResults,
+}
+
+impl SplitWrite {
+    /// Writes every value's rows to its partition in row groups of about one stream buffer
+    /// (their encoding buffer is charged to the job while held); each partition is finished
+    /// when the value changes.
+    fn run(self, schema: SchemaRef, mut rx: StreamRx) -> Result<()> {
+        let bad = |m: String| DiskOsError::InvalidJob(format!("split result `{}`: {m}", self.name));
+        let by = schema
+            .index_of(&self.by)
+            .map_err(|_| bad(format!("the stream has no column `{}`", self.by)))?;
+        if schema.field(by).data_type() != &arrow::datatypes::DataType::UInt32 {
+            return Err(bad(format!("column `{}` is not UInt32", self.by)));
+        }
+        let kept_columns: Vec<usize> = (0..schema.fields().len()).filter(|i| *i != by).collect();
+        let kept = Arc::new(
+            schema
+                .project(&kept_columns)
+                .map_err(|e| bad(e.to_string()))?,
+        );
+        let row_bytes = estimated_row_bytes(&kept);
+        let rows_per_group = (self.buffer_bytes / row_bytes.max(1)).max(1) as usize;
+        let mut current: Option<(u32, PartitionWriter)> = None;
+        let mut charged = 0u64;
+        while let Some(buffer) = rx.blocking_recv() {
+            let batch = &buffer.batch;
+            let values = batch
+                .column(by)
+                .as_any()
+                .downcast_ref::<arrow::array::UInt32Array>()
+                .expect("checked UInt32");
+            let mut start = 0;
+            while start < batch.num_rows() {
+                let v = values.value(start);
+                let end = (start..batch.num_rows())
+                    .find(|&i| values.value(i) != v)
+                    .unwrap_or(batch.num_rows());
+                if current.as_ref().is_none_or(|(c, _)| *c != v) {
+                    if let Some((c, _)) = &current
+                        && v < *c
+                    {
+                        return Err(bad(format!("`{}` went down from {c} to {v}", self.by)));
+                    }
+                    if v >= self.max {
+                        return Err(bad(format!(
+                            "value {v} of `{}` is past the {} partitions the job allows",
+                            self.by, self.max
+                        )));
+                    }
+                    if let Some((_, w)) = current.take() {
+                        self.keep(w);
+                    }
+                    let w = self.store.create_partition(
+                        &self.name,
+                        self.first + v,
+                        kept.clone(),
+                        rows_per_group,
+                    )?;
+                    current = Some((v, w));
+                }
+                let rows = batch
+                    .slice(start, end - start)
+                    .project(&kept_columns)
+                    .map_err(|e| bad(e.to_string()))?;
+                let writer = &mut current.as_mut().expect("opened above").1;
+                writer.write(&rows)?;
+                let now = writer.in_progress_bytes();
+                self.account.release(charged);
+                self.account.charge(now);
+                charged = now;
+                start = end;
+            }
+        }
+        self.account.release(charged);
+        if let Some((_, w)) = current {
+            self.keep(w);
+        }
+        Ok(())
+    }
+
+    /// A finished partition, committed with the job.
+    fn keep(&self, w: PartitionWriter) {
+        self.pending.lock().expect("pending lock").push(w);
+    }
+}
+
+/// Bytes of one row of `schema`, for sizing row groups: fixed widths as they are, 32 bytes
+/// for each variable-width value.
+fn estimated_row_bytes(schema: &arrow::datatypes::Schema) -> u64 {
+    schema
+        .fields()
+        .iter()
+        .map(|f| match f.data_type() {
+            arrow::datatypes::DataType::FixedSizeBinary(n) => *n as u64,
+            t => t.primitive_width().map_or(32, |w| w as u64),
+        })
+        .sum()
+}
+
+async fn commit_results(
+    store: &Arc<DiskStore>,
+    writers: Vec<PartitionWriter>,
+    written: &Arc<AtomicU64>,
+) -> Result<()> {
     if writers.is_empty() {
         return Ok(());
     }
-    let store = store.clone();
+    let (store, written) = (store.clone(), written.clone());
     tokio::task::spawn_blocking(move || {
-        writers
-            .into_iter()
-            .try_for_each(|w| store.commit_partition(w).map(|_| ()))
+        writers.into_iter().try_for_each(|w| {
+            store
+                .commit_partition(w)
+                .map(|info| written.fetch_add(info.bytes, Ordering::Relaxed))
+                .map(|_| ())
+        })
     })
     .await
     .map_err(|e| DiskOsError::InvalidJob(format!("committing results panicked: {e}")))?

@@ -27,6 +27,7 @@
 //! many, and jobs never run to completion one after another.
 #![warn(missing_docs)]
 
+pub mod apps;
 pub mod disklet;
 pub mod disklets;
 pub mod exchange;

@@ -181,6 +181,11 @@ impl TempArea {
         }
     }
 
+    /// The counter of bytes written to the area (statistics).
+    pub fn written_counter(&self) -> Arc<AtomicU64> {
+        self.written.clone()
+    }
+
     /// The area's directory (created at the first write).
     pub fn dir(&self) -> &Path {
         &self.dir

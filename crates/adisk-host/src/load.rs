@@ -625,3 +625,75 @@ fn tokio_stream_from<T: Send + 'static>(
 ) -> futures::stream::BoxStream<'static, T> {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
 }
+
+/// Generates a batch stream for one disk's partition (applications' generators).
+pub type DiskGenerator =
+    Box<dyn FnOnce(u32) -> Box<dyn Iterator<Item = Result<RecordBatch>> + Send> + Send>;
+
+/// Loads generated data into `table`: disk `d`'s partition `d` is what `generators[d]`
+/// yields (each generator runs on a blocking thread, all disks at once), staged and committed
+/// like a file load (all or nothing). `progress` gets the rows sent so far.
+///
+/// # Errors
+/// A generator failing, a disk refusing or failing (the load is then aborted everywhere).
+pub async fn load_generated(
+    cluster: &Cluster,
+    table: &str,
+    schema: SchemaRef,
+    generators: Vec<DiskGenerator>,
+    progress: impl Fn(u64) + Send + Sync + 'static,
+) -> Result<Vec<PartitionInfo>> {
+    adisk_storage::store::validate_table_name(table)?;
+    if generators.len() != cluster.disk_count() as usize {
+        return Err(HostError::Invalid(format!(
+            "{} generators for {} disks",
+            generators.len(),
+            cluster.disk_count()
+        )));
+    }
+    let load_id = new_load_id();
+    let stage = async {
+        let (senders, calls) = start_puts(cluster, &load_id, table, &schema, 1);
+        let progress = Arc::new(progress);
+        let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let feeds =
+            senders
+                .into_iter()
+                .zip(generators)
+                .enumerate()
+                .map(|(d, (copies, generate))| {
+                    let (progress, sent) = (progress.clone(), sent.clone());
+                    tokio::task::spawn_blocking(move || {
+                        let mut rows = 0u64;
+                        for batch in generate(d as u32) {
+                            let batch = batch?;
+                            rows += batch.num_rows() as u64;
+                            for copy in &copies {
+                                if copy.blocking_send(batch.clone()).is_err() {
+                                    return Ok(rows); // the call failed; its error is reported
+                                }
+                            }
+                            let all = sent.fetch_add(
+                                batch.num_rows() as u64,
+                                std::sync::atomic::Ordering::Relaxed,
+                            );
+                            progress(all + batch.num_rows() as u64);
+                        }
+                        Ok::<u64, HostError>(rows)
+                    })
+                });
+        let fed = futures::future::join_all(feeds).await;
+        let mut rows_sent = Vec::new();
+        for f in fed {
+            match f.map_err(|e| HostError::Invalid(format!("generator panicked: {e}")))? {
+                Ok(rows) => rows_sent.push(rows),
+                Err(e) => {
+                    calls.iter().for_each(|(_, _, c)| c.abort());
+                    return Err(e);
+                }
+            }
+        }
+        collect_puts(table, calls, &rows_sent, 1, cluster.disk_count()).await
+    };
+    staged_load(cluster, &load_id, stage).await
+}

@@ -205,6 +205,14 @@ impl PartitionWriter {
         Ok(())
     }
 
+    /// Bytes of the row group being encoded, held in memory until it is flushed.
+    pub fn in_progress_bytes(&self) -> u64 {
+        self.writer
+            .as_ref()
+            .map(|w| w.in_progress_size() as u64)
+            .unwrap_or(0)
+    }
+
     /// Bytes written to the file so far (approximate until finish).
     pub fn bytes_written(&self) -> u64 {
         self.writer

@@ -145,6 +145,8 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         auto_repair: !a.no_auto_repair,
     })
     .await?;
+    node.diskos()
+        .set_app_disklets(std::sync::Arc::new(adisk_apps::Disklets));
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");

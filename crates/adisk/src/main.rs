@@ -1,4 +1,5 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
+mod app_cmd;
 mod bench;
 mod bench_checksum;
 mod bench_exchange;
@@ -100,6 +101,10 @@ enum Command {
     Load(LoadCommand),
     /// Run a built-in disklet on every disk holding a table and print the combined result.
     Run(RunArgs),
+    /// The papers' applications on the cluster (`active`: the disks compute, disk to disk;
+    /// `conventional`: the host reads the raw input), with statistics per disk.
+    #[command(subcommand)]
+    App(app_cmd::AppCommand),
     /// Run SQL: DataFusion plans it at the host; scans, filters, partial aggregates and Bloom
     /// semi-joins run at the disks as the offload level allows.
     Sql(sql_cmd::SqlArgs),
@@ -156,6 +161,9 @@ enum LoadCommand {
     Parquet(FileLoadArgs),
     /// Load CSV files (with a header row) into a table.
     Csv(FileLoadArgs),
+    /// An application's input, generated deterministically and written at the disks.
+    #[command(flatten)]
+    App(app_cmd::AppLoad),
     /// Generate deterministic grayscale images (one byte per pixel) as files spread over the disks.
     Images {
         /// Number of images.
@@ -412,6 +420,8 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Bench(b) => output::bench(&dir, b).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
+        Command::Load(LoadCommand::App(what)) => app_cmd::load(&dir, what).await,
+        Command::App(a) => app_cmd::run(&dir, a).await,
         Command::Load(LoadCommand::Images { count, side }) => {
             disklet_cmd::load_images(&dir, count, side).await
         }

@@ -85,6 +85,11 @@ pub fn build(
                 "user disklet `{name}` needs the disk's registry (DiskOs::build_stage)"
             )));
         }
+        DiskletSpec::App { app, name, .. } => {
+            return Err(DiskOsError::InvalidJob(format!(
+                "application disklet `{app}.{name}` needs the disk's registry (DiskOs::build_stage)"
+            )));
+        }
     })
 }
 

@@ -1,0 +1,3 @@
+//! `earth`: the satellite composite (acharya §4, uysal §5). The kernel is plain Rust; the
+//! disk-side adapters and host orchestration come next.
+pub mod kernel;

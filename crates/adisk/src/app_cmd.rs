@@ -1,0 +1,136 @@
+//! `adisk app NAME` (the papers' applications on the cluster) and `adisk load NAME` (their
+//! deterministic inputs, written at the disks).
+use crate::{CliError, connect};
+use adisk_apps::Mode;
+use clap::{Args, Subcommand};
+use std::path::Path;
+
+/// The applications.
+#[derive(Subcommand, Debug)]
+pub enum AppCommand {
+    /// Two-pass NOW-sort of 100-byte records (uysal §5): sample splitters, range-partition disk
+    /// to disk into sorted runs within each disk's memory, merge the runs at each disk; then
+    /// the valsort-style check of the output.
+    Sort(SortArgs),
+}
+
+/// Options every application takes.
+#[derive(Args, Debug, Clone)]
+pub struct Common {
+    /// `active` (the disks compute) or `conventional` (the host reads the raw input).
+    #[arg(long, default_value = "active")]
+    pub mode: String,
+    /// Output format: table or json.
+    #[arg(long, default_value = "table")]
+    pub format: String,
+}
+
+/// `adisk app sort`.
+#[derive(Args, Debug)]
+pub struct SortArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Input table of records (`adisk load sort`).
+    #[arg(long, default_value = "sort")]
+    table: String,
+    /// Output table (partition d at disk d holds the d-th key range).
+    #[arg(long, default_value = "sort_sorted")]
+    output: String,
+    /// Size of a sorted run, KiB (default: a quarter of the smallest disk's memory).
+    #[arg(long)]
+    run_kib: Option<u64>,
+    /// Keys sampled per disk for the splitters.
+    #[arg(long, default_value_t = 1000)]
+    samples_per_disk: u64,
+}
+
+/// The applications' input generators.
+#[derive(Subcommand, Debug)]
+pub enum AppLoad {
+    /// Sort benchmark records (10-byte key, 90-byte payload), generated deterministically.
+    Sort {
+        /// Records.
+        #[arg(long)]
+        records: u64,
+        /// Table.
+        #[arg(long, default_value = "sort")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+fn mode(common: &Common) -> Result<Mode, CliError> {
+    common
+        .mode
+        .parse()
+        .map_err(|e: adisk_apps::AppError| CliError::Other(e.to_string()))
+}
+
+fn app_err(e: adisk_apps::AppError) -> CliError {
+    match e {
+        adisk_apps::AppError::Host(h) => CliError::Host(h),
+        other => CliError::Other(other.to_string()),
+    }
+}
+
+/// Runs `adisk app …`.
+pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
+    let cluster = connect(dir).await?;
+    let (report, format) = match command {
+        AppCommand::Sort(a) => {
+            let params = adisk_apps::sort::SortParams {
+                input: a.table,
+                output: a.output,
+                mode: mode(&a.common)?,
+                run_bytes: a.run_kib.map(|k| k * 1024),
+                samples_per_disk: a.samples_per_disk,
+            };
+            let report = adisk_apps::sort::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
+    };
+    match format.as_str() {
+        "json" => println!("{}", report.to_json()),
+        _ => print!("{}", report.to_text()),
+    }
+    if report.result.get("valid") == Some(&serde_json::Value::Bool(false)) {
+        return Err(CliError::Other(format!(
+            "{}: the output failed its check: {}",
+            report.app, report.result
+        )));
+    }
+    Ok(())
+}
+
+/// Runs `adisk load NAME` for an application's input.
+pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
+    let cluster = connect(dir).await?;
+    match what {
+        AppLoad::Sort {
+            records,
+            table,
+            seed,
+        } => {
+            let bar = indicatif::ProgressBar::new(records);
+            bar.set_style(
+                indicatif::ProgressStyle::with_template(
+                    "{msg} [{bar:30}] {pos}/{len} records ({per_sec}, eta {eta})",
+                )
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+            );
+            bar.set_message(format!("generating {table}"));
+            let b = bar.clone();
+            let bytes =
+                adisk_apps::sort::load(&cluster, &table, records, seed, move |n| b.set_position(n))
+                    .await
+                    .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!("loaded {records} records ({bytes} bytes) into `{table}`");
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,136 @@
+//! The papers' applications on a multi-process cluster (`adisk app`), each against its oracle.
+mod common;
+
+use common::{fails, ok};
+use serde_json::Value;
+use std::path::Path;
+
+/// A local cluster stopped when dropped.
+struct Cluster(tempfile::TempDir);
+
+impl Cluster {
+    fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut up = vec!["up"];
+        up.extend_from_slice(args);
+        ok(dir.path(), &up);
+        Cluster(dir)
+    }
+    fn dir(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = common::adisk(self.0.path(), &["down"]);
+    }
+}
+
+fn json(out: &str) -> Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
+
+/// Every job of every phase stayed within its memory grant; the largest grant of each disk.
+fn peaks_within_grants(report: &Value) -> Vec<u64> {
+    let mut largest = vec![0u64; 4];
+    for phase in report["phases"].as_array().expect("phases") {
+        for d in phase["disks"].as_array().expect("disks") {
+            let (grant, peak) = (
+                d["memory_granted_bytes"].as_u64().unwrap(),
+                d["memory_peak_bytes"].as_u64().unwrap(),
+            );
+            assert!(
+                peak <= grant,
+                "{}: disk {} peak {peak} > grant {grant}",
+                phase["name"],
+                d["disk_id"]
+            );
+            let disk = d["disk_id"].as_u64().unwrap() as usize;
+            largest[disk] = largest[disk].max(grant);
+        }
+    }
+    largest
+}
+
+#[test]
+fn sort_out_of_core_in_both_modes_passes_valsort() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    let records = 1_100_000u64;
+    ok(
+        c.dir(),
+        &["load", "sort", "--records", &records.to_string()],
+    );
+    let active = json(&ok(c.dir(), &["app", "sort", "--format", "json"]));
+    let result = &active["result"];
+    assert_eq!(result["valid"], true, "{result}");
+    assert_eq!(result["records"], records);
+    assert_eq!(result["unordered"], 0);
+    assert_eq!(result["checksum"], result["input_checksum"]);
+    // Out of core for real: the input is at least 4x the sum of the disks' grants.
+    let grants: u64 = peaks_within_grants(&active).iter().sum();
+    assert!(
+        records * 100 >= 4 * grants,
+        "input {} bytes, grants {grants}",
+        records * 100
+    );
+    // Several runs per disk, shipped disk to disk, almost nothing to the host.
+    let runs = &active["phases"][1]["disks"][0]["stages"][0];
+    assert_eq!(runs["disklet"], "sort_runs");
+    assert!(runs["flushes"].as_u64().unwrap() >= 4, "{runs}");
+    let links = &active["links"];
+    assert!(links["disk_to_disk_bytes"].as_u64().unwrap() >= records * 100 * 3 / 4 * 9 / 10);
+    assert!(links["disk_to_host_bytes"].as_u64().unwrap() < records);
+
+    let conventional = json(&ok(
+        c.dir(),
+        &["app", "sort", "--mode", "conventional", "--format", "json"],
+    ));
+    assert_eq!(conventional["result"]["valid"], true);
+    assert_eq!(
+        conventional["result"]["checksum"],
+        active["result"]["checksum"]
+    );
+    assert!(
+        conventional["links"]["disk_to_host_bytes"]
+            .as_u64()
+            .unwrap()
+            >= records * 100
+    );
+    // The runs are gone, the output stays; no temporary files are left.
+    let status = common::status_json(c.dir());
+    let text = status.to_string();
+    assert!(!text.contains("sort_sorted_runs"), "{text}");
+    assert!(text.contains("sort_sorted"), "{text}");
+    for d in status["disks"].as_array().expect("disks") {
+        assert_eq!(d["temp_files_bytes"], 0, "{d}");
+    }
+}
+
+#[test]
+fn sort_refuses_bad_parameters_clearly() {
+    let c = Cluster::start(&["--disks", "2", "--memory-mib", "8"]);
+    let err = fails(c.dir(), &["app", "sort", "--table", "nosuch"]);
+    assert!(err.contains("input table `nosuch` is missing"), "{err}");
+    let err = fails(c.dir(), &["load", "sort", "--records", "0"]);
+    assert!(err.contains("at least 1"), "{err}");
+    ok(c.dir(), &["load", "sort", "--records", "20000"]);
+    let err = fails(c.dir(), &["app", "sort", "--mode", "sideways"]);
+    assert!(err.contains("unknown mode `sideways`"), "{err}");
+    let err = fails(c.dir(), &["app", "sort", "--run-kib", "8192"]);
+    assert!(err.contains("needs twice that"), "{err}");
+    let err = fails(c.dir(), &["app", "sort", "--output", "sort"]);
+    assert!(err.contains("must differ"), "{err}");
+    let err = fails(c.dir(), &["app", "nosuch"]);
+    assert!(err.contains("nosuch"), "{err}");
+    // A table that is not records.
+    ok(
+        c.dir(),
+        &["load", "tpch", "--sf", "0.001", "--tables", "nation"],
+    );
+    let err = fails(c.dir(), &["app", "sort", "--table", "nation"]);
+    assert!(err.contains("100-byte records"), "{err}");
+    // After all of it, the small sort still works.
+    let out = json(&ok(c.dir(), &["app", "sort", "--format", "json"]));
+    assert_eq!(out["result"]["valid"], true, "{out}");
+}
