@@ -564,3 +564,118 @@ fn wasm_examples_match_references_and_hostile_disklets_are_contained() {
     ok(&dir, &["disklet", "remove", "spin"]);
     assert!(fails(&dir, &["disklet", "remove", "spin"]).contains("no disklet"));
 }
+
+/// Builds the Rust SDK's examples (`sdk/rust/build.sh`, cargo for wasm32-unknown-unknown).
+fn build_rust(out_dir: &Path, examples: &[&str]) -> Vec<PathBuf> {
+    let run = Command::new(sdk().join("rust/build.sh"))
+        .arg(out_dir)
+        .args(examples)
+        .output()
+        .expect("sdk/rust/build.sh runs");
+    assert!(
+        run.status.success(),
+        "sdk/rust/build.sh failed (it needs `rustup target add wasm32-unknown-unknown`, or run `./x setup`):\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    examples
+        .iter()
+        .map(|e| out_dir.join(format!("{e}.wasm")))
+        .collect()
+}
+
+#[test]
+fn rust_sdk_examples_match_duckdb() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("c");
+    ok(&dir, &["up", "--disks", "2"]);
+    let _down = Down(&dir);
+    ok(
+        &dir,
+        &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"],
+    );
+    let built = build_rust(&tmp.path().join("wasm-rust"), &["count_if", "histogram"]);
+    for (path, name) in built.iter().zip(["count_if_rs", "histogram_rs"]) {
+        ok(
+            &dir,
+            &["disklet", "install", path.to_str().unwrap(), "--name", name],
+        );
+    }
+    // count_if (Rust) = DuckDB's count.
+    let expected = int(&duckdb(
+        &dir,
+        &format!("SELECT count(*) FROM lineitem WHERE {PREDICATE}"),
+    )[0][0]);
+    let counted = json(
+        &dir,
+        &[
+            "disklet",
+            "run",
+            "count_if_rs",
+            "--table",
+            "lineitem",
+            "--columns",
+            COLUMNS,
+            "--param",
+            &format!("where={WHERE}"),
+        ],
+    );
+    let ours: i64 = counted["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| int(&r["count"]))
+        .sum();
+    assert_eq!(ours, expected);
+    // histogram (Rust) of l_quantity = DuckDB's.
+    let hist = json(
+        &dir,
+        &[
+            "disklet",
+            "run",
+            "histogram_rs",
+            "--table",
+            "lineitem",
+            "--columns",
+            "l_quantity",
+            "--param",
+            "column=l_quantity",
+            "--param",
+            "bins=10",
+            "--param",
+            "min=1",
+            "--param",
+            "max=51",
+        ],
+    );
+    let mut ours = [0i64; 10];
+    for r in hist["rows"].as_array().unwrap() {
+        ours[int(&r["bin"]) as usize] += int(&r["count"]);
+    }
+    let mut theirs = [0i64; 10];
+    for r in duckdb(
+        &dir,
+        "SELECT CAST(l_quantity * 100 AS BIGINT), count(*) FROM lineitem GROUP BY 1",
+    ) {
+        let v = int(&r[0]);
+        if (100..5100).contains(&v) {
+            theirs[((v - 100) * 10 / 5000) as usize] += int(&r[1]);
+        }
+    }
+    assert_eq!(ours, theirs, "histogram");
+    // A bad parameter fails the Rust disklet cleanly, as the C one does.
+    let err = fails(
+        &dir,
+        &[
+            "disklet",
+            "run",
+            "count_if_rs",
+            "--table",
+            "lineitem",
+            "--columns",
+            COLUMNS,
+            "--param",
+            "where=no_such_column > 1",
+        ],
+    );
+    assert!(!err.is_empty());
+}

@@ -7,7 +7,7 @@ use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
 use adisk_diskos::disklets::batch_bytes;
-use arrow::array::{Array, FixedSizeBinaryArray, RecordBatch, UInt32Array};
+use arrow::array::{RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;
 
@@ -19,60 +19,56 @@ pub fn build(stage: &AppStage<'_>) -> Result<Box<dyn Disklet>> {
     let params = Params::new(stage)?;
     params.shape(1, 1)?;
     let input = &stage.inputs[0];
-    key_column(input)?;
+    let key = match stage.params.get("key") {
+        Some(_) => params.parse::<String>("key")?,
+        None => "key".to_string(),
+    };
+    let key = key_column(input, &key)?;
     Ok(match stage.disklet {
         "sample" => Box::new(Sample {
             every: params.u64("every")?.max(1),
-            schema: Arc::new(Schema::new(vec![
-                input
-                    .field_with_name("key")
-                    .map_err(|e| invalid(e.to_string()))?
-                    .clone(),
-            ])),
+            key,
+            schema: Arc::new(Schema::new(vec![input.field(key).clone()])),
         }),
-        "runs" => {
-            let run_bytes = params.u64("run_bytes")?;
-            if run_bytes == 0 || run_bytes.saturating_mul(2) > stage.scratch_bytes {
-                return Err(invalid(format!(
-                    "sort.runs: a run of {run_bytes} bytes needs twice that in scratch; {} granted",
-                    stage.scratch_bytes
-                )));
-            }
-            let mut fields: Vec<Field> =
-                input.fields().iter().map(|f| f.as_ref().clone()).collect();
-            fields.push(Field::new("run", DataType::UInt32, false));
-            Box::new(Runs {
-                run_bytes,
-                scratch_granted: stage.scratch_bytes,
-                held: Vec::new(),
-                held_bytes: 0,
-                sorted: None,
-                run: 0,
-                schema: Arc::new(Schema::new(fields)),
+        "runs" => Box::new(Runs::new(stage, &params, key)?),
+        "check" => {
+            record_key(input)?;
+            Box::new(Check {
+                summary: Summary::default(),
             })
         }
-        "check" => Box::new(Check {
-            summary: Summary::default(),
-        }),
         other => return Err(invalid(format!("the sort has no disklet `{other}`"))),
     })
 }
 
-fn key_column(schema: &Schema) -> Result<usize> {
+/// The sort key column `key`: an integer or fixed-size binary column.
+fn key_column(schema: &Schema, key: &str) -> Result<usize> {
+    let i = schema
+        .index_of(key)
+        .map_err(|_| invalid(format!("the sort's input has no key column `{key}`")))?;
+    let t = schema.field(i).data_type();
+    if t.is_integer() || matches!(t, DataType::FixedSizeBinary(_)) {
+        Ok(i)
+    } else {
+        Err(invalid(format!(
+            "sort key `{key}` is {t}: integer or fixed-size binary keys only"
+        )))
+    }
+}
+
+/// The 10-byte key of sort benchmark records.
+fn record_key(schema: &Schema) -> Result<usize> {
     schema
         .index_of("key")
         .ok()
         .filter(|i| schema.field(*i).data_type() == &DataType::FixedSizeBinary(KEY_BYTES as i32))
-        .ok_or_else(|| {
-            invalid(format!(
-                "the sort's input needs a {KEY_BYTES}-byte `key` column"
-            ))
-        })
+        .ok_or_else(|| invalid(format!("sort records need a {KEY_BYTES}-byte `key` column")))
 }
 
 /// Emits the key of every `every`-th record (by position in the stream).
 struct Sample {
     every: u64,
+    key: usize,
     schema: SchemaRef,
 }
 
@@ -84,7 +80,7 @@ impl Disklet for Sample {
         self.schema.clone()
     }
     fn process(&mut self, input: &InputBuffer<'_>, out: &mut Emitter) -> Result<()> {
-        let keys = input.batch.column(key_column(&input.batch.schema())?);
+        let keys = input.batch.column(self.key);
         let picked: Vec<u32> = (0..input.batch.num_rows() as u64)
             .filter(|i| (input.position + i) % self.every == 0)
             .map(|i| i as u32)
@@ -106,6 +102,7 @@ impl Disklet for Sample {
 /// number in column `run`, buffer by buffer (a split result writes each run to its own
 /// partition).
 struct Runs {
+    key: usize,
     run_bytes: u64,
     scratch_granted: u64,
     held: Vec<RecordBatch>,
@@ -117,6 +114,32 @@ struct Runs {
 }
 
 impl Runs {
+    fn new(stage: &AppStage<'_>, params: &Params<'_>, key: usize) -> Result<Self> {
+        let run_bytes = params.u64("run_bytes")?;
+        if run_bytes == 0 || run_bytes.saturating_mul(2) > stage.scratch_bytes {
+            return Err(invalid(format!(
+                "sort.runs: a run of {run_bytes} bytes needs twice that in scratch; {} granted",
+                stage.scratch_bytes
+            )));
+        }
+        let mut fields: Vec<Field> = stage.inputs[0]
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone())
+            .collect();
+        fields.push(Field::new("run", DataType::UInt32, false));
+        Ok(Runs {
+            key,
+            run_bytes,
+            scratch_granted: stage.scratch_bytes,
+            held: Vec::new(),
+            held_bytes: 0,
+            sorted: None,
+            run: 0,
+            schema: Arc::new(Schema::new(fields)),
+        })
+    }
+
     /// Sorts what is held into the next run.
     fn cut_run(&mut self) -> Result<()> {
         if self.held.is_empty() {
@@ -125,16 +148,10 @@ impl Runs {
         let all = arrow::compute::concat_batches(&self.held[0].schema(), &self.held)
             .map_err(|e| invalid(e.to_string()))?;
         self.held.clear();
-        let keys = all
-            .column(key_column(&all.schema())?)
-            .as_any()
-            .downcast_ref::<FixedSizeBinaryArray>()
-            .expect("checked key column")
-            .clone();
-        let mut order: Vec<u32> = (0..all.num_rows() as u32).collect();
-        order.sort_unstable_by(|a, b| keys.value(*a as usize).cmp(keys.value(*b as usize)));
-        let sorted = arrow::compute::take_record_batch(&all, &UInt32Array::from(order))
+        let order = arrow::compute::sort_to_indices(all.column(self.key), None, None)
             .map_err(|e| invalid(e.to_string()))?;
+        let sorted =
+            arrow::compute::take_record_batch(&all, &order).map_err(|e| invalid(e.to_string()))?;
         let mut columns = sorted.columns().to_vec();
         columns.push(Arc::new(UInt32Array::from(vec![
             self.run;

@@ -26,6 +26,7 @@ use arrow::array::{Array, FixedSizeBinaryArray, RecordBatch};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{col, lit};
 use records::{KEY_BYTES, Summary};
+
 use std::time::Instant;
 
 /// Parameters of a sort run.
@@ -166,11 +167,19 @@ async fn active(
             "a run of {run_bytes} bytes needs twice that plus stream buffers (4 MiB) in a disk's memory of {memory} bytes; runs start at 64 KiB"
         )));
     }
+    let relation = Relation {
+        table: params.input.clone(),
+        key: "key".into(),
+        columns: vec![],
+        schema: records::schema(),
+    };
     let t = Instant::now();
-    let splitters = sample(cluster, params, disks, report).await?;
-    report.phases.last_mut().expect("sample phase").seconds = t.elapsed().as_secs_f64();
+    let (splitters, stats) =
+        sample_splitters(cluster, &relation, disks, params.samples_per_disk).await?;
+    report.phase("pass 0: sample keys", t.elapsed(), stats);
     let t = Instant::now();
-    let stats = pass_one(cluster, params, disks, &splitters, run_bytes).await?;
+    let runs = runs_table(&params.output);
+    let stats = form_runs(cluster, &relation, disks, &splitters, run_bytes, &runs).await?;
     report.phase("pass 1: partition + runs", t.elapsed(), stats);
     let t = Instant::now();
     let stats = pass_two(cluster, params, memory).await?;
@@ -178,17 +187,36 @@ async fn active(
     Ok(())
 }
 
-/// Pass 0: every disk samples keys; the host sorts them and picks N−1 splitters.
-async fn sample(
+/// A relation a two-pass sort reads: its table, the key, the columns it keeps (empty: all)
+/// and their schema.
+#[derive(Clone, Debug)]
+pub struct Relation {
+    /// Table.
+    pub table: String,
+    /// Sort key column (integer or fixed-size binary).
+    pub key: String,
+    /// Columns read (empty: all).
+    pub columns: Vec<String>,
+    /// Schema of the columns read.
+    pub schema: arrow::datatypes::SchemaRef,
+}
+
+/// Pass 0: every disk samples about `samples_per_disk` keys of `relation`; the host sorts
+/// them and picks N−1 splitters, N the cluster's disks.
+///
+/// # Errors
+/// Too few keys for a splitter per disk; a disk failing.
+pub async fn sample_splitters(
     cluster: &Cluster,
-    params: &SortParams,
+    relation: &Relation,
     disks: &[u32],
-    report: &mut Report,
-) -> Result<Vec<Vec<u8>>> {
+    samples_per_disk: u64,
+) -> Result<(Vec<ScalarValue>, Vec<adisk_core::stats::DiskJobStats>)> {
     let catalog = cluster.catalog().await?;
-    let rows = catalog.tables[&params.input].rows();
-    let per_disk = rows / disks.len() as u64;
-    let every = (per_disk / params.samples_per_disk.max(1)).max(1);
+    let rows = catalog.tables.get(&relation.table).map_or(0, |t| t.rows());
+    let per_disk = rows / disks.len().max(1) as u64;
+    let every = (per_disk / samples_per_disk.max(1)).max(1);
+    let params = serde_json::json!({ "every": every, "key": relation.key });
     let specs = disks
         .iter()
         .map(|d| {
@@ -196,137 +224,167 @@ async fn sample(
                 new_id("sort-sample"),
                 PROGRAM,
                 Source::Table {
-                    table: params.input.clone(),
-                    columns: vec!["key".into()],
+                    table: relation.table.clone(),
+                    columns: vec![relation.key.clone()],
                     prune: None,
                     partitions: None,
                 },
-                vec![app("sample", serde_json::json!({ "every": every }))],
+                vec![app("sample", params.clone())],
                 Sink::Host,
             );
             (*d, spec)
         })
         .collect();
-    let mut keys: Vec<Vec<u8>> = Vec::new();
+    let mut keys: Vec<ScalarValue> = Vec::new();
     let stats = run_phase(cluster, specs, |_, batch| {
-        let k = batch
-            .column(0)
-            .as_any()
-            .downcast_ref::<FixedSizeBinaryArray>()
-            .ok_or_else(|| adisk_host::HostError::Invalid("sample: not a key column".into()))?;
-        keys.extend((0..k.len()).map(|i| k.value(i).to_vec()));
+        for i in 0..batch.num_rows() {
+            keys.push(
+                ScalarValue::try_from_array(batch.column(0), i)
+                    .map_err(|e| adisk_host::HostError::Invalid(format!("a sampled key: {e}")))?,
+            );
+        }
         Ok(())
     })
     .await?;
-    report.phase("pass 0: sample keys", std::time::Duration::ZERO, stats);
-    keys.sort_unstable();
+    keys.sort_unstable_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     let targets = cluster.disk_count() as usize;
-    Ok((1..targets)
-        .filter_map(|i| keys.get(i * keys.len() / targets).cloned())
-        .collect())
-}
-
-fn key_literal(key: &[u8]) -> Result<adisk_core::protocol::ExprBytes> {
-    Ok(encode_expr(&lit(ScalarValue::FixedSizeBinary(
-        KEY_BYTES as i32,
-        Some(key.to_vec()),
-    )))?)
-}
-
-/// Pass 1: every disk range-partitions its records to all disks and forms sorted runs of
-/// what it receives, each written to its own partition of the runs table.
-async fn pass_one(
-    cluster: &Cluster,
-    params: &SortParams,
-    disks: &[u32],
-    splitters: &[Vec<u8>],
-    run_bytes: u64,
-) -> Result<Vec<adisk_core::stats::DiskJobStats>> {
-    let all: Vec<u32> = (0..cluster.disk_count()).collect();
-    let targets: Vec<String> = all
-        .iter()
-        .map(|d| cluster.address(*d).to_string())
-        .collect();
-    let exchange_id = new_id("sort-x");
-    let route = if splitters.len() + 1 == targets.len() {
-        Route::Range {
-            key: encode_expr(&col("key"))?,
-            bounds: splitters
-                .iter()
-                .map(|k| key_literal(k))
-                .collect::<Result<_>>()?,
-        }
-    } else {
-        Route::Hash {
-            keys: vec![encode_expr(&col("key"))?],
-        }
-    };
-    if !matches!(route, Route::Range { .. }) {
-        return Err(AppError::Invalid(
-            "too few records to sample a splitter for every disk".into(),
-        ));
+    if keys.len() < targets {
+        return Err(AppError::Invalid(format!(
+            "too few rows in `{}` to sample a splitter for each of {targets} disks",
+            relation.table
+        )));
     }
-    let max = adisk_core::graph::MAX_SPLIT_PARTITIONS;
-    let specs = all
-        .iter()
+    let splitters = (1..targets)
+        .map(|i| keys[i * keys.len() / targets].clone())
+        .collect();
+    Ok((splitters, stats))
+}
+
+/// Pass 1 of a two-pass sort: every disk holding `relation` range-partitions its rows by
+/// `splitters` to all disks, and each disk forms sorted runs (each at most `run_bytes`, in
+/// twice that of scratch) of what it receives, each written to its own partition of table
+/// `runs` (disk d's runs from partition d·4096).
+///
+/// # Errors
+/// A disk refusing or failing.
+pub async fn form_runs(
+    cluster: &Cluster,
+    relation: &Relation,
+    disks: &[u32],
+    splitters: &[ScalarValue],
+    run_bytes: u64,
+    runs: &str,
+) -> Result<Vec<adisk_core::stats::DiskJobStats>> {
+    let targets: Vec<String> = (0..cluster.disk_count())
+        .map(|d| cluster.address(d).to_string())
+        .collect();
+    let route = Route::Range {
+        key: encode_expr(&col(relation.key.as_str()))?,
+        bounds: splitters
+            .iter()
+            .map(|k| encode_expr(&lit(k.clone())).map_err(AppError::from))
+            .collect::<Result<_>>()?,
+    };
+    let exchange_id = new_id("sort-x");
+    let runs_params = serde_json::json!({ "run_bytes": run_bytes, "key": relation.key });
+    let specs = (0..cluster.disk_count())
         .map(|d| {
-            let mut inputs = vec![Source::Pipe {
-                exchange_id: exchange_id.clone(),
-                senders: disks.len() as u32,
-                schema: records::schema().as_ref().clone(),
-            }];
-            let mut outputs = vec![Output {
-                from: Port::Stage { stage: 0, port: 0 },
-                sink: Sink::Store {
-                    stream: StoredStream::Split {
-                        name: runs_table(&params.output),
-                        first_partition: d * max,
-                        by: "run".into(),
-                        max_partitions: max,
-                    },
-                },
-            }];
-            if let Some(sender) = disks.iter().position(|x| x == d) {
-                inputs.push(Source::Table {
-                    table: params.input.clone(),
-                    columns: vec![],
-                    prune: None,
-                    partitions: None,
-                });
-                outputs.push(Output {
-                    from: Port::Input(1),
-                    sink: Sink::Exchange {
-                        exchange_id: exchange_id.clone(),
-                        targets: targets.clone(),
-                        sender: sender as u32,
-                        route: route.clone(),
-                        relay: None,
-                        target_relays: vec![],
-                    },
-                });
-            }
-            let spec = JobSpec {
-                job_id: new_id("sort-pass1"),
-                program: PROGRAM.into(),
-                inputs,
-                stages: vec![Stage {
-                    disklet: app("runs", serde_json::json!({ "run_bytes": run_bytes })),
-                    inputs: vec![Port::Input(0)],
-                }],
-                outputs,
-                scratch_kib: 0,
-                buffer_kib: 0,
-                temp_kib: 0,
-            };
+            let sender = disks.iter().position(|x| *x == d).map(|s| Sender {
+                relation,
+                number: s as u32,
+                exchange_id: &exchange_id,
+                targets: &targets,
+                route: &route,
+            });
+            let spec = runs_job(
+                d,
+                relation,
+                disks.len() as u32,
+                &exchange_id,
+                sender,
+                runs,
+                &runs_params,
+            );
             let sizes = Sizes {
                 scratch_kib: (run_bytes * 2).div_ceil(1024),
                 buffer_kib: 64,
                 temp_kib: 0,
             };
-            (*d, sized(spec, sizes))
+            (d, sized(spec, sizes))
         })
         .collect();
     Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
+}
+
+/// The sending half of a pass-1 job.
+struct Sender<'a> {
+    relation: &'a Relation,
+    number: u32,
+    exchange_id: &'a str,
+    targets: &'a [String],
+    route: &'a Route,
+}
+
+/// Disk d's pass-1 job: receive its key range from every sender into sorted runs; and, if
+/// it holds the relation, send its rows.
+fn runs_job(
+    d: u32,
+    relation: &Relation,
+    senders: u32,
+    exchange_id: &str,
+    sender: Option<Sender<'_>>,
+    runs: &str,
+    runs_params: &serde_json::Value,
+) -> JobSpec {
+    let max = adisk_core::graph::MAX_SPLIT_PARTITIONS;
+    let mut inputs = vec![Source::Pipe {
+        exchange_id: exchange_id.into(),
+        senders,
+        schema: relation.schema.as_ref().clone(),
+    }];
+    let mut outputs = vec![Output {
+        from: Port::Stage { stage: 0, port: 0 },
+        sink: Sink::Store {
+            stream: StoredStream::Split {
+                name: runs.into(),
+                first_partition: d * max,
+                by: "run".into(),
+                max_partitions: max,
+            },
+        },
+    }];
+    if let Some(s) = sender {
+        inputs.push(Source::Table {
+            table: s.relation.table.clone(),
+            columns: s.relation.columns.clone(),
+            prune: None,
+            partitions: None,
+        });
+        outputs.push(Output {
+            from: Port::Input(1),
+            sink: Sink::Exchange {
+                exchange_id: s.exchange_id.into(),
+                targets: s.targets.to_vec(),
+                sender: s.number,
+                route: s.route.clone(),
+                relay: None,
+                target_relays: vec![],
+            },
+        });
+    }
+    JobSpec {
+        job_id: new_id("sort-pass1"),
+        program: PROGRAM.into(),
+        inputs,
+        stages: vec![Stage {
+            disklet: app("runs", runs_params.clone()),
+            inputs: vec![Port::Input(0)],
+        }],
+        outputs,
+        scratch_kib: 0,
+        buffer_kib: 0,
+        temp_kib: 0,
+    }
 }
 
 /// Pass 2: every disk merges its runs into partition d of the output.
