@@ -11,6 +11,7 @@ pub mod disklet_util;
 pub mod dmine;
 pub mod earth;
 pub mod fft;
+pub mod join;
 pub mod report;
 pub mod rng;
 pub mod sort;
@@ -76,7 +77,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort"];
+pub const APPS: &[&str] = &["sort", "join"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -85,6 +86,7 @@ impl AppDisklets for Disklets {
     fn build(&self, stage: AppStage<'_>) -> adisk_diskos::Result<Box<dyn Disklet>> {
         match stage.app {
             "sort" => sort::disklets::build(&stage),
+            "join" => join::disklets::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),

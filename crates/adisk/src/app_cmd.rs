@@ -12,6 +12,29 @@ pub enum AppCommand {
     /// to disk into sorted runs within each disk's memory, merge the runs at each disk; then
     /// the valsort-style check of the output.
     Sort(SortArgs),
+    /// Sort-merge project-join (uysal §5) on the two-pass sort: both relations range-partitioned
+    /// disk to disk into sorted runs, then at each disk a merge of each relation's runs and a
+    /// merge join; the result stays at the disks (a named result).
+    Join(JoinArgs),
+}
+
+/// `adisk app join`.
+#[derive(Args, Debug)]
+pub struct JoinArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Left relation (`adisk load join`).
+    #[arg(long, default_value = "join_r")]
+    left: String,
+    /// Right relation.
+    #[arg(long, default_value = "join_s")]
+    right: String,
+    /// Output table.
+    #[arg(long, default_value = "join_out")]
+    output: String,
+    /// Size of a sorted run, KiB (default: a quarter of the smallest disk's memory).
+    #[arg(long)]
+    run_kib: Option<u64>,
 }
 
 /// Options every application takes.
@@ -59,6 +82,25 @@ pub enum AppLoad {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// The join's two relations of 64-byte tuples (UInt32 `key` uniform in 0..keys, 15
+    /// more UInt32 fields), as uysal's.
+    Join {
+        /// Tuples per relation.
+        #[arg(long)]
+        rows: u64,
+        /// Distinct keys (the output has about rows² / keys tuples).
+        #[arg(long)]
+        keys: Option<u32>,
+        /// Left relation.
+        #[arg(long, default_value = "join_r")]
+        left: String,
+        /// Right relation.
+        #[arg(long, default_value = "join_s")]
+        right: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
 }
 
 fn mode(common: &Common) -> Result<Mode, CliError> {
@@ -92,6 +134,19 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 .map_err(app_err)?;
             (report, a.common.format)
         }
+        AppCommand::Join(a) => {
+            let params = adisk_apps::join::JoinParams {
+                left: a.left,
+                right: a.right,
+                output: a.output,
+                mode: mode(&a.common)?,
+                run_bytes: a.run_kib.map(|k| k * 1024),
+            };
+            let report = adisk_apps::join::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
     };
     match format.as_str() {
         "json" => println!("{}", report.to_json()),
@@ -104,6 +159,19 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// A progress bar of `total` rows.
+fn progress(total: u64, message: &str) -> indicatif::ProgressBar {
+    let bar = indicatif::ProgressBar::new(total);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{msg} [{bar:30}] {pos}/{len} ({per_sec}, eta {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    bar.set_message(message.to_string());
+    bar
 }
 
 /// Runs `adisk load NAME` for an application's input.
@@ -130,6 +198,28 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
                     .map_err(app_err)?;
             bar.finish_and_clear();
             println!("loaded {records} records ({bytes} bytes) into `{table}`");
+        }
+        AppLoad::Join {
+            rows,
+            keys,
+            left,
+            right,
+            seed,
+        } => {
+            let keys =
+                keys.unwrap_or_else(|| rows.saturating_mul(8).min(u64::from(u32::MAX)) as u32);
+            let bar = progress(2 * rows, &format!("generating {left}, {right}"));
+            let b = bar.clone();
+            let bytes =
+                adisk_apps::join::load(&cluster, (&left, &right), rows, keys, seed, move |n| {
+                    b.set_position(n)
+                })
+                .await
+                .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!(
+                "loaded {rows} tuples into each of `{left}` and `{right}` ({bytes} bytes, {keys} keys)"
+            );
         }
     }
     Ok(())

@@ -134,3 +134,61 @@ fn sort_refuses_bad_parameters_clearly() {
     let out = json(&ok(c.dir(), &["app", "sort", "--format", "json"]));
     assert_eq!(out["result"]["valid"], true, "{out}");
 }
+
+/// Rows of the join computed by DuckDB on the same files that `join_out` lacks, and the
+/// other way round (each as a count of rows), and DuckDB's row count.
+fn join_against_duckdb(dir: &Path) -> (i64, i64, i64) {
+    let f = |p: &str| {
+        (1..=7)
+            .map(|i| format!("{p}.f{i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let theirs = format!(
+        "SELECT r.key, {}, s.key, {} FROM join_r r JOIN join_s s ON r.key = s.key",
+        f("r"),
+        f("s")
+    );
+    let ours = "SELECT * FROM join_out";
+    let count = |sql: String| -> i64 { common::duckdb(dir, &sql)[0][0].as_i64().expect("a count") };
+    (
+        count(format!("SELECT count(*) FROM ({theirs} EXCEPT ALL {ours})")),
+        count(format!("SELECT count(*) FROM ({ours} EXCEPT ALL {theirs})")),
+        count(format!("SELECT count(*) FROM ({theirs})")),
+    )
+}
+
+#[test]
+fn join_out_of_core_in_both_modes_equals_duckdb() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    let rows = 900_000u64;
+    ok(c.dir(), &["load", "join", "--rows", &rows.to_string()]);
+    for mode in ["active", "conventional"] {
+        let report = json(&ok(
+            c.dir(),
+            &["app", "join", "--mode", mode, "--format", "json"],
+        ));
+        let grants: u64 = peaks_within_grants(&report).iter().sum();
+        let (missing, extra, expected) = join_against_duckdb(c.dir());
+        assert!(expected > 10_000, "{expected}");
+        assert_eq!(
+            (missing, extra),
+            (0, 0),
+            "{mode}: join_out differs from DuckDB's join"
+        );
+        assert_eq!(report["result"]["rows"], expected, "{mode}");
+        if mode == "active" {
+            // Out of core: both relations are at least 4x the disks' grants.
+            assert!(2 * rows * 64 >= 4 * grants, "grants {grants}");
+            let links = &report["links"];
+            assert!(
+                links["disk_to_host_bytes"].as_u64().unwrap() < 200_000,
+                "{links}"
+            );
+        }
+    }
+    let err = fails(c.dir(), &["app", "join", "--right", "nosuch"]);
+    assert!(err.contains("input table `nosuch` is missing"), "{err}");
+    let err = fails(c.dir(), &["app", "join", "--output", "join_r"]);
+    assert!(err.contains("must differ"), "{err}");
+}

@@ -142,7 +142,7 @@ async fn drop_quietly(cluster: &Cluster, table: &str) -> Result<()> {
 }
 
 /// The smallest memory budget among `disks`.
-async fn smallest_memory(cluster: &Cluster, disks: &[u32]) -> Result<u64> {
+pub(crate) async fn smallest_memory(cluster: &Cluster, disks: &[u32]) -> Result<u64> {
     let status = cluster.status().await;
     let mut smallest = u64::MAX;
     for d in disks {
@@ -161,12 +161,7 @@ async fn active(
     report: &mut Report,
 ) -> Result<()> {
     let memory = smallest_memory(cluster, disks).await?;
-    let run_bytes = params.run_bytes.unwrap_or(memory / 4);
-    if run_bytes < 64 * 1024 || run_bytes * 2 + (4 << 20) > memory {
-        return Err(AppError::Invalid(format!(
-            "a run of {run_bytes} bytes needs twice that plus stream buffers (4 MiB) in a disk's memory of {memory} bytes; runs start at 64 KiB"
-        )));
-    }
+    let run_bytes = check_run_bytes(params.run_bytes, memory)?;
     let relation = Relation {
         table: params.input.clone(),
         key: "key".into(),
@@ -185,6 +180,21 @@ async fn active(
     let stats = pass_two(cluster, params, memory).await?;
     report.phase("pass 2: merge runs", t.elapsed(), stats);
     Ok(())
+}
+
+/// The size of a sorted run: `asked`, or a quarter of `memory`; it needs twice that plus
+/// stream buffers in a disk's memory.
+///
+/// # Errors
+/// A run smaller than 64 KiB or too large for the memory.
+pub(crate) fn check_run_bytes(asked: Option<u64>, memory: u64) -> Result<u64> {
+    let run_bytes = asked.unwrap_or(memory / 4);
+    if run_bytes < 64 * 1024 || run_bytes.saturating_mul(2).saturating_add(4 << 20) > memory {
+        return Err(AppError::Invalid(format!(
+            "a run of {run_bytes} bytes needs twice that plus stream buffers (4 MiB) in a disk's memory of {memory} bytes; runs start at 64 KiB"
+        )));
+    }
+    Ok(run_bytes)
 }
 
 /// A relation a two-pass sort reads: its table, the key, the columns it keeps (empty: all)
