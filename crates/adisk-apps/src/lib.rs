@@ -6,6 +6,7 @@
 #![deny(missing_docs)]
 
 pub mod cluster;
+pub mod conv;
 pub mod datacube;
 pub mod disklet_util;
 pub mod dmine;
@@ -77,7 +78,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort", "join"];
+pub const APPS: &[&str] = &["sort", "join", "conv"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -87,6 +88,7 @@ impl AppDisklets for Disklets {
         match stage.app {
             "sort" => sort::disklets::build(&stage),
             "join" => join::disklets::build(&stage),
+            "conv" => conv::disklets::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),

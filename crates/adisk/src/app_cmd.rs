@@ -16,6 +16,32 @@ pub enum AppCommand {
     /// disk to disk into sorted runs, then at each disk a merge of each relation's runs and a
     /// merge join; the result stays at the disks (a named result).
     Join(JoinArgs),
+    /// Image convolution with any k×k kernel (acharya §4, uysal §5) on the images of `adisk
+    /// load images`: each disk convolves its images in place, one image per stream buffer;
+    /// then every image is checked against a plain reference.
+    Conv(ConvArgs),
+}
+
+/// `adisk app conv`.
+#[derive(Args, Debug)]
+pub struct ConvArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Image side, pixels (as loaded).
+    #[arg(long, default_value_t = 512)]
+    side: u32,
+    /// Kernel weights, k² comma-separated integers, row by row (default: a k×k box blur).
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true)]
+    kernel: Vec<i32>,
+    /// k of the default box kernel.
+    #[arg(long, default_value_t = 3)]
+    k: usize,
+    /// Divisor (default: the sum of the weights, or 1 if that is 0).
+    #[arg(long)]
+    divisor: Option<i32>,
+    /// Output table.
+    #[arg(long, default_value = "conv_out")]
+    output: String,
 }
 
 /// `adisk app join`.
@@ -130,6 +156,27 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 samples_per_disk: a.samples_per_disk,
             };
             let report = adisk_apps::sort::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
+        AppCommand::Conv(a) => {
+            let kernel = if a.kernel.is_empty() {
+                adisk_apps::conv::kernel::Kernel::boxed(a.k)
+            } else {
+                let sum: i32 = a.kernel.iter().sum();
+                let divisor = a.divisor.unwrap_or(if sum == 0 { 1 } else { sum });
+                adisk_apps::conv::kernel::Kernel::new(a.kernel, divisor)
+            }
+            .map_err(app_err)?;
+            let params = adisk_apps::conv::ConvParams {
+                images: "images".into(),
+                side: a.side,
+                kernel,
+                output: a.output,
+                mode: mode(&a.common)?,
+            };
+            let report = adisk_apps::conv::run(&cluster, &params)
                 .await
                 .map_err(app_err)?;
             (report, a.common.format)

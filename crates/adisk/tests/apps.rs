@@ -192,3 +192,72 @@ fn join_out_of_core_in_both_modes_equals_duckdb() {
     let err = fails(c.dir(), &["app", "join", "--output", "join_r"]);
     assert!(err.contains("must differ"), "{err}");
 }
+
+#[test]
+fn conv_with_any_square_kernel_matches_the_reference() {
+    let c = Cluster::start(&["--disks", "3", "--memory-mib", "16", "--buffer-kib", "64"]);
+    ok(
+        c.dir(),
+        &["load", "images", "--count", "24", "--side", "128"],
+    );
+    let run = |args: &[&str]| {
+        let mut all = vec!["app", "conv", "--side", "128", "--format", "json"];
+        all.extend_from_slice(args);
+        json(&ok(c.dir(), &all))
+    };
+    for (args, k) in [
+        (vec!["--kernel", "1,2,1,2,4,2,1,2,1"], 3),
+        (vec!["--k", "5"], 5),
+        (vec!["--k", "16"], 16),
+        (
+            vec![
+                "--mode",
+                "conventional",
+                "--kernel",
+                "0,-1,0,-1,5,-1,0,-1,0",
+            ],
+            3,
+        ),
+    ] {
+        let report = run(&args);
+        let result = &report["result"];
+        assert_eq!(result["valid"], true, "{args:?}: {result}");
+        assert_eq!(
+            (result["images"].as_u64(), result["k"].as_u64()),
+            (Some(24), Some(k))
+        );
+        peaks_within_grants(&report);
+        let links = &report["links"];
+        if args.contains(&"conventional") {
+            assert!(links["disk_to_host_bytes"].as_u64().unwrap() >= 24 * 128 * 128);
+        } else {
+            assert!(
+                links["disk_to_host_bytes"].as_u64().unwrap() < 10_000,
+                "{links}"
+            );
+        }
+    }
+    let err = fails(
+        c.dir(),
+        &["app", "conv", "--side", "128", "--kernel", "1,2,3"],
+    );
+    assert!(err.contains("not square"), "{err}");
+    let err = fails(c.dir(), &["app", "conv", "--side", "256"]);
+    assert!(err.contains("not 256×256"), "{err}");
+    let err = fails(c.dir(), &["app", "conv", "--side", "100"]);
+    assert!(err.contains("multiple of 1024"), "{err}");
+    let err = fails(
+        c.dir(),
+        &[
+            "app",
+            "conv",
+            "--side",
+            "128",
+            "--kernel",
+            "1,1,1,1",
+            "--divisor",
+            "0",
+        ],
+    );
+    assert!(err.contains("divisor"), "{err}");
+}
