@@ -78,7 +78,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort", "join", "conv"];
+pub const APPS: &[&str] = &["sort", "join", "conv", "earth"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -89,6 +89,7 @@ impl AppDisklets for Disklets {
             "sort" => sort::disklets::build(&stage),
             "join" => join::disklets::build(&stage),
             "conv" => conv::disklets::build(&stage),
+            "earth" => earth::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),

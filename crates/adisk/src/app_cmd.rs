@@ -20,6 +20,33 @@ pub enum AppCommand {
     /// load images`: each disk convolves its images in place, one image per stream buffer;
     /// then every image is checked against a plain reference.
     Conv(ConvArgs),
+    /// Satellite composite (acharya §4, uysal §5): each disk composes its sensor records into a
+    /// band of the output grid within its memory, shipping the band when a record falls outside
+    /// it; the host max-composes the bands into the image and checks it against a plain
+    /// composite of the regenerated records.
+    Earth(EarthArgs),
+}
+
+/// `adisk app earth`.
+#[derive(Args, Debug)]
+pub struct EarthArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Records table (`adisk load earth`).
+    #[arg(long, default_value = "earth")]
+    table: String,
+    /// Output grid width, pixels (as loaded).
+    #[arg(long, default_value_t = 1024)]
+    width: u32,
+    /// Output grid height, pixels (as loaded).
+    #[arg(long, default_value_t = 512)]
+    height: u32,
+    /// The disks' window, KiB (default: a quarter of the smallest disk's memory).
+    #[arg(long)]
+    window_kib: Option<u64>,
+    /// Check against the composite of regenerated records: `RECORDS,DAYS,SEED` as loaded.
+    #[arg(long, value_delimiter = ',')]
+    check: Vec<u64>,
 }
 
 /// `adisk app conv`.
@@ -108,6 +135,27 @@ pub enum AppLoad {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Swath-like satellite sensor records (day, lat, lon, value) over many days.
+    Earth {
+        /// Records.
+        #[arg(long)]
+        records: u64,
+        /// Days the records span.
+        #[arg(long, default_value_t = 10)]
+        days: u32,
+        /// Output grid width the swaths are sampled for.
+        #[arg(long, default_value_t = 1024)]
+        width: u32,
+        /// Output grid height.
+        #[arg(long, default_value_t = 512)]
+        height: u32,
+        /// Table.
+        #[arg(long, default_value = "earth")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// The join's two relations of 64-byte tuples (UInt32 `key` uniform in 0..keys, 15
     /// more UInt32 fields), as uysal's.
     Join {
@@ -181,6 +229,25 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 .map_err(app_err)?;
             (report, a.common.format)
         }
+        AppCommand::Earth(a) => {
+            let check = match a.check.as_slice() {
+                [] => None,
+                [r, d, s] => Some((*r, *d as u32, *s)),
+                _ => return Err(CliError::Other("--check takes RECORDS,DAYS,SEED".into())),
+            };
+            let params = adisk_apps::earth::EarthParams {
+                table: a.table,
+                width: a.width,
+                height: a.height,
+                window_bytes: a.window_kib.map(|k| k * 1024),
+                mode: mode(&a.common)?,
+                check,
+            };
+            let report = adisk_apps::earth::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
         AppCommand::Join(a) => {
             let params = adisk_apps::join::JoinParams {
                 left: a.left,
@@ -245,6 +312,28 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
                     .map_err(app_err)?;
             bar.finish_and_clear();
             println!("loaded {records} records ({bytes} bytes) into `{table}`");
+        }
+        AppLoad::Earth {
+            records,
+            days,
+            width,
+            height,
+            table,
+            seed,
+        } => {
+            let bar = progress(records, &format!("generating {table}"));
+            let b = bar.clone();
+            adisk_apps::earth::load(
+                &cluster,
+                &table,
+                (records, days, seed),
+                (width, height),
+                move |n| b.set_position(n),
+            )
+            .await
+            .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!("loaded {records} sensor records over {days} days into `{table}`");
         }
         AppLoad::Join {
             rows,

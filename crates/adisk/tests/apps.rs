@@ -261,3 +261,58 @@ fn conv_with_any_square_kernel_matches_the_reference() {
     );
     assert!(err.contains("divisor"), "{err}");
 }
+
+#[test]
+fn earth_composite_equals_the_single_node_composite() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    let load = ["load", "earth", "--records", "400000", "--days", "20"];
+    ok(
+        c.dir(),
+        &[&load[..], &["--width", "256", "--height", "128"]].concat(),
+    );
+    let run = |args: &[&str]| {
+        let mut all = vec![
+            "app",
+            "earth",
+            "--width",
+            "256",
+            "--height",
+            "128",
+            "--check",
+            "400000,20,1",
+            "--format",
+            "json",
+        ];
+        all.extend_from_slice(args);
+        json(&ok(c.dir(), &all))
+    };
+    let conventional = run(&["--mode", "conventional"]);
+    let crc = conventional["result"]["crc32"].clone();
+    assert_eq!(conventional["result"]["valid"], true, "{conventional}");
+    let raw = conventional["links"]["disk_to_host_bytes"]
+        .as_u64()
+        .unwrap();
+    // A window of 16 rows: the bands move and are shipped many times, still exact.
+    for window in ["8", "2048"] {
+        let active = run(&["--window-kib", window]);
+        assert_eq!(active["result"]["valid"], true, "window {window}: {active}");
+        assert_eq!(active["result"]["crc32"], crc);
+        peaks_within_grants(&active);
+        let shipped = active["links"]["disk_to_host_bytes"].as_u64().unwrap();
+        let stage = &active["phases"][0]["disks"][0]["stages"][0];
+        if window == "8" {
+            assert!(stage["flushes"].as_u64().unwrap() > 20, "{stage}");
+            assert!(shipped < raw, "{shipped} vs {raw}");
+        } else {
+            assert!(shipped * 10 < raw, "{shipped} vs {raw}");
+        }
+    }
+    let err = fails(c.dir(), &["app", "earth", "--table", "nosuch"]);
+    assert!(err.contains("input table `nosuch` is missing"), "{err}");
+    let err = fails(c.dir(), &["app", "earth", "--window-kib", "8192"]);
+    assert!(err.contains("do not fit"), "{err}");
+    let err = fails(c.dir(), &["app", "earth", "--width", "0"]);
+    assert!(err.contains("zero"), "{err}");
+    let err = fails(c.dir(), &["load", "earth", "--records", "0"]);
+    assert!(!err.is_empty());
+}

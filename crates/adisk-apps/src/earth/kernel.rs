@@ -482,6 +482,21 @@ impl Canvas {
     pub fn into_pixels(self) -> Vec<i16> {
         self.pixels
     }
+
+    /// Composes one record straight into the image (the conventional host); records outside
+    /// the grid are ignored.
+    pub fn compose_record(&mut self, record: &Record) {
+        if let Some(i) = self.grid.pixel(record.lat, record.lon) {
+            self.compose_pixel(i, record.value);
+        }
+    }
+
+    /// Composes `value` into pixel `index` (row-major); an index past the image is ignored.
+    pub fn compose_pixel(&mut self, index: usize, value: i16) {
+        if let Some(p) = self.pixels.get_mut(index) {
+            *p = composite_value(*p, value);
+        }
+    }
 }
 
 /// Composes a shipped tile into the host's image (per-pixel [`composite_value`], so tiles may
