@@ -78,7 +78,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort", "join", "conv", "earth"];
+pub const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -90,6 +90,7 @@ impl AppDisklets for Disklets {
             "join" => join::disklets::build(&stage),
             "conv" => conv::disklets::build(&stage),
             "earth" => earth::build(&stage),
+            "cluster" => cluster::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),

@@ -25,6 +25,35 @@ pub enum AppCommand {
     /// it; the host max-composes the bands into the image and checks it against a plain
     /// composite of the regenerated records.
     Earth(EarthArgs),
+    /// Adaptive-grid subspace clustering, pMAFIA (chiu §4.3): fine histograms at the disks,
+    /// adaptive bins at the host, candidate dense units counted at the disks level by level.
+    Cluster(ClusterArgs),
+}
+
+/// `adisk app cluster`.
+#[derive(Args, Debug)]
+pub struct ClusterArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Points table (`adisk load cluster`).
+    #[arg(long, default_value = "points")]
+    table: String,
+    /// Fine histogram bins per dimension.
+    #[arg(long, default_value_t = 100)]
+    fine_bins: usize,
+    /// Density factor α (> 1).
+    #[arg(long, default_value_t = 1.5)]
+    alpha: f64,
+    /// Merge tolerance β of adjacent fine bins, in [0, 1].
+    #[arg(long, default_value_t = 0.35)]
+    beta: f64,
+    /// Most candidate units of one level.
+    #[arg(long, default_value_t = 100_000)]
+    max_candidates: usize,
+    /// Check against a single-node run over the regenerated points and the planted clusters
+    /// (the generator's parameters are those `adisk load cluster` recorded).
+    #[arg(long)]
+    check: bool,
 }
 
 /// `adisk app earth`.
@@ -156,6 +185,37 @@ pub enum AppLoad {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Points in `dims` dimensions ([0, 100) each): uniform noise plus clusters planted in
+    /// subspaces (pMAFIA's kind of data).
+    Cluster {
+        /// Points.
+        #[arg(long)]
+        points: u64,
+        /// Dimensions.
+        #[arg(long, default_value_t = 10)]
+        dims: usize,
+        /// Planted clusters.
+        #[arg(long, default_value_t = 3)]
+        clusters: usize,
+        /// Largest subspace of a planted cluster.
+        #[arg(long, default_value_t = 5)]
+        max_cluster_dims: usize,
+        /// Fraction of uniform noise.
+        #[arg(long, default_value_t = 0.1)]
+        noise: f64,
+        /// Smallest width of a planted range.
+        #[arg(long, default_value_t = 8.0)]
+        min_width: f32,
+        /// Largest width of a planted range.
+        #[arg(long, default_value_t = 15.0)]
+        max_width: f32,
+        /// Table.
+        #[arg(long, default_value = "points")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 7)]
+        seed: u64,
+    },
     /// The join's two relations of 64-byte tuples (UInt32 `key` uniform in 0..keys, 15
     /// more UInt32 fields), as uysal's.
     Join {
@@ -248,6 +308,29 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 .map_err(app_err)?;
             (report, a.common.format)
         }
+        AppCommand::Cluster(a) => {
+            let check = if a.check {
+                Some(recorded_points(dir, &a.table)?)
+            } else {
+                None
+            };
+            let run = adisk_apps::cluster::ClusterRun {
+                table: a.table,
+                params: adisk_apps::cluster::kernel::ClusterParams {
+                    fine_bins: a.fine_bins,
+                    alpha: a.alpha,
+                    beta: a.beta,
+                    max_candidates: a.max_candidates,
+                    ..Default::default()
+                },
+                mode: mode(&a.common)?,
+                check,
+            };
+            let report = adisk_apps::cluster::run(&cluster, &run)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
         AppCommand::Join(a) => {
             let params = adisk_apps::join::JoinParams {
                 left: a.left,
@@ -273,6 +356,56 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// Where `adisk load cluster` records the generator's parameters of `table` (for `--check`).
+fn points_record(dir: &Path, table: &str) -> std::path::PathBuf {
+    dir.join("apps").join(format!("{table}.cluster.json"))
+}
+
+fn record_points(
+    dir: &Path,
+    table: &str,
+    g: &adisk_apps::cluster::kernel::GenParams,
+) -> Result<(), CliError> {
+    let path = points_record(dir, table);
+    let text = serde_json::json!({
+        "points": g.points, "dims": g.dims, "clusters": g.clusters,
+        "max_cluster_dims": g.max_cluster_dims, "noise": g.noise,
+        "min_width": g.min_width, "max_width": g.max_width, "seed": g.seed,
+    });
+    std::fs::create_dir_all(dir.join("apps"))
+        .and_then(|()| std::fs::write(&path, text.to_string()))
+        .map_err(|e| CliError::Other(format!("writing {}: {e}", path.display())))
+}
+
+fn recorded_points(
+    dir: &Path,
+    table: &str,
+) -> Result<adisk_apps::cluster::kernel::GenParams, CliError> {
+    let path = points_record(dir, table);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        CliError::Other(format!(
+            "--check needs the parameters `adisk load cluster` recorded in {}: {e}",
+            path.display()
+        ))
+    })?;
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    let num = |k: &str| {
+        v[k].as_f64()
+            .ok_or_else(|| CliError::Other(format!("{}: no `{k}`", path.display())))
+    };
+    Ok(adisk_apps::cluster::kernel::GenParams {
+        points: num("points")? as u64,
+        dims: num("dims")? as usize,
+        clusters: num("clusters")? as usize,
+        max_cluster_dims: num("max_cluster_dims")? as usize,
+        noise: num("noise")?,
+        min_width: num("min_width")? as f32,
+        max_width: num("max_width")? as f32,
+        seed: num("seed")? as u64,
+    })
 }
 
 /// A progress bar of `total` rows.
@@ -334,6 +467,38 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
             .map_err(app_err)?;
             bar.finish_and_clear();
             println!("loaded {records} sensor records over {days} days into `{table}`");
+        }
+        AppLoad::Cluster {
+            points,
+            dims,
+            clusters,
+            max_cluster_dims,
+            noise,
+            min_width,
+            max_width,
+            table,
+            seed,
+        } => {
+            let g = adisk_apps::cluster::kernel::GenParams {
+                points,
+                dims,
+                clusters,
+                max_cluster_dims,
+                noise,
+                min_width,
+                max_width,
+                seed,
+            };
+            let bar = progress(points, &format!("generating {table}"));
+            let b = bar.clone();
+            adisk_apps::cluster::load(&cluster, &table, g, move |n| b.set_position(n))
+                .await
+                .map_err(app_err)?;
+            bar.finish_and_clear();
+            record_points(dir, &table, &g)?;
+            println!(
+                "loaded {points} points in {dims} dimensions ({clusters} planted clusters) into `{table}`"
+            );
         }
         AppLoad::Join {
             rows,

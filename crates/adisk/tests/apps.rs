@@ -316,3 +316,44 @@ fn earth_composite_equals_the_single_node_composite() {
     let err = fails(c.dir(), &["load", "earth", "--records", "0"]);
     assert!(!err.is_empty());
 }
+
+#[test]
+fn cluster_recovers_the_planted_clusters_like_a_single_node_run() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    ok(c.dir(), &["load", "cluster", "--points", "40000"]);
+    let mut shipped = Vec::new();
+    for mode in ["active", "conventional"] {
+        let report = json(&ok(
+            c.dir(),
+            &[
+                "app", "cluster", "--check", "--mode", mode, "--format", "json",
+            ],
+        ));
+        let r = &report["result"];
+        assert_eq!(r["valid"], true, "{mode}: {r}");
+        assert_eq!(r["equals_single_node"], true, "{mode}: {r}");
+        assert_eq!(
+            (r["planted"].as_u64(), r["recovered"].as_u64()),
+            (Some(3), Some(3))
+        );
+        peaks_within_grants(&report);
+        shipped.push(report["links"]["disk_to_host_bytes"].as_u64().unwrap());
+    }
+    assert!(
+        shipped[0] * 20 < shipped[1],
+        "active {} vs conventional {}",
+        shipped[0],
+        shipped[1]
+    );
+    let err = fails(c.dir(), &["app", "cluster", "--alpha", "0.5"]);
+    assert!(err.contains("alpha") || err.contains("α"), "{err}");
+    let err = fails(c.dir(), &["app", "cluster", "--max-candidates", "5"]);
+    assert!(err.contains("candidate units"), "{err}");
+    let err = fails(c.dir(), &["app", "cluster", "--table", "nosuch"]);
+    assert!(err.contains("input table `nosuch` is missing"), "{err}");
+    let err = fails(
+        c.dir(),
+        &["load", "cluster", "--points", "100", "--dims", "1"],
+    );
+    assert!(!err.is_empty());
+}
