@@ -123,8 +123,9 @@ pub fn encode_expr(e: &Expr) -> Result<ExprBytes> {
     Ok(ExprBytes(bytes.to_vec()))
 }
 
-/// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives,
-/// and returns every disk's statistics. The first error cancels the rest.
+/// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives
+/// (each through the host link's throttle, `host_link_mbps`), and returns every disk's
+/// statistics. The first error cancels the rest.
 ///
 /// # Errors
 /// A disk refusing or failing its job, or `on_batch` failing.
@@ -142,7 +143,12 @@ pub async fn run_phase(
     .await?;
     let mut merged = futures::stream::select_all(starts);
     while let Some((d, item)) = merged.next().await {
-        on_batch(d, item?)?;
+        let batch = item?;
+        if let Some(link) = cluster.host_link() {
+            link.acquire(adisk_diskos::disklets::batch_bytes(&batch))
+                .await;
+        }
+        on_batch(d, batch)?;
     }
     drop(merged);
     futures::future::try_join_all(specs.iter().map(|(d, s)| cluster.job_stats(*d, &s.job_id))).await

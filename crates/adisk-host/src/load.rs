@@ -632,7 +632,8 @@ pub type DiskGenerator =
 
 /// Loads generated data into `table`: disk `d`'s partition `d` is what `generators[d]`
 /// yields (each generator runs on a blocking thread, all disks at once), staged and committed
-/// like a file load (all or nothing). `progress` gets the rows sent so far.
+/// like a file load (all or nothing); what is sent pays the host link (`host_link_mbps`).
+/// `progress` gets the rows sent so far.
 ///
 /// # Errors
 /// A generator failing, a disk refusing or failing (the load is then aborted everywhere).
@@ -656,6 +657,7 @@ pub async fn load_generated(
         let (senders, calls) = start_puts(cluster, &load_id, table, &schema, 1);
         let progress = Arc::new(progress);
         let sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let runtime = tokio::runtime::Handle::current();
         let feeds =
             senders
                 .into_iter()
@@ -663,10 +665,15 @@ pub async fn load_generated(
                 .enumerate()
                 .map(|(d, (copies, generate))| {
                     let (progress, sent) = (progress.clone(), sent.clone());
+                    let (link, runtime) = (cluster.host_link().cloned(), runtime.clone());
                     tokio::task::spawn_blocking(move || {
                         let mut rows = 0u64;
                         for batch in generate(d as u32) {
                             let batch = batch?;
+                            if let Some(link) = &link {
+                                let bytes = adisk_diskos::disklets::batch_bytes(&batch);
+                                runtime.block_on(link.acquire(bytes * copies.len() as u64));
+                            }
                             rows += batch.num_rows() as u64;
                             for copy in &copies {
                                 if copy.blocking_send(batch.clone()).is_err() {

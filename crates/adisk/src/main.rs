@@ -1,6 +1,7 @@
 //! `adisk`: the ActiveDisk command. See `adisk --help` and the README.
 mod app_cmd;
 mod bench;
+mod bench_app;
 mod bench_checksum;
 mod bench_exchange;
 mod bench_fair;

@@ -31,6 +31,9 @@ pub enum BenchCommand {
     /// Fair sharing per host program: one query alone, then beside a crowd of copies from
     /// another program and from its own, on one disk.
     Fair(crate::bench_fair::FairBenchArgs),
+    /// The papers' applications in both modes, host link throttled to 1/8 of the disks'
+    /// aggregate read rate and unthrottled: medians, bytes per link, active ÷ conventional.
+    App(crate::bench_app::AppBenchArgs),
     /// Disk-to-disk streams: a pair and all-to-all, direct and via the host, against the
     /// loopback Flight DoPut rate measured in the same run.
     Exchange(crate::bench_exchange::ExchangeBenchArgs),
@@ -323,6 +326,7 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
         BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
         BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
+        BenchCommand::App(a) => crate::bench_app::run(dir, a).await,
         BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,
         BenchCommand::Faults(a) => crate::bench_faults::run(dir, a).await,
         BenchCommand::Disklet { sf, repeats, sdk } => {
