@@ -1058,12 +1058,17 @@ impl Cluster {
 
     /// Drops a table on every disk.
     pub async fn drop_table(&self, table: &str) -> Result<()> {
-        futures::future::try_join_all(
+        // Every disk is asked, also when one fails (a dead disk must not keep the table on
+        // the others); the first error is returned.
+        let replies = futures::future::join_all(
             (0..self.disk_count())
                 .map(|d| self.control(d, action::DROP_TABLE, table.as_bytes().to_vec())),
         )
-        .await?;
-        Ok(())
+        .await;
+        replies
+            .into_iter()
+            .find_map(Result::err)
+            .map_or(Ok(()), Err)
     }
 
     /// Asks every disk to shut down (errors ignored: a dead disk is already down).

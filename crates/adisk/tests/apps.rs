@@ -357,3 +357,49 @@ fn cluster_recovers_the_planted_clusters_like_a_single_node_run() {
     );
     assert!(!err.is_empty());
 }
+
+#[test]
+fn a_disk_killed_mid_sort_fails_the_run_cleanly() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    ok(c.dir(), &["load", "sort", "--records", "2000000"]);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(c.dir())
+        .args(["app", "sort"])
+        .env_remove("ADISK_HOME")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("adisk runs");
+    // Kill disk 2 once pass 1 runs (its jobs hold a memory grant).
+    common::wait_until("pass 1 running", std::time::Duration::from_secs(60), || {
+        let s = common::status_json(c.dir());
+        s["disks"].as_array().is_some_and(|d| {
+            d.iter()
+                .any(|d| d["memory_granted_bytes"].as_u64().unwrap_or(0) > 4 << 20)
+        })
+    });
+    common::kill_disk(c.dir(), 2);
+    let out = child.wait_with_output().expect("adisk ends");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the sort should fail:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("disk"), "{err}");
+    // The live disks hold no grant, job, inbox or temporary file, and no partial output.
+    common::wait_until(
+        "live disks idle",
+        std::time::Duration::from_secs(30),
+        || {
+            let s = common::status_json(c.dir());
+            s["disks"].as_array().is_some_and(|disks| {
+                disks.iter().filter(|d| d["disk_id"] != 2).all(|d| {
+                    d["memory_granted_bytes"] == 0
+                        && d["jobs_running"] == 0
+                        && d["temp_files_bytes"] == 0
+                        && d["exchange_inboxes"] == 0
+                        && !d["tables"].to_string().contains("sort_sorted")
+                })
+            })
+        },
+    );
+}
