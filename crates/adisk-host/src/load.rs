@@ -604,7 +604,11 @@ async fn collect_puts(
             infos.extend(staged);
         }
     }
+    // Only partitions some disk staged have copies: a disk that got no rows holds none (a
+    // small table, or a generator with nothing for that disk).
+    let staged: std::collections::BTreeSet<u32> = per_disk.iter().flatten().copied().collect();
     let copies = (0..disks)
+        .filter(|p| staged.contains(p))
         .map(|p| PartitionCopies {
             partition: p,
             disks: replica_disks(p, replicas, disks),
