@@ -155,7 +155,7 @@ fn datacube_in_both_modes_equals_duckdb_cube() {
             "app",
             "datacube",
             "--memory-kib",
-            "1024",
+            "2048",
             "--format",
             "json",
         ],

@@ -184,11 +184,11 @@ impl PipelineStage {
         let ranges = KeyRanges::from_bounds(bounds, disks).map_err(cube_err)?;
         let exec = PipelineExec::new(&pipeline, d, ENTRY_BYTES, &ranges).map_err(cube_err)?;
         let tables: u64 = pipeline.group_bys.iter().map(|g| g.table_bytes).sum();
-        if tables.saturating_mul(2) > stage.scratch_bytes {
+        if tables.saturating_mul(4) > stage.scratch_bytes {
             return Err(scratch_exceeded(
                 "datacube_pipeline",
                 stage.scratch_bytes,
-                format!("hash tables of {tables} bytes need twice that in scratch"),
+                format!("hash tables of {tables} bytes need four times that in scratch"),
             ));
         }
         let input = &stage.inputs[0];
@@ -751,7 +751,7 @@ mod tests {
         let mut p = plan(&sizes, 3, u64::MAX / 4, ENTRY_BYTES).unwrap();
         assert_eq!(p.pipelines.len(), 1);
         let mut pipe = p.pipelines.remove(0);
-        pipe.reshare(4 * 1024, ENTRY_BYTES); // small tables: they spill
+        pipe.reshare(4 * 1024, ENTRY_BYTES); // ≤ scratch / 4 // small tables: they spill
         let ranges = KeyRanges::uniform(&cards, 2).unwrap();
         let params = serde_json::json!({
             "d": 3, "pipeline": pipe, "bounds": ranges.bounds(), "disks": 2,

@@ -336,15 +336,21 @@ impl Budget {
     }
 }
 
-/// The PipeHash schedule for the disks: pipelines whose group-bys fit half the merges'
-/// memory over all disks, at most `max_group_bys` each; every source table's share of half
-/// of `scratch` in proportion to its estimate.
+/// The PipeHash schedule for the disks: pipelines whose group-bys fit a quarter of the merges
+/// memory over all disks, at most `max_group_bys` each; every source table's share of a
+/// quarter of `scratch` in proportion to its estimate (the rest holds the input buffer and
+/// the partials a cascade of drains (a table folded into its children) releases at once).
 fn plan_for_disks(sizes: &[u64], d: usize, scratch: u64, budget: &Budget) -> Result<Plan> {
-    let together = (scratch / 2).saturating_mul(budget.disks as u64);
+    let together = (scratch / 4).saturating_mul(budget.disks as u64);
     let plan = kernel::plan(sizes, d, together, ENTRY_BYTES).map_err(cube_err)?;
     let mut plan = kernel::limit_group_bys(plan, budget.max_group_bys());
     for p in &mut plan.pipelines {
-        p.reshare(scratch / 2, ENTRY_BYTES);
+        // Each share rounds up to at least one entry: keep the sum within half the scratch.
+        let rounding = p.group_bys.len() as u64 * ENTRY_BYTES;
+        p.reshare(
+            (scratch / 4).saturating_sub(rounding).max(ENTRY_BYTES),
+            ENTRY_BYTES,
+        );
     }
     Ok(plan)
 }
@@ -708,6 +714,11 @@ async fn write_back(
             .chunks(8192)
             .map(|c| aggs_batch(mask, c))
             .collect::<Result<_>>()?;
+        // A disk without rows still gets its (empty) partition: the table spans every disk.
+        let batches = match batches.is_empty() {
+            true => vec![RecordBatch::new_empty(schema.clone())],
+            false => batches,
+        };
         sent += batches
             .iter()
             .map(adisk_diskos::disklets::batch_bytes)
