@@ -78,7 +78,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster"];
+pub const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster", "datacube"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -91,6 +91,7 @@ impl AppDisklets for Disklets {
             "conv" => conv::disklets::build(&stage),
             "earth" => earth::build(&stage),
             "cluster" => cluster::build(&stage),
+            "datacube" => datacube::disklets::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),

@@ -12,6 +12,10 @@ pub enum AppCommand {
     /// to disk into sorted runs within each disk's memory, merge the runs at each disk; then
     /// the valsort-style check of the output.
     Sort(SortArgs),
+    /// The data cube by PipeHash (acharya §4, uysal §5): the lattice's minimum spanning tree by
+    /// estimated sizes, pipelines computed in one scan each at every disk, partials shipped to
+    /// the disk responsible for their key range; group-by `mask` lands in `OUTPUT_g<mask>`.
+    Datacube(DatacubeArgs),
     /// Sort-merge project-join (uysal §5) on the two-pass sort: both relations range-partitioned
     /// disk to disk into sorted runs, then at each disk a merge of each relation's runs and a
     /// merge join; the result stays at the disks (a named result).
@@ -149,6 +153,25 @@ pub struct SortArgs {
     samples_per_disk: u64,
 }
 
+/// `adisk app datacube`.
+#[derive(Args, Debug)]
+pub struct DatacubeArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Fact table (`adisk load datacube`): `d0..dk` UInt32, `measure` Int64.
+    #[arg(long, default_value = "datacube")]
+    table: String,
+    /// Prefix of the result tables (`OUTPUT_g<mask>`, bit j of mask = dimension dj grouped).
+    #[arg(long, default_value = "cube")]
+    output: String,
+    /// Scratch of each disklet of a pipeline job, KiB (default: from the disks' memory).
+    #[arg(long)]
+    memory_kib: Option<u64>,
+    /// Rows sampled in all for the size estimates and the key ranges.
+    #[arg(long, default_value_t = 4096)]
+    samples: u64,
+}
+
 /// The applications' input generators.
 #[derive(Subcommand, Debug)]
 pub enum AppLoad {
@@ -159,6 +182,24 @@ pub enum AppLoad {
         records: u64,
         /// Table.
         #[arg(long, default_value = "sort")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// A data cube fact table (`d0..dk` UInt32, `measure` Int64), generated deterministically.
+    Datacube {
+        /// Rows.
+        #[arg(long)]
+        rows: u64,
+        /// Distinct values of each dimension, comma-separated (1 to 8 dimensions).
+        #[arg(long, default_value = "100,50,20,10")]
+        cards: String,
+        /// Skew of every dimension: 0 uniform, otherwise the Zipf exponent (0..=10).
+        #[arg(long, default_value_t = 0.0)]
+        zipf: f64,
+        /// Table.
+        #[arg(long, default_value = "datacube")]
         table: String,
         /// Seed.
         #[arg(long, default_value_t = 1)]
@@ -327,6 +368,19 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 check,
             };
             let report = adisk_apps::cluster::run(&cluster, &run)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
+        AppCommand::Datacube(a) => {
+            let params = adisk_apps::datacube::CubeParams {
+                input: a.table,
+                output: a.output,
+                mode: mode(&a.common)?,
+                memory_bytes: a.memory_kib.map(|k| k.saturating_mul(1024)),
+                samples: a.samples,
+            };
+            let report = adisk_apps::datacube::run(&cluster, &params)
                 .await
                 .map_err(app_err)?;
             (report, a.common.format)
@@ -500,6 +554,29 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
                 "loaded {points} points in {dims} dimensions ({clusters} planted clusters) into `{table}`"
             );
         }
+        AppLoad::Datacube {
+            rows,
+            cards,
+            zipf,
+            table,
+            seed,
+        } => {
+            let cardinalities = parse_cards(&cards)?;
+            let bar = progress(rows, &format!("generating {table}"));
+            let b = bar.clone();
+            let params = adisk_apps::datacube::generator::GenParams {
+                rows,
+                cardinalities,
+                zipf,
+                seed,
+            };
+            let bytes =
+                adisk_apps::datacube::load(&cluster, &table, params, move |n| b.set_position(n))
+                    .await
+                    .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!("loaded {rows} rows ({bytes} bytes) into `{table}`");
+        }
         AppLoad::Join {
             rows,
             keys,
@@ -524,4 +601,20 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
         }
     }
     Ok(())
+}
+
+/// `--cards 100,50,20,10`: the dimensions' cardinalities (an empty list has no dimensions,
+/// which the generator refuses with its own error).
+fn parse_cards(text: &str) -> Result<Vec<u32>, CliError> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|t| !t.is_empty())
+        .map(|t| {
+            t.parse::<u32>().map_err(|_| {
+                CliError::Other(format!(
+                    "--cards: `{t}` is not a cardinality (comma-separated integers, e.g. 100,50,20,10)"
+                ))
+            })
+        })
+        .collect()
 }

@@ -128,6 +128,9 @@ pub enum CubeError {
     /// A group-by appears twice in a pipeline.
     #[error("group-by {0:#b} appears twice in the pipeline")]
     DuplicateGroupBy(Mask),
+    /// Key-range bounds that are not `disks − 1` ascending values per dimension.
+    #[error("key-range bounds: {0}")]
+    BadBounds(String),
     /// Raw rows fed to a pipeline rooted at a stored group-by, or stored records to a raw one.
     #[error("input does not match the pipeline root {root:?}")]
     RootMismatch {
@@ -298,7 +301,7 @@ fn validate_sample(sample: &[Row], cards: &[u32]) -> Result<(), CubeError> {
 // ---------------------------------------------------------------------------------------------
 
 /// One group-by of a pipeline.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PlannedGroupBy {
     /// The group-by.
     pub mask: Mask,
@@ -311,7 +314,7 @@ pub struct PlannedGroupBy {
 }
 
 /// A pipeline: group-bys computed in one scan of `root`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Pipeline {
     /// What is scanned: `None` = raw data, `Some(m)` = stored results of `m` (from an earlier
     /// pipeline).
@@ -408,6 +411,60 @@ pub fn plan(
         parent,
         pipelines,
     })
+}
+
+/// Splits every pipeline of more than `max` group-bys (at least 1): its first `max` (a prefix
+/// of a topological order, so closed under parents) stay; the rest become pipelines rooted at
+/// their nearest ancestor among those kept (or the same root), placed right after it, so every
+/// root is still stored before it is read. A job graph bounds the result tables one job writes.
+pub fn limit_group_bys(plan: Plan, max: usize) -> Plan {
+    let max = max.max(1);
+    let mut queue: VecDeque<Pipeline> = plan.pipelines.into();
+    let mut pipelines = Vec::new();
+    while let Some(p) = queue.pop_front() {
+        if p.group_bys.len() <= max {
+            pipelines.push(p);
+            continue;
+        }
+        let (head, tail) = p.group_bys.split_at(max);
+        let mut anchor: HashMap<Mask, Option<Mask>> = HashMap::new();
+        let mut rest: Vec<Pipeline> = Vec::new();
+        for g in tail {
+            let a = match g.parent {
+                Some(m) if head.iter().any(|h| h.mask == m) => Some(m),
+                Some(m) if anchor.contains_key(&m) => anchor[&m],
+                _ => p.root,
+            };
+            anchor.insert(g.mask, a);
+            match rest.iter_mut().find(|r| r.root == a) {
+                Some(r) => r.group_bys.push(g.clone()),
+                None => rest.push(Pipeline {
+                    root: a,
+                    group_bys: vec![g.clone()],
+                }),
+            }
+        }
+        pipelines.push(Pipeline {
+            root: p.root,
+            group_bys: head.to_vec(),
+        });
+        for r in rest.into_iter().rev() {
+            queue.push_front(r);
+        }
+    }
+    Plan { pipelines, ..plan }
+}
+
+impl Pipeline {
+    /// Re-divides `memory_bytes` among the pipeline's hash tables in proportion to their
+    /// estimates (each at least one entry), as [`plan`] does.
+    pub fn reshare(&mut self, memory_bytes: u64, bytes_per_entry: u64) {
+        let total: u128 = self.group_bys.iter().map(|g| u128::from(g.estimate)).sum();
+        for g in &mut self.group_bys {
+            let share = u128::from(memory_bytes) * u128::from(g.estimate) / total.max(1);
+            g.table_bytes = (share as u64).max(bytes_per_entry);
+        }
+    }
 }
 
 fn check_memory(memory_bytes: u64, bytes_per_entry: u64) -> Result<(), CubeError> {
@@ -622,6 +679,34 @@ impl KeyRanges {
             *b = (1..disks).map(|k| vals[k * vals.len() / disks]).collect();
         }
         Ok(ranges)
+    }
+
+    /// Ranges with the given split values: `bounds[j]` holds `disks − 1` ascending values of
+    /// dimension `j` (1..=8 dimensions).
+    pub fn from_bounds(bounds: Vec<Vec<u32>>, disks: usize) -> Result<Self, CubeError> {
+        validate_d(bounds.len())?;
+        if disks == 0 {
+            return Err(CubeError::NoDisks);
+        }
+        for (j, b) in bounds.iter().enumerate() {
+            if b.len() + 1 != disks {
+                return Err(CubeError::BadBounds(format!(
+                    "dimension {j} has {} split values for {disks} disks",
+                    b.len()
+                )));
+            }
+            if b.windows(2).any(|w| w[0] > w[1]) {
+                return Err(CubeError::BadBounds(format!(
+                    "dimension {j}: split values must not decrease"
+                )));
+            }
+        }
+        Ok(KeyRanges { disks, bounds })
+    }
+
+    /// The split values of every dimension.
+    pub fn bounds(&self) -> &[Vec<u32>] {
+        &self.bounds
     }
 
     /// Number of disks.
@@ -993,6 +1078,30 @@ mod tests {
         check_plan(&p, &sizes, 64 * 20_000, 64);
         assert_eq!(p.pipelines[0].group_bys.len(), 1, "full group-by alone");
         assert!(p.pipelines.len() > 2);
+    }
+
+    #[test]
+    fn limited_plans_stay_valid() {
+        for d in [4, 6, 8] {
+            let sizes = random_sizes(d, 7 + d as u64, 1000);
+            for memory in [64 * 500, u64::MAX / 2] {
+                let p = plan(&sizes, d, memory, 64).unwrap();
+                for max in [1, 3, 7, 250] {
+                    let l = limit_group_bys(p.clone(), max);
+                    assert!(l.pipelines.iter().all(|q| q.group_bys.len() <= max));
+                    check_plan(&l, &sizes, u64::MAX, 64);
+                    let ranges = KeyRanges::uniform(&vec![3; d], 2).unwrap();
+                    for q in &l.pipelines {
+                        PipelineExec::new(q, d, 64, &ranges).unwrap();
+                    }
+                }
+            }
+        }
+        let r = KeyRanges::from_bounds(vec![vec![3, 5], vec![0, 0]], 3).unwrap();
+        assert_eq!(r.responsible_disk(0b10, &[0; 8]), 2);
+        assert_eq!(r.responsible_disk(0b01, &[4; 8]), 1);
+        assert!(KeyRanges::from_bounds(vec![vec![5, 3]], 3).is_err());
+        assert!(KeyRanges::from_bounds(vec![vec![5]], 3).is_err());
     }
 
     #[test]
