@@ -95,3 +95,58 @@ impl<'a> Params<'a> {
             .map_err(|e| invalid(format!("{}: parameter `{key}`: {e}", self.name)))
     }
 }
+
+/// Small batches gathered into one before they are emitted: a disklet that keeps a few rows
+/// of every buffer (a sample) would otherwise ship one Flight message, with its framing, per
+/// input buffer.
+#[derive(Default)]
+pub struct Gather {
+    held: Vec<arrow::array::RecordBatch>,
+    bytes: u64,
+}
+
+impl Gather {
+    /// Bytes gathered before they are emitted together.
+    pub const FLUSH_BYTES: u64 = 64 * 1024;
+
+    /// Adds `batch`; emits what is gathered on `port` once it reaches [`Gather::FLUSH_BYTES`].
+    ///
+    /// # Errors
+    /// Batches of different schemas.
+    pub fn add(
+        &mut self,
+        batch: arrow::array::RecordBatch,
+        port: usize,
+        out: &mut adisk_diskos::disklet::Emitter,
+    ) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        self.bytes += adisk_diskos::disklets::batch_bytes(&batch);
+        self.held.push(batch);
+        if self.bytes >= Self::FLUSH_BYTES {
+            self.flush(port, out)?;
+        }
+        Ok(())
+    }
+
+    /// Emits everything gathered on `port`.
+    ///
+    /// # Errors
+    /// Batches of different schemas.
+    pub fn flush(&mut self, port: usize, out: &mut adisk_diskos::disklet::Emitter) -> Result<()> {
+        if let Some(first) = self.held.first() {
+            let all = arrow::compute::concat_batches(&first.schema(), &self.held)
+                .map_err(|e| invalid(e.to_string()))?;
+            out.emit(port, all);
+        }
+        self.held.clear();
+        self.bytes = 0;
+        Ok(())
+    }
+
+    /// Bytes held (count them in the disklet's scratch).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+}

@@ -87,6 +87,7 @@ pub fn build(stage: &AppStage<'_>) -> Result<Box<dyn Disklet>> {
         "sample" => {
             params.shape(1, 1)?;
             Ok(Box::new(Sample {
+                gathered: Default::default(),
                 every: params.u64("every")?.max(1),
                 schema: stage.inputs[0].clone(),
             }))
@@ -129,6 +130,7 @@ fn expect_columns(schema: &Schema, names: &[(String, DataType)]) -> Result<()> {
 /// Emits every `every`-th row (by position in the stream).
 struct Sample {
     every: u64,
+    gathered: crate::disklet_util::Gather,
     schema: SchemaRef,
 }
 
@@ -146,11 +148,14 @@ impl Disklet for Sample {
             .collect();
         let taken = arrow::compute::take_record_batch(input.batch, &UInt32Array::from(picked))
             .map_err(arrow_err)?;
-        out.emit(0, taken);
+        self.gathered.add(taken, 0, out)?;
         Ok(())
     }
-    fn finish(&mut self, _out: &mut Emitter) -> Result<()> {
-        Ok(())
+    fn finish(&mut self, out: &mut Emitter) -> Result<()> {
+        self.gathered.flush(0, out)
+    }
+    fn scratch_bytes(&self) -> u64 {
+        self.gathered.bytes()
     }
 }
 

@@ -26,6 +26,7 @@ pub fn build(stage: &AppStage<'_>) -> Result<Box<dyn Disklet>> {
     let key = key_column(input, &key)?;
     Ok(match stage.disklet {
         "sample" => Box::new(Sample {
+            gathered: Default::default(),
             every: params.u64("every")?.max(1),
             key,
             schema: Arc::new(Schema::new(vec![input.field(key).clone()])),
@@ -68,6 +69,7 @@ fn record_key(schema: &Schema) -> Result<usize> {
 /// Emits the key of every `every`-th record (by position in the stream).
 struct Sample {
     every: u64,
+    gathered: crate::disklet_util::Gather,
     key: usize,
     schema: SchemaRef,
 }
@@ -89,11 +91,14 @@ impl Disklet for Sample {
             .map_err(|e| invalid(e.to_string()))?;
         let batch = RecordBatch::try_new(self.schema.clone(), vec![taken])
             .map_err(|e| invalid(e.to_string()))?;
-        out.emit(0, batch);
+        self.gathered.add(batch, 0, out)?;
         Ok(())
     }
-    fn finish(&mut self, _out: &mut Emitter) -> Result<()> {
-        Ok(())
+    fn finish(&mut self, out: &mut Emitter) -> Result<()> {
+        self.gathered.flush(0, out)
+    }
+    fn scratch_bytes(&self) -> u64 {
+        self.gathered.bytes()
     }
 }
 
