@@ -14,7 +14,7 @@ use std::path::Path;
 /// `adisk bench app`.
 #[derive(Args, Debug)]
 pub struct AppBenchArgs {
-    /// Application (sort, join, conv, earth, cluster) or `all`.
+    /// Application (sort, join, conv, earth, cluster, datacube) or `all`.
     pub app: String,
     /// Disks.
     #[arg(long, default_value_t = 4)]
@@ -34,7 +34,7 @@ pub struct AppBenchArgs {
 }
 
 /// The applications this benchmark runs.
-const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster"];
+const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster", "datacube"];
 
 /// One measurement: medians of wall time and bytes over the links.
 struct Sample {
@@ -206,6 +206,17 @@ async fn load(cluster: &Cluster, app: &str, bytes: u64) -> Result<(), CliError> 
                 .await
                 .map(|_| ())
         }
+        "datacube" => {
+            let g = adisk_apps::datacube::generator::GenParams {
+                rows: bytes / 24,
+                cardinalities: vec![50, 20, 10, 5],
+                zipf: 0.0,
+                seed: 1,
+            };
+            adisk_apps::datacube::load(cluster, "datacube", g, |_| {})
+                .await
+                .map(|_| ())
+        }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
     .map_err(err)
@@ -277,6 +288,16 @@ async fn run_app(cluster: &Cluster, app: &str, mode: Mode) -> Result<Report, Cli
                 check: None,
             };
             adisk_apps::cluster::run(cluster, &p).await
+        }
+        "datacube" => {
+            let p = adisk_apps::datacube::CubeParams {
+                input: "datacube".into(),
+                output: "cube".into(),
+                mode,
+                memory_bytes: None,
+                samples: 4096,
+            };
+            adisk_apps::datacube::run(cluster, &p).await
         }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
