@@ -262,6 +262,9 @@ async fn plan<'a>(cluster: &'a Cluster, params: &'a DmineParams) -> Result<Plan<
             hint: "the table holds no transactions".into(),
         });
     }
+    if let (Method::Hybrid, Some(sections)) = (params.method, params.sections) {
+        HybridGrid::new(disks.len(), sections).map_err(invalid)?;
+    }
     let min_count = kernel::min_count(params.support, rows).map_err(invalid)?;
     let scratch = scratch_bytes(cluster, &disks, params.scratch_kib).await?;
     Ok(Plan {

@@ -328,4 +328,17 @@ mod tests {
         assert_eq!(read_pair_counts(&pair_counts_batch(&pairs)).unwrap(), pairs);
         assert!(Transactions::new(&item_counts_batch(&[(1, 1)])).is_err());
     }
+
+    #[test]
+    fn list_slices_weigh_their_own_rows_so_batches_cut() {
+        let txs: Vec<Vec<u32>> = (0..4000).map(|i| (i..i + 10).collect()).collect();
+        let b = transactions_batch(0, &txs);
+        let whole = adisk_diskos::disklets::batch_bytes(&b);
+        let one = adisk_diskos::disklets::batch_bytes(&b.slice(100, 1));
+        assert!(one < 64 && whole > 4000 * 48, "{one} {whole}");
+        let pieces = adisk_diskos::stream::cut(&b, 8192).unwrap();
+        assert!(pieces.len() >= whole as usize / 8192, "{}", pieces.len());
+        let rows: usize = pieces.iter().map(RecordBatch::num_rows).sum();
+        assert_eq!(rows, 4000);
+    }
 }
