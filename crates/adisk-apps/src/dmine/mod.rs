@@ -305,7 +305,6 @@ async fn scratch_bytes(cluster: &Cluster, disks: &[u32], asked_kib: Option<u64>)
 // ---------------------------------------------------------------------------------------------
 
 async fn active(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, serde_json::Value)> {
-    let min = plan.min_count;
     let t = Instant::now();
     let (items, stats) = pass_items(plan).await?;
     report.phase("pass 1: item counts", t.elapsed(), stats);
@@ -316,49 +315,66 @@ async fn active(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, serde_js
     let (pairs, stats) = pass_pairs(plan, &frequent_items).await?;
     report.phase("pass 2: pair counts", t.elapsed(), stats);
     found.extend(pairs.iter().map(|((a, b), c)| (vec![*a, *b], *c)));
-    let mut notes = serde_json::json!({});
-    match plan.params.method {
-        Method::Eclat => {
-            let list: Vec<kernel::Pair> = pairs.iter().map(|(p, _)| *p).collect();
-            let t = Instant::now();
-            let (mined, stats) = pass_eclat(plan, &list).await?;
-            report.phase("pass 3: eclat (tid-lists by class)", t.elapsed(), stats);
-            found.extend(mined);
-        }
-        Method::Count | Method::Hybrid => {
-            let mut level: Vec<Vec<u32>> = pairs.iter().map(|((a, b), _)| vec![*a, *b]).collect();
-            let mut k = 3;
-            let mut sections = Vec::new();
-            loop {
-                let candidates = kernel::candidates(&level).map_err(invalid)?;
-                if candidates.is_empty() {
-                    break;
-                }
-                let t = Instant::now();
-                let (counts, stats, name) = if plan.params.method == Method::Count {
-                    let (c, s) = pass_count(plan, k, &candidates).await?;
-                    (c, s, format!("pass {k}: candidate counts"))
-                } else {
-                    let (c, s, grid) = pass_hybrid(plan, k, &candidates).await?;
-                    sections.push(grid);
-                    (c, s, format!("pass {k}: hybrid, {grid} sections"))
-                };
-                report.phase(&name, t.elapsed(), stats);
-                level = candidates
-                    .into_iter()
-                    .zip(counts)
-                    .filter(|(_, c)| *c >= min)
-                    .map(|(s, c)| {
-                        found.insert(s.clone(), c);
-                        s
-                    })
-                    .collect();
-                k += 1;
-            }
-            notes = serde_json::json!({ "passes": k - 1, "sections": sections });
-        }
+    if plan.params.method == Method::Eclat {
+        let list: Vec<kernel::Pair> = pairs.iter().map(|(p, _)| *p).collect();
+        let t = Instant::now();
+        let (mined, stats) = pass_eclat(plan, &list).await?;
+        report.phase("pass 3: eclat (tid-lists by class)", t.elapsed(), stats);
+        found.extend(mined);
+        return Ok((found, serde_json::json!({ "passes": 3 })));
     }
+    let level = pairs.iter().map(|((a, b), _)| vec![*a, *b]).collect();
+    let notes = candidate_passes(plan, level, &mut found, report).await?;
     Ok((found, notes))
+}
+
+/// Passes k ≥ 3 of count or hybrid distribution, until no candidates are left; the passes
+/// run and the sections of each hybrid pass.
+async fn candidate_passes(
+    plan: &Plan<'_>,
+    mut level: Vec<Vec<u32>>,
+    found: &mut Found,
+    report: &mut Report,
+) -> Result<serde_json::Value> {
+    let mut k = 3;
+    let mut sections = Vec::new();
+    loop {
+        let candidates = kernel::candidates(&level).map_err(invalid)?;
+        if candidates.is_empty() {
+            break;
+        }
+        let t = Instant::now();
+        let (counts, stats, name) = if plan.params.method == Method::Count {
+            let (c, s) = pass_count(plan, k, &candidates).await?;
+            (c, s, format!("pass {k}: candidate counts"))
+        } else {
+            let (c, s, grid) = pass_hybrid(plan, k, &candidates).await?;
+            sections.push(grid);
+            (c, s, format!("pass {k}: hybrid, {grid} sections"))
+        };
+        report.phase(&name, t.elapsed(), stats);
+        level = keep_frequent(candidates, counts, plan.min_count, found);
+        k += 1;
+    }
+    Ok(serde_json::json!({ "passes": k - 1, "sections": sections }))
+}
+
+/// The candidates reaching `min`, also added to `found`.
+fn keep_frequent(
+    candidates: Vec<Vec<u32>>,
+    counts: Vec<u64>,
+    min: u64,
+    found: &mut Found,
+) -> Vec<Vec<u32>> {
+    candidates
+        .into_iter()
+        .zip(counts)
+        .filter(|(_, c)| *c >= min)
+        .map(|(s, c)| {
+            found.insert(s.clone(), c);
+            s
+        })
+        .collect()
 }
 
 /// A pair table that cannot fit the scratch, refused before pass 2 runs.
@@ -532,34 +548,37 @@ async fn pass_hybrid(
         specs.push((*d, sized(spec, plan.sizes())));
     }
     let (counts, stats) = collect(plan, specs, |b| rows::read_keyed_counts(b, "index")).await?;
-    let offsets: Vec<usize> = parts
-        .iter()
-        .scan(0, |o, p| {
-            let here = *o;
-            *o += p.len();
-            Some(here)
-        })
-        .collect();
-    // Candidates in section order, then back to the caller's order.
-    let order: Vec<&Vec<u32>> = parts.iter().flatten().collect();
-    let mut sum = vec![0u64; order.len()];
-    for (i, d) in plan.disks.iter().enumerate() {
-        let section = grid.section_of(i).map_err(invalid)?;
-        for (index, count) in counts.get(d).into_iter().flatten() {
-            if *index as usize >= parts[section].len() {
-                return Err(AppError::Invalid(format!(
-                    "pass {k}: disk {d} counted candidate {index} of section {section}"
-                )));
-            }
-            sum[offsets[section] + *index as usize] += count;
-        }
-    }
-    let by_set: BTreeMap<&Vec<u32>, u64> = order.into_iter().zip(sum).collect();
+    let counts = sum_sections(plan, &grid, &parts, &counts, k)?;
     let counts = candidates
         .iter()
-        .map(|c| by_set.get(c).copied().unwrap_or(0))
+        .map(|c| counts.get(c).copied().unwrap_or(0))
         .collect();
     Ok((counts, stats, s))
+}
+
+/// The count of every candidate: each disk's counts of its section, summed over the
+/// section's group.
+fn sum_sections<'c>(
+    plan: &Plan<'_>,
+    grid: &HybridGrid,
+    parts: &'c [Vec<Vec<u32>>],
+    counts: &BTreeMap<u32, Vec<(u32, u64)>>,
+    k: usize,
+) -> Result<BTreeMap<&'c Vec<u32>, u64>> {
+    let mut sum = BTreeMap::new();
+    for (i, d) in plan.disks.iter().enumerate() {
+        let section = &parts[grid.section_of(i).map_err(invalid)?];
+        for (index, count) in counts.get(d).into_iter().flatten() {
+            let candidate = section.get(*index as usize).ok_or_else(|| {
+                AppError::Invalid(format!(
+                    "pass {k}: disk {d} counted candidate {index} of {}",
+                    section.len()
+                ))
+            })?;
+            *sum.entry(candidate).or_insert(0) += count;
+        }
+    }
+    Ok(sum)
 }
 
 /// One disk's hybrid job: its transactions broadcast to its row (`targets`, itself among
@@ -619,74 +638,93 @@ async fn pass_eclat(
         return Ok((Vec::new(), Vec::new()));
     }
     let n = plan.cluster.disk_count();
+    let targets = class_owners(pairs, n)?;
+    let wiring = EclatWiring {
+        exchange_id: new_id("dmine-x"),
+        addresses: (0..n)
+            .map(|d| plan.cluster.address(d).to_string())
+            .collect(),
+        route: Route::Range {
+            key: encode_expr(&col("target"))?,
+            bounds: (0..n.saturating_sub(1))
+                .map(|b| encode_expr(&lit(ScalarValue::UInt32(Some(b)))))
+                .collect::<adisk_host::Result<_>>()?,
+        },
+        sender: app(
+            "tid_lists",
+            serde_json::json!({ "pairs": pairs, "targets": targets }),
+        ),
+        receiver: app("eclat", serde_json::json!({ "min_count": plan.min_count })),
+    };
+    let specs = (0..n).map(|d| (d, eclat_job(plan, d, &wiring))).collect();
+    let (found, stats) = collect(plan, specs, rows::read_itemsets).await?;
+    Ok((found.into_values().flatten().collect(), stats))
+}
+
+/// The equivalence classes of `pairs` (by first item), each given to one of `disks` by
+/// weight (greedy balance, [`kernel::assign_classes`]): `(prefix, disk)`.
+fn class_owners(pairs: &[kernel::Pair], disks: u32) -> Result<Vec<(u32, u32)>> {
     let classes = kernel::equivalence_classes(pairs);
     let weights: Vec<u64> = classes.iter().map(|c| c.weight.max(1)).collect();
-    let owner = kernel::assign_classes(&weights, n as usize).map_err(invalid)?;
-    let targets: Vec<(u32, u32)> = classes
+    let owner = kernel::assign_classes(&weights, disks as usize).map_err(invalid)?;
+    Ok(classes
         .iter()
         .zip(&owner)
         .map(|(c, d)| (c.prefix, *d as u32))
-        .collect();
-    let route = Route::Range {
-        key: encode_expr(&col("target"))?,
-        bounds: (0..n.saturating_sub(1))
-            .map(|b| encode_expr(&lit(ScalarValue::UInt32(Some(b)))))
-            .collect::<adisk_host::Result<_>>()?,
+        .collect())
+}
+
+/// What every disk's eclat job shares.
+struct EclatWiring {
+    exchange_id: String,
+    addresses: Vec<String>,
+    route: Route,
+    sender: DiskletSpec,
+    receiver: DiskletSpec,
+}
+
+/// Disk `d`'s eclat job: its classes' tid-lists from every sender (pipe ─► `eclat` ─► host)
+/// and, where it holds transactions, its own tid-lists out (scan ─► `tid_lists` ─► exchange).
+fn eclat_job(plan: &Plan<'_>, d: u32, w: &EclatWiring) -> JobSpec {
+    let mut spec = JobSpec {
+        job_id: new_id("dmine-eclat"),
+        program: PROGRAM.into(),
+        inputs: vec![Source::Pipe {
+            exchange_id: w.exchange_id.clone(),
+            senders: plan.disks.len() as u32,
+            schema: rows::tid_lists_schema().as_ref().clone(),
+        }],
+        stages: vec![Stage {
+            disklet: w.receiver.clone(),
+            inputs: vec![Port::Input(0)],
+        }],
+        outputs: vec![Output {
+            from: Port::Stage { stage: 0, port: 0 },
+            sink: Sink::Host,
+        }],
+        scratch_kib: 0,
+        buffer_kib: 0,
+        temp_kib: 0,
     };
-    let addresses: Vec<String> = (0..n)
-        .map(|d| plan.cluster.address(d).to_string())
-        .collect();
-    let exchange_id = new_id("dmine-x");
-    let sender = app(
-        "tid_lists",
-        serde_json::json!({ "pairs": pairs, "targets": targets }),
-    );
-    let receiver = app("eclat", serde_json::json!({ "min_count": plan.min_count }));
-    let specs = (0..n)
-        .map(|d| {
-            let mut spec = JobSpec {
-                job_id: new_id("dmine-eclat"),
-                program: PROGRAM.into(),
-                inputs: vec![Source::Pipe {
-                    exchange_id: exchange_id.clone(),
-                    senders: plan.disks.len() as u32,
-                    schema: rows::tid_lists_schema().as_ref().clone(),
-                }],
-                stages: vec![Stage {
-                    disklet: receiver.clone(),
-                    inputs: vec![Port::Input(0)],
-                }],
-                outputs: vec![Output {
-                    from: Port::Stage { stage: 0, port: 0 },
-                    sink: Sink::Host,
-                }],
-                scratch_kib: 0,
-                buffer_kib: 0,
-                temp_kib: 0,
-            };
-            if let Some(position) = plan.disks.iter().position(|x| *x == d) {
-                spec.inputs.push(plan.source());
-                spec.stages.push(Stage {
-                    disklet: sender.clone(),
-                    inputs: vec![Port::Input(1)],
-                });
-                spec.outputs.push(Output {
-                    from: Port::Stage { stage: 1, port: 0 },
-                    sink: Sink::Exchange {
-                        exchange_id: exchange_id.clone(),
-                        targets: addresses.clone(),
-                        sender: position as u32,
-                        route: route.clone(),
-                        relay: None,
-                        target_relays: vec![],
-                    },
-                });
-            }
-            (d, sized(spec, plan.sizes()))
-        })
-        .collect();
-    let (found, stats) = collect(plan, specs, rows::read_itemsets).await?;
-    Ok((found.into_values().flatten().collect(), stats))
+    if let Some(position) = plan.disks.iter().position(|x| *x == d) {
+        spec.inputs.push(plan.source());
+        spec.stages.push(Stage {
+            disklet: w.sender.clone(),
+            inputs: vec![Port::Input(1)],
+        });
+        spec.outputs.push(Output {
+            from: Port::Stage { stage: 1, port: 0 },
+            sink: Sink::Exchange {
+                exchange_id: w.exchange_id.clone(),
+                targets: w.addresses.clone(),
+                sender: position as u32,
+                route: w.route.clone(),
+                relay: None,
+                target_relays: vec![],
+            },
+        });
+    }
+    sized(spec, plan.sizes())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -777,15 +815,7 @@ pub fn mine_at_host(
             return found;
         }
         let counts = kernel::count_candidates(&txs, &candidates);
-        level = candidates
-            .into_iter()
-            .zip(counts)
-            .filter(|(_, c)| *c >= min)
-            .map(|(s, c)| {
-                found.insert(s.clone(), c);
-                s
-            })
-            .collect();
+        level = keep_frequent(candidates, counts, min, &mut found);
     }
 }
 
