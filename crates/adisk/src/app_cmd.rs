@@ -71,8 +71,9 @@ pub struct DmineArgs {
     /// whose largest section fits the scratch).
     #[arg(long)]
     sections: Option<usize>,
-    /// Pass 2's counters: `sparse` (uysal) or `triangular`.
-    #[arg(long, default_value = "sparse")]
+    /// Pass 2's counters: `sparse` (uysal), `triangular` (eclat's original) or `auto`
+    /// (triangular when it fits the scratch, else sparse).
+    #[arg(long, default_value = "auto")]
     pair_table: String,
     /// List every frequent itemset with its count in the result.
     #[arg(long)]

@@ -14,7 +14,9 @@
 //!
 //! Output larger than one call's allowance is held back and handed out through
 //! `has_more_output` / `more_output`.
-use super::kernel::{CandidateCounter, ItemCounter, PairCounter, TidListBuilder, eclat_class};
+use super::kernel::{
+    CandidateCounter, ItemCounter, PairCounter, PairCounts, TidListBuilder, eclat_class,
+};
 use super::rows::{self, TID_CHUNK, Transactions};
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
 use adisk_diskos::Result;
@@ -116,51 +118,53 @@ impl<R> Outbox<R> {
         self.next >= self.rows.len()
     }
 
-    /// Emits as many rows as the emitter takes.
+    /// Emits the next batch: as many rows as fit half the emitter's room (at most 8192). One
+    /// batch per call: DiskOS forwards it and calls again while rows remain (many small
+    /// batches in one call were measured to hold far more than the call's allowance).
     ///
     /// # Errors
     /// A single row larger than the whole allowance of a call.
     fn hand_out(&mut self, out: &mut Emitter, disklet: &'static str) -> Result<()> {
-        let mut emitted = false;
-        while !self.is_empty() {
-            let budget = out.room() / 2;
-            let (mut end, mut bytes) = (self.next, 0);
-            while end < self.rows.len() && end - self.next < 8192 {
-                let s = (self.size)(&self.rows[end]);
-                if end > self.next && bytes + s > budget {
-                    break;
-                }
-                bytes += s;
-                end += 1;
+        if self.is_empty() {
+            self.clear();
+            return Ok(());
+        }
+        let budget = out.room() / 2;
+        let (mut end, mut bytes) = (self.next, 0);
+        while end < self.rows.len() && end - self.next < 8192 {
+            let s = (self.size)(&self.rows[end]);
+            if end > self.next && bytes + s > budget {
+                break;
             }
-            let batch = loop {
-                let batch = (self.build)(&self.rows[self.next..end]);
-                if batch_bytes(&batch) <= out.room() {
-                    break Some(batch);
-                }
-                if end - self.next == 1 {
-                    break None;
-                }
-                end = self.next + (end - self.next) / 2;
-            };
-            let Some(batch) = batch else {
-                if emitted {
-                    return Ok(()); // the rest goes out in the next call
-                }
+            bytes += s;
+            end += 1;
+        }
+        let batch = loop {
+            let batch = (self.build)(&self.rows[self.next..end]);
+            if batch_bytes(&batch) <= out.room() {
+                break batch;
+            }
+            if end - self.next == 1 {
                 return Err(invalid(format!(
                     "{disklet}: one output row is larger than a call's output allowance ({} bytes); use larger buffers",
                     out.room()
                 )));
-            };
-            out.emit(0, batch);
-            emitted = true;
-            self.held -= self.rows[self.next..end].iter().map(self.size).sum::<u64>();
-            self.next = end;
+            }
+            end = self.next + (end - self.next) / 2;
+        };
+        out.emit(0, batch);
+        self.held -= self.rows[self.next..end].iter().map(self.size).sum::<u64>();
+        self.next = end;
+        if self.is_empty() {
+            self.clear();
         }
-        self.rows.clear();
+        Ok(())
+    }
+
+    fn clear(&mut self) {
+        self.rows = Vec::new();
         self.next = 0;
         self.held = 0;
-        Ok(())
     }
 }
 
@@ -218,11 +222,12 @@ impl Disklet for Items {
 // Pass 2: pair counts
 // ---------------------------------------------------------------------------------------------
 
-/// Pass 2 at a disk: partial counts of the pairs of frequent items.
+/// Pass 2 at a disk: partial counts of the pairs of frequent items. The counts are handed
+/// out straight from the table ([`PairCounts`]), never copied whole.
 struct Pairs {
     counter: Option<PairCounter>,
+    counts: Option<PairCounts>,
     scratch: u64,
-    out: Outbox<((u32, u32), u64)>,
 }
 
 fn pairs(params: &Params<'_>, scratch: u64) -> Result<Pairs> {
@@ -251,9 +256,30 @@ fn pairs(params: &Params<'_>, scratch: u64) -> Result<Pairs> {
     }
     Ok(Pairs {
         counter: Some(counter),
+        counts: None,
         scratch,
-        out: Outbox::new(rows::pair_counts_batch, |_| 16),
     })
+}
+
+impl Pairs {
+    /// Emits counts while the emitter has room.
+    fn hand_out(&mut self, out: &mut Emitter) -> Result<()> {
+        let Some(counts) = &mut self.counts else {
+            return Ok(());
+        };
+        // One batch per call, as the outbox does.
+        let rows = (out.room() / 2 / 16).min(8192) as usize;
+        if rows == 0 {
+            return Err(invalid(
+                "dmine_pairs: no room for a single row in a call's output",
+            ));
+        }
+        out.emit(0, rows::pair_counts_batch(&counts.next_chunk(rows)));
+        if counts.is_done() {
+            self.counts = None;
+        }
+        Ok(())
+    }
 }
 
 impl Disklet for Pairs {
@@ -282,19 +308,18 @@ impl Disklet for Pairs {
         Ok(())
     }
     fn finish(&mut self, out: &mut Emitter) -> Result<()> {
-        if let Some(c) = self.counter.take() {
-            self.out.fill(c.finish());
-        }
-        self.out.hand_out(out, "dmine_pairs")
+        self.counts = self.counter.take().map(PairCounter::into_counts);
+        self.hand_out(out)
     }
     fn has_more_output(&self) -> bool {
-        !self.out.is_empty()
+        self.counts.is_some()
     }
     fn more_output(&mut self, out: &mut Emitter) -> Result<()> {
-        self.out.hand_out(out, "dmine_pairs")
+        self.hand_out(out)
     }
     fn scratch_bytes(&self) -> u64 {
-        self.counter.as_ref().map_or(0, PairCounter::bytes) + self.out.held
+        self.counter.as_ref().map_or(0, PairCounter::bytes)
+            + self.counts.as_ref().map_or(0, PairCounts::bytes)
     }
 }
 
@@ -517,12 +542,11 @@ impl Eclat {
         }
     }
 
-    /// Mines classes until some output waits, then hands it out.
+    /// Mines classes until some output waits, then hands out one batch of it.
     fn mine_and_hand_out(&mut self, out: &mut Emitter) -> Result<()> {
         loop {
-            self.out.hand_out(out, "dmine_eclat")?;
             if !self.out.is_empty() {
-                return Ok(());
+                return self.out.hand_out(out, "dmine_eclat");
             }
             let Some((prefix, members)) = self.classes.pop_first() else {
                 return Ok(());

@@ -93,7 +93,8 @@ pub struct DmineParams {
     /// Hybrid distribution's candidate sections (`None`: the fewest whose largest section
     /// fits the scratch; must divide the disks holding the input).
     pub sections: Option<usize>,
-    /// Pass 2's counters: `sparse` (uysal's) or `triangular` (eclat's original).
+    /// Pass 2's counters: `sparse` (uysal's), `triangular` (eclat's original) or `auto`
+    /// (triangular when it fits the scratch, else sparse).
     pub pair_table: String,
     /// List every frequent itemset in the result.
     pub list_itemsets: bool,
@@ -110,7 +111,7 @@ impl Default for DmineParams {
             mode: Mode::Active,
             scratch_kib: None,
             sections: None,
-            pair_table: "sparse".into(),
+            pair_table: "auto".into(),
             list_itemsets: false,
             oracle: true,
         }
@@ -119,6 +120,8 @@ impl Default for DmineParams {
 
 const PROGRAM: &str = "app-dmine";
 const BUFFER_KIB: u64 = 64;
+/// The largest triangular pair table the conventional host builds for `--pair-table auto`.
+const HOST_PAIR_TABLE_BYTES: u64 = 256 << 20;
 
 fn invalid(e: impl std::fmt::Display) -> AppError {
     AppError::Invalid(e.to_string())
@@ -195,9 +198,9 @@ impl Plan<'_> {
 /// pass's tables, any disk failing.
 pub async fn run(cluster: &Cluster, params: &DmineParams) -> Result<Report> {
     kernel::min_count(params.support, 1).map_err(invalid)?;
-    if !matches!(params.pair_table.as_str(), "sparse" | "triangular") {
+    if !matches!(params.pair_table.as_str(), "sparse" | "triangular" | "auto") {
         return Err(AppError::Invalid(format!(
-            "unknown pair table `{}` (sparse or triangular)",
+            "unknown pair table `{}` (sparse, triangular or auto)",
             params.pair_table
         )));
     }
@@ -310,9 +313,9 @@ async fn active(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, serde_js
     report.phase("pass 1: item counts", t.elapsed(), stats);
     let mut found: Found = items.iter().map(|(i, c)| (vec![*i], *c)).collect();
     let frequent_items: Vec<u32> = items.iter().map(|(i, _)| *i).collect();
-    check_pair_table(plan, frequent_items.len())?;
+    let table = pair_table(plan, frequent_items.len())?;
     let t = Instant::now();
-    let (pairs, stats) = pass_pairs(plan, &frequent_items).await?;
+    let (pairs, stats) = pass_pairs(plan, &frequent_items, table).await?;
     report.phase("pass 2: pair counts", t.elapsed(), stats);
     found.extend(pairs.iter().map(|((a, b), c)| (vec![*a, *b], *c)));
     if plan.params.method == Method::Eclat {
@@ -321,10 +324,12 @@ async fn active(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, serde_js
         let (mined, stats) = pass_eclat(plan, &list).await?;
         report.phase("pass 3: eclat (tid-lists by class)", t.elapsed(), stats);
         found.extend(mined);
-        return Ok((found, serde_json::json!({ "passes": 3 })));
+        let notes = serde_json::json!({ "passes": 3, "pair_table": table });
+        return Ok((found, notes));
     }
     let level = pairs.iter().map(|((a, b), _)| vec![*a, *b]).collect();
-    let notes = candidate_passes(plan, level, &mut found, report).await?;
+    let mut notes = candidate_passes(plan, level, &mut found, report).await?;
+    notes["pair_table"] = table.into();
     Ok((found, notes))
 }
 
@@ -377,23 +382,24 @@ fn keep_frequent(
         .collect()
 }
 
-/// A pair table that cannot fit the scratch, refused before pass 2 runs.
-fn check_pair_table(plan: &Plan<'_>, frequent_items: usize) -> Result<()> {
-    let index = frequent_items as u64 * 16;
-    let table = if plan.params.pair_table == "triangular" {
-        PairCounter::triangular_bytes(frequent_items)
-    } else {
-        0
+/// Pass 2's table for `frequent_items`: the one asked for, or for `auto` the triangular
+/// array when it fits the scratch (else sparse); one that cannot fit is refused before pass 2
+/// runs (a sparse table that outgrows the scratch fails at the disk).
+fn pair_table(plan: &Plan<'_>, frequent_items: usize) -> Result<&'static str> {
+    let index = frequent_items as u64 * 32;
+    let triangular = index.saturating_add(PairCounter::triangular_bytes(frequent_items));
+    let (table, needs) = match plan.params.pair_table.as_str() {
+        "triangular" => ("triangular", triangular),
+        "auto" if triangular <= plan.scratch => ("triangular", triangular),
+        _ => ("sparse", index),
     };
-    if index + table > plan.scratch {
+    if needs > plan.scratch {
         return Err(AppError::Invalid(format!(
-            "the scratch of {} KiB is too small for the {} pair table of {frequent_items} frequent items ({} bytes); raise --scratch-kib or the support",
+            "the scratch of {} KiB is too small for the {table} pair table of {frequent_items} frequent items ({needs} bytes); raise --scratch-kib or the support",
             plan.scratch / 1024,
-            plan.params.pair_table,
-            index + table
         )));
     }
-    Ok(())
+    Ok(table)
 }
 
 /// Runs `specs`, handing every result batch to `read`; the disks' statistics.
@@ -427,13 +433,14 @@ async fn pass_items(plan: &Plan<'_>) -> Result<(Vec<(u32, u64)>, Vec<DiskJobStat
 async fn pass_pairs(
     plan: &Plan<'_>,
     items: &[u32],
+    table: &str,
 ) -> Result<(Vec<(kernel::Pair, u64)>, Vec<DiskJobStats>)> {
     if items.len() < 2 {
         return Ok((Vec::new(), Vec::new()));
     }
     let disklet = app(
         "pairs",
-        serde_json::json!({ "items": items, "table": plan.params.pair_table }),
+        serde_json::json!({ "items": items, "table": table }),
     );
     let specs = plan.scan_jobs("dmine-pairs", &disklet);
     let (parts, stats) = collect(plan, specs, rows::read_pair_counts).await?;
@@ -780,14 +787,12 @@ pub fn mine_at_host(
     transactions.iter().for_each(|(_, t)| items.feed(t));
     let items = kernel::frequent(&items.finish(), min);
     let ids: Vec<u32> = items.iter().map(|(i, _)| *i).collect();
-    let mut pairs = PairCounter::new(
-        &ids,
-        if pair_table == "triangular" {
-            u64::MAX
-        } else {
-            0
-        },
-    );
+    let max_table = match pair_table {
+        "triangular" => u64::MAX,
+        "sparse" => 0,
+        _ => HOST_PAIR_TABLE_BYTES,
+    };
+    let mut pairs = PairCounter::new(&ids, max_table);
     transactions.iter().for_each(|(_, t)| pairs.feed(t));
     let pairs = kernel::frequent(&pairs.finish(), min);
     let mut found: Found = items.iter().map(|(i, c)| (vec![*i], *c)).collect();
