@@ -319,12 +319,17 @@ async fn active(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, serde_js
     report.phase("pass 2: pair counts", t.elapsed(), stats);
     found.extend(pairs.iter().map(|((a, b), c)| (vec![*a, *b], *c)));
     if plan.params.method == Method::Eclat {
-        let list: Vec<kernel::Pair> = pairs.iter().map(|(p, _)| *p).collect();
-        let t = Instant::now();
-        let (mined, stats) = pass_eclat(plan, &list).await?;
-        report.phase("pass 3: eclat (tid-lists by class)", t.elapsed(), stats);
-        found.extend(mined);
-        let notes = serde_json::json!({ "passes": 3, "pair_table": table });
+        let rounds = eclat_rounds(plan, &pairs)?;
+        for (r, round) in rounds.iter().enumerate() {
+            let t = Instant::now();
+            let (mined, stats) = pass_eclat(plan, &pairs, round).await?;
+            let name = format!("pass 3: eclat round {}/{}", r + 1, rounds.len());
+            report.phase(&name, t.elapsed(), stats);
+            found.extend(mined);
+        }
+        let notes = serde_json::json!({
+            "passes": 3, "pair_table": table, "eclat_rounds": rounds.len()
+        });
         return Ok((found, notes));
     }
     let level = pairs.iter().map(|((a, b), _)| vec![*a, *b]).collect();
@@ -635,17 +640,61 @@ fn row_job(
     }
 }
 
-/// Eclat's third pass: the frequent pairs' tid-lists built at every disk, shipped to the disk
-/// owning their class, mined there; every frequent itemset of size ≥ 2.
+/// Eclat's third pass in rounds: each round maps some classes (by first item) to the disk
+/// that mines them. Classes go to disks by work (greedy balance); then each disk's classes are
+/// packed into rounds so that the tid-lists it receives in one round fit half its scratch
+/// (their sizes are known from pass 2's counts). One round when everything fits; each further
+/// round scans the transactions again.
+fn eclat_rounds(plan: &Plan<'_>, pairs: &[(kernel::Pair, u64)]) -> Result<Vec<BTreeMap<u32, u32>>> {
+    let list: Vec<kernel::Pair> = pairs.iter().map(|(p, _)| *p).collect();
+    let senders = plan.disks.len() as u64;
+    let mut bytes: BTreeMap<u32, u64> = BTreeMap::new();
+    for ((a, _), count) in pairs {
+        // The receiver's estimate: 8 bytes per tid, 32 per shipped piece.
+        let pieces = count / rows::TID_CHUNK as u64 + 2 * senders;
+        *bytes.entry(*a).or_insert(0) += count * 8 + 32 * pieces;
+    }
+    let capacity = plan.scratch / 2 / 10 * 9;
+    let mut owners = class_owners(&list, plan.cluster.disk_count())?;
+    owners.sort_by_key(|(prefix, _)| std::cmp::Reverse(bytes[prefix]));
+    let mut rounds: Vec<BTreeMap<u32, u32>> = Vec::new();
+    let mut loads: Vec<BTreeMap<u32, u64>> = Vec::new();
+    for (prefix, disk) in owners {
+        let b = bytes[&prefix];
+        if b > capacity {
+            return Err(AppError::Invalid(format!(
+                "eclat: the tid-lists of the class of item {prefix} take about {b} bytes, more than a disk mines at once (half its scratch of {} KiB); raise --scratch-kib or the support",
+                plan.scratch / 1024
+            )));
+        }
+        let fits =
+            |load: &BTreeMap<u32, u64>| load.get(&disk).copied().unwrap_or(0) + b <= capacity;
+        let r = loads.iter().position(fits).unwrap_or_else(|| {
+            loads.push(BTreeMap::new());
+            rounds.push(BTreeMap::new());
+            loads.len() - 1
+        });
+        *loads[r].entry(disk).or_insert(0) += b;
+        rounds[r].insert(prefix, disk);
+    }
+    Ok(rounds)
+}
+
+/// One round of eclat's third pass: the tid-lists of the frequent pairs of the round's classes
+/// built at every disk, shipped to the disk owning their class (`owner`: prefix → disk), mined
+/// there; every frequent itemset of size ≥ 2 of those classes.
 async fn pass_eclat(
     plan: &Plan<'_>,
-    pairs: &[kernel::Pair],
+    pairs: &[(kernel::Pair, u64)],
+    owner: &BTreeMap<u32, u32>,
 ) -> Result<(Vec<(Vec<u32>, u64)>, Vec<DiskJobStats>)> {
-    if pairs.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
-    }
+    let pairs: Vec<kernel::Pair> = pairs
+        .iter()
+        .map(|(p, _)| *p)
+        .filter(|(a, _)| owner.contains_key(a))
+        .collect();
+    let targets: Vec<(u32, u32)> = owner.iter().map(|(p, d)| (*p, *d)).collect();
     let n = plan.cluster.disk_count();
-    let targets = class_owners(pairs, n)?;
     let wiring = EclatWiring {
         exchange_id: new_id("dmine-x"),
         addresses: (0..n)
