@@ -296,3 +296,41 @@ fn dmine_refuses_bad_parameters_clearly() {
     ));
     assert_eq!(out["result"]["valid"], true, "{out}");
 }
+
+#[test]
+fn dmine_methods_agree_at_40k_transactions_within_grants() {
+    // Pass 2 hands out megabytes of counts per disk over many calls here, and eclat needs
+    // rounds: every job must still stay within its grant, and every method find the same.
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "16", "--buffer-kib", "64"]);
+    ok(c.dir(), &["load", "dmine", "--transactions", "40000"]);
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "app",
+            "dmine",
+            "--support",
+            "0.005",
+            "--no-oracle",
+            "--itemsets",
+            "--format",
+            "json",
+        ];
+        args.extend_from_slice(extra);
+        let report = json(&ok(c.dir(), &args));
+        peaks_within_grants(&report);
+        report
+    };
+    let eclat = run(&[]);
+    let found = itemsets(&eclat);
+    assert!(found.keys().any(|k| k.len() >= 4), "{}", eclat["result"]);
+    let to_host = eclat["phases"][1]["disks"][0]["bytes_shipped_host"]
+        .as_u64()
+        .unwrap();
+    assert!(to_host > 1 << 20, "pass 2 sent {to_host} bytes");
+    for extra in [
+        &["--method", "count"][..],
+        &["--method", "hybrid", "--sections", "4"],
+        &["--mode", "conventional", "--method", "count"],
+    ] {
+        assert_eq!(itemsets(&run(extra)), found, "{extra:?}");
+    }
+}
