@@ -12,6 +12,11 @@ pub enum AppCommand {
     /// to disk into sorted runs within each disk's memory, merge the runs at each disk; then
     /// the valsort-style check of the output.
     Sort(SortArgs),
+    /// Frequent itemsets (uysal §5, chiu §4.2): count distribution for passes 1–2 (each disk
+    /// counts, the host sums), then eclat (frequent pairs' tid-lists repartitioned disk to disk
+    /// by equivalence class and mined locally), count distribution or hybrid distribution;
+    /// checked against Apriori over the regenerated transactions.
+    Dmine(DmineArgs),
     /// The data cube by PipeHash (acharya §4, uysal §5): the lattice's minimum spanning tree by
     /// estimated sizes, pipelines computed in one scan each at every disk, partials shipped to
     /// the disk responsible for their key range; group-by `mask` lands in `OUTPUT_g<mask>`.
@@ -172,6 +177,40 @@ pub struct DatacubeArgs {
     samples: u64,
 }
 
+/// `adisk app dmine`.
+#[derive(Args, Debug)]
+pub struct DmineArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Input table of transactions (`adisk load dmine`).
+    #[arg(long, default_value = "dmine")]
+    table: String,
+    /// Minimum support, a fraction of the transactions in (0, 1].
+    #[arg(long, default_value_t = 0.01)]
+    support: f64,
+    /// Passes after the second: `eclat` (uysal), `count` (count distribution at every pass) or
+    /// `hybrid` (chiu's hybrid distribution).
+    #[arg(long, default_value = "eclat")]
+    method: String,
+    /// Scratch of each disklet, KiB (default: a sixth of the smallest disk's memory).
+    #[arg(long)]
+    scratch_kib: Option<u64>,
+    /// Hybrid distribution's candidate sections (must divide the disks; default: the fewest
+    /// whose largest section fits the scratch).
+    #[arg(long)]
+    sections: Option<usize>,
+    /// Pass 2's counters: `sparse` (uysal), `triangular` (eclat's original) or `auto`
+    /// (triangular when it fits the scratch, else sparse).
+    #[arg(long, default_value = "auto")]
+    pair_table: String,
+    /// List every frequent itemset with its count in the result.
+    #[arg(long)]
+    itemsets: bool,
+    /// Skip the check against Apriori over the regenerated transactions.
+    #[arg(long)]
+    no_oracle: bool,
+}
+
 /// The applications' input generators.
 #[derive(Subcommand, Debug)]
 pub enum AppLoad {
@@ -200,6 +239,31 @@ pub enum AppLoad {
         zipf: f64,
         /// Table.
         #[arg(long, default_value = "datacube")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Retail transactions (Agrawal & Srikant's generator, as uysal's and chiu's): disk d
+    /// holds the d-th range of transaction ids; the parameters go to table `TABLE_gen`.
+    Dmine {
+        /// |D|: transactions.
+        #[arg(long)]
+        transactions: u64,
+        /// |T|: average transaction length.
+        #[arg(long, default_value_t = 10.0)]
+        avg_len: f64,
+        /// |I|: average length of the potentially frequent itemsets.
+        #[arg(long, default_value_t = 4.0)]
+        pattern_len: f64,
+        /// |L|: number of potentially frequent itemsets.
+        #[arg(long, default_value_t = 2000)]
+        patterns: usize,
+        /// N: number of items.
+        #[arg(long, default_value_t = 1000)]
+        items: u32,
+        /// Table.
+        #[arg(long, default_value = "dmine")]
         table: String,
         /// Seed.
         #[arg(long, default_value_t = 1)]
@@ -381,6 +445,23 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 samples: a.samples,
             };
             let report = adisk_apps::datacube::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
+        AppCommand::Dmine(a) => {
+            let params = adisk_apps::dmine::DmineParams {
+                input: a.table,
+                support: a.support,
+                method: a.method.parse().map_err(app_err)?,
+                mode: mode(&a.common)?,
+                scratch_kib: a.scratch_kib,
+                sections: a.sections,
+                pair_table: a.pair_table,
+                list_itemsets: a.itemsets,
+                oracle: !a.no_oracle,
+            };
+            let report = adisk_apps::dmine::run(&cluster, &params)
                 .await
                 .map_err(app_err)?;
             (report, a.common.format)
@@ -576,6 +657,32 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
                     .map_err(app_err)?;
             bar.finish_and_clear();
             println!("loaded {rows} rows ({bytes} bytes) into `{table}`");
+        }
+        AppLoad::Dmine {
+            transactions,
+            avg_len,
+            pattern_len,
+            patterns,
+            items,
+            table,
+            seed,
+        } => {
+            let params = adisk_apps::dmine::generator::GenParams {
+                transactions,
+                avg_transaction_len: avg_len,
+                avg_pattern_len: pattern_len,
+                patterns,
+                items,
+                seed,
+            };
+            let bar = progress(transactions, &format!("generating {table}"));
+            let b = bar.clone();
+            let stored =
+                adisk_apps::dmine::load(&cluster, &table, &params, move |n| b.set_position(n))
+                    .await
+                    .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!("loaded {transactions} transactions ({stored} items) into `{table}`");
         }
         AppLoad::Join {
             rows,

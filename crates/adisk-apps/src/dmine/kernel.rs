@@ -347,6 +347,96 @@ impl PairCounter {
     }
 }
 
+impl PairCounter {
+    /// The nonzero partial counts, to be handed out in chunks ([`PairCounts::next_chunk`])
+    /// without a second copy of a triangular table: its array is walked in place; a sparse
+    /// table becomes a sorted vector (16 bytes per pair, less than its hash map).
+    pub fn into_counts(self) -> PairCounts {
+        let rest = match self.table {
+            PairTable::Triangular(v) => CountsLeft::Triangular { v, i: 0, j: 1 },
+            PairTable::Sparse(m) => {
+                let mut pairs: Vec<(Pair, u64)> = m
+                    .into_iter()
+                    .map(|((i, j), c)| ((self.items[i as usize], self.items[j as usize]), c))
+                    .collect();
+                pairs.sort_unstable();
+                CountsLeft::Sorted { pairs, next: 0 }
+            }
+        };
+        PairCounts {
+            items: self.items,
+            rest,
+        }
+    }
+}
+
+/// The nonzero counts of a finished [`PairCounter`], handed out in pair order.
+#[derive(Clone, Debug)]
+pub struct PairCounts {
+    items: Vec<u32>,
+    rest: CountsLeft,
+}
+
+#[derive(Clone, Debug)]
+enum CountsLeft {
+    Triangular {
+        v: Vec<u64>,
+        i: usize,
+        j: usize,
+    },
+    Sorted {
+        pairs: Vec<(Pair, u64)>,
+        next: usize,
+    },
+}
+
+impl PairCounts {
+    /// Up to `max` more nonzero counts, in pair order (empty once all were handed out).
+    pub fn next_chunk(&mut self, max: usize) -> Vec<(Pair, u64)> {
+        let f = self.items.len();
+        match &mut self.rest {
+            CountsLeft::Triangular { v, i, j } => {
+                let mut out = Vec::with_capacity(max.min(4096));
+                while out.len() < max && *i + 1 < f {
+                    let c = v[triangle_index(f, *i, *j)];
+                    if c > 0 {
+                        out.push(((self.items[*i], self.items[*j]), c));
+                    }
+                    *j += 1;
+                    if *j == f {
+                        *i += 1;
+                        *j = *i + 1;
+                    }
+                }
+                out
+            }
+            CountsLeft::Sorted { pairs, next } => {
+                let end = (*next + max).min(pairs.len());
+                let out = pairs[*next..end].to_vec();
+                *next = end;
+                out
+            }
+        }
+    }
+
+    /// Whether every count was handed out.
+    pub fn is_done(&self) -> bool {
+        match &self.rest {
+            CountsLeft::Triangular { i, .. } => *i + 1 >= self.items.len(),
+            CountsLeft::Sorted { pairs, next } => *next >= pairs.len(),
+        }
+    }
+
+    /// Approximate heap bytes held.
+    pub fn bytes(&self) -> u64 {
+        let rest = match &self.rest {
+            CountsLeft::Triangular { v, .. } => v.capacity() * 8,
+            CountsLeft::Sorted { pairs, .. } => pairs.capacity() * 16,
+        };
+        (rest + self.items.capacity() * 4) as u64
+    }
+}
+
 /// Index of pair `(i, j)`, `i < j < f`, in a row-major upper triangle without diagonal.
 fn triangle_index(f: usize, i: usize, j: usize) -> usize {
     i * (2 * f - i - 1) / 2 + (j - i - 1)
@@ -1147,7 +1237,21 @@ mod tests {
         dense.feed_all(&txs[..300]);
         sparse.feed_all(&txs[..300]);
         assert!(sparse.bytes() > 0);
-        assert_eq!(dense.finish(), sparse.finish());
+        let chunked = |c: PairCounter| {
+            let mut counts = c.into_counts();
+            let mut all = Vec::new();
+            while !counts.is_done() {
+                let chunk = counts.next_chunk(7);
+                assert!(chunk.len() <= 7);
+                all.extend(chunk);
+            }
+            assert!(counts.next_chunk(7).is_empty());
+            all
+        };
+        let (d2, s2) = (chunked(dense.clone()), chunked(sparse.clone()));
+        let whole = dense.finish();
+        assert_eq!(whole, sparse.finish());
+        assert_eq!((&d2, &s2), (&whole, &whole));
     }
 
     #[test]
