@@ -14,7 +14,7 @@ use std::path::Path;
 /// `adisk bench app`.
 #[derive(Args, Debug)]
 pub struct AppBenchArgs {
-    /// Application (sort, join, conv, earth, cluster, datacube) or `all`.
+    /// Application (sort, join, conv, earth, cluster, datacube, dmine) or `all`.
     pub app: String,
     /// Disks.
     #[arg(long, default_value_t = 4)]
@@ -34,7 +34,9 @@ pub struct AppBenchArgs {
 }
 
 /// The applications this benchmark runs.
-const APPS: &[&str] = &["sort", "join", "conv", "earth", "cluster", "datacube"];
+const APPS: &[&str] = &[
+    "sort", "join", "conv", "earth", "cluster", "datacube", "dmine",
+];
 
 /// One measurement: medians of wall time and bytes over the links.
 struct Sample {
@@ -217,6 +219,19 @@ async fn load(cluster: &Cluster, app: &str, bytes: u64) -> Result<(), CliError> 
                 .await
                 .map(|_| ())
         }
+        "dmine" => {
+            let g = adisk_apps::dmine::generator::GenParams {
+                transactions: bytes / 52,
+                avg_transaction_len: 10.0,
+                avg_pattern_len: 4.0,
+                patterns: 2000,
+                items: 1000,
+                seed: 1,
+            };
+            adisk_apps::dmine::load(cluster, "dmine", &g, |_| {})
+                .await
+                .map(|_| ())
+        }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
     .map_err(err)
@@ -298,6 +313,20 @@ async fn run_app(cluster: &Cluster, app: &str, mode: Mode) -> Result<Report, Cli
                 samples: 4096,
             };
             adisk_apps::datacube::run(cluster, &p).await
+        }
+        "dmine" => {
+            let p = adisk_apps::dmine::DmineParams {
+                input: "dmine".into(),
+                support: 0.01,
+                method: adisk_apps::dmine::Method::Eclat,
+                mode,
+                scratch_kib: None,
+                sections: None,
+                pair_table: "auto".into(),
+                list_itemsets: false,
+                oracle: false,
+            };
+            adisk_apps::dmine::run(cluster, &p).await
         }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
