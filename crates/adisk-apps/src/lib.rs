@@ -76,7 +76,7 @@ pub enum AppError {
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
-pub const APPS: &[&str] = &["sort"];
+pub const APPS: &[&str] = &["sort", "fft"];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
 pub struct Disklets;
@@ -85,6 +85,7 @@ impl AppDisklets for Disklets {
     fn build(&self, stage: AppStage<'_>) -> adisk_diskos::Result<Box<dyn Disklet>> {
         match stage.app {
             "sort" => sort::disklets::build(&stage),
+            "fft" => fft::disklets::build(&stage),
             other => Err(disklet_util::invalid(format!(
                 "this disk has no application `{other}`"
             ))),
