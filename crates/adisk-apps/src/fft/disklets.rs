@@ -645,3 +645,181 @@ impl Disklet for Columns {
         self.columns
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fft::kernel::{GenParams, Generator, fft2_plain, relative_error};
+    use crate::fft::layout::{elements_schema, pieces_schema};
+
+    const SCRATCH: u64 = 1 << 20;
+
+    fn stage<'a>(
+        name: &'a str,
+        params: &'a serde_json::Value,
+        inputs: &'a [SchemaRef],
+    ) -> AppStage<'a> {
+        AppStage {
+            app: "fft",
+            disklet: name,
+            params,
+            inputs,
+            ports: 1,
+            scratch_bytes: SCRATCH,
+        }
+    }
+
+    /// Feeds `batches` (input, batch) to `d` and collects everything it emits, draining
+    /// `more_output` after every call as DiskOS does.
+    fn drive(d: &mut dyn Disklet, batches: Vec<(usize, RecordBatch)>) -> Vec<RecordBatch> {
+        let mut got = Vec::new();
+        let mut collect = |d: &mut dyn Disklet, mut out: Emitter| {
+            got.extend(out.take_outputs().remove(0));
+            while d.has_more_output() {
+                let mut out = Emitter::new(1);
+                d.more_output(&mut out).unwrap();
+                got.extend(out.take_outputs().remove(0));
+            }
+        };
+        let inputs = batches.iter().map(|(i, _)| *i).max().map_or(0, |m| m + 1);
+        for (input, batch) in &batches {
+            let mut out = Emitter::new(1);
+            let buffer = InputBuffer {
+                batch,
+                position: 0,
+                input: *input,
+            };
+            d.process(&buffer, &mut out).unwrap();
+            assert!(d.scratch_bytes() <= SCRATCH);
+            collect(d, out);
+        }
+        for i in 0..inputs {
+            let mut out = Emitter::new(1);
+            d.input_ended(i, &mut out).unwrap();
+            collect(d, out);
+        }
+        let mut out = Emitter::new(1);
+        d.finish(&mut out).unwrap();
+        collect(d, out);
+        got
+    }
+
+    fn column<'a>(b: &'a RecordBatch, name: &str) -> &'a UInt32Array {
+        layout::column::<UInt32Array>(b, name).unwrap()
+    }
+
+    #[test]
+    fn rows_runs_columns_compute_fft2_across_three_disks() {
+        let (rows, cols, disks) = (20u64, 14u64, 3usize);
+        let generator = Generator::new(GenParams {
+            rows,
+            cols,
+            seed: 5,
+        })
+        .unwrap();
+        let mut elements = ElementRows::new(None);
+        for r in 0..rows {
+            for (c, v) in generator.row(r).unwrap().into_iter().enumerate() {
+                elements.push(r as u32, c as u32, v);
+            }
+        }
+        let input = elements.take().unwrap();
+        let mut got = vec![vec![Complex64::default(); cols as usize]; rows as usize];
+        let params = |disk: usize| {
+            serde_json::json!({"rows": rows, "cols": cols, "disks": disks, "disk": disk,
+                "cap_bytes": 2048, "segment_values": 4, "batch_bytes": 1024})
+        };
+        // Pass 1 sender: every disk sends all rows here (one sender is enough to test).
+        let schemas = [elements_schema()];
+        let mut sender = build(&stage("rows", &params(0), &schemas)).unwrap();
+        let pieces = drive(sender.as_mut(), vec![(0, input)]);
+        for disk in 0..disks {
+            let mine: Vec<_> = pieces
+                .iter()
+                .map(|b| {
+                    let keep = arrow::compute::kernels::cmp::eq(
+                        column(b, "target"),
+                        &UInt32Array::new_scalar(disk as u32),
+                    )
+                    .unwrap();
+                    (0, arrow::compute::filter_record_batch(b, &keep).unwrap())
+                })
+                .collect();
+            let p = params(disk);
+            let schemas = [pieces_schema()];
+            let mut runs = build(&stage("runs", &p, &schemas)).unwrap();
+            let runs_out = drive(runs.as_mut(), mine);
+            assert!(runs.flushes() >= 2, "several runs");
+            // The split result: one input per run, `run` dropped.
+            let all = arrow::compute::concat_batches(&runs_out[0].schema(), &runs_out).unwrap();
+            let run_ids = column(&all, "run");
+            let inputs: Vec<(usize, RecordBatch)> = (0..runs.flushes() as u32)
+                .map(|r| {
+                    let keep =
+                        arrow::compute::kernels::cmp::eq(run_ids, &UInt32Array::new_scalar(r))
+                            .unwrap();
+                    let b = arrow::compute::filter_record_batch(&all, &keep).unwrap();
+                    (r as usize, b.project(&[1, 2, 3, 4]).unwrap())
+                })
+                .collect();
+            let schemas: Vec<SchemaRef> = (0..inputs.len()).map(|_| elements_schema()).collect();
+            let mut p = params(disk);
+            p["cap_bytes"] = 4096.into();
+            let merge = AppStage {
+                app: "fft",
+                disklet: "columns",
+                params: &p,
+                inputs: &schemas,
+                ports: 1,
+                scratch_bytes: SCRATCH,
+            };
+            let mut columns = build(&merge).unwrap();
+            for b in drive(columns.as_mut(), inputs.into_iter().rev().collect()) {
+                let (k, l) = (column(&b, "row"), column(&b, "col"));
+                let re = layout::column::<Float64Array>(&b, "re").unwrap();
+                let im = layout::column::<Float64Array>(&b, "im").unwrap();
+                for i in 0..b.num_rows() {
+                    let cell = &mut got[k.value(i) as usize][l.value(i) as usize];
+                    *cell = Complex64::new(re.value(i), im.value(i));
+                }
+            }
+        }
+        let want = fft2_plain(&generator.matrix().unwrap()).unwrap();
+        assert!(relative_error(&got, &want).unwrap() < 1e-12);
+    }
+
+    #[test]
+    fn bad_parameters_and_inputs_are_refused() {
+        let schemas = [elements_schema()];
+        let ok = serde_json::json!({"rows": 4, "cols": 4, "disks": 2, "disk": 0,
+            "cap_bytes": 4096, "segment_values": 4, "batch_bytes": 1024});
+        assert!(build(&stage("rows", &ok, &schemas)).is_ok());
+        for (key, value) in [("rows", 0), ("cols", 0), ("disks", 0), ("cap_bytes", 8)] {
+            let mut bad = ok.clone();
+            bad[key] = value.into();
+            let name = if key == "cap_bytes" { "runs" } else { "rows" };
+            let inputs = if name == "runs" {
+                [pieces_schema()]
+            } else {
+                [elements_schema()]
+            };
+            assert!(build(&stage(name, &bad, &inputs)).is_err(), "{key}");
+        }
+        assert!(build(&stage("nope", &ok, &schemas)).is_err());
+        assert!(
+            build(&stage("runs", &ok, &schemas)).is_err(),
+            "elements are not pieces"
+        );
+        // Rows must arrive whole, columns ascending.
+        let mut rows = build(&stage("rows", &ok, &schemas)).unwrap();
+        let mut e = ElementRows::new(None);
+        e.push(0, 1, Complex64::default());
+        let b = e.take().unwrap();
+        let buffer = InputBuffer {
+            batch: &b,
+            position: 0,
+            input: 0,
+        };
+        assert!(rows.process(&buffer, &mut Emitter::new(1)).is_err());
+    }
+}
