@@ -79,7 +79,7 @@ pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// The applications `adisk app` runs.
 pub const APPS: &[&str] = &[
-    "sort", "join", "conv", "earth", "cluster", "datacube", "dmine",
+    "sort", "join", "conv", "earth", "cluster", "datacube", "dmine", "fft",
 ];
 
 /// The applications' native disklets, registered with each disk's DiskOS.
@@ -89,6 +89,7 @@ impl AppDisklets for Disklets {
     fn build(&self, stage: AppStage<'_>) -> adisk_diskos::Result<Box<dyn Disklet>> {
         match stage.app {
             "sort" => sort::disklets::build(&stage),
+            "fft" => fft::disklets::build(&stage),
             "dmine" => dmine::disklets::build(&stage),
             "join" => join::disklets::build(&stage),
             "conv" => conv::disklets::build(&stage),

@@ -12,6 +12,10 @@ pub enum AppCommand {
     /// to disk into sorted runs within each disk's memory, merge the runs at each disk; then
     /// the valsort-style check of the output.
     Sort(SortArgs),
+    /// Out-of-core 2-D FFT (chiu §4.4): rows (BLOCK, *) over the disks, row FFTs at the disks,
+    /// a transpose by disk-to-disk exchange into runs on each disk, merged into whole columns
+    /// and FFT'd there; then the check against the single-node oracle.
+    Fft(FftArgs),
     /// Frequent itemsets (uysal §5, chiu §4.2): count distribution for passes 1–2 (each disk
     /// counts, the host sums), then eclat (frequent pairs' tid-lists repartitioned disk to disk
     /// by equivalence class and mined locally), count distribution or hybrid distribution;
@@ -211,6 +215,31 @@ pub struct DmineArgs {
     no_oracle: bool,
 }
 
+/// `adisk app fft`.
+#[derive(Args, Debug)]
+pub struct FftArgs {
+    #[command(flatten)]
+    common: Common,
+    /// Input matrix table (`adisk load fft`).
+    #[arg(long, default_value = "fft")]
+    table: String,
+    /// Output table (X; partition d at disk d holds the d-th block of columns).
+    #[arg(long, default_value = "fft_out")]
+    output: String,
+    /// Seed the input was loaded with (the check regenerates the matrix from it).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Bytes a disk buffers before writing a run, KiB (default: 1/16 of the smallest disk's memory).
+    #[arg(long)]
+    cap_kib: Option<u64>,
+    /// Stream buffer of the active jobs, KiB (default: 16, more for wide rows).
+    #[arg(long)]
+    buffer_kib: Option<u64>,
+    /// Most values of one column segment in a run.
+    #[arg(long, default_value_t = 256)]
+    segment_values: u64,
+}
+
 /// The applications' input generators.
 #[derive(Subcommand, Debug)]
 pub enum AppLoad {
@@ -264,6 +293,22 @@ pub enum AppLoad {
         items: u32,
         /// Table.
         #[arg(long, default_value = "dmine")]
+        table: String,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// A complex rows x cols matrix (three planted tones plus noise), rows (BLOCK, *) over the
+    /// disks, one element per row: row, col (UInt32), re, im (Float64).
+    Fft {
+        /// Rows of the matrix.
+        #[arg(long)]
+        rows: u64,
+        /// Columns of the matrix.
+        #[arg(long)]
+        cols: u64,
+        /// Table.
+        #[arg(long, default_value = "fft")]
         table: String,
         /// Seed.
         #[arg(long, default_value_t = 1)]
@@ -462,6 +507,21 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
                 oracle: !a.no_oracle,
             };
             let report = adisk_apps::dmine::run(&cluster, &params)
+                .await
+                .map_err(app_err)?;
+            (report, a.common.format)
+        }
+        AppCommand::Fft(a) => {
+            let params = adisk_apps::fft::FftParams {
+                input: a.table,
+                output: a.output,
+                mode: mode(&a.common)?,
+                seed: a.seed,
+                cap_bytes: a.cap_kib.map(|k| k * 1024),
+                buffer_kib: a.buffer_kib,
+                segment_values: a.segment_values,
+            };
+            let report = adisk_apps::fft::run(&cluster, &params)
                 .await
                 .map_err(app_err)?;
             (report, a.common.format)
@@ -683,6 +743,22 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
                     .map_err(app_err)?;
             bar.finish_and_clear();
             println!("loaded {transactions} transactions ({stored} items) into `{table}`");
+        }
+        AppLoad::Fft {
+            rows,
+            cols,
+            table,
+            seed,
+        } => {
+            let bar = progress(rows.saturating_mul(cols), &format!("generating {table}"));
+            let b = bar.clone();
+            let bytes = adisk_apps::fft::load(&cluster, &table, rows, cols, seed, move |n| {
+                b.set_position(n)
+            })
+            .await
+            .map_err(app_err)?;
+            bar.finish_and_clear();
+            println!("loaded a {rows} x {cols} complex matrix ({bytes} bytes) into `{table}`");
         }
         AppLoad::Join {
             rows,

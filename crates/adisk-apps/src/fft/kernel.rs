@@ -817,6 +817,17 @@ impl Run {
         self.segments().collect()
     }
 
+    /// An owning iterator over the segments (as [`Run::segments`]), for a driver that hands a
+    /// run out over several calls; the run's memory is freed when the cursor is dropped.
+    pub fn into_cursor(self) -> RunCursor {
+        let col = self.pieces.iter().map(|p| p.col_start).min();
+        RunCursor {
+            run: self,
+            col,
+            next_piece: 0,
+        }
+    }
+
     /// The smallest covered column above `col`.
     fn next_col(&self, col: u64) -> Option<u64> {
         let candidates = self
@@ -839,44 +850,69 @@ impl Iterator for RunSegments<'_> {
     type Item = Segment;
 
     fn next(&mut self) -> Option<Segment> {
-        loop {
-            let col = self.col?;
-            if let Some(seg) = self.scan_column(col) {
-                return Some(seg);
-            }
-            self.col = self.run.next_col(col);
-            self.next_piece = 0;
-        }
+        next_segment(self.run, &mut self.col, &mut self.next_piece)
     }
 }
 
-impl RunSegments<'_> {
-    /// The next segment of column `col` from `next_piece` on, or `None` when the column is done.
-    fn scan_column(&mut self, col: u64) -> Option<Segment> {
-        let mut seg: Option<Segment> = None;
-        while let Some(p) = self.run.pieces.get(self.next_piece) {
-            if p.cols().contains(&col) {
-                let v = p.values[(col - p.col_start) as usize];
-                match seg.as_mut() {
-                    None => {
-                        seg = Some(Segment {
-                            col,
-                            row_start: p.row,
-                            values: vec![v],
-                        })
-                    }
-                    Some(s)
-                        if s.end_row() == p.row && s.values.len() < self.run.max_segment_values =>
-                    {
-                        s.values.push(v)
-                    }
-                    Some(_) => return seg,
-                }
-            }
-            self.next_piece += 1;
-        }
-        seg
+/// Owning iterator over a run's segments (see [`Run::into_cursor`]).
+#[derive(Debug)]
+pub struct RunCursor {
+    run: Run,
+    col: Option<u64>,
+    next_piece: usize,
+}
+
+impl RunCursor {
+    /// Bytes held (the whole run, until the cursor is dropped).
+    pub fn byte_size(&self) -> usize {
+        self.run.byte_size()
     }
+}
+
+impl Iterator for RunCursor {
+    type Item = Segment;
+
+    fn next(&mut self) -> Option<Segment> {
+        next_segment(&self.run, &mut self.col, &mut self.next_piece)
+    }
+}
+
+/// The next segment of `run` from the cursor `(col, next_piece)` on.
+fn next_segment(run: &Run, col: &mut Option<u64>, next_piece: &mut usize) -> Option<Segment> {
+    loop {
+        let c = (*col)?;
+        if let Some(seg) = scan_column(run, c, next_piece) {
+            return Some(seg);
+        }
+        *col = run.next_col(c);
+        *next_piece = 0;
+    }
+}
+
+/// The next segment of column `col` from piece `next_piece` on, or `None` when the column is
+/// done.
+fn scan_column(run: &Run, col: u64, next_piece: &mut usize) -> Option<Segment> {
+    let mut seg: Option<Segment> = None;
+    while let Some(p) = run.pieces.get(*next_piece) {
+        if p.cols().contains(&col) {
+            let v = p.values[(col - p.col_start) as usize];
+            match seg.as_mut() {
+                None => {
+                    seg = Some(Segment {
+                        col,
+                        row_start: p.row,
+                        values: vec![v],
+                    })
+                }
+                Some(s) if s.end_row() == p.row && s.values.len() < run.max_segment_values => {
+                    s.values.push(v)
+                }
+                Some(_) => return seg,
+            }
+        }
+        *next_piece += 1;
+    }
+    seg
 }
 
 // ---------------------------------------------------------------------------------------------

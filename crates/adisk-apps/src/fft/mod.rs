@@ -1,3 +1,800 @@
-//! `fft`: out-of-core 2-D FFT on the disks (chiu §4.4). The kernel is plain Rust; the disk-side
-//! adapters and host orchestration come next.
+//! `fft`: the out-of-core 2-D FFT of chiu §4.4 on the disks, and its conventional baseline.
+//!
+//! ```text
+//!  pass 1  every disk d: scan its rows (BLOCK, *) ─► fft.rows (row FFT, cut into p pieces)
+//!          ─► exchange by `target` (range route: piece j to disk j) ─► disk j's pipe (p senders)
+//!          ─► fft.runs (pieces buffered up to cap_bytes, re-ordered column-major)
+//!          ─► split result `OUT_runs` (one partition per run, on disk j itself)
+//!  pass 2  every disk j: its k runs (k table inputs) ─► fft.columns (k-way merge into whole
+//!          columns l ∈ block j, FFT of each) ─► split result `OUT`, partition j (X[·][l])
+//!  check   host: the output against fft2_plain of the generator's matrix; the planted peaks
+//! ```
+//!
+//! Conventional: the host reads every element, runs `fft2_plain` in its memory and writes
+//! `X` back to the disks in the same layout (partition j = the columns of block j), then the
+//! same check.
+pub mod disklets;
 pub mod kernel;
+pub mod layout;
+
+use crate::report::{Phase, Report};
+use crate::{AppError, Mode, Result};
+use adisk_core::protocol::{
+    DiskletSpec, JobSpec, Output, Port, Route, Sink, Source, Stage, StoredStream,
+};
+use adisk_host::Cluster;
+use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use arrow::array::{Float64Array, RecordBatch, UInt32Array};
+use datafusion::common::ScalarValue;
+use datafusion::prelude::{col, lit};
+use kernel::{FftError, GenParams, Generator, TransposePlan, block_range};
+use layout::ElementRows;
+use rustfft::num_complex::Complex64;
+use std::time::Instant;
+
+/// Parameters of an FFT run.
+#[derive(Clone, Debug)]
+pub struct FftParams {
+    /// Input matrix table (`adisk load fft`).
+    pub input: String,
+    /// Output table (`X`, partition j at disk j holds the columns of block j).
+    pub output: String,
+    /// Active or conventional.
+    pub mode: Mode,
+    /// Seed the input was generated with (the oracle regenerates the matrix from it).
+    pub seed: u64,
+    /// Bytes a disk buffers before writing a run (active; `None`: 1/16 of the smallest disk's
+    /// memory).
+    pub cap_bytes: Option<u64>,
+    /// Stream buffer of the active jobs, KiB (`None`: 16 KiB, or larger for wide rows).
+    pub buffer_kib: Option<u64>,
+    /// Most values of one column segment in a run.
+    pub segment_values: u64,
+}
+
+/// Largest matrix the host validates against the in-memory oracle (elements).
+pub const MAX_CHECKED_ELEMENTS: u64 = 1 << 24;
+
+const PROGRAM: &str = "app-fft";
+
+fn app(disklet: &str, params: serde_json::Value) -> DiskletSpec {
+    DiskletSpec::App {
+        app: "fft".into(),
+        name: disklet.into(),
+        params,
+        inputs: 1,
+        ports: 1,
+    }
+}
+
+fn runs_table(output: &str) -> String {
+    format!("{output}_runs")
+}
+
+fn fft_err(e: FftError) -> AppError {
+    AppError::Invalid(format!("fft: {e}"))
+}
+
+/// The input matrix: its shape (from the partitions' integer bounds) and where it lives.
+#[derive(Clone, Debug)]
+struct Input {
+    rows: u64,
+    cols: u64,
+    disks: Vec<u32>,
+}
+
+/// Runs the 2-D FFT, then validates its output against the single-node oracle.
+///
+/// # Errors
+/// Missing or malformed input, parameters out of range (a grant too small for one column or
+/// one row's piece), any disk failing (partial output and runs are dropped).
+pub async fn run(cluster: &Cluster, params: &FftParams) -> Result<Report> {
+    adisk_storage::store::validate_table_name(&params.output)
+        .map_err(adisk_host::HostError::from)?;
+    if params.output == params.input {
+        return Err(AppError::Invalid(
+            "the output table must differ from the input".into(),
+        ));
+    }
+    let input = input(cluster, &params.input).await?;
+    let mut report = Report {
+        app: "fft".into(),
+        mode: params.mode.to_string(),
+        ..Default::default()
+    };
+    let _ = cluster.drop_table(&params.output).await;
+    let started = Instant::now();
+    let outcome = match params.mode {
+        Mode::Active => active(cluster, params, &input, &mut report).await,
+        Mode::Conventional => conventional(cluster, params, &input, &mut report).await,
+    };
+    let _ = cluster.drop_table(&runs_table(&params.output)).await;
+    let extra = match outcome {
+        Ok(extra) => extra,
+        Err(e) => {
+            let _ = cluster.drop_table(&params.output).await;
+            return Err(e);
+        }
+    };
+    report.seconds = started.elapsed().as_secs_f64();
+    report.result = validation(cluster, params, &input, extra).await?;
+    Ok(report)
+}
+
+/// The input's shape and disks, checked to be a whole `rows × cols` matrix table.
+async fn input(cluster: &Cluster, table: &str) -> Result<Input> {
+    let catalog = cluster.catalog().await?;
+    let missing = |hint: &str| AppError::InputMissing {
+        table: table.into(),
+        hint: hint.into(),
+    };
+    let entry = catalog
+        .tables
+        .get(table)
+        .ok_or_else(|| missing("adisk load fft --rows N --cols M"))?;
+    layout::check_columns(&entry.schema, "input", &layout::element_columns()).map_err(|_| {
+        AppError::Invalid(format!(
+            "`{table}` is not a matrix table: the fft's input has columns row UInt32, col UInt32, re Float64, im Float64 (adisk load fft)"
+        ))
+    })?;
+    let index = |name: &str| entry.schema.index_of(name).unwrap_or(0);
+    let (ri, ci) = (index("row"), index("col"));
+    let (mut rows, mut cols) = (0u64, 0u64);
+    for (_, p) in entry.placements.iter().filter(|(_, p)| p.rows > 0) {
+        let hi = |i: usize| p.bounds.get(i).copied().flatten().map(|[_, hi]| hi);
+        let (Some(r), Some(c)) = (hi(ri), hi(ci)) else {
+            return Err(AppError::Invalid(format!(
+                "`{table}` has partitions without row/col bounds: load it again with adisk load fft"
+            )));
+        };
+        rows = rows.max(r as u64 + 1);
+        cols = cols.max(c as u64 + 1);
+    }
+    let elements = entry.rows();
+    if elements == 0 {
+        return Err(missing("the table holds no elements"));
+    }
+    if rows.checked_mul(cols) != Some(elements) {
+        return Err(AppError::Invalid(format!(
+            "`{table}` holds {elements} elements, not a whole {rows} x {cols} matrix (each row must have every column)"
+        )));
+    }
+    Ok(Input {
+        rows,
+        cols,
+        disks: entry.disks(),
+    })
+}
+
+/// The smallest memory budget among the cluster's disks, and the most buffers per stream.
+async fn smallest_memory(cluster: &Cluster) -> Result<(u64, u64)> {
+    let (mut smallest, mut buffers) = (u64::MAX, 1u64);
+    for (d, s) in cluster.status().await.iter().enumerate() {
+        let s = s
+            .as_ref()
+            .map_err(|e| AppError::Invalid(format!("disk {d}: {e}")))?;
+        smallest = smallest.min(s.memory_bytes);
+        buffers = buffers.max(u64::from(s.buffers_per_stream));
+    }
+    Ok((smallest, buffers))
+}
+
+/// The sizes of the active jobs.
+#[derive(Clone, Debug)]
+struct Plan {
+    disks: usize,
+    buffer_bytes: u64,
+    batch_bytes: u64,
+    cap_bytes: u64,
+    segment_values: u64,
+}
+
+impl Plan {
+    fn new(
+        params: &FftParams,
+        input: &Input,
+        disks: usize,
+        (memory, buffers_per_stream): (u64, u64),
+    ) -> Result<Self> {
+        let widest = input.cols.div_ceil(disks as u64);
+        let piece = 16 * widest + 128;
+        let buffer_bytes = match params.buffer_kib {
+            Some(k) if !(16..=16384).contains(&k) => {
+                return Err(AppError::Invalid(format!(
+                    "--buffer-kib {k}: a stream buffer is 16 to 16384 KiB"
+                )));
+            }
+            Some(k) => k * 1024,
+            None => (2 * piece).next_power_of_two().clamp(16 << 10, 16 << 20),
+        };
+        if 2 * piece > buffer_bytes {
+            return Err(AppError::Invalid(format!(
+                "a row's piece of {piece} bytes (columns / disks = {widest}) needs buffers of at least {} KiB",
+                (2 * piece).div_ceil(1024)
+            )));
+        }
+        let batch_bytes = buffer_bytes / 2;
+        let segment_values = params.segment_values.clamp(1, (batch_bytes / 2 - 64) / 16);
+        let mut plan = Plan {
+            disks,
+            buffer_bytes,
+            batch_bytes,
+            cap_bytes: 0,
+            segment_values,
+        };
+        plan.cap_bytes = match params.cap_bytes {
+            Some(c) => c,
+            None => plan.balanced_cap(input, memory, buffers_per_stream + 2),
+        };
+        let cap_bytes = plan.cap_bytes;
+        for d in 0..disks {
+            TransposePlan::new(
+                input.rows,
+                plan.cols_of(input, d)?,
+                cap_bytes as usize,
+                segment_values as usize,
+            )
+            .map_err(|e| {
+                AppError::Invalid(format!(
+                    "the run buffer (--cap-kib) is too small for one column of {} values plus two segments: {e}",
+                    input.rows
+                ))
+            })?;
+        }
+        Ok(plan)
+    }
+
+    /// The run buffer that makes the two passes' grants about equal (the larger cap, the
+    /// larger pass 1's scratch, but the fewer runs pass 2 merges, each a stream of `slots`
+    /// buffers): the best of the caps from one column's merge up to a quarter of `memory`.
+    fn balanced_cap(&self, input: &Input, memory: u64, slots: u64) -> u64 {
+        let slot = self.buffer_bytes + 1024;
+        let piece = 16 * input.cols.div_ceil(self.disks as u64) + 48;
+        let smallest = (17 * input.rows + 2 * (16 * self.segment_values + 64)).max(piece) + 1024;
+        let grants = |cap: u64| {
+            let runs = input.rows.div_ceil((cap / piece).max(1));
+            let one = 2 * (cap + piece + 4 * self.batch_bytes) + 8 * slots * slot;
+            let two = runs * (slots * slot + 2 * self.batch_bytes) + 16 * input.rows;
+            one.max(two)
+        };
+        let mut best = smallest;
+        let mut cap = smallest;
+        while cap <= (memory / 4).max(smallest) {
+            if grants(cap) < grants(best) {
+                best = cap;
+            }
+            cap += 16 * 1024;
+        }
+        best
+    }
+
+    fn cols_of(&self, input: &Input, disk: usize) -> Result<std::ops::Range<u64>> {
+        block_range(input.cols, self.disks, disk).map_err(fft_err)
+    }
+
+    /// Parameters shared by every disklet.
+    fn params(&self, input: &Input, disk: usize) -> serde_json::Value {
+        serde_json::json!({
+            "rows": input.rows,
+            "cols": input.cols,
+            "disks": self.disks,
+            "disk": disk,
+            "cap_bytes": self.cap_bytes,
+            "segment_values": self.segment_values,
+            "batch_bytes": self.batch_bytes,
+        })
+    }
+
+    /// Scratch of each stage of pass 1 (every stage gets the same): the larger of `rows`' (a
+    /// row, its FFT, pieces built and waiting) and `runs`' (the run buffer, a piece, an input
+    /// buffer's pieces waiting, segments being emitted), as the disklets check them.
+    fn pass_one_scratch(&self, input: &Input) -> u64 {
+        let rows = 5 * 16 * input.cols + 4 * self.batch_bytes;
+        let runs = self.cap_bytes + self.piece_bytes(input) + 4 * self.batch_bytes;
+        rows.max(runs) + 4096
+    }
+
+    /// Extra scratch per stage (KiB) so that the grant covers the pipe's senders: DiskOS grants
+    /// a pipe input `capacity + 2` buffers, but each sender's `DoPut` may hold a whole message
+    /// (up to `MAX_MESSAGE_BUFFERS` buffers, charged to the job) while it waits for room in
+    /// the inbox, so `senders` of them may hold that many at once. Likewise the split result's
+    /// writer holds its row group in progress (at least 1024 rows, with its encoders), charged
+    /// to the job but not counted in the grant: four buffers.
+    fn inbox_pad(&self, senders: usize, stages: usize) -> u64 {
+        let buffer = self.buffer_bytes + 1024;
+        let message = adisk_diskos::exchange::MAX_MESSAGE_BUFFERS * buffer;
+        (senders as u64 * message + 4 * buffer).div_ceil(1024 * stages.max(1) as u64)
+    }
+
+    /// Bytes of one row's piece (the widest block of columns).
+    fn piece_bytes(&self, input: &Input) -> u64 {
+        16 * input.cols.div_ceil(self.disks as u64) + 128
+    }
+
+    /// The run buffer of pass 2's merge of `runs` runs: one column plus a head per run (and a
+    /// piece, which the plan checks for).
+    fn merge_cap(&self, input: &Input, runs: usize) -> u64 {
+        let head = 16 * self.segment_values + 64;
+        let column = 17 * input.rows;
+        (column + runs.max(2) as u64 * head).max(self.piece_bytes(input))
+    }
+
+    /// Scratch of pass 2's merge: its cap, an input buffer queued per run, the column's FFT,
+    /// its elements (as the disklet checks them).
+    fn pass_two_scratch(&self, input: &Input, runs: usize) -> u64 {
+        let cap = self.merge_cap(input, runs);
+        let column = 16 * input.rows;
+        cap + runs as u64 * 2 * self.batch_bytes + 4 * column + 4 * self.batch_bytes + 4096
+    }
+}
+
+async fn active(
+    cluster: &Cluster,
+    params: &FftParams,
+    input: &Input,
+    report: &mut Report,
+) -> Result<serde_json::Value> {
+    let disks = cluster.disk_count() as usize;
+    let memory = smallest_memory(cluster).await?;
+    let plan = Plan::new(params, input, disks, memory)?;
+    let t = Instant::now();
+    let stats = pass_one(cluster, params, input, &plan).await?;
+    report.phase("pass 1: row FFT + exchange + runs", t.elapsed(), stats);
+    let t = Instant::now();
+    let (stats, runs) = pass_two(cluster, params, input, &plan).await?;
+    report.phase("pass 2: merge + column FFT", t.elapsed(), stats);
+    Ok(serde_json::json!({
+        "runs_per_disk": runs,
+        "cap_bytes": plan.cap_bytes,
+        "buffer_bytes": plan.buffer_bytes,
+        "segment_values": plan.segment_values,
+    }))
+}
+
+/// The exchange's route: piece `target = j` to disk j.
+fn route(disks: usize) -> Result<Route> {
+    if disks == 1 {
+        return Ok(Route::Broadcast);
+    }
+    let bounds = (0..disks as u32 - 1)
+        .map(|b| encode_expr(&lit(ScalarValue::UInt32(Some(b)))))
+        .collect::<adisk_host::Result<Vec<_>>>()?;
+    Ok(Route::Range {
+        key: encode_expr(&col("target"))?,
+        bounds,
+    })
+}
+
+/// Pass 1: every disk FFTs its rows and sends each row's column blocks to their disks; every
+/// disk forms runs of what it receives, each written to its own partition of the runs table.
+async fn pass_one(
+    cluster: &Cluster,
+    params: &FftParams,
+    input: &Input,
+    plan: &Plan,
+) -> Result<Vec<adisk_core::stats::DiskJobStats>> {
+    let targets: Vec<String> = (0..plan.disks as u32)
+        .map(|d| cluster.address(d).to_string())
+        .collect();
+    let exchange_id = new_id("fft-x");
+    let route = route(plan.disks)?;
+    let max = adisk_core::graph::MAX_SPLIT_PARTITIONS;
+    let scratch_kib = plan.pass_one_scratch(input).div_ceil(1024);
+    let mut specs = Vec::new();
+    for d in 0..plan.disks as u32 {
+        let disklet_params = plan.params(input, d as usize);
+        let mut inputs = vec![Source::Pipe {
+            exchange_id: exchange_id.clone(),
+            senders: input.disks.len() as u32,
+            schema: layout::pieces_schema().as_ref().clone(),
+        }];
+        let mut stages = vec![Stage {
+            disklet: app("runs", disklet_params.clone()),
+            inputs: vec![Port::Input(0)],
+        }];
+        let mut outputs = vec![Output {
+            from: Port::Stage { stage: 0, port: 0 },
+            sink: Sink::Store {
+                stream: StoredStream::Split {
+                    name: runs_table(&params.output),
+                    first_partition: d * max,
+                    by: "run".into(),
+                    max_partitions: max,
+                },
+            },
+        }];
+        if let Some(sender) = input.disks.iter().position(|x| *x == d) {
+            inputs.push(Source::Table {
+                table: params.input.clone(),
+                columns: ["row", "col", "re", "im"].map(String::from).to_vec(),
+                prune: None,
+                partitions: None,
+            });
+            stages.push(Stage {
+                disklet: app("rows", disklet_params),
+                inputs: vec![Port::Input(1)],
+            });
+            outputs.push(Output {
+                from: Port::Stage { stage: 1, port: 0 },
+                sink: Sink::Exchange {
+                    exchange_id: exchange_id.clone(),
+                    targets: targets.clone(),
+                    sender: sender as u32,
+                    route: route.clone(),
+                    relay: None,
+                    target_relays: vec![],
+                },
+            });
+        }
+        let scratch_kib = scratch_kib + plan.inbox_pad(input.disks.len(), stages.len());
+        let spec = JobSpec {
+            job_id: new_id("fft-pass1"),
+            program: PROGRAM.into(),
+            inputs,
+            stages,
+            outputs,
+            scratch_kib: 0,
+            buffer_kib: 0,
+            temp_kib: 0,
+        };
+        let sizes = Sizes {
+            scratch_kib,
+            buffer_kib: plan.buffer_bytes / 1024,
+            temp_kib: 0,
+        };
+        specs.push((d, sized(spec, sizes)));
+    }
+    Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
+}
+
+/// Pass 2: every disk merges its runs into whole columns, FFTs them and writes partition j of
+/// the output. Returns the statistics and the runs per disk.
+async fn pass_two(
+    cluster: &Cluster,
+    params: &FftParams,
+    input: &Input,
+    plan: &Plan,
+) -> Result<(Vec<adisk_core::stats::DiskJobStats>, Vec<usize>)> {
+    let catalog = cluster.catalog().await?;
+    let runs_name = runs_table(&params.output);
+    let mut per_disk: Vec<Vec<u32>> = vec![Vec::new(); plan.disks];
+    if let Some(runs) = catalog.tables.get(&runs_name) {
+        for (d, p) in &runs.placements {
+            if let Some(v) = per_disk.get_mut(*d as usize) {
+                v.push(p.partition);
+            }
+        }
+    }
+    let limit = adisk_core::protocol::MAX_JOB_GRAPH_NODES - 2;
+    let mut specs = Vec::new();
+    for (d, parts) in per_disk.iter_mut().enumerate() {
+        parts.sort_unstable();
+        if plan.cols_of(input, d)?.is_empty() {
+            continue;
+        }
+        let k = parts.len();
+        if k == 0 || k > limit {
+            return Err(AppError::Invalid(format!(
+                "disk {d} formed {k} runs; one merge pass takes 1 to {limit}: raise --cap-kib"
+            )));
+        }
+        let mut disklet_params = plan.params(input, d);
+        disklet_params["cap_bytes"] = plan.merge_cap(input, k).into();
+        let spec = JobSpec {
+            job_id: new_id("fft-pass2"),
+            program: PROGRAM.into(),
+            inputs: parts
+                .iter()
+                .map(|p| Source::Table {
+                    table: runs_name.clone(),
+                    columns: vec![],
+                    prune: None,
+                    partitions: Some(vec![*p]),
+                })
+                .collect(),
+            stages: vec![Stage {
+                disklet: DiskletSpec::App {
+                    app: "fft".into(),
+                    name: "columns".into(),
+                    params: disklet_params,
+                    inputs: k as u32,
+                    ports: 1,
+                },
+                inputs: (0..k as u32).map(Port::Input).collect(),
+            }],
+            outputs: vec![Output {
+                from: Port::Stage { stage: 0, port: 0 },
+                sink: Sink::Store {
+                    stream: StoredStream::Split {
+                        name: params.output.clone(),
+                        first_partition: d as u32,
+                        by: "part".into(),
+                        max_partitions: 1,
+                    },
+                },
+            }],
+            scratch_kib: 0,
+            buffer_kib: 0,
+            temp_kib: 0,
+        };
+        let sizes = Sizes {
+            scratch_kib: plan.pass_two_scratch(input, k).div_ceil(1024),
+            buffer_kib: plan.buffer_bytes / 1024,
+            temp_kib: 0,
+        };
+        specs.push((d as u32, sized(spec, sizes)));
+    }
+    let stats = run_phase(cluster, specs, |_, _| Ok(())).await?;
+    Ok((stats, per_disk.iter().map(Vec::len).collect()))
+}
+
+/// Reads every element of `table` at the host into a `rows × cols` matrix (each exactly once).
+async fn read_matrix(
+    cluster: &Cluster,
+    table: &str,
+    rows: u64,
+    cols: u64,
+) -> Result<(Vec<Vec<Complex64>>, Vec<adisk_core::stats::DiskJobStats>)> {
+    let catalog = cluster.catalog().await?;
+    let disks = catalog
+        .tables
+        .get(table)
+        .map(|e| e.disks())
+        .unwrap_or_default();
+    let specs = disks
+        .iter()
+        .map(|d| {
+            let spec = JobSpec::chain(
+                new_id("fft-read"),
+                PROGRAM,
+                Source::Table {
+                    table: table.into(),
+                    columns: ["row", "col", "re", "im"].map(String::from).to_vec(),
+                    prune: None,
+                    partitions: None,
+                },
+                vec![],
+                Sink::Host,
+            );
+            (*d, spec)
+        })
+        .collect();
+    let mut matrix = vec![vec![Complex64::default(); cols as usize]; rows as usize];
+    let mut seen = 0u64;
+    let stats = run_phase(cluster, specs, |_, b| {
+        seen += place(&mut matrix, &b).map_err(adisk_host::HostError::Invalid)?;
+        Ok(())
+    })
+    .await?;
+    if seen != rows * cols {
+        return Err(AppError::Invalid(format!(
+            "`{table}` holds {seen} elements, expected {}",
+            rows * cols
+        )));
+    }
+    Ok((matrix, stats))
+}
+
+/// Places a batch of elements into `matrix`; returns how many.
+fn place(matrix: &mut [Vec<Complex64>], b: &RecordBatch) -> Result<u64, String> {
+    let get = |name: &str| b.column_by_name(name).map(|c| c.as_any());
+    let row = get("row").and_then(|c| c.downcast_ref::<UInt32Array>());
+    let col = get("col").and_then(|c| c.downcast_ref::<UInt32Array>());
+    let re = get("re").and_then(|c| c.downcast_ref::<Float64Array>());
+    let im = get("im").and_then(|c| c.downcast_ref::<Float64Array>());
+    let (Some(row), Some(col), Some(re), Some(im)) = (row, col, re, im) else {
+        return Err("not a matrix stream".into());
+    };
+    for i in 0..b.num_rows() {
+        let (r, c) = (row.value(i) as usize, col.value(i) as usize);
+        let cell = matrix
+            .get_mut(r)
+            .and_then(|x| x.get_mut(c))
+            .ok_or_else(|| format!("element ({r}, {c}) outside the matrix"))?;
+        *cell = Complex64::new(re.value(i), im.value(i));
+    }
+    Ok(b.num_rows() as u64)
+}
+
+/// Conventional: the host reads the matrix, transforms it in memory (the same kernel) and
+/// writes `X` back, partition j holding the columns of block j.
+async fn conventional(
+    cluster: &Cluster,
+    params: &FftParams,
+    input: &Input,
+    report: &mut Report,
+) -> Result<serde_json::Value> {
+    let t = Instant::now();
+    let (matrix, stats) = read_matrix(cluster, &params.input, input.rows, input.cols).await?;
+    report.phase("read at host", t.elapsed(), stats);
+    let t = Instant::now();
+    let x = std::sync::Arc::new(kernel::fft2_plain(&matrix).map_err(fft_err)?);
+    drop(matrix);
+    report.phase("fft2 at host", t.elapsed(), Vec::new());
+    let t = Instant::now();
+    let disks = cluster.disk_count() as usize;
+    let generators = (0..disks)
+        .map(|d| {
+            let cols = block_range(input.cols, disks, d).map_err(fft_err)?;
+            let x = x.clone();
+            Ok(Box::new(move |_| {
+                let batches = cols.flat_map(move |l| column_batches(&x, l));
+                Box::new(batches)
+                    as Box<dyn Iterator<Item = adisk_host::Result<RecordBatch>> + Send>
+            }) as adisk_host::load::DiskGenerator)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    adisk_host::load::load_generated(
+        cluster,
+        &params.output,
+        layout::elements_schema(),
+        generators,
+        |_| {},
+    )
+    .await?;
+    report.phases.push(Phase {
+        name: "write back by column blocks".into(),
+        seconds: t.elapsed().as_secs_f64(),
+        disks: Vec::new(),
+        host_sent_bytes: input.rows * input.cols * 24,
+    });
+    Ok(serde_json::json!({}))
+}
+
+/// Column `l` of `x` as element batches `(k, l, X[k][l])`.
+fn column_batches(x: &[Vec<Complex64>], l: u64) -> Vec<adisk_host::Result<RecordBatch>> {
+    let mut out = Vec::new();
+    let mut rows = ElementRows::new(None);
+    for (k, row) in x.iter().enumerate() {
+        rows.push(k as u32, l as u32, row[l as usize]);
+        if rows.len() == 8192 || k + 1 == x.len() {
+            out.push(
+                rows.take()
+                    .map_err(|e| adisk_host::HostError::Invalid(e.to_string())),
+            );
+        }
+    }
+    out
+}
+
+/// The validation: the output against `fft2_plain` of the generator's matrix (numpy's
+/// `fft2` convention), and the planted tones' peaks.
+async fn validation(
+    cluster: &Cluster,
+    params: &FftParams,
+    input: &Input,
+    extra: serde_json::Value,
+) -> Result<serde_json::Value> {
+    let (rows, cols) = (input.rows, input.cols);
+    let generator = Generator::new(GenParams {
+        rows,
+        cols,
+        seed: params.seed,
+    })
+    .map_err(fft_err)?;
+    let mut result = serde_json::json!({
+        "rows": rows,
+        "cols": cols,
+        "elements": rows * cols,
+        "matrix_bytes": rows * cols * 16,
+        "seed": params.seed,
+        "output": params.output,
+    });
+    if let serde_json::Value::Object(m) = extra {
+        result.as_object_mut().expect("object").extend(m);
+    }
+    if rows * cols > MAX_CHECKED_ELEMENTS {
+        result["valid"] = serde_json::Value::Null;
+        result["oracle"] = format!("skipped above {MAX_CHECKED_ELEMENTS} elements").into();
+        return Ok(result);
+    }
+    let (got, _) = read_matrix(cluster, &params.output, rows, cols).await?;
+    let oracle = kernel::fft2_plain(&generator.matrix().map_err(fft_err)?).map_err(fft_err)?;
+    let error = kernel::relative_error(&got, &oracle).map_err(fft_err)?;
+    let peaks: Vec<serde_json::Value> = generator
+        .tones()
+        .iter()
+        .map(|t| {
+            let (expected, found) = (
+                generator.expected_peak(t),
+                got[t.row_freq as usize][t.col_freq as usize],
+            );
+            serde_json::json!({
+                "k": t.row_freq,
+                "l": t.col_freq,
+                "expected": [expected.re, expected.im],
+                "found": [found.re, found.im],
+                "relative_difference": (found - expected).norm() / expected.norm(),
+            })
+        })
+        .collect();
+    let peaks_ok = peaks
+        .iter()
+        .all(|p| p["relative_difference"].as_f64().is_some_and(|d| d < 0.05));
+    result["oracle"] = format!(
+        "fft2_plain of the generator's matrix (seed {})",
+        params.seed
+    )
+    .into();
+    result["max_relative_error"] = error.into();
+    result["peaks"] = peaks.into();
+    result["valid"] = (error <= 1e-9 && peaks_ok).into();
+    Ok(result)
+}
+
+/// Generates the `rows × cols` matrix of `seed` into `table`: disk d gets the rows
+/// `block_range(rows, disks, d)`, element by element in row-major order, staged like any load.
+/// Returns the matrix's bytes (16 per element).
+///
+/// # Errors
+/// Zero or too large dimensions, a bad table name, a disk failing the load.
+pub async fn load(
+    cluster: &Cluster,
+    table: &str,
+    rows: u64,
+    cols: u64,
+    seed: u64,
+    progress: impl Fn(u64) + Send + Sync + 'static,
+) -> Result<u64> {
+    let generator = Generator::new(GenParams { rows, cols, seed })
+        .map_err(|e| AppError::Invalid(format!("--rows {rows} --cols {cols}: {e}")))?;
+    let disks = cluster.disk_count() as usize;
+    let generators = (0..disks)
+        .map(|d| {
+            let range = block_range(rows, disks, d).map_err(fft_err)?;
+            let generator = generator.clone();
+            Ok(Box::new(move |_| {
+                Box::new(RowBatches {
+                    generator,
+                    next: range.start,
+                    end: range.end,
+                    built: ElementRows::new(None),
+                })
+                    as Box<dyn Iterator<Item = adisk_host::Result<RecordBatch>> + Send>
+            }) as adisk_host::load::DiskGenerator)
+        })
+        .collect::<Result<Vec<_>>>()?;
+    adisk_host::load::load_generated(
+        cluster,
+        table,
+        layout::elements_schema(),
+        generators,
+        progress,
+    )
+    .await?;
+    Ok(rows * cols * 16)
+}
+
+/// Batches of about 8192 elements of the rows `next..end`, in row-major order.
+struct RowBatches {
+    generator: Generator,
+    next: u64,
+    end: u64,
+    built: ElementRows,
+}
+
+impl Iterator for RowBatches {
+    type Item = adisk_host::Result<RecordBatch>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.built.len() < 8192 && self.next < self.end {
+            let r = self.next;
+            self.next += 1;
+            let row = match self.generator.row(r) {
+                Ok(row) => row,
+                Err(e) => return Some(Err(adisk_host::HostError::Invalid(e.to_string()))),
+            };
+            for (c, v) in row.into_iter().enumerate() {
+                self.built.push(r as u32, c as u32, v);
+            }
+        }
+        if self.built.is_empty() {
+            return None;
+        }
+        Some(
+            self.built
+                .take()
+                .map_err(|e| adisk_host::HostError::Invalid(e.to_string())),
+        )
+    }
+}
