@@ -14,7 +14,7 @@ use std::path::Path;
 /// `adisk bench app`.
 #[derive(Args, Debug)]
 pub struct AppBenchArgs {
-    /// Application (sort, join, conv, earth, cluster, datacube, dmine) or `all`.
+    /// Application (sort, join, conv, earth, cluster, datacube, dmine, fft) or `all`.
     pub app: String,
     /// Disks.
     #[arg(long, default_value_t = 4)]
@@ -232,6 +232,12 @@ async fn load(cluster: &Cluster, app: &str, bytes: u64) -> Result<(), CliError> 
                 .await
                 .map(|_| ())
         }
+        "fft" => {
+            let cols = (bytes / 24 / 8192).div_ceil(64).max(1) * 64;
+            adisk_apps::fft::load(cluster, "fft", 8192, cols, 1, |_| {})
+                .await
+                .map(|_| ())
+        }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
     .map_err(err)
@@ -327,6 +333,18 @@ async fn run_app(cluster: &Cluster, app: &str, mode: Mode) -> Result<Report, Cli
                 oracle: false,
             };
             adisk_apps::dmine::run(cluster, &p).await
+        }
+        "fft" => {
+            let p = adisk_apps::fft::FftParams {
+                input: "fft".into(),
+                output: "fft_out".into(),
+                mode,
+                seed: 1,
+                cap_bytes: None,
+                buffer_kib: None,
+                segment_values: 256,
+            };
+            adisk_apps::fft::run(cluster, &p).await
         }
         other => Err(adisk_apps::AppError::UnknownApp(other.into())),
     }
