@@ -8,7 +8,8 @@
 //! The inbox belongs to the receiving job: senders wait until that job was admitted and claimed
 //! it ([`InboxTerms`]), then every buffer they queue is charged to the job's grant and is at most
 //! one of its stream buffers (larger messages are cut; far larger ones refused), so an inbox
-//! never holds more than its share of the grant: ([`ExchangeRegistry::capacity`] + 2) buffers.
+//! never holds more than its share of the grant: [`ExchangeRegistry::capacity`] buffers queued,
+//! plus one message of up to 2 buffers per sender waiting for room.
 use crate::memory::{Account, Held};
 use crate::stream::{Buffer, cut};
 use arrow::array::RecordBatch;

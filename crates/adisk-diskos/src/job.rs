@@ -981,8 +981,16 @@ impl DiskOs {
                         *partition,
                         pending.clone(),
                     );
+                    let account = account.clone();
                     tasks.push(tokio::task::spawn_blocking(move || {
-                        write_result(&store, &name, partition, schema, rx, &pending)
+                        write_result(
+                            &store,
+                            (&name, partition),
+                            schema,
+                            rx,
+                            &pending,
+                            (&account, buffer_bytes),
+                        )
                     }));
                 }
             }
@@ -1337,18 +1345,38 @@ fn job_grant(
         .iter()
         .map(|ports| emit_allowance(b, *ports))
         .sum();
-    let pipes = spec
+    // An inbox queues `inbox_messages` buffers, and each sender may hold one message of up
+    // to 2 buffers (charged) while it waits for room.
+    let inboxes = spec
         .inputs
         .iter()
-        .filter(|s| matches!(s, Source::Pipe { .. }))
-        .count() as u64;
-    let inboxes = pipes
-        .saturating_mul(sizes.inbox_messages as u64 + 2)
-        .saturating_mul(b);
+        .map(|s| match s {
+            Source::Pipe { senders, .. } => (sizes.inbox_messages as u64)
+                .saturating_add(2 * u64::from((*senders).max(1)))
+                .saturating_mul(b),
+            _ => 0,
+        })
+        .sum::<u64>();
+    // A stored output holds its row group in progress.
+    let stored = spec
+        .outputs
+        .iter()
+        .filter(|o| {
+            matches!(
+                o.sink,
+                Sink::Store {
+                    stream: StoredStream::Result { .. } | StoredStream::Split { .. }
+                }
+            )
+        })
+        .count() as u64
+        * STORE_BUFFERS
+        * b;
     buffers
         .saturating_add(scratch.iter().sum::<u64>())
         .saturating_add(outputs)
         .saturating_add(inboxes)
+        .saturating_add(stored)
 }
 
 /// Buffers of output a stage may hold per port between a call and forwarding, beyond what its
@@ -1525,26 +1553,76 @@ fn route_rows(
 }
 
 /// Writes a named-result partition through the storage layer's tmp path; the supervisor
-/// commits it (rename + manifest) only if the whole job succeeds.
+/// commits it (rename + manifest) only if the whole job succeeds. Its row group in progress is
+/// charged to the job and ended at [`STORE_BUFFERS`] buffers.
 fn write_result(
     store: &DiskStore,
-    name: &str,
-    partition: u32,
+    (name, partition): (&str, u32),
     schema: SchemaRef,
     mut rx: StreamRx,
     pending: &PendingResults,
+    (account, buffer_bytes): (&Arc<Account>, u64),
 ) -> Result<()> {
-    let mut writer = store.create_partition(
-        name,
-        partition,
-        schema,
-        adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
-    )?;
+    let rows = store_row_group_rows(&schema, buffer_bytes);
+    let writer = store.create_partition(name, partition, schema, rows)?;
+    let mut writer = ChargedWriter::new(writer, account, buffer_bytes);
     while let Some(buffer) = rx.blocking_recv() {
         writer.write(&buffer.batch)?;
     }
-    pending.lock().expect("pending lock").push(writer);
+    pending.lock().expect("pending lock").push(writer.finish()?);
     Ok(())
+}
+
+/// Buffers a stored output (named result, split result) may hold in its row group in
+/// progress; counted in the job's grant.
+pub const STORE_BUFFERS: u64 = 4;
+
+/// Rows per row group of a stored output: about [`STORE_BUFFERS`] buffers of rows.
+fn store_row_group_rows(schema: &arrow::datatypes::Schema, buffer_bytes: u64) -> usize {
+    (STORE_BUFFERS * buffer_bytes / estimated_row_bytes(schema).max(1)).max(1) as usize
+}
+
+/// A partition writer whose row group in progress is charged to the job's account, and
+/// ended when it reaches [`STORE_BUFFERS`] buffers (whatever the row count).
+struct ChargedWriter {
+    writer: PartitionWriter,
+    account: Arc<Account>,
+    charged: u64,
+    cap: u64,
+}
+
+impl ChargedWriter {
+    fn new(writer: PartitionWriter, account: &Arc<Account>, buffer_bytes: u64) -> Self {
+        ChargedWriter {
+            writer,
+            account: account.clone(),
+            charged: 0,
+            cap: STORE_BUFFERS.saturating_mul(buffer_bytes),
+        }
+    }
+
+    fn write(&mut self, batch: &RecordBatch) -> Result<()> {
+        self.writer.write(batch)?;
+        if self.writer.in_progress_bytes() >= self.cap {
+            self.writer.flush_row_group()?;
+        }
+        self.recharge();
+        Ok(())
+    }
+
+    fn recharge(&mut self) {
+        let now = self.writer.in_progress_bytes();
+        self.account.release(self.charged);
+        self.account.charge(now);
+        self.charged = now;
+    }
+
+    /// Ends the last row group (nothing stays in memory until the commit).
+    fn finish(mut self) -> Result<PartitionWriter> {
+        self.writer.flush_row_group()?;
+        self.account.release(self.charged);
+        Ok(self.writer)
+    }
 }
 
 /// A [`StoredStream::Split`] being written: a partition per value of `by`.
@@ -1560,9 +1638,9 @@ struct SplitWrite {
 }
 
 impl SplitWrite {
-    /// Writes every value's rows to its partition in row groups of about one stream buffer
-    /// (their encoding buffer is charged to the job while held); each partition is finished
-    /// when the value changes.
+    /// Writes every value's rows to its partition (row groups of at most [`STORE_BUFFERS`]
+    /// buffers, charged to the job while held); each partition is finished when the value
+    /// changes.
     fn run(self, schema: SchemaRef, mut rx: StreamRx) -> Result<()> {
         let bad = |m: String| DiskOsError::InvalidJob(format!("split result `{}`: {m}", self.name));
         let by = schema
@@ -1577,10 +1655,7 @@ impl SplitWrite {
                 .project(&kept_columns)
                 .map_err(|e| bad(e.to_string()))?,
         );
-        let row_bytes = estimated_row_bytes(&kept);
-        let rows_per_group = (self.buffer_bytes / row_bytes.max(1)).max(1) as usize;
-        let mut current: Option<(u32, PartitionWriter)> = None;
-        let mut charged = 0u64;
+        let mut current: Option<(u32, ChargedWriter)> = None;
         while let Some(buffer) = rx.blocking_recv() {
             let batch = &buffer.batch;
             let values = batch
@@ -1595,51 +1670,56 @@ impl SplitWrite {
                     .find(|&i| values.value(i) != v)
                     .unwrap_or(batch.num_rows());
                 if current.as_ref().is_none_or(|(c, _)| *c != v) {
-                    if let Some((c, _)) = &current
-                        && v < *c
-                    {
-                        return Err(bad(format!("`{}` went down from {c} to {v}", self.by)));
-                    }
-                    if v >= self.max {
-                        return Err(bad(format!(
-                            "value {v} of `{}` is past the {} partitions the job allows",
-                            self.by, self.max
-                        )));
-                    }
+                    self.check_value(current.as_ref().map(|(c, _)| *c), v)
+                        .map_err(bad)?;
                     if let Some((_, w)) = current.take() {
-                        self.keep(w);
+                        self.keep(w)?;
                     }
-                    let w = self.store.create_partition(
-                        &self.name,
-                        self.first + v,
-                        kept.clone(),
-                        rows_per_group,
-                    )?;
-                    current = Some((v, w));
+                    current = Some((v, self.open(v, &kept)?));
                 }
                 let rows = batch
                     .slice(start, end - start)
                     .project(&kept_columns)
                     .map_err(|e| bad(e.to_string()))?;
-                let writer = &mut current.as_mut().expect("opened above").1;
-                writer.write(&rows)?;
-                let now = writer.in_progress_bytes();
-                self.account.release(charged);
-                self.account.charge(now);
-                charged = now;
+                current.as_mut().expect("opened above").1.write(&rows)?;
                 start = end;
             }
         }
-        self.account.release(charged);
         if let Some((_, w)) = current {
-            self.keep(w);
+            self.keep(w)?;
         }
         Ok(())
     }
 
+    /// A value may follow the previous one if it is not smaller and within the partitions.
+    fn check_value(&self, previous: Option<u32>, v: u32) -> std::result::Result<(), String> {
+        if let Some(c) = previous
+            && v < c
+        {
+            return Err(format!("`{}` went down from {c} to {v}", self.by));
+        }
+        if v >= self.max {
+            return Err(format!(
+                "value {v} of `{}` is past the {} partitions the job allows",
+                self.by, self.max
+            ));
+        }
+        Ok(())
+    }
+
+    /// The partition of value `v`.
+    fn open(&self, v: u32, kept: &SchemaRef) -> Result<ChargedWriter> {
+        let rows = store_row_group_rows(kept, self.buffer_bytes);
+        let w = self
+            .store
+            .create_partition(&self.name, self.first + v, kept.clone(), rows)?;
+        Ok(ChargedWriter::new(w, &self.account, self.buffer_bytes))
+    }
+
     /// A finished partition, committed with the job.
-    fn keep(&self, w: PartitionWriter) {
-        self.pending.lock().expect("pending lock").push(w);
+    fn keep(&self, w: ChargedWriter) -> Result<()> {
+        self.pending.lock().expect("pending lock").push(w.finish()?);
+        Ok(())
     }
 }
 

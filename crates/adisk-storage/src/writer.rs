@@ -213,6 +213,21 @@ impl PartitionWriter {
             .unwrap_or(0)
     }
 
+    /// Ends the row group in progress (its rows are encoded and written to the file), so that
+    /// no more than one row group's rows are held in memory at once.
+    ///
+    /// # Errors
+    /// Encoding or I/O failures.
+    pub fn flush_row_group(&mut self) -> Result<()> {
+        let Some(w) = self.writer.as_mut() else {
+            return Ok(());
+        };
+        w.flush().map_err(|source| StorageError::Parquet {
+            context: format!("writing {}", self.tmp_path.display()),
+            source,
+        })
+    }
+
     /// Bytes written to the file so far (approximate until finish).
     pub fn bytes_written(&self) -> u64 {
         self.writer
