@@ -2071,7 +2071,21 @@ mod tests {
         let shape = adisk_core::graph::check(&spec).unwrap();
         assert_eq!(shape.streams, 3, "two inputs, one stage port");
         let b = 1000 + crate::stream::BUFFER_SLACK_BYTES;
-        let expected = 3 * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2) * b;
+        // The inbox: 2 queued messages, and one of up to 2 buffers held by each of 4 senders.
+        let expected = 3 * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2 * 4) * b;
         assert_eq!(job_grant(&spec, &shape, &[7000], &sizes), expected);
+        // A stored output adds the row group it holds in progress.
+        let mut stored = spec.clone();
+        stored.outputs[0].sink = Sink::Store {
+            stream: StoredStream::Result {
+                name: "r".into(),
+                partition: 0,
+            },
+        };
+        let shape = adisk_core::graph::check(&stored).unwrap();
+        assert_eq!(
+            job_grant(&stored, &shape, &[7000], &sizes),
+            expected + STORE_BUFFERS * b
+        );
     }
 }

@@ -56,7 +56,7 @@ fn peaks_within_grants(report: &Value) -> Vec<u64> {
 #[test]
 fn sort_out_of_core_in_both_modes_passes_valsort() {
     let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
-    let records = 1_100_000u64;
+    let records = 1_300_000u64;
     ok(
         c.dir(),
         &["load", "sort", "--records", &records.to_string()],

@@ -197,7 +197,7 @@ fn datacube_in_both_modes_equals_duckdb_cube() {
 #[test]
 fn datacube_out_of_core_on_small_disks() {
     let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "32"]);
-    let rows = 2_000_000u64;
+    let rows = 2_800_000u64;
     ok(
         c.dir(),
         &[

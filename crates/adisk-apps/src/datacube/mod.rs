@@ -323,7 +323,11 @@ impl Budget {
             streams += 2 + routed;
             outputs += 2 * b;
         }
-        streams * slots * b + outputs + (self.buffers_per_stream + 2) * b
+        // The inbox queues its messages plus one of up to 2 buffers per sender; each stored
+        // group-by holds its row group in progress (DiskOS's STORE_BUFFERS).
+        let inbox = (self.buffers_per_stream + 2 * self.disks as u64) * b;
+        let stored = adisk_diskos::job::STORE_BUFFERS * b * k as u64;
+        streams * slots * b + outputs + inbox + stored
     }
 
     /// Most group-bys a pipeline job may write while its fixed part stays within half the memory.
