@@ -35,7 +35,7 @@ pub struct AppBenchArgs {
 
 /// The applications this benchmark runs.
 const APPS: &[&str] = &[
-    "sort", "join", "conv", "earth", "cluster", "datacube", "dmine",
+    "sort", "join", "conv", "earth", "cluster", "datacube", "dmine", "fft",
 ];
 
 /// One measurement: medians of wall time and bytes over the links.
