@@ -2,36 +2,10 @@
 //! numpy's `fft2` of the same input (`tests/oracle/numpy_fft2.py`).
 mod common;
 
-use common::{fails, ok};
+use common::{Cluster, fails, json, ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-
-/// A local cluster stopped when dropped.
-struct Cluster(tempfile::TempDir);
-
-impl Cluster {
-    fn start(args: &[&str]) -> Self {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let mut up = vec!["up"];
-        up.extend_from_slice(args);
-        ok(dir.path(), &up);
-        Cluster(dir)
-    }
-    fn dir(&self) -> &Path {
-        self.0.path()
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        let _ = common::adisk(self.0.path(), &["down"]);
-    }
-}
-
-fn json(out: &str) -> Value {
-    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
-}
 
 fn python() -> String {
     std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into())

@@ -184,3 +184,35 @@ pub fn kill_disk(dir: &Path, d: usize) {
     }
     wait_refused(dir, d);
 }
+
+/// A local cluster (`adisk up ARGS`) in a temporary directory, stopped when dropped.
+#[allow(dead_code)]
+pub struct Cluster(tempfile::TempDir);
+
+#[allow(dead_code)]
+impl Cluster {
+    /// Starts the disks with `adisk up ARGS`.
+    pub fn start(args: &[&str]) -> Self {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut up = vec!["up"];
+        up.extend_from_slice(args);
+        ok(dir.path(), &up);
+        Cluster(dir)
+    }
+    /// The cluster's directory (`--dir`).
+    pub fn dir(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = adisk(self.0.path(), &["down"]);
+    }
+}
+
+/// Standard output parsed as JSON (panics, naming the text, if it is not).
+#[allow(dead_code)]
+pub fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
+}
