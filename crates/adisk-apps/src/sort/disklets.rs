@@ -112,6 +112,8 @@ struct Runs {
     scratch_granted: u64,
     held: Vec<RecordBatch>,
     held_bytes: u64,
+    /// Bytes of the sorted run being handed out.
+    sorted_bytes: u64,
     /// The sorted run being handed out, and the next row of it.
     sorted: Option<(RecordBatch, usize)>,
     run: u32,
@@ -139,6 +141,7 @@ impl Runs {
             scratch_granted: stage.scratch_bytes,
             held: Vec::new(),
             held_bytes: 0,
+            sorted_bytes: 0,
             sorted: None,
             run: 0,
             schema: Arc::new(Schema::new(fields)),
@@ -164,7 +167,8 @@ impl Runs {
         ])));
         let with_run = RecordBatch::try_new(self.schema.clone(), columns)
             .map_err(|e| invalid(e.to_string()))?;
-        self.held_bytes = batch_bytes(&with_run);
+        self.held_bytes = 0;
+        self.sorted_bytes = batch_bytes(&with_run);
         self.sorted = Some((with_run, 0));
         self.run += 1;
         Ok(())
@@ -186,7 +190,7 @@ impl Runs {
             *next += rows;
         }
         self.sorted = None;
-        self.held_bytes = 0;
+        self.sorted_bytes = 0;
     }
 }
 
@@ -229,7 +233,7 @@ impl Disklet for Runs {
         Ok(())
     }
     fn scratch_bytes(&self) -> u64 {
-        self.held_bytes
+        self.held_bytes + self.sorted_bytes
     }
     fn flushes(&self) -> u64 {
         u64::from(self.run)
