@@ -332,34 +332,37 @@ fn cluster_recovers_the_planted_clusters_like_a_single_node_run() {
     assert!(!err.is_empty());
 }
 
-#[test]
-fn a_disk_killed_mid_sort_fails_the_run_cleanly() {
-    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
-    ok(c.dir(), &["load", "sort", "--records", "2000000"]);
+/// Runs `adisk app ARGS`, kills disk 2 once some disk holds a grant over 4 MiB (the run's
+/// first big phase), and checks that the run fails cleanly: a typed error naming a disk, and
+/// on the live disks no grant, job, inbox or temporary file, and no table named `leftover…`.
+fn killed_mid_run_fails_cleanly(c: &Cluster, args: &[&str], leftover: &str) {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_adisk"))
         .arg("--dir")
         .arg(c.dir())
-        .args(["app", "sort"])
+        .arg("app")
+        .args(args)
         .env_remove("ADISK_HOME")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("adisk runs");
-    // Kill disk 2 once pass 1 runs (its jobs hold a memory grant).
-    common::wait_until("pass 1 running", std::time::Duration::from_secs(60), || {
-        let s = common::status_json(c.dir());
-        s["disks"].as_array().is_some_and(|d| {
-            d.iter()
-                .any(|d| d["memory_granted_bytes"].as_u64().unwrap_or(0) > 4 << 20)
-        })
-    });
+    common::wait_until(
+        "a big phase running",
+        std::time::Duration::from_secs(60),
+        || {
+            let s = common::status_json(c.dir());
+            s["disks"].as_array().is_some_and(|d| {
+                d.iter()
+                    .any(|d| d["memory_granted_bytes"].as_u64().unwrap_or(0) > 4 << 20)
+            })
+        },
+    );
     common::kill_disk(c.dir(), 2);
     let out = child.wait_with_output().expect("adisk ends");
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the sort should fail:\n{err}");
+    assert!(!out.status.success(), "{args:?} should fail:\n{err}");
     assert!(!err.contains("panicked"), "{err}");
     assert!(err.contains("disk"), "{err}");
-    // The live disks hold no grant, job, inbox or temporary file, and no partial output.
     common::wait_until(
         "live disks idle",
         std::time::Duration::from_secs(30),
@@ -371,9 +374,23 @@ fn a_disk_killed_mid_sort_fails_the_run_cleanly() {
                         && d["jobs_running"] == 0
                         && d["temp_files_bytes"] == 0
                         && d["exchange_inboxes"] == 0
-                        && !d["tables"].to_string().contains("sort_sorted")
+                        && !d["tables"].to_string().contains(leftover)
                 })
             })
         },
     );
+}
+
+#[test]
+fn a_disk_killed_mid_sort_fails_the_run_cleanly() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    ok(c.dir(), &["load", "sort", "--records", "2000000"]);
+    killed_mid_run_fails_cleanly(&c, &["sort"], "sort_sorted");
+}
+
+#[test]
+fn a_disk_killed_mid_join_fails_the_run_cleanly() {
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
+    ok(c.dir(), &["load", "join", "--rows", "900000"]);
+    killed_mid_run_fails_cleanly(&c, &["join"], "join_out");
 }
