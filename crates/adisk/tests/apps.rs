@@ -1,31 +1,8 @@
 //! The papers' applications on a multi-process cluster (`adisk app`), each against its oracle.
 mod common;
 
-use common::{Cluster, fails, json, ok};
-use serde_json::Value;
+use common::{Cluster, fails, json, ok, peaks_within_grants};
 use std::path::Path;
-
-/// Every job of every phase stayed within its memory grant; the largest grant of each disk.
-fn peaks_within_grants(report: &Value) -> Vec<u64> {
-    let mut largest = vec![0u64; 4];
-    for phase in report["phases"].as_array().expect("phases") {
-        for d in phase["disks"].as_array().expect("disks") {
-            let (grant, peak) = (
-                d["memory_granted_bytes"].as_u64().unwrap(),
-                d["memory_peak_bytes"].as_u64().unwrap(),
-            );
-            assert!(
-                peak <= grant,
-                "{}: disk {} peak {peak} > grant {grant}",
-                phase["name"],
-                d["disk_id"]
-            );
-            let disk = d["disk_id"].as_u64().unwrap() as usize;
-            largest[disk] = largest[disk].max(grant);
-        }
-    }
-    largest
-}
 
 #[test]
 fn sort_out_of_core_in_both_modes_passes_valsort() {
@@ -42,7 +19,7 @@ fn sort_out_of_core_in_both_modes_passes_valsort() {
     assert_eq!(result["unordered"], 0);
     assert_eq!(result["checksum"], result["input_checksum"]);
     // Out of core for real: the input is at least 4x the sum of the disks' grants.
-    let grants: u64 = peaks_within_grants(&active).iter().sum();
+    let grants: u64 = peaks_within_grants(&active).values().sum();
     assert!(
         records * 100 >= 4 * grants,
         "input {} bytes, grants {grants}",
@@ -142,7 +119,7 @@ fn join_out_of_core_in_both_modes_equals_duckdb() {
             c.dir(),
             &["app", "join", "--mode", mode, "--format", "json"],
         ));
-        let grants: u64 = peaks_within_grants(&report).iter().sum();
+        let grants: u64 = peaks_within_grants(&report).values().sum();
         let (missing, extra, expected) = join_against_duckdb(c.dir());
         assert!(expected > 10_000, "{expected}");
         assert_eq!(

@@ -2,32 +2,9 @@
 //! DuckDB's `GROUP BY CUBE` over the same Parquet files.
 mod common;
 
-use common::{Cluster, fails, json, ok};
-use serde_json::Value;
+use common::{Cluster, fails, json, ok, peaks_within_grants};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Every job of every phase stayed within its memory grant; the largest grant of each disk.
-fn peaks_within_grants(report: &Value) -> BTreeMap<u64, u64> {
-    let mut largest = BTreeMap::new();
-    for phase in report["phases"].as_array().expect("phases") {
-        for d in phase["disks"].as_array().expect("disks") {
-            let (grant, peak) = (
-                d["memory_granted_bytes"].as_u64().unwrap(),
-                d["memory_peak_bytes"].as_u64().unwrap(),
-            );
-            assert!(
-                peak <= grant,
-                "{}: disk {} peak {peak} > grant {grant}",
-                phase["name"],
-                d["disk_id"]
-            );
-            let g = largest.entry(d["disk_id"].as_u64().unwrap()).or_insert(0);
-            *g = (*g).max(grant);
-        }
-    }
-    largest
-}
 
 /// (mask, key values) → (sum, count).
 type Cube = BTreeMap<(u32, Vec<i64>), (i64, i64)>;

@@ -5,27 +5,9 @@ mod common;
 
 use adisk_apps::dmine::generator::{GenParams, Generator};
 use adisk_apps::dmine::kernel;
-use common::{Cluster, fails, json, ok};
+use common::{Cluster, fails, json, ok, peaks_within_grants};
 use serde_json::Value;
 use std::collections::BTreeMap;
-
-/// Every job of every phase stayed within its memory grant.
-fn peaks_within_grants(report: &Value) {
-    for phase in report["phases"].as_array().expect("phases") {
-        for d in phase["disks"].as_array().expect("disks") {
-            let (grant, peak) = (
-                d["memory_granted_bytes"].as_u64().unwrap(),
-                d["memory_peak_bytes"].as_u64().unwrap(),
-            );
-            assert!(
-                peak <= grant,
-                "{}: disk {} peak {peak} > grant {grant}",
-                phase["name"],
-                d["disk_id"]
-            );
-        }
-    }
-}
 
 /// The data set of the tests: T8.I4.D3K over 200 items.
 const TRANSACTIONS: u64 = 3000;

@@ -216,3 +216,29 @@ impl Drop for Cluster {
 pub fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("not JSON ({e}):\n{out}"))
 }
+
+/// Asserts that every job of every phase of an application report stayed within its memory
+/// grant; returns each disk's largest grant.
+#[allow(dead_code)]
+pub fn peaks_within_grants(report: &serde_json::Value) -> std::collections::BTreeMap<u64, u64> {
+    let mut largest = std::collections::BTreeMap::new();
+    for phase in report["phases"].as_array().expect("phases") {
+        for d in phase["disks"].as_array().expect("disks") {
+            let (grant, peak) = (
+                d["memory_granted_bytes"].as_u64().expect("a grant"),
+                d["memory_peak_bytes"].as_u64().expect("a peak"),
+            );
+            assert!(
+                peak <= grant,
+                "{}: disk {} peak {peak} > grant {grant}",
+                phase["name"],
+                d["disk_id"]
+            );
+            let g = largest
+                .entry(d["disk_id"].as_u64().expect("a disk"))
+                .or_insert(0);
+            *g = grant.max(*g);
+        }
+    }
+    largest
+}
