@@ -191,41 +191,7 @@ fn wasm_examples_match_references_and_hostile_disklets_are_contained() {
     assert_eq!(selected["rows"].as_array().unwrap().len() as i64, expected);
 
     // 2. histogram of l_quantity (10 bins over [1, 51)) = DuckDB's, summed over disks.
-    let hist = json(
-        &dir,
-        &[
-            "disklet",
-            "run",
-            "histogram",
-            "--table",
-            "lineitem",
-            "--columns",
-            "l_quantity",
-            "--param",
-            "column=l_quantity",
-            "--param",
-            "bins=10",
-            "--param",
-            "min=1",
-            "--param",
-            "max=51",
-        ],
-    );
-    let mut ours = [0i64; 10];
-    for r in hist["rows"].as_array().unwrap() {
-        ours[int(&r["bin"]) as usize] += int(&r["count"]);
-    }
-    let mut theirs = [0i64; 10];
-    for r in duckdb(
-        &dir,
-        "SELECT CAST(l_quantity * 100 AS BIGINT), count(*) FROM lineitem GROUP BY 1",
-    ) {
-        let v = int(&r[0]);
-        if (100..5100).contains(&v) {
-            theirs[((v - 100) * 10 / 5000) as usize] += int(&r[1]);
-        }
-    }
-    assert_eq!(ours, theirs, "histogram");
+    histogram_matches_duckdb(&dir, "histogram");
 
     // 3. the paper's convolution: every image byte-for-byte equal to the host-side reference.
     let conv_out = tmp.path().join("convolved");
@@ -627,12 +593,34 @@ fn rust_sdk_examples_match_duckdb() {
         .sum();
     assert_eq!(ours, expected);
     // histogram (Rust) of l_quantity = DuckDB's.
-    let hist = json(
+    histogram_matches_duckdb(&dir, "histogram_rs");
+    // A bad parameter fails the Rust disklet cleanly, as the C one does.
+    let err = fails(
         &dir,
         &[
             "disklet",
             "run",
-            "histogram_rs",
+            "count_if_rs",
+            "--table",
+            "lineitem",
+            "--columns",
+            COLUMNS,
+            "--param",
+            "where=no_such_column > 1",
+        ],
+    );
+    assert!(!err.is_empty());
+}
+
+/// The histogram example `name` over l_quantity (10 bins over [1, 51)), summed over the
+/// disks, equals DuckDB's on the same files.
+fn histogram_matches_duckdb(dir: &Path, name: &str) {
+    let hist = json(
+        dir,
+        &[
+            "disklet",
+            "run",
+            name,
             "--table",
             "lineitem",
             "--columns",
@@ -653,7 +641,7 @@ fn rust_sdk_examples_match_duckdb() {
     }
     let mut theirs = [0i64; 10];
     for r in duckdb(
-        &dir,
+        dir,
         "SELECT CAST(l_quantity * 100 AS BIGINT), count(*) FROM lineitem GROUP BY 1",
     ) {
         let v = int(&r[0]);
@@ -661,21 +649,5 @@ fn rust_sdk_examples_match_duckdb() {
             theirs[((v - 100) * 10 / 5000) as usize] += int(&r[1]);
         }
     }
-    assert_eq!(ours, theirs, "histogram");
-    // A bad parameter fails the Rust disklet cleanly, as the C one does.
-    let err = fails(
-        &dir,
-        &[
-            "disklet",
-            "run",
-            "count_if_rs",
-            "--table",
-            "lineitem",
-            "--columns",
-            COLUMNS,
-            "--param",
-            "where=no_such_column > 1",
-        ],
-    );
-    assert!(!err.is_empty());
+    assert_eq!(ours, theirs, "histogram {name}");
 }
