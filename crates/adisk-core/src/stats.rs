@@ -87,6 +87,10 @@ pub struct DiskJobStats {
     pub stages: Vec<StageStats>,
     /// Error, if the job failed at this disk.
     pub error: Option<String>,
+    /// Whether the job had ended (its outputs committed or discarded, its grants and
+    /// temporary files returned) when these statistics were taken.
+    #[serde(default)]
+    pub ended: bool,
 }
 
 impl DiskJobStats {

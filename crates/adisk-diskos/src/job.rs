@@ -163,6 +163,11 @@ impl JobState {
         self.cancel.send_replace(true);
     }
 
+    /// Whether the job was cancelled.
+    pub fn cancelled(&self) -> bool {
+        *self.cancel.borrow()
+    }
+
     fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64, (u64, u64))]) -> Self {
         JobState {
             job_id: job_id.to_string(),
@@ -275,6 +280,7 @@ impl JobState {
                 .map_or(0, |w| l(w)),
             stages,
             error: self.error.lock().expect("error lock").clone(),
+            ended: false,
         }
     }
 }
@@ -513,7 +519,10 @@ impl DiskOs {
             .iter()
             .rev()
             .find(|s| s.job_id == job_id)
-            .map(|s| s.snapshot())
+            .map(|s| DiskJobStats {
+                ended: true,
+                ..s.snapshot()
+            })
     }
 
     fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
@@ -1212,6 +1221,13 @@ impl DiskOs {
             }
             let writers: Vec<PartitionWriter> =
                 std::mem::take(&mut *pending.lock().expect("pending lock"));
+            // A job whose host went away (its result stream dropped) commits nothing, even
+            // when its stages ran to the end: the host has given up on it and may already be
+            // dropping its outputs.
+            if first_error.is_none() && st.cancelled() {
+                st.fail(&DiskOsError::Cancelled);
+                first_error = Some(DiskOsError::Cancelled);
+            }
             if first_error.is_none()
                 && let Err(e) = commit_results(&os.store, writers, &st.written_bytes).await
             {

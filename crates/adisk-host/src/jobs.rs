@@ -17,6 +17,7 @@ use datafusion_proto::bytes::Serializeable;
 use futures::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 /// What a job produced at the host.
 #[derive(Debug)]
@@ -125,15 +126,29 @@ pub fn encode_expr(e: &Expr) -> Result<ExprBytes> {
 
 /// Starts every spec, feeds each result batch (with its disk) to `on_batch` as it arrives
 /// (each through the host link's throttle, `host_link_mbps`), and returns every disk's
-/// statistics. The first error cancels the rest.
+/// statistics. The first error cancels the rest, and returns only once every other job of the
+/// phase has ended ([`settle`]), so that what the caller cleans up next (the phase's outputs)
+/// is not committed after it.
 ///
 /// # Errors
 /// A disk refusing or failing its job, or `on_batch` failing.
 pub async fn run_phase(
     cluster: &Cluster,
     specs: Vec<(u32, JobSpec)>,
-    mut on_batch: impl FnMut(u32, RecordBatch) -> Result<()>,
+    on_batch: impl FnMut(u32, RecordBatch) -> Result<()>,
 ) -> Result<Vec<DiskJobStats>> {
+    if let Err(e) = stream_phase(cluster, &specs, on_batch).await {
+        settle(cluster, &specs).await;
+        return Err(e);
+    }
+    futures::future::try_join_all(specs.iter().map(|(d, s)| cluster.job_stats(*d, &s.job_id))).await
+}
+
+async fn stream_phase(
+    cluster: &Cluster,
+    specs: &[(u32, JobSpec)],
+    mut on_batch: impl FnMut(u32, RecordBatch) -> Result<()>,
+) -> Result<()> {
     let starts = futures::future::try_join_all(specs.iter().map(|(d, s)| async move {
         cluster
             .start(*d, s)
@@ -150,8 +165,27 @@ pub async fn run_phase(
         }
         on_batch(d, batch)?;
     }
-    drop(merged);
-    futures::future::try_join_all(specs.iter().map(|(d, s)| cluster.job_stats(*d, &s.job_id))).await
+    Ok(())
+}
+
+/// After a failed phase whose result streams were dropped (which cancels their jobs), waits
+/// until every job of `specs` has ended at its disk — cancelled, its outputs discarded, its
+/// grants and temporary files returned — or its disk does not answer or no longer knows it,
+/// within the cluster's disk timeout. Polls the jobs' statistics every 20 ms.
+pub async fn settle(cluster: &Cluster, specs: &[(u32, JobSpec)]) {
+    let timeout = Duration::from_millis(cluster.config().cluster.disk_timeout_ms.max(1000));
+    let ended = |d: u32, id: String| async move {
+        loop {
+            match cluster.job_stats(d, &id).await {
+                Ok(s) if !s.ended => tokio::time::sleep(Duration::from_millis(20)).await,
+                _ => return,
+            }
+        }
+    };
+    let all = futures::future::join_all(specs.iter().map(|(d, s)| ended(*d, s.job_id.clone())));
+    if tokio::time::timeout(timeout, all).await.is_err() {
+        tracing::warn!("jobs of a failed phase still running after {timeout:?}");
+    }
 }
 
 /// A disk stage computing `aggs` (grouped by `group_by`) over a stream of `schema`, planned by

@@ -211,6 +211,13 @@ fn conv_with_any_square_kernel_matches_the_reference() {
         ],
     );
     assert!(err.contains("divisor"), "{err}");
+    // A disk killed mid-run: a typed error, no output or temporary file left.
+    common::killed_mid_run_fails_cleanly(
+        &c,
+        &["conv", "--side", "128", "--k", "16"],
+        common::disk_2_busy,
+        Some("conv_out"),
+    );
 }
 
 #[test]
@@ -266,6 +273,21 @@ fn earth_composite_equals_the_single_node_composite() {
     assert!(err.contains("zero"), "{err}");
     let err = fails(c.dir(), &["load", "earth", "--records", "0"]);
     assert!(!err.is_empty());
+    // A disk killed mid-run (bands moving often): a typed error, nothing left held.
+    common::killed_mid_run_fails_cleanly(
+        &c,
+        &[
+            "earth",
+            "--width",
+            "256",
+            "--height",
+            "128",
+            "--window-kib",
+            "8",
+        ],
+        common::disk_2_busy,
+        None,
+    );
 }
 
 #[test]
@@ -307,67 +329,20 @@ fn cluster_recovers_the_planted_clusters_like_a_single_node_run() {
         &["load", "cluster", "--points", "100", "--dims", "1"],
     );
     assert!(!err.is_empty());
-}
-
-/// Runs `adisk app ARGS`, kills disk 2 once some disk holds a grant over 4 MiB (the run's
-/// first big phase), and checks that the run fails cleanly: a typed error naming a disk, and
-/// on the live disks no grant, job, inbox or temporary file, and no table named `leftover…`.
-fn killed_mid_run_fails_cleanly(c: &Cluster, args: &[&str], leftover: &str) {
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_adisk"))
-        .arg("--dir")
-        .arg(c.dir())
-        .arg("app")
-        .args(args)
-        .env_remove("ADISK_HOME")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("adisk runs");
-    common::wait_until(
-        "a big phase running",
-        std::time::Duration::from_secs(60),
-        || {
-            let s = common::status_json(c.dir());
-            s["disks"].as_array().is_some_and(|d| {
-                d.iter()
-                    .any(|d| d["memory_granted_bytes"].as_u64().unwrap_or(0) > 4 << 20)
-            })
-        },
-    );
-    common::kill_disk(c.dir(), 2);
-    let out = child.wait_with_output().expect("adisk ends");
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{args:?} should fail:\n{err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(err.contains("disk"), "{err}");
-    common::wait_until(
-        "live disks idle",
-        std::time::Duration::from_secs(30),
-        || {
-            let s = common::status_json(c.dir());
-            s["disks"].as_array().is_some_and(|disks| {
-                disks.iter().filter(|d| d["disk_id"] != 2).all(|d| {
-                    d["memory_granted_bytes"] == 0
-                        && d["jobs_running"] == 0
-                        && d["temp_files_bytes"] == 0
-                        && d["exchange_inboxes"] == 0
-                        && !d["tables"].to_string().contains(leftover)
-                })
-            })
-        },
-    );
+    // A disk killed mid-run: a typed error, nothing left held.
+    common::killed_mid_run_fails_cleanly(&c, &["cluster"], common::disk_2_busy, None);
 }
 
 #[test]
 fn a_disk_killed_mid_sort_fails_the_run_cleanly() {
     let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
     ok(c.dir(), &["load", "sort", "--records", "2000000"]);
-    killed_mid_run_fails_cleanly(&c, &["sort"], "sort_sorted");
+    common::killed_mid_run_fails_cleanly(&c, &["sort"], common::big_grant, Some("sort_sorted"));
 }
 
 #[test]
 fn a_disk_killed_mid_join_fails_the_run_cleanly() {
     let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "64"]);
     ok(c.dir(), &["load", "join", "--rows", "900000"]);
-    killed_mid_run_fails_cleanly(&c, &["join"], "join_out");
+    common::killed_mid_run_fails_cleanly(&c, &["join"], common::big_grant, Some("join_out"));
 }

@@ -183,6 +183,14 @@ fn datacube_out_of_core_on_small_disks() {
         &duckdb_cube(c.dir(), 4),
         "out of core",
     );
+    // A disk killed mid-run: a typed error, nothing left on the live disks (no grant, job,
+    // inbox, temporary file or group-by table).
+    common::killed_mid_run_fails_cleanly(
+        &c,
+        &["datacube", "--memory-kib", "256"],
+        common::disk_2_busy,
+        Some("cube_"),
+    );
 }
 
 #[test]

@@ -288,4 +288,11 @@ fn dmine_methods_agree_at_40k_transactions_within_grants() {
     ] {
         assert_eq!(itemsets(&run(extra)), found, "{extra:?}");
     }
+    // A disk killed mid-run: a typed error, nothing left held on the live disks.
+    common::killed_mid_run_fails_cleanly(
+        &c,
+        &["dmine", "--support", "0.005", "--no-oracle"],
+        common::disk_2_busy,
+        None,
+    );
 }

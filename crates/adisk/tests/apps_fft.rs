@@ -115,6 +115,13 @@ fn fft_active_out_of_core_matches_numpy() {
     for d in status["disks"].as_array().expect("disks") {
         assert_eq!(d["temp_files_bytes"], 0, "{d}");
     }
+    // A disk killed mid-run: a typed error, no runs, output or temporary file left.
+    common::killed_mid_run_fails_cleanly(
+        &c,
+        &["fft", "--seed", "7"],
+        common::disk_2_busy,
+        Some("fft_out"),
+    );
 }
 
 #[test]

@@ -242,3 +242,87 @@ pub fn peaks_within_grants(report: &serde_json::Value) -> std::collections::BTre
     }
     largest
 }
+
+/// A kill trigger for [`killed_mid_run_fails_cleanly`]: some disk holds a grant over 4 MiB
+/// (the first big phase of sort and join).
+#[allow(dead_code)]
+pub fn big_grant(status: &serde_json::Value) -> bool {
+    status["disks"].as_array().is_some_and(|d| {
+        d.iter()
+            .any(|d| d["memory_granted_bytes"].as_u64().unwrap_or(0) > 4 << 20)
+    })
+}
+
+/// A kill trigger for [`killed_mid_run_fails_cleanly`]: disk 2, the one to be killed, is
+/// running a job of the application.
+#[allow(dead_code)]
+pub fn disk_2_busy(status: &serde_json::Value) -> bool {
+    status["disks"].as_array().is_some_and(|d| {
+        d.iter()
+            .any(|d| d["disk_id"] == 2 && d["jobs_running"].as_u64().unwrap_or(0) > 0)
+    })
+}
+
+/// Runs `adisk app ARGS`, kills disk 2 (SIGKILL) as soon as `status` satisfies `trigger`, and
+/// checks that the run fails cleanly: it ends within 60 s with a typed error naming a disk and
+/// no panic, and the live disks come back to no grant, job, inbox or temporary file, and hold
+/// no table whose name contains `leftover` (the run's disk-resident output and runs).
+#[allow(dead_code)]
+pub fn killed_mid_run_fails_cleanly(
+    c: &Cluster,
+    args: &[&str],
+    trigger: fn(&serde_json::Value) -> bool,
+    leftover: Option<&str>,
+) {
+    let (out_path, err_path) = (c.dir().join("killed.out"), c.dir().join("killed.err"));
+    let file = |p: &Path| std::fs::File::create(p).expect("output file");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(c.dir())
+        .arg("app")
+        .args(args)
+        .env_remove("ADISK_HOME")
+        .stdout(file(&out_path))
+        .stderr(file(&err_path))
+        .spawn()
+        .expect("adisk runs");
+    wait_until(
+        &format!("adisk app {args:?} to reach its kill point"),
+        std::time::Duration::from_secs(60),
+        || trigger(&status_json(c.dir())),
+    );
+    kill_disk(c.dir(), 2);
+    let mut status = None;
+    wait_until(
+        &format!("adisk app {args:?} to end after the kill"),
+        std::time::Duration::from_secs(60),
+        || {
+            status = child.try_wait().expect("wait");
+            status.is_some()
+        },
+    );
+    let err = std::fs::read_to_string(&err_path).unwrap_or_default();
+    assert!(
+        !status.expect("ended").success(),
+        "{args:?} should fail:\n{}\n{err}",
+        std::fs::read_to_string(&out_path).unwrap_or_default()
+    );
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("disk"), "{err}");
+    wait_until(
+        "live disks idle",
+        std::time::Duration::from_secs(30),
+        || {
+            let s = status_json(c.dir());
+            s["disks"].as_array().is_some_and(|disks| {
+                disks.iter().filter(|d| d["disk_id"] != 2).all(|d| {
+                    d["memory_granted_bytes"] == 0
+                        && d["jobs_running"] == 0
+                        && d["temp_files_bytes"] == 0
+                        && d["exchange_inboxes"] == 0
+                        && leftover.is_none_or(|l| !d["tables"].to_string().contains(l))
+                })
+            })
+        },
+    );
+}
