@@ -13,6 +13,7 @@ mod linkfault;
 mod local;
 mod output;
 mod repair_cmd;
+mod serve_cmd;
 mod sql_cmd;
 
 use adisk_core::config::ClusterConfig;
@@ -127,6 +128,12 @@ enum Command {
         #[arg(long, default_value_t = 4)]
         disks: u32,
     },
+    /// Serve the cluster to Arrow Flight SQL clients (ADBC, JDBC, `adisk` itself): queries,
+    /// prepared statements, the catalog; clients log in as users of `DIR/users.toml`.
+    Serve(serve_cmd::ServeArgs),
+    /// Users of the Flight SQL service.
+    #[command(subcommand)]
+    User(serve_cmd::UserCommand),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(output::BenchCommand),
@@ -419,6 +426,8 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Slt(a) => sql_cmd::slt(&dir, a).await,
         Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
+        Command::Serve(args) => serve_cmd::serve(&dir, args).await,
+        Command::User(command) => serve_cmd::user(&dir, command),
         Command::Bench(b) => output::bench(&dir, b).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
         Command::Load(LoadCommand::App(what)) => app_cmd::load(&dir, what).await,

@@ -29,7 +29,8 @@ use crate::cluster::{Cluster, TableEntry};
 use crate::{HostError, Result};
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
-use arrow::datatypes::SchemaRef;
+use arrow::datatypes::{DataType, SchemaRef};
+use datafusion::common::ScalarValue;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
@@ -813,6 +814,51 @@ impl SqlEngine {
         } else {
             Chosen { note, ..host }
         })
+    }
+
+    /// `sql` as a DataFrame of this engine's host-centric session with its `$1`, `$2`, …
+    /// placeholders bound to `params` — as values in the plan, never spliced into the text —
+    /// ready for [`SqlEngine::run_frame`] (prepared statements of the Flight SQL service).
+    ///
+    /// # Errors
+    /// Empty or oversized SQL; planning errors; parameters that do not fit the placeholders.
+    pub async fn bound(&self, sql: &str, params: Vec<ScalarValue>) -> Result<DataFrame> {
+        let df = self.unbound(sql).await?;
+        df.with_param_values(params)
+            .map_err(plan_err("binding the parameters"))
+    }
+
+    /// `sql` planned with its placeholders unbound: the schema of its result and the types
+    /// of its parameters (`$1` first; `None` where DataFusion cannot infer one).
+    ///
+    /// # Errors
+    /// Empty or oversized SQL; planning errors.
+    pub async fn parameters(&self, sql: &str) -> Result<(SchemaRef, Vec<Option<DataType>>)> {
+        let df = self.unbound(sql).await?;
+        let types = df
+            .logical_plan()
+            .get_parameter_types()
+            .map_err(plan_err("typing the parameters"))?;
+        let mut numbered: Vec<(usize, Option<DataType>)> = types
+            .into_iter()
+            .filter_map(|(name, t)| Some((name.strip_prefix('$')?.parse().ok()?, t)))
+            .collect();
+        numbered.sort_by_key(|(n, _)| *n);
+        let schema = Arc::new(df.schema().as_arrow().clone());
+        Ok((schema, numbered.into_iter().map(|(_, t)| t).collect()))
+    }
+
+    async fn unbound(&self, sql: &str) -> Result<DataFrame> {
+        let sql = sql.trim().trim_end_matches(';');
+        if sql.is_empty() {
+            return Err(HostError::Invalid("empty query".into()));
+        }
+        limits::check(sql)?;
+        self.session_for(false)
+            .0
+            .sql(sql)
+            .await
+            .map_err(plan_err("planning the query"))
     }
 
     /// Runs `sql`.

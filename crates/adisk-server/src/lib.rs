@@ -1,0 +1,31 @@
+//! ActiveDisk's host as a long-running service: Arrow Flight SQL for any ADBC, JDBC or Flight
+//! SQL client, with client authentication (basic auth exchanged for bearer tokens, users and
+//! argon2 password hashes in a file) and admission control (a bounded number of running
+//! queries and a bounded queue, then a clear `busy` error).
+//!
+//! `adisk serve` runs it over the cluster in `--dir`; see `docs/serve.md`.
+pub mod auth;
+pub mod service;
+
+pub use service::{Access, Admission, SqlService};
+
+use arrow_flight::flight_service_server::FlightServiceServer;
+
+/// Largest Flight message the server decodes (parameters, commands), bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Serves `service` on `listener` until `shutdown` completes.
+///
+/// # Errors
+/// The transport failing.
+pub async fn serve(
+    service: SqlService,
+    listener: tokio::net::TcpListener,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    tonic::transport::Server::builder()
+        .add_service(FlightServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES))
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}

@@ -1,0 +1,660 @@
+//! The Flight SQL service: statement queries, prepared statements with bound parameters, the
+//! metadata calls clients make on connect, behind basic-auth → bearer-token authentication.
+//!
+//! Every query is planned and run by a fresh [`SqlEngine`] over the server's [`Cluster`] (one
+//! path for every request: the same planner and job builder as `adisk sql`), so concurrent
+//! queries keep their own statistics. A statement handle is bound to the user who made it and
+//! expires after [`HANDLE_TTL`]; at most [`MAX_HANDLES`] are open at once.
+use crate::auth::{AuthError, Tokens, Users};
+use adisk_host::sql::{SqlEngine, SqlOptions};
+use adisk_host::{Cluster, HostError};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::sql::metadata::{SqlInfoData, SqlInfoDataBuilder};
+use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
+use arrow_flight::sql::{
+    ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
+    ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
+    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
+    CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
+    TicketStatementQuery,
+};
+use arrow_flight::{
+    Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
+    IpcMessage, SchemaAsIpc, Ticket,
+};
+use base64::Engine as _;
+use datafusion::common::ScalarValue;
+use futures::{Stream, StreamExt, TryStreamExt};
+use prost::Message;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tonic::{Request, Response, Status, Streaming};
+
+/// The catalog and schema every table is in (DataFusion's defaults, as `adisk sql` sees them).
+pub const CATALOG: &str = "datafusion";
+/// See [`CATALOG`].
+pub const SCHEMA: &str = "public";
+/// How long a statement or prepared-statement handle stays valid.
+pub const HANDLE_TTL: Duration = Duration::from_secs(600);
+/// Most statement and prepared-statement handles open at once.
+pub const MAX_HANDLES: usize = 4096;
+/// Most parameters a prepared statement may bind.
+pub const MAX_PARAMETERS: usize = 1024;
+
+/// How many queries run at once, and how many may wait for a turn.
+#[derive(Clone, Copy, Debug)]
+pub struct Admission {
+    /// Queries running at once.
+    pub running: usize,
+    /// Queries waiting for a turn; one more is refused as `busy`.
+    pub queued: usize,
+}
+
+/// Who may connect.
+pub enum Access {
+    /// Users of a users file log in with a password.
+    Users(Users),
+    /// Anyone who reaches the port (`--auth none`: the local demo only).
+    Open,
+}
+
+/// A query to run when its ticket is read, or a prepared statement with its parameters.
+struct Handle {
+    user: String,
+    sql: String,
+    params: Vec<ScalarValue>,
+    expires: Instant,
+}
+
+/// The service (one per server; cheap to clone).
+#[derive(Clone)]
+pub struct SqlService {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cluster: Arc<Cluster>,
+    options: SqlOptions,
+    access: Access,
+    tokens: Tokens,
+    statements: Mutex<HashMap<Vec<u8>, Handle>>,
+    prepared: Mutex<HashMap<Vec<u8>, Handle>>,
+    info: SqlInfoData,
+    admission: Admission,
+    running: Arc<tokio::sync::Semaphore>,
+    waiting: std::sync::atomic::AtomicUsize,
+}
+
+type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
+
+fn status(e: HostError) -> Status {
+    let msg = e.to_string();
+    match e {
+        HostError::Unreachable { .. } | HostError::LostPartitions { .. } => {
+            Status::unavailable(msg)
+        }
+        HostError::IncompleteTable { .. } => Status::unavailable(msg),
+        HostError::UnknownTable(_)
+        | HostError::Invalid(_)
+        | HostError::Plan { .. }
+        | HostError::Limit(_) => Status::invalid_argument(msg),
+        _ => Status::internal(msg),
+    }
+}
+
+fn new_handle() -> Vec<u8> {
+    let mut h = vec![0u8; 16];
+    getrandom::fill(&mut h).expect("the OS gives random bytes");
+    h
+}
+
+fn schema_bytes(schema: &Schema) -> Result<bytes::Bytes, Status> {
+    let message: IpcMessage =
+        SchemaAsIpc::new(schema, &arrow::ipc::writer::IpcWriteOptions::default())
+            .try_into()
+            .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?;
+    Ok(message.0)
+}
+
+/// A result as a Flight data stream.
+fn encode(schema: SchemaRef, batches: Vec<RecordBatch>) -> Response<DoGetStream> {
+    let stream = FlightDataEncoderBuilder::new()
+        .with_schema(schema)
+        .build(futures::stream::iter(batches.into_iter().map(Ok)))
+        .map_err(Status::from);
+    Response::new(Box::pin(stream))
+}
+
+/// A FlightInfo whose one endpoint's ticket is `ticket`.
+fn info(
+    schema: &Schema,
+    ticket: Vec<u8>,
+    descriptor: FlightDescriptor,
+) -> Result<FlightInfo, Status> {
+    Ok(FlightInfo::new()
+        .try_with_schema(schema)
+        .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?
+        .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+        .with_descriptor(descriptor))
+}
+
+impl SqlService {
+    /// A service over `cluster` running queries with `options`.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        options: SqlOptions,
+        access: Access,
+        admission: Admission,
+    ) -> Self {
+        let mut b = SqlInfoDataBuilder::new();
+        b.append(SqlInfo::FlightSqlServerName, "ActiveDisk");
+        b.append(SqlInfo::FlightSqlServerVersion, env!("CARGO_PKG_VERSION"));
+        b.append(SqlInfo::FlightSqlServerArrowVersion, "59");
+        b.append(SqlInfo::FlightSqlServerReadOnly, true);
+        b.append(SqlInfo::FlightSqlServerSql, true);
+        b.append(SqlInfo::FlightSqlServerSubstrait, false);
+        b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
+        b.append(SqlInfo::FlightSqlServerCancel, false);
+        b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
+        SqlService {
+            inner: Arc::new(Inner {
+                cluster,
+                options,
+                access,
+                tokens: Tokens::default(),
+                statements: Mutex::new(HashMap::new()),
+                prepared: Mutex::new(HashMap::new()),
+                info: b.build().expect("static SQL info builds"),
+                admission,
+                running: Arc::new(tokio::sync::Semaphore::new(admission.running.max(1))),
+                waiting: std::sync::atomic::AtomicUsize::new(0),
+            }),
+        }
+    }
+
+    /// The user a request comes from: its bearer token's (or anyone, with open access).
+    fn user<T>(&self, req: &Request<T>) -> Result<String, Status> {
+        if matches!(self.inner.access, Access::Open) {
+            return Ok("anonymous".into());
+        }
+        let header = req.metadata().get("authorization").ok_or_else(|| {
+            Status::unauthenticated("no credentials: log in with a user name and password")
+        })?;
+        let text = header
+            .to_str()
+            .map_err(|_| Status::unauthenticated("the authorization header is not text"))?;
+        let token = text.strip_prefix("Bearer ").ok_or_else(|| {
+            Status::unauthenticated("expected a bearer token (log in with basic auth first)")
+        })?;
+        self.inner
+            .tokens
+            .user(token)
+            .map_err(|e| Status::unauthenticated(e.to_string()))
+    }
+
+    /// A turn to run a query: at once when fewer than `running` run, after waiting when fewer
+    /// than `queued` wait, else `busy`.
+    async fn turn(&self) -> Result<tokio::sync::OwnedSemaphorePermit, Status> {
+        use std::sync::atomic::Ordering;
+        if let Ok(p) = self.inner.running.clone().try_acquire_owned() {
+            return Ok(p);
+        }
+        let a = self.inner.admission;
+        if self.inner.waiting.fetch_add(1, Ordering::SeqCst) >= a.queued {
+            self.inner.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(Status::resource_exhausted(format!(
+                "busy: {} queries running and {} waiting; retry later",
+                a.running, a.queued
+            )));
+        }
+        let permit = self.inner.running.clone().acquire_owned().await;
+        self.inner.waiting.fetch_sub(1, Ordering::SeqCst);
+        permit.map_err(|_| Status::unavailable("the server is shutting down"))
+    }
+
+    async fn engine(&self) -> Result<SqlEngine, Status> {
+        SqlEngine::new(self.inner.cluster.clone(), self.inner.options.clone())
+            .await
+            .map_err(status)
+    }
+
+    /// Stores a handle in `map` (statements or prepared statements), within [`MAX_HANDLES`].
+    fn keep(map: &Mutex<HashMap<Vec<u8>, Handle>>, handle: Handle) -> Result<Vec<u8>, Status> {
+        let mut map = map.lock().expect("handles lock");
+        let now = Instant::now();
+        map.retain(|_, h| h.expires > now);
+        if map.len() >= MAX_HANDLES {
+            return Err(Status::resource_exhausted(format!(
+                "busy: {MAX_HANDLES} statements are open; close some or retry later"
+            )));
+        }
+        let id = new_handle();
+        map.insert(id.clone(), handle);
+        Ok(id)
+    }
+
+    /// The handle `id` of `user` in `map` (removed when `take`).
+    fn find(
+        map: &Mutex<HashMap<Vec<u8>, Handle>>,
+        id: &[u8],
+        user: &str,
+        take: bool,
+    ) -> Result<(String, Vec<ScalarValue>), Status> {
+        let mut map = map.lock().expect("handles lock");
+        let gone = || Status::not_found("no such statement (closed, expired or never made)");
+        let h = map.get(id).ok_or_else(gone)?;
+        if h.user != user || h.expires <= Instant::now() {
+            return Err(gone());
+        }
+        let found = (h.sql.clone(), h.params.clone());
+        if take {
+            map.remove(id);
+        }
+        Ok(found)
+    }
+
+    /// Plans `sql` with `params` and returns the FlightInfo of a one-shot ticket that runs it.
+    async fn statement_info(
+        &self,
+        user: String,
+        sql: String,
+        params: Vec<ScalarValue>,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let engine = self.engine().await?;
+        let schema = if params.is_empty() {
+            engine.plan(&sql).await.map_err(status)?.schema()
+        } else {
+            let df = engine.bound(&sql, params.clone()).await.map_err(status)?;
+            Arc::new(df.schema().as_arrow().clone())
+        };
+        let id = Self::keep(
+            &self.inner.statements,
+            Handle {
+                user,
+                sql,
+                params,
+                expires: Instant::now() + HANDLE_TTL,
+            },
+        )?;
+        let ticket = TicketStatementQuery {
+            statement_handle: id.into(),
+        };
+        Ok(Response::new(info(
+            &schema,
+            ticket.as_any().encode_to_vec(),
+            descriptor,
+        )?))
+    }
+
+    /// A metadata result: a FlightInfo whose ticket is the command itself.
+    fn command_info(
+        cmd: impl ProstMessageExt,
+        schema: &Schema,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        Ok(Response::new(info(
+            schema,
+            cmd.as_any().encode_to_vec(),
+            descriptor,
+        )?))
+    }
+
+    fn verify_basic(&self, header: Option<&str>) -> Result<String, Status> {
+        let Access::Users(users) = &self.inner.access else {
+            return Ok("anonymous".into());
+        };
+        let basic = header
+            .and_then(|h| h.strip_prefix("Basic "))
+            .ok_or_else(|| {
+                Status::unauthenticated("log in with basic auth (user name and password)")
+            })?;
+        // Padded (RFC 7617) or not (the Go Flight client's raw encoding).
+        let decoded = base64::engine::general_purpose::STANDARD_NO_PAD
+            .decode(basic.trim().trim_end_matches('='))
+            .map_err(|_| Status::unauthenticated("basic auth: not base64"))?;
+        let text = String::from_utf8(decoded)
+            .map_err(|_| Status::unauthenticated("basic auth: not UTF-8"))?;
+        let (name, password) = text
+            .split_once(':')
+            .ok_or_else(|| Status::unauthenticated("basic auth: expected user:password"))?;
+        users.verify(name, password).map_err(|e| match e {
+            AuthError::WrongCredentials => Status::unauthenticated(e.to_string()),
+            other => Status::internal(other.to_string()),
+        })?;
+        Ok(name.to_string())
+    }
+}
+
+/// The first row of a parameter batch, one value per column.
+fn parameter_row(batches: &[RecordBatch]) -> Result<Vec<ScalarValue>, Status> {
+    let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else {
+        return Ok(vec![]);
+    };
+    if batch.num_columns() > MAX_PARAMETERS {
+        return Err(Status::invalid_argument(format!(
+            "{} parameters: at most {MAX_PARAMETERS}",
+            batch.num_columns()
+        )));
+    }
+    if batches.iter().map(RecordBatch::num_rows).sum::<usize>() > 1 {
+        return Err(Status::invalid_argument(
+            "one row of parameters per execution (batches of parameter rows are not supported)",
+        ));
+    }
+    batch
+        .columns()
+        .iter()
+        .map(|c| ScalarValue::try_from_array(c, 0))
+        .collect::<Result<_, _>>()
+        .map_err(|e| Status::invalid_argument(format!("a parameter value: {e}")))
+}
+
+#[tonic::async_trait]
+impl FlightSqlService for SqlService {
+    type FlightService = SqlService;
+
+    async fn do_handshake(
+        &self,
+        request: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<
+        Response<Pin<Box<dyn Stream<Item = Result<HandshakeResponse, Status>> + Send>>>,
+        Status,
+    > {
+        let header = request
+            .metadata()
+            .get("authorization")
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_string);
+        // argon2 takes tens of milliseconds of CPU: off the async workers.
+        let this = self.clone();
+        let user = tokio::task::spawn_blocking(move || this.verify_basic(header.as_deref()))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))??;
+        let token = self.inner.tokens.issue(&user);
+        let reply = HandshakeResponse {
+            protocol_version: 0,
+            payload: token.clone().into(),
+        };
+        let mut response: Response<Pin<Box<dyn Stream<Item = _> + Send>>> =
+            Response::new(Box::pin(futures::stream::iter([Ok(reply)])));
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::internal("a token that is not a header value"))?;
+        response.metadata_mut().insert("authorization", value);
+        Ok(response)
+    }
+
+    async fn get_flight_info_statement(
+        &self,
+        query: CommandStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let user = self.user(&request)?;
+        self.statement_info(user, query.query, vec![], request.into_inner())
+            .await
+    }
+
+    async fn do_get_statement(
+        &self,
+        ticket: TicketStatementQuery,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        let user = self.user(&request)?;
+        let (sql, params) = Self::find(
+            &self.inner.statements,
+            &ticket.statement_handle,
+            &user,
+            true,
+        )?;
+        let _turn = self.turn().await?;
+        let engine = self.engine().await?;
+        let out = if params.is_empty() {
+            engine.query(&sql).await
+        } else {
+            match engine.bound(&sql, params).await {
+                Ok(df) => engine.run_frame(df, false).await,
+                Err(e) => Err(e),
+            }
+        }
+        .map_err(status)?;
+        tracing::info!(
+            user,
+            rows = out.rows(),
+            wall_ms = out.wall.as_millis() as u64,
+            "flight sql query"
+        );
+        Ok(encode(out.schema.clone(), out.batches))
+    }
+
+    async fn do_action_create_prepared_statement(
+        &self,
+        query: ActionCreatePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<ActionCreatePreparedStatementResult, Status> {
+        let user = self.user(&request)?;
+        let engine = self.engine().await?;
+        let (schema, types) = engine.parameters(&query.query).await.map_err(status)?;
+        let parameters = Schema::new(
+            types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| {
+                    Field::new(
+                        format!("${}", i + 1),
+                        t.clone().unwrap_or(DataType::Null),
+                        true,
+                    )
+                })
+                .collect::<Vec<_>>(),
+        );
+        let id = Self::keep(
+            &self.inner.prepared,
+            Handle {
+                user,
+                sql: query.query,
+                params: vec![],
+                expires: Instant::now() + HANDLE_TTL,
+            },
+        )?;
+        Ok(ActionCreatePreparedStatementResult {
+            prepared_statement_handle: id.into(),
+            dataset_schema: schema_bytes(&schema)?,
+            parameter_schema: schema_bytes(&parameters)?,
+        })
+    }
+
+    async fn do_put_prepared_statement_query(
+        &self,
+        query: CommandPreparedStatementQuery,
+        request: Request<PeekableFlightDataStream>,
+    ) -> Result<DoPutPreparedStatementResult, Status> {
+        let user = self.user(&request)?;
+        let id = query.prepared_statement_handle.to_vec();
+        Self::find(&self.inner.prepared, &id, &user, false)?;
+        let batches: Vec<RecordBatch> =
+            arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(
+                request
+                    .into_inner()
+                    .map_err(arrow_flight::error::FlightError::from),
+            )
+            .take(2)
+            .try_collect()
+            .await
+            .map_err(|e| Status::invalid_argument(format!("reading the parameters: {e}")))?;
+        let params = parameter_row(&batches)?;
+        let mut map = self.inner.prepared.lock().expect("handles lock");
+        if let Some(h) = map.get_mut(&id) {
+            h.params = params;
+        }
+        Ok(DoPutPreparedStatementResult {
+            prepared_statement_handle: Some(id.into()),
+        })
+    }
+
+    async fn get_flight_info_prepared_statement(
+        &self,
+        cmd: CommandPreparedStatementQuery,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let user = self.user(&request)?;
+        let (sql, params) = Self::find(
+            &self.inner.prepared,
+            &cmd.prepared_statement_handle,
+            &user,
+            false,
+        )?;
+        self.statement_info(user, sql, params, request.into_inner())
+            .await
+    }
+
+    async fn do_action_close_prepared_statement(
+        &self,
+        query: ActionClosePreparedStatementRequest,
+        request: Request<Action>,
+    ) -> Result<(), Status> {
+        let user = self.user(&request)?;
+        Self::find(
+            &self.inner.prepared,
+            &query.prepared_statement_handle,
+            &user,
+            true,
+        )?;
+        Ok(())
+    }
+
+    async fn get_flight_info_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_catalogs(
+        &self,
+        query: CommandGetCatalogs,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let mut b = query.into_builder();
+        b.append(CATALOG);
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    async fn get_flight_info_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_schemas(
+        &self,
+        query: CommandGetDbSchemas,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let mut b = query.into_builder();
+        b.append(CATALOG, SCHEMA);
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    async fn get_flight_info_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_tables(
+        &self,
+        query: CommandGetTables,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let engine = self.engine().await?;
+        let mut b = query.into_builder();
+        for name in engine.tables() {
+            let df = engine.table(name, false).await.map_err(status)?;
+            b.append(CATALOG, SCHEMA, name, "TABLE", df.schema().as_arrow())
+                .map_err(|e| Status::internal(e.to_string()))?;
+        }
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    async fn get_flight_info_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        let schema = query.clone().into_builder().schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_table_types(
+        &self,
+        query: CommandGetTableTypes,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let mut b = query.into_builder();
+        b.append("TABLE");
+        let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
+        Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    async fn get_flight_info_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        let schema = query.clone().into_builder(&self.inner.info).schema();
+        Self::command_info(query, &schema, request.into_inner())
+    }
+
+    async fn do_get_sql_info(
+        &self,
+        query: CommandGetSqlInfo,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let batch = query
+            .into_builder(&self.inner.info)
+            .build()
+            .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    async fn do_get_fallback(
+        &self,
+        request: Request<Ticket>,
+        message: Any,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        Err(Status::unimplemented(format!(
+            "not supported by this server: {}",
+            message.type_url
+        )))
+    }
+
+    async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}

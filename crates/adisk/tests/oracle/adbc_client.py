@@ -1,0 +1,113 @@
+"""A real Flight SQL client against `adisk serve`: the ADBC Flight SQL driver (adbc-driver-flightsql)
+logs in, lists the catalog, runs queries and a prepared statement with a bound parameter, and
+every answer is compared with DuckDB on the cluster's own Parquet files. Prints one JSON report.
+
+usage: adbc_client.py URI CLUSTER_DIR PASSWORD QUERIES_JSON
+QUERIES_JSON is a file holding {"name": "SQL", ...}.
+"""
+import datetime
+import decimal
+import json
+import math
+import os
+import sys
+
+import adbc_driver_flightsql.dbapi as flightsql
+import duckdb
+
+sys.path.insert(0, os.path.dirname(__file__))
+from duckdb_query import table_files  # noqa: E402
+
+
+def norm(v):
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    return v
+
+
+def same(a, b):
+    """Rows equal; floats to a relative 1e-9 (sums in another order) or an absolute 1e-6 (a
+    decimal AVG has 6 places in DataFusion, DuckDB's is a double)."""
+    if len(a) != len(b):
+        return False
+    for ra, rb in zip(a, b):
+        if len(ra) != len(rb):
+            return False
+        for x, y in zip(ra, rb):
+            if isinstance(x, float) or isinstance(y, float):
+                if x is None or y is None or not math.isclose(float(x), float(y), rel_tol=1e-9, abs_tol=1e-6):
+                    return False
+            elif x != y:
+                return False
+    return True
+
+
+def rows(table):
+    cols = [c.to_pylist() for c in table.columns]
+    return [[norm(c[i]) for c in cols] for i in range(table.num_rows)]
+
+
+def main():
+    uri, cluster_dir, password, queries_file = sys.argv[1:5]
+    with open(queries_file) as f:
+        queries = json.load(f)
+    duck = duckdb.connect()
+    duck.execute("SET threads TO 1")
+    for t, files in sorted(table_files(cluster_dir).items()):
+        duck.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(files)})")
+    report = {}
+
+    # A wrong password is refused with a clear error.
+    try:
+        flightsql.connect(uri, db_kwargs={"username": "admin", "password": "wrong"}).close()
+        report["wrong_password"] = "accepted"
+    except Exception as e:  # the driver raises its own error types
+        report["wrong_password"] = str(e)
+
+    conn = flightsql.connect(uri, db_kwargs={"username": "admin", "password": password})
+    objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
+    tables = {}
+    for catalog in objects:
+        for schema in catalog["catalog_db_schemas"] or []:
+            for t in schema["db_schema_tables"] or []:
+                tables[t["table_name"]] = [c["column_name"] for c in t["table_columns"] or []]
+    report["tables"] = tables
+    report["catalogs"] = [c["catalog_name"] for c in objects]
+
+    cur = conn.cursor()
+    report["queries"] = {}
+    for name, sql in queries.items():
+        cur.execute(sql)
+        got = rows(cur.fetch_arrow_table())
+        want = [[norm(v) for v in r] for r in duck.execute(sql).fetchall()]
+        report["queries"][name] = {"rows": len(got), "equal": same(got, want),
+                                   "got": got[:3], "want": want[:3]}
+
+    # A prepared statement: the parameter is bound as a value, not spliced into the text.
+    prepared = {}
+    for bound in [1000, 250000]:
+        cur.execute("SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE o_orderkey < $1", parameters=(bound,))
+        got = rows(cur.fetch_arrow_table())
+        want = [[norm(v) for v in r] for r in duck.execute(
+            "SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE o_orderkey < ?", [bound]).fetchall()]
+        prepared[str(bound)] = {"equal": same(got, want), "got": got, "want": want}
+    report["prepared"] = prepared
+
+    # Errors come back as errors, and the connection stays usable.
+    try:
+        cur.execute("SELECT * FROM no_such_table")
+        cur.fetch_arrow_table()
+        report["unknown_table"] = "accepted"
+    except Exception as e:
+        report["unknown_table"] = str(e)
+    cur.execute("SELECT 1 AS one")
+    report["after_error"] = rows(cur.fetch_arrow_table())
+    cur.close()
+    conn.close()
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

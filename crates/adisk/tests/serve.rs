@@ -1,0 +1,184 @@
+//! `adisk serve`: the host as an Arrow Flight SQL service. A real client (the ADBC Flight SQL
+//! driver, from Python) logs in, lists the catalog, runs TPC-H Q1, Q3 and Q6 and a prepared
+//! statement, each compared with DuckDB on the cluster's own Parquet files; requests without
+//! valid credentials are refused.
+mod common;
+
+use arrow_flight::sql::client::FlightSqlServiceClient;
+use common::{TpchCluster, wait_until};
+use std::path::Path;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+/// An `adisk serve` process over a cluster's directory; killed when dropped.
+struct Server {
+    child: Child,
+    address: String,
+    password: String,
+}
+
+impl Server {
+    fn start(dir: &Path) -> Self {
+        let port_file = dir.join("serve.address");
+        let child = Command::new(env!("CARGO_BIN_EXE_adisk"))
+            .arg("--dir")
+            .arg(dir)
+            .args(["serve", "--port-file"])
+            .arg(&port_file)
+            .env_remove("ADISK_HOME")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("adisk serve starts");
+        wait_until("adisk serve to listen", Duration::from_secs(60), || {
+            std::fs::read_to_string(&port_file).is_ok_and(|a| !a.is_empty())
+        });
+        let password = std::fs::read_to_string(dir.join("admin.password"))
+            .expect("adisk serve made the admin user")
+            .trim()
+            .to_string();
+        Server {
+            child,
+            address: std::fs::read_to_string(&port_file).unwrap(),
+            password,
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn python() -> String {
+    std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+#[test]
+fn adbc_client_logs_in_lists_tables_and_queries_like_duckdb() {
+    let c = TpchCluster::start("0.1", 1);
+    let server = Server::start(c.dir());
+    let queries: serde_json::Map<String, serde_json::Value> = [1, 3, 6]
+        .into_iter()
+        .map(|n| {
+            let sql = adisk_host::sql::tpch::query(n).expect("a TPC-H query");
+            (format!("q{n}"), serde_json::Value::from(sql))
+        })
+        .collect();
+    let file = c.dir().join("queries.json");
+    std::fs::write(&file, serde_json::to_vec(&queries).unwrap()).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/adbc_client.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(format!("grpc://{}", server.address))
+        .arg(c.dir())
+        .arg(&server.password)
+        .arg(&file)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "the ADBC client failed (pip install adbc-driver-flightsql pyarrow):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = common::json(&String::from_utf8_lossy(&out.stdout));
+    let refused = report["wrong_password"].as_str().unwrap();
+    assert!(refused.contains("wrong user name or password"), "{refused}");
+    assert_eq!(report["catalogs"], serde_json::json!(["datafusion"]));
+    let lineitem = &report["tables"]["lineitem"];
+    assert!(
+        lineitem.as_array().unwrap().contains(&"l_orderkey".into()),
+        "{}",
+        report["tables"]
+    );
+    assert_eq!(report["tables"].as_object().unwrap().len(), 8);
+    for q in ["q1", "q3", "q6"] {
+        let r = &report["queries"][q];
+        assert_eq!(r["equal"], true, "{q}: {r}");
+        assert!(r["rows"].as_u64().unwrap() > 0, "{q}: {r}");
+    }
+    for (bound, r) in report["prepared"].as_object().unwrap() {
+        assert_eq!(r["equal"], true, "$1 = {bound}: {r}");
+    }
+    let unknown = report["unknown_table"].as_str().unwrap();
+    assert!(unknown.contains("no_such_table"), "{unknown}");
+    assert_eq!(report["after_error"], serde_json::json!([[1]]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_valid_credentials_are_refused() {
+    let c = TpchCluster::start("0.01", 1);
+    let server = Server::start(c.dir());
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connects");
+    let mut client = FlightSqlServiceClient::new(channel.clone());
+    let err = client.execute("SELECT 1".into(), None).await.unwrap_err();
+    assert!(err.to_string().contains("no credentials"), "{err}");
+    client.set_token("0".repeat(64));
+    let err = client.execute("SELECT 1".into(), None).await.unwrap_err();
+    assert!(err.to_string().contains("unknown token"), "{err}");
+    let mut client = FlightSqlServiceClient::new(channel);
+    let err = client.handshake("admin", "wrong").await.unwrap_err();
+    assert!(
+        err.to_string().contains("wrong user name or password"),
+        "{err}"
+    );
+    let err = client
+        .handshake("nobody", &server.password)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("wrong user name or password"),
+        "{err}"
+    );
+
+    client
+        .handshake("admin", &server.password)
+        .await
+        .expect("logs in");
+    let token = client.token().expect("a token").clone();
+    let info = client
+        .execute("SELECT count(*) AS n FROM nation".into(), None)
+        .await
+        .expect("a query");
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let batches: Vec<arrow::array::RecordBatch> =
+        futures::TryStreamExt::try_collect(client.do_get(ticket.clone()).await.expect("results"))
+            .await
+            .expect("batches");
+    let n = arrow::array::cast::AsArray::as_primitive::<arrow::datatypes::Int64Type>(
+        batches[0].column(0),
+    )
+    .value(0);
+    assert_eq!(n, 25);
+    // A statement ticket runs once.
+    let again = client.do_get(ticket).await;
+    let err = match again {
+        Ok(s) => futures::TryStreamExt::try_collect::<Vec<_>>(s)
+            .await
+            .unwrap_err()
+            .to_string(),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("no such statement"), "{err}");
+
+    // The client's token means nothing to a disk: disks take only cluster-key tokens.
+    let disk = common::disk_address(c.dir(), 0);
+    let channel = tonic::transport::Channel::from_shared(format!("http://{disk}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connects to a disk");
+    let mut raw = arrow_flight::flight_service_client::FlightServiceClient::new(channel);
+    let mut request = tonic::Request::new(arrow_flight::Action::new("status", ""));
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    let refused = raw.do_action(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+}
