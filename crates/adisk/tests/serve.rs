@@ -18,13 +18,14 @@ struct Server {
 }
 
 impl Server {
-    fn start(dir: &Path) -> Self {
-        let port_file = dir.join("serve.address");
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let port_file = dir.join(format!("serve-{}.address", args.join("")));
         let child = Command::new(env!("CARGO_BIN_EXE_adisk"))
             .arg("--dir")
             .arg(dir)
             .args(["serve", "--port-file"])
             .arg(&port_file)
+            .args(args)
             .env_remove("ADISK_HOME")
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
@@ -59,7 +60,7 @@ fn python() -> String {
 #[test]
 fn adbc_client_logs_in_lists_tables_and_queries_like_duckdb() {
     let c = TpchCluster::start("0.1", 1);
-    let server = Server::start(c.dir());
+    let server = Server::start(c.dir(), &[]);
     let queries: serde_json::Map<String, serde_json::Value> = [1, 3, 6]
         .into_iter()
         .map(|n| {
@@ -110,7 +111,7 @@ fn adbc_client_logs_in_lists_tables_and_queries_like_duckdb() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_valid_credentials_are_refused() {
     let c = TpchCluster::start("0.01", 1);
-    let server = Server::start(c.dir());
+    let server = Server::start(c.dir(), &[]);
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
         .unwrap()
         .connect()
@@ -181,4 +182,67 @@ async fn requests_without_valid_credentials_are_refused() {
         .insert("authorization", format!("Bearer {token}").parse().unwrap());
     let refused = raw.do_action(request).await.unwrap_err();
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+}
+
+/// Logs in to `server` over a new connection.
+async fn logged_in(server: &Server) -> FlightSqlServiceClient<tonic::transport::Channel> {
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connects");
+    let mut client = FlightSqlServiceClient::new(channel);
+    client
+        .handshake("admin", &server.password)
+        .await
+        .expect("logs in");
+    client
+}
+
+/// Runs `sql` to the end; the error's text if it fails.
+async fn run(
+    client: &mut FlightSqlServiceClient<tonic::transport::Channel>,
+    sql: &str,
+) -> Result<usize, String> {
+    let info = client
+        .execute(sql.into(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
+    let batches: Vec<arrow::array::RecordBatch> = futures::TryStreamExt::try_collect(stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(batches.iter().map(|b| b.num_rows()).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_running_and_queued_limits_a_query_is_told_busy() {
+    let c = TpchCluster::start("0.01", 1);
+    let server = Server::start(c.dir(), &["--max-running", "1", "--max-queued", "0"]);
+    // A query that holds the one turn for as long as the server lives (a cross join of
+    // lineitem with itself, 3.6 G pairs, counted at the host).
+    let mut slow = logged_in(&server).await;
+    let holder = tokio::spawn(async move {
+        run(
+            &mut slow,
+            "SELECT count(*) FROM lineitem a, lineitem b WHERE a.l_quantity + b.l_quantity > 0",
+        )
+        .await
+    });
+    let mut client = logged_in(&server).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let busy = loop {
+        match run(&mut client, "SELECT 1").await {
+            Err(e) if e.contains("busy") => break e,
+            _ => assert!(
+                std::time::Instant::now() < deadline,
+                "no busy error in 60 s"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(busy.contains("1 queries running and 0 waiting"), "{busy}");
+    assert!(!holder.is_finished(), "the slow query still runs");
+    holder.abort();
 }
