@@ -220,6 +220,27 @@ pub struct ClusterConfig {
     /// `[[disk]]` entries, ordered by id.
     #[serde(rename = "disk")]
     pub disks: Vec<DiskConfig>,
+    /// `[serve]`: the host's Arrow Flight SQL service, when `adisk up` started one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeSection>,
+}
+
+/// `[serve]` of `cluster.toml`: where the host's Flight SQL service listens and how a local
+/// user logs in to it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    /// `host:port` it listens on (clients use `grpc://host:port`).
+    pub address: String,
+    /// Process id, when started by `adisk up`.
+    #[serde(default)]
+    pub pid: Option<u32>,
+    /// The users file (argon2id hashes).
+    #[serde(default)]
+    pub users_file: Option<PathBuf>,
+    /// The file holding the `admin` user's password (mode 0600), if `adisk serve` made it.
+    #[serde(default)]
+    pub admin_password_file: Option<PathBuf>,
 }
 
 /// Upper bound on disks in one cluster (a declared limit, not a tuning knob).

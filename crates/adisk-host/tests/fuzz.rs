@@ -289,6 +289,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             pid: None,
             group: None,
         }],
+        serve: None,
     };
     (
         Arc::new(Cluster::connect(config).await.unwrap()),

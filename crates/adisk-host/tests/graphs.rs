@@ -68,6 +68,7 @@ impl Disks {
                 router_mbps: 0,
             },
             disks: configs,
+            serve: None,
         };
         Disks {
             cluster: Arc::new(Cluster::connect(config).await.unwrap()),

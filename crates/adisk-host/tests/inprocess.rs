@@ -64,6 +64,7 @@ async fn one_disk(
             pid: None,
             group: None,
         }],
+        serve: None,
     };
     (Cluster::connect(config).await.unwrap(), stop_tx, server)
 }
@@ -661,6 +662,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
             router_mbps: 0,
         },
         disks: vec![],
+        serve: None,
     };
     let mut stops = Vec::new();
     for (id, dir) in dirs.iter().enumerate() {

@@ -75,6 +75,7 @@ async fn one_disk(
             pid: None,
             group: None,
         }],
+        serve: None,
     };
     (
         Arc::new(Cluster::connect(config).await.unwrap()),

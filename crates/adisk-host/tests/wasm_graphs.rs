@@ -62,6 +62,7 @@ impl Disk {
                 router_mbps: 0,
             },
             disks: vec![disk],
+            serve: None,
         };
         Disk {
             cluster: Arc::new(Cluster::connect(config).await.unwrap()),

@@ -137,6 +137,8 @@ pub async fn scan(
             insecure: false,
             groups: 1,
             router_mbps: 0,
+            no_serve: true,
+            serve_auth: "users".into(),
         };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.

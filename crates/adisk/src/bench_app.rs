@@ -80,6 +80,8 @@ pub async fn run(dir: &Path, a: AppBenchArgs) -> Result<(), CliError> {
         insecure: false,
         groups: 1,
         router_mbps: 0,
+        no_serve: true,
+        serve_auth: "users".into(),
     };
     let config = up(&cdir, &args).await?;
     let link = u64::from(a.disks) * a.disk_read_mbps / 8;

@@ -171,6 +171,8 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
         insecure: false,
         groups: 1,
         router_mbps: 0,
+        no_serve: true,
+        serve_auth: "users".into(),
     };
     up(&cdir, &args).await?;
     let result = async {

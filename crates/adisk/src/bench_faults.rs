@@ -70,6 +70,8 @@ pub async fn run(dir: &Path, a: FaultsBenchArgs) -> Result<(), CliError> {
             insecure,
             groups: 1,
             router_mbps: 0,
+            no_serve: true,
+            serve_auth: "users".into(),
         };
         let started = up(&cdir, &args).await;
         dirs.push(cdir);

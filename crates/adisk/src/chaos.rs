@@ -120,6 +120,8 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         insecure: false,
         groups: 1,
         router_mbps: 0,
+        no_serve: true,
+        serve_auth: "users".into(),
     };
     let config = local::up(&cdir, &args).await?;
     let result = match proxy_links(&cdir, &config).await {

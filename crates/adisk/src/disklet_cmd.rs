@@ -271,6 +271,8 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
         insecure: false,
         groups: 1,
         router_mbps: 0,
+        no_serve: true,
+        serve_auth: "users".into(),
     };
     crate::local::up(&cdir, &args).await?;
     let result = async {

@@ -91,6 +91,13 @@ pub struct UpArgs {
     /// Limit on the router between disk groups, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub router_mbps: u64,
+    /// Do not start the host's Flight SQL service (`adisk serve`) beside the disks.
+    #[arg(long)]
+    pub no_serve: bool,
+    /// Who may use the Flight SQL service: `users` (of `DIR/users.toml`) or `none` (anyone
+    /// who reaches the port: a local demo only).
+    #[arg(long, default_value = "users")]
+    pub serve_auth: String,
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
@@ -124,6 +131,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             pid: None,
             group: None,
         }],
+        serve: None,
     };
     probe.validate(Path::new("command line"))?;
     let auth = match (&a.key_file, a.insecure) {
@@ -171,12 +179,12 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     Ok(())
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     // SAFETY: kill with signal 0 only checks for existence and permission.
     unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
 }
 
-fn reap(pid: u32) {
+pub(crate) fn reap(pid: u32) {
     let mut status = 0;
     // SAFETY: non-blocking wait on a pid; harmless if it is not our child.
     unsafe {
@@ -251,7 +259,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             d.group = Some(d.id * args.groups / args.disks);
         }
     }
-    let config = ClusterConfig {
+    let mut config = ClusterConfig {
         cluster: ClusterSection {
             name: "local".into(),
             host_link_mbps: args.host_link_mbps,
@@ -261,8 +269,20 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             router_mbps: args.router_mbps,
         },
         disks,
+        serve: None,
     };
     config.save(&config_path)?;
+    if !args.no_serve {
+        // The service reads the cluster.toml just written; its own section is added after.
+        match crate::serve_cmd::start_managed(&exe, &dir, &args.serve_auth).await {
+            Ok(serve) => config.serve = Some(serve),
+            Err(e) => {
+                let _ = std::fs::remove_file(&config_path);
+                return Err(kill_all(&mut children, e));
+            }
+        }
+        config.save(&config_path)?;
+    }
     Ok(config)
 }
 
@@ -534,6 +554,17 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
             }
         ));
     }
+    if let Some(serve) = &config.serve {
+        s.push_str(&format!(
+            "  Flight SQL service at grpc://{} (pid {}){}\n",
+            serve.address,
+            serve.pid.unwrap_or(0),
+            match &serve.admin_password_file {
+                Some(f) => format!("; user admin, password in {}", f.display()),
+                None => String::new(),
+            }
+        ));
+    }
     s
 }
 
@@ -544,6 +575,9 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         return Err(CliError::Other(format!("no cluster at {}", dir.display())));
     }
     let config = ClusterConfig::load(&path)?;
+    if let Some(serve) = &config.serve {
+        crate::serve_cmd::stop_managed(dir, serve).await;
+    }
     // Only processes that hold their disk's directory lock are ours: a pid the OS gave to an
     // unrelated process since is never waited for or signalled.
     let pids: Vec<u32> = config
@@ -623,6 +657,8 @@ pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
             insecure: false,
             groups: 1,
             router_mbps: 0,
+            no_serve: true,
+            serve_auth: "users".into(),
         },
     )
     .await?;

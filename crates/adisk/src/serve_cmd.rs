@@ -30,9 +30,16 @@ pub struct ServeArgs {
     /// Queries waiting for a turn; one more is refused with a `busy` error.
     #[arg(long, default_value_t = 64)]
     pub max_queued: usize,
+    /// Started by `adisk up`: hold `DIR/serve.lock` (naming this process) so that `adisk
+    /// down` stops only this server.
+    #[arg(long, hide = true)]
+    pub managed: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
+
+/// The lock a server started by `adisk up` holds in the cluster directory.
+const LOCK_FILE: &str = "serve.lock";
 
 /// `adisk user` commands.
 #[derive(clap::Subcommand, Debug)]
@@ -71,6 +78,11 @@ fn users(dir: &Path, path: &Path) -> Result<Users, CliError> {
 }
 
 pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
+    let _lock = if a.managed {
+        Some(take_lock(dir)?)
+    } else {
+        None
+    };
     let access = match a.auth.as_str() {
         "users" => Access::Users(users(dir, &users_path(dir, a.users.clone()))?),
         "none" => {
@@ -144,5 +156,139 @@ pub fn user(dir: &Path, command: UserCommand) -> Result<(), CliError> {
             println!("user `{name}` set in {}", path.display());
             Ok(())
         }
+    }
+}
+
+/// Takes `DIR/serve.lock` and writes this process's pid in it; refused while another
+/// server holds it.
+fn take_lock(dir: &Path) -> Result<std::fs::File, CliError> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join(LOCK_FILE);
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    if file.try_lock().is_err() {
+        let mut holder = String::new();
+        let _ = file.read_to_string(&mut holder);
+        return Err(CliError::Other(format!(
+            "{} is already served (pid {})",
+            dir.display(),
+            holder.trim()
+        )));
+    }
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| write!(file, "{}", std::process::id()))
+        .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
+    Ok(file)
+}
+
+/// Whether `pid` is the server holding `DIR/serve.lock`.
+fn holds_lock(dir: &Path, pid: u32) -> bool {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(dir.join(LOCK_FILE)) else {
+        return false;
+    };
+    match file.try_lock_shared() {
+        Ok(()) => false,
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string()
+        }
+        Err(std::fs::TryLockError::Error(_)) => false,
+    }
+}
+
+/// Starts `adisk serve --managed` over the cluster in `dir` (logging to `DIR/serve.log`) and
+/// waits until it listens; its `[serve]` section of `cluster.toml`.
+pub async fn start_managed(
+    exe: &Path,
+    dir: &Path,
+    auth: &str,
+) -> Result<adisk_core::config::ServeSection, CliError> {
+    use std::os::unix::process::CommandExt;
+    if auth != "users" && auth != "none" {
+        return Err(CliError::Other(format!(
+            "--serve-auth {auth}: expected `users` or `none`"
+        )));
+    }
+    let port_file = dir.join("serve.address");
+    let _ = std::fs::remove_file(&port_file);
+    let log_path = dir.join("serve.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .map_err(|e| CliError::Other(format!("{}: {e}", log_path.display())))?;
+    let log2 = log
+        .try_clone()
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    let mut child = std::process::Command::new(exe)
+        .arg("--dir")
+        .arg(dir)
+        .args(["serve", "--managed", "--auth", auth, "--port-file"])
+        .arg(&port_file)
+        .stdin(std::process::Stdio::null())
+        .stdout(log)
+        .stderr(log2)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| CliError::Other(format!("starting adisk serve: {e}")))?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let address = loop {
+        if let Ok(a) = std::fs::read_to_string(&port_file)
+            && !a.trim().is_empty()
+        {
+            break a.trim().to_string();
+        }
+        let failed = match child.try_wait() {
+            Ok(Some(status)) => Some(format!("exited ({status})")),
+            _ if std::time::Instant::now() > deadline => Some("did not listen within 30 s".into()),
+            _ => None,
+        };
+        if let Some(why) = failed {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            return Err(CliError::Other(format!(
+                "the Flight SQL service {why}:\n{}",
+                log.trim()
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let password = dir.join("admin.password");
+    Ok(adisk_core::config::ServeSection {
+        address,
+        pid: Some(child.id()),
+        users_file: (auth == "users").then(|| dir.join("users.toml")),
+        admin_password_file: (auth == "users" && password.exists()).then_some(password),
+    })
+}
+
+/// Stops the server `adisk up` started (SIGTERM, then SIGKILL after 5 s): only a process that
+/// holds `DIR/serve.lock` naming it, never a pid the OS gave to another process since.
+pub async fn stop_managed(dir: &Path, serve: &adisk_core::config::ServeSection) {
+    let Some(pid) = serve.pid.filter(|p| holds_lock(dir, *p)) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    // SAFETY: signalling the server process this cluster's `up` started (it holds the lock).
+    unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+    loop {
+        crate::local::reap(pid);
+        if !crate::local::alive(pid) {
+            return;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }

@@ -246,3 +246,39 @@ async fn past_the_running_and_queued_limits_a_query_is_told_busy() {
     assert!(!holder.is_finished(), "the slow query still runs");
     holder.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_starts_the_service_and_down_stops_it() {
+    let c = common::Cluster::start(&["--disks", "2"]);
+    let config: serde_json::Value = {
+        let text = std::fs::read_to_string(c.dir().join("cluster.toml")).unwrap();
+        let serve = text.split("[serve]").nth(1).expect("a [serve] section");
+        let field = |name: &str| {
+            serve
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} = ")))
+                .map(|v| v.trim_matches('"').to_string())
+                .unwrap_or_else(|| panic!("{name} in [serve]"))
+        };
+        serde_json::json!({
+            "address": field("address"),
+            "pid": field("pid").parse::<i32>().unwrap(),
+            "password_file": field("admin_password_file"),
+        })
+    };
+    let server = Server {
+        child: Command::new("true").spawn().unwrap(), // not ours to kill: `down` stops it
+        address: config["address"].as_str().unwrap().to_string(),
+        password: std::fs::read_to_string(config["password_file"].as_str().unwrap())
+            .unwrap()
+            .trim()
+            .to_string(),
+    };
+    let mut client = logged_in(&server).await;
+    assert_eq!(run(&mut client, "SELECT 1").await, Ok(1));
+    let pid = config["pid"].as_i64().unwrap() as i32;
+    common::ok(c.dir(), &["down"]);
+    wait_until("the service to stop", Duration::from_secs(10), || {
+        common::process_gone(pid)
+    });
+}
