@@ -282,3 +282,84 @@ async fn up_starts_the_service_and_down_stops_it() {
         common::process_gone(pid)
     });
 }
+
+/// Runs `sql`; the result's column count and batches.
+async fn fetch(
+    client: &mut FlightSqlServiceClient<tonic::transport::Channel>,
+    sql: &str,
+) -> Result<(usize, Vec<arrow::array::RecordBatch>), String> {
+    let info = client
+        .execute(sql.into(), None)
+        .await
+        .map_err(|e| e.to_string())?;
+    let columns = info
+        .clone()
+        .try_decode_schema()
+        .map_err(|e| e.to_string())?
+        .fields()
+        .len();
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let stream = client.do_get(ticket).await.map_err(|e| e.to_string())?;
+    let batches = futures::TryStreamExt::try_collect(stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((columns, batches))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_clients_run_the_tpch_mix_and_every_answer_is_right() {
+    use adisk_host::sql::{oracle, tpch};
+    let c = TpchCluster::start("0.01", 1);
+    let server = Server::start(c.dir(), &[]);
+    // The official answers; Q13 (which depends on the generator's comment texts) from DuckDB
+    // on the same files, as `adisk tpch check` does.
+    let mut answers = tpch::official_answers(0.01).expect("official answers");
+    let config =
+        adisk_core::config::ClusterConfig::load(&c.dir().join("cluster.toml")).expect("config");
+    let cluster = adisk_host::Cluster::connect(config).await.expect("cluster");
+    let catalog = cluster.catalog().await.expect("catalog");
+    let q13 = oracle::duckdb_same_data(&cluster, &catalog, &[tpch::query(13).unwrap()])
+        .expect("DuckDB")
+        .remove(0)
+        .expect("Q13 in DuckDB");
+    answers.insert(13, q13);
+    let answers = std::sync::Arc::new(answers);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let clients: Vec<_> = (0..16u32)
+        .map(|i| {
+            let (answers, address, password) = (
+                answers.clone(),
+                server.address.clone(),
+                server.password.clone(),
+            );
+            tokio::spawn(async move {
+                let me = Server {
+                    child: Command::new("true").spawn().unwrap(),
+                    address,
+                    password,
+                };
+                let mut client = logged_in(&me).await;
+                let (mut q, mut done) = (1 + i % 22, 0u32);
+                while done == 0 || std::time::Instant::now() < deadline {
+                    let (columns, batches) = fetch(&mut client, tpch::query(q).unwrap())
+                        .await
+                        .map_err(|e| format!("client {i}, Q{q}: {e}"))?;
+                    let skip = |c: &str| q != 13 && tpch::generator_text_column(c);
+                    oracle::compare_batches(columns, &batches, &answers[&q], skip)
+                        .map_err(|e| format!("client {i}, Q{q}: {e}"))?;
+                    (q, done) = (q % 22 + 1, done + 1);
+                }
+                Ok::<u32, String>(done)
+            })
+        })
+        .collect();
+    let mut total = 0;
+    for c in clients {
+        total += c
+            .await
+            .expect("a client task")
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    assert!(total >= 16, "{total} queries");
+    eprintln!("16 clients answered {total} TPC-H queries correctly in 20 s");
+}

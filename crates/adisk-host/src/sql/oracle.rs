@@ -78,14 +78,24 @@ pub fn compare(
     answer: &str,
     skip: impl Fn(&str) -> bool,
 ) -> std::result::Result<(), String> {
-    let (rows, tolerant) = cells(&result.batches).map_err(|e| e.to_string())?;
+    compare_batches(result.schema.fields().len(), &result.batches, answer, skip)
+}
+
+/// [`compare`] for a result of `columns` columns received as `batches` (e.g. by a Flight SQL
+/// client).
+pub fn compare_batches(
+    columns: usize,
+    batches: &[RecordBatch],
+    answer: &str,
+    skip: impl Fn(&str) -> bool,
+) -> std::result::Result<(), String> {
+    let (rows, tolerant) = cells(batches).map_err(|e| e.to_string())?;
     let mut lines = answer.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split('|').collect();
     let expected: Vec<Vec<&str>> = lines.map(|l| l.split('|').collect()).collect();
-    if result.schema.fields().len() != header.len() {
+    if columns != header.len() {
         return Err(format!(
-            "{} columns, the answer has {}",
-            result.schema.fields().len(),
+            "{columns} columns, the answer has {}",
             header.len()
         ));
     }
