@@ -232,6 +232,9 @@ pub struct ClusterConfig {
 pub struct ServeSection {
     /// `host:port` it listens on (clients use `grpc://host:port`).
     pub address: String,
+    /// `host:port` of its Prometheus endpoint (`http://host:port/metrics`).
+    #[serde(default)]
+    pub metrics_address: Option<String>,
     /// Process id, when started by `adisk up`.
     #[serde(default)]
     pub pid: Option<u32>,

@@ -5,6 +5,7 @@
 //!
 //! `adisk serve` runs it over the cluster in `--dir`; see `docs/serve.md`.
 pub mod auth;
+pub mod metrics;
 pub mod service;
 
 pub use service::{Access, Admission, SqlService};

@@ -86,6 +86,7 @@ struct Inner {
     prepared: Mutex<HashMap<Vec<u8>, Handle>>,
     info: SqlInfoData,
     admission: Admission,
+    metrics: Arc<crate::metrics::Metrics>,
     running: Arc<tokio::sync::Semaphore>,
     waiting: std::sync::atomic::AtomicUsize,
 }
@@ -171,10 +172,21 @@ impl SqlService {
                 prepared: Mutex::new(HashMap::new()),
                 info: b.build().expect("static SQL info builds"),
                 admission,
+                metrics: Arc::default(),
                 running: Arc::new(tokio::sync::Semaphore::new(admission.running.max(1))),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
             }),
         }
+    }
+
+    /// The service's metrics (`/metrics`).
+    pub fn metrics(&self) -> Arc<crate::metrics::Metrics> {
+        self.inner.metrics.clone()
+    }
+
+    /// The cluster it serves.
+    pub fn cluster(&self) -> Arc<Cluster> {
+        self.inner.cluster.clone()
     }
 
     /// The user a request comes from: its bearer token's (or anyone, with open access).
@@ -191,10 +203,11 @@ impl SqlService {
         let token = text.strip_prefix("Bearer ").ok_or_else(|| {
             Status::unauthenticated("expected a bearer token (log in with basic auth first)")
         })?;
-        self.inner
-            .tokens
-            .user(token)
-            .map_err(|e| Status::unauthenticated(e.to_string()))
+        self.inner.tokens.user(token).map_err(|e| {
+            let refused = Status::unauthenticated(e.to_string());
+            self.inner.metrics.failed(&refused);
+            refused
+        })
     }
 
     /// A turn to run a query: at once when fewer than `running` run, after waiting when fewer
@@ -207,12 +220,19 @@ impl SqlService {
         let a = self.inner.admission;
         if self.inner.waiting.fetch_add(1, Ordering::SeqCst) >= a.queued {
             self.inner.waiting.fetch_sub(1, Ordering::SeqCst);
+            self.inner
+                .metrics
+                .queries
+                .with_label_values(&["busy"])
+                .inc();
             return Err(Status::resource_exhausted(format!(
                 "busy: {} queries running and {} waiting; retry later",
                 a.running, a.queued
             )));
         }
+        self.inner.metrics.queued.inc();
         let permit = self.inner.running.clone().acquire_owned().await;
+        self.inner.metrics.queued.dec();
         self.inner.waiting.fetch_sub(1, Ordering::SeqCst);
         permit.map_err(|_| Status::unavailable("the server is shutting down"))
     }
@@ -256,6 +276,27 @@ impl SqlService {
             map.remove(id);
         }
         Ok(found)
+    }
+
+    /// Runs a statement in its turn.
+    async fn run_statement(
+        &self,
+        sql: &str,
+        params: Vec<ScalarValue>,
+    ) -> Result<adisk_host::sql::QueryOutput, Status> {
+        let _turn = self.turn().await?;
+        self.inner.metrics.running.inc();
+        let engine = self.engine().await;
+        let out = match engine {
+            Ok(engine) if params.is_empty() => engine.query(sql).await.map_err(status),
+            Ok(engine) => match engine.bound(sql, params).await {
+                Ok(df) => engine.run_frame(df, false).await.map_err(status),
+                Err(e) => Err(status(e)),
+            },
+            Err(e) => Err(e),
+        };
+        self.inner.metrics.running.dec();
+        out
     }
 
     /// Plans `sql` with `params` and returns the FlightInfo of a one-shot ticket that runs it.
@@ -375,7 +416,12 @@ impl FlightSqlService for SqlService {
         let this = self.clone();
         let user = tokio::task::spawn_blocking(move || this.verify_basic(header.as_deref()))
             .await
-            .map_err(|e| Status::internal(e.to_string()))??;
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let logins = &self.inner.metrics.logins;
+        logins
+            .with_label_values(&[if user.is_ok() { "ok" } else { "refused" }])
+            .inc();
+        let user = user?;
         let token = self.inner.tokens.issue(&user);
         let reply = HandshakeResponse {
             protocol_version: 0,
@@ -396,8 +442,18 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let user = self.user(&request)?;
-        self.statement_info(user, query.query, vec![], request.into_inner())
-            .await
+        let info = self
+            .statement_info(user, query.query, vec![], request.into_inner())
+            .await;
+        if let Err(e) = &info {
+            self.inner.metrics.failed(e);
+            self.inner
+                .metrics
+                .queries
+                .with_label_values(&["error"])
+                .inc();
+        }
+        info
     }
 
     async fn do_get_statement(
@@ -412,17 +468,18 @@ impl FlightSqlService for SqlService {
             &user,
             true,
         )?;
-        let _turn = self.turn().await?;
-        let engine = self.engine().await?;
-        let out = if params.is_empty() {
-            engine.query(&sql).await
-        } else {
-            match engine.bound(&sql, params).await {
-                Ok(df) => engine.run_frame(df, false).await,
-                Err(e) => Err(e),
+        let metrics = &self.inner.metrics;
+        let out = match self.run_statement(&sql, params).await {
+            Ok(out) => out,
+            Err(e) => {
+                metrics.failed(&e);
+                if e.code() != tonic::Code::ResourceExhausted {
+                    metrics.queries.with_label_values(&["error"]).inc();
+                }
+                return Err(e);
             }
-        }
-        .map_err(status)?;
+        };
+        metrics.answered(&out);
         tracing::info!(
             user,
             rows = out.rows(),

@@ -556,9 +556,13 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     }
     if let Some(serve) = &config.serve {
         s.push_str(&format!(
-            "  Flight SQL service at grpc://{} (pid {}){}\n",
+            "  Flight SQL service at grpc://{} (pid {}{}){}\n",
             serve.address,
             serve.pid.unwrap_or(0),
+            match &serve.metrics_address {
+                Some(m) => format!(", metrics at http://{m}/metrics"),
+                None => String::new(),
+            },
             match &serve.admin_password_file {
                 Some(f) => format!("; user admin, password in {}", f.display()),
                 None => String::new(),

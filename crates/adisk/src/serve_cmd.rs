@@ -24,6 +24,12 @@ pub struct ServeArgs {
     /// password written to `DIR/admin.password`, mode 0600).
     #[arg(long)]
     pub users: Option<PathBuf>,
+    /// Address of the Prometheus endpoint (`GET /metrics`; port 0: any free port; `off`: none).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub metrics_listen: String,
+    /// Write the metrics endpoint's bound address here once listening.
+    #[arg(long)]
+    pub metrics_port_file: Option<PathBuf>,
     /// Queries running at once.
     #[arg(long, default_value_t = 16)]
     pub max_running: usize,
@@ -105,6 +111,24 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         queued: a.max_queued,
     };
     let service = SqlService::new(cluster, options, access, admission);
+    if a.metrics_listen != "off" {
+        let listener = tokio::net::TcpListener::bind(&a.metrics_listen)
+            .await
+            .map_err(|e| CliError::Other(format!("listening on {}: {e}", a.metrics_listen)))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        if let Some(f) = &a.metrics_port_file {
+            std::fs::write(f, address.to_string())
+                .map_err(|e| CliError::Other(format!("{}: {e}", f.display())))?;
+        }
+        println!("metrics at http://{address}/metrics");
+        tokio::spawn(adisk_server::metrics::serve_http(
+            listener,
+            service.metrics(),
+            service.cluster(),
+        ));
+    }
     let listener = tokio::net::TcpListener::bind(&a.listen)
         .await
         .map_err(|e| CliError::Other(format!("listening on {}: {e}", a.listen)))?;
@@ -217,7 +241,9 @@ pub async fn start_managed(
         )));
     }
     let port_file = dir.join("serve.address");
+    let metrics_file = dir.join("serve.metrics");
     let _ = std::fs::remove_file(&port_file);
+    let _ = std::fs::remove_file(&metrics_file);
     let log_path = dir.join("serve.log");
     let log = std::fs::OpenOptions::new()
         .create(true)
@@ -232,6 +258,8 @@ pub async fn start_managed(
         .arg(dir)
         .args(["serve", "--managed", "--auth", auth, "--port-file"])
         .arg(&port_file)
+        .arg("--metrics-port-file")
+        .arg(&metrics_file)
         .stdin(std::process::Stdio::null())
         .stdout(log)
         .stderr(log2)
@@ -264,6 +292,7 @@ pub async fn start_managed(
     let password = dir.join("admin.password");
     Ok(adisk_core::config::ServeSection {
         address,
+        metrics_address: std::fs::read_to_string(&metrics_file).ok(),
         pid: Some(child.id()),
         users_file: (auth == "users").then(|| dir.join("users.toml")),
         admin_password_file: (auth == "users" && password.exists()).then_some(password),

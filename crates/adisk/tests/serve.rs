@@ -261,6 +261,7 @@ async fn up_starts_the_service_and_down_stops_it() {
                 .unwrap_or_else(|| panic!("{name} in [serve]"))
         };
         serde_json::json!({
+            "metrics": field("metrics_address"),
             "address": field("address"),
             "pid": field("pid").parse::<i32>().unwrap(),
             "password_file": field("admin_password_file"),
@@ -274,8 +275,31 @@ async fn up_starts_the_service_and_down_stops_it() {
             .trim()
             .to_string(),
     };
+    let metrics = config["metrics"].as_str().unwrap().to_string();
+    let before = scrape(&metrics);
+    assert!(before.contains("adisk_disk_up{disk=\"1\"} 1"), "{before}");
     let mut client = logged_in(&server).await;
     assert_eq!(run(&mut client, "SELECT 1").await, Ok(1));
+    assert!(run(&mut client, "SELECT * FROM nowhere").await.is_err());
+    let after = scrape(&metrics);
+    let value = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    for (name, moved) in [
+        ("adisk_queries_total{outcome=\"ok\"}", 1.0),
+        ("adisk_queries_total{outcome=\"error\"}", 1.0),
+        ("adisk_logins_total{outcome=\"ok\"}", 1.0),
+        ("adisk_query_seconds_count", 1.0),
+        ("adisk_rows_returned_total", 1.0),
+    ] {
+        assert_eq!(
+            value(&after, name) - value(&before, name),
+            moved,
+            "{name}:\n{after}"
+        );
+    }
     let pid = config["pid"].as_i64().unwrap() as i32;
     common::ok(c.dir(), &["down"]);
     wait_until("the service to stop", Duration::from_secs(10), || {
@@ -362,4 +386,17 @@ async fn sixteen_clients_run_the_tpch_mix_and_every_answer_is_right() {
     }
     assert!(total >= 16, "{total} queries");
     eprintln!("16 clients answered {total} TPC-H queries correctly in 20 s");
+}
+
+/// `GET /metrics` from the Prometheus endpoint at `address`.
+fn scrape(address: &str) -> String {
+    use std::io::{Read, Write};
+    let mut socket = std::net::TcpStream::connect(address).expect("the metrics endpoint");
+    socket
+        .write_all(b"GET /metrics HTTP/1.1\r\nhost: adisk\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    socket.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    response
 }

@@ -1,0 +1,280 @@
+//! `/metrics` in Prometheus' text format: the service's queries (by outcome, latency, rows,
+//! bytes read, skipped and moved per link), admission (running, queued), logins, and each
+//! disk's state asked at scrape time (up, memory granted, jobs running, waiting, finished,
+//! failed, temporary space, exchange inboxes).
+use adisk_host::Cluster;
+use adisk_host::sql::QueryOutput;
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Largest HTTP request head the endpoint reads, bytes.
+const MAX_REQUEST_BYTES: usize = 8 * 1024;
+
+/// The service's metrics.
+pub struct Metrics {
+    registry: Registry,
+    /// Queries by outcome: `ok`, `error`, `busy`.
+    pub queries: IntCounterVec,
+    /// Errors returned to clients, by gRPC code.
+    pub errors: IntCounterVec,
+    /// Logins by outcome: `ok`, `refused`.
+    pub logins: IntCounterVec,
+    latency: Histogram,
+    rows: IntCounter,
+    bytes_read: IntCounter,
+    bytes_skipped: IntCounter,
+    bytes_to_host: IntCounter,
+    bytes_between_disks: IntCounter,
+    /// Queries running.
+    pub running: IntGauge,
+    /// Queries waiting for a turn.
+    pub queued: IntGauge,
+    disk: DiskGauges,
+}
+
+struct DiskGauges {
+    up: IntGaugeVec,
+    memory_total: IntGaugeVec,
+    memory_granted: IntGaugeVec,
+    jobs_running: IntGaugeVec,
+    jobs_waiting: IntGaugeVec,
+    jobs_finished: IntGaugeVec,
+    jobs_failed: IntGaugeVec,
+    temp_files: IntGaugeVec,
+    inboxes: IntGaugeVec,
+}
+
+fn counter(r: &Registry, name: &str, help: &str) -> IntCounter {
+    let c = IntCounter::new(name, help).expect("a valid metric");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn counter_vec(r: &Registry, name: &str, help: &str, label: &str) -> IntCounterVec {
+    let c = IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid metric");
+    r.register(Box::new(c.clone())).expect("registered once");
+    c
+}
+
+fn gauge(r: &Registry, name: &str, help: &str) -> IntGauge {
+    let g = IntGauge::new(name, help).expect("a valid metric");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+fn disk_gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
+    let g = IntGaugeVec::new(Opts::new(name, help), &["disk"]).expect("a valid metric");
+    r.register(Box::new(g.clone())).expect("registered once");
+    g
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let r = Registry::new();
+        let latency = Histogram::with_opts(
+            HistogramOpts::new("adisk_query_seconds", "Query latency at the host, seconds")
+                .buckets(prometheus::exponential_buckets(0.005, 2.0, 16).expect("buckets")),
+        )
+        .expect("a valid metric");
+        r.register(Box::new(latency.clone()))
+            .expect("registered once");
+        let disk = DiskGauges {
+            up: disk_gauge(
+                &r,
+                "adisk_disk_up",
+                "1 when the disk answered the scrape's status request",
+            ),
+            memory_total: disk_gauge(
+                &r,
+                "adisk_disk_memory_bytes",
+                "The disk's DiskOS memory budget",
+            ),
+            memory_granted: disk_gauge(
+                &r,
+                "adisk_disk_memory_granted_bytes",
+                "Memory granted to the disk's jobs",
+            ),
+            jobs_running: disk_gauge(&r, "adisk_disk_jobs_running", "Jobs running at the disk"),
+            jobs_waiting: disk_gauge(
+                &r,
+                "adisk_disk_jobs_waiting",
+                "Jobs waiting for admission at the disk",
+            ),
+            jobs_finished: disk_gauge(
+                &r,
+                "adisk_disk_jobs_finished",
+                "Jobs finished at the disk since it started",
+            ),
+            jobs_failed: disk_gauge(
+                &r,
+                "adisk_disk_jobs_failed",
+                "Jobs failed at the disk since it started",
+            ),
+            temp_files: disk_gauge(
+                &r,
+                "adisk_disk_temp_files_bytes",
+                "Temporary files of the disk's jobs",
+            ),
+            inboxes: disk_gauge(
+                &r,
+                "adisk_disk_exchange_inboxes",
+                "Exchange inboxes open at the disk",
+            ),
+        };
+        Metrics {
+            queries: counter_vec(&r, "adisk_queries_total", "Queries by outcome", "outcome"),
+            errors: counter_vec(
+                &r,
+                "adisk_errors_total",
+                "Errors returned to clients by gRPC code",
+                "code",
+            ),
+            logins: counter_vec(&r, "adisk_logins_total", "Logins by outcome", "outcome"),
+            latency,
+            rows: counter(&r, "adisk_rows_returned_total", "Rows returned to clients"),
+            bytes_read: counter(
+                &r,
+                "adisk_bytes_read_total",
+                "Bytes the disks read for queries",
+            ),
+            bytes_skipped: counter(
+                &r,
+                "adisk_bytes_skipped_total",
+                "Bytes the disks skipped (zone maps, pruning)",
+            ),
+            bytes_to_host: counter(
+                &r,
+                "adisk_bytes_disk_to_host_total",
+                "Bytes the disks shipped to the host",
+            ),
+            bytes_between_disks: counter(
+                &r,
+                "adisk_bytes_disk_to_disk_total",
+                "Bytes shipped between disks",
+            ),
+            running: gauge(&r, "adisk_queries_running", "Queries running"),
+            queued: gauge(&r, "adisk_queries_queued", "Queries waiting for a turn"),
+            disk,
+            registry: r,
+        }
+    }
+}
+
+impl Metrics {
+    /// Counts a query that answered.
+    pub fn answered(&self, out: &QueryOutput) {
+        self.queries.with_label_values(&["ok"]).inc();
+        self.latency.observe(out.wall.as_secs_f64());
+        self.rows.inc_by(out.rows() as u64);
+        for scan in &out.scans {
+            self.bytes_to_host.inc_by(scan.bytes_received);
+            if let Some(s) = &scan.stats {
+                self.bytes_read.inc_by(s.bytes_read);
+                self.bytes_skipped.inc_by(s.bytes_skipped);
+                self.bytes_between_disks.inc_by(s.bytes_shipped_disks);
+            }
+        }
+    }
+
+    /// Counts an error returned to a client.
+    pub fn failed(&self, status: &tonic::Status) {
+        self.errors
+            .with_label_values(&[&format!("{:?}", status.code())])
+            .inc();
+    }
+
+    /// The text exposition, with every disk's state asked now.
+    pub async fn render(&self, cluster: &Cluster) -> String {
+        let g = &self.disk;
+        for (d, s) in cluster.status().await.into_iter().enumerate() {
+            let disk = d.to_string();
+            let l = [disk.as_str()];
+            match s {
+                Ok(s) => {
+                    g.up.with_label_values(&l).set(1);
+                    g.memory_total
+                        .with_label_values(&l)
+                        .set(s.memory_bytes as i64);
+                    g.memory_granted
+                        .with_label_values(&l)
+                        .set(s.memory_granted_bytes as i64);
+                    g.jobs_running
+                        .with_label_values(&l)
+                        .set(i64::from(s.jobs_running));
+                    g.jobs_waiting
+                        .with_label_values(&l)
+                        .set(i64::from(s.jobs_waiting));
+                    g.jobs_finished
+                        .with_label_values(&l)
+                        .set(s.jobs_finished as i64);
+                    g.jobs_failed
+                        .with_label_values(&l)
+                        .set(s.jobs_failed as i64);
+                    g.temp_files
+                        .with_label_values(&l)
+                        .set(s.temp_files_bytes as i64);
+                    g.inboxes
+                        .with_label_values(&l)
+                        .set(i64::from(s.exchange_inboxes));
+                }
+                Err(_) => g.up.with_label_values(&l).set(0),
+            }
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding into memory");
+        String::from_utf8(out).expect("the text format is UTF-8")
+    }
+}
+
+/// Answers `GET /metrics` on `listener` (HTTP/1.1, one request per connection) until the
+/// process ends; anything else is 404.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    metrics: Arc<Metrics>,
+    cluster: Arc<Cluster>,
+) {
+    loop {
+        let Ok((mut socket, _)) = listener.accept().await else {
+            continue;
+        };
+        let (metrics, cluster) = (metrics.clone(), cluster.clone());
+        tokio::spawn(async move {
+            let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await;
+            let Ok(Some(head)) = head else { return };
+            let response = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?")
+            {
+                let body = metrics.render(&cluster).await;
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+            } else {
+                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
+            };
+            let _ = socket.write_all(response.as_bytes()).await;
+            let _ = socket.shutdown().await;
+        });
+    }
+}
+
+/// The request head (up to the blank line), or None when the client sends more than
+/// [`MAX_REQUEST_BYTES`] or closes first.
+async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = socket.read(&mut chunk).await.ok()?;
+        if n == 0 || buf.len() + n > MAX_REQUEST_BYTES {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
