@@ -58,7 +58,7 @@ fn python() -> String {
 }
 
 #[test]
-fn adbc_client_logs_in_lists_tables_and_queries_like_duckdb() {
+fn adbc_and_jdbc_clients_log_in_list_tables_and_query_like_duckdb() {
     let c = TpchCluster::start("0.1", 1);
     let server = Server::start(c.dir(), &[]);
     let queries: serde_json::Map<String, serde_json::Value> = [1, 3, 6]
@@ -106,6 +106,66 @@ fn adbc_client_logs_in_lists_tables_and_queries_like_duckdb() {
     let unknown = report["unknown_table"].as_str().unwrap();
     assert!(unknown.contains("no_such_table"), "{unknown}");
     assert_eq!(report["after_error"], serde_json::json!([[1]]));
+    jdbc_client_answers_like_duckdb(c.dir(), &server);
+}
+
+/// The Arrow Flight SQL JDBC driver (`ADISK_JDBC_JAR`, fetched by `./x`) from a small Java
+/// program: a query and a prepared statement equal DuckDB's answers; a wrong password is
+/// refused.
+fn jdbc_client_answers_like_duckdb(dir: &Path, server: &Server) {
+    let jar = std::env::var("ADISK_JDBC_JAR").expect(
+        "ADISK_JDBC_JAR: the Flight SQL JDBC driver's jar (./x test fetches it with maven)",
+    );
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/JdbcClient.java");
+    let (host, port) = server.address.rsplit_once(':').unwrap();
+    let java = |password: &str| {
+        let out = Command::new("java")
+            .args(["--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", &jar])
+            .arg(&source)
+            .args([host, port, "admin", password])
+            .arg("SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE o_orderstatus = 'F'")
+            .arg("SELECT count(*) AS n FROM orders WHERE o_orderkey < $1")
+            .arg("250000")
+            .output()
+            .expect("java runs");
+        assert!(
+            out.status.success(),
+            "the JDBC client failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let refused = java("wrong");
+    assert!(
+        refused.contains("refused: ") && refused.contains("wrong user name or password"),
+        "{refused}"
+    );
+    let out = java(&server.password);
+    let line = |label: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+            .unwrap_or_else(|| panic!("no {label} line:\n{out}"))
+            .to_string()
+    };
+    let want = common::duckdb(
+        dir,
+        "SELECT count(*), sum(o_totalprice) FROM orders WHERE o_orderstatus = 'F'",
+    );
+    let (n, s) = line("query")
+        .split_once('|')
+        .map(|(n, s)| (n.parse::<i64>().unwrap(), s.parse::<f64>().unwrap()))
+        .unwrap();
+    assert_eq!(serde_json::json!(n), want[0][0]);
+    assert!(
+        (s - want[0][1].as_f64().unwrap()).abs() < 0.005,
+        "{s} vs {}",
+        want[0][1]
+    );
+    let want = common::duckdb(dir, "SELECT count(*) FROM orders WHERE o_orderkey < 250000");
+    assert_eq!(
+        serde_json::json!(line("prepared").parse::<i64>().unwrap()),
+        want[0][0]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
