@@ -5,6 +5,7 @@
 //!
 //! `adisk serve` runs it over the cluster in `--dir`; see `docs/serve.md`.
 pub mod auth;
+pub mod client;
 pub mod metrics;
 pub mod service;
 

@@ -71,6 +71,83 @@ pub struct SqlArgs {
     /// Print what the query moved (bytes read, shipped, rows, time) on standard error.
     #[arg(long)]
     pub stats: bool,
+    /// Run the queries on the running Flight SQL service at this URL (`grpc://HOST:PORT`,
+    /// or `serve`: the one `adisk up` started, from `cluster.toml`) instead of in this process.
+    #[arg(long)]
+    pub connect: Option<String>,
+    /// User name for `--connect`.
+    #[arg(long, default_value = "admin")]
+    pub user: String,
+    /// File holding the password for `--connect` (default: `[serve]`'s
+    /// `admin_password_file` in `cluster.toml`).
+    #[arg(long)]
+    pub password_file: Option<PathBuf>,
+}
+
+/// Where `adisk sql` runs its queries: in this process, or on a running service.
+enum Runner {
+    Local(SqlEngine),
+    Remote(adisk_server::client::Client),
+}
+
+impl Runner {
+    async fn new(dir: &Path, a: &SqlArgs) -> Result<Self, CliError> {
+        let Some(url) = &a.connect else {
+            return Ok(Runner::Local(
+                engine(dir, a.engine.options(a.engine.offload()?)).await?,
+            ));
+        };
+        let serve = adisk_core::config::ClusterConfig::load(&dir.join("cluster.toml"))
+            .ok()
+            .and_then(|c| c.serve);
+        let url = match (url.as_str(), &serve) {
+            ("serve", Some(s)) => format!("grpc://{}", s.address),
+            ("serve", None) => {
+                return Err(CliError::Other(format!(
+                    "--connect serve: no Flight SQL service in {} (adisk up starts one)",
+                    dir.join("cluster.toml").display()
+                )));
+            }
+            (u, _) => u.to_string(),
+        };
+        let file = a
+            .password_file
+            .clone()
+            .or_else(|| serve.and_then(|s| s.admin_password_file))
+            .ok_or_else(|| {
+                CliError::Other(
+                    "--connect needs --password-file (no [serve] admin password in cluster.toml)"
+                        .into(),
+                )
+            })?;
+        let password = std::fs::read_to_string(&file)
+            .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
+        let client = adisk_server::client::Client::connect(&url, &a.user, password.trim())
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        Ok(Runner::Remote(client))
+    }
+
+    /// Runs `q` and prints its result (and, with `stats`, what it moved, when known).
+    async fn run(&mut self, q: &str, format: &str, stats: bool) -> Result<(), CliError> {
+        match self {
+            Runner::Local(eng) => {
+                let out = eng.query(q).await?;
+                print_batches(&out.batches, &out.schema, format)?;
+                if stats {
+                    eprintln!("{}", moved(&out));
+                }
+            }
+            Runner::Remote(client) => {
+                let (schema, batches) = client
+                    .query(q)
+                    .await
+                    .map_err(|e| CliError::Other(e.to_string()))?;
+                print_batches(&batches, &schema, format)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// `adisk explain` arguments.
@@ -205,7 +282,7 @@ pub fn moved(out: &QueryOutput) -> String {
 }
 
 pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
-    let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
+    let mut runner = Runner::new(dir, &a).await?;
     let text = match (&a.query, &a.file) {
         (Some(q), _) => Some(q.clone()),
         (None, Some(f)) => Some(
@@ -215,12 +292,7 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         (None, None) => None,
     };
     if let Some(q) = text {
-        let out = eng.query(&q).await?;
-        print_batches(&out.batches, &out.schema, &a.format)?;
-        if a.stats {
-            eprintln!("{}", moved(&out));
-        }
-        return Ok(());
+        return runner.run(&q, &a.format, a.stats).await;
     }
     // Prompt: statements end with `;`, `\q` or end of input quits. Errors do not end it.
     let stdin = std::io::stdin();
@@ -239,12 +311,8 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         buf.push('\n');
         if line.trim_end().ends_with(';') {
             let q = std::mem::take(&mut buf);
-            match eng.query(&q).await {
-                Ok(out) => {
-                    print_batches(&out.batches, &out.schema, &a.format)?;
-                    eprintln!("{}", moved(&out));
-                }
-                Err(e) => eprintln!("error: {e}"),
+            if let Err(e) = runner.run(&q, &a.format, true).await {
+                eprintln!("error: {e}");
             }
         }
         prompt(!buf.trim().is_empty());

@@ -360,6 +360,41 @@ async fn up_starts_the_service_and_down_stops_it() {
             "{name}:\n{after}"
         );
     }
+    // The CLI as a client of the running service.
+    let out = common::ok(
+        c.dir(),
+        &[
+            "sql",
+            "--connect",
+            "serve",
+            "--format",
+            "csv",
+            "SELECT 40 + 2 AS answer",
+        ],
+    );
+    assert_eq!(out.trim(), "answer\n42", "{out}");
+    let wrong = c.dir().join("wrong.password");
+    std::fs::write(&wrong, "nope\n").unwrap();
+    let err = common::fails(
+        c.dir(),
+        &[
+            "sql",
+            "--connect",
+            "serve",
+            "--password-file",
+            wrong.to_str().unwrap(),
+            "SELECT 1",
+        ],
+    );
+    assert!(
+        err.contains("login refused") && err.contains("wrong user name or password"),
+        "{err}"
+    );
+    let err = common::fails(
+        c.dir(),
+        &["sql", "--connect", "serve", "SELECT * FROM nowhere"],
+    );
+    assert!(err.contains("nowhere"), "{err}");
     let pid = config["pid"].as_i64().unwrap() as i32;
     common::ok(c.dir(), &["down"]);
     wait_until("the service to stop", Duration::from_secs(10), || {
