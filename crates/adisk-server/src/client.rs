@@ -55,6 +55,7 @@ impl Client {
             .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
         let channel = Channel::from_shared(format!("http://{address}"))
             .map_err(|_| ClientError::BadUrl(url.to_string()))?
+            .tcp_nodelay(true)
             .connect()
             .await
             .map_err(|e| ClientError::Unreachable {

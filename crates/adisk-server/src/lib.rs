@@ -25,7 +25,15 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Small replies (FlightInfo, handshakes) must not wait for delayed ACKs: TCP_NODELAY.
+    let incoming = tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::TcpListenerStream::new(listener),
+        |s| {
+            s.inspect(|stream| {
+                let _ = stream.set_nodelay(true);
+            })
+        },
+    );
     tonic::transport::Server::builder()
         .add_service(FlightServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES))
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -69,6 +69,9 @@ struct Handle {
     sql: String,
     params: Vec<ScalarValue>,
     expires: Instant,
+    /// The engine that planned a statement at `GetFlightInfo`, to run it at `DoGet` (one
+    /// catalog fetch per query, not two).
+    engine: Option<Arc<SqlEngine>>,
 }
 
 /// The service (one per server; cheap to clone).
@@ -264,14 +267,14 @@ impl SqlService {
         id: &[u8],
         user: &str,
         take: bool,
-    ) -> Result<(String, Vec<ScalarValue>), Status> {
+    ) -> Result<(String, Vec<ScalarValue>, Option<Arc<SqlEngine>>), Status> {
         let mut map = map.lock().expect("handles lock");
         let gone = || Status::not_found("no such statement (closed, expired or never made)");
         let h = map.get(id).ok_or_else(gone)?;
         if h.user != user || h.expires <= Instant::now() {
             return Err(gone());
         }
-        let found = (h.sql.clone(), h.params.clone());
+        let found = (h.sql.clone(), h.params.clone(), h.engine.clone());
         if take {
             map.remove(id);
         }
@@ -283,10 +286,14 @@ impl SqlService {
         &self,
         sql: &str,
         params: Vec<ScalarValue>,
+        planned: Option<Arc<SqlEngine>>,
     ) -> Result<adisk_host::sql::QueryOutput, Status> {
         let _turn = self.turn().await?;
         self.inner.metrics.running.inc();
-        let engine = self.engine().await;
+        let engine = match planned {
+            Some(e) => Ok(e),
+            None => self.engine().await.map(Arc::new),
+        };
         let out = match engine {
             Ok(engine) if params.is_empty() => engine.query(sql).await.map_err(status),
             Ok(engine) => match engine.bound(sql, params).await {
@@ -307,7 +314,7 @@ impl SqlService {
         params: Vec<ScalarValue>,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
-        let engine = self.engine().await?;
+        let engine = Arc::new(self.engine().await?);
         let schema = if params.is_empty() {
             engine.plan(&sql).await.map_err(status)?.schema()
         } else {
@@ -321,6 +328,7 @@ impl SqlService {
                 sql,
                 params,
                 expires: Instant::now() + HANDLE_TTL,
+                engine: Some(engine),
             },
         )?;
         let ticket = TicketStatementQuery {
@@ -462,14 +470,14 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let user = self.user(&request)?;
-        let (sql, params) = Self::find(
+        let (sql, params, engine) = Self::find(
             &self.inner.statements,
             &ticket.statement_handle,
             &user,
             true,
         )?;
         let metrics = &self.inner.metrics;
-        let out = match self.run_statement(&sql, params).await {
+        let out = match self.run_statement(&sql, params, engine).await {
             Ok(out) => out,
             Err(e) => {
                 metrics.failed(&e);
@@ -517,6 +525,7 @@ impl FlightSqlService for SqlService {
                 sql: query.query,
                 params: vec![],
                 expires: Instant::now() + HANDLE_TTL,
+                engine: None,
             },
         )?;
         Ok(ActionCreatePreparedStatementResult {
@@ -560,7 +569,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let user = self.user(&request)?;
-        let (sql, params) = Self::find(
+        let (sql, params, _) = Self::find(
             &self.inner.prepared,
             &cmd.prepared_statement_handle,
             &user,

@@ -6,6 +6,7 @@ mod bench_checksum;
 mod bench_exchange;
 mod bench_fair;
 mod bench_faults;
+mod bench_serve;
 mod bench_tpch;
 mod chaos;
 mod disklet_cmd;

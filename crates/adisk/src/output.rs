@@ -34,6 +34,9 @@ pub enum BenchCommand {
     /// The papers' applications in both modes, host link throttled to 1/8 of the disks'
     /// aggregate read rate and unthrottled: medians, bytes per link, active ÷ conventional.
     App(crate::bench_app::AppBenchArgs),
+    /// The Flight SQL service: queries per second and p50/p99 latency of Q6 and Q1 at 1, 4
+    /// and 16 concurrent clients, against the same queries in process; a large result's MB/s.
+    Serve(crate::bench_serve::ServeBenchArgs),
     /// Disk-to-disk streams: a pair and all-to-all, direct and via the host, against the
     /// loopback Flight DoPut rate measured in the same run.
     Exchange(crate::bench_exchange::ExchangeBenchArgs),
@@ -326,6 +329,7 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
         BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
         BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
+        BenchCommand::Serve(a) => crate::bench_serve::run(dir, a).await,
         BenchCommand::App(a) => crate::bench_app::run(dir, a).await,
         BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,
         BenchCommand::Faults(a) => crate::bench_faults::run(dir, a).await,

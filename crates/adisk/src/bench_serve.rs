@@ -1,0 +1,251 @@
+//! `adisk bench serve`: the Flight SQL service against the same queries run in this process.
+//!
+//! One local cluster with TPC-H at `--sf` and the service `adisk up` starts. For each query
+//! (Q6 short, Q1 long) and each number of concurrent clients, for `--seconds`: every client
+//! runs the query in a loop, over Flight SQL (its own connection, logged in) or in process
+//! (its own `SqlEngine` over one shared `Cluster`, as a library user would). Reported: queries
+//! per second, p50 and p99 latency, and Flight SQL ÷ in-process at p50. Then one large result
+//! (`SELECT * FROM lineitem`, every column) fetched both ways: Arrow MB/s.
+use crate::CliError;
+use crate::local::{UpArgs, down, up};
+use adisk_host::Cluster;
+use adisk_host::sql::{SqlEngine, SqlOptions, tpch};
+use adisk_server::client::Client;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// `adisk bench serve` arguments.
+#[derive(clap::Args, Debug)]
+pub struct ServeBenchArgs {
+    /// TPC-H scale factor.
+    #[arg(long, default_value_t = 0.1)]
+    pub sf: f64,
+    /// Disks.
+    #[arg(long, default_value_t = 4)]
+    pub disks: u32,
+    /// Concurrent clients to measure.
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    pub clients: Vec<usize>,
+    /// TPC-H queries to measure.
+    #[arg(long, value_delimiter = ',', default_value = "6,1")]
+    pub queries: Vec<u32>,
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 10)]
+    pub seconds: u64,
+}
+
+/// Latencies of one measurement, and its length.
+struct Run {
+    latencies: Vec<f64>,
+    elapsed: f64,
+}
+
+impl Run {
+    fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.latencies.clone();
+        v.sort_by(f64::total_cmp);
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+    fn qps(&self) -> f64 {
+        self.latencies.len() as f64 / self.elapsed
+    }
+}
+
+/// Runs `clients` loops of `one` at once (each runs until its own deadline); every latency.
+async fn measure<F, Fut>(clients: usize, one: F) -> Result<Run, CliError>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<f64>, CliError>> + Send + 'static,
+{
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients).map(|i| tokio::spawn(one(i))).collect();
+    let mut latencies = Vec::new();
+    for t in tasks {
+        latencies.extend(t.await.map_err(|e| CliError::Other(e.to_string()))??);
+    }
+    Ok(Run {
+        latencies,
+        elapsed: started.elapsed().as_secs_f64(),
+    })
+}
+
+pub async fn run(dir: &Path, a: ServeBenchArgs) -> Result<(), CliError> {
+    let cdir = dir.join(format!("bench-serve-{}", a.disks));
+    if cdir.join("cluster.toml").exists() {
+        let _ = down(&cdir).await;
+    }
+    let args = UpArgs {
+        disks: a.disks,
+        memory_mib: 64,
+        buffer_kib: 256,
+        buffers_per_stream: 2,
+        host_link_mbps: 0,
+        disk_read_mbps: 0,
+        exchange: Default::default(),
+        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+        insecure: false,
+        groups: 1,
+        router_mbps: 0,
+        no_serve: false,
+        serve_auth: "users".into(),
+    };
+    let config = up(&cdir, &args).await?;
+    let result = bench(&cdir, &config, &a).await;
+    down(&cdir).await?;
+    result
+}
+
+async fn bench(
+    cdir: &Path,
+    config: &adisk_core::config::ClusterConfig,
+    a: &ServeBenchArgs,
+) -> Result<(), CliError> {
+    let serve = config
+        .serve
+        .clone()
+        .ok_or_else(|| CliError::Other("the cluster has no Flight SQL service".into()))?;
+    let url = format!("grpc://{}", serve.address);
+    let password_file = serve
+        .admin_password_file
+        .ok_or_else(|| CliError::Other("no admin password file".into()))?;
+    let password = std::fs::read_to_string(&password_file)
+        .map_err(|e| CliError::Other(e.to_string()))?
+        .trim()
+        .to_string();
+    let cluster = Arc::new(crate::connect(cdir).await?);
+    eprintln!("loading TPC-H SF {} …", a.sf);
+    crate::output::load_tpch(
+        &cluster,
+        &adisk_host::load::TpchLoad {
+            sf: a.sf,
+            partitions_per_disk: 1,
+            row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+            tables: vec![],
+            replicas: 1,
+        },
+    )
+    .await?;
+    println!(
+        "adisk bench serve: TPC-H SF {} on {} disks, {} s per measurement; Flight SQL at {url} vs in process",
+        a.sf, a.disks, a.seconds
+    );
+    println!(
+        "{:<6} {:>7} {:>11} {:>9} {:>9} {:>9} {:>15}",
+        "query", "clients", "path", "qps", "p50_ms", "p99_ms", "flight/in-proc"
+    );
+    for q in &a.queries {
+        let sql: &'static str = tpch::query(*q)?;
+        for &n in &a.clients {
+            let deadline = Duration::from_secs(a.seconds);
+            let (url2, pw) = (url.clone(), password.clone());
+            let flight = measure(n, move |_| {
+                let (url, pw) = (url2.clone(), pw.clone());
+                async move {
+                    let mut c = Client::connect(&url, "admin", &pw)
+                        .await
+                        .map_err(|e| CliError::Other(e.to_string()))?;
+                    let (start, mut lat) = (Instant::now(), Vec::new());
+                    while lat.is_empty() || start.elapsed() < deadline {
+                        let t = Instant::now();
+                        c.query(sql)
+                            .await
+                            .map_err(|e| CliError::Other(e.to_string()))?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok(lat)
+                }
+            })
+            .await?;
+            let cl = cluster.clone();
+            let local = measure(n, move |_| {
+                let cl = cl.clone();
+                async move {
+                    let engine = SqlEngine::new(cl, SqlOptions::default()).await?;
+                    let (start, mut lat) = (Instant::now(), Vec::new());
+                    while lat.is_empty() || start.elapsed() < deadline {
+                        let t = Instant::now();
+                        engine.query(sql).await?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok(lat)
+                }
+            })
+            .await?;
+            let cl = cluster.clone();
+            let fresh = measure(n, move |_| {
+                let cl = cl.clone();
+                async move {
+                    let (start, mut lat) = (Instant::now(), Vec::new());
+                    while lat.is_empty() || start.elapsed() < deadline {
+                        let t = Instant::now();
+                        let engine = SqlEngine::new(cl.clone(), SqlOptions::default()).await?;
+                        engine.query(sql).await?;
+                        lat.push(t.elapsed().as_secs_f64());
+                    }
+                    Ok(lat)
+                }
+            })
+            .await?;
+            for (path, r) in [
+                ("flight sql", &flight),
+                ("in process", &local),
+                ("in-proc/new", &fresh),
+            ] {
+                println!(
+                    "Q{:<5} {:>7} {:>11} {:>9.2} {:>9.1} {:>9.1} {:>15}",
+                    q,
+                    n,
+                    path,
+                    r.qps(),
+                    r.quantile(0.5) * 1e3,
+                    r.quantile(0.99) * 1e3,
+                    if path == "flight sql" {
+                        format!("{:.3}", flight.quantile(0.5) / local.quantile(0.5))
+                    } else {
+                        String::new()
+                    }
+                );
+            }
+        }
+    }
+    transfer(&cluster, &url, &password).await
+}
+
+/// A large result both ways: Arrow MB/s (medians of 3).
+async fn transfer(cluster: &Arc<Cluster>, url: &str, password: &str) -> Result<(), CliError> {
+    let sql = "SELECT * FROM lineitem";
+    let mut client = Client::connect(url, "admin", password)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    let engine = SqlEngine::new(cluster.clone(), SqlOptions::default()).await?;
+    let (mut flight, mut local) = (Vec::new(), Vec::new());
+    let mut bytes = 0;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let (_, batches) = client
+            .query(sql)
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        flight.push(t.elapsed().as_secs_f64());
+        bytes = batches
+            .iter()
+            .map(adisk_diskos::disklets::batch_bytes)
+            .sum::<u64>();
+        let t = Instant::now();
+        engine.query(sql).await?;
+        local.push(t.elapsed().as_secs_f64());
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let (f, l) = (median(flight), median(local));
+    let mb = bytes as f64 / 1e6;
+    println!(
+        "large result `{sql}`: {mb:.1} MB of Arrow; Flight SQL (one endpoint, through the host) {:.1} MB/s in {f:.2} s; in process {:.1} MB/s in {l:.2} s; per-disk endpoints: not served yet",
+        mb / f,
+        mb / l
+    );
+    Ok(())
+}
