@@ -103,6 +103,10 @@ fn adbc_and_jdbc_clients_log_in_list_tables_and_query_like_duckdb() {
     for (bound, r) in report["prepared"].as_object().unwrap() {
         assert_eq!(r["equal"], true, "$1 = {bound}: {r}");
     }
+    assert_eq!(
+        report["pandas"],
+        serde_json::json!({"type": "pandas.DataFrame", "shape": [25, 2], "first": "ALGERIA"})
+    );
     let unknown = report["unknown_table"].as_str().unwrap();
     assert!(unknown.contains("no_such_table"), "{unknown}");
     assert_eq!(report["after_error"], serde_json::json!([[1]]));

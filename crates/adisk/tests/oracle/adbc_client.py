@@ -95,6 +95,12 @@ def main():
         prepared[str(bound)] = {"equal": same(got, want), "got": got, "want": want}
     report["prepared"] = prepared
 
+    # A result straight into pandas.
+    cur.execute("SELECT n_nationkey, n_name FROM nation ORDER BY n_nationkey")
+    frame = cur.fetch_df()
+    report["pandas"] = {"type": type(frame).__module__ + "." + type(frame).__name__,
+                        "shape": list(frame.shape), "first": str(frame.iloc[0]["n_name"])}
+
     # Errors come back as errors, and the connection stays usable.
     try:
         cur.execute("SELECT * FROM no_such_table")
