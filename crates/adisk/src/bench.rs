@@ -125,21 +125,7 @@ pub async fn scan(
         if cdir.join("cluster.toml").exists() {
             let _ = down(&cdir).await;
         }
-        let args = UpArgs {
-            disks: n,
-            memory_mib: 64,
-            buffer_kib: 256,
-            buffers_per_stream: 2,
-            host_link_mbps: 0,
-            disk_read_mbps: 0,
-            exchange: Default::default(),
-            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-            insecure: false,
-            groups: 1,
-            router_mbps: 0,
-            no_serve: true,
-            serve_auth: "users".into(),
-        };
+        let args = UpArgs { ..UpArgs::local(n) };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.
         let loaded = async {

@@ -69,19 +69,9 @@ pub async fn run(dir: &Path, a: AppBenchArgs) -> Result<(), CliError> {
         let _ = down(&cdir).await;
     }
     let args = UpArgs {
-        disks: a.disks,
         memory_mib: a.memory_mib,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
-        host_link_mbps: 0,
         disk_read_mbps: a.disk_read_mbps,
-        exchange: adisk_core::config::ExchangeMode::Direct,
-        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
-        no_serve: true,
-        serve_auth: "users".into(),
+        ..UpArgs::local(a.disks)
     };
     let config = up(&cdir, &args).await?;
     let link = u64::from(a.disks) * a.disk_read_mbps / 8;

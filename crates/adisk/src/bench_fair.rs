@@ -160,19 +160,8 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
     }
     let memory_mib = 64 + 24 * (a.crowd as u64 + 1);
     let args = UpArgs {
-        disks: 1,
         memory_mib,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
-        host_link_mbps: 0,
-        disk_read_mbps: 0,
-        exchange: Default::default(),
-        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
-        no_serve: true,
-        serve_auth: "users".into(),
+        ..UpArgs::local(1)
     };
     up(&cdir, &args).await?;
     let result = async {

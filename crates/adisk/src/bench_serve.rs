@@ -76,19 +76,8 @@ pub async fn run(dir: &Path, a: ServeBenchArgs) -> Result<(), CliError> {
         let _ = down(&cdir).await;
     }
     let args = UpArgs {
-        disks: a.disks,
-        memory_mib: 64,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
-        host_link_mbps: 0,
-        disk_read_mbps: 0,
-        exchange: Default::default(),
-        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
         no_serve: false,
-        serve_auth: "users".into(),
+        ..UpArgs::local(a.disks)
     };
     let config = up(&cdir, &args).await?;
     let result = bench(&cdir, &config, &a).await;

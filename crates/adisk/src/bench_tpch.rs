@@ -179,19 +179,11 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         let _ = down(&cdir).await;
     }
     let args = UpArgs {
-        disks: a.disks,
         memory_mib: a.memory_mib,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
         host_link_mbps: a.host_link_mbps,
         disk_read_mbps: a.disk_read_mbps,
         exchange: a.exchange,
-        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
-        no_serve: true,
-        serve_auth: "users".into(),
+        ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;
     let result = async {

@@ -109,19 +109,9 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     }
     let _ = std::fs::remove_dir_all(&cdir);
     let args = UpArgs {
-        disks: a.disks,
         memory_mib: 128,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
-        host_link_mbps: 0,
-        disk_read_mbps: 0,
-        exchange: Default::default(),
         disk_timeout_ms: 3_000,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
-        no_serve: true,
-        serve_auth: "users".into(),
+        ..UpArgs::local(a.disks)
     };
     let config = local::up(&cdir, &args).await?;
     let result = match proxy_links(&cdir, &config).await {

@@ -260,19 +260,7 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
         let _ = crate::local::down(&cdir).await;
     }
     let args = crate::local::UpArgs {
-        disks: 1,
-        memory_mib: 64,
-        buffer_kib: 256,
-        buffers_per_stream: 2,
-        host_link_mbps: 0,
-        disk_read_mbps: 0,
-        exchange: Default::default(),
-        disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-        insecure: false,
-        groups: 1,
-        router_mbps: 0,
-        no_serve: true,
-        serve_auth: "users".into(),
+        ..crate::local::UpArgs::local(1)
     };
     crate::local::up(&cdir, &args).await?;
     let result = async {

@@ -100,6 +100,28 @@ pub struct UpArgs {
     pub serve_auth: String,
 }
 
+impl UpArgs {
+    /// `disks` disks with `adisk up`'s defaults and no Flight SQL service: the clusters the
+    /// benchmarks, chaos and the demo start (other settings with `..UpArgs::local(n)`).
+    pub fn local(disks: u32) -> Self {
+        UpArgs {
+            disks,
+            memory_mib: 64,
+            buffer_kib: 256,
+            buffers_per_stream: 2,
+            host_link_mbps: 0,
+            disk_read_mbps: 0,
+            exchange: Default::default(),
+            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
+            insecure: false,
+            groups: 1,
+            router_mbps: 0,
+            no_serve: true,
+            serve_auth: "users".into(),
+        }
+    }
+}
+
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     let mut os = DiskOsConfig::new(
         a.id,
@@ -647,25 +669,7 @@ fn holds_lock(pid: u32, data: Option<&Path>) -> bool {
 /// The embedded demo.
 pub async fn demo(dir: &Path, sf: f64, disks: u32) -> Result<(), CliError> {
     let demo_dir = dir.join("demo");
-    let config = up(
-        &demo_dir,
-        &UpArgs {
-            disks,
-            memory_mib: 64,
-            buffer_kib: 256,
-            buffers_per_stream: 2,
-            host_link_mbps: 0,
-            disk_read_mbps: 0,
-            exchange: Default::default(),
-            disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
-            insecure: false,
-            groups: 1,
-            router_mbps: 0,
-            no_serve: true,
-            serve_auth: "users".into(),
-        },
-    )
-    .await?;
+    let config = up(&demo_dir, &UpArgs::local(disks)).await?;
     println!("{}", describe(&config, &demo_dir));
     let result = demo_body(&demo_dir, sf).await;
     down(&demo_dir).await?;
