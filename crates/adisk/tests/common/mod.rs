@@ -84,11 +84,16 @@ pub fn process_gone(pid: i32) -> bool {
     }
 }
 
+/// The `[[disk]]` part of `cluster.toml` (without the Flight SQL service's `[serve]`).
+fn disks_part(dir: &Path) -> String {
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
+    config.split("\n[serve]").next().unwrap_or_default().to_string()
+}
+
 /// The pids of the disk processes `adisk up` recorded in `cluster.toml`, in disk order.
 #[allow(dead_code)]
 pub fn disk_pids(dir: &Path) -> Vec<i32> {
-    let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
-    config
+    disks_part(dir)
         .lines()
         .filter_map(|l| l.trim().strip_prefix("pid"))
         .filter_map(|v| v.trim_start().strip_prefix('='))
@@ -106,8 +111,7 @@ pub fn status_json(dir: &Path) -> serde_json::Value {
 /// The address of disk `d` in `cluster.toml`.
 #[allow(dead_code)]
 pub fn disk_address(dir: &Path, d: usize) -> String {
-    let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
-    let addresses: Vec<String> = config
+    let addresses: Vec<String> = disks_part(dir)
         .lines()
         .filter_map(|l| l.trim().strip_prefix("address"))
         .filter_map(|v| v.trim_start().strip_prefix('='))
