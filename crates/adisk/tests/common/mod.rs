@@ -87,7 +87,11 @@ pub fn process_gone(pid: i32) -> bool {
 /// The `[[disk]]` part of `cluster.toml` (without the Flight SQL service's `[serve]`).
 fn disks_part(dir: &Path) -> String {
     let config = std::fs::read_to_string(dir.join("cluster.toml")).expect("cluster.toml");
-    config.split("\n[serve]").next().unwrap_or_default().to_string()
+    config
+        .split("\n[serve]")
+        .next()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The pids of the disk processes `adisk up` recorded in `cluster.toml`, in disk order.
