@@ -15,7 +15,7 @@ use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, Salt
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Most users a users file may hold (a declared limit).
@@ -122,9 +122,15 @@ impl Users {
         file.users.retain(|u| u.name != name);
         file.users.push(UserEntry {
             name: name.to_string(),
-            password_hash: hash_password(password),
+            password_hash: hash_password(password).map_err(|why| AuthError::BadFile {
+                path: path.to_path_buf(),
+                why,
+            })?,
         });
-        let text = toml::to_string(&file).expect("users serialize");
+        let text = toml::to_string(&file).map_err(|e| AuthError::BadFile {
+            path: path.to_path_buf(),
+            why: e.to_string(),
+        })?;
         write_private(path, text.as_bytes()).map_err(io)
     }
 
@@ -142,14 +148,17 @@ impl Users {
 }
 
 /// An argon2id PHC string of `password` with a fresh random salt.
-pub fn hash_password(password: &str) -> String {
+///
+/// # Errors
+/// What argon2 refuses (e.g. a password longer than it takes), as text.
+pub fn hash_password(password: &str) -> Result<String, String> {
     let mut salt = [0u8; 16];
-    getrandom::fill(&mut salt).expect("the OS gives random bytes");
-    let salt = SaltString::encode_b64(&salt).expect("16 bytes make a salt");
+    getrandom::fill(&mut salt).map_err(|e| format!("no random salt: {e}"))?;
+    let salt = SaltString::encode_b64(&salt).map_err(|e| format!("salt: {e}"))?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
-        .expect("argon2 with default parameters hashes any password")
-        .to_string()
+        .map(|h| h.to_string())
+        .map_err(|e| format!("hashing the password: {e}"))
 }
 
 /// 256 random bits as 64 hex digits (passwords and tokens).
@@ -186,7 +195,7 @@ impl Tokens {
     pub fn issue(&self, user: &str) -> String {
         let token = random_secret();
         let now = Instant::now();
-        let mut live = self.live.lock().expect("tokens lock");
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         live.retain(|_, (_, expires)| *expires > now);
         if live.len() >= MAX_TOKENS {
             // Still full of live tokens: the one expiring first goes.
@@ -207,7 +216,7 @@ impl Tokens {
     /// # Errors
     /// [`AuthError::BadToken`]: unknown or expired.
     pub fn user(&self, token: &str) -> Result<String, AuthError> {
-        let live = self.live.lock().expect("tokens lock");
+        let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
         match live.get(token) {
             Some((user, expires)) if *expires > Instant::now() => Ok(user.clone()),
             Some(_) => Err(AuthError::BadToken(

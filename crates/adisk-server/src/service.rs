@@ -248,7 +248,9 @@ impl SqlService {
 
     /// Stores a handle in `map` (statements or prepared statements), within [`MAX_HANDLES`].
     fn keep(map: &Mutex<HashMap<Vec<u8>, Handle>>, handle: Handle) -> Result<Vec<u8>, Status> {
-        let mut map = map.lock().expect("handles lock");
+        let mut map = map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let now = Instant::now();
         map.retain(|_, h| h.expires > now);
         if map.len() >= MAX_HANDLES {
@@ -268,7 +270,9 @@ impl SqlService {
         user: &str,
         take: bool,
     ) -> Result<(String, Vec<ScalarValue>, Option<Arc<SqlEngine>>), Status> {
-        let mut map = map.lock().expect("handles lock");
+        let mut map = map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let gone = || Status::not_found("no such statement (closed, expired or never made)");
         let h = map.get(id).ok_or_else(gone)?;
         if h.user != user || h.expires <= Instant::now() {
@@ -554,7 +558,11 @@ impl FlightSqlService for SqlService {
             .await
             .map_err(|e| Status::invalid_argument(format!("reading the parameters: {e}")))?;
         let params = parameter_row(&batches)?;
-        let mut map = self.inner.prepared.lock().expect("handles lock");
+        let mut map = self
+            .inner
+            .prepared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(h) = map.get_mut(&id) {
             h.params = params;
         }

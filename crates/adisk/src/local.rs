@@ -651,18 +651,24 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
 /// Whether process `pid` is the disk process serving `data` (it holds the directory's lock
 /// and the lock file names it). Without a known directory, trusts the pid.
 fn holds_lock(pid: u32, data: Option<&Path>) -> bool {
-    use std::io::Read;
     let Some(data) = data else { return true };
-    let Ok(mut file) = std::fs::File::open(data.join(adisk_disk::LOCK_FILE)) else {
-        return false;
+    lock_names(&data.join(adisk_disk::LOCK_FILE), pid).unwrap_or(true)
+}
+
+/// Whether the lock file at `path` is held and names `pid`: `Some(false)` when it is missing,
+/// not held or names another process; `None` when it cannot be checked.
+pub(crate) fn lock_names(path: &Path, pid: u32) -> Option<bool> {
+    use std::io::Read;
+    let Ok(mut file) = std::fs::File::open(path) else {
+        return Some(false);
     };
     match file.try_lock_shared() {
-        Ok(()) => false, // nobody holds it: the disk is gone
+        Ok(()) => Some(false), // nobody holds it: the process is gone
         Err(std::fs::TryLockError::WouldBlock) => {
             let mut holder = String::new();
-            file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string()
+            Some(file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string())
         }
-        Err(std::fs::TryLockError::Error(_)) => true,
+        Err(std::fs::TryLockError::Error(_)) => None,
     }
 }
 

@@ -143,9 +143,9 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         "serving Arrow Flight SQL on grpc://{address} (cluster {})",
         dir.display()
     );
-    let shutdown = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("a SIGTERM handler");
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| CliError::Other(format!("installing a SIGTERM handler: {e}")))?;
+    let shutdown = async move {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
@@ -211,20 +211,10 @@ fn take_lock(dir: &Path) -> Result<std::fs::File, CliError> {
     Ok(file)
 }
 
-/// Whether `pid` is the server holding `DIR/serve.lock`.
+/// Whether `pid` is the server holding `DIR/serve.lock` (when unsure: not, so it is not
+/// signalled).
 fn holds_lock(dir: &Path, pid: u32) -> bool {
-    use std::io::Read;
-    let Ok(mut file) = std::fs::File::open(dir.join(LOCK_FILE)) else {
-        return false;
-    };
-    match file.try_lock_shared() {
-        Ok(()) => false,
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string()
-        }
-        Err(std::fs::TryLockError::Error(_)) => false,
-    }
+    crate::local::lock_names(&dir.join(LOCK_FILE), pid).unwrap_or(false)
 }
 
 /// Starts `adisk serve --managed` over the cluster in `dir` (logging to `DIR/serve.log`) and

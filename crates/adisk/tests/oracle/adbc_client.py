@@ -5,8 +5,6 @@ every answer is compared with DuckDB on the cluster's own Parquet files. Prints 
 usage: adbc_client.py URI CLUSTER_DIR PASSWORD QUERIES_JSON
 QUERIES_JSON is a file holding {"name": "SQL", ...}.
 """
-import datetime
-import decimal
 import json
 import math
 import os
@@ -16,15 +14,7 @@ import adbc_driver_flightsql.dbapi as flightsql
 import duckdb
 
 sys.path.insert(0, os.path.dirname(__file__))
-from duckdb_query import table_files  # noqa: E402
-
-
-def norm(v):
-    if isinstance(v, decimal.Decimal):
-        return float(v)
-    if isinstance(v, (datetime.date, datetime.datetime)):
-        return v.isoformat()
-    return v
+from duckdb_query import norm, table_files  # noqa: E402
 
 
 def same(a, b):

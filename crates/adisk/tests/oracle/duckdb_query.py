@@ -24,6 +24,15 @@ def table_files(cluster_dir):
     return files
 
 
+def norm(v):
+    """A cell as JSON: decimals as floats, dates as ISO text."""
+    if isinstance(v, decimal.Decimal):
+        return float(v)
+    if isinstance(v, (datetime.date, datetime.datetime)):
+        return v.isoformat()
+    return v
+
+
 def main() -> None:
     cluster_dir, sql = sys.argv[1], sys.argv[2]
     con = duckdb.connect()
@@ -31,14 +40,6 @@ def main() -> None:
     for t, files in sorted(table_files(cluster_dir).items()):
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(files)})")
     rows = con.execute(sql).fetchall()
-
-    def norm(v):
-        if isinstance(v, decimal.Decimal):
-            return float(v)
-        if isinstance(v, (datetime.date, datetime.datetime)):
-            return v.isoformat()
-        return v
-
     print(json.dumps([[norm(v) for v in r] for r in rows]))
 
 
