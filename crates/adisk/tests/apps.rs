@@ -329,7 +329,9 @@ fn cluster_recovers_the_planted_clusters_like_a_single_node_run() {
         &["load", "cluster", "--points", "100", "--dims", "1"],
     );
     assert!(!err.is_empty());
-    // A disk killed mid-run: a typed error, nothing left held.
+    // A disk killed mid-run: a typed error, nothing left held. Ten times the points, so that
+    // the passes last long enough for the kill to land inside one.
+    ok(c.dir(), &["load", "cluster", "--points", "400000"]);
     common::killed_mid_run_fails_cleanly(&c, &["cluster"], common::disk_2_busy, None);
 }
 
