@@ -43,6 +43,7 @@ pub const MAX_REMEMBERED: usize = 100_000;
 const SCHEME: &str = "adisk1";
 const KEY_BYTES: usize = 32;
 const PROOF_LABEL: &str = "adisk1-proof.";
+const ENDPOINT_LABEL: &str = "adisk1-endpoint.";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -184,6 +185,21 @@ impl ClusterKey {
         mac.verify_slice(proof).is_ok()
     }
 
+    /// The MAC of an endpoint ticket's claim ([`crate::endpoint`]), under a label of its own
+    /// so that it is never a token or a proof.
+    pub(crate) fn endpoint_mac(&self, claim: &[u8]) -> Vec<u8> {
+        let mut mac = self.mac(ENDPOINT_LABEL);
+        mac.update(claim);
+        mac.finalize().into_bytes().to_vec()
+    }
+
+    /// Whether `mac` is the endpoint MAC of `claim`, compared in constant time.
+    pub(crate) fn check_endpoint_mac(&self, claim: &[u8], mac: &[u8]) -> bool {
+        let mut m = self.mac(ENDPOINT_LABEL);
+        m.update(claim);
+        m.verify_slice(mac).is_ok()
+    }
+
     fn token_at(&self, ms: u64, nonce: &str) -> String {
         let claim = format!("{SCHEME}.{ms}.{nonce}");
         let mac = hex::encode(self.mac(&claim).finalize().into_bytes());
@@ -266,10 +282,16 @@ impl Verifier {
                 window_ms: window,
             });
         }
-        self.remember(nonce, ms + window, now)
+        self.remember_until(nonce, ms + window, now)
     }
 
-    fn remember(&self, nonce: &str, expires: u64, now: u64) -> Result<(), AuthError> {
+    /// Remembers `nonce` until `expires` (Unix ms); refuses one seen before.
+    pub(crate) fn remember_until(
+        &self,
+        nonce: &str,
+        expires: u64,
+        now: u64,
+    ) -> Result<(), AuthError> {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         while let Some((at, _)) = seen.order.front()
             && *at < now
@@ -302,7 +324,8 @@ pub fn challenge() -> Vec<u8> {
     c
 }
 
-fn now_ms() -> u64 {
+/// This machine's clock in Unix milliseconds (0 before 1970).
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)

@@ -12,6 +12,7 @@
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
 //!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
 //! * [`auth`]: the cluster secret and the per-request tokens every member checks.
+//! * [`endpoint`]: tickets a host seals for a client to read one disk's part of a result.
 //! * [`bloom`]: the Bloom filter the host builds and the disks probe.
 //! * [`limits`]: depth and width bounds on expressions, plan fragments and SQL text, checked
 //!   without recursion before anything recursive touches them.
@@ -22,6 +23,7 @@
 pub mod auth;
 pub mod bloom;
 pub mod config;
+pub mod endpoint;
 pub mod graph;
 pub mod hash;
 pub mod limits;

@@ -125,22 +125,52 @@ pub struct DiskNode {
 
 /// The check every request passes before the service sees it: a fresh token made with the
 /// cluster's secret ([`adisk_core::auth`]), or nothing to check without one.
+///
+/// The one exception is a client reading one part of a result from this disk (`DoGet`, and the
+/// `Handshake` some drivers make first): such a request passes without a cluster token, marked
+/// [`NotAMember`], and the service then runs nothing but a job sealed by the host in an
+/// endpoint ticket ([`adisk_core::endpoint`]). The method is known from [`mark_client_calls`],
+/// a layer in front of this interceptor (an interceptor sees headers only).
 #[allow(clippy::result_large_err)]
 pub fn authenticator(
     auth: Option<Arc<adisk_core::auth::Verifier>>,
 ) -> impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone {
-    move |request: tonic::Request<()>| {
+    move |mut request: tonic::Request<()>| {
         if let Some(verifier) = &auth {
             let header = request
                 .metadata()
                 .get(adisk_core::auth::HEADER)
                 .and_then(|v| v.to_str().ok());
-            verifier
-                .verify(header)
-                .map_err(|e| tonic::Status::unauthenticated(e.to_string()))?;
+            if let Err(e) = verifier.verify(header) {
+                if request.extensions().get::<ClientCall>().is_none() {
+                    return Err(tonic::Status::unauthenticated(e.to_string()));
+                }
+                request.extensions_mut().insert(NotAMember(e.to_string()));
+            }
         }
         Ok(request)
     }
+}
+
+/// Marks a request as one a client outside the cluster may make ([`authenticator`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientCall;
+
+/// A request that carried no valid cluster token (why, in words): only an endpoint ticket may
+/// be served to it.
+#[derive(Clone, Debug)]
+pub struct NotAMember(pub String);
+
+/// Marks `DoGet` and `Handshake` calls with [`ClientCall`].
+pub fn mark_client_calls<B>(mut request: http::Request<B>) -> http::Request<B> {
+    const CLIENT_CALLS: [&str; 2] = [
+        "/arrow.flight.protocol.FlightService/DoGet",
+        "/arrow.flight.protocol.FlightService/Handshake",
+    ];
+    if CLIENT_CALLS.contains(&request.uri().path()) {
+        request.extensions_mut().insert(ClientCall);
+    }
+    request
 }
 
 /// Name of the lock file in a disk's data directory (it records the holder's pid).
@@ -230,7 +260,9 @@ impl DiskNode {
             members: config.members.clone(),
         });
         let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
-        let service = DiskService::with_disklets(os, Arc::new(registry)).with_peers(connector);
+        let service = DiskService::with_disklets(os, Arc::new(registry))
+            .with_peers(connector)
+            .with_auth(config.auth.clone());
         let auto_repair = config.auto_repair && config.members.is_some();
         Ok(DiskNode {
             listener,
@@ -283,6 +315,7 @@ impl DiskNode {
         tonic::transport::Server::builder()
             .http2_keepalive_interval(Some(deadlines.ping_interval()))
             .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
+            .layer(tower::util::MapRequestLayer::new(mark_client_calls))
             .add_service(tonic::service::interceptor::InterceptedService::new(
                 server,
                 authenticator(self.auth),

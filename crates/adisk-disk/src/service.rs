@@ -1,11 +1,14 @@
 //! The Flight service of a disk node.
-use adisk_core::protocol::{GenerateTpch, JobSpec, LoadCommit, LoadProgress, PutCommand, action};
+use adisk_core::protocol::{
+    GenerateTpch, JobSpec, LoadCommit, LoadProgress, PutCommand, Sink, Source, action,
+};
 use adisk_diskos::exchange::PipeMessage;
 use adisk_diskos::job::{PipeConnector, PipeRoute, RunningJob};
 use adisk_diskos::stream::StreamRx;
 use adisk_diskos::{DiskOs, DiskOsError};
 use adisk_storage::StorageError;
-use arrow::datatypes::SchemaRef;
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, Schema, SchemaRef};
 use arrow_flight::decode::FlightRecordBatchStream;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -76,6 +79,8 @@ pub struct DiskService {
     disklets: Option<Arc<adisk_wasm::DiskletRegistry>>,
     /// How this disk reaches its peers (repair); None: it cannot repair.
     peers: Option<Arc<FlightPipeConnector>>,
+    /// The cluster key, to open endpoint tickets with; None: none are served.
+    auth: Option<Arc<adisk_core::auth::Verifier>>,
 }
 
 impl DiskService {
@@ -86,6 +91,7 @@ impl DiskService {
             shutdown: Arc::new(Notify::new()),
             disklets: None,
             peers: None,
+            auth: None,
         }
     }
     /// A service whose DiskOS also runs the user disklets of `registry`.
@@ -96,6 +102,7 @@ impl DiskService {
             shutdown: Arc::new(Notify::new()),
             disklets: Some(registry),
             peers: None,
+            auth: None,
         }
     }
     /// Refuses a job spec whose expressions, plans and parameters (everything but its Bloom
@@ -132,6 +139,42 @@ impl DiskService {
         self
     }
 
+    /// Serves endpoint tickets sealed with this cluster key ([`adisk_core::endpoint`]).
+    pub fn with_auth(mut self, auth: Option<Arc<adisk_core::auth::Verifier>>) -> Self {
+        self.auth = auth;
+        self
+    }
+
+    /// Opens an endpoint ticket: the sealed job, when it may run here now.
+    #[allow(clippy::result_large_err)]
+    fn endpoint_job(&self, ticket: &[u8]) -> Result<adisk_core::endpoint::EndpointClaim, Status> {
+        let verifier = self.auth.as_ref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this disk runs without the cluster key (--insecure): it cannot check endpoint tickets",
+            )
+        })?;
+        let claim = adisk_core::endpoint::open(
+            verifier,
+            ticket,
+            self.os.config().disk_id,
+            adisk_core::auth::now_ms(),
+        )
+        .map_err(|e| Status::permission_denied(e.to_string()))?;
+        self.check_spec_size(ticket.len(), &claim.job)?;
+        let only_scans = claim.job.outputs.iter().all(|o| o.sink == Sink::Host)
+            && claim
+                .job
+                .inputs
+                .iter()
+                .all(|i| matches!(i, Source::Table { .. }));
+        if !only_scans {
+            return Err(Status::permission_denied(
+                "endpoint ticket refused: its job writes elsewhere than to the reader",
+            ));
+        }
+        Ok(claim)
+    }
+
     /// The DiskOS.
     pub fn os(&self) -> &Arc<DiskOs> {
         &self.os
@@ -149,7 +192,11 @@ impl DiskService {
 }
 
 /// Streams a running job's output as Flight data; ends with the job's error, if any.
-fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status>> {
+/// `columns`: names to give the output's columns (an endpoint's result schema).
+fn job_response(
+    job: RunningJob,
+    columns: Option<Vec<String>>,
+) -> BoxStream<'static, Result<FlightData, Status>> {
     let RunningJob {
         schema,
         output,
@@ -160,8 +207,19 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
     // tail, which waits for the job's end: a job whose outputs all go elsewhere (other disks,
     // results) sends the host nothing, yet runs until it is done.
     let guard = CancelOnDrop(state.clone());
-    let batches = tokio_stream::wrappers::ReceiverStream::new(output)
-        .map(move |b| Ok(adisk_diskos::disklets::compact_views(b.batch.clone())));
+    let schema = match &columns {
+        Some(names) => renamed(&schema, names),
+        None => schema,
+    };
+    let named = schema.clone();
+    let batches = tokio_stream::wrappers::ReceiverStream::new(output).map(move |b| {
+        let batch = adisk_diskos::disklets::compact_views(b.batch.clone());
+        match &columns {
+            Some(_) => RecordBatch::try_new(named.clone(), batch.columns().to_vec())
+                .map_err(FlightError::Arrow),
+            None => Ok(batch),
+        }
+    });
     let counting = state.clone();
     let encoded = FlightDataEncoderBuilder::new()
         .with_schema(schema)
@@ -188,6 +246,20 @@ fn job_response(job: RunningJob) -> BoxStream<'static, Result<FlightData, Status
     })
     .filter_map(|x| async move { x });
     encoded.chain(tail).boxed()
+}
+
+/// `schema` with its fields named `names` (when there are as many).
+fn renamed(schema: &SchemaRef, names: &[String]) -> SchemaRef {
+    if names.len() != schema.fields().len() {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .zip(names)
+        .map(|(f, n)| f.as_ref().clone().with_name(n))
+        .collect();
+    Arc::new(Schema::new(fields))
 }
 
 /// Forgets an exchange's inbox that no job claimed when the sending call that opened it ends.
@@ -234,11 +306,20 @@ impl FlightService for DiskService {
     type DoActionStream = BoxStream<'static, Result<arrow_flight::Result, Status>>;
     type ListActionsStream = BoxStream<'static, Result<ActionType, Status>>;
 
+    /// Members need no handshake. A client's driver may make one before it reads an endpoint
+    /// (JDBC does, with the user's password, which a disk cannot check): it gets a bearer
+    /// value that grants nothing, since a disk serves a client only what an endpoint ticket
+    /// sealed by the host says.
     async fn handshake(
         &self,
         _r: Request<Streaming<HandshakeRequest>>,
     ) -> Result<Response<Self::HandshakeStream>, Status> {
-        Ok(Response::new(stream::empty().boxed()))
+        let mut response = Response::new(stream::empty().boxed());
+        response.metadata_mut().insert(
+            "authorization",
+            tonic::metadata::MetadataValue::from_static("Bearer endpoint-tickets-only"),
+        );
+        Ok(response)
     }
 
     async fn list_flights(
@@ -279,7 +360,23 @@ impl FlightService for DiskService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
+        let not_member = request.extensions().get::<crate::NotAMember>().cloned();
         let ticket = request.into_inner().ticket;
+        if adisk_core::endpoint::is_endpoint_ticket(&ticket) {
+            let claim = self.endpoint_job(&ticket)?;
+            tracing::debug!(job = %claim.job.job_id, query = %claim.query, "endpoint ticket");
+            let job = self
+                .os
+                .start_job(claim.job, None)
+                .await
+                .map_err(|e| status_of(&e))?;
+            return Ok(Response::new(job_response(job, Some(claim.columns))));
+        }
+        if let Some(crate::NotAMember(why)) = not_member {
+            return Err(Status::unauthenticated(format!(
+                "{why}; a client may only read a result part with an endpoint ticket from the host"
+            )));
+        }
         let spec = JobSpec::from_bytes(&ticket)
             .map_err(|e| Status::invalid_argument(format!("malformed job ticket: {e}")))?;
         self.check_spec_size(ticket.len(), &spec)?;
@@ -289,7 +386,7 @@ impl FlightService for DiskService {
             .start_job(spec, None)
             .await
             .map_err(|e| status_of(&e))?;
-        Ok(Response::new(job_response(job)))
+        Ok(Response::new(job_response(job, None)))
     }
 
     async fn do_exchange(
@@ -332,7 +429,7 @@ impl FlightService for DiskService {
                 }
             }
         });
-        Ok(Response::new(job_response(job)))
+        Ok(Response::new(job_response(job, None)))
     }
 
     async fn do_put(

@@ -1017,6 +1017,14 @@ impl Cluster {
             .await
     }
 
+    /// Seals an endpoint ticket with the cluster key, for a client to read one disk's part of
+    /// a result ([`adisk_core::endpoint`]); None when the cluster runs without a key.
+    pub fn seal_endpoint(&self, claim: &adisk_core::endpoint::EndpointClaim) -> Option<Vec<u8>> {
+        self.auth
+            .as_ref()
+            .map(|v| adisk_core::endpoint::seal(v, claim))
+    }
+
     /// Starts `spec` on disk `d`; returns its result stream.
     pub async fn start(
         &self,

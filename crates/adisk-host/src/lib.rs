@@ -109,6 +109,14 @@ pub enum HostError {
     /// SQL text, or an expression in it, past a declared limit ([`adisk_core::limits`]).
     #[error(transparent)]
     Limit(#[from] adisk_core::limits::LimitExceeded),
+    /// A result larger than the host may hold for one query ([`sql::SqlOptions::result_cap_bytes`]).
+    #[error(
+        "the result passed {cap} bytes, the most one query may hold at the host; add a LIMIT, select fewer columns, or read it from the disks' endpoints"
+    )]
+    ResultTooLarge {
+        /// The cap, bytes.
+        cap: u64,
+    },
     /// Config error.
     #[error(transparent)]
     Config(#[from] adisk_core::config::ConfigError),

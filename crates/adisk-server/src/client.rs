@@ -47,21 +47,7 @@ impl Client {
     /// # Errors
     /// A bad URL, an unreachable service, refused credentials.
     pub async fn connect(url: &str, user: &str, password: &str) -> Result<Self, ClientError> {
-        let address = url
-            .strip_prefix("grpc://")
-            .or_else(|| url.strip_prefix("grpc+tcp://"))
-            .or_else(|| url.strip_prefix("http://"))
-            .filter(|a| a.contains(':'))
-            .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
-        let channel = Channel::from_shared(format!("http://{address}"))
-            .map_err(|_| ClientError::BadUrl(url.to_string()))?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(|e| ClientError::Unreachable {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
+        let channel = channel(url).await?;
         let mut inner = FlightSqlServiceClient::new(channel);
         inner
             .handshake(user, password)
@@ -73,27 +59,51 @@ impl Client {
         Ok(Client { inner })
     }
 
-    /// Runs `sql`; its schema and batches.
+    /// Runs `sql`; its schema and batches. A result served as several endpoints (one per
+    /// disk) is read from all of them at once, each from its location.
     ///
     /// # Errors
-    /// What the service answered.
+    /// What the service (or a disk) answered.
     pub async fn query(&mut self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
         let info = self.inner.execute(sql.to_string(), None).await.map_err(q)?;
         let schema = std::sync::Arc::new(info.clone().try_decode_schema().map_err(q)?);
-        let mut batches = Vec::new();
-        for endpoint in &info.endpoint {
-            let ticket = endpoint
-                .ticket
-                .clone()
-                .ok_or_else(|| ClientError::Query("an endpoint without a ticket".into()))?;
-            let stream = self.inner.do_get(ticket).await.map_err(q)?;
-            batches.extend(
-                stream
-                    .try_collect::<Vec<_>>()
-                    .await
-                    .map_err(|e| ClientError::Query(e.to_string()))?,
-            );
-        }
-        Ok((schema, batches))
+        let reads = info.endpoint.iter().map(|endpoint| {
+            let mut here = self.inner.clone();
+            async move {
+                let ticket = endpoint
+                    .ticket
+                    .clone()
+                    .ok_or_else(|| ClientError::Query("an endpoint without a ticket".into()))?;
+                let stream = match endpoint.location.first() {
+                    Some(location) => {
+                        let mut disk = FlightSqlServiceClient::new(channel(&location.uri).await?);
+                        disk.do_get(ticket).await.map_err(q)?
+                    }
+                    None => here.do_get(ticket).await.map_err(q)?,
+                };
+                stream.try_collect::<Vec<_>>().await.map_err(q)
+            }
+        });
+        let parts = futures::future::try_join_all(reads).await?;
+        Ok((schema, parts.into_iter().flatten().collect()))
     }
+}
+
+/// A channel to `url` (`grpc://host:port`, `grpc+tcp://…`, `http://…`).
+async fn channel(url: &str) -> Result<Channel, ClientError> {
+    let address = url
+        .strip_prefix("grpc://")
+        .or_else(|| url.strip_prefix("grpc+tcp://"))
+        .or_else(|| url.strip_prefix("http://"))
+        .filter(|a| a.contains(':'))
+        .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
+    Channel::from_shared(format!("http://{address}"))
+        .map_err(|_| ClientError::BadUrl(url.to_string()))?
+        .tcp_nodelay(true)
+        .connect()
+        .await
+        .map_err(|e| ClientError::Unreachable {
+            url: url.to_string(),
+            message: e.to_string(),
+        })
 }

@@ -9,7 +9,7 @@ pub mod client;
 pub mod metrics;
 pub mod service;
 
-pub use service::{Access, Admission, SqlService};
+pub use service::{Access, Admission, Endpoints, SqlService};
 
 use arrow_flight::flight_service_server::FlightServiceServer;
 

@@ -34,6 +34,8 @@ pub struct Metrics {
     pub running: IntGauge,
     /// Queries waiting for a turn.
     pub queued: IntGauge,
+    /// Queries answered with one endpoint per disk (read from the disks, not through here).
+    pub endpoint_queries: IntCounter,
     disk: DiskGauges,
 }
 
@@ -159,6 +161,11 @@ impl Default for Metrics {
             ),
             running: gauge(&r, "adisk_queries_running", "Queries running"),
             queued: gauge(&r, "adisk_queries_queued", "Queries waiting for a turn"),
+            endpoint_queries: counter(
+                &r,
+                "adisk_endpoint_queries_total",
+                "Queries answered with per-disk endpoints, read from the disks",
+            ),
             disk,
             registry: r,
         }

@@ -6,7 +6,7 @@
 //! queries keep their own statistics. A statement handle is bound to the user who made it and
 //! expires after [`HANDLE_TTL`]; at most [`MAX_HANDLES`] are open at once.
 use crate::auth::{AuthError, Tokens, Users};
-use adisk_host::sql::{SqlEngine, SqlOptions};
+use adisk_host::sql::{Planned, SqlEngine, SqlOptions};
 use adisk_host::{Cluster, HostError};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -69,9 +69,28 @@ struct Handle {
     sql: String,
     params: Vec<ScalarValue>,
     expires: Instant,
-    /// The engine that planned a statement at `GetFlightInfo`, to run it at `DoGet` (one
-    /// catalog fetch per query, not two).
-    engine: Option<Arc<SqlEngine>>,
+    /// The engine that planned a statement at `GetFlightInfo` and its plan, run as it is at
+    /// `DoGet` (planned once).
+    planned: Option<(Arc<SqlEngine>, Planned)>,
+}
+
+/// Per-disk endpoints: whether results made entirely at the disks are read from them, and
+/// how long their tickets stay valid.
+#[derive(Clone, Copy, Debug)]
+pub struct Endpoints {
+    /// Serve such results as one endpoint per disk (else one endpoint at this service).
+    pub per_disk: bool,
+    /// How long a ticket stays valid.
+    pub ttl: Duration,
+}
+
+impl Default for Endpoints {
+    fn default() -> Self {
+        Endpoints {
+            per_disk: true,
+            ttl: adisk_core::endpoint::DEFAULT_TTL,
+        }
+    }
 }
 
 /// The service (one per server; cheap to clone).
@@ -92,7 +111,11 @@ struct Inner {
     metrics: Arc<crate::metrics::Metrics>,
     running: Arc<tokio::sync::Semaphore>,
     waiting: std::sync::atomic::AtomicUsize,
+    endpoints: Endpoints,
 }
+
+/// A statement handle's SQL, parameters and plan.
+type Found = (String, Vec<ScalarValue>, Option<(Arc<SqlEngine>, Planned)>);
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
@@ -103,6 +126,7 @@ fn status(e: HostError) -> Status {
             Status::unavailable(msg)
         }
         HostError::IncompleteTable { .. } => Status::unavailable(msg),
+        HostError::ResultTooLarge { .. } => Status::resource_exhausted(msg),
         HostError::UnknownTable(_)
         | HostError::Invalid(_)
         | HostError::Plan { .. }
@@ -154,6 +178,7 @@ impl SqlService {
         options: SqlOptions,
         access: Access,
         admission: Admission,
+        endpoints: Endpoints,
     ) -> Self {
         let mut b = SqlInfoDataBuilder::new();
         b.append(SqlInfo::FlightSqlServerName, "ActiveDisk");
@@ -178,6 +203,7 @@ impl SqlService {
                 metrics: Arc::default(),
                 running: Arc::new(tokio::sync::Semaphore::new(admission.running.max(1))),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
+                endpoints,
             }),
         }
     }
@@ -269,7 +295,7 @@ impl SqlService {
         id: &[u8],
         user: &str,
         take: bool,
-    ) -> Result<(String, Vec<ScalarValue>, Option<Arc<SqlEngine>>), Status> {
+    ) -> Result<Found, Status> {
         let mut map = map
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -278,11 +304,11 @@ impl SqlService {
         if h.user != user || h.expires <= Instant::now() {
             return Err(gone());
         }
-        let found = (h.sql.clone(), h.params.clone(), h.engine.clone());
         if take {
-            map.remove(id);
+            let h = map.remove(id).ok_or_else(gone)?;
+            return Ok((h.sql, h.params, h.planned));
         }
-        Ok(found)
+        Ok((h.sql.clone(), h.params.clone(), h.planned.clone()))
     }
 
     /// Runs a statement in its turn.
@@ -290,24 +316,82 @@ impl SqlService {
         &self,
         sql: &str,
         params: Vec<ScalarValue>,
-        planned: Option<Arc<SqlEngine>>,
+        planned: Option<(Arc<SqlEngine>, Planned)>,
     ) -> Result<adisk_host::sql::QueryOutput, Status> {
         let _turn = self.turn().await?;
         self.inner.metrics.running.inc();
-        let engine = match planned {
-            Some(e) => Ok(e),
-            None => self.engine().await.map(Arc::new),
-        };
-        let out = match engine {
-            Ok(engine) if params.is_empty() => engine.query(sql).await.map_err(status),
-            Ok(engine) => match engine.bound(sql, params).await {
-                Ok(df) => engine.run_frame(df, false).await.map_err(status),
-                Err(e) => Err(status(e)),
-            },
-            Err(e) => Err(e),
+        let out = match planned {
+            Some((engine, planned)) => engine.run_planned(planned).await.map_err(status),
+            None => self.plan_and_run(sql, params).await,
         };
         self.inner.metrics.running.dec();
         out
+    }
+
+    async fn plan_and_run(
+        &self,
+        sql: &str,
+        params: Vec<ScalarValue>,
+    ) -> Result<adisk_host::sql::QueryOutput, Status> {
+        let engine = self.engine().await?;
+        let planned = Self::prepare(&engine, sql, params).await?;
+        engine.run_planned(planned).await.map_err(status)
+    }
+
+    /// Plans `sql`, with `params` bound to its placeholders when there are any.
+    async fn prepare(
+        engine: &SqlEngine,
+        sql: &str,
+        params: Vec<ScalarValue>,
+    ) -> Result<Planned, Status> {
+        if params.is_empty() {
+            return engine.prepare(sql).await.map_err(status);
+        }
+        let df = engine.bound(sql, params).await.map_err(status)?;
+        engine.prepare_frame(df, false).await.map_err(status)
+    }
+
+    /// The FlightInfo of a result made entirely at the disks: one endpoint per disk, at its
+    /// address, with a ticket sealed for that disk (None: not such a result, per-disk
+    /// endpoints are off, or the cluster has no key to seal with).
+    fn disk_endpoints(
+        &self,
+        engine: &SqlEngine,
+        planned: &Planned,
+        descriptor: &FlightDescriptor,
+    ) -> Result<Option<FlightInfo>, Status> {
+        let e = self.inner.endpoints;
+        let Some(jobs) = e.per_disk.then(|| engine.endpoint_jobs(planned)).flatten() else {
+            return Ok(None);
+        };
+        let schema = planned.schema();
+        let query = hex::encode(new_handle());
+        let expires_ms = adisk_core::auth::now_ms() + e.ttl.as_millis() as u64;
+        let cluster = &self.inner.cluster;
+        let mut info = FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|e| Status::internal(format!("encoding a schema: {e}")))?
+            .with_descriptor(descriptor.clone());
+        for (disk, job) in jobs {
+            let claim = adisk_core::endpoint::EndpointClaim {
+                query: query.clone(),
+                disk,
+                expires_ms,
+                nonce: adisk_core::endpoint::nonce(),
+                columns: schema.fields().iter().map(|f| f.name().clone()).collect(),
+                job,
+            };
+            let Some(ticket) = cluster.seal_endpoint(&claim) else {
+                return Ok(None);
+            };
+            info = info.with_endpoint(
+                FlightEndpoint::new()
+                    .with_ticket(Ticket::new(ticket))
+                    .with_location(format!("grpc+tcp://{}", cluster.address(disk))),
+            );
+        }
+        self.inner.metrics.endpoint_queries.inc();
+        Ok(Some(info))
     }
 
     /// Plans `sql` with `params` and returns the FlightInfo of a one-shot ticket that runs it.
@@ -319,12 +403,16 @@ impl SqlService {
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
         let engine = Arc::new(self.engine().await?);
-        let schema = if params.is_empty() {
-            engine.plan(&sql).await.map_err(status)?.schema()
-        } else {
-            let df = engine.bound(&sql, params.clone()).await.map_err(status)?;
-            Arc::new(df.schema().as_arrow().clone())
-        };
+        let planned = Self::prepare(&engine, &sql, params.clone()).await?;
+        if let Some(info) = self.disk_endpoints(&engine, &planned, &descriptor)? {
+            tracing::info!(
+                user,
+                endpoints = info.endpoint.len(),
+                "flight sql query read from the disks"
+            );
+            return Ok(Response::new(info));
+        }
+        let schema = planned.schema();
         let id = Self::keep(
             &self.inner.statements,
             Handle {
@@ -332,7 +420,7 @@ impl SqlService {
                 sql,
                 params,
                 expires: Instant::now() + HANDLE_TTL,
-                engine: Some(engine),
+                planned: Some((engine, planned)),
             },
         )?;
         let ticket = TicketStatementQuery {
@@ -529,7 +617,7 @@ impl FlightSqlService for SqlService {
                 sql: query.query,
                 params: vec![],
                 expires: Instant::now() + HANDLE_TTL,
-                engine: None,
+                planned: None,
             },
         )?;
         Ok(ActionCreatePreparedStatementResult {

@@ -5,7 +5,8 @@
 //! runs the query in a loop, over Flight SQL (its own connection, logged in) or in process
 //! (its own `SqlEngine` over one shared `Cluster`, as a library user would). Reported: queries
 //! per second, p50 and p99 latency, and Flight SQL ÷ in-process at p50. Then one large result
-//! (`SELECT * FROM lineitem`, every column) fetched both ways: Arrow MB/s.
+//! (`SELECT * FROM lineitem`, every column) fetched through one endpoint, from per-disk
+//! endpoints and in process: Arrow MB/s.
 use crate::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_host::Cluster;
@@ -198,43 +199,98 @@ async fn bench(
             }
         }
     }
-    transfer(&cluster, &url, &password).await
+    transfer(&cluster).await
 }
 
-/// A large result both ways: Arrow MB/s (medians of 3).
-async fn transfer(cluster: &Arc<Cluster>, url: &str, password: &str) -> Result<(), CliError> {
+/// A large result three ways, side by side in each of 3 rounds: through one endpoint at a
+/// service (the host runs the query and streams it), from per-disk endpoints (the client reads
+/// every disk at once), and in process. Arrow MB/s, medians of 3. Both services run in this
+/// process over the same cluster, differing only in `Endpoints::per_disk`.
+async fn transfer(cluster: &Arc<Cluster>) -> Result<(), CliError> {
     let sql = "SELECT * FROM lineitem";
-    let mut client = Client::connect(url, "admin", password)
-        .await
-        .map_err(|e| CliError::Other(e.to_string()))?;
+    let one = local_service(cluster, false).await?;
+    let per_disk = local_service(cluster, true).await?;
+    let other = |e: adisk_server::client::ClientError| CliError::Other(e.to_string());
+    let mut one_c = Client::connect(&one, "", "").await.map_err(other)?;
+    let mut disk_c = Client::connect(&per_disk, "", "").await.map_err(other)?;
     let engine = SqlEngine::new(cluster.clone(), SqlOptions::default()).await?;
-    let (mut flight, mut local) = (Vec::new(), Vec::new());
-    let mut bytes = 0;
+    let (mut t_one, mut t_disks, mut t_local) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut bytes, mut bytes_disks) = (0, 0);
     for _ in 0..3 {
         let t = Instant::now();
-        let (_, batches) = client
-            .query(sql)
-            .await
-            .map_err(|e| CliError::Other(e.to_string()))?;
-        flight.push(t.elapsed().as_secs_f64());
-        bytes = batches
-            .iter()
-            .map(adisk_diskos::disklets::batch_bytes)
-            .sum::<u64>();
+        let (_, batches) = one_c.query(sql).await.map_err(other)?;
+        t_one.push(t.elapsed().as_secs_f64());
+        bytes = arrow_bytes(&batches);
+        let t = Instant::now();
+        let (_, batches) = disk_c.query(sql).await.map_err(other)?;
+        t_disks.push(t.elapsed().as_secs_f64());
+        bytes_disks = arrow_bytes(&batches);
         let t = Instant::now();
         engine.query(sql).await?;
-        local.push(t.elapsed().as_secs_f64());
+        t_local.push(t.elapsed().as_secs_f64());
+    }
+    if bytes != bytes_disks {
+        return Err(CliError::Other(format!(
+            "per-disk endpoints returned {bytes_disks} bytes, one endpoint {bytes}"
+        )));
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let (f, l) = (median(flight), median(local));
+    let (o, d, l) = (median(t_one), median(t_disks), median(t_local));
     let mb = bytes as f64 / 1e6;
+    println!("large result `{sql}`: {mb:.1} MB of Arrow, medians of 3");
     println!(
-        "large result `{sql}`: {mb:.1} MB of Arrow; Flight SQL (one endpoint, through the host) {:.1} MB/s in {f:.2} s; in process {:.1} MB/s in {l:.2} s; per-disk endpoints: not served yet",
-        mb / f,
+        "  one endpoint (through the host)  {:>8.1} MB/s  {o:.2} s",
+        mb / o
+    );
+    println!(
+        "  per-disk endpoints ({} disks)     {:>8.1} MB/s  {d:.2} s  ({:.2}x one endpoint)",
+        cluster.disk_count(),
+        mb / d,
+        o / d
+    );
+    println!(
+        "  in process (no Flight SQL)       {:>8.1} MB/s  {l:.2} s",
         mb / l
     );
     Ok(())
+}
+
+fn arrow_bytes(batches: &[arrow::array::RecordBatch]) -> u64 {
+    batches
+        .iter()
+        .map(adisk_diskos::disklets::batch_bytes)
+        .sum::<u64>()
+}
+
+/// A Flight SQL service in this process over `cluster` (open access, loopback): its URL.
+async fn local_service(cluster: &Arc<Cluster>, per_disk: bool) -> Result<String, CliError> {
+    use adisk_server::{Access, Admission, Endpoints, SqlService};
+    let service = SqlService::new(
+        cluster.clone(),
+        SqlOptions::default(),
+        Access::Open,
+        Admission {
+            running: 4,
+            queued: 4,
+        },
+        Endpoints {
+            per_disk,
+            ..Endpoints::default()
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    tokio::spawn(adisk_server::serve(
+        service,
+        listener,
+        futures::future::pending(),
+    ));
+    Ok(format!("grpc://{address}"))
 }

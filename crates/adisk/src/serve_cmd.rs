@@ -1,11 +1,13 @@
 //! `adisk serve` (the host as a Flight SQL service) and `adisk user add`.
 use crate::CliError;
 use crate::sql_cmd::EngineArgs;
+use adisk_host::sql::SqlOptions;
 use adisk_server::auth::{Users, random_secret, write_private};
-use adisk_server::{Access, Admission, SqlService};
+use adisk_server::{Access, Admission, Endpoints, SqlService};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// `adisk serve` arguments.
 #[derive(clap::Args, Debug)]
@@ -36,6 +38,19 @@ pub struct ServeArgs {
     /// Queries waiting for a turn; one more is refused with a `busy` error.
     #[arg(long, default_value_t = 64)]
     pub max_queued: usize,
+    /// Most MiB of Arrow one query's result may hold at this host before it is sent; past it
+    /// the query fails with a clear error (results read from the disks' endpoints never pass
+    /// here). At most `--max-running` results are held at once.
+    #[arg(long, default_value_t = 1024)]
+    pub max_result_mib: u64,
+    /// Serve results made entirely at the disks (filtered projections of one table) as one
+    /// endpoint per disk, read by the client straight from the disks: `on` or `off` (every
+    /// result through this service).
+    #[arg(long, default_value = "on")]
+    pub disk_endpoints: String,
+    /// How long a per-disk endpoint's ticket stays valid, seconds.
+    #[arg(long, default_value_t = 120)]
+    pub endpoint_ttl_secs: u64,
     /// Started by `adisk up`: hold `DIR/serve.lock` (naming this process) so that `adisk
     /// down` stops only this server.
     #[arg(long, hide = true)]
@@ -105,12 +120,28 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         }
     };
     let cluster = Arc::new(crate::connect(dir).await?);
-    let options = a.engine.options(a.engine.offload()?);
+    let options = SqlOptions {
+        result_cap_bytes: Some(a.max_result_mib.max(1) << 20),
+        ..a.engine.options(a.engine.offload()?)
+    };
     let admission = Admission {
         running: a.max_running.max(1),
         queued: a.max_queued,
     };
-    let service = SqlService::new(cluster, options, access, admission);
+    let per_disk = match a.disk_endpoints.as_str() {
+        "on" => true,
+        "off" => false,
+        other => {
+            return Err(CliError::Other(format!(
+                "--disk-endpoints {other}: expected `on` or `off`"
+            )));
+        }
+    };
+    let endpoints = Endpoints {
+        per_disk,
+        ttl: Duration::from_secs(a.endpoint_ttl_secs.max(1)),
+    };
+    let service = SqlService::new(cluster, options, access, admission, endpoints);
     if a.metrics_listen != "off" {
         let listener = tokio::net::TcpListener::bind(&a.metrics_listen)
             .await

@@ -48,6 +48,7 @@ impl EngineArgs {
             buffer_kib: self.buffer_kib,
             program: self.program.clone(),
             central_unit: self.central_unit,
+            result_cap_bytes: None,
         }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {

@@ -77,6 +77,7 @@ fn adbc_and_jdbc_clients_log_in_list_tables_and_query_like_duckdb() {
         .arg(c.dir())
         .arg(&server.password)
         .arg(&file)
+        .arg(PARTS_SQL)
         .output()
         .expect("python runs");
     assert!(
@@ -107,10 +108,42 @@ fn adbc_and_jdbc_clients_log_in_list_tables_and_query_like_duckdb() {
         report["pandas"],
         serde_json::json!({"type": "pandas.DataFrame", "shape": [25, 2], "first": "ALGERIA"})
     );
+    per_disk_partitions_are_read_from_every_disk(&report);
     let unknown = report["unknown_table"].as_str().unwrap();
     assert!(unknown.contains("no_such_table"), "{unknown}");
     assert_eq!(report["after_error"], serde_json::json!([[1]]));
     jdbc_client_answers_like_duckdb(c.dir(), &server);
+}
+
+/// ADBC `execute_partitions` gave one partition per disk, each at its disk's address, and
+/// together they equal DuckDB's rows; a partition is read once; a disk refuses the user's
+/// token and jobs without the cluster's key.
+fn per_disk_partitions_are_read_from_every_disk(report: &serde_json::Value) {
+    let p = &report["partitions"];
+    assert_eq!(p["count"], 4, "{p}");
+    assert_eq!(p["equal"], true, "{p}");
+    assert!(p["rows"].as_u64().unwrap() > 1000, "{p}");
+    let mut at: Vec<String> = p["locations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l[0].as_str().unwrap().to_string())
+        .collect();
+    at.sort();
+    at.dedup();
+    assert_eq!(at.len(), 4, "every partition at its own disk: {p}");
+    let twice = p["read_twice"].as_str().unwrap();
+    assert!(twice.contains("already used"), "{twice}");
+    let r = &report["disk_refusals"];
+    for (what, message) in r.as_object().unwrap() {
+        let message = message.as_str().unwrap();
+        assert!(
+            message.contains("Unauthenticated") || message.contains("credentials"),
+            "{what}: {message}"
+        );
+    }
+    let job = r["job_with_user_token"].as_str().unwrap();
+    assert!(job.contains("endpoint ticket"), "{job}");
 }
 
 /// The Arrow Flight SQL JDBC driver (`ADISK_JDBC_JAR`, fetched by `./x`) from a small Java
@@ -130,6 +163,7 @@ fn jdbc_client_answers_like_duckdb(dir: &Path, server: &Server) {
             .arg("SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE o_orderstatus = 'F'")
             .arg("SELECT count(*) AS n FROM orders WHERE o_orderkey < $1")
             .arg("250000")
+            .arg(PARTS_SQL)
             .output()
             .expect("java runs");
         assert!(
@@ -170,7 +204,21 @@ fn jdbc_client_answers_like_duckdb(dir: &Path, server: &Server) {
         serde_json::json!(line("prepared").parse::<i64>().unwrap()),
         want[0][0]
     );
+    // Read from the disks' endpoints (JDBC logs in at each disk, which grants nothing).
+    let want = common::duckdb(
+        dir,
+        "SELECT count(*), sum(l_orderkey) FROM lineitem WHERE l_quantity < 3",
+    );
+    assert_eq!(
+        line("partitioned"),
+        format!("{}|{}", want[0][0], want[0][1]),
+        "per-disk endpoints through JDBC"
+    );
 }
+
+/// A filtered projection of one table: its result is made entirely at the disks, so the
+/// service answers with one endpoint per disk.
+const PARTS_SQL: &str = "SELECT l_orderkey, l_extendedprice FROM lineitem WHERE l_quantity < 3";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_valid_credentials_are_refused() {
@@ -248,6 +296,67 @@ async fn requests_without_valid_credentials_are_refused() {
     assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
 }
 
+/// Acceptance 4: a per-disk endpoint's ticket is bound to its disk, its query's table and
+/// columns (sealed with the cluster key) and its lifetime, and is read once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
+    let c = TpchCluster::start("0.01", 1);
+    let server = Server::start(c.dir(), &["--endpoint-ttl-secs", "2"]);
+    let mut client = logged_in(&server).await;
+    let issued = std::time::Instant::now();
+    let info = client.execute(PARTS_SQL.into(), None).await.unwrap();
+    assert_eq!(info.endpoint.len(), 4, "one endpoint per disk");
+    let part = |i: usize| {
+        let e = &info.endpoint[i];
+        (e.location[0].uri.clone(), e.ticket.clone().unwrap())
+    };
+    let (at0, ticket0) = part(0);
+    // Another table: the same ticket with `lineitem` replaced by `customer`.
+    let text = String::from_utf8_lossy(&ticket0.ticket).replace("lineitem", "customer");
+    let altered = arrow_flight::Ticket::new(text.into_bytes());
+    let err = disk_get(&at0, altered).await.unwrap_err();
+    assert!(err.contains("bad signature"), "{err}");
+    // Another disk.
+    let (at1, ticket1) = part(1);
+    let err = disk_get(&at1, ticket0.clone()).await.unwrap_err();
+    assert!(err.contains("it is for disk"), "{err}");
+    // Its own disk, once.
+    let rows = disk_get(&at0, ticket0.clone())
+        .await
+        .expect("read at its disk");
+    assert!(rows > 0);
+    let err = disk_get(&at0, ticket0).await.unwrap_err();
+    assert!(err.contains("already used"), "{err}");
+    // Past its lifetime.
+    tokio::time::sleep(Duration::from_millis(2100).saturating_sub(issued.elapsed())).await;
+    let err = disk_get(&at1, ticket1).await.unwrap_err();
+    assert!(err.contains("expired"), "{err}");
+    // A result the host must combine is served by the host, as one endpoint.
+    let info = client
+        .execute("SELECT count(*) FROM lineitem".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(info.endpoint.len(), 1);
+    assert!(info.endpoint[0].location.is_empty());
+}
+
+/// Reads `ticket` at the disk at `location` (`grpc+tcp://host:port`) without credentials: the
+/// rows, or the refusal's text.
+async fn disk_get(location: &str, ticket: arrow_flight::Ticket) -> Result<usize, String> {
+    let address = location.strip_prefix("grpc+tcp://").unwrap();
+    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
+        .unwrap()
+        .connect()
+        .await
+        .expect("connects to a disk");
+    let mut disk = arrow_flight::FlightClient::new(channel);
+    let stream = disk.do_get(ticket).await.map_err(|e| e.to_string())?;
+    let batches: Vec<arrow::array::RecordBatch> = futures::TryStreamExt::try_collect(stream)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(batches.iter().map(|b| b.num_rows()).sum())
+}
+
 /// Logs in to `server` over a new connection.
 async fn logged_in(server: &Server) -> FlightSqlServiceClient<tonic::transport::Channel> {
     let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
@@ -299,10 +408,17 @@ async fn past_the_running_and_queued_limits_a_query_is_told_busy() {
     let busy = loop {
         match run(&mut client, "SELECT 1").await {
             Err(e) if e.contains("busy") => break e,
-            _ => assert!(
-                std::time::Instant::now() < deadline,
-                "no busy error in 60 s"
-            ),
+            other => {
+                assert!(
+                    !holder.is_finished(),
+                    "the slow query ended before a busy error: {:?}; SELECT 1 gave {other:?}",
+                    holder.await
+                );
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "no busy error in 60 s: {other:?}"
+                );
+            }
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     };

@@ -27,6 +27,7 @@ pub mod tpch;
 
 use crate::cluster::{Cluster, TableEntry};
 use crate::{HostError, Result};
+use adisk_core::protocol::JobSpec;
 use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
@@ -310,6 +311,11 @@ pub struct SqlOptions {
     /// — merging the disks' sorted streams, global limits, aggregations over all rows — so
     /// the host only submits the plan and receives the result (memik's central unit).
     pub central_unit: Option<u32>,
+    /// Most bytes of Arrow a query's result may hold at the host (None: no cap). Past it the
+    /// query fails with [`HostError::ResultTooLarge`] instead of growing the host's memory
+    /// (the Flight SQL service sets it; results read from the disks' endpoints never pass
+    /// the host).
+    pub result_cap_bytes: Option<u64>,
 }
 
 /// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
@@ -328,6 +334,7 @@ impl Default for SqlOptions {
             buffer_kib: SQL_BUFFER_KIB,
             program: None,
             central_unit: None,
+            result_cap_bytes: None,
         }
     }
 }
@@ -403,7 +410,36 @@ struct Sessions {
 /// A session and the metrics its scans report to.
 type Session = (SessionContext, Arc<QueryMetrics>);
 
+/// A statement planned once ([`SqlEngine::prepare`]), to run later or to read from the disks.
+#[derive(Clone)]
+pub struct Planned {
+    chosen: Chosen,
+    source: PlannedFrom,
+    analyze: bool,
+    started: Instant,
+}
+
+impl Planned {
+    /// The schema of its result.
+    pub fn schema(&self) -> SchemaRef {
+        self.chosen.plan.schema()
+    }
+
+    /// The physical plan.
+    pub fn plan(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.chosen.plan
+    }
+}
+
+/// What a planned statement is planned again from, after a failover.
+#[derive(Clone)]
+enum PlannedFrom {
+    Sql(String),
+    Frame(datafusion::logical_expr::LogicalPlan),
+}
+
 /// The plan a query runs, in its session.
+#[derive(Clone)]
 struct Chosen {
     plan: Arc<dyn ExecutionPlan>,
     session: Session,
@@ -418,6 +454,32 @@ impl Sessions {
             (self.ctx.clone(), self.metrics.clone())
         }
     }
+}
+
+/// Runs `plan` to the end, holding at most `cap` bytes of its result.
+async fn collect_capped(
+    plan: Arc<dyn ExecutionPlan>,
+    ctx: Arc<datafusion::execution::TaskContext>,
+    cap: Option<u64>,
+) -> Result<Vec<RecordBatch>> {
+    use futures::StreamExt;
+    let Some(cap) = cap else {
+        return collect(plan, ctx)
+            .await
+            .map_err(plan_err("running the query"));
+    };
+    let mut stream = datafusion::physical_plan::execute_stream(plan, ctx)
+        .map_err(plan_err("running the query"))?;
+    let (mut batches, mut held) = (Vec::new(), 0u64);
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(plan_err("running the query"))?;
+        held += batch.get_array_memory_size() as u64;
+        if held > cap {
+            return Err(HostError::ResultTooLarge { cap });
+        }
+        batches.push(batch);
+    }
+    Ok(batches)
 }
 
 /// The table and partition of a disk's `corrupt partition …/tables/<table>/[g-<load>/]part-NNNNN.parquet: …`.
@@ -872,10 +934,79 @@ impl SqlEngine {
     }
 
     async fn run(&self, sql: &str, analyze: bool) -> Result<QueryOutput> {
+        let planned = self.prepare_analyzed(sql, analyze).await?;
+        self.run_planned(planned).await
+    }
+
+    /// Plans `sql` once (at `auto`, the plan the cost model chose): run it later with
+    /// [`SqlEngine::run_planned`], or hand its disk parts to readers
+    /// ([`SqlEngine::endpoint_jobs`]).
+    ///
+    /// # Errors
+    /// Empty, oversized or malformed SQL; unknown tables; planning errors.
+    pub async fn prepare(&self, sql: &str) -> Result<Planned> {
+        self.prepare_analyzed(sql, false).await
+    }
+
+    async fn prepare_analyzed(&self, sql: &str, analyze: bool) -> Result<Planned> {
         let started = Instant::now();
+        let chosen = self.chosen(sql, analyze).await?;
+        Ok(Planned {
+            chosen,
+            source: PlannedFrom::Sql(sql.to_string()),
+            analyze,
+            started,
+        })
+    }
+
+    /// The disk parts of a planned statement whose result is made entirely at the disks (a
+    /// filtered projection of one table): one job per disk, whose rows are that disk's part
+    /// of the result, to be read straight from the disk by a client (the Flight SQL service's
+    /// per-disk endpoints). None when the host would add anything to the disks' rows.
+    pub fn endpoint_jobs(&self, planned: &Planned) -> Option<Vec<(u32, JobSpec)>> {
+        scan::endpoint_jobs(&planned.chosen.plan)
+    }
+
+    /// Plans a DataFrame of this engine's session (e.g. [`SqlEngine::bound`]) once.
+    ///
+    /// # Errors
+    /// Planning errors.
+    pub async fn prepare_frame(&self, df: DataFrame, analyze: bool) -> Result<Planned> {
+        let logical = df.logical_plan().clone();
+        let plan = self.plan_frame(df).await?;
+        Ok(Planned {
+            chosen: Chosen {
+                plan,
+                session: self.session_for(analyze),
+                note: None,
+            },
+            source: PlannedFrom::Frame(logical),
+            analyze,
+            started: Instant::now(),
+        })
+    }
+
+    /// Runs a planned statement. When a disk fails, the statement is planned again among the
+    /// live disks and rerun (failover), as [`SqlEngine::query`] does.
+    ///
+    /// # Errors
+    /// Planning errors of a rerun; a disk failing with no copy left to read.
+    pub async fn run_planned(&self, planned: Planned) -> Result<QueryOutput> {
+        let Planned {
+            chosen,
+            source,
+            analyze,
+            started,
+        } = planned;
+        let mut next = Some(chosen);
         let mut reruns = Vec::new();
         loop {
-            let chosen = self.chosen(sql, analyze).await?;
+            // A rerun plans again in the rebuilt session: its scans assign partitions among
+            // the live disks.
+            let chosen = match next.take() {
+                Some(c) => c,
+                None => self.replan(&source, analyze).await?,
+            };
             match self.execute(chosen.plan, chosen.session, started).await {
                 Ok(mut out) => {
                     out.failover = reruns;
@@ -883,6 +1014,26 @@ impl SqlEngine {
                     return Ok(out);
                 }
                 Err(e) => self.failover(e, &mut reruns).await?,
+            }
+        }
+    }
+
+    async fn replan(&self, source: &PlannedFrom, analyze: bool) -> Result<Chosen> {
+        match source {
+            PlannedFrom::Sql(sql) => self.chosen(sql, analyze).await,
+            PlannedFrom::Frame(logical) => {
+                let session = self.session_for(analyze);
+                let df = session
+                    .0
+                    .execute_logical_plan(logical.clone())
+                    .await
+                    .map_err(plan_err("planning the request"))?;
+                let plan = self.plan_frame(df).await?;
+                Ok(Chosen {
+                    plan,
+                    session,
+                    note: None,
+                })
             }
         }
     }
@@ -930,31 +1081,8 @@ impl SqlEngine {
     /// # Errors
     /// Planning errors; a disk failing.
     pub async fn run_frame(&self, df: DataFrame, analyze: bool) -> Result<QueryOutput> {
-        let started = Instant::now();
-        let logical = df.logical_plan().clone();
-        let mut first = Some(df);
-        let mut reruns = Vec::new();
-        loop {
-            // A rerun plans the same logical plan again in the rebuilt session: its scans
-            // assign partitions among the live disks.
-            let df = match first.take() {
-                Some(df) => df,
-                None => self
-                    .session_for(analyze)
-                    .0
-                    .execute_logical_plan(logical.clone())
-                    .await
-                    .map_err(plan_err("planning the request"))?,
-            };
-            let plan = self.plan_frame(df).await?;
-            match self.execute(plan, self.session_for(analyze), started).await {
-                Ok(mut out) => {
-                    out.failover = reruns;
-                    return Ok(out);
-                }
-                Err(e) => self.failover(e, &mut reruns).await?,
-            }
-        }
+        let planned = self.prepare_frame(df, analyze).await?;
+        self.run_planned(planned).await
     }
 
     async fn execute(
@@ -966,9 +1094,8 @@ impl SqlEngine {
         let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         let routed0 = self.cluster.router_stats().bytes;
         metrics.take();
-        let batches = collect(plan.clone(), ctx.task_ctx())
-            .await
-            .map_err(plan_err("running the query"));
+        let batches =
+            collect_capped(plan.clone(), ctx.task_ctx(), self.opts.result_cap_bytes).await;
         // A failed run's statistics are dropped with it: do not wait for streams of a dead disk
         // that will never report (a failover would wait up to the whole settle time).
         let batches = batches?;

@@ -1168,3 +1168,43 @@ mod tests {
         assert!(close(estimate_selectivity(&[], &ndv), 1.0));
     }
 }
+
+/// The disk parts of `plan` when its result is made entirely at the disks: one job per disk
+/// whose output is that disk's rows of the result, which the host would only pass on (a
+/// filtered projection of one table, no Bloom filter to wait for). None when the host adds
+/// anything: a join, an aggregation, an order, a limit, a projection of its own.
+pub(crate) fn endpoint_jobs(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<(u32, JobSpec)>> {
+    use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+    use datafusion::physical_plan::coop::CooperativeExec;
+    let mut node = plan;
+    loop {
+        let passes = node
+            .downcast_ref::<CoalescePartitionsExec>()
+            .is_some_and(|c| c.fetch().is_none())
+            || node.downcast_ref::<CooperativeExec>().is_some();
+        if !passes {
+            break;
+        }
+        let [child] = node.children()[..] else {
+            return None;
+        };
+        node = child;
+    }
+    let scan = node.downcast_ref::<DiskScanExec>()?;
+    let p = &scan.plan;
+    let host_shapes = scan.settings.offload == Offload::None
+        || (p.predicate.is_none() && p.output_names.is_empty() && p.fragment.is_none());
+    if host_shapes || p.bloom.is_some() || !p.extra_blooms.is_empty() {
+        return None;
+    }
+    let types =
+        |s: SchemaRef| -> Vec<_> { s.fields().iter().map(|f| f.data_type().clone()).collect() };
+    if types(scan.schema()) != types(plan.schema()) {
+        return None;
+    }
+    scan.disks
+        .iter()
+        .zip(&scan.reads)
+        .map(|(d, reads)| Some((*d, reading(scan.job(None, &[]).ok()?, reads.clone()))))
+        .collect()
+}

@@ -1,9 +1,11 @@
 // A JDBC client of `adisk serve`: the Arrow Flight SQL JDBC driver (org.apache.arrow:
 // flight-sql-jdbc-driver) connects with a user and password, runs a query and a prepared
 // statement, and prints each result's rows, one per line, cells separated by `|`.
-// A refused login prints `refused: MESSAGE`.
+// A refused login prints `refused: MESSAGE`. PARTS_SQL, a query whose result the server serves
+// as one endpoint per disk (the driver reads each from its disk), prints `partitioned: ROWS|SUM`
+// (the row count and the sum of its first column).
 //
-// usage: java --add-opens=java.base/java.nio=ALL-UNNAMED -cp DRIVER.jar JdbcClient.java HOST PORT USER PASSWORD SQL [BOUND_SQL VALUE]
+// usage: java --add-opens=java.base/java.nio=ALL-UNNAMED -cp DRIVER.jar JdbcClient.java HOST PORT USER PASSWORD SQL [BOUND_SQL VALUE [PARTS_SQL]]
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
@@ -49,6 +51,16 @@ public class JdbcClient {
                     print("prepared", rs);
                 }
             }
+        }
+        if (args.length > 7) {
+            long rows = 0, sum = 0;
+            try (Statement st = conn.createStatement(); ResultSet rs = st.executeQuery(args[7])) {
+                while (rs.next()) {
+                    rows++;
+                    sum += rs.getLong(1);
+                }
+            }
+            System.out.println("partitioned: " + rows + "|" + sum);
         }
         conn.close();
     }

@@ -2,7 +2,11 @@
 logs in, lists the catalog, runs queries and a prepared statement with a bound parameter, and
 every answer is compared with DuckDB on the cluster's own Parquet files. Prints one JSON report.
 
-usage: adbc_client.py URI CLUSTER_DIR PASSWORD QUERIES_JSON
+A result made entirely at the disks (PARTS_SQL) is read with `execute_partitions`: one partition
+per disk, each read from its disk's endpoint. A partition read twice, the user's bearer token
+presented to a disk, and a cluster job sent to a disk without the cluster's key are refused.
+
+usage: adbc_client.py URI CLUSTER_DIR PASSWORD QUERIES_JSON PARTS_SQL
 QUERIES_JSON is a file holding {"name": "SQL", ...}.
 """
 import json
@@ -12,6 +16,7 @@ import sys
 
 import adbc_driver_flightsql.dbapi as flightsql
 import duckdb
+import pyarrow.flight as flight
 
 sys.path.insert(0, os.path.dirname(__file__))
 from duckdb_query import norm, table_files  # noqa: E402
@@ -39,8 +44,52 @@ def rows(table):
     return [[norm(c[i]) for c in cols] for i in range(table.num_rows)]
 
 
+def refused(call):
+    """The error `call` raises, or "accepted"."""
+    try:
+        call()
+        return "accepted"
+    except Exception as e:  # the driver raises its own error types
+        return str(e)
+
+
+def partitions(cur, duck, sql):
+    """`execute_partitions`: every partition read from its own location, all rows against DuckDB."""
+    parts, _schema = cur.adbc_execute_partitions(sql)
+    # The driver's partition is a FlightInfo with one endpoint.
+    endpoints = [e for p in parts for e in flight.FlightInfo.deserialize(p).endpoints]
+    locations = [[loc.uri.decode() for loc in e.locations] for e in endpoints]
+    got = []
+    for p in parts:
+        cur.adbc_read_partition(p)
+        got += rows(cur.fetch_arrow_table())
+    want = [[norm(v) for v in r] for r in duck.execute(sql).fetchall()]
+    key = lambda r: json.dumps(r, default=str)  # noqa: E731
+    def read_again():
+        cur.adbc_read_partition(parts[0])
+        cur.fetch_arrow_table()
+    return {"count": len(parts), "endpoints": len(endpoints), "locations": locations, "rows": len(got),
+            "equal": same(sorted(got, key=key), sorted(want, key=key)),
+            "read_twice": refused(read_again)}
+
+
+def disk_refusals(uri, password, disk_locations):
+    """The user's bearer token (from the service's handshake) presented to a disk."""
+    token = flight.FlightClient(uri).authenticate_basic_token("admin", password)
+    options = flight.FlightCallOptions(headers=[token])
+    disk = flight.FlightClient(disk_locations[0])
+    return {
+        "status_with_user_token": refused(
+            lambda: list(disk.do_action(flight.Action("status", b""), options=options))),
+        "job_with_user_token": refused(
+            lambda: disk.do_get(flight.Ticket(b'{"job_id":"x"}'), options=options).read_all()),
+        "job_without_token": refused(
+            lambda: disk.do_get(flight.Ticket(b'{"job_id":"x"}')).read_all()),
+    }
+
+
 def main():
-    uri, cluster_dir, password, queries_file = sys.argv[1:5]
+    uri, cluster_dir, password, queries_file, parts_sql = sys.argv[1:6]
     with open(queries_file) as f:
         queries = json.load(f)
     duck = duckdb.connect()
@@ -84,6 +133,9 @@ def main():
             "SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE o_orderkey < ?", [bound]).fetchall()]
         prepared[str(bound)] = {"equal": same(got, want), "got": got, "want": want}
     report["prepared"] = prepared
+
+    report["partitions"] = partitions(cur, duck, parts_sql)
+    report["disk_refusals"] = disk_refusals(uri, password, report["partitions"]["locations"][0])
 
     # A result straight into pandas.
     cur.execute("SELECT n_nationkey, n_name FROM nation ORDER BY n_nationkey")
