@@ -72,6 +72,30 @@ struct Handle {
     /// The engine that planned a statement at `GetFlightInfo` and its plan, run as it is at
     /// `DoGet` (planned once).
     planned: Option<(Arc<SqlEngine>, Planned)>,
+    /// `EXPLAIN` (false) or `EXPLAIN ANALYZE` (true) of `sql`: ActiveDisk's report as rows.
+    explain: Option<bool>,
+}
+
+/// `sql` as `EXPLAIN [ANALYZE] query`: whether it analyzes, and the query.
+fn explain_of(sql: &str) -> Option<(bool, &str)> {
+    let rest = leading_word(sql, "EXPLAIN")?;
+    Some(match leading_word(rest, "ANALYZE") {
+        Some(query) => (true, query),
+        None => (false, rest),
+    })
+}
+
+/// What follows word `w` (any case) at the start of `s`, if `s` starts with it.
+fn leading_word<'a>(s: &'a str, w: &str) -> Option<&'a str> {
+    let s = s.trim_start();
+    let head = s.get(..w.len())?;
+    let rest = &s[w.len()..];
+    (head.eq_ignore_ascii_case(w) && rest.starts_with(char::is_whitespace)).then_some(rest)
+}
+
+/// The schema of an explain result: one line of the report per row.
+fn explain_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("plan", DataType::Utf8, false)]))
 }
 
 /// Per-disk endpoints: whether results made entirely at the disks are read from them, and
@@ -112,10 +136,18 @@ struct Inner {
     running: Arc<tokio::sync::Semaphore>,
     waiting: std::sync::atomic::AtomicUsize,
     endpoints: Endpoints,
+    /// Statements being run (their ticket was read), by handle: who runs it, and how to stop
+    /// it (`CancelFlightInfo`).
+    running_now: Mutex<HashMap<Vec<u8>, (String, Arc<tokio::sync::Notify>)>>,
 }
 
 /// A statement handle's SQL, parameters and plan.
-type Found = (String, Vec<ScalarValue>, Option<(Arc<SqlEngine>, Planned)>);
+type Found = (
+    String,
+    Vec<ScalarValue>,
+    Option<(Arc<SqlEngine>, Planned)>,
+    bool,
+);
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
@@ -188,7 +220,7 @@ impl SqlService {
         b.append(SqlInfo::FlightSqlServerSql, true);
         b.append(SqlInfo::FlightSqlServerSubstrait, false);
         b.append(SqlInfo::FlightSqlServerTransaction, 0i32);
-        b.append(SqlInfo::FlightSqlServerCancel, false);
+        b.append(SqlInfo::FlightSqlServerCancel, true);
         b.append(SqlInfo::SqlIdentifierQuoteChar, "\"");
         SqlService {
             inner: Arc::new(Inner {
@@ -204,6 +236,7 @@ impl SqlService {
                 running: Arc::new(tokio::sync::Semaphore::new(admission.running.max(1))),
                 waiting: std::sync::atomic::AtomicUsize::new(0),
                 endpoints,
+                running_now: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -266,8 +299,15 @@ impl SqlService {
         permit.map_err(|_| Status::unavailable("the server is shutting down"))
     }
 
+    /// A fresh engine for one query. Unless `--program` names one, each query is a program of
+    /// its own at the disks, so concurrent queries share a disk's processing fairly, query by
+    /// query (DiskOS schedules by program).
     async fn engine(&self) -> Result<SqlEngine, Status> {
-        SqlEngine::new(self.inner.cluster.clone(), self.inner.options.clone())
+        let mut options = self.inner.options.clone();
+        if options.program.is_none() {
+            options.program = Some(format!("serve-{}", hex::encode(&new_handle()[..6])));
+        }
+        SqlEngine::new(self.inner.cluster.clone(), options)
             .await
             .map_err(status)
     }
@@ -306,9 +346,42 @@ impl SqlService {
         }
         if take {
             let h = map.remove(id).ok_or_else(gone)?;
-            return Ok((h.sql, h.params, h.planned));
+            return Ok((h.sql, h.params, h.planned, h.explain.is_some()));
         }
-        Ok((h.sql.clone(), h.params.clone(), h.planned.clone()))
+        Ok((
+            h.sql.clone(),
+            h.params.clone(),
+            h.planned.clone(),
+            h.explain.is_some(),
+        ))
+    }
+
+    /// Runs `EXPLAIN [ANALYZE]` of `sql` in its turn: the report `adisk explain` prints, a line
+    /// per row.
+    async fn run_explain(&self, sql: &str) -> Result<adisk_host::sql::QueryOutput, Status> {
+        let Some((analyze, query)) = explain_of(sql) else {
+            return Err(Status::internal("not an EXPLAIN statement"));
+        };
+        let _turn = self.turn().await?;
+        self.inner.metrics.running.inc();
+        let engine = self.engine().await;
+        let text = match engine {
+            Ok(e) if analyze => e.explain_analyze(query).await.map(|r| r.0).map_err(status),
+            Ok(e) => e.explain(query).await.map_err(status),
+            Err(e) => Err(e),
+        };
+        self.inner.metrics.running.dec();
+        let text = text?;
+        let lines: Vec<&str> = text.lines().collect();
+        let batch = RecordBatch::try_new(
+            explain_schema(),
+            vec![Arc::new(arrow::array::StringArray::from(lines))],
+        )
+        .map_err(|e| Status::internal(e.to_string()))?;
+        Ok(adisk_host::sql::QueryOutput::of_rows(
+            explain_schema(),
+            vec![batch],
+        ))
     }
 
     /// Runs a statement in its turn.
@@ -349,6 +422,23 @@ impl SqlService {
         }
         let df = engine.bound(sql, params).await.map_err(status)?;
         engine.prepare_frame(df, false).await.map_err(status)
+    }
+
+    /// Cancels statement `id` of `user`: forgotten when not yet read, stopped when running.
+    fn cancel(&self, id: &[u8], user: &str) -> arrow_flight::CancelStatus {
+        let mut waiting = lock(&self.inner.statements);
+        if waiting.get(id).is_some_and(|h| h.user == user) {
+            waiting.remove(id);
+            return arrow_flight::CancelStatus::Cancelled;
+        }
+        drop(waiting);
+        match lock(&self.inner.running_now).get(id) {
+            Some((owner, stop)) if owner == user => {
+                stop.notify_one();
+                arrow_flight::CancelStatus::Cancelled
+            }
+            _ => arrow_flight::CancelStatus::NotCancellable,
+        }
     }
 
     /// The FlightInfo of a result made entirely at the disks: one endpoint per disk, at its
@@ -402,6 +492,29 @@ impl SqlService {
         params: Vec<ScalarValue>,
         descriptor: FlightDescriptor,
     ) -> Result<Response<FlightInfo>, Status> {
+        if let Some((_, query)) = explain_of(&sql) {
+            // Checked now, so that a bad query fails at GetFlightInfo like any other.
+            self.engine().await?.plan(query).await.map_err(status)?;
+            let id = Self::keep(
+                &self.inner.statements,
+                Handle {
+                    user,
+                    sql,
+                    params,
+                    expires: Instant::now() + HANDLE_TTL,
+                    planned: None,
+                    explain: Some(true),
+                },
+            )?;
+            let ticket = TicketStatementQuery {
+                statement_handle: id.into(),
+            };
+            return Ok(Response::new(info(
+                &explain_schema(),
+                ticket.as_any().encode_to_vec(),
+                descriptor,
+            )?));
+        }
         let engine = Arc::new(self.engine().await?);
         let planned = Self::prepare(&engine, &sql, params.clone()).await?;
         if let Some(info) = self.disk_endpoints(&engine, &planned, &descriptor)? {
@@ -421,6 +534,7 @@ impl SqlService {
                 params,
                 expires: Instant::now() + HANDLE_TTL,
                 planned: Some((engine, planned)),
+                explain: None,
             },
         )?;
         let ticket = TicketStatementQuery {
@@ -470,6 +584,18 @@ impl SqlService {
         })?;
         Ok(name.to_string())
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The statement handle a FlightInfo's first endpoint's ticket names.
+fn statement_handle(info: &FlightInfo) -> Option<Vec<u8>> {
+    let ticket = info.endpoint.first()?.ticket.as_ref()?;
+    let any = Any::decode(ticket.ticket.clone()).ok()?;
+    let t: TicketStatementQuery = any.unpack().ok()??;
+    Some(t.statement_handle.to_vec())
 }
 
 /// The first row of a parameter batch, one value per column.
@@ -562,14 +688,29 @@ impl FlightSqlService for SqlService {
         request: Request<Ticket>,
     ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
         let user = self.user(&request)?;
-        let (sql, params, engine) = Self::find(
+        let (sql, params, planned, explain) = Self::find(
             &self.inner.statements,
             &ticket.statement_handle,
             &user,
             true,
         )?;
         let metrics = &self.inner.metrics;
-        let out = match self.run_statement(&sql, params, engine).await {
+        let id = ticket.statement_handle.to_vec();
+        let stop = Arc::new(tokio::sync::Notify::new());
+        lock(&self.inner.running_now).insert(id.clone(), (user.clone(), stop.clone()));
+        let run = async {
+            match explain {
+                true => self.run_explain(&sql).await,
+                false => self.run_statement(&sql, params, planned).await,
+            }
+        };
+        // Cancelling drops the run: its plan's streams, and so its jobs at the disks.
+        let run = tokio::select! {
+            r = run => r,
+            () = stop.notified() => Err(Status::cancelled("the query was cancelled (CancelFlightInfo)")),
+        };
+        lock(&self.inner.running_now).remove(&id);
+        let out = match run {
             Ok(out) => out,
             Err(e) => {
                 metrics.failed(&e);
@@ -618,6 +759,7 @@ impl FlightSqlService for SqlService {
                 params: vec![],
                 expires: Instant::now() + HANDLE_TTL,
                 planned: None,
+                explain: None,
             },
         )?;
         Ok(ActionCreatePreparedStatementResult {
@@ -665,7 +807,7 @@ impl FlightSqlService for SqlService {
         request: Request<FlightDescriptor>,
     ) -> Result<Response<FlightInfo>, Status> {
         let user = self.user(&request)?;
-        let (sql, params, _) = Self::find(
+        let (sql, params, _, _) = Self::find(
             &self.inner.prepared,
             &cmd.prepared_statement_handle,
             &user,
@@ -816,6 +958,34 @@ impl FlightSqlService for SqlService {
             "not supported by this server: {}",
             message.type_url
         )))
+    }
+
+    /// `CancelFlightInfo`: a statement not yet read is forgotten, a running one is stopped
+    /// (its `DoGet` ends with `Cancelled`, its disk jobs are cancelled). Results read from
+    /// per-disk endpoints are cancelled by the reader dropping its reads.
+    async fn do_action_fallback(
+        &self,
+        request: Request<Action>,
+    ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
+        let user = self.user(&request)?;
+        let action = request.into_inner();
+        if action.r#type != "CancelFlightInfo" {
+            return Err(Status::unimplemented(format!(
+                "not supported by this server: action {}",
+                action.r#type
+            )));
+        }
+        let cancel = arrow_flight::CancelFlightInfoRequest::decode(action.body)
+            .map_err(|e| Status::invalid_argument(format!("CancelFlightInfo: {e}")))?;
+        let state = match cancel.info.as_ref().and_then(statement_handle) {
+            Some(id) => self.cancel(&id, &user),
+            None => arrow_flight::CancelStatus::NotCancellable,
+        };
+        let result = arrow_flight::CancelFlightInfoResult::new(state);
+        let body = arrow_flight::Result {
+            body: result.encode_to_vec().into(),
+        };
+        Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))))
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}

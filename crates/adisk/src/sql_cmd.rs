@@ -72,8 +72,15 @@ pub struct SqlArgs {
     /// Print what the query moved (bytes read, shipped, rows, time) on standard error.
     #[arg(long)]
     pub stats: bool,
-    /// Run the queries on the running Flight SQL service at this URL (`grpc://HOST:PORT`,
-    /// or `serve`: the one `adisk up` started, from `cluster.toml`) instead of in this process.
+    #[command(flatten)]
+    pub remote: ConnectArgs,
+}
+
+/// Where a command reaches a running Flight SQL service instead of working in this process.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ConnectArgs {
+    /// Run on the running Flight SQL service at this URL (`grpc://HOST:PORT`, or `serve`:
+    /// the one `adisk up` started, from `cluster.toml`) instead of in this process.
     #[arg(long)]
     pub connect: Option<String>,
     /// User name for `--connect`.
@@ -85,18 +92,17 @@ pub struct SqlArgs {
     pub password_file: Option<PathBuf>,
 }
 
-/// Where `adisk sql` runs its queries: in this process, or on a running service.
-enum Runner {
-    Local(SqlEngine),
-    Remote(adisk_server::client::Client),
-}
-
-impl Runner {
-    async fn new(dir: &Path, a: &SqlArgs) -> Result<Self, CliError> {
-        let Some(url) = &a.connect else {
-            return Ok(Runner::Local(
-                engine(dir, a.engine.options(a.engine.offload()?)).await?,
-            ));
+impl ConnectArgs {
+    /// A logged-in client of the service `--connect` names; None without `--connect`.
+    ///
+    /// # Errors
+    /// No such service, no password file, a refused login.
+    pub async fn client(
+        &self,
+        dir: &Path,
+    ) -> Result<Option<adisk_server::client::Client>, CliError> {
+        let Some(url) = &self.connect else {
+            return Ok(None);
         };
         let serve = adisk_core::config::ClusterConfig::load(&dir.join("cluster.toml"))
             .ok()
@@ -111,7 +117,7 @@ impl Runner {
             }
             (u, _) => u.to_string(),
         };
-        let file = a
+        let file = self
             .password_file
             .clone()
             .or_else(|| serve.and_then(|s| s.admin_password_file))
@@ -123,10 +129,36 @@ impl Runner {
             })?;
         let password = std::fs::read_to_string(&file)
             .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
-        let client = adisk_server::client::Client::connect(&url, &a.user, password.trim())
+        let client = adisk_server::client::Client::connect(&url, &self.user, password.trim())
             .await
             .map_err(|e| CliError::Other(e.to_string()))?;
-        Ok(Runner::Remote(client))
+        Ok(Some(client))
+    }
+}
+
+/// A client's answer to `sql`, as a CLI error when it fails.
+async fn remote_query(
+    client: &mut adisk_server::client::Client,
+    sql: &str,
+) -> Result<(arrow::datatypes::SchemaRef, Vec<arrow::array::RecordBatch>), CliError> {
+    client
+        .query(sql)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))
+}
+
+/// Where `adisk sql` runs its queries: in this process, or on a running service.
+enum Runner {
+    Local(SqlEngine),
+    Remote(adisk_server::client::Client),
+}
+
+impl Runner {
+    async fn new(dir: &Path, a: &SqlArgs) -> Result<Self, CliError> {
+        Ok(match a.remote.client(dir).await? {
+            Some(client) => Runner::Remote(client),
+            None => Runner::Local(engine(dir, a.engine.options(a.engine.offload()?)).await?),
+        })
     }
 
     /// Runs `q` and prints its result (and, with `stats`, what it moved, when known).
@@ -140,10 +172,7 @@ impl Runner {
                 }
             }
             Runner::Remote(client) => {
-                let (schema, batches) = client
-                    .query(q)
-                    .await
-                    .map_err(|e| CliError::Other(e.to_string()))?;
+                let (schema, batches) = remote_query(client, q).await?;
                 print_batches(&batches, &schema, format)?;
             }
         }
@@ -167,6 +196,8 @@ pub struct ExplainArgs {
     pub bundling: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub remote: ConnectArgs,
 }
 
 /// `adisk tpch` subcommands.
@@ -206,6 +237,9 @@ pub enum TpchCommand {
         /// At `disks` and `auto`: the disk that does the host's combining work.
         #[arg(long)]
         central_unit: Option<u32>,
+        /// Run the queries on a running service (at its own offload level).
+        #[command(flatten)]
+        remote: ConnectArgs,
     },
 }
 
@@ -341,6 +375,26 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
             )));
         }
     };
+    if let Some(mut client) = a.remote.client(dir).await? {
+        if json || a.bundling.is_some() {
+            return Err(CliError::Other(
+                "--connect: the service's EXPLAIN is text (no --format json, no --bundling)".into(),
+            ));
+        }
+        let verb = if analyze {
+            "EXPLAIN ANALYZE"
+        } else {
+            "EXPLAIN"
+        };
+        let (_, batches) = remote_query(&mut client, &format!("{verb} {query}")).await?;
+        for b in &batches {
+            let lines = arrow::array::AsArray::as_string::<i32>(b.column(0));
+            for line in lines.iter().flatten() {
+                println!("{line}");
+            }
+        }
+        return Ok(());
+    }
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
     match (analyze, json) {
         (true, false) => print!("{}", eng.explain_analyze(&query).await?.0),
@@ -460,6 +514,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             bloom_kib,
             queries,
             central_unit,
+            remote,
         } => {
             check_sf(dir, sf).await?;
             let answers = tpch::official_answers(sf)?;
@@ -479,7 +534,32 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                 "oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)"
             );
             let (mut passed, mut failed) = (0, 0);
-            for level in levels(&offload)? {
+            if let Some(mut client) = remote.client(dir).await? {
+                for (i, &n) in queries.iter().enumerate() {
+                    let verdict = match remote_query(&mut client, texts[i]).await {
+                        Ok((schema, batches)) => {
+                            check_remote(n, &schema, &batches, &answers, &same_data[i])
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    let rows: usize = verdict.as_ref().map_or(0, |r| *r);
+                    match verdict {
+                        Ok(_) => {
+                            passed += 1;
+                            println!("pass  Q{n:02}  through the service: {rows} rows");
+                        }
+                        Err(d) => {
+                            failed += 1;
+                            println!("FAIL  Q{n:02}  through the service: {d}");
+                        }
+                    }
+                }
+            }
+            let local_levels = match remote.connect {
+                Some(_) => vec![],
+                None => levels(&offload)?,
+            };
+            for level in local_levels {
                 let eng = engine(
                     dir,
                     SqlOptions {
@@ -534,6 +614,31 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// A TPC-H answer read through the service against the official answer and DuckDB on the
+/// same files: its row count, or what differs.
+fn check_remote(
+    n: u32,
+    schema: &arrow::datatypes::SchemaRef,
+    batches: &[arrow::array::RecordBatch],
+    answers: &std::collections::BTreeMap<u32, String>,
+    same_data: &Result<String, String>,
+) -> Result<usize, String> {
+    let columns = schema.fields().len();
+    if !tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+        let a = answers
+            .get(&n)
+            .ok_or_else(|| format!("no official answer for Q{n}"))?;
+        oracle::compare_batches(columns, batches, a, tpch::generator_text_column)
+            .map_err(|d| format!("official answer: {d}"))?;
+    }
+    match same_data {
+        Ok(a) => oracle::compare_batches(columns, batches, a, |_| false)
+            .map_err(|d| format!("DuckDB on the same files: {d}"))?,
+        Err(e) => return Err(format!("DuckDB on the same files failed: {e}")),
+    }
+    Ok(batches.iter().map(|b| b.num_rows()).sum())
 }
 
 /// `adisk slt` arguments.

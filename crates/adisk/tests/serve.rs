@@ -338,6 +338,39 @@ async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
         .unwrap();
     assert_eq!(info.endpoint.len(), 1);
     assert!(info.endpoint[0].location.is_empty());
+    cli_commands_run_through_the_service(c.dir(), &server);
+}
+
+/// `explain` and `tpch check` as clients of a running service (`--connect`): the service's
+/// EXPLAIN is the report `adisk explain` prints; the 22 answers read through it are right.
+fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
+    let url = format!("grpc://{}", server.address);
+    let password = dir.join("admin.password");
+    let remote = [
+        "--connect",
+        &url,
+        "--password-file",
+        password.to_str().unwrap(),
+    ];
+    let sql = "SELECT l_orderkey FROM lineitem WHERE l_quantity < 2";
+    let mut args = vec!["explain", sql];
+    args.extend(remote);
+    let through = common::ok(dir, &args);
+    let here = common::ok(dir, &["explain", sql]);
+    assert_eq!(through, here, "the same report through the service");
+    assert!(through.contains("select l_quantity <"), "{through}");
+    let mut args = vec!["explain", "analyze", "SELECT count(*) FROM lineitem"];
+    args.extend(remote);
+    let analyzed = common::ok(dir, &args);
+    assert!(analyzed.contains("links: disk→host"), "{analyzed}");
+    let mut args = vec!["tpch", "check", "--sf", "0.01"];
+    args.extend(remote);
+    let check = common::ok(dir, &args);
+    assert!(check.contains("22 passed, 0 failed"), "{check}");
+    let mut args = vec!["explain", "SELECT * FROM nowhere"];
+    args.extend(remote);
+    let err = common::fails(dir, &args);
+    assert!(err.contains("nowhere"), "{err}");
 }
 
 /// Reads `ticket` at the disk at `location` (`grpc+tcp://host:port`) without credentials: the
@@ -390,18 +423,28 @@ async fn run(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_running_and_queued_limits_a_query_is_told_busy() {
+async fn past_the_running_and_queued_limits_a_query_is_told_busy_and_cancel_stops_one() {
     let c = TpchCluster::start("0.01", 1);
     let server = Server::start(c.dir(), &["--max-running", "1", "--max-queued", "0"]);
     // A query that holds the one turn for as long as the server lives (a cross join of
     // lineitem with itself, 3.6 G pairs, counted at the host).
     let mut slow = logged_in(&server).await;
-    let holder = tokio::spawn(async move {
-        run(
-            &mut slow,
-            "SELECT count(*) FROM lineitem a, lineitem b WHERE a.l_quantity + b.l_quantity > 0",
+    let info = slow
+        .execute(
+            "SELECT count(*) FROM lineitem a, lineitem b WHERE a.l_quantity + b.l_quantity > 0"
+                .into(),
+            None,
         )
         .await
+        .expect("planned");
+    let ticket = info.endpoint[0].ticket.clone().expect("a ticket");
+    let mut reader = slow.clone();
+    let holder = tokio::spawn(async move {
+        let stream = reader.do_get(ticket).await.map_err(|e| e.to_string())?;
+        futures::TryStreamExt::try_collect::<Vec<_>>(stream)
+            .await
+            .map(|b| b.len())
+            .map_err(|e| e.to_string())
     });
     let mut client = logged_in(&server).await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -424,7 +467,41 @@ async fn past_the_running_and_queued_limits_a_query_is_told_busy() {
     };
     assert!(busy.contains("1 queries running and 0 waiting"), "{busy}");
     assert!(!holder.is_finished(), "the slow query still runs");
-    holder.abort();
+    // CancelFlightInfo stops it: its read ends as cancelled, and the turn is free again.
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let token = FlightSqlServiceClient::new(channel.clone())
+        .handshake("admin", &server.password)
+        .await
+        .unwrap();
+    let mut raw = arrow_flight::FlightClient::new(channel);
+    raw.add_header(
+        "authorization",
+        &format!("Bearer {}", String::from_utf8_lossy(&token)),
+    )
+    .unwrap();
+    let cancelled = raw
+        .cancel_flight_info(arrow_flight::CancelFlightInfoRequest::new(info.clone()))
+        .await
+        .expect("cancel answers");
+    assert_eq!(cancelled.status(), arrow_flight::CancelStatus::Cancelled);
+    let ended = tokio::time::timeout(Duration::from_secs(30), holder)
+        .await
+        .expect("the cancelled query ends within 30 s")
+        .unwrap();
+    assert!(
+        ended.as_ref().is_err_and(|e| e.contains("cancelled")),
+        "{ended:?}"
+    );
+    assert_eq!(run(&mut client, "SELECT 1").await, Ok(1));
+    let again = raw
+        .cancel_flight_info(arrow_flight::CancelFlightInfoRequest::new(info))
+        .await
+        .unwrap();
+    assert_eq!(again.status(), arrow_flight::CancelStatus::NotCancellable);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -283,6 +283,24 @@ pub struct QueryOutput {
 }
 
 impl QueryOutput {
+    /// An output that is only rows made at the host (a report as a table): no scans.
+    pub fn of_rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
+        let plan = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+            schema.clone(),
+        ));
+        QueryOutput {
+            schema,
+            batches,
+            scans: vec![],
+            wall: Duration::ZERO,
+            plan,
+            link_busy: None,
+            failover: vec![],
+            choice: None,
+            inter_group_bytes: None,
+        }
+    }
+
     /// Result rows.
     pub fn rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
