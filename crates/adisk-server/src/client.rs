@@ -89,6 +89,23 @@ impl Client {
     }
 }
 
+impl Client {
+    /// The cluster's state as the service sees it ([`crate::status::report`]).
+    ///
+    /// # Errors
+    /// What the service answered.
+    pub async fn status(&mut self) -> Result<serde_json::Value, ClientError> {
+        let action = arrow_flight::Action::new(crate::status::ACTION, "");
+        let mut results = self.inner.do_action(action).await.map_err(q)?;
+        let first = results
+            .message()
+            .await
+            .map_err(q)?
+            .ok_or_else(|| ClientError::Query("no status in the answer".into()))?;
+        serde_json::from_slice(&first.body).map_err(q)
+    }
+}
+
 /// A channel to `url` (`grpc://host:port`, `grpc+tcp://…`, `http://…`).
 async fn channel(url: &str) -> Result<Channel, ClientError> {
     let address = url

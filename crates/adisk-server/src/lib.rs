@@ -8,6 +8,7 @@ pub mod auth;
 pub mod client;
 pub mod metrics;
 pub mod service;
+pub mod status;
 
 pub use service::{Access, Admission, Endpoints, SqlService};
 

@@ -969,6 +969,15 @@ impl FlightSqlService for SqlService {
     ) -> Result<Response<<Self as FlightService>::DoActionStream>, Status> {
         let user = self.user(&request)?;
         let action = request.into_inner();
+        if action.r#type == crate::status::ACTION {
+            let report = crate::status::report(&self.inner.cluster).await;
+            let body = arrow_flight::Result {
+                body: serde_json::to_vec(&report)
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .into(),
+            };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))));
+        }
         if action.r#type != "CancelFlightInfo" {
             return Err(Status::unimplemented(format!(
                 "not supported by this server: action {}",

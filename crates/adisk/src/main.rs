@@ -64,6 +64,9 @@ enum Command {
         /// Output format: table or json.
         #[arg(long, default_value = "table")]
         format: String,
+        /// Ask a running Flight SQL service instead of the disks directly.
+        #[command(flatten)]
+        remote: sql_cmd::ConnectArgs,
     },
     /// Every disk reads all its partitions and checks them against its manifest (size and
     /// CRC-32), lists the corrupt ones and refetches each from a good copy on another disk;
@@ -354,7 +357,17 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             .map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
-        Command::Status { format } => output::status(&connect_lazy(&dir)?, &format).await,
+        Command::Status { format, remote } => match remote.client(&dir).await? {
+            Some(mut client) => {
+                output::check_format(&format)?;
+                let report = client
+                    .status()
+                    .await
+                    .map_err(|e| CliError::Other(e.to_string()))?;
+                output::print_status(&report, &format)
+            }
+            None => output::status(&connect_lazy(&dir)?, &format).await,
+        },
         Command::Scrub { format, no_repair } => {
             repair_cmd::scrub(&connect_lazy(&dir)?, &format, no_repair).await
         }

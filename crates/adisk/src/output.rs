@@ -61,37 +61,36 @@ pub enum BenchCommand {
 }
 
 pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
-    let statuses = cluster.status().await;
-    let catalog = cluster.catalog().await;
+    check_format(format)?;
+    print_status(&adisk_server::status::report(cluster).await, format)
+}
+
+/// Prints a status report ([`adisk_server::status::report`], made here or by the service) as
+/// JSON or as tables; an error (and a failing exit) when some disk did not answer.
+pub fn print_status(report: &serde_json::Value, format: &str) -> Result<(), CliError> {
+    let empty = vec![];
+    let disks = report["disks"].as_array().unwrap_or(&empty);
     if format == "json" {
-        let disks: Vec<serde_json::Value> = statuses
-            .iter()
-            .enumerate()
-            .map(|(d, s)| match s {
-                Ok(s) => serde_json::to_value(s).expect("status serializes"),
-                Err(e) => serde_json::json!({ "disk_id": d, "error": e.to_string() }),
-            })
-            .collect();
-        let tables: Vec<serde_json::Value> = match &catalog {
-            Ok(c) => c
-                .tables
-                .values()
-                .map(|t| {
-                    let missing: serde_json::Map<String, serde_json::Value> = t.missing_by_disk().into_iter().map(|(d, p)| (d.to_string(), serde_json::json!(p))).collect();
-                    serde_json::json!({"name": t.name, "rows": t.rows(), "bytes": t.bytes(), "partitions": t.placements.len(), "disks": t.disks(), "replicas": t.replicas(), "needs_repair": t.needs_repair(), "missing": missing, "stale": t.stale})
-                })
-                .chain(c.incomplete.iter().map(|(name, why)| serde_json::json!({"name": name, "incomplete": why.reason, "disks": why.disks})))
-                .collect(),
-            Err(_) => vec![],
-        };
         println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({ "disks": disks, "tables": tables }))
-                .expect("json")
+            serde_json::to_string_pretty(report).map_err(|e| CliError::Other(e.to_string()))?
         );
-        return all_answered(&statuses);
+    } else {
+        print_disks(disks);
+        print_tables(report);
     }
-    check_format(format)?;
+    let failed: Vec<&str> = disks.iter().filter_map(|d| d["error"].as_str()).collect();
+    match failed.first() {
+        None => Ok(()),
+        Some(first) => Err(CliError::Other(format!(
+            "{} of {} disks did not answer (first: {first})",
+            failed.len(),
+            disks.len()
+        ))),
+    }
+}
+
+fn print_disks(disks: &[serde_json::Value]) {
     println!(
         "{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}",
         "disk",
@@ -103,83 +102,84 @@ pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
         "finished",
         "failed"
     );
-    for (d, s) in statuses.iter().enumerate() {
-        match s {
-            Ok(s) => println!(
-                "{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}",
-                s.disk_id,
-                cluster.address(d as u32),
-                s.pid,
-                format!(
-                    "{}/{}",
-                    adisk_core::stats::human_bytes(s.memory_granted_bytes),
-                    adisk_core::stats::human_bytes(s.memory_bytes)
-                ),
-                s.jobs_running,
-                s.jobs_waiting,
-                s.jobs_finished,
-                s.jobs_failed
+    let human = |v: &serde_json::Value| adisk_core::stats::human_bytes(v.as_u64().unwrap_or(0));
+    for d in disks {
+        let (id, address) = (&d["disk_id"], d["address"].as_str().unwrap_or("?"));
+        if let Some(e) = d["error"].as_str() {
+            println!("{id:<5} {address:<22} ERROR {e}");
+            continue;
+        }
+        println!(
+            "{:<5} {:<22} {:>8} {:>22} {:>8} {:>8} {:>10} {:>8}",
+            id.to_string(),
+            address,
+            d["pid"].to_string(),
+            format!(
+                "{}/{}",
+                human(&d["memory_granted_bytes"]),
+                human(&d["memory_bytes"])
             ),
-            Err(e) => println!("{d:<5} {:<22} ERROR {e}", cluster.address(d as u32)),
-        }
+            d["jobs_running"].to_string(),
+            d["jobs_waiting"].to_string(),
+            d["jobs_finished"].to_string(),
+            d["jobs_failed"].to_string()
+        );
     }
-    match catalog {
-        Ok(c) => {
-            println!(
-                "\n{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
-                "table", "rows", "bytes", "partitions", "disks", "replicas"
-            );
-            for t in c.tables.values() {
-                println!(
-                    "{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
-                    t.name,
-                    t.rows(),
-                    adisk_core::stats::human_bytes(t.bytes()),
-                    t.placements.len(),
-                    t.disks().len(),
-                    t.replicas()
-                );
-            }
-            for t in c.tables.values().filter(|t| t.needs_repair()) {
-                let mut why: Vec<String> = t
-                    .missing_by_disk()
-                    .into_iter()
-                    .map(|(d, p)| format!("disk {d} lacks partitions {p:?}"))
-                    .collect();
-                why.extend(
-                    t.stale
-                        .iter()
-                        .map(|d| format!("disk {d} holds an older load")),
-                );
-                println!(
-                    "{} needs repair: {} (read from other copies meanwhile; `adisk repair`)",
-                    t.name,
-                    why.join(", ")
-                );
-            }
-            for (name, why) in &c.incomplete {
-                println!("{}", adisk_host::cluster::incomplete_error(name, why));
-            }
-        }
-        Err(e) => println!("\ncatalog unavailable: {e}"),
-    }
-    all_answered(&statuses)
 }
 
-/// After a status report: an error (and a failing exit) when some disk did not answer.
-fn all_answered<T>(statuses: &[adisk_host::Result<T>]) -> Result<(), CliError> {
-    let failed: Vec<String> = statuses
-        .iter()
-        .filter_map(|s| s.as_ref().err())
-        .map(|e| e.to_string())
-        .collect();
-    match failed.first() {
-        None => Ok(()),
-        Some(first) => Err(CliError::Other(format!(
-            "{} of {} disks did not answer (first: {first})",
-            failed.len(),
-            statuses.len()
-        ))),
+fn print_tables(report: &serde_json::Value) {
+    if let Some(e) = report["catalog_error"].as_str() {
+        println!("\ncatalog unavailable: {e}");
+        return;
+    }
+    let empty = vec![];
+    let tables = report["tables"].as_array().unwrap_or(&empty);
+    println!(
+        "\n{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
+        "table", "rows", "bytes", "partitions", "disks", "replicas"
+    );
+    let complete = || tables.iter().filter(|t| t["incomplete"].is_null());
+    for t in complete() {
+        println!(
+            "{:<12} {:>12} {:>12} {:>11} {:>8} {:>9}",
+            t["name"].as_str().unwrap_or("?"),
+            t["rows"].to_string(),
+            adisk_core::stats::human_bytes(t["bytes"].as_u64().unwrap_or(0)),
+            t["partitions"].to_string(),
+            t["disks"].as_array().map_or(0, Vec::len),
+            t["replicas"].to_string()
+        );
+    }
+    for t in complete().filter(|t| t["needs_repair"] == true) {
+        let mut why: Vec<String> = t["missing"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(d, p)| {
+                let p: Vec<u64> = p
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|x| x.as_u64())
+                    .collect();
+                format!("disk {d} lacks partitions {p:?}")
+            })
+            .collect();
+        why.extend(
+            t["stale"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|d| format!("disk {d} holds an older load")),
+        );
+        println!(
+            "{} needs repair: {} (read from other copies meanwhile; `adisk repair`)",
+            t["name"].as_str().unwrap_or("?"),
+            why.join(", ")
+        );
+    }
+    for t in tables.iter().filter(|t| !t["incomplete"].is_null()) {
+        println!("{}", t["message"].as_str().unwrap_or("?"));
     }
 }
 

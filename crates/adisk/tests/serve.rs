@@ -341,8 +341,9 @@ async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
     cli_commands_run_through_the_service(c.dir(), &server);
 }
 
-/// `explain` and `tpch check` as clients of a running service (`--connect`): the service's
-/// EXPLAIN is the report `adisk explain` prints; the 22 answers read through it are right.
+/// `explain`, `tpch check` and `status` as clients of a running service (`--connect`): the
+/// service's EXPLAIN is the report `adisk explain` prints; the 22 answers read through it are
+/// right; its status shows the catalog `adisk status` shows.
 fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
     let url = format!("grpc://{}", server.address);
     let password = dir.join("admin.password");
@@ -367,6 +368,12 @@ fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
     args.extend(remote);
     let check = common::ok(dir, &args);
     assert!(check.contains("22 passed, 0 failed"), "{check}");
+    let mut args = vec!["status", "--format", "json"];
+    args.extend(remote);
+    let through = common::json(&common::ok(dir, &args));
+    let here = common::json(&common::ok(dir, &["status", "--format", "json"]));
+    assert_eq!(through["tables"], here["tables"], "the same catalog");
+    assert_eq!(through["disks"].as_array().unwrap().len(), 4);
     let mut args = vec!["explain", "SELECT * FROM nowhere"];
     args.extend(remote);
     let err = common::fails(dir, &args);
