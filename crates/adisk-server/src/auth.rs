@@ -7,7 +7,11 @@
 //! [[user]]
 //! name = "admin"
 //! password_hash = "$argon2id$v=19$m=19456,t=2,p=1$…"   # a PHC string, never the password
+//! allow_disklet_install = true                          # optional: may install disklets
 //! ```
+//!
+//! A running service reads the file again when it changed (`adisk user add` takes effect at
+//! the next login); a file that became unreadable or invalid leaves the last good one in force.
 //!
 //! A token is 256 random bits, kept only in the server's memory with its user and expiry.
 use argon2::Argon2;
@@ -62,11 +66,25 @@ struct UsersFile {
 struct UserEntry {
     name: String,
     password_hash: String,
+    /// May install WebAssembly disklets through the service.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    allow_disklet_install: bool,
 }
 
 /// The users a server accepts.
 pub struct Users {
+    path: PathBuf,
+    state: Mutex<UsersState>,
+}
+
+struct UsersState {
+    modified: Option<std::time::SystemTime>,
     hashes: HashMap<String, String>,
+    installers: std::collections::HashSet<String>,
+}
+
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 impl Users {
@@ -75,6 +93,14 @@ impl Users {
     /// # Errors
     /// Unreadable file, bad TOML, a hash that is not a PHC string, too many users, a name twice.
     pub fn load(path: &Path) -> Result<Self, AuthError> {
+        Ok(Users {
+            path: path.to_path_buf(),
+            state: Mutex::new(Self::read(path)?),
+        })
+    }
+
+    fn read(path: &Path) -> Result<UsersState, AuthError> {
+        let modified = modified(path);
         let text = std::fs::read_to_string(path).map_err(|source| AuthError::Io {
             path: path.to_path_buf(),
             source,
@@ -88,22 +114,48 @@ impl Users {
             return Err(bad(format!("more than {MAX_USERS} users")));
         }
         let mut hashes = HashMap::new();
+        let mut installers = std::collections::HashSet::new();
         for u in file.users {
+            if u.allow_disklet_install {
+                installers.insert(u.name.clone());
+            }
             PasswordHash::new(&u.password_hash)
                 .map_err(|e| bad(format!("user `{}`: password_hash: {e}", u.name)))?;
             if hashes.insert(u.name.clone(), u.password_hash).is_some() {
                 return Err(bad(format!("user `{}` appears twice", u.name)));
             }
         }
-        Ok(Users { hashes })
+        Ok(UsersState {
+            modified,
+            hashes,
+            installers,
+        })
+    }
+
+    /// The users as the file says now (read again when it changed since).
+    fn current(&self) -> std::sync::MutexGuard<'_, UsersState> {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if modified(&self.path) != state.modified {
+            match Self::read(&self.path) {
+                Ok(fresh) => *state = fresh,
+                Err(e) => tracing::warn!("{e}; keeping the users read before"),
+            }
+        }
+        state
     }
 
     /// Adds (or replaces) `name` with `password` in the users file at `path`, creating it
-    /// (mode 0600) when it does not exist.
+    /// (mode 0600) when it does not exist; `allow_disklet_install`: the user may install
+    /// WebAssembly disklets through the service.
     ///
     /// # Errors
     /// An unreadable or bad existing file; the file cannot be written.
-    pub fn add(path: &Path, name: &str, password: &str) -> Result<(), AuthError> {
+    pub fn add(
+        path: &Path,
+        name: &str,
+        password: &str,
+        allow_disklet_install: bool,
+    ) -> Result<(), AuthError> {
         let io = |source| AuthError::Io {
             path: path.to_path_buf(),
             source,
@@ -126,6 +178,7 @@ impl Users {
                 path: path.to_path_buf(),
                 why,
             })?,
+            allow_disklet_install,
         });
         let text = toml::to_string(&file).map_err(|e| AuthError::BadFile {
             path: path.to_path_buf(),
@@ -134,13 +187,23 @@ impl Users {
         write_private(path, text.as_bytes()).map_err(io)
     }
 
+    /// Whether `name` may install WebAssembly disklets through the service.
+    pub fn may_install_disklets(&self, name: &str) -> bool {
+        self.current().installers.contains(name)
+    }
+
     /// Checks `password` for `name`.
     ///
     /// # Errors
     /// [`AuthError::WrongCredentials`] for an unknown user and a wrong password alike.
     pub fn verify(&self, name: &str, password: &str) -> Result<(), AuthError> {
-        let hash = self.hashes.get(name).ok_or(AuthError::WrongCredentials)?;
-        let parsed = PasswordHash::new(hash).map_err(|_| AuthError::WrongCredentials)?;
+        let hash = self
+            .current()
+            .hashes
+            .get(name)
+            .cloned()
+            .ok_or(AuthError::WrongCredentials)?;
+        let parsed = PasswordHash::new(&hash).map_err(|_| AuthError::WrongCredentials)?;
         Argon2::default()
             .verify_password(password.as_bytes(), &parsed)
             .map_err(|_| AuthError::WrongCredentials)
@@ -237,8 +300,8 @@ mod tests {
     fn users_file_round_trip_and_wrong_passwords() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("users.toml");
-        Users::add(&path, "admin", "s3cret").unwrap();
-        Users::add(&path, "ana", "other").unwrap();
+        Users::add(&path, "admin", "s3cret", true).unwrap();
+        Users::add(&path, "ana", "other", false).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(!text.contains("s3cret"), "{text}");
         use std::os::unix::fs::PermissionsExt;
@@ -256,10 +319,14 @@ mod tests {
             Err(AuthError::WrongCredentials)
         ));
         // Replacing a password.
-        Users::add(&path, "ana", "new").unwrap();
-        let users = Users::load(&path).unwrap();
+        // A loaded file is read again when it changes.
+        std::thread::sleep(Duration::from_millis(20));
+        Users::add(&path, "ana", "new", false).unwrap();
         assert!(users.verify("ana", "other").is_err());
         users.verify("ana", "new").unwrap();
+        assert!(users.may_install_disklets("admin"));
+        assert!(!users.may_install_disklets("ana"));
+        assert!(!users.may_install_disklets("nobody"));
     }
 
     #[test]

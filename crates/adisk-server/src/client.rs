@@ -104,6 +104,33 @@ impl Client {
             .ok_or_else(|| ClientError::Query("no status in the answer".into()))?;
         serde_json::from_slice(&first.body).map_err(q)
     }
+
+    /// Installs `module` as disklet `name` on every disk, through the service (the user needs
+    /// the privilege): each disk's view of it.
+    ///
+    /// # Errors
+    /// What the service answered (no privilege, a module a disk refuses).
+    pub async fn install_disklet(
+        &mut self,
+        name: &str,
+        module: Vec<u8>,
+        scratch_kib: u64,
+    ) -> Result<Vec<(u32, adisk_core::protocol::DiskletInfo)>, ClientError> {
+        let body = serde_json::to_vec(&adisk_core::protocol::InstallDisklet {
+            name: name.to_string(),
+            scratch_kib,
+            module: adisk_core::protocol::ExprBytes(module),
+        })
+        .map_err(q)?;
+        let action = arrow_flight::Action::new(crate::service::DISKLET_INSTALL, body);
+        let mut results = self.inner.do_action(action).await.map_err(q)?;
+        let first = results
+            .message()
+            .await
+            .map_err(q)?
+            .ok_or_else(|| ClientError::Query("no answer to the install".into()))?;
+        serde_json::from_slice(&first.body).map_err(q)
+    }
 }
 
 /// A channel to `url` (`grpc://host:port`, `grpc+tcp://…`, `http://…`).

@@ -6,7 +6,8 @@
 //! queries keep their own statistics. A statement handle is bound to the user who made it and
 //! expires after [`HANDLE_TTL`]; at most [`MAX_HANDLES`] are open at once.
 use crate::auth::{AuthError, Tokens, Users};
-use adisk_host::sql::{Planned, SqlEngine, SqlOptions};
+use adisk_core::protocol::InstallDisklet;
+use adisk_host::sql::{ClusterView, Planned, SqlEngine, SqlOptions};
 use adisk_host::{Cluster, HostError};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -34,6 +35,9 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tonic::{Request, Response, Status, Streaming};
+
+/// The Flight action installing a disklet on every disk ([`InstallDisklet`] as its body).
+pub const DISKLET_INSTALL: &str = "adisk.disklet_install";
 
 /// The catalog and schema every table is in (DataFusion's defaults, as `adisk sql` sees them).
 pub const CATALOG: &str = "datafusion";
@@ -139,7 +143,13 @@ struct Inner {
     /// Statements being run (their ticket was read), by handle: who runs it, and how to stop
     /// it (`CancelFlightInfo`).
     running_now: Mutex<HashMap<Vec<u8>, (String, Arc<tokio::sync::Notify>)>>,
+    /// The catalog queries are planned over, fetched again when older than [`VIEW_TTL`].
+    view: tokio::sync::Mutex<Option<Arc<ClusterView>>>,
 }
+
+/// How long the service plans over one fetch of the catalog: a table loaded (or dropped) by
+/// another process is seen within this long; a failover fetches it again at once.
+pub const VIEW_TTL: Duration = Duration::from_secs(1);
 
 /// A statement handle's SQL, parameters and plan.
 type Found = (
@@ -237,6 +247,7 @@ impl SqlService {
                 waiting: std::sync::atomic::AtomicUsize::new(0),
                 endpoints,
                 running_now: Mutex::new(HashMap::new()),
+                view: tokio::sync::Mutex::new(None),
             }),
         }
     }
@@ -307,9 +318,24 @@ impl SqlService {
         if options.program.is_none() {
             options.program = Some(format!("serve-{}", hex::encode(&new_handle()[..6])));
         }
-        SqlEngine::new(self.inner.cluster.clone(), options)
-            .await
-            .map_err(status)
+        let view = self.view().await?;
+        SqlEngine::with_view(self.inner.cluster.clone(), options, &view).map_err(status)
+    }
+
+    /// The cluster's catalog as of at most [`VIEW_TTL`] ago (one fetch for all the queries
+    /// that start meanwhile).
+    async fn view(&self) -> Result<Arc<ClusterView>, Status> {
+        let mut view = self.inner.view.lock().await;
+        if let Some(v) = view.as_ref().filter(|v| v.age() < VIEW_TTL) {
+            return Ok(v.clone());
+        }
+        let fresh = Arc::new(
+            ClusterView::fetch(&self.inner.cluster)
+                .await
+                .map_err(status)?,
+        );
+        *view = Some(fresh.clone());
+        Ok(fresh)
     }
 
     /// Stores a handle in `map` (statements or prepared statements), within [`MAX_HANDLES`].
@@ -422,6 +448,35 @@ impl SqlService {
         }
         let df = engine.bound(sql, params).await.map_err(status)?;
         engine.prepare_frame(df, false).await.map_err(status)
+    }
+
+    /// Installs the disklet of `body` (an [`InstallDisklet`], as the disks take it) on every
+    /// disk, for a user with the privilege (`adisk user add --allow-disklet-install`).
+    async fn install_disklet(
+        &self,
+        user: &str,
+        body: &[u8],
+    ) -> Result<Vec<(u32, adisk_core::protocol::DiskletInfo)>, Status> {
+        let allowed = match &self.inner.access {
+            Access::Users(users) => users.may_install_disklets(user),
+            Access::Open => false,
+        };
+        if !allowed {
+            return Err(Status::permission_denied(format!(
+                "user `{user}` may not install disklets (`adisk user add {user} --allow-disklet-install` grants it)"
+            )));
+        }
+        let request: InstallDisklet = serde_json::from_slice(body)
+            .map_err(|e| Status::invalid_argument(format!("malformed disklet install: {e}")))?;
+        tracing::info!(user, name = %request.name, "disklet install");
+        adisk_host::disklet::install(
+            &self.inner.cluster,
+            &request.name,
+            request.module.0,
+            request.scratch_kib,
+        )
+        .await
+        .map_err(status)
     }
 
     /// Cancels statement `id` of `user`: forgotten when not yet read, stopped when running.
@@ -973,6 +1028,15 @@ impl FlightSqlService for SqlService {
             let report = crate::status::report(&self.inner.cluster).await;
             let body = arrow_flight::Result {
                 body: serde_json::to_vec(&report)
+                    .map_err(|e| Status::internal(e.to_string()))?
+                    .into(),
+            };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))));
+        }
+        if action.r#type == DISKLET_INSTALL {
+            let infos = self.install_disklet(&user, &action.body).await?;
+            let body = arrow_flight::Result {
+                body: serde_json::to_vec(&infos)
                     .map_err(|e| Status::internal(e.to_string()))?
                     .into(),
             };

@@ -19,6 +19,10 @@ pub enum DiskletCommand {
         /// and the module's declared memory maximum must fit in it.
         #[arg(long, default_value_t = 2048)]
         scratch_kib: u64,
+        /// Install through a running Flight SQL service, as its user (who needs the
+        /// `--allow-disklet-install` privilege), instead of with the cluster's key.
+        #[command(flatten)]
+        remote: crate::sql_cmd::ConnectArgs,
     },
     /// The installed disklets of every disk.
     List {
@@ -67,32 +71,71 @@ pub struct RunArgs {
     out: Option<PathBuf>,
 }
 
+fn read_module(file: &Path) -> Result<Vec<u8>, CliError> {
+    std::fs::read(file).map_err(|e| CliError::Other(format!("cannot read {}: {e}", file.display())))
+}
+
+fn print_installed(infos: Vec<(u32, adisk_core::protocol::DiskletInfo)>) {
+    println!(
+        "{:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11}",
+        "disk", "name", "sha256", "bytes", "memory_max", "grant", "compile_ms"
+    );
+    for (d, i) in infos {
+        println!(
+            "{d:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11.2}",
+            i.name,
+            &i.sha256[..16.min(i.sha256.len())],
+            i.size_bytes,
+            i.memory_max_bytes,
+            i.grant_bytes,
+            i.compile_ns as f64 / 1e6
+        );
+    }
+}
+
+/// `disklet install --connect`: through the service, as its user.
+async fn install_remote(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
+    let DiskletCommand::Install {
+        file,
+        name,
+        scratch_kib,
+        remote,
+    } = cmd
+    else {
+        return Err(CliError::Other(
+            "only `install` goes through a service".into(),
+        ));
+    };
+    let module = read_module(&file)?;
+    let mut client = remote
+        .client(dir)
+        .await?
+        .ok_or_else(|| CliError::Other("--connect is missing".into()))?;
+    let infos = client
+        .install_disklet(&name, module, scratch_kib)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    print_installed(infos);
+    Ok(())
+}
+
 pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
+    if let DiskletCommand::Install { remote, .. } = &cmd
+        && remote.connect.is_some()
+    {
+        return install_remote(dir, cmd).await;
+    }
     let cluster = crate::connect(dir).await?;
     match cmd {
         DiskletCommand::Install {
             file,
             name,
             scratch_kib,
+            ..
         } => {
-            let module = std::fs::read(&file)
-                .map_err(|e| CliError::Other(format!("cannot read {}: {e}", file.display())))?;
+            let module = read_module(&file)?;
             let infos = disklet::install(&cluster, &name, module, scratch_kib).await?;
-            println!(
-                "{:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11}",
-                "disk", "name", "sha256", "bytes", "memory_max", "grant", "compile_ms"
-            );
-            for (d, i) in infos {
-                println!(
-                    "{d:<5} {:<16} {:<18} {:>10} {:>12} {:>12} {:>11.2}",
-                    i.name,
-                    &i.sha256[..16],
-                    i.size_bytes,
-                    i.memory_max_bytes,
-                    i.grant_bytes,
-                    i.compile_ns as f64 / 1e6
-                );
-            }
+            print_installed(infos);
             Ok(())
         }
         DiskletCommand::List { format } => {

@@ -73,6 +73,10 @@ pub enum UserCommand {
         /// The users file (default: `DIR/users.toml`).
         #[arg(long)]
         users: Option<PathBuf>,
+        /// The user may install WebAssembly disklets through the service (`adisk disklet
+        /// install --connect`); without it, such a request is refused.
+        #[arg(long)]
+        allow_disklet_install: bool,
     },
 }
 
@@ -88,7 +92,7 @@ fn users(dir: &Path, path: &Path) -> Result<Users, CliError> {
         let secret = dir.join("admin.password");
         write_private(&secret, format!("{password}\n").as_bytes())
             .map_err(|e| CliError::Other(format!("{}: {e}", secret.display())))?;
-        Users::add(path, "admin", &password).map_err(|e| CliError::Other(e.to_string()))?;
+        Users::add(path, "admin", &password, true).map_err(|e| CliError::Other(e.to_string()))?;
         eprintln!(
             "made {} with user `admin`; its password is in {}",
             path.display(),
@@ -189,7 +193,11 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
 
 pub fn user(dir: &Path, command: UserCommand) -> Result<(), CliError> {
     match command {
-        UserCommand::Add { name, users } => {
+        UserCommand::Add {
+            name,
+            users,
+            allow_disklet_install,
+        } => {
             let mut line = String::new();
             std::io::stdin()
                 .lock()
@@ -207,7 +215,8 @@ pub fn user(dir: &Path, command: UserCommand) -> Result<(), CliError> {
                 )));
             }
             let path = users_path(dir, users);
-            Users::add(&path, &name, password).map_err(|e| CliError::Other(e.to_string()))?;
+            Users::add(&path, &name, password, allow_disklet_install)
+                .map_err(|e| CliError::Other(e.to_string()))?;
             println!("user `{name}` set in {}", path.display());
             Ok(())
         }

@@ -374,10 +374,75 @@ fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
     let here = common::json(&common::ok(dir, &["status", "--format", "json"]));
     assert_eq!(through["tables"], here["tables"], "the same catalog");
     assert_eq!(through["disks"].as_array().unwrap().len(), 4);
+    disklet_install_is_a_privilege(dir, server);
     let mut args = vec!["explain", "SELECT * FROM nowhere"];
     args.extend(remote);
     let err = common::fails(dir, &args);
     assert!(err.contains("nowhere"), "{err}");
+}
+
+/// Installing a disklet through the service needs the user's privilege: `ana`, added without
+/// it, is refused and nothing is installed; `admin` (made with it) installs on every disk. A
+/// user added while the service runs can log in at once (the users file is read again).
+fn disklet_install_is_a_privilege(dir: &Path, server: &Server) {
+    use std::io::Write;
+    let mut add = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["user", "add", "ana"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    add.stdin
+        .take()
+        .unwrap()
+        .write_all(b"ana-secret\n")
+        .unwrap();
+    assert!(add.wait().unwrap().success());
+    let ana = dir.join("ana.password");
+    std::fs::write(&ana, "ana-secret\n").unwrap();
+    let module = dir.join("noop.wat");
+    std::fs::write(
+        &module,
+        r#"(module
+  (import "adisk_v1" "emit" (func $emit (param i32 i32) (result i32)))
+  (memory (export "memory") 1 1)
+  (func (export "adisk_input_area") (param i32) (result i32) (i32.const 65536))
+  (func (export "adisk_init") (param i32 i32) (result i32) (i32.const 0))
+  (func (export "adisk_process") (param i32 i32 i64) (result i32) (i32.const 0))
+  (func (export "adisk_finish") (result i32) (i32.const 0)))"#,
+    )
+    .unwrap();
+    let url = format!("grpc://{}", server.address);
+    let install = |user: &str, password: &Path| {
+        vec![
+            "disklet".to_string(),
+            "install".into(),
+            module.to_str().unwrap().into(),
+            "--name".into(),
+            "noop".into(),
+            "--connect".into(),
+            url.clone(),
+            "--user".into(),
+            user.into(),
+            "--password-file".into(),
+            password.to_str().unwrap().into(),
+        ]
+    };
+    let args = install("ana", &ana);
+    let err = common::fails(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(
+        err.contains("may not install disklets") && err.contains("--allow-disklet-install"),
+        "{err}"
+    );
+    let listed = common::ok(dir, &["disklet", "list", "--format", "json"]);
+    assert!(!listed.contains("noop"), "{listed}");
+    let args = install("admin", &dir.join("admin.password"));
+    let out = common::ok(dir, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.matches("noop").count(), 4, "on every disk:\n{out}");
+    let listed = common::ok(dir, &["disklet", "list", "--format", "json"]);
+    assert_eq!(listed.matches("\"noop\"").count(), 4, "{listed}");
 }
 
 /// Reads `ticket` at the disk at `location` (`grpc+tcp://host:port`) without credentials: the

@@ -428,6 +428,43 @@ struct Sessions {
 /// A session and the metrics its scans report to.
 type Session = (SessionContext, Arc<QueryMetrics>);
 
+/// What an engine is planned over: the cluster's catalog and the smallest memory budget of
+/// its live disks, as fetched at one moment ([`ClusterView::fetch`]).
+#[derive(Clone, Debug)]
+pub struct ClusterView {
+    catalog: crate::cluster::Catalog,
+    min_memory: u64,
+    fetched: Instant,
+}
+
+impl ClusterView {
+    /// Asks every disk for its catalog and status.
+    ///
+    /// # Errors
+    /// Unreachable disks (a live disk that does not answer its status).
+    pub async fn fetch(cluster: &Cluster) -> Result<Self> {
+        let catalog = cluster.catalog().await?;
+        let statuses = cluster.status().await;
+        let dead = cluster.dead_disks();
+        let mut min_memory = u64::MAX;
+        for (d, s) in statuses.into_iter().enumerate() {
+            if !dead.contains(&(d as u32)) {
+                min_memory = min_memory.min(s?.memory_bytes);
+            }
+        }
+        Ok(ClusterView {
+            catalog,
+            min_memory,
+            fetched: Instant::now(),
+        })
+    }
+
+    /// How long ago it was fetched.
+    pub fn age(&self) -> Duration {
+        self.fetched.elapsed()
+    }
+}
+
 /// A statement planned once ([`SqlEngine::prepare`]), to run later or to read from the disks.
 #[derive(Clone)]
 pub struct Planned {
@@ -579,7 +616,18 @@ impl SqlEngine {
     /// # Errors
     /// Unreachable disks; a Bloom filter larger than what a disk can grant.
     pub async fn new(cluster: Arc<Cluster>, opts: SqlOptions) -> Result<Self> {
-        let (sessions, settings, tables) = Self::build(&cluster, &opts).await?;
+        let view = ClusterView::fetch(&cluster).await?;
+        Self::with_view(cluster, opts, &view)
+    }
+
+    /// Like [`SqlEngine::new`], from a view of the cluster fetched before (a long-running
+    /// service builds one engine per query from a view it refreshes now and then, rather
+    /// than asking every disk for its catalog per query).
+    ///
+    /// # Errors
+    /// A Bloom filter larger than what a disk can grant; bad options.
+    pub fn with_view(cluster: Arc<Cluster>, opts: SqlOptions, view: &ClusterView) -> Result<Self> {
+        let (sessions, settings, tables) = Self::build_from(&cluster, &opts, view)?;
         Ok(SqlEngine {
             cluster,
             opts,
@@ -594,18 +642,19 @@ impl SqlEngine {
         cluster: &Arc<Cluster>,
         opts: &SqlOptions,
     ) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
-        let catalog = cluster.catalog().await?;
-        let statuses = cluster.status().await;
+        Self::build_from(cluster, opts, &ClusterView::fetch(cluster).await?)
+    }
+
+    fn build_from(
+        cluster: &Arc<Cluster>,
+        opts: &SqlOptions,
+        view: &ClusterView,
+    ) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
+        let (catalog, min_memory) = (&view.catalog, view.min_memory);
         let dead = cluster.dead_disks();
-        let mut min_memory = u64::MAX;
-        for (d, s) in statuses.into_iter().enumerate() {
-            if !dead.contains(&(d as u32)) {
-                min_memory = min_memory.min(s?.memory_bytes);
-            }
-        }
         let bloom_bytes = (opts.bloom_kib * 1024) as usize;
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
-        let cost = cost::CostModel::from_cluster(cluster, &catalog, min_memory);
+        let cost = cost::CostModel::from_cluster(cluster, catalog, min_memory);
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
                 "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
