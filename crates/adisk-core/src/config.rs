@@ -199,6 +199,9 @@ pub struct DiskConfig {
     /// disks of different groups pass through the host's router ([`ClusterSection::router_mbps`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<u32>,
+    /// `host:port` of the disk's Prometheus endpoint (`GET /metrics`), when it serves one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_address: Option<String>,
 }
 
 fn default_memory_mib() -> u64 {

@@ -912,6 +912,38 @@ pub struct DiskStatus {
     /// Open disk-to-disk exchange inboxes.
     #[serde(default)]
     pub exchange_inboxes: u32,
+    /// What the disk's jobs moved since it started (finished and failed jobs).
+    #[serde(default)]
+    pub totals: DiskTotals,
+}
+
+/// What a disk's jobs moved since the disk started, summed as each job ends.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DiskTotals {
+    /// Bytes read from storage.
+    pub bytes_read: u64,
+    /// Bytes skipped (zone maps, column and partition pruning).
+    pub bytes_skipped: u64,
+    /// Rows read.
+    pub rows_read: u64,
+    /// Bytes shipped to the host (or to an endpoint's reader).
+    pub bytes_shipped_host: u64,
+    /// Bytes shipped to other disks.
+    pub bytes_shipped_disks: u64,
+    /// CPU time of the jobs' stages, ns.
+    pub cpu_ns: u64,
+}
+
+impl DiskTotals {
+    /// Adds one job's statistics.
+    pub fn add(&mut self, job: &crate::stats::DiskJobStats) {
+        self.bytes_read += job.bytes_read;
+        self.bytes_skipped += job.bytes_skipped;
+        self.rows_read += job.rows_read;
+        self.bytes_shipped_host += job.bytes_shipped_host;
+        self.bytes_shipped_disks += job.bytes_shipped_disks;
+        self.cpu_ns += job.cpu_ns;
+    }
 }
 
 /// Request to install a user disklet on a disk.

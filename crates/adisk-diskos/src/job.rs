@@ -311,6 +311,8 @@ pub struct DiskOs {
     apps: std::sync::OnceLock<Arc<dyn crate::apps::AppDisklets>>,
     finished: Mutex<VecDeque<Arc<JobState>>>,
     jobs_finished: AtomicU64,
+    /// What ended jobs moved (`adisk status`, the disk's `/metrics`).
+    totals: Mutex<adisk_core::protocol::DiskTotals>,
     jobs_failed: AtomicU64,
     read_limiter: Option<Arc<crate::stream::ReadLimiter>>,
     temp_budget: MemoryBudget,
@@ -344,6 +346,7 @@ impl DiskOs {
             apps: std::sync::OnceLock::new(),
             finished: Mutex::new(VecDeque::new()),
             jobs_finished: AtomicU64::new(0),
+            totals: Mutex::default(),
             jobs_failed: AtomicU64::new(0),
             temp_budget: MemoryBudget::new(
                 config.temp_bytes,
@@ -499,6 +502,7 @@ impl DiskOs {
             temp_granted_bytes: self.temp_budget.granted_bytes(),
             temp_files_bytes: directory_bytes(&self.temp_root()),
             exchange_inboxes: self.exchanges.open() as u32,
+            totals: self.totals.lock().expect("totals lock").clone(),
         }
     }
 
@@ -1255,6 +1259,11 @@ impl DiskOs {
         while finished.len() > self.config.finished_jobs_kept {
             finished.pop_front();
         }
+        drop(finished);
+        self.totals
+            .lock()
+            .expect("totals lock")
+            .add(&state.snapshot());
         if failed {
             self.jobs_failed.fetch_add(1, Ordering::Relaxed);
         } else {

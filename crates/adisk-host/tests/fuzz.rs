@@ -288,6 +288,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             read_mbps: 0,
             pid: None,
             group: None,
+            metrics_address: None,
         }],
         serve: None,
     };

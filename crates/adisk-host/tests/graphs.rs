@@ -51,6 +51,7 @@ impl Disks {
                 read_mbps: 0,
                 pid: None,
                 group: None,
+                metrics_address: None,
             });
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             servers.push(tokio::spawn(node.serve(async move {

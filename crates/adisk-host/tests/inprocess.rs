@@ -63,6 +63,7 @@ async fn one_disk(
             read_mbps: 0,
             pid: None,
             group: None,
+            metrics_address: None,
         }],
         serve: None,
     };
@@ -682,6 +683,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
             read_mbps: 0,
             pid: None,
             group: None,
+            metrics_address: None,
         });
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         tokio::spawn(node.serve(async move {

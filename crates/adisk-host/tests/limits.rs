@@ -74,6 +74,7 @@ async fn one_disk(
             read_mbps: 0,
             pid: None,
             group: None,
+            metrics_address: None,
         }],
         serve: None,
     };

@@ -47,6 +47,7 @@ impl Disk {
             read_mbps: 0,
             pid: None,
             group: None,
+            metrics_address: None,
         };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {

@@ -1,7 +1,9 @@
 //! `/metrics` in Prometheus' text format: the service's queries (by outcome, latency, rows,
 //! bytes read, skipped and moved per link), admission (running, queued), logins, and each
 //! disk's state asked at scrape time (up, memory granted, jobs running, waiting, finished,
-//! failed, temporary space, exchange inboxes).
+//! failed, temporary space, exchange inboxes). A disk process serves its own
+//! ([`render_disk`]): the same state plus what its jobs moved since it started.
+use adisk_core::protocol::DiskStatus;
 use adisk_host::Cluster;
 use adisk_host::sql::QueryOutput;
 use prometheus::{
@@ -240,24 +242,128 @@ impl Metrics {
     }
 }
 
-/// Answers `GET /metrics` on `listener` (HTTP/1.1, one request per connection) until the
-/// process ends; anything else is 404.
+/// Answers `GET /metrics` on `listener` with the service's metrics and each disk's state
+/// ([`Metrics::render`]) until the process ends.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
     cluster: Arc<Cluster>,
 ) {
+    serve_text(listener, move || {
+        let (metrics, cluster) = (metrics.clone(), cluster.clone());
+        async move { metrics.render(&cluster).await }
+    })
+    .await
+}
+
+/// One disk's own metrics in Prometheus' text format, from its status ([`DiskStatus`]): a
+/// disk process serves them on its `--metrics-listen`.
+pub fn render_disk(s: &DiskStatus) -> String {
+    let r = Registry::new();
+    let set = |name: &str, help: &str, v: u64| {
+        gauge(&r, name, help).set(i64::try_from(v).unwrap_or(i64::MAX));
+    };
+    let t = &s.totals;
+    set(
+        "adisk_disk_memory_bytes",
+        "The disk's DiskOS memory budget",
+        s.memory_bytes,
+    );
+    set(
+        "adisk_disk_memory_granted_bytes",
+        "Memory granted to jobs",
+        s.memory_granted_bytes,
+    );
+    set(
+        "adisk_disk_temp_granted_bytes",
+        "Temporary disk space granted to jobs",
+        s.temp_granted_bytes,
+    );
+    set(
+        "adisk_disk_temp_files_bytes",
+        "Temporary files of jobs",
+        s.temp_files_bytes,
+    );
+    set(
+        "adisk_disk_jobs_running",
+        "Jobs running",
+        u64::from(s.jobs_running),
+    );
+    set(
+        "adisk_disk_jobs_waiting",
+        "Jobs waiting for admission",
+        u64::from(s.jobs_waiting),
+    );
+    set(
+        "adisk_disk_exchange_inboxes",
+        "Exchange inboxes open",
+        u64::from(s.exchange_inboxes),
+    );
+    let count = |name: &str, help: &str, v: u64| {
+        counter(&r, name, help).inc_by(v);
+    };
+    count(
+        "adisk_disk_jobs_finished_total",
+        "Jobs finished since the disk started",
+        s.jobs_finished,
+    );
+    count(
+        "adisk_disk_jobs_failed_total",
+        "Jobs failed since the disk started",
+        s.jobs_failed,
+    );
+    count(
+        "adisk_disk_bytes_read_total",
+        "Bytes read from storage by jobs",
+        t.bytes_read,
+    );
+    count(
+        "adisk_disk_bytes_skipped_total",
+        "Bytes skipped (zone maps, pruning)",
+        t.bytes_skipped,
+    );
+    count(
+        "adisk_disk_rows_read_total",
+        "Rows read by jobs",
+        t.rows_read,
+    );
+    count(
+        "adisk_disk_bytes_to_host_total",
+        "Bytes shipped to the host or an endpoint reader",
+        t.bytes_shipped_host,
+    );
+    count(
+        "adisk_disk_bytes_to_disks_total",
+        "Bytes shipped to other disks",
+        t.bytes_shipped_disks,
+    );
+    count("adisk_disk_cpu_ns_total", "CPU time of jobs, ns", t.cpu_ns);
+    let mut out = Vec::new();
+    TextEncoder::new()
+        .encode(&r.gather(), &mut out)
+        .expect("text encoding into memory");
+    String::from_utf8(out).expect("the text format is UTF-8")
+}
+
+/// Answers `GET /metrics` on `listener` with what `render` makes at each request (HTTP/1.1,
+/// one request per connection) until the process ends; anything else is 404.
+pub async fn serve_text<F, Fut>(listener: tokio::net::TcpListener, render: F)
+where
+    F: Fn() -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = String> + Send + 'static,
+{
+    let render = Arc::new(render);
     loop {
         let Ok((mut socket, _)) = listener.accept().await else {
             continue;
         };
-        let (metrics, cluster) = (metrics.clone(), cluster.clone());
+        let render = render.clone();
         tokio::spawn(async move {
             let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await;
             let Ok(Some(head)) = head else { return };
             let response = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?")
             {
-                let body = metrics.render(&cluster).await;
+                let body = render().await;
                 format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()

@@ -48,7 +48,17 @@ pub struct DiskArgs {
     /// `--members`).
     #[arg(long)]
     no_auto_repair: bool,
+    /// Serve this disk's own metrics (`GET /metrics`, Prometheus text) on this address (port
+    /// 0: any free port).
+    #[arg(long)]
+    metrics_listen: Option<String>,
+    /// Write the metrics endpoint's bound address here once listening.
+    #[arg(long)]
+    metrics_port_file: Option<PathBuf>,
 }
+
+/// Where a disk started by `adisk up` writes its metrics endpoint's address.
+const METRICS_ADDRESS_FILE: &str = "metrics.address";
 
 /// `adisk up` arguments.
 #[derive(clap::Args, Debug)]
@@ -152,6 +162,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             read_mbps: a.read_mbps,
             pid: None,
             group: None,
+            metrics_address: None,
         }],
         serve: None,
     };
@@ -177,6 +188,14 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     .await?;
     node.diskos()
         .set_app_disklets(std::sync::Arc::new(adisk_apps::Disklets));
+    if let Some(listen) = &a.metrics_listen {
+        serve_disk_metrics(
+            listen,
+            a.metrics_port_file.as_deref(),
+            node.diskos().clone(),
+        )
+        .await?;
+    }
     let address = node.address().to_string();
     if let Some(pf) = &a.port_file {
         let tmp = pf.with_extension("tmp");
@@ -266,6 +285,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             read_mbps: args.disk_read_mbps,
             pid: None,
             group: None,
+            metrics_address: None,
         };
         match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
@@ -361,6 +381,10 @@ async fn wait_started(
                     read_mbps: args.disk_read_mbps,
                     pid: Some(child.id()),
                     group: None,
+                    // Written before the disk's address.
+                    metrics_address: std::fs::read_to_string(disk_dir.join(METRICS_ADDRESS_FILE))
+                        .ok()
+                        .map(|a| a.trim().to_string()),
                 });
                 break;
             }
@@ -383,6 +407,32 @@ async fn wait_started(
     Ok(disks)
 }
 
+/// Serves the disk's own `/metrics` on `listen` ([`adisk_server::metrics::render_disk`]),
+/// writing the bound address to `port_file` first.
+async fn serve_disk_metrics(
+    listen: &str,
+    port_file: Option<&Path>,
+    os: std::sync::Arc<adisk_diskos::DiskOs>,
+) -> Result<(), CliError> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|e| CliError::Other(format!("metrics: listening on {listen}: {e}")))?;
+    let address = listener
+        .local_addr()
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    if let Some(pf) = port_file {
+        let tmp = pf.with_extension("tmp");
+        std::fs::write(&tmp, address.to_string())
+            .and_then(|()| std::fs::rename(&tmp, pf))
+            .map_err(|e| CliError::Other(format!("writing {}: {e}", pf.display())))?;
+    }
+    tokio::spawn(adisk_server::metrics::serve_text(listener, move || {
+        let status = os.status();
+        async move { adisk_server::metrics::render_disk(&status) }
+    }));
+    Ok(())
+}
+
 /// Starts the disk process of `disk` (listening on its `address`) under the cluster directory
 /// `dir`, logging to its `disk.log`; returns the child, the file it writes its bound address
 /// to, and its data directory.
@@ -400,6 +450,8 @@ fn spawn_disk(
         .map_err(|e| CliError::Other(format!("creating {}: {e}", disk_dir.display())))?;
     let port_file = disk_dir.join("address");
     let _ = std::fs::remove_file(&port_file);
+    let metrics_file = disk_dir.join(METRICS_ADDRESS_FILE);
+    let _ = std::fs::remove_file(&metrics_file);
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -423,6 +475,12 @@ fn spawn_disk(
         .args(["--read-mbps", &disk.read_mbps.to_string()])
         .arg("--port-file")
         .arg(&port_file)
+        .args([
+            "--metrics-listen",
+            disk.metrics_address.as_deref().unwrap_or("127.0.0.1:0"),
+        ])
+        .arg("--metrics-port-file")
+        .arg(&metrics_file)
         .args(match key_file {
             Some(key) => vec!["--key-file".as_ref(), key.as_os_str()],
             None => vec!["--insecure".as_ref()],

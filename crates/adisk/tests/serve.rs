@@ -629,6 +629,7 @@ async fn up_starts_the_service_and_down_stops_it() {
             "{name}:\n{after}"
         );
     }
+    disks_serve_their_own_metrics(c.dir(), &mut client, &metrics).await;
     // The CLI as a client of the running service.
     let out = common::ok(
         c.dir(),
@@ -669,6 +670,71 @@ async fn up_starts_the_service_and_down_stops_it() {
     wait_until("the service to stop", Duration::from_secs(10), || {
         common::process_gone(pid)
     });
+}
+
+/// Each disk `adisk up` started serves `/metrics` at the `metrics_address` in its
+/// `cluster.toml` entry; a query moves its job and byte counters, and a filtered projection
+/// read from per-disk endpoints moves the service's endpoint counter and the disks' bytes to
+/// the reader.
+async fn disks_serve_their_own_metrics(
+    dir: &Path,
+    client: &mut FlightSqlServiceClient<tonic::transport::Channel>,
+    service_metrics: &str,
+) {
+    common::ok(
+        dir,
+        &["load", "tpch", "--sf", "0.01", "--tables", "lineitem"],
+    );
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    let addresses: Vec<String> = config
+        .lines()
+        .filter_map(|l| l.strip_prefix("metrics_address = "))
+        .map(|v| v.trim_matches('"').to_string())
+        .collect();
+    // Two disks, then the service's own.
+    assert_eq!(addresses.len(), 3, "{config}");
+    let value = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+    };
+    let before = scrape(&addresses[0]);
+    assert_eq!(run(client, "SELECT count(*) FROM lineitem").await, Ok(1));
+    let after = scrape(&addresses[0]);
+    for name in [
+        "adisk_disk_jobs_finished_total",
+        "adisk_disk_bytes_read_total",
+        "adisk_disk_rows_read_total",
+        "adisk_disk_bytes_to_host_total",
+    ] {
+        assert!(
+            value(&after, name) > value(&before, name),
+            "{name}:\n{after}"
+        );
+    }
+    assert_eq!(value(&after, "adisk_disk_jobs_running"), 0.0);
+    assert!(
+        after.contains("adisk_disk_memory_bytes 67108864"),
+        "{after}"
+    );
+    // Read from the disks: the service only counts it.
+    let endpoints = value(&scrape(service_metrics), "adisk_endpoint_queries_total");
+    let shipped = value(&scrape(&addresses[1]), "adisk_disk_bytes_to_host_total");
+    // A projection (no filter the cost model could keep at the host on 2 disks).
+    let info = client
+        .execute("SELECT l_orderkey, l_comment FROM lineitem".into(), None)
+        .await
+        .unwrap();
+    assert_eq!(info.endpoint.len(), 2);
+    for e in &info.endpoint {
+        let rows = disk_get(&e.location[0].uri, e.ticket.clone().unwrap()).await;
+        assert!(rows.is_ok(), "{rows:?}");
+    }
+    assert_eq!(
+        value(&scrape(service_metrics), "adisk_endpoint_queries_total"),
+        endpoints + 1.0
+    );
+    assert!(value(&scrape(&addresses[1]), "adisk_disk_bytes_to_host_total") > shipped);
 }
 
 /// Runs `sql`; the result's column count and batches.

@@ -416,14 +416,21 @@ pub struct SqlEngine {
 
 /// The DataFusion sessions of an engine over the disks live when they were built.
 struct Sessions {
-    ctx: SessionContext,
-    metrics: Arc<QueryMetrics>,
-    analyze_ctx: SessionContext,
-    analyze_metrics: Arc<QueryMetrics>,
+    /// The session queries plan in.
+    plain: Session,
+    /// The session that counts exact Bloom matches (EXPLAIN ANALYZE), made when first asked.
+    analyze: std::sync::OnceLock<Session>,
     /// At `auto`: the same at the `disks` level, whose plan runs when the cost model expects
-    /// it to be faster ([`SqlEngine::chosen`]).
-    disks: Option<Box<Sessions>>,
+    /// it to be faster ([`SqlEngine::chosen`]); made when first asked.
+    disks: Option<std::sync::OnceLock<Box<Sessions>>>,
+    offload: Offload,
+    make: SessionMaker,
 }
+
+/// Makes a session at an offload level, counting exact Bloom matches or not. Sessions are
+/// made when first needed: most queries plan in one session of the four an `auto` engine
+/// may use (a fresh engine per query, as the Flight SQL service makes, then costs one).
+type SessionMaker = Arc<dyn Fn(Offload, bool) -> Result<Session> + Send + Sync>;
 
 /// A session and the metrics its scans report to.
 type Session = (SessionContext, Arc<QueryMetrics>);
@@ -502,13 +509,43 @@ struct Chosen {
 }
 
 impl Sessions {
-    fn pick(&self, analyze: bool) -> Session {
-        if analyze {
-            (self.analyze_ctx.clone(), self.analyze_metrics.clone())
-        } else {
-            (self.ctx.clone(), self.metrics.clone())
-        }
+    fn new(offload: Offload, make: SessionMaker) -> Result<Self> {
+        Ok(Sessions {
+            plain: make(offload, false)?,
+            analyze: std::sync::OnceLock::new(),
+            disks: (offload == Offload::Auto).then(std::sync::OnceLock::new),
+            offload,
+            make,
+        })
     }
+
+    fn pick(&self, analyze: bool) -> Result<Session> {
+        if !analyze {
+            return Ok(self.plain.clone());
+        }
+        once(&self.analyze, || (self.make)(self.offload, true))
+    }
+
+    /// At `auto`: the `disks` level's sessions.
+    fn disks(&self) -> Result<Option<&Sessions>> {
+        let Some(cell) = &self.disks else {
+            return Ok(None);
+        };
+        if let Some(d) = cell.get() {
+            return Ok(Some(d));
+        }
+        let made = Box::new(Sessions::new(Offload::Disks, self.make.clone())?);
+        Ok(Some(cell.get_or_init(|| made)))
+    }
+}
+
+/// The value of `cell`, made by `make` when it has none yet.
+fn once<T: Clone>(cell: &std::sync::OnceLock<T>, make: impl FnOnce() -> Result<T>) -> Result<T> {
+    if let Some(v) = cell.get() {
+        return Ok(v.clone());
+    }
+    let v = make()?;
+    Ok(cell.get_or_init(|| v).clone())
 }
 
 /// Runs `plan` to the end, holding at most `cap` bytes of its result.
@@ -696,61 +733,51 @@ impl SqlEngine {
             .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
             .collect();
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
-        let settings_for = |offload, analyze| {
+        let (scratch_kib, temp_kib, buffer_kib, central_unit) = (
+            opts.scratch_kib,
+            opts.temp_kib,
+            opts.buffer_kib,
+            opts.central_unit,
+        );
+        let settings_for = move |offload, analyze| {
             Arc::new(SqlSettings {
                 offload,
                 bloom_bytes,
-                scratch_kib: opts.scratch_kib,
-                temp_kib: opts.temp_kib,
-                buffer_kib: opts.buffer_kib,
+                scratch_kib,
+                temp_kib,
+                buffer_kib,
                 analyze,
                 host_link: link.clone(),
                 cost: cost.clone(),
                 program: program.clone(),
-                central_unit: opts.central_unit,
+                central_unit,
             })
         };
         let settings = settings_for(opts.offload, false);
-        let sessions_at = |offload| -> Result<Sessions> {
-            let (ctx, metrics) = Self::session(
-                cluster,
-                &tables,
-                settings_for(offload, false),
-                opts.host_threads,
-            )?;
-            let (analyze_ctx, analyze_metrics) = Self::session(
-                cluster,
-                &tables,
-                settings_for(offload, true),
-                opts.host_threads,
-            )?;
-            Ok(Sessions {
-                ctx,
-                metrics,
-                analyze_ctx,
-                analyze_metrics,
-                disks: None,
+        let incomplete: Vec<Arc<scan::IncompleteTable>> = catalog
+            .incomplete
+            .iter()
+            .map(|(name, why)| {
+                Arc::new(scan::IncompleteTable {
+                    name: name.clone(),
+                    schema: why.schema.clone(),
+                    why: why.clone(),
+                })
             })
-        };
-        let mut sessions = sessions_at(opts.offload)?;
-        if opts.offload == Offload::Auto {
-            sessions.disks = Some(Box::new(sessions_at(Offload::Disks)?));
-        }
-        let all = std::iter::once(&sessions).chain(sessions.disks.as_deref());
-        let contexts: Vec<SessionContext> = all
-            .flat_map(|s| [s.ctx.clone(), s.analyze_ctx.clone()])
             .collect();
-        for (name, why) in &catalog.incomplete {
-            let provider = Arc::new(scan::IncompleteTable {
-                name: name.clone(),
-                schema: why.schema.clone(),
-                why: why.clone(),
-            });
-            for c in &contexts {
-                c.register_table(name.as_str(), provider.clone())
+        let (cluster2, tables2, threads) = (cluster.clone(), tables.clone(), opts.host_threads);
+        let make: SessionMaker = Arc::new(move |offload, analyze| {
+            let session =
+                Self::session(&cluster2, &tables2, settings_for(offload, analyze), threads)?;
+            for provider in &incomplete {
+                session
+                    .0
+                    .register_table(provider.name.as_str(), provider.clone())
                     .map_err(plan_err("registering a table"))?;
             }
-        }
+            Ok(session)
+        });
+        let sessions = Sessions::new(opts.offload, make)?;
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
         Ok((sessions, settings, tables))
     }
@@ -893,14 +920,14 @@ impl SqlEngine {
     /// given what each moves. A query the `disks` level cannot plan, or whose estimates are
     /// missing, runs host-centric.
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
-        let session = self.session_for(analyze);
+        let session = self.session_for(analyze)?;
         let plan = self.physical(&session.0, sql).await?;
         let mut host = Chosen {
             plan,
             session,
             note: None,
         };
-        let Some(alt) = self.disks_session_for(analyze) else {
+        let Some(alt) = self.disks_session_for(analyze)? else {
             return Ok(host);
         };
         let Some(h) = distribute::plan_traffic(&host.plan) else {
@@ -983,7 +1010,7 @@ impl SqlEngine {
             return Err(HostError::Invalid("empty query".into()));
         }
         limits::check(sql)?;
-        self.session_for(false)
+        self.session_for(false)?
             .0
             .sql(sql)
             .await
@@ -1044,7 +1071,7 @@ impl SqlEngine {
         Ok(Planned {
             chosen: Chosen {
                 plan,
-                session: self.session_for(analyze),
+                session: self.session_for(analyze)?,
                 note: None,
             },
             source: PlannedFrom::Frame(logical),
@@ -1089,7 +1116,7 @@ impl SqlEngine {
         match source {
             PlannedFrom::Sql(sql) => self.chosen(sql, analyze).await,
             PlannedFrom::Frame(logical) => {
-                let session = self.session_for(analyze);
+                let session = self.session_for(analyze)?;
                 let df = session
                     .0
                     .execute_logical_plan(logical.clone())
@@ -1105,15 +1132,15 @@ impl SqlEngine {
         }
     }
 
-    fn session_for(&self, analyze: bool) -> Session {
+    fn session_for(&self, analyze: bool) -> Result<Session> {
         let s = self.sessions.lock().expect("sessions lock").clone();
         s.pick(analyze)
     }
 
     /// At `auto`: the `disks` level's session.
-    fn disks_session_for(&self, analyze: bool) -> Option<Session> {
+    fn disks_session_for(&self, analyze: bool) -> Result<Option<Session>> {
         let s = self.sessions.lock().expect("sessions lock").clone();
-        s.disks.as_ref().map(|d| d.pick(analyze))
+        s.disks()?.map(|d| d.pick(analyze)).transpose()
     }
 
     /// A table as a DataFrame of this engine's session (`analyze`: the session that counts
@@ -1126,7 +1153,7 @@ impl SqlEngine {
         if !self.tables.iter().any(|t| t == name) {
             return Err(HostError::UnknownTable(name.to_string()));
         }
-        self.session_for(analyze)
+        self.session_for(analyze)?
             .0
             .table(name)
             .await
