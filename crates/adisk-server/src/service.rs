@@ -18,9 +18,9 @@ use arrow_flight::sql::server::{FlightSqlService, PeekableFlightDataStream};
 use arrow_flight::sql::{
     ActionClosePreparedStatementRequest, ActionCreatePreparedStatementRequest,
     ActionCreatePreparedStatementResult, Any, CommandGetCatalogs, CommandGetDbSchemas,
-    CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables, CommandPreparedStatementQuery,
-    CommandStatementQuery, DoPutPreparedStatementResult, ProstMessageExt, SqlInfo,
-    TicketStatementQuery,
+    CommandGetPrimaryKeys, CommandGetSqlInfo, CommandGetTableTypes, CommandGetTables,
+    CommandPreparedStatementQuery, CommandStatementQuery, DoPutPreparedStatementResult,
+    ProstMessageExt, SqlInfo, TicketStatementQuery,
 };
 use arrow_flight::{
     Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse,
@@ -641,6 +641,18 @@ impl SqlService {
     }
 }
 
+/// The result schema of `GetPrimaryKeys` (Flight SQL's `CommandGetPrimaryKeys`).
+fn primary_keys_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![
+        Field::new("catalog_name", DataType::Utf8, true),
+        Field::new("db_schema_name", DataType::Utf8, true),
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("column_name", DataType::Utf8, false),
+        Field::new("key_name", DataType::Utf8, true),
+        Field::new("key_sequence", DataType::Int32, false),
+    ]))
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
@@ -978,6 +990,27 @@ impl FlightSqlService for SqlService {
         b.append("TABLE");
         let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
         Ok(encode(batch.schema(), vec![batch]))
+    }
+
+    /// Primary keys: none are declared (tables are Parquet partitions with no constraints), so
+    /// the answer is the empty table of the standard schema, not an error.
+    async fn get_flight_info_primary_keys(
+        &self,
+        query: CommandGetPrimaryKeys,
+        request: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.user(&request)?;
+        Self::command_info(query, &primary_keys_schema(), request.into_inner())
+    }
+
+    async fn do_get_primary_keys(
+        &self,
+        _query: CommandGetPrimaryKeys,
+        request: Request<Ticket>,
+    ) -> Result<Response<<Self as FlightService>::DoGetStream>, Status> {
+        self.user(&request)?;
+        let schema = primary_keys_schema();
+        Ok(encode(schema.clone(), vec![RecordBatch::new_empty(schema)]))
     }
 
     async fn get_flight_info_sql_info(

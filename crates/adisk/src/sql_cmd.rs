@@ -218,6 +218,9 @@ pub enum TpchCommand {
         analyze: bool,
         #[command(flatten)]
         engine: EngineArgs,
+        /// Run it on a running service (at its own offload level).
+        #[command(flatten)]
+        remote: ConnectArgs,
     },
     /// Run all 22 queries and compare with the official answers; one line per query, then
     /// `N passed, N failed`.
@@ -387,12 +390,7 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
             "EXPLAIN"
         };
         let (_, batches) = remote_query(&mut client, &format!("{verb} {query}")).await?;
-        for b in &batches {
-            let lines = arrow::array::AsArray::as_string::<i32>(b.column(0));
-            for line in lines.iter().flatten() {
-                println!("{line}");
-            }
-        }
+        print_plan_rows(&batches);
         return Ok(());
     }
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
@@ -470,8 +468,12 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             format,
             analyze,
             engine: e,
+            remote,
         } => {
             let text = tpch::query(n)?;
+            if let Some(mut client) = remote.client(dir).await? {
+                return tpch_query_remote(dir, &mut client, n, sf, &format, analyze).await;
+            }
             let eng = engine(dir, e.options(e.offload()?)).await?;
             let out = if analyze {
                 let (report, out) = eng.explain_analyze(text).await?;
@@ -614,6 +616,70 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             Ok(())
         }
     }
+}
+
+/// Prints the service's EXPLAIN result: one line of the report per row of its `plan` column.
+fn print_plan_rows(batches: &[arrow::array::RecordBatch]) {
+    for b in batches {
+        if let Some(lines) = b
+            .column(0)
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+        {
+            for line in lines.iter().flatten() {
+                println!("{line}");
+            }
+        }
+    }
+}
+
+/// `tpch query N --connect`: the rows (or EXPLAIN ANALYZE) through the service, and with
+/// `sf` the check against the official answer.
+async fn tpch_query_remote(
+    dir: &Path,
+    client: &mut adisk_server::client::Client,
+    n: u32,
+    sf: Option<f64>,
+    format: &str,
+    analyze: bool,
+) -> Result<(), CliError> {
+    let text = tpch::query(n)?;
+    if analyze {
+        let (_, batches) = remote_query(client, &format!("EXPLAIN ANALYZE {text}")).await?;
+        print_plan_rows(&batches);
+        return Ok(());
+    }
+    let (schema, batches) = remote_query(client, text).await?;
+    print_batches(&batches, &schema, format)?;
+    let Some(sf) = sf else {
+        return Ok(());
+    };
+    check_sf(dir, sf).await?;
+    let answers = tpch::official_answers(sf)?;
+    if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+        eprintln!(
+            "Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)"
+        );
+        return Ok(());
+    }
+    let answer = answers
+        .get(&n)
+        .ok_or_else(|| CliError::Other(format!("no official answer for Q{n} at SF {sf}")))?;
+    oracle::compare_batches(
+        schema.fields().len(),
+        &batches,
+        answer,
+        tpch::generator_text_column,
+    )
+    .map_err(|d| {
+        CliError::Other(format!(
+            "Q{n:02} differs from the official answer for SF {sf}: {d}"
+        ))
+    })?;
+    eprintln!(
+        "Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"
+    );
+    Ok(())
 }
 
 /// A TPC-H answer read through the service against the official answer and DuckDB on the

@@ -338,6 +338,22 @@ async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
         .unwrap();
     assert_eq!(info.endpoint.len(), 1);
     assert!(info.endpoint[0].location.is_empty());
+    // No primary keys are declared: an empty answer of the standard schema, not an error.
+    let keys = client
+        .get_primary_keys(arrow_flight::sql::CommandGetPrimaryKeys {
+            catalog: None,
+            db_schema: None,
+            table: "lineitem".into(),
+        })
+        .await
+        .expect("GetPrimaryKeys answers");
+    let stream = client
+        .do_get(keys.endpoint[0].ticket.clone().unwrap())
+        .await
+        .unwrap();
+    let batches: Vec<arrow::array::RecordBatch> =
+        futures::TryStreamExt::try_collect(stream).await.unwrap();
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 0);
     cli_commands_run_through_the_service(c.dir(), &server);
 }
 
@@ -368,6 +384,10 @@ fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
     args.extend(remote);
     let check = common::ok(dir, &args);
     assert!(check.contains("22 passed, 0 failed"), "{check}");
+    let mut args = vec!["tpch", "query", "6", "--sf", "0.01"];
+    args.extend(remote);
+    let q6 = common::ok(dir, &args);
+    assert!(q6.contains("revenue"), "{q6}");
     let mut args = vec!["status", "--format", "json"];
     args.extend(remote);
     let through = common::json(&common::ok(dir, &args));
