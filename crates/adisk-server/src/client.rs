@@ -95,13 +95,22 @@ impl Client {
     /// # Errors
     /// What the service answered.
     pub async fn status(&mut self) -> Result<serde_json::Value, ClientError> {
-        let action = arrow_flight::Action::new(crate::status::ACTION, "");
+        self.action_json(crate::status::ACTION, vec![]).await
+    }
+
+    /// Runs action `kind` with `body`; its first result, as JSON.
+    async fn action_json<T: serde::de::DeserializeOwned>(
+        &mut self,
+        kind: &str,
+        body: Vec<u8>,
+    ) -> Result<T, ClientError> {
+        let action = arrow_flight::Action::new(kind, body);
         let mut results = self.inner.do_action(action).await.map_err(q)?;
         let first = results
             .message()
             .await
             .map_err(q)?
-            .ok_or_else(|| ClientError::Query("no status in the answer".into()))?;
+            .ok_or_else(|| ClientError::Query(format!("no answer to {kind}")))?;
         serde_json::from_slice(&first.body).map_err(q)
     }
 
@@ -122,14 +131,8 @@ impl Client {
             module: adisk_core::protocol::ExprBytes(module),
         })
         .map_err(q)?;
-        let action = arrow_flight::Action::new(crate::service::DISKLET_INSTALL, body);
-        let mut results = self.inner.do_action(action).await.map_err(q)?;
-        let first = results
-            .message()
+        self.action_json(crate::service::DISKLET_INSTALL, body)
             .await
-            .map_err(q)?
-            .ok_or_else(|| ClientError::Query("no answer to the install".into()))?;
-        serde_json::from_slice(&first.body).map_err(q)
     }
 }
 

@@ -76,8 +76,8 @@ struct Handle {
     /// The engine that planned a statement at `GetFlightInfo` and its plan, run as it is at
     /// `DoGet` (planned once).
     planned: Option<(Arc<SqlEngine>, Planned)>,
-    /// `EXPLAIN` (false) or `EXPLAIN ANALYZE` (true) of `sql`: ActiveDisk's report as rows.
-    explain: Option<bool>,
+    /// `sql` is `EXPLAIN [ANALYZE] …`: ActiveDisk's report as rows.
+    explain: bool,
 }
 
 /// `sql` as `EXPLAIN [ANALYZE] query`: whether it analyzes, and the query.
@@ -372,13 +372,13 @@ impl SqlService {
         }
         if take {
             let h = map.remove(id).ok_or_else(gone)?;
-            return Ok((h.sql, h.params, h.planned, h.explain.is_some()));
+            return Ok((h.sql, h.params, h.planned, h.explain));
         }
         Ok((
             h.sql.clone(),
             h.params.clone(),
             h.planned.clone(),
-            h.explain.is_some(),
+            h.explain,
         ))
     }
 
@@ -550,25 +550,15 @@ impl SqlService {
         if let Some((_, query)) = explain_of(&sql) {
             // Checked now, so that a bad query fails at GetFlightInfo like any other.
             self.engine().await?.plan(query).await.map_err(status)?;
-            let id = Self::keep(
-                &self.inner.statements,
-                Handle {
-                    user,
-                    sql,
-                    params,
-                    expires: Instant::now() + HANDLE_TTL,
-                    planned: None,
-                    explain: Some(true),
-                },
-            )?;
-            let ticket = TicketStatementQuery {
-                statement_handle: id.into(),
+            let handle = Handle {
+                user,
+                sql,
+                params,
+                expires: Instant::now() + HANDLE_TTL,
+                planned: None,
+                explain: true,
             };
-            return Ok(Response::new(info(
-                &explain_schema(),
-                ticket.as_any().encode_to_vec(),
-                descriptor,
-            )?));
+            return self.ticket_info(handle, &explain_schema(), descriptor);
         }
         let engine = Arc::new(self.engine().await?);
         let planned = Self::prepare(&engine, &sql, params.clone()).await?;
@@ -581,22 +571,30 @@ impl SqlService {
             return Ok(Response::new(info));
         }
         let schema = planned.schema();
-        let id = Self::keep(
-            &self.inner.statements,
-            Handle {
-                user,
-                sql,
-                params,
-                expires: Instant::now() + HANDLE_TTL,
-                planned: Some((engine, planned)),
-                explain: None,
-            },
-        )?;
+        let handle = Handle {
+            user,
+            sql,
+            params,
+            expires: Instant::now() + HANDLE_TTL,
+            planned: Some((engine, planned)),
+            explain: false,
+        };
+        self.ticket_info(handle, &schema, descriptor)
+    }
+
+    /// Keeps `handle` and answers the FlightInfo of its one-shot ticket.
+    fn ticket_info(
+        &self,
+        handle: Handle,
+        schema: &Schema,
+        descriptor: FlightDescriptor,
+    ) -> Result<Response<FlightInfo>, Status> {
+        let id = Self::keep(&self.inner.statements, handle)?;
         let ticket = TicketStatementQuery {
             statement_handle: id.into(),
         };
         Ok(Response::new(info(
-            &schema,
+            schema,
             ticket.as_any().encode_to_vec(),
             descriptor,
         )?))
@@ -826,7 +824,7 @@ impl FlightSqlService for SqlService {
                 params: vec![],
                 expires: Instant::now() + HANDLE_TTL,
                 planned: None,
-                explain: None,
+                explain: false,
             },
         )?;
         Ok(ActionCreatePreparedStatementResult {

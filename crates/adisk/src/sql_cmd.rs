@@ -541,20 +541,16 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                     let verdict = match remote_query(&mut client, texts[i]).await {
                         Ok((schema, batches)) => {
                             check_remote(n, &schema, &batches, &answers, &same_data[i])
+                                .map(|rows| format!("{rows} rows"))
                         }
                         Err(e) => Err(e.to_string()),
                     };
-                    let rows: usize = verdict.as_ref().map_or(0, |r| *r);
-                    match verdict {
-                        Ok(_) => {
-                            passed += 1;
-                            println!("pass  Q{n:02}  through the service: {rows} rows");
-                        }
-                        Err(d) => {
-                            failed += 1;
-                            println!("FAIL  Q{n:02}  through the service: {d}");
-                        }
-                    }
+                    tally(
+                        n,
+                        "through the service:",
+                        verdict,
+                        (&mut passed, &mut failed),
+                    );
                 }
             }
             let local_levels = match remote.connect {
@@ -597,16 +593,8 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                         }
                         Err(e) => Err(e.to_string()),
                     };
-                    match verdict {
-                        Ok(m) => {
-                            passed += 1;
-                            println!("pass  Q{n:02}  offload={level:<9} {m}");
-                        }
-                        Err(d) => {
-                            failed += 1;
-                            println!("FAIL  Q{n:02}  offload={level:<9} {d}");
-                        }
-                    }
+                    let at = format!("offload={level:<9}");
+                    tally(n, &at, verdict, (&mut passed, &mut failed));
                 }
             }
             println!("{passed} passed, {failed} failed");
@@ -680,6 +668,25 @@ async fn tpch_query_remote(
         "Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"
     );
     Ok(())
+}
+
+/// Prints one check's line and counts it.
+fn tally(
+    n: u32,
+    at: &str,
+    verdict: Result<String, String>,
+    (passed, failed): (&mut u32, &mut u32),
+) {
+    match verdict {
+        Ok(m) => {
+            *passed += 1;
+            println!("pass  Q{n:02}  {at} {m}");
+        }
+        Err(d) => {
+            *failed += 1;
+            println!("FAIL  Q{n:02}  {at} {d}");
+        }
+    }
 }
 
 /// A TPC-H answer read through the service against the official answer and DuckDB on the
