@@ -75,7 +75,7 @@ struct Handle {
     expires: Instant,
     /// The engine that planned a statement at `GetFlightInfo` and its plan, run as it is at
     /// `DoGet` (planned once).
-    planned: Option<(Arc<SqlEngine>, Planned)>,
+    planned: Option<(Leased, Planned)>,
     /// `sql` is `EXPLAIN [ANALYZE] …`: ActiveDisk's report as rows.
     explain: bool,
 }
@@ -145,6 +145,62 @@ struct Inner {
     running_now: Mutex<HashMap<Vec<u8>, (String, Arc<tokio::sync::Notify>)>>,
     /// The catalog queries are planned over, fetched again when older than [`VIEW_TTL`].
     view: tokio::sync::Mutex<Option<Arc<ClusterView>>>,
+    /// Idle engines over the current view, lent to one query at a time: a query does not pay
+    /// for building an engine (its DataFusion session) when one is idle.
+    pool: Mutex<Vec<Leased>>,
+    /// Where queries run (DataFusion's operators and the disks' streams), apart from the
+    /// runtime that answers calls: a CPU-heavy query at the host cannot starve logins,
+    /// catalog fetches and the disks' health checks into timeouts.
+    queries: QueryRuntime,
+}
+
+/// The service's query runtime; shut down in the background when the service ends (a runtime
+/// may not be dropped where it would block).
+struct QueryRuntime(Option<tokio::runtime::Runtime>);
+
+impl Drop for QueryRuntime {
+    fn drop(&mut self) {
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl QueryRuntime {
+    fn new() -> Self {
+        let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("adisk-query")
+            .enable_all()
+            .build()
+            .ok();
+        if rt.is_none() {
+            tracing::warn!("no separate query runtime: queries share the service's");
+        }
+        QueryRuntime(rt)
+    }
+
+    /// Runs `work` on the query runtime (or here, without one); dropping the returned future
+    /// aborts it (a cancelled or abandoned query stops, and with it its disk jobs).
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Result<T, Status> {
+        let Some(rt) = &self.0 else {
+            return Ok(work.await);
+        };
+        struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+        impl<T> Drop for AbortOnDrop<T> {
+            fn drop(&mut self) {
+                self.0.abort();
+            }
+        }
+        let mut task = AbortOnDrop(rt.spawn(work));
+        (&mut task.0)
+            .await
+            .map_err(|e| Status::internal(format!("the query's task ended: {e}")))
+    }
 }
 
 /// How long the service plans over one fetch of the catalog: a table loaded (or dropped) by
@@ -152,12 +208,22 @@ struct Inner {
 pub const VIEW_TTL: Duration = Duration::from_secs(1);
 
 /// A statement handle's SQL, parameters and plan.
-type Found = (
-    String,
-    Vec<ScalarValue>,
-    Option<(Arc<SqlEngine>, Planned)>,
-    bool,
-);
+type Found = (String, Vec<ScalarValue>, Option<(Leased, Planned)>, bool);
+
+/// An engine lent to one query at a time, and the catalog view it was built over
+/// ([`SqlService::engine`], [`SqlService::give_back`]).
+#[derive(Clone)]
+struct Leased {
+    view: Arc<ClusterView>,
+    engine: Arc<SqlEngine>,
+}
+
+impl std::ops::Deref for Leased {
+    type Target = SqlEngine;
+    fn deref(&self) -> &SqlEngine {
+        &self.engine
+    }
+}
 
 type DoGetStream = Pin<Box<dyn Stream<Item = Result<arrow_flight::FlightData, Status>> + Send>>;
 
@@ -248,6 +314,8 @@ impl SqlService {
                 endpoints,
                 running_now: Mutex::new(HashMap::new()),
                 view: tokio::sync::Mutex::new(None),
+                pool: Mutex::new(Vec::new()),
+                queries: QueryRuntime::new(),
             }),
         }
     }
@@ -313,13 +381,39 @@ impl SqlService {
     /// A fresh engine for one query. Unless `--program` names one, each query is a program of
     /// its own at the disks, so concurrent queries share a disk's processing fairly, query by
     /// query (DiskOS schedules by program).
-    async fn engine(&self) -> Result<SqlEngine, Status> {
+    ///
+    /// An idle engine over the current catalog view is lent when there is one (each engine is
+    /// its own program and serves one query at a time, so concurrent queries still share the
+    /// disks query by query); [`SqlService::give_back`] returns it.
+    async fn engine(&self) -> Result<Leased, Status> {
+        let view = self.view().await?;
+        {
+            let mut pool = lock(&self.inner.pool);
+            pool.retain(|l| Arc::ptr_eq(&l.view, &view));
+            if let Some(idle) = pool.pop() {
+                return Ok(idle);
+            }
+        }
         let mut options = self.inner.options.clone();
         if options.program.is_none() {
             options.program = Some(format!("serve-{}", hex::encode(&new_handle()[..6])));
         }
-        let view = self.view().await?;
-        SqlEngine::with_view(self.inner.cluster.clone(), options, &view).map_err(status)
+        let engine = SqlEngine::with_view(self.inner.cluster.clone(), options, &view);
+        Ok(Leased {
+            view,
+            engine: Arc::new(engine.map_err(status)?),
+        })
+    }
+
+    /// Returns a lent engine to the pool (at most as many as queries may run at once).
+    fn give_back(&self, leased: Leased) {
+        if Arc::strong_count(&leased.engine) > 1 {
+            return;
+        }
+        let mut pool = lock(&self.inner.pool);
+        if pool.len() < self.inner.admission.running.max(1) {
+            pool.push(leased);
+        }
     }
 
     /// The cluster's catalog as of at most [`VIEW_TTL`] ago (one fetch for all the queries
@@ -390,10 +484,28 @@ impl SqlService {
         };
         let _turn = self.turn().await?;
         self.inner.metrics.running.inc();
-        let engine = self.engine().await;
-        let text = match engine {
-            Ok(e) if analyze => e.explain_analyze(query).await.map(|r| r.0).map_err(status),
-            Ok(e) => e.explain(query).await.map_err(status),
+        let text = match self.engine().await {
+            Ok(e) => {
+                let query = query.to_string();
+                let ran = self
+                    .inner
+                    .queries
+                    .run(async move {
+                        let text = match analyze {
+                            true => e.explain_analyze(&query).await.map(|r| r.0),
+                            false => e.explain(&query).await,
+                        };
+                        (e, text)
+                    })
+                    .await;
+                match ran {
+                    Ok((e, text)) => {
+                        self.give_back(e);
+                        text.map_err(status)
+                    }
+                    Err(e) => Err(e),
+                }
+            }
             Err(e) => Err(e),
         };
         self.inner.metrics.running.dec();
@@ -415,12 +527,12 @@ impl SqlService {
         &self,
         sql: &str,
         params: Vec<ScalarValue>,
-        planned: Option<(Arc<SqlEngine>, Planned)>,
+        planned: Option<(Leased, Planned)>,
     ) -> Result<adisk_host::sql::QueryOutput, Status> {
         let _turn = self.turn().await?;
         self.inner.metrics.running.inc();
         let out = match planned {
-            Some((engine, planned)) => engine.run_planned(planned).await.map_err(status),
+            Some((engine, planned)) => self.run_on_queries(engine, planned).await,
             None => self.plan_and_run(sql, params).await,
         };
         self.inner.metrics.running.dec();
@@ -433,8 +545,32 @@ impl SqlService {
         params: Vec<ScalarValue>,
     ) -> Result<adisk_host::sql::QueryOutput, Status> {
         let engine = self.engine().await?;
-        let planned = Self::prepare(&engine, sql, params).await?;
-        engine.run_planned(planned).await.map_err(status)
+        match Self::prepare(&engine, sql, params).await {
+            Ok(planned) => self.run_on_queries(engine, planned).await,
+            Err(e) => {
+                self.give_back(engine);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs a planned statement on the query runtime; gives its engine back when it ends.
+    async fn run_on_queries(
+        &self,
+        engine: Leased,
+        planned: Planned,
+    ) -> Result<adisk_host::sql::QueryOutput, Status> {
+        let ran = self
+            .inner
+            .queries
+            .run(async move {
+                let out = engine.run_planned(planned).await;
+                (engine, out)
+            })
+            .await?;
+        let (engine, out) = ran;
+        self.give_back(engine);
+        out.map_err(status)
     }
 
     /// Plans `sql`, with `params` bound to its placeholders when there are any.
@@ -549,7 +685,10 @@ impl SqlService {
     ) -> Result<Response<FlightInfo>, Status> {
         if let Some((_, query)) = explain_of(&sql) {
             // Checked now, so that a bad query fails at GetFlightInfo like any other.
-            self.engine().await?.plan(query).await.map_err(status)?;
+            let engine = self.engine().await?;
+            let checked = engine.plan(query).await;
+            self.give_back(engine);
+            checked.map_err(status)?;
             let handle = Handle {
                 user,
                 sql,
@@ -560,9 +699,10 @@ impl SqlService {
             };
             return self.ticket_info(handle, &explain_schema(), descriptor);
         }
-        let engine = Arc::new(self.engine().await?);
+        let engine = self.engine().await?;
         let planned = Self::prepare(&engine, &sql, params.clone()).await?;
         if let Some(info) = self.disk_endpoints(&engine, &planned, &descriptor)? {
+            self.give_back(engine);
             tracing::info!(
                 user,
                 endpoints = info.endpoint.len(),
@@ -802,7 +942,9 @@ impl FlightSqlService for SqlService {
     ) -> Result<ActionCreatePreparedStatementResult, Status> {
         let user = self.user(&request)?;
         let engine = self.engine().await?;
-        let (schema, types) = engine.parameters(&query.query).await.map_err(status)?;
+        let typed = engine.parameters(&query.query).await;
+        self.give_back(engine);
+        let (schema, types) = typed.map_err(status)?;
         let parameters = Schema::new(
             types
                 .iter()
@@ -964,6 +1106,7 @@ impl FlightSqlService for SqlService {
             b.append(CATALOG, SCHEMA, name, "TABLE", df.schema().as_arrow())
                 .map_err(|e| Status::internal(e.to_string()))?;
         }
+        self.give_back(engine);
         let batch = b.build().map_err(|e| Status::internal(e.to_string()))?;
         Ok(encode(batch.schema(), vec![batch]))
     }
