@@ -1,9 +1,10 @@
 //! The Flight SQL service: statement queries, prepared statements with bound parameters, the
 //! metadata calls clients make on connect, behind basic-auth → bearer-token authentication.
 //!
-//! Every query is planned and run by a fresh [`SqlEngine`] over the server's [`Cluster`] (one
-//! path for every request: the same planner and job builder as `adisk sql`), so concurrent
-//! queries keep their own statistics. A statement handle is bound to the user who made it and
+//! Every query is planned and run by an [`SqlEngine`] over the server's [`Cluster`] (one path
+//! for every request: the same planner and job builder as `adisk sql`) that serves no other
+//! query meanwhile — idle engines over the current catalog view are lent again — so concurrent
+//! queries keep their own statistics; queries run on a runtime of their own. A statement handle is bound to the user who made it and
 //! expires after [`HANDLE_TTL`]; at most [`MAX_HANDLES`] are open at once.
 use crate::auth::{AuthError, Tokens, Users};
 use adisk_core::protocol::InstallDisklet;
@@ -378,8 +379,8 @@ impl SqlService {
         permit.map_err(|_| Status::unavailable("the server is shutting down"))
     }
 
-    /// A fresh engine for one query. Unless `--program` names one, each query is a program of
-    /// its own at the disks, so concurrent queries share a disk's processing fairly, query by
+    /// An engine for one query. Unless `--program` names one, each engine is a program of its
+    /// own at the disks, so concurrent queries share a disk's processing fairly, query by
     /// query (DiskOS schedules by program).
     ///
     /// An idle engine over the current catalog view is lent when there is one (each engine is
