@@ -4,7 +4,9 @@
 //! (Q6 short, Q1 long) and each number of concurrent clients, for `--seconds`: every client
 //! runs the query in a loop, over Flight SQL (its own connection, logged in) or in process
 //! (its own `SqlEngine` over one shared `Cluster`, as a library user would). Reported: queries
-//! per second, p50 and p99 latency, and Flight SQL ÷ in-process at p50. Then one large result
+//! per second, p50 and p99 latency, and Flight SQL ÷ in-process at p50; then, per query, one
+//! client of each path taking turns query by query (the ratio least moved by the machine's
+//! drift between measurements). Then one large result
 //! (`SELECT * FROM lineitem`, every column) fetched through one endpoint, from per-disk
 //! endpoints and in process: Arrow MB/s.
 use crate::CliError;
@@ -198,8 +200,55 @@ async fn bench(
                 );
             }
         }
+        interleaved(&cluster, &url, &password, sql, *q, a.seconds).await?;
     }
     transfer(&cluster).await
+}
+
+/// One client of each path taking turns query by query for `seconds`, so that both see the
+/// same moments of a noisy machine: p50 of each and their ratio.
+async fn interleaved(
+    cluster: &Arc<Cluster>,
+    url: &str,
+    password: &str,
+    sql: &str,
+    q: u32,
+    seconds: u64,
+) -> Result<(), CliError> {
+    let mut client = Client::connect(url, "admin", password)
+        .await
+        .map_err(|e| CliError::Other(e.to_string()))?;
+    let engine = SqlEngine::new(cluster.clone(), SqlOptions::default()).await?;
+    let (start, mut flight, mut local) = (Instant::now(), Vec::new(), Vec::new());
+    while flight.is_empty() || start.elapsed() < Duration::from_secs(seconds) {
+        let t = Instant::now();
+        client
+            .query(sql)
+            .await
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        flight.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        engine.query(sql).await?;
+        local.push(t.elapsed().as_secs_f64());
+    }
+    let p50 = |v: Vec<f64>| {
+        Run {
+            latencies: v,
+            elapsed: 1.0,
+        }
+        .quantile(0.5)
+    };
+    let pairs = flight.len();
+    let (f, l) = (p50(flight), p50(local));
+    println!(
+        "Q{q:<5} {:>7} {:>11} flight sql p50 {:.1} ms, in process p50 {:.1} ms over {pairs} alternating pairs: {:.3}",
+        1,
+        "interleaved",
+        f * 1e3,
+        l * 1e3,
+        f / l
+    );
+    Ok(())
 }
 
 /// A large result three ways, side by side in each of 3 rounds: through one endpoint at a
