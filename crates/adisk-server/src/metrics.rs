@@ -16,6 +16,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Largest HTTP request head the endpoint reads, bytes.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
+/// Connections the endpoint serves at once.
+const MAX_CONNECTIONS: usize = 64;
 
 /// The service's metrics.
 pub struct Metrics {
@@ -353,12 +355,18 @@ where
     Fut: std::future::Future<Output = String> + Send + 'static,
 {
     let render = Arc::new(render);
+    let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let Ok((mut socket, _)) = listener.accept().await else {
             continue;
         };
+        // Past the cap a connection is closed at once (a scraper retries next interval).
+        let Ok(permit) = open.clone().try_acquire_owned() else {
+            continue;
+        };
         let render = render.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await;
             let Ok(Some(head)) = head else { return };
             let response = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?")

@@ -48,7 +48,7 @@ pub struct ServeArgs {
     /// result through this service).
     #[arg(long, default_value = "on")]
     pub disk_endpoints: String,
-    /// How long a per-disk endpoint's ticket stays valid, seconds.
+    /// How long a per-disk endpoint's ticket stays valid, seconds (1 to 3600).
     #[arg(long, default_value_t = 120)]
     pub endpoint_ttl_secs: u64,
     /// Started by `adisk up`: hold `DIR/serve.lock` (naming this process) so that `adisk
@@ -143,7 +143,7 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
     };
     let endpoints = Endpoints {
         per_disk,
-        ttl: Duration::from_secs(a.endpoint_ttl_secs.max(1)),
+        ttl: Duration::from_secs(a.endpoint_ttl_secs.clamp(1, 3600)),
     };
     let service = SqlService::new(cluster, options, access, admission, endpoints);
     if a.metrics_listen != "off" {
