@@ -3,6 +3,7 @@ use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
 use crate::disklets::fragment::Spill;
 use crate::exchange::{ExchangeRegistry, PipeMessage};
 use crate::expr::ExprPlanner;
+use crate::fused::{InlineStage, Out};
 use crate::memory::{Account, Grant, MemoryBudget};
 use crate::sched::{FairScheduler, JobCompute, MAX_COMPUTE_WAITERS_DEFAULT};
 use crate::stream::{
@@ -61,6 +62,12 @@ pub struct DiskOsConfig {
     pub read_bytes_per_sec: u64,
     /// Temporary disk space (spill files, temporary streams) the disk grants jobs in all.
     pub temp_bytes: u64,
+    /// Run a stage whose only input is the only output of the stage before it on that
+    /// stage's thread ([`crate::fused`]).
+    pub fuse_stages: bool,
+    /// CPU per buffer (ns) from which a fused stage moves to a thread of its own
+    /// ([`crate::fused::APART_CPU_NS`] by default).
+    pub apart_cpu_ns: u64,
 }
 
 impl DiskOsConfig {
@@ -86,6 +93,8 @@ impl DiskOsConfig {
             finished_jobs_kept: 1024,
             read_bytes_per_sec: 0,
             temp_bytes: DEFAULT_TEMP_BYTES,
+            fuse_stages: true,
+            apart_cpu_ns: crate::fused::APART_CPU_NS,
         }
     }
 }
@@ -878,25 +887,31 @@ impl DiskOs {
             };
             tasks.push(self.spawn_source(source, plan, io, &state, &mut host_input));
         }
-        for (i, (disklet, stage)) in stages.into_iter().zip(&spec.stages).enumerate() {
-            let inputs: Vec<StreamRx> = stage
-                .inputs
-                .iter()
-                .map(|p| {
-                    rxs.remove(p)
-                        .expect("the graph check: each port is read once")
+        let ports: Vec<usize> = stages.iter().map(|d| d.output_ports()).collect();
+        let parents = if self.config.fuse_stages {
+            crate::fused::inline_parents(&spec.stages, &ports)
+        } else {
+            vec![None; ports.len()]
+        };
+        let mut built: Vec<Option<Box<dyn Disklet>>> = stages.into_iter().map(Some).collect();
+        let mut inline: BTreeMap<usize, InlineStage> = BTreeMap::new();
+        // From the last stage back: a fused stage is built before the stage it runs in.
+        for (i, stage) in spec.stages.iter().enumerate().rev() {
+            let disklet = built[i].take().expect("each stage once");
+            let outputs: Vec<Out> = (0..ports[i])
+                .map(|port| match parents.iter().position(|p| *p == Some(i)) {
+                    Some(j) if port == 0 => Out::Inline(Box::new(
+                        inline.remove(&j).expect("built before its parent"),
+                    )),
+                    _ => Out::Stream(
+                        txs.remove(&Port::Stage {
+                            stage: i as u32,
+                            port: port as u32,
+                        })
+                        .expect("a stream per port"),
+                    ),
                 })
                 .collect();
-            let outputs: Vec<StreamTx> = (0..disklet.output_ports() as u32)
-                .map(|port| {
-                    txs.remove(&Port::Stage {
-                        stage: i as u32,
-                        port,
-                    })
-                    .expect("a stream per port")
-                })
-                .collect();
-            let input_skips = stage.inputs.iter().map(|p| skips.get(p).cloned()).collect();
             let emit_cap = state.stages[i]
                 .scratch_granted
                 .saturating_add(emit_allowance(buffer_bytes, outputs.len() as u32));
@@ -907,8 +922,31 @@ impl DiskOs {
                 state: state.clone(),
                 compute: compute.clone(),
                 account: account.clone(),
-                skips: input_skips,
+                skips: stage.inputs.iter().map(|p| skips.get(p).cloned()).collect(),
             };
+            if parents[i].is_some() {
+                inline.insert(
+                    i,
+                    InlineStage::new(
+                        disklet,
+                        ctx,
+                        outputs,
+                        crate::fused::ApartRule {
+                            buffers: self.config.buffers_per_stream,
+                            cpu_ns: self.config.apart_cpu_ns,
+                        },
+                    ),
+                );
+                continue;
+            }
+            let inputs: Vec<StreamRx> = stage
+                .inputs
+                .iter()
+                .map(|p| {
+                    rxs.remove(p)
+                        .expect("the graph check: each port is read once")
+                })
+                .collect();
             tasks.push(tokio::task::spawn_blocking(move || {
                 run_stage(disklet, inputs, outputs, ctx)
             }));
@@ -1832,20 +1870,20 @@ async fn pipe_source(
     Ok(())
 }
 
-struct StageContext {
-    index: usize,
-    buffer_bytes: u64,
+pub(crate) struct StageContext {
+    pub(crate) index: usize,
+    pub(crate) buffer_bytes: u64,
     /// Most bytes one call of the disklet may emit (its scratch plus its output allowance).
-    emit_cap: u64,
-    state: Arc<JobState>,
-    compute: JobCompute,
-    account: Arc<Account>,
+    pub(crate) emit_cap: u64,
+    pub(crate) state: Arc<JobState>,
+    pub(crate) compute: JobCompute,
+    pub(crate) account: Arc<Account>,
     /// Skip lists of the stage's inputs that are disk-resident sources.
-    skips: Vec<Option<Arc<SkipList>>>,
+    pub(crate) skips: Vec<Option<Arc<SkipList>>>,
 }
 
 /// What a stage asks of its disklet next.
-enum Call {
+pub(crate) enum Call {
     /// A buffer of input `.0`.
     Process(usize, Buffer),
     /// Input `.0` ended.
@@ -1858,7 +1896,7 @@ enum Call {
 
 /// Runs one call of the disklet under a compute slot, on the stage's own thread. Slots are
 /// shared fairly between programs ([`crate::sched`]).
-fn step(
+pub(crate) fn step(
     disklet: &mut dyn Disklet,
     emitter: &mut Emitter,
     call: Call,
@@ -1899,9 +1937,18 @@ fn step(
     emitter.overflow().map_or(Ok(()), Err)
 }
 
+/// CPU time stage `index` of a job used so far, ns.
+pub(crate) fn stage_cpu_ns(state: &JobState, index: usize) -> u64 {
+    state.stages[index].cpu_ns.load(Ordering::Relaxed)
+}
+
 /// Sends what the disklet emitted downstream (blocking on backpressure), cut into buffers of
 /// at most `buffer_bytes` so a stream never holds more than its share of the grant.
-fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> Result<()> {
+pub(crate) fn forward(
+    emitter: &mut Emitter,
+    outputs: &mut [Out],
+    ctx: &StageContext,
+) -> Result<()> {
     let counters = &ctx.state.stages[ctx.index];
     let (taken, held_bytes) = emitter.take_sized_outputs();
     // What waits to be forwarded stays charged until it is in a buffer.
@@ -1914,15 +1961,27 @@ fn forward(emitter: &mut Emitter, outputs: &[StreamTx], ctx: &StageContext) -> R
                 crate::stream::buffer_cap(ctx.buffer_bytes),
             )? {
                 let rows = piece.num_rows() as u64;
-                let slot = outputs[port]
-                    .blocking_slot()
-                    .ok_or(DiskOsError::Cancelled)?;
-                held.release(piece_bytes);
-                let bytes = outputs[port]
-                    .blocking_send_sized(slot, piece, piece_bytes, 0, &ctx.account)
-                    .map_err(|()| DiskOsError::Cancelled)?;
+                match &mut outputs[port] {
+                    Out::Stream(tx) | Out::Apart(tx, _) => {
+                        held.release(piece_bytes);
+                        let sent = tx.blocking_slot().map(|slot| {
+                            tx.blocking_send_sized(slot, piece, piece_bytes, 0, &ctx.account)
+                        });
+                        if !matches!(sent, Some(Ok(_))) {
+                            // Its reader needs no more (a limit) or went away.
+                            outputs[port].close()?;
+                            continue;
+                        }
+                    }
+                    Out::Closed => continue,
+                    Out::Inline(stage) => {
+                        held.release(piece_bytes);
+                        stage.push(piece, piece_bytes)?;
+                        outputs[port].maybe_apart();
+                    }
+                }
                 counters.rows_out.fetch_add(rows, Ordering::Relaxed);
-                counters.bytes_out.fetch_add(bytes, Ordering::Relaxed);
+                counters.bytes_out.fetch_add(piece_bytes, Ordering::Relaxed);
             }
         }
     }
@@ -1966,7 +2025,7 @@ fn recv_any(open: &mut [Option<StreamRx>]) -> (usize, Option<Buffer>) {
 fn run_stage(
     mut disklet: Box<dyn Disklet>,
     inputs: Vec<StreamRx>,
-    outputs: Vec<StreamTx>,
+    mut outputs: Vec<Out>,
     ctx: StageContext,
 ) -> Result<()> {
     let mut emitter = Emitter::capped(outputs.len(), ctx.emit_cap, &ctx.account);
@@ -1996,11 +2055,11 @@ fn run_stage(
                     skip.add([range]);
                 }
             }
-            let stop = emitter.is_done();
-            forward(&mut emitter, &outputs, &ctx)?;
+            let stop = emitter.is_done() || Out::all_done(&outputs);
+            forward(&mut emitter, &mut outputs, &ctx)?;
             while disklet.has_more_output() && !ctx.state.failed() {
                 step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
-                forward(&mut emitter, &outputs, &ctx)?;
+                forward(&mut emitter, &mut outputs, &ctx)?;
             }
             if end {
                 return Ok(());
@@ -2011,17 +2070,18 @@ fn run_stage(
                     rx.close();
                 }
                 step(disklet.as_mut(), &mut emitter, Call::Finish, &ctx)?;
-                forward(&mut emitter, &outputs, &ctx)?;
+                forward(&mut emitter, &mut outputs, &ctx)?;
                 while disklet.has_more_output() && !ctx.state.failed() {
                     step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
-                    forward(&mut emitter, &outputs, &ctx)?;
+                    forward(&mut emitter, &mut outputs, &ctx)?;
                 }
                 return Ok(());
             }
         }
     })();
     ctx.account.adjust(scratch_charged, 0);
-    result
+    // The fused stages after this one see their input end (not after a failure: they drop).
+    result.and_then(|()| Out::finish_all(&mut outputs))
 }
 
 #[cfg(test)]

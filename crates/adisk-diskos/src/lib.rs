@@ -32,6 +32,7 @@ pub mod disklet;
 pub mod disklets;
 pub mod exchange;
 pub mod expr;
+pub mod fused;
 pub mod job;
 pub mod memory;
 pub mod sched;

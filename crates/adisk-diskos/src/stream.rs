@@ -44,6 +44,11 @@ impl Buffer {
         Self::in_slot(batch, position, account, None)
     }
 
+    /// Wraps a batch of `bytes` (already measured) and charges it to `account`.
+    pub fn charged(batch: RecordBatch, bytes: u64, position: u64, account: &Arc<Account>) -> Self {
+        Self::sized(batch, bytes, position, account, None)
+    }
+
     fn in_slot(
         batch: RecordBatch,
         position: u64,

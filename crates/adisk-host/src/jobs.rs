@@ -206,9 +206,14 @@ pub async fn aggregate_stage(
         context: "planning an aggregation stage".into(),
         source,
     };
-    let ctx = datafusion::prelude::SessionContext::new_with_config(
-        datafusion::prelude::SessionConfig::new().with_target_partitions(1),
-    );
+    // No logical optimizer: it would prune the input to the columns the aggregates read
+    // (none for `count(1)`), and the stage reads its input's columns as they come.
+    let state = datafusion::execution::SessionStateBuilder::new()
+        .with_config(datafusion::prelude::SessionConfig::new().with_target_partitions(1))
+        .with_default_features()
+        .with_optimizer_rules(vec![])
+        .build();
+    let ctx = datafusion::prelude::SessionContext::new_with_state(state);
     let df = ctx
         .read_batch(RecordBatch::new_empty(schema.clone()))
         .map_err(err)?

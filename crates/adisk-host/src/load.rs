@@ -180,6 +180,33 @@ pub struct TpchLoad {
     pub tables: Vec<String>,
     /// Copies of each partition (chained declustering, [`replica_disks`]); 1: no replicas.
     pub replicas: u32,
+    /// The disks the tables are placed on, e.g. one disk group's (empty: all).
+    pub disks: Vec<u32>,
+}
+
+impl TpchLoad {
+    /// The disks the tables go to, checked against a cluster of `disk_count` disks.
+    ///
+    /// # Errors
+    /// A disk the cluster does not have, or one named twice.
+    pub fn placement(&self, disk_count: u32) -> Result<Vec<u32>> {
+        if self.disks.is_empty() {
+            return Ok((0..disk_count).collect());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for d in &self.disks {
+            if *d >= disk_count {
+                return Err(HostError::Invalid(format!(
+                    "cannot place tables on disk {d}: the cluster has disks 0..{}",
+                    disk_count.saturating_sub(1)
+                )));
+            }
+            if !seen.insert(*d) {
+                return Err(HostError::Invalid(format!("disk {d} is named twice")));
+            }
+        }
+        Ok(self.disks.clone())
+    }
 }
 
 /// Generates TPC-H at the disks, all tables as one load: nothing is visible until every table
@@ -191,7 +218,8 @@ pub async fn load_tpch(
     mut progress: impl FnMut(&str, u64),
 ) -> Result<Vec<(String, u64)>> {
     tpch::validate_sf(load.sf)?;
-    check_replicas(load.replicas, cluster.disk_count())?;
+    let members = load.placement(cluster.disk_count())?;
+    check_replicas(load.replicas, members.len() as u32)?;
     let tables: Vec<String> = if load.tables.is_empty() {
         tpch::TABLES.iter().map(|s| s.to_string()).collect()
     } else {
@@ -206,7 +234,7 @@ pub async fn load_tpch(
         let mut staged = Vec::new();
         for table in &tables {
             let (rows, table_staged) =
-                stage_tpch_table(cluster, load, &load_id, table, &mut progress).await?;
+                stage_tpch_table(cluster, load, &members, &load_id, table, &mut progress).await?;
             loaded.push((table.clone(), rows));
             staged.push(table_staged);
         }
@@ -220,22 +248,28 @@ pub async fn load_tpch(
 async fn stage_tpch_table(
     cluster: &Cluster,
     load: &TpchLoad,
+    members: &[u32],
     load_id: &str,
     table: &str,
     progress: &mut impl FnMut(&str, u64),
 ) -> Result<(u64, StagedTable)> {
     let disks = cluster.disk_count();
+    let n = members.len() as u32;
     let part_count = if tpch::is_unsplit(table) {
         1
     } else {
-        disks * load.partitions_per_disk.max(1)
+        n * load.partitions_per_disk.max(1)
     };
-    // Part p (1-based) has its primary at disk_of_part and copies on the next disks of the
-    // chain; every copy is generated at its disk (the generator is deterministic).
+    // Part p (1-based) has its primary at disk_of_part (among the members) and copies on the
+    // next members of the chain; every copy is generated at its disk (the generator is
+    // deterministic).
     let copies: Vec<PartitionCopies> = (1..=part_count)
         .map(|p| PartitionCopies {
             partition: p - 1,
-            disks: replica_disks(disk_of_part(p, part_count, disks), load.replicas, disks),
+            disks: replica_disks(disk_of_part(p, part_count, n), load.replicas, n)
+                .into_iter()
+                .map(|i| members[i as usize])
+                .collect(),
         })
         .collect();
     let per_disk: Vec<Vec<u32>> = (0..disks)

@@ -320,6 +320,7 @@ fn sql_text_never_panics_at_any_offload_level() {
             row_group_rows: 1 << 16,
             tables: vec![],
             replicas: 1,
+            disks: vec![],
         },
         |_, _| {},
     ))

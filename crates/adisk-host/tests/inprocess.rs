@@ -962,3 +962,150 @@ async fn a_flip_after_the_first_open_fails_the_query_naming_the_file() {
         );
     }
 }
+
+/// The exchange benchmark's path: a pair and an all-to-all exchange of lineitem across 3 disks,
+/// each direct and through the host's relay. The receivers' counts add up to the rows the
+/// senders read (the run checks this itself) and, for all-to-all, to the table's rows; the
+/// scan-only job reports the bytes it scanned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exchange_benchmark_runs_count_every_row() {
+    use adisk_core::config::ExchangeMode;
+    use adisk_host::exchange::{Pattern, run, scan_only};
+    let _serial = serial();
+    let dirs: Vec<tempfile::TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+    let paths: Vec<&std::path::Path> = dirs.iter().map(|d| d.path()).collect();
+    let (cluster, _stops) = disks(&paths).await;
+    let load = adisk_host::load::TpchLoad {
+        sf: 0.002,
+        partitions_per_disk: 1,
+        row_group_rows: 1 << 12,
+        tables: vec!["lineitem".into()],
+        replicas: 1,
+        disks: vec![],
+    };
+    adisk_host::load::load_tpch(&cluster, &load, |_, _| {})
+        .await
+        .unwrap();
+    let total = cluster.catalog().await.unwrap().tables["lineitem"].rows();
+    let columns: Vec<String> = ["l_orderkey", "l_comment"].map(String::from).into();
+    for mode in [ExchangeMode::Direct, ExchangeMode::ViaHost] {
+        cluster.set_exchange_mode(mode);
+        let pair = run(
+            &cluster,
+            "lineitem",
+            &columns,
+            Pattern::Pair { from: 0, to: 1 },
+        )
+        .await
+        .unwrap();
+        assert!(pair.rows > 0 && pair.rows < total, "{mode}: {pair:?}");
+        assert!(pair.bytes > 0, "{mode}: {pair:?}");
+        let all = run(&cluster, "lineitem", &columns, Pattern::AllToAll)
+            .await
+            .unwrap();
+        assert_eq!(all.rows, total, "{mode}");
+    }
+    let (scanned, _) = scan_only(&cluster, "lineitem", &columns, 2).await.unwrap();
+    assert!(scanned > 0);
+    let missing = run(
+        &cluster,
+        "lineitem",
+        &["nope".to_string()],
+        Pattern::AllToAll,
+    )
+    .await;
+    assert!(
+        missing
+            .unwrap_err()
+            .to_string()
+            .contains("unknown column `nope`")
+    );
+}
+
+/// A chain (select → partial group-by; select → select with a limit) gives the same rows
+/// whether its stages run on threads of their own, fused on one thread, or fused and then
+/// moved apart after their first buffers; each stage counts its own rows, and the job stays
+/// within its grant. The fused limit stops the scan early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fused_chains_give_the_same_rows_as_threads() {
+    let _serial = serial();
+    const ROWS: i64 = 300_000;
+    let dir = tempfile::tempdir().unwrap();
+    write_wide_table(dir.path(), "t", ROWS);
+    let keep = (col("y") % lit(3i64)).eq(lit(0i64));
+    let select = |limit| DiskletSpec::Select {
+        predicate: Some(adisk_host::jobs::encode_expr(&keep).unwrap()),
+        projection: vec![],
+        limit,
+    };
+    let mut expected = std::collections::BTreeMap::<i64, i64>::new();
+    for y in (0..ROWS).filter(|y| y % 3 == 0) {
+        let x = y.wrapping_mul(2_654_435_761) % 1_000_003;
+        *expected.entry(x % 1024).or_default() += x * y;
+    }
+    let grouped = group_by_job("g", "p").await;
+    let mut group_spec = grouped.clone();
+    group_spec.stages.insert(
+        0,
+        adisk_core::protocol::Stage {
+            disklet: select(None),
+            inputs: vec![adisk_core::protocol::Port::Input(0)],
+        },
+    );
+    group_spec.stages[1].inputs = vec![adisk_core::protocol::Port::Stage { stage: 0, port: 0 }];
+    group_spec.outputs[0].from = adisk_core::protocol::Port::Stage { stage: 1, port: 0 };
+    group_spec.scratch_kib = 0;
+    let mut limit_spec = group_spec.clone();
+    limit_spec.stages[1].disklet = select(Some(100));
+    for (mode, fuse, apart_cpu_ns) in [
+        ("threads", false, 0),
+        ("fused", true, u64::MAX / 64),
+        ("apart", true, 0),
+    ] {
+        let mut os = DiskOsConfig::new(0, 64 << 20, 64 << 10, 2);
+        os.fuse_stages = fuse;
+        os.apart_cpu_ns = apart_cpu_ns;
+        let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
+        let job = |spec: &JobSpec, id: &str| JobSpec {
+            job_id: format!("{id}-{mode}"),
+            ..spec.clone()
+        };
+        let mut got = std::collections::BTreeMap::<i64, i64>::new();
+        let spec = job(&group_spec, "group");
+        let mut out = cluster.start(0, &spec).await.unwrap();
+        while let Some(b) = out.next().await {
+            let b = b.unwrap();
+            let (g, s) = (
+                b.column(0).as_primitive::<Int64Type>(),
+                b.column(1).as_primitive::<Int64Type>(),
+            );
+            for i in 0..b.num_rows() {
+                *got.entry(g.value(i)).or_default() += s.value(i);
+            }
+        }
+        assert_eq!(got, expected, "{mode}");
+        let stats = cluster.job_stats(0, &spec.job_id).await.unwrap();
+        assert_eq!(stats.stages[0].rows_in, ROWS as u64, "{mode}");
+        assert_eq!(stats.stages[1].rows_in, stats.stages[0].rows_out, "{mode}");
+        assert!(
+            stats.memory_peak_bytes <= stats.memory_granted_bytes,
+            "{mode}: {stats:?}"
+        );
+        let spec = job(&limit_spec, "limit");
+        let mut out = cluster.start(0, &spec).await.unwrap();
+        let mut rows = 0;
+        while let Some(b) = out.next().await {
+            rows += b.unwrap().num_rows();
+        }
+        assert_eq!(rows, 100, "{mode}");
+        if fuse {
+            let stats = cluster.job_stats(0, &spec.job_id).await.unwrap();
+            assert!(
+                stats.rows_read < ROWS as u64,
+                "{mode}: the limit stops the scan: {stats:?}"
+            );
+        }
+        let _ = stop_tx.send(());
+        server.await.unwrap().unwrap();
+    }
+}

@@ -146,6 +146,7 @@ pub async fn scan(
                         row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
                         tables: vec!["lineitem".into()],
                         replicas: 1,
+                        disks: vec![],
                     },
                 )
                 .await?;

@@ -130,6 +130,7 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
             row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
             tables: vec!["lineitem".into()],
             replicas: 1,
+            disks: vec![],
         };
         crate::output::load_tpch(&cluster, &load).await?;
     }

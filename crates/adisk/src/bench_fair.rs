@@ -168,7 +168,7 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
         let cluster = Arc::new(crate::connect(&cdir).await?);
         let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
         if rows < adisk_storage::tpch::approx_rows("lineitem", a.sf) * 99 / 100 {
-            let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1 };
+            let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1, disks: vec![] };
             crate::output::load_tpch(&cluster, &load).await?;
         }
         let single = engine(&cluster, "bench-single").await?;

@@ -115,6 +115,7 @@ async fn load(dirs: &[PathBuf], a: &FaultsBenchArgs) -> Result<(), CliError> {
                 row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
                 tables: vec![],
                 replicas,
+                disks: vec![],
             },
         )
         .await?;

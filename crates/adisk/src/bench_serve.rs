@@ -115,6 +115,7 @@ async fn bench(
             row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
             tables: vec![],
             replicas: 1,
+            disks: vec![],
         },
     )
     .await?;

@@ -193,7 +193,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
             for t in ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"] {
                 let _ = cluster.drop_table(t).await;
             }
-            crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![], replicas: 1 }).await?;
+            crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![], replicas: 1, disks: vec![] }).await?;
         }
         if !a.levels.is_empty() {
             return levels_table(&cluster, &a, &queries, &texts).await;

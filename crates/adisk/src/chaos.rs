@@ -188,6 +188,7 @@ async fn chaos_loop(
         row_group_rows: 1 << 16,
         tables: vec![],
         replicas: a.replicas,
+        disks: vec![],
     };
     adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await?;
     let answers = oracles(&cluster, answers).await?;
@@ -523,6 +524,7 @@ async fn reload(cdir: &Path, a: &ChaosArgs, rng: &mut Rng, tally: &mut Tally) {
             row_group_rows: 1 << 16,
             tables: vec![table.to_string()],
             replicas: a.replicas,
+            disks: vec![],
         };
         adisk_host::load::load_tpch(&cluster, &load, |_, _| {}).await
     };

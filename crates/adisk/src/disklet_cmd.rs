@@ -310,7 +310,7 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
         let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
         let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
         if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
-            crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1 }).await?;
+            crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1, disks: vec![] }).await?;
         }
         let wasm = cdir.join("count_if.wasm");
         build_example(sdk, "count_if", &wasm)?;

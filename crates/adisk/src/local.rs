@@ -764,6 +764,7 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
             row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
             tables,
             replicas: 1,
+            disks: vec![],
         },
     )
     .await?;

@@ -168,6 +168,11 @@ enum LoadCommand {
         /// Copies of each partition, on consecutive disks (chained declustering).
         #[arg(long, default_value_t = 1)]
         replicas: u32,
+        /// Place the tables in this disk group only (`adisk up --groups`): their partitions
+        /// go to that group's disks, and queries joining them with tables of another group
+        /// exchange rows through the router.
+        #[arg(long)]
+        group: Option<u32>,
     },
     /// Load Parquet files into a table.
     Parquet(FileLoadArgs),
@@ -386,8 +391,13 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             row_group_rows,
             tables,
             replicas,
+            group,
         }) => {
             let cluster = connect(&dir).await?;
+            let disks = match group {
+                None => vec![],
+                Some(g) => group_disks(cluster.config(), g)?,
+            };
             output::load_tpch(
                 &cluster,
                 &TpchLoad {
@@ -396,6 +406,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
                     row_group_rows,
                     tables,
                     replicas,
+                    disks,
                 },
             )
             .await
@@ -451,4 +462,22 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         }
         Command::Sim(_) => unreachable!("handled before the runtime starts"),
     }
+}
+
+/// The disks of group `g` of a cluster (`adisk up --groups`).
+fn group_disks(config: &adisk_core::config::ClusterConfig, g: u32) -> Result<Vec<u32>, CliError> {
+    let disks: Vec<u32> = config
+        .disks
+        .iter()
+        .map(|d| d.id)
+        .filter(|d| config.group_of(*d) == g)
+        .collect();
+    if disks.is_empty() {
+        let groups: std::collections::BTreeSet<u32> =
+            config.disks.iter().map(|d| config.group_of(d.id)).collect();
+        return Err(CliError::Other(format!(
+            "no disk group {g} in this cluster (its groups: {groups:?})"
+        )));
+    }
+    Ok(disks)
 }

@@ -691,6 +691,75 @@ fn disk_groups_behind_a_router() {
         between <= d2d + d2d / 10 + 4096,
         "{between} B between groups of {d2d} B disk to disk"
     );
+    // Tables placed in groups: orders and lineitem in group 0 (disks 0, 1), the others in
+    // group 1 (disks 2, 3). Every join of orders with customer then crosses the router.
+    ok(
+        dir,
+        &[
+            "load",
+            "tpch",
+            "--sf",
+            "0.01",
+            "--tables",
+            "orders,lineitem",
+            "--group",
+            "0",
+        ],
+    );
+    ok(
+        dir,
+        &[
+            "load",
+            "tpch",
+            "--sf",
+            "0.01",
+            "--tables",
+            "customer,nation,region,supplier,part,partsupp",
+            "--group",
+            "1",
+        ],
+    );
+    let status: Value =
+        serde_json::from_str(&ok(dir, &["status", "--format", "json"])).expect("status json");
+    let disks_of = |name: &str| {
+        let t = status["tables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {status}"));
+        t["disks"].clone()
+    };
+    assert_eq!(disks_of("orders"), serde_json::json!([0, 1]), "{status}");
+    assert_eq!(disks_of("lineitem"), serde_json::json!([0, 1]), "{status}");
+    assert_eq!(disks_of("customer"), serde_json::json!([2, 3]), "{status}");
+    assert_eq!(disks_of("nation"), serde_json::json!([2]), "{status}");
+    let out = ok(
+        dir,
+        &[
+            "tpch",
+            "check",
+            "--sf",
+            "0.01",
+            "--offload",
+            "disks,semijoin",
+            "--queries",
+            "3,5,10,18",
+        ],
+    );
+    assert!(out.contains("8 passed, 0 failed"), "{out}");
+    let v = explain(dir, true, &tpch_text(3), "disks");
+    assert!(
+        v["bytes_inter_group"].as_u64().unwrap() > 0,
+        "customer (group 1) joins orders (group 0) across the router: {v}"
+    );
+    let err = fails(
+        dir,
+        &[
+            "load", "tpch", "--sf", "0.01", "--tables", "nation", "--group", "5",
+        ],
+    );
+    assert!(err.contains("no disk group 5"), "{err}");
     // `--groups` must leave every group a disk.
     let tmp2 = tempfile::tempdir().unwrap();
     let err = fails(tmp2.path(), &["up", "--disks", "2", "--groups", "3"]);
