@@ -35,6 +35,11 @@ pub struct EngineArgs {
     /// (memik's central unit); the host only submits the plan and receives the result.
     #[arg(long)]
     pub central_unit: Option<u32>,
+    /// At `disks`: every partitioned join as a sort-merge join (its sorts spill to the disks'
+    /// temporary space) and no build side broadcast. A `disks` query that runs a disk out of
+    /// memory is rerun this way by itself.
+    #[arg(long)]
+    pub spill_joins: bool,
 }
 
 impl EngineArgs {
@@ -49,6 +54,7 @@ impl EngineArgs {
             program: self.program.clone(),
             central_unit: self.central_unit,
             result_cap_bytes: None,
+            spill_joins: self.spill_joins,
         }
     }
     pub fn offload(&self) -> Result<Offload, CliError> {
@@ -240,6 +246,9 @@ pub enum TpchCommand {
         /// At `disks` and `auto`: the disk that does the host's combining work.
         #[arg(long)]
         central_unit: Option<u32>,
+        /// At `disks`: sort-merge joins and no broadcast build sides (see `adisk sql`).
+        #[arg(long)]
+        spill_joins: bool,
         /// Run the queries on a running service (at its own offload level).
         #[command(flatten)]
         remote: ConnectArgs,
@@ -516,6 +525,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             bloom_kib,
             queries,
             central_unit,
+            spill_joins,
             remote,
         } => {
             check_sf(dir, sf).await?;
@@ -566,6 +576,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                         // The central unit applies where the host would combine.
                         central_unit: central_unit
                             .filter(|_| matches!(level, Offload::Disks | Offload::Auto)),
+                        spill_joins,
                         ..Default::default()
                     },
                 )

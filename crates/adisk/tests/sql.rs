@@ -89,6 +89,33 @@ fn tpch_sf001_every_offload_level() {
         host_ops(&central).is_empty(),
         "Q3 with a central unit: nothing combines at the host: {central}"
     );
+    // The plan a `disks` query falls back to when a disk runs out of memory: sort-merge
+    // joins, only tiny build sides broadcast; every answer still right.
+    let out = check(&["--offload", "disks", "--spill-joins"]);
+    assert!(
+        out.contains("22 passed, 0 failed"),
+        "spilling joins:\n{out}"
+    );
+    let join = "select count(*) as n from lineitem join partsupp \
+                on l_partkey = ps_partkey and l_suppkey = ps_suppkey";
+    let spilling: Value = serde_json::from_str(&ok(
+        c.dir(),
+        &[
+            "explain",
+            join,
+            "--format",
+            "json",
+            "--offload",
+            "disks",
+            "--spill-joins",
+        ],
+    ))
+    .unwrap();
+    let stages = stages_text(&spilling);
+    assert!(
+        stages.contains("SortMergeJoinExec"),
+        "lineitem ⋈ partsupp with --spill-joins:\n{stages}"
+    );
     // chiu's partially distributed system: every exchange through the host.
     ok(c.dir(), &["down"]);
     ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);

@@ -151,7 +151,11 @@ impl PhysicalOptimizerRule for DistributeRule {
         let mut cutter = Cutter {
             stages: stages.clone(),
             disk_count: live.len() as u32,
-            join_budget: self.join_budget(&plan),
+            join_budget: if self.settings.spill_joins {
+                0 // nothing is held whole: every partitioned join sorts and merges
+            } else {
+                self.join_budget(&plan)
+            },
             live,
         };
         let mut out = self.place(plan, &mut cutter)?;
@@ -298,7 +302,8 @@ fn worth_it(cut: &Cut) -> bool {
 struct Cutter {
     stages: Arc<Mutex<Stages>>,
     disk_count: u32,
-    /// Bytes of build side per disk past which a join runs as a sort-merge join (it spills).
+    /// Bytes of build side per disk past which a join runs as a sort-merge join (it spills);
+    /// 0: every partitioned join does.
     join_budget: u64,
     /// The disks not taken as dead, in order: hash partition `i` goes to `live[i]`.
     live: Vec<u32>,
@@ -561,8 +566,9 @@ impl Cutter {
     /// Whether a join with this build side must be able to spill: its estimated rows per disk
     /// are past what a join stage's scratch can hold.
     fn spills(&self, build: &Arc<dyn ExecutionPlan>) -> bool {
-        super::sortmerge::estimated_bytes(build)
-            .is_some_and(|b| b / u64::from(self.disk_count.max(1)) > self.join_budget)
+        self.join_budget == 0
+            || super::sortmerge::estimated_bytes(build)
+                .is_some_and(|b| b / u64::from(self.disk_count.max(1)) > self.join_budget)
     }
 
     /// The partitioned join `plan` over its stage's inputs `left` and `right`: the hash join,

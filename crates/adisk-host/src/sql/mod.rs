@@ -165,6 +165,10 @@ pub struct SqlSettings {
     pub program: String,
     /// At `disks`: the disk that does the host's combining work (memik's central unit).
     pub central_unit: Option<u32>,
+    /// At `disks`: every partitioned join without a join filter as a sort-merge join (its
+    /// sorts spill), and only tiny build sides broadcast — the plan a query falls back to when
+    /// a disk ran out of memory.
+    pub spill_joins: bool,
 }
 
 impl SqlSettings {
@@ -334,6 +338,10 @@ pub struct SqlOptions {
     /// (the Flight SQL service sets it; results read from the disks' endpoints never pass
     /// the host).
     pub result_cap_bytes: Option<u64>,
+    /// At `disks`: plan every partitioned join as a sort-merge join and broadcast no build
+    /// side ([`SqlSettings::spill_joins`]). A `disks` plan that runs a disk out of memory is
+    /// rerun this way once by itself.
+    pub spill_joins: bool,
 }
 
 /// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
@@ -353,6 +361,7 @@ impl Default for SqlOptions {
             program: None,
             central_unit: None,
             result_cap_bytes: None,
+            spill_joins: false,
         }
     }
 }
@@ -394,6 +403,11 @@ fn disks_config(config: &mut SessionConfig, disks: u32) {
 pub const BROADCAST_BYTES: usize = 4 << 20;
 /// See [`BROADCAST_BYTES`].
 pub const BROADCAST_ROWS: usize = 128 << 10;
+/// The same limits in the plan a query falls back to when a disk ran out of memory
+/// ([`SqlOptions::spill_joins`]).
+pub const SPILL_BROADCAST_BYTES: usize = 64 << 10;
+/// See [`SPILL_BROADCAST_BYTES`].
+pub const SPILL_BROADCAST_ROWS: usize = 1024;
 
 /// SQL over a connected cluster.
 ///
@@ -733,11 +747,12 @@ impl SqlEngine {
             .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
             .collect();
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
-        let (scratch_kib, temp_kib, buffer_kib, central_unit) = (
+        let (scratch_kib, temp_kib, buffer_kib, central_unit, spill_joins) = (
             opts.scratch_kib,
             opts.temp_kib,
             opts.buffer_kib,
             opts.central_unit,
+            opts.spill_joins,
         );
         let settings_for = move |offload, analyze| {
             Arc::new(SqlSettings {
@@ -751,6 +766,7 @@ impl SqlEngine {
                 cost: cost.clone(),
                 program: program.clone(),
                 central_unit,
+                spill_joins,
             })
         };
         let settings = settings_for(opts.offload, false);
@@ -861,6 +877,12 @@ impl SqlEngine {
             .hash_join_single_partition_threshold_rows = 4 << 20;
         if settings.offload == Offload::Disks {
             disks_config(&mut config, cluster.live_disks().len() as u32);
+            if settings.spill_joins {
+                // Only tiny build sides (a scalar subquery's row) are still broadcast.
+                let optimizer = &mut config.options_mut().optimizer;
+                optimizer.hash_join_single_partition_threshold = SPILL_BROADCAST_BYTES;
+                optimizer.hash_join_single_partition_threshold_rows = SPILL_BROADCAST_ROWS;
+            }
         }
         let state = SessionStateBuilder::new()
             .with_config(config)
@@ -1094,6 +1116,7 @@ impl SqlEngine {
         } = planned;
         let mut next = Some(chosen);
         let mut reruns = Vec::new();
+        let mut spilled = false;
         loop {
             // A rerun plans again in the rebuilt session: its scans assign partitions among
             // the live disks.
@@ -1107,9 +1130,29 @@ impl SqlEngine {
                     out.choice = chosen.note;
                     return Ok(out);
                 }
+                Err(e) if out_of_memory(&e) && !self.opts.spill_joins && !spilled => {
+                    spilled = true;
+                    let note = format!(
+                        "rerun with sort-merge joins and no broadcast build sides (a disk ran out of memory: {e})"
+                    );
+                    tracing::warn!("{note}");
+                    reruns.push(note);
+                    next = Some(self.spilling(&source, analyze).await?);
+                }
                 Err(e) => self.failover(e, &mut reruns).await?,
             }
         }
+    }
+
+    /// The query planned again with [`SqlOptions::spill_joins`], in sessions of its own (this
+    /// engine's stay as they are for its next queries).
+    async fn spilling(&self, source: &PlannedFrom, analyze: bool) -> Result<Chosen> {
+        let opts = SqlOptions {
+            spill_joins: true,
+            ..self.opts.clone()
+        };
+        let engine = SqlEngine::new(self.cluster.clone(), opts).await?;
+        engine.replan(source, analyze).await
     }
 
     async fn replan(&self, source: &PlannedFrom, analyze: bool) -> Result<Chosen> {
@@ -1265,4 +1308,11 @@ mod tests {
             None
         );
     }
+}
+
+/// Whether a query failed because a disk stage ran out of its memory (DataFusion's
+/// "Resources exhausted" inside a stage fragment): a plan that spills may still answer.
+fn out_of_memory(e: &HostError) -> bool {
+    let text = e.to_string();
+    text.contains("Resources exhausted") && text.contains("sql_stage")
 }
