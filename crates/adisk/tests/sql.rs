@@ -7,7 +7,7 @@
 //! * bad input: syntax, unknown column, type error, a Bloom filter larger than the grant, a
 //!   disk killed mid-query — each a clear error, and the cluster serves the next query.
 mod common;
-use common::{adisk, fails, ok};
+use common::{adisk, fails, ok, status_json};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -720,34 +720,16 @@ fn disk_groups_behind_a_router() {
     );
     // Tables placed in groups: orders and lineitem in group 0 (disks 0, 1), the others in
     // group 1 (disks 2, 3). Every join of orders with customer then crosses the router.
-    ok(
-        dir,
-        &[
-            "load",
-            "tpch",
-            "--sf",
-            "0.01",
-            "--tables",
-            "orders,lineitem",
-            "--group",
-            "0",
-        ],
-    );
-    ok(
-        dir,
-        &[
-            "load",
-            "tpch",
-            "--sf",
-            "0.01",
-            "--tables",
-            "customer,nation,region,supplier,part,partsupp",
-            "--group",
-            "1",
-        ],
-    );
-    let status: Value =
-        serde_json::from_str(&ok(dir, &["status", "--format", "json"])).expect("status json");
+    for (tables, group) in [
+        ("orders,lineitem", "0"),
+        ("customer,nation,region,supplier,part,partsupp", "1"),
+    ] {
+        let load = [
+            "load", "tpch", "--sf", "0.01", "--tables", tables, "--group", group,
+        ];
+        ok(dir, &load);
+    }
+    let status = status_json(dir);
     let disks_of = |name: &str| {
         let t = status["tables"]
             .as_array()
