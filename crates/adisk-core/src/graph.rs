@@ -76,6 +76,13 @@ pub fn check(spec: &JobSpec) -> Result<Shape, GraphError> {
     if spec.inputs.is_empty() {
         return Err(GraphError::Wiring("a job needs at least one input".into()));
     }
+    if spec.stage_scratch_kib.len() > spec.stages.len() {
+        return Err(GraphError::Wiring(format!(
+            "scratch given for {} stages of a job with {}",
+            spec.stage_scratch_kib.len(),
+            spec.stages.len()
+        )));
+    }
     let stage_ports = stage_ports(spec)?;
     let mut reads: BTreeMap<Port, usize> = BTreeMap::new();
     for (i, stage) in spec.stages.iter().enumerate() {
@@ -381,6 +388,7 @@ mod tests {
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         }
     }
 
@@ -402,6 +410,17 @@ mod tests {
         Sink::Store {
             stream: StoredStream::Temp { name: name.into() },
         }
+    }
+
+    #[test]
+    fn scratch_per_stage_names_only_stages_of_the_job() {
+        let mut chain = JobSpec::chain("j", "p", pipe("a"), vec![select(), select()], Sink::Host);
+        chain.stage_scratch_kib = vec![64, 128];
+        assert!(check(&chain).is_ok());
+        chain.stage_scratch_kib.push(1);
+        assert!(
+            matches!(check(&chain), Err(GraphError::Wiring(w)) if w.contains("scratch given for 3 stages of a job with 2")),
+        );
     }
 
     #[test]

@@ -394,6 +394,11 @@ pub struct JobSpec {
     /// at admission like memory. 0: none.
     #[serde(default)]
     pub temp_kib: u64,
+    /// Scratch per stage, KiB, by stage index, where a job's stages need different amounts (a
+    /// query's stages at one disk, admitted together); a stage past the end or given 0 takes
+    /// `scratch_kib`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stage_scratch_kib: Vec<u64>,
 }
 
 /// One stage of a job: a disklet and the ports it reads, in the disklet's input order.
@@ -536,6 +541,7 @@ impl JobSpec {
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         }
     }
 

@@ -538,11 +538,15 @@ impl DiskOs {
             })
     }
 
-    fn scratch_for(&self, spec: &JobSpec, stage: &DiskletSpec) -> u64 {
-        let requested = if spec.scratch_kib == 0 {
+    fn scratch_for(&self, spec: &JobSpec, index: usize, stage: &DiskletSpec) -> u64 {
+        let kib = match spec.stage_scratch_kib.get(index) {
+            Some(&k) if k > 0 => k,
+            _ => spec.scratch_kib,
+        };
+        let requested = if kib == 0 {
             self.config.default_scratch_bytes
         } else {
-            spec.scratch_kib.saturating_mul(1024)
+            kib.saturating_mul(1024)
         };
         match stage {
             DiskletSpec::Fragment {
@@ -633,7 +637,8 @@ impl DiskOs {
         let buffer_bytes = self.job_buffer_bytes(&spec)?;
         let scratch: Vec<u64> = spec
             .disklets()
-            .map(|d| self.scratch_for(&spec, d))
+            .enumerate()
+            .map(|(i, d)| self.scratch_for(&spec, i, d))
             .collect();
         let sizes = GrantSizes {
             buffer_bytes,
@@ -1442,6 +1447,33 @@ fn job_grant(
         .saturating_add(stored)
 }
 
+/// The memory a disk with `disk_buffer_bytes` buffers and `buffers_per_stream` grants `spec`
+/// beyond its stages' scratch: stream buffers, output allowances, inboxes and stored outputs
+/// (the job's own buffer size, if it asks for one, is used). A planner fits the scratch of a
+/// job's stages into what is left of the disk's budget.
+///
+/// # Errors
+/// `spec`'s graph is malformed.
+pub fn grant_beyond_scratch(
+    spec: &JobSpec,
+    disk_buffer_bytes: u64,
+    buffers_per_stream: u32,
+) -> std::result::Result<u64, adisk_core::graph::GraphError> {
+    let shape = adisk_core::graph::check(spec)?;
+    let sizes = GrantSizes {
+        buffer_bytes: if spec.buffer_kib == 0 {
+            disk_buffer_bytes
+        } else {
+            spec.buffer_kib * 1024
+        },
+        slots_per_stream: crate::stream::slots_per_stream(buffers_per_stream),
+        // As a disk's exchange registry: one queued message per buffer of a stream.
+        inbox_messages: buffers_per_stream as usize,
+    };
+    let no_scratch = vec![0; spec.stages.len()];
+    Ok(job_grant(spec, &shape, &no_scratch, &sizes))
+}
+
 /// Buffers of output a stage may hold per port between a call and forwarding, beyond what its
 /// scratch held (the state a call turns into output).
 pub const EMIT_BUFFERS_PER_PORT: u64 = 2;
@@ -2159,6 +2191,19 @@ mod tests {
         // The inbox: 2 queued messages, and one of up to 2 buffers held by each of 4 senders.
         let expected = 3 * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2 * 4) * b;
         assert_eq!(job_grant(&spec, &shape, &[7000], &sizes), expected);
+        // What a planner fits scratch around: the same count, without the scratch.
+        assert_eq!(
+            grant_beyond_scratch(&spec, 1000, 2).unwrap(),
+            expected - 7000
+        );
+        let mut own = spec.clone();
+        own.buffer_kib = 1;
+        let b2 = 1024 + crate::stream::BUFFER_SLACK_BYTES;
+        assert_eq!(
+            grant_beyond_scratch(&own, 1000, 2).unwrap(),
+            3 * 4 * b2 + EMIT_BUFFERS_PER_PORT * b2 + (2 + 2 * 4) * b2,
+            "the job's own buffer size counts"
+        );
         // A stored output adds the row group it holds in progress.
         let mut stored = spec.clone();
         stored.outputs[0].sink = Sink::Store {

@@ -149,6 +149,7 @@ fn spec(req: &WasmRequest, inputs: Vec<Source>) -> JobSpec {
         scratch_kib: req.scratch_kib,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     }
 }
 

@@ -186,6 +186,7 @@ fn graph(id: &str, inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>
         scratch_kib: 8 * 1024,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     }
 }
 

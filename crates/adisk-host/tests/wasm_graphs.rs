@@ -237,6 +237,7 @@ fn graph(
         scratch_kib: 8 * 1024,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     }
 }
 

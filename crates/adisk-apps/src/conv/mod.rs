@@ -146,6 +146,7 @@ fn convolve_job(params: &ConvParams, files: &[(u32, String)], apply: bool, sink:
         scratch_kib: 0,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     };
     sized(
         spec,

@@ -606,6 +606,7 @@ fn pipeline_jobs(
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         };
         let sizes = Sizes {
             scratch_kib: scratch.div_ceil(1024),

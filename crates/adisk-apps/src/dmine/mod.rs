@@ -637,6 +637,7 @@ fn row_job(
         scratch_kib: 0,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     }
 }
 
@@ -761,6 +762,7 @@ fn eclat_job(plan: &Plan<'_>, d: u32, w: &EclatWiring) -> JobSpec {
         scratch_kib: 0,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     };
     if let Some(position) = plan.disks.iter().position(|x| *x == d) {
         spec.inputs.push(plan.source());

@@ -436,6 +436,7 @@ async fn pass_one(
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         };
         let sizes = Sizes {
             scratch_kib,
@@ -516,6 +517,7 @@ async fn pass_two(
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         };
         let sizes = Sizes {
             scratch_kib: plan.pass_two_scratch(input, k).div_ceil(1024),

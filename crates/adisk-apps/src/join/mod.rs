@@ -349,6 +349,7 @@ fn merge_join_job(
         scratch_kib: 0,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     })
 }
 

@@ -394,6 +394,7 @@ fn runs_job(
         scratch_kib: 0,
         buffer_kib: 0,
         temp_kib: 0,
+        stage_scratch_kib: vec![],
     }
 }
 
@@ -454,6 +455,7 @@ async fn pass_two(
             scratch_kib: 0,
             buffer_kib: 0,
             temp_kib: 0,
+            stage_scratch_kib: vec![],
         };
         let sizes = Sizes {
             scratch_kib: (k * buffer * 2).div_ceil(1024),

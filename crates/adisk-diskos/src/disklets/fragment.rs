@@ -19,7 +19,7 @@ use adisk_core::protocol::FragmentKind;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskManagerMode};
-use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool, MemoryReservation};
+use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::physical_expr::EquivalenceProperties;
@@ -54,14 +54,17 @@ pub const ALLOWED_OPERATORS: [&str; 8] = [
     "GlobalLimitExec",
 ];
 
-/// A fragment's scratch grant as DataFusion's memory pool: its greedy pool, except that asking
-/// for nothing more always succeeds. A sort-merge join that spills its buffered rows keeps
+/// A fragment's scratch grant as DataFusion's memory pool: a fair-spill pool (each operator
+/// that can spill — a sort, an aggregation — gets an equal share of what the ones that cannot
+/// hold leave; with a greedy pool, the first of a sort-merge join's two sorts took the pool and
+/// the second failed with nothing of its own to spill), except that asking for nothing more
+/// always succeeds. A sort-merge join that spills its buffered rows keeps
 /// their key columns in memory and forces them onto the pool, past its limit if need be
 /// (DataFusion's own accounting of what it holds); an operator that then re-asserts an
 /// unchanged reservation (an aggregation without groups asks for 0 bytes per batch) must not
 /// fail the job for memory it does not take. Any request for more bytes is refused as before.
 #[derive(Debug)]
-struct ScratchPool(GreedyMemoryPool);
+struct ScratchPool(FairSpillPool);
 
 impl std::fmt::Display for ScratchPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -72,6 +75,12 @@ impl std::fmt::Display for ScratchPool {
 impl MemoryPool for ScratchPool {
     fn name(&self) -> &str {
         "scratch"
+    }
+    fn register(&self, consumer: &datafusion::execution::memory_pool::MemoryConsumer) {
+        self.0.register(consumer)
+    }
+    fn unregister(&self, consumer: &datafusion::execution::memory_pool::MemoryConsumer) {
+        self.0.unregister(consumer)
     }
     fn grow(&self, reservation: &MemoryReservation, additional: usize) {
         self.0.grow(reservation, additional)
@@ -380,7 +389,7 @@ impl Fragment {
         let reserve = scratch_bytes / OUTPUT_RESERVE_FRACTION;
         let pool_bytes = scratch_bytes - reserve;
         let pool: Arc<dyn MemoryPool> =
-            Arc::new(ScratchPool(GreedyMemoryPool::new(pool_bytes as usize)));
+            Arc::new(ScratchPool(FairSpillPool::new(pool_bytes as usize)));
         let disk = match spill {
             Some(sp) => {
                 std::fs::create_dir_all(&sp.dir).map_err(|source| {

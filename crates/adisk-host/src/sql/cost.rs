@@ -37,6 +37,11 @@ pub struct CostModel {
     pub small_table_bytes: u64,
     /// The largest scratch a stage can be granted next to its stream buffers.
     pub max_scratch_bytes: u64,
+    /// The smallest disk's memory budget, bytes.
+    pub disk_memory_bytes: u64,
+    /// The most buffers per stream of any disk (each stream of a job holds that many, plus
+    /// two).
+    pub buffers_per_stream: u32,
     /// Every disk runs on the host's machine (loopback addresses, as `adisk up` starts them):
     /// host and disks share its cores.
     pub shared_cores: bool,
@@ -95,6 +100,13 @@ impl CostModel {
             host_cpu: cpu,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: min_memory.saturating_sub(buffers),
+            disk_memory_bytes: min_memory,
+            buffers_per_stream: cfg
+                .disks
+                .iter()
+                .map(|d| d.buffers_per_stream)
+                .max()
+                .unwrap_or(2),
             shared_cores: cfg.disks.iter().all(|d| is_loopback(&d.address)),
             via_host: cfg.cluster.exchange == adisk_core::config::ExchangeMode::ViaHost,
         }
@@ -220,6 +232,8 @@ mod tests {
             host_cpu: 1.5e9,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: 64 << 20,
+            disk_memory_bytes: 68 << 20,
+            buffers_per_stream: 2,
             shared_cores,
             via_host,
         }

@@ -25,7 +25,7 @@
 use super::scan::DiskScanExec;
 use super::{QueryMetrics, ScanReport, SqlSettings};
 use crate::cluster::Cluster;
-use crate::jobs::{self, Sizes};
+use crate::jobs;
 use crate::{HostError, Result};
 use adisk_core::protocol::{
     DiskletSpec, ExprBytes, FragmentKind, JobSpec, Output, Port, Route, Sink, Source,
@@ -722,73 +722,32 @@ impl DisksExec {
         out
     }
 
-    /// Job sizes per stage. Every stage of a query runs at once at each of its disks, so the
-    /// smallest disk's memory for scratch (two thirds of it; the rest is for stream buffers
-    /// and inboxes) is divided by weight over the stages of the busiest disk: a hash join's
-    /// build side, a sort or an aggregation needs room, a stage that only forwards rows hardly
-    /// any. Never more than the requested scratch.
-    fn sizes(&self, order: &[usize]) -> Vec<Sizes> {
-        let weights: Vec<u64> = self.stages.iter().map(|s| weight(&s.plan)).collect();
-        let mut per_disk = std::collections::BTreeMap::<u32, u64>::new();
-        for &s in order {
-            for d in &self.stages[s].disks {
-                *per_disk.entry(*d).or_default() += weights[s];
-            }
-        }
-        let busiest = per_disk.values().copied().max().unwrap_or(1).max(1);
-        let unit = self.settings.cost.max_scratch_bytes * 2 / 3 / busiest;
-        let requested = if self.settings.scratch_kib == 0 {
-            u64::MAX
-        } else {
-            self.settings.scratch_kib * 1024
-        };
-        weights
-            .iter()
-            .map(|w| Sizes {
-                scratch_kib: ((unit * w).min(requested) / 1024).max(MIN_STAGE_SCRATCH_KIB),
-                buffer_kib: STAGE_BUFFER_KIB,
-                // Sorts and aggregations past their scratch spill (hash joins cannot).
-                temp_kib: if self.settings.temp_kib > 0 {
-                    self.settings.temp_kib
-                } else if *w > 1 {
-                    STAGE_TEMP_KIB
-                } else {
-                    0
-                },
-            })
-            .collect()
-    }
-
-    /// The job spec of stage `s` at its partition `p`.
-    fn job(&self, s: usize, p: usize, ids: &[String], sizes: Sizes) -> Result<JobSpec> {
+    /// Appends stage `s`'s partition `p` to `job` (the query's job at that partition's disk):
+    /// its inputs, its scans' stages, its fragment, and its output (to the host for the top
+    /// stage, else to the exchange of the stage that reads it).
+    fn add_stage(&self, job: &mut DiskJob, s: usize, p: usize, ids: &[String]) -> Result<()> {
         let stage = &self.stages[s];
-        let (mut inputs, mut stages, mut ports) = (Vec::new(), Vec::new(), Vec::new());
+        let mut ports = Vec::new();
         for inp in &stage.inputs {
-            let input = Port::Input(inputs.len() as u32);
+            let input = Port::Input(job.spec.inputs.len() as u32);
             match inp {
                 Input::Scan(scan) => {
                     let (source, chain) = scan.disk_stages()?;
                     // Replicas: this disk reads only the partitions assigned to it.
-                    inputs.push(super::scan::reading_source(
+                    job.spec.inputs.push(super::scan::reading_source(
                         source,
                         scan.partitions_at(stage.disks[p]),
                     ));
                     let mut from = input;
                     for disklet in chain {
-                        stages.push(JobStage {
-                            disklet,
-                            inputs: vec![from],
-                        });
-                        from = Port::Stage {
-                            stage: stages.len() as u32 - 1,
-                            port: 0,
-                        };
+                        let w = chain_weight(&disklet);
+                        from = job.push(s, disklet, vec![from], w);
                     }
                     ports.push(from);
                 }
                 Input::Pipe(q) => {
                     let sender = &self.stages[*q];
-                    inputs.push(Source::Pipe {
+                    job.spec.inputs.push(Source::Pipe {
                         exchange_id: ids[*q].clone(),
                         senders: sender.disks.len() as u32,
                         schema: sender.plan.schema().as_ref().clone(),
@@ -797,119 +756,107 @@ impl DisksExec {
                 }
             }
         }
-        stages.push(JobStage {
-            disklet: DiskletSpec::Fragment {
-                kind: FragmentKind::Stage,
-                plan: ExprBytes(stage.bytes.clone()),
-            },
-            inputs: ports,
-        });
-        let from = Port::Stage {
-            stage: stages.len() as u32 - 1,
-            port: 0,
+        let fragment = DiskletSpec::Fragment {
+            kind: FragmentKind::Stage,
+            plan: ExprBytes(stage.bytes.clone()),
         };
-        let sink = match &stage.route {
-            Route2::Host => Sink::Host,
-            route => {
-                let targets = stage
-                    .targets
-                    .iter()
-                    .map(|d| self.cluster.address(*d).to_string())
-                    .collect();
-                let route = match route {
-                    Route2::Hash(keys) => Route::Hash {
-                        keys: keys
-                            .iter()
-                            .map(|k| jobs::encode_expr(&datafusion::prelude::col(k.as_str())))
-                            .collect::<Result<_>>()?,
-                    },
-                    _ => Route::Broadcast,
-                };
-                Sink::Exchange {
-                    exchange_id: ids[s].clone(),
-                    targets,
-                    sender: p as u32,
-                    route,
-                    relay: None,
-                    target_relays: vec![],
-                }
-            }
-        };
-        let spec = JobSpec {
-            job_id: format!("{}-{p}", ids[s]),
-            program: self.settings.program.clone(),
-            inputs,
-            stages,
-            outputs: vec![Output { from, sink }],
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-        };
-        Ok(jobs::sized(spec, sizes))
+        let from = job.push(s, fragment, ports, weight(&stage.plan));
+        let sink = self.sink(s, p, ids)?;
+        if matches!(sink, Sink::Host) {
+            job.root_partition = Some(p);
+        }
+        job.spec.outputs.push(Output { from, sink });
+        Ok(())
     }
 
-    /// Starts every job of every stage at once.
+    /// Where partition `p` of stage `s` sends its rows.
+    fn sink(&self, s: usize, p: usize, ids: &[String]) -> Result<Sink> {
+        let stage = &self.stages[s];
+        let route = match &stage.route {
+            Route2::Host => return Ok(Sink::Host),
+            Route2::Hash(keys) => Route::Hash {
+                keys: keys
+                    .iter()
+                    .map(|k| jobs::encode_expr(&datafusion::prelude::col(k.as_str())))
+                    .collect::<Result<_>>()?,
+            },
+            Route2::Broadcast => Route::Broadcast,
+        };
+        Ok(Sink::Exchange {
+            exchange_id: ids[s].clone(),
+            targets: stage
+                .targets
+                .iter()
+                .map(|d| self.cluster.address(*d).to_string())
+                .collect(),
+            sender: p as u32,
+            route,
+            relay: None,
+            target_relays: vec![],
+        })
+    }
+
+    /// The query's jobs, one per disk: every stage partition a disk runs, admitted under one
+    /// grant (so a query never holds part of a disk's memory while waiting for the rest) and
+    /// sent in one message.
+    fn disk_jobs(&self, order: &[usize], ids: &[String]) -> Result<Vec<DiskJob>> {
+        let query = jobs::new_id("query");
+        let mut by_disk = std::collections::BTreeMap::<u32, DiskJob>::new();
+        for &s in order {
+            for (p, &d) in self.stages[s].disks.iter().enumerate() {
+                let job = by_disk
+                    .entry(d)
+                    .or_insert_with(|| DiskJob::new(d, &query, &self.settings.program));
+                self.add_stage(job, s, p, ids)?;
+            }
+        }
+        let cost = &self.settings.cost;
+        let budget = Budget {
+            memory_bytes: cost.disk_memory_bytes,
+            buffers_per_stream: cost.buffers_per_stream,
+            scratch_kib: self.settings.scratch_kib,
+            temp_kib: self.settings.temp_kib,
+        };
+        by_disk
+            .into_values()
+            .map(|job| job.finish(&budget))
+            .collect()
+    }
+
+    /// Starts the query's job at every disk at once.
     async fn start(&self) -> Result<Arc<Run>> {
         let order = self.reachable();
         let ids: Vec<String> = (0..self.stages.len())
             .map(|i| jobs::new_id(&format!("stage{i}")))
             .collect();
-        let sizes = self.sizes(&order);
+        let jobs = self.disk_jobs(&order, &ids)?;
+        let started =
+            futures::future::try_join_all(jobs.iter().map(|j| self.cluster.start(j.disk, &j.spec)))
+                .await?;
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
         let fail_tx = Arc::new(fail_tx);
+        let roots = self.stages[self.root].disks.len();
         let cancel = Arc::new(Cancel {
-            roots: self.stages[self.root].disks.len(),
+            roots,
             stop: tokio::sync::watch::Sender::new(false),
             completed: Default::default(),
         });
-        let mut outputs = Vec::new();
-        for &s in &order {
-            for (p, &d) in self.stages[s].disks.iter().enumerate() {
-                let spec = self.job(s, p, &ids, sizes[s])?;
-                let stream = self.cluster.start(d, &spec).await?;
-                let reporter = Reporter {
-                    cluster: self.cluster.clone(),
-                    metrics: self.metrics.clone(),
-                    disk: d,
-                    job_id: spec.job_id.clone(),
-                    stage: s,
-                    describe: format!("stage {s}"),
-                    spec_bytes: spec.to_bytes().len(),
-                };
-                self.metrics.started();
-                if s == self.root {
-                    outputs.push(Some(watched(
+        let mut outputs: Vec<Option<_>> = (0..roots).map(|_| None).collect();
+        for (job, stream) in jobs.into_iter().zip(started) {
+            self.metrics.started();
+            let root_partition = job.root_partition;
+            let reporter = job.reporter(self);
+            match root_partition {
+                Some(p) => {
+                    outputs[p] = Some(watched(
                         stream,
                         fail_rx.clone(),
                         reporter,
                         self.settings.host_link.clone(),
                         cancel.clone(),
-                    )));
-                } else {
-                    let fail = fail_tx.clone();
-                    let mut stop = cancel.stop.subscribe();
-                    tokio::spawn(async move {
-                        let mut stream = stream;
-                        let started = Instant::now();
-                        loop {
-                            let item = tokio::select! {
-                                item = stream.next() => item,
-                                // Dropping the stream cancels the job at its disk.
-                                _ = stop.wait_for(|s| *s) => break,
-                            };
-                            match item {
-                                Some(Err(e)) => {
-                                    let _ = fail.send(Some(e.to_string()));
-                                    break;
-                                }
-                                Some(Ok(_)) => {}
-                                None => break,
-                            }
-                        }
-                        drop(stream);
-                        reporter.report(0, 0, started).await;
-                    });
+                    ))
                 }
+                None => drain(stream, reporter, fail_tx.clone(), cancel.stop.subscribe()),
             }
         }
         Ok(Arc::new(Run {
@@ -918,6 +865,165 @@ impl DisksExec {
         }))
     }
 }
+
+/// Runs a job that sends the host nothing to its end, passing on its failure; stops it (its
+/// stream dropped, so its disk cancels it) when the query's readers stop.
+fn drain(
+    mut stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
+    reporter: Reporter,
+    fail: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let started = Instant::now();
+        loop {
+            let item = tokio::select! {
+                item = stream.next() => item,
+                _ = stop.wait_for(|s| *s) => break,
+            };
+            match item {
+                Some(Err(e)) => {
+                    let _ = fail.send(Some(e.to_string()));
+                    break;
+                }
+                Some(Ok(_)) => {}
+                None => break,
+            }
+        }
+        drop(stream);
+        reporter.report(0, 0, started).await;
+    });
+}
+
+/// One disk's part of a query, being built: one job.
+struct DiskJob {
+    spec: JobSpec,
+    disk: u32,
+    /// The top stage's partition this disk runs, if any (its output goes to the host).
+    root_partition: Option<usize>,
+    /// The query stage each of the job's stages belongs to.
+    stage_of: Vec<usize>,
+    /// How much scratch each of the job's stages needs relative to the others (see [`weight`];
+    /// 0: it takes none).
+    weights: Vec<u64>,
+}
+
+/// What a query may take of each disk.
+struct Budget {
+    /// The smallest disk's memory budget, bytes.
+    memory_bytes: u64,
+    buffers_per_stream: u32,
+    /// The most scratch a stage may take (`--scratch-kib`; 0: no limit of its own).
+    scratch_kib: u64,
+    /// The query's temporary space per disk (`--temp-kib`; 0: by its stages).
+    temp_kib: u64,
+}
+
+impl DiskJob {
+    fn new(disk: u32, query: &str, program: &str) -> Self {
+        DiskJob {
+            spec: JobSpec {
+                job_id: format!("{query}-d{disk}"),
+                program: program.to_string(),
+                inputs: vec![],
+                stages: vec![],
+                outputs: vec![],
+                scratch_kib: MIN_STAGE_SCRATCH_KIB,
+                buffer_kib: STAGE_BUFFER_KIB,
+                temp_kib: 0,
+                stage_scratch_kib: vec![],
+            },
+            disk,
+            root_partition: None,
+            stage_of: vec![],
+            weights: vec![],
+        }
+    }
+
+    /// Appends a stage of query stage `s` reading `inputs`, of scratch weight `w`; its output
+    /// port.
+    fn push(&mut self, s: usize, disklet: DiskletSpec, inputs: Vec<Port>, w: u64) -> Port {
+        self.spec.stages.push(JobStage { disklet, inputs });
+        self.stage_of.push(s);
+        self.weights.push(w);
+        Port::Stage {
+            stage: self.spec.stages.len() as u32 - 1,
+            port: 0,
+        }
+    }
+
+    /// The finished job, sized to fit the disk in one grant. Its stream buffers, inboxes and
+    /// output allowances come first (DiskOS's own count, [`grant_beyond_scratch`]); what is
+    /// left of the disk's memory, less a sixteenth, is the stages' scratch, divided by weight
+    /// (a hash join's build side, a sort or an aggregation needs room, a stage that only
+    /// forwards rows hardly any), never more than `--scratch-kib` per stage. A query whose
+    /// streams alone do not fit is refused by the disk, typed. Temporary space is the
+    /// query's own request (`--temp-kib`, for the whole query at this disk) or
+    /// [`STAGE_TEMP_KIB`] per stage that can spill, at most [`MAX_QUERY_TEMP_KIB`].
+    ///
+    /// [`grant_beyond_scratch`]: adisk_diskos::job::grant_beyond_scratch
+    fn finish(mut self, budget: &Budget) -> Result<Self> {
+        let streams = adisk_diskos::job::grant_beyond_scratch(
+            &self.spec,
+            STAGE_BUFFER_KIB * 1024,
+            budget.buffers_per_stream,
+        )
+        .map_err(|e| HostError::Invalid(format!("the query's job at disk {}: {e}", self.disk)))?;
+        let left = budget.memory_bytes.saturating_sub(streams);
+        let left = left - left / 16;
+        let unit = left / self.weights.iter().sum::<u64>().max(1);
+        let cap = match budget.scratch_kib {
+            0 => u64::MAX,
+            kib => kib * 1024,
+        };
+        self.spec.stage_scratch_kib = self
+            .weights
+            .iter()
+            .map(|w| ((unit * w).min(cap) / 1024).max(MIN_STAGE_SCRATCH_KIB))
+            .collect();
+        let spilling = self.weights.iter().filter(|w| **w > 1).count() as u64;
+        self.spec.temp_kib = match budget.temp_kib {
+            0 => (spilling * STAGE_TEMP_KIB).min(MAX_QUERY_TEMP_KIB),
+            kib => kib,
+        };
+        Ok(self)
+    }
+
+    fn reporter(&self, exec: &DisksExec) -> Reporter {
+        Reporter {
+            cluster: exec.cluster.clone(),
+            metrics: exec.metrics.clone(),
+            disk: self.disk,
+            job_id: self.spec.job_id.clone(),
+            stage: exec.root,
+            describe: "the query's stages (one job per disk)".to_string(),
+            spec_bytes: self.spec.to_bytes().len(),
+            stage_of: self.stage_of.clone(),
+        }
+    }
+}
+
+/// Scratch weight of a stage of a scan's chain: a partial aggregation or sort holds state
+/// (as [`weight`]), a selection none.
+fn chain_weight(disklet: &DiskletSpec) -> u64 {
+    match disklet {
+        DiskletSpec::Fragment {
+            kind: FragmentKind::Aggregate | FragmentKind::Sort,
+            ..
+        } => 5,
+        DiskletSpec::Fragment {
+            kind: FragmentKind::Stage,
+            ..
+        }
+        | DiskletSpec::Merge { .. }
+        | DiskletSpec::HashJoin { .. } => 1,
+        _ => 0,
+    }
+}
+
+/// Most temporary disk space one query's job asks of a disk, KiB (a disk grants 4 GiB to its
+/// jobs in all).
+const MAX_QUERY_TEMP_KIB: u64 = 1 << 20;
 
 /// Temporary disk space of a stage job that sorts, aggregates or joins, KiB, unless the
 /// query asks for its own (`--temp-kib`); a disk grants 4 GiB to its jobs in all.
@@ -978,11 +1084,20 @@ struct Reporter {
     stage: usize,
     describe: String,
     spec_bytes: usize,
+    /// The query stage of each of the job's stages (their statistics are named after it).
+    stage_of: Vec<usize>,
 }
 
 impl Reporter {
     async fn report(self, rows: u64, bytes: u64, started: Instant) {
-        let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        let mut stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
+        for (st, q) in stats
+            .iter_mut()
+            .flat_map(|s| s.stages.iter_mut())
+            .zip(&self.stage_of)
+        {
+            st.disklet = format!("{} @ stage {q}", st.disklet);
+        }
         let control_bytes = super::control_bytes(self.spec_bytes, &self.job_id, stats.as_ref());
         self.metrics.record(ScanReport {
             control_bytes,
