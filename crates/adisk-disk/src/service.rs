@@ -196,6 +196,7 @@ impl DiskService {
 fn job_response(
     job: RunningJob,
     columns: Option<Vec<String>>,
+    os: Arc<DiskOs>,
 ) -> BoxStream<'static, Result<FlightData, Status>> {
     let RunningJob {
         schema,
@@ -226,10 +227,13 @@ fn job_response(
         .build(batches)
         .map(move |r| {
             r.map(|fd| {
-                counting.shipped_host_bytes.fetch_add(
-                    (fd.data_body.len() + fd.data_header.len()) as u64,
-                    Ordering::Relaxed,
-                );
+                let bytes = (fd.data_body.len() + fd.data_header.len()) as u64;
+                counting
+                    .shipped_host_bytes
+                    .fetch_add(bytes, Ordering::Relaxed);
+                // Into the disk's totals at once: the job may be retired before its last
+                // batch is encoded here.
+                os.count_host_bytes(bytes);
                 fd
             })
             .map_err(|e| Status::internal(format!("encoding results: {e}")))
@@ -370,7 +374,11 @@ impl FlightService for DiskService {
                 .start_job(claim.job, None)
                 .await
                 .map_err(|e| status_of(&e))?;
-            return Ok(Response::new(job_response(job, Some(claim.columns))));
+            return Ok(Response::new(job_response(
+                job,
+                Some(claim.columns),
+                self.os.clone(),
+            )));
         }
         if let Some(crate::NotAMember(why)) = not_member {
             return Err(Status::unauthenticated(format!(
@@ -386,7 +394,7 @@ impl FlightService for DiskService {
             .start_job(spec, None)
             .await
             .map_err(|e| status_of(&e))?;
-        Ok(Response::new(job_response(job, None)))
+        Ok(Response::new(job_response(job, None, self.os.clone())))
     }
 
     async fn do_exchange(
@@ -429,7 +437,7 @@ impl FlightService for DiskService {
                 }
             }
         });
-        Ok(Response::new(job_response(job, None)))
+        Ok(Response::new(job_response(job, None, self.os.clone())))
     }
 
     async fn do_put(

@@ -1292,6 +1292,12 @@ impl DiskOs {
         done_rx
     }
 
+    /// Adds bytes a job's output sent the host to the disk's totals (its service counts them
+    /// as it encodes them, which can be after the job was retired).
+    pub fn count_host_bytes(&self, bytes: u64) {
+        self.totals.lock().expect("totals lock").bytes_shipped_host += bytes;
+    }
+
     fn retire(&self, state: &Arc<JobState>, failed: bool) {
         self.running
             .lock()
@@ -1303,10 +1309,10 @@ impl DiskOs {
             finished.pop_front();
         }
         drop(finished);
-        self.totals
-            .lock()
-            .expect("totals lock")
-            .add(&state.snapshot());
+        // Bytes to the host are counted as they are encoded (`count_host_bytes`).
+        let mut stats = state.snapshot();
+        stats.bytes_shipped_host = 0;
+        self.totals.lock().expect("totals lock").add(&stats);
         if failed {
             self.jobs_failed.fetch_add(1, Ordering::Relaxed);
         } else {

@@ -83,6 +83,38 @@ pub fn chain(
     )
 }
 
+/// The largest stream buffer, KiB, from `largest` down by halves to DiskOS's smallest
+/// ([`MIN_JOB_BUFFER_KIB`](adisk_diskos::job::MIN_JOB_BUFFER_KIB)), at which the streams of
+/// every job of `specs` — their buffers, inboxes and output allowances, as DiskOS counts them
+/// ([`grant_beyond_scratch`](adisk_diskos::job::grant_beyond_scratch)) — take at most half of a
+/// disk's `memory_bytes`, leaving the rest for scratch. Larger buffers cut the per-buffer cost
+/// of vectorized operators; a job on a small disk must still fit. Jobs that exchange rows take
+/// one size together (a pipe message may be at most two of the receiver's buffers). At the
+/// smallest size the disk decides: it refuses a job that does not fit, typed.
+pub fn fitted_buffer_kib<'a>(
+    specs: impl Iterator<Item = &'a JobSpec> + Clone,
+    largest: u64,
+    memory_bytes: u64,
+    buffers_per_stream: u32,
+) -> u64 {
+    let mut kib = largest;
+    while kib / 2 >= adisk_diskos::job::MIN_JOB_BUFFER_KIB {
+        let fits = specs.clone().all(|spec| {
+            let sized = JobSpec {
+                buffer_kib: kib,
+                ..spec.clone()
+            };
+            adisk_diskos::job::grant_beyond_scratch(&sized, kib * 1024, buffers_per_stream)
+                .map_or(true, |bytes| bytes <= memory_bytes / 2)
+        });
+        if fits {
+            break;
+        }
+        kib /= 2;
+    }
+    kib
+}
+
 /// `spec` with `sizes` applied.
 pub fn sized(spec: JobSpec, sizes: Sizes) -> JobSpec {
     JobSpec {

@@ -55,6 +55,7 @@ pub struct TpchBenchArgs {
     pub no_conventional: bool,
     /// Compare these offload levels side by side instead (e.g. `semijoin,disks,auto`): per
     /// query the median time, the bytes the host received and the bytes sent disk to disk.
+    /// `disks/none`, `disks/paper`, `disks/excessive`: `disks` run as memik's bundles.
     #[arg(long, value_delimiter = ',')]
     pub levels: Vec<String>,
     /// How disk-to-disk streams travel: `direct` (chiu's fully distributed smart disks) or
@@ -286,6 +287,18 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     result
 }
 
+/// A `--levels` entry: an offload level, at `disks` optionally with memik's bundling
+/// (`disks/none`, `disks/paper`, `disks/excessive`).
+fn level_with_bundling(
+    spec: &str,
+) -> Result<(Offload, Option<adisk_host::sql::bundling::Bundling>), CliError> {
+    let (level, bundling) = match spec.split_once('/') {
+        Some((l, b)) => (l, Some(b.parse()?)),
+        None => (spec, None),
+    };
+    Ok((level.parse::<Offload>()?, bundling))
+}
+
 /// `--levels`: the queries at each level, runs interleaved level by level per query after one
 /// warm-up each; medians, bytes to the host and disk to disk, and each level's speed-up over the
 /// first level named.
@@ -295,18 +308,20 @@ async fn levels_table(
     queries: &[u32],
     texts: &[&str],
 ) -> Result<(), CliError> {
-    let levels = a
+    let parsed = a
         .levels
         .iter()
-        .map(|l| l.parse::<Offload>())
+        .map(|l| level_with_bundling(l))
         .collect::<Result<Vec<_>, _>>()?;
+    let levels: Vec<&String> = a.levels.iter().collect();
     let mut engines = Vec::with_capacity(levels.len());
-    for l in &levels {
+    for (l, bundling) in &parsed {
         engines.push(
             SqlEngine::new(
                 cluster.clone(),
                 SqlOptions {
                     offload: *l,
+                    bundling: *bundling,
                     buffer_kib: a.buffer_kib,
                     central_unit: a
                         .central_unit

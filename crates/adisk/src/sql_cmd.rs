@@ -40,6 +40,12 @@ pub struct EngineArgs {
     /// memory is rerun this way by itself.
     #[arg(long)]
     pub spill_joins: bool,
+    /// memik's operation bundling: none, paper or excessive. At `disks` each stage's
+    /// operations run as the bundles this relation of bindable operations forms, each a DiskOS
+    /// stage of its own (without it: every operation between two exchanges in one). `explain`
+    /// also prints the bundles of the whole plan.
+    #[arg(long)]
+    pub bundling: Option<String>,
 }
 
 impl EngineArgs {
@@ -55,9 +61,17 @@ impl EngineArgs {
             central_unit: self.central_unit,
             result_cap_bytes: None,
             spill_joins: self.spill_joins,
+            // Checked by `offload`, which every caller asks first.
+            bundling: self.bundling().ok().flatten(),
         }
     }
+    /// The `--bundling` relation, if given.
+    pub fn bundling(&self) -> Result<Option<adisk_host::sql::bundling::Bundling>, CliError> {
+        Ok(self.bundling.as_deref().map(str::parse).transpose()?)
+    }
+    /// The offload level (and a check of `--bundling`).
     pub fn offload(&self) -> Result<Offload, CliError> {
+        self.bundling()?;
         Ok(self.offload.parse::<Offload>()?)
     }
 }
@@ -195,11 +209,6 @@ pub struct ExplainArgs {
     /// Output format: text or json.
     #[arg(long, default_value = "text")]
     pub format: String,
-    /// Also show memik's operation bundles of the query plan under this relation of bindable
-    /// operations: none, paper or excessive (bundle count, operations per bundle, distinct
-    /// bundles).
-    #[arg(long)]
-    pub bundling: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -249,6 +258,9 @@ pub enum TpchCommand {
         /// At `disks`: sort-merge joins and no broadcast build sides (see `adisk sql`).
         #[arg(long)]
         spill_joins: bool,
+        /// At `disks`: run each stage as memik's bundles (none, paper, excessive; see `adisk sql`).
+        #[arg(long)]
+        bundling: Option<String>,
         /// Run the queries on a running service (at its own offload level).
         #[command(flatten)]
         remote: ConnectArgs,
@@ -388,7 +400,7 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
         }
     };
     if let Some(mut client) = a.remote.client(dir).await? {
-        if json || a.bundling.is_some() {
+        if json || a.engine.bundling.is_some() {
             return Err(CliError::Other(
                 "--connect: the service's EXPLAIN is text (no --format json, no --bundling)".into(),
             ));
@@ -403,36 +415,58 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
         return Ok(());
     }
     let eng = engine(dir, a.engine.options(a.engine.offload()?)).await?;
-    match (analyze, json) {
-        (true, false) => print!("{}", eng.explain_analyze(&query).await?.0),
+    let bundled = match a.engine.bundling()? {
+        Some(b) => Some(bundles(dir, &a, &query, b).await?),
+        None => None,
+    };
+    let mut v = match (analyze, json) {
+        (true, false) => {
+            print!("{}", eng.explain_analyze(&query).await?.0);
+            None
+        }
         (true, true) => {
             let out = eng.query_analyzed(&query).await?;
-            println!("{}", report::explain_analyze_json(&out, eng.settings()));
+            Some(report::explain_analyze_json(&out, eng.settings()))
         }
-        (false, false) => print!("{}", eng.explain(&query).await?),
+        (false, false) => {
+            print!("{}", eng.explain(&query).await?);
+            None
+        }
         (false, true) => {
             let (plan, choice) = eng.plan_with_choice(&query).await?;
             let mut v = report::explain_json(&plan, eng.settings());
             v["choice"] = choice.into();
-            println!("{v}");
+            Some(v)
         }
+    };
+    match (&mut v, bundled) {
+        (Some(v), Some((_, j))) => v["bundles"] = j,
+        (None, Some((text, _))) => print!("{text}"),
+        _ => {}
     }
-    if let Some(b) = &a.bundling {
-        print!("{}", bundles(dir, &a, &query, b.parse()?).await?);
+    if let Some(v) = v {
+        println!("{v}");
     }
     Ok(())
 }
 
 /// memik's bundles of the query's plan (the conventional plan: DataFusion's operators before
-/// any offload), with their count, size and distinct shapes.
+/// any offload), with their count, size and distinct shapes; as text and as JSON.
 async fn bundles(
     dir: &Path,
     a: &ExplainArgs,
     query: &str,
     relation: adisk_host::sql::bundling::Bundling,
-) -> Result<String, CliError> {
+) -> Result<(String, serde_json::Value), CliError> {
     let plain = engine(dir, a.engine.options(Offload::None)).await?;
     let r = adisk_host::sql::bundling::report(&plain.plan(query).await?, relation);
+    let json = serde_json::json!({
+        "relation": format!("{relation:?}").to_lowercase(),
+        "count": r.count(),
+        "operations_per_bundle": r.average_ops(),
+        "distinct": r.distinct().len(),
+        "bundles": r.lines(),
+    });
     let mut text = format!(
         "\noperation bundles ({:?} relation, memik Algorithm 1): {} bundles, {:.2} operations per bundle, {} distinct\n",
         relation,
@@ -443,7 +477,7 @@ async fn bundles(
     for line in r.lines() {
         text += &format!("  {line}\n");
     }
-    Ok(text)
+    Ok((text, json))
 }
 
 /// Offload levels named by a comma-separated list or `all`.
@@ -526,8 +560,13 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
             queries,
             central_unit,
             spill_joins,
+            bundling,
             remote,
         } => {
+            let bundling = bundling
+                .as_deref()
+                .map(str::parse::<adisk_host::sql::bundling::Bundling>)
+                .transpose()?;
             check_sf(dir, sf).await?;
             let answers = tpch::official_answers(sf)?;
             let queries: Vec<u32> = if queries.is_empty() {
@@ -577,6 +616,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                         central_unit: central_unit
                             .filter(|_| matches!(level, Offload::Disks | Offload::Auto)),
                         spill_joins,
+                        bundling,
                         ..Default::default()
                     },
                 )

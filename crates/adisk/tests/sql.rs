@@ -116,6 +116,42 @@ fn tpch_sf001_every_offload_level() {
         stages.contains("SortMergeJoinExec"),
         "lineitem ⋈ partsupp with --spill-joins:\n{stages}"
     );
+    // memik's bundles as the execution unit: every operation its own DiskOS stage, and the
+    // paper's relation; the answers stay right.
+    for relation in ["none", "paper"] {
+        let out = check(&["--offload", "disks", "--bundling", relation]);
+        assert!(
+            out.contains("22 passed, 0 failed"),
+            "bundling {relation}:\n{out}"
+        );
+    }
+    let bundled: Value = serde_json::from_str(&ok(
+        c.dir(),
+        &[
+            "explain",
+            &tpch_text(5),
+            "--format",
+            "json",
+            "--offload",
+            "disks",
+            "--bundling",
+            "none",
+        ],
+    ))
+    .unwrap();
+    let stages = stages_text(&bundled);
+    assert!(
+        stages.contains(" bundles: bundle 0: "),
+        "Q5's join stage as bundles:\n{stages}"
+    );
+    let analyzed = explain(c.dir(), true, &tpch_text(5), "disks");
+    let per_disk = analyzed["control_messages"].as_u64().unwrap();
+    assert_eq!(
+        per_disk, 8,
+        "one job per disk: a start and a statistics request each: {analyzed}"
+    );
+    let err = fails(c.dir(), &["sql", "select 1", "--bundling", "most"]);
+    assert!(err.contains("unknown bundling `most`"), "{err}");
     // chiu's partially distributed system: every exchange through the host.
     ok(c.dir(), &["down"]);
     ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);

@@ -379,7 +379,7 @@ impl Fragment {
         scratch_bytes: u64,
         spill: Option<&Spill>,
     ) -> Result<Self> {
-        let Some(input) = inputs.first() else {
+        let Some(_) = inputs.first() else {
             return Err(DiskOsError::InvalidJob(
                 "a plan fragment needs an input".into(),
             ));
@@ -410,8 +410,10 @@ impl Fragment {
             .build_arc()
             .map_err(df("building the fragment runtime"))?;
         let disk = runtime.disk_manager.clone();
-        let batch_rows =
-            (reserve / 2 / row_width(input)).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
+        // Rows joined from several inputs can be as wide as all of them together (a sort
+        // above a stage's joins holds such rows): size batches for that width.
+        let width = inputs.iter().map(row_width).sum::<u64>();
+        let batch_rows = (reserve / 2 / width).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
         let mut config = SessionConfig::new().with_batch_size(batch_rows);
         // A sort keeps a quarter of the pool back for merging its spilled runs (DataFusion's
         // default, 10 MiB, would not fit a disk's scratch) and for sorting what it holds

@@ -244,6 +244,126 @@ pub fn report(plan: &Arc<dyn ExecutionPlan>, relation: Bundling) -> BundleReport
     }
 }
 
+/// One bundle of a stage's fragment, run as a DiskOS stage of its own.
+#[derive(Debug, Clone)]
+pub struct Piece {
+    /// Its plan: the stage's inputs and other pieces' outputs are `EmptyExec` leaves.
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// What each leaf reads, depth first.
+    pub inputs: Vec<PieceInput>,
+}
+
+/// What a leaf of a [`Piece`] reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PieceInput {
+    /// Input `i` of the stage (its `i`-th `EmptyExec` leaf, depth first).
+    Stage(usize),
+    /// The output of piece `j` (an earlier one).
+    Piece(usize),
+}
+
+/// Splits a stage's fragment — its inputs are `EmptyExec` leaves, depth first — into memik's
+/// bundles under `relation`: where an operation reads another that it does not bind (join,
+/// sort, group-by, aggregation; the filters and projections above an operation go with it),
+/// the operation below becomes a piece of its own, streamed to the one above. Pieces come
+/// inputs first; the stage's output is the last one's. Inputs of the stage (scans, pipes)
+/// already run as stages of their own and are never cut.
+///
+/// # Errors
+/// A node could not be rebuilt with its new children.
+pub fn split(
+    plan: &Arc<dyn ExecutionPlan>,
+    relation: Bundling,
+) -> datafusion::error::Result<Vec<Piece>> {
+    let mut pieces = Vec::new();
+    let mut leaves = 0;
+    let (root, inputs) = cut_pieces(plan, relation, &mut pieces, &mut leaves)?;
+    pieces.push(Piece { plan: root, inputs });
+    Ok(pieces)
+}
+
+fn cut_pieces(
+    node: &Arc<dyn ExecutionPlan>,
+    relation: Bundling,
+    pieces: &mut Vec<Piece>,
+    leaves: &mut usize,
+) -> datafusion::error::Result<(Arc<dyn ExecutionPlan>, Vec<PieceInput>)> {
+    let children = node.children();
+    if children.is_empty() {
+        let input = node
+            .downcast_ref::<datafusion::physical_plan::empty::EmptyExec>()
+            .map(|_| {
+                *leaves += 1;
+                PieceInput::Stage(*leaves - 1)
+            });
+        return Ok((node.clone(), input.into_iter().collect()));
+    }
+    let reader = operation(node).map(|(below, _)| below);
+    let (mut kids, mut inputs) = (Vec::new(), Vec::new());
+    for child in children {
+        let (cut, child_inputs) = cut_pieces(child, relation, pieces, leaves)?;
+        let apart = reader
+            .zip(first_operation(child))
+            .is_some_and(|(r, c)| !relation.binds(c, r));
+        if apart {
+            pieces.push(Piece {
+                plan: cut,
+                inputs: child_inputs,
+            });
+            kids.push(Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+                child.schema(),
+            )) as Arc<dyn ExecutionPlan>);
+            inputs.push(PieceInput::Piece(pieces.len() - 1));
+        } else {
+            kids.push(cut);
+            inputs.extend(child_inputs);
+        }
+    }
+    Ok((super::rules::rewire(node.clone(), kids)?, inputs))
+}
+
+/// The operation a physical node is, as its inputs see it and as its reader sees it (a grouped
+/// aggregation forms groups below and computes aggregates above); None for filters,
+/// projections and other nodes that belong to the operation below them.
+fn operation(node: &Arc<dyn ExecutionPlan>) -> Option<(Op, Op)> {
+    let n: &dyn ExecutionPlan = node.as_ref();
+    let op = if n.downcast_ref::<HashJoinExec>().is_some()
+        || n.downcast_ref::<SymmetricHashJoinExec>().is_some()
+    {
+        Op::HashJoin
+    } else if n.downcast_ref::<SortMergeJoinExec>().is_some() {
+        Op::MergeJoin
+    } else if n.downcast_ref::<NestedLoopJoinExec>().is_some()
+        || n.downcast_ref::<CrossJoinExec>().is_some()
+    {
+        Op::NestedLoop
+    } else if n.downcast_ref::<SortExec>().is_some() {
+        Op::Sort
+    } else if let Some(a) = n.downcast_ref::<AggregateExec>() {
+        let below = if a.group_expr().expr().is_empty() {
+            Op::Aggregate
+        } else {
+            Op::GroupBy
+        };
+        return Some((below, Op::Aggregate));
+    } else {
+        return None;
+    };
+    Some((op, op))
+}
+
+/// The operation `node` ends in, seen from above: itself, or the one below the filters and
+/// projections on top of it (None at a leaf or a node with several inputs that is none).
+fn first_operation(node: &Arc<dyn ExecutionPlan>) -> Option<Op> {
+    if let Some((_, above)) = operation(node) {
+        return Some(above);
+    }
+    match node.children().as_slice() {
+        [only] => first_operation(only),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -342,6 +462,95 @@ mod tests {
                 }
                 _ => {}
             }
+        }
+    }
+
+    /// memik's six queries with their tables as `EmptyExec` inputs (as a stage's fragment has
+    /// them), cut into pieces: every input is read once, in order; pieces only read earlier
+    /// ones; no piece holds an operation reading another it does not bind; fewer pieces as
+    /// the relation grows.
+    #[tokio::test]
+    async fn pieces_cut_a_fragment_where_operations_do_not_bind() {
+        use datafusion::common::tree_node::{Transformed, TreeNode};
+        use datafusion::physical_plan::empty::EmptyExec;
+        for (q, plan) in plans().await {
+            let plan = plan
+                .transform_up(|n| {
+                    Ok(if n.children().is_empty() {
+                        Transformed::yes(Arc::new(EmptyExec::new(n.schema())) as _)
+                    } else {
+                        Transformed::no(n)
+                    })
+                })
+                .unwrap()
+                .data;
+            let leaves = plan
+                .collect_leaves_for_test()
+                .into_iter()
+                .filter(|l| l.downcast_ref::<EmptyExec>().is_some())
+                .count();
+            let mut counts = Vec::new();
+            for relation in [Bundling::None, Bundling::Paper, Bundling::Excessive] {
+                let pieces = split(&plan, relation).unwrap();
+                let mut read = Vec::new();
+                for (i, p) in pieces.iter().enumerate() {
+                    for input in &p.inputs {
+                        match *input {
+                            PieceInput::Stage(k) => read.push(k),
+                            PieceInput::Piece(j) => assert!(j < i, "Q{q}: piece {i} reads {j}"),
+                        }
+                    }
+                    assert!(
+                        unbound_inside(&p.plan, relation).is_none(),
+                        "Q{q} {relation:?}"
+                    );
+                }
+                read.sort();
+                assert_eq!(read, (0..leaves).collect::<Vec<_>>(), "Q{q} {relation:?}");
+                counts.push(pieces.len());
+            }
+            assert!(
+                counts[0] >= counts[1] && counts[1] >= counts[2],
+                "Q{q}: {counts:?}"
+            );
+            if q == 3 {
+                assert!(
+                    counts[0] > counts[2],
+                    "Q3 has joins and a sort to cut: {counts:?}"
+                );
+            }
+        }
+    }
+
+    /// An operation in `plan` reading another it does not bind (through filters and
+    /// projections), if any.
+    fn unbound_inside(plan: &Arc<dyn ExecutionPlan>, relation: Bundling) -> Option<(Op, Op)> {
+        if let Some((below, _)) = operation(plan) {
+            for c in plan.children() {
+                if let Some(child) = first_operation(c)
+                    && !relation.binds(child, below)
+                {
+                    return Some((child, below));
+                }
+            }
+        }
+        plan.children()
+            .into_iter()
+            .find_map(|c| unbound_inside(c, relation))
+    }
+
+    trait Leaves {
+        fn collect_leaves_for_test(&self) -> Vec<Arc<dyn ExecutionPlan>>;
+    }
+    impl Leaves for Arc<dyn ExecutionPlan> {
+        fn collect_leaves_for_test(&self) -> Vec<Arc<dyn ExecutionPlan>> {
+            if self.children().is_empty() {
+                return vec![self.clone()];
+            }
+            self.children()
+                .into_iter()
+                .flat_map(|c| c.collect_leaves_for_test())
+                .collect()
         }
     }
 }

@@ -22,6 +22,7 @@
 //! starts every stage's job at every disk at once when it is first executed and streams the
 //! top stage's output, one partition per disk. A stage whose fragment a disk could not decode,
 //! or whose keys are not plain columns, is not cut: that part of the plan stays at the host.
+use super::bundling::{Bundling, PieceInput};
 use super::scan::DiskScanExec;
 use super::{QueryMetrics, ScanReport, SqlSettings};
 use crate::cluster::Cluster;
@@ -83,9 +84,8 @@ enum Route2 {
 /// A stage of the distributed plan.
 #[derive(Debug, Clone)]
 struct StagePlan {
-    /// The fragment (an `EmptyExec` per input), for EXPLAIN, and its encoding.
+    /// The fragment (an `EmptyExec` per input), for EXPLAIN.
     plan: Arc<dyn ExecutionPlan>,
-    bytes: Vec<u8>,
     /// Partition `i` runs at `disks[i]`.
     disks: Vec<u32>,
     inputs: Vec<Input>,
@@ -94,6 +94,71 @@ struct StagePlan {
     targets: Vec<u32>,
     /// Estimated bytes of its output over all its disks (DataFusion's statistics).
     est_bytes: Option<u64>,
+    /// Its fragment as memik's bundles, each a DiskOS stage (one piece: the whole fragment).
+    pieces: Vec<StagePiece>,
+}
+
+/// One bundle of a stage: an encoded fragment, what its inputs read, its scratch weight and
+/// its operators (for EXPLAIN).
+#[derive(Debug, Clone)]
+struct StagePiece {
+    bytes: Vec<u8>,
+    inputs: Vec<PieceInput>,
+    weight: u64,
+    ops: String,
+}
+
+/// A stage's fragment cut into pieces under `relation` (one piece without one, or when a
+/// piece cannot be encoded).
+fn pieces(
+    plan: &Arc<dyn ExecutionPlan>,
+    bytes: &[u8],
+    inputs: usize,
+    relation: Option<Bundling>,
+) -> Vec<StagePiece> {
+    let whole = || {
+        vec![StagePiece {
+            bytes: bytes.to_vec(),
+            inputs: (0..inputs).map(PieceInput::Stage).collect(),
+            weight: weight(plan),
+            ops: operators(plan),
+        }]
+    };
+    let Some(relation) = relation else {
+        return whole();
+    };
+    let Ok(split) = super::bundling::split(plan, relation) else {
+        return whole();
+    };
+    let encoded: Option<Vec<StagePiece>> = split
+        .into_iter()
+        .map(|p| {
+            let bytes = datafusion_proto::bytes::physical_plan_to_bytes(p.plan.clone()).ok()?;
+            Some(StagePiece {
+                bytes: bytes.to_vec(),
+                inputs: p.inputs,
+                weight: weight(&p.plan),
+                ops: operators(&p.plan),
+            })
+        })
+        .collect();
+    encoded.unwrap_or_else(whole)
+}
+
+/// A fragment's operators, top first, its input leaves left out.
+fn operators(plan: &Arc<dyn ExecutionPlan>) -> String {
+    let ops: Vec<String> = datafusion::physical_plan::displayable(plan.as_ref())
+        .indent(false)
+        .to_string()
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("EmptyExec"))
+        .map(|l| l.trim().to_string())
+        .collect();
+    if ops.is_empty() {
+        "pass-through".to_string()
+    } else {
+        ops.join(" ← ")
+    }
 }
 
 /// A stage being cut: the plan above its inputs so far.
@@ -157,6 +222,7 @@ impl PhysicalOptimizerRule for DistributeRule {
                 self.join_budget(&plan)
             },
             live,
+            bundling: self.settings.bundling,
         };
         let mut out = self.place(plan, &mut cutter)?;
         if let Some(c) = self.settings.central_unit {
@@ -307,6 +373,8 @@ struct Cutter {
     join_budget: u64,
     /// The disks not taken as dead, in order: hash partition `i` goes to `live[i]`.
     live: Vec<u32>,
+    /// memik's relation of bindable operations, when stages run as bundles.
+    bundling: Option<Bundling>,
 }
 
 impl Cutter {
@@ -317,10 +385,11 @@ impl Cutter {
         let bytes = datafusion_proto::bytes::physical_plan_to_bytes(cut.plan.clone())
             .map(|b| b.to_vec())
             .unwrap_or_default();
+        let pieces = pieces(&cut.plan, &bytes, cut.inputs.len(), self.bundling);
         let mut stages = self.stages.lock().expect("stages lock");
         stages.list.push(StagePlan {
+            pieces,
             plan: cut.plan,
-            bytes,
             disks: cut.disks,
             inputs: cut.inputs,
             route,
@@ -681,17 +750,16 @@ impl DisksExec {
                 Route2::Hash(k) => format!("→ hash [{}] to disks {:?}", k.join(", "), s.targets),
                 Route2::Broadcast => format!("→ broadcast to disks {:?}", s.targets),
             };
-            let ops: Vec<String> = datafusion::physical_plan::displayable(s.plan.as_ref())
-                .indent(false)
-                .to_string()
-                .lines()
-                .filter(|l| !l.trim_start().starts_with("EmptyExec"))
-                .map(|l| l.trim().to_string())
-                .collect();
-            let ops = if ops.is_empty() {
-                "pass-through".to_string()
-            } else {
-                ops.join(" ← ")
+            let ops = match s.pieces.as_slice() {
+                [_] => operators(&s.plan),
+                pieces => {
+                    let each: Vec<String> = pieces
+                        .iter()
+                        .enumerate()
+                        .map(|(i, p)| format!("bundle {i}: {}", p.ops))
+                        .collect();
+                    format!("{} bundles: {}", pieces.len(), each.join(" | "))
+                }
             };
             out.push(format!(
                 "stage {i} at disks {:?} reads [{}] {route}: {ops}",
@@ -756,17 +824,35 @@ impl DisksExec {
                 }
             }
         }
-        let fragment = DiskletSpec::Fragment {
-            kind: FragmentKind::Stage,
-            plan: ExprBytes(stage.bytes.clone()),
-        };
-        let from = job.push(s, fragment, ports, weight(&stage.plan));
+        let from = Self::add_pieces(job, s, &stage.pieces, &ports);
         let sink = self.sink(s, p, ids)?;
         if matches!(sink, Sink::Host) {
             job.root_partition = Some(p);
         }
         job.spec.outputs.push(Output { from, sink });
         Ok(())
+    }
+
+    /// Appends the pieces of stage `s` (its bundles) reading the stage's input `ports`; the
+    /// last one's output port.
+    fn add_pieces(job: &mut DiskJob, s: usize, pieces: &[StagePiece], ports: &[Port]) -> Port {
+        let mut outs: Vec<Port> = Vec::with_capacity(pieces.len());
+        for piece in pieces {
+            let inputs = piece
+                .inputs
+                .iter()
+                .map(|i| match *i {
+                    PieceInput::Stage(k) => ports[k],
+                    PieceInput::Piece(j) => outs[j],
+                })
+                .collect();
+            let fragment = DiskletSpec::Fragment {
+                kind: FragmentKind::Stage,
+                plan: ExprBytes(piece.bytes.clone()),
+            };
+            outs.push(job.push(s, fragment, inputs, piece.weight));
+        }
+        *outs.last().expect("a stage has at least one piece")
     }
 
     /// Where partition `p` of stage `s` sends its rows.
@@ -811,6 +897,15 @@ impl DisksExec {
             }
         }
         let cost = &self.settings.cost;
+        let kib = jobs::fitted_buffer_kib(
+            by_disk.values().map(|j| &j.spec),
+            STAGE_BUFFER_KIB,
+            cost.disk_memory_bytes,
+            cost.buffers_per_stream,
+        );
+        for job in by_disk.values_mut() {
+            job.spec.buffer_kib = kib;
+        }
         let budget = Budget {
             memory_bytes: cost.disk_memory_bytes,
             buffers_per_stream: cost.buffers_per_stream,
@@ -952,8 +1047,9 @@ impl DiskJob {
         }
     }
 
-    /// The finished job, sized to fit the disk in one grant. Its stream buffers, inboxes and
-    /// output allowances come first (DiskOS's own count, [`grant_beyond_scratch`]); what is
+    /// The finished job, sized to fit the disk in one grant. Its stream buffers (their size
+    /// chosen for the whole query by [`jobs::fitted_buffer_kib`]), inboxes and output
+    /// allowances come first (DiskOS's own count, [`grant_beyond_scratch`]); what is
     /// left of the disk's memory, less a sixteenth, is the stages' scratch, divided by weight
     /// (a hash join's build side, a sort or an aggregation needs room, a stage that only
     /// forwards rows hardly any), never more than `--scratch-kib` per stage. A query whose

@@ -169,6 +169,10 @@ pub struct SqlSettings {
     /// sorts spill), and only tiny build sides broadcast — the plan a query falls back to when
     /// a disk ran out of memory.
     pub spill_joins: bool,
+    /// At `disks`: run each stage's fragment as memik's bundles under this relation, each
+    /// bundle a DiskOS stage of its own (None: one fragment per stage, every operation between
+    /// two exchanges bundled).
+    pub bundling: Option<bundling::Bundling>,
 }
 
 impl SqlSettings {
@@ -342,6 +346,9 @@ pub struct SqlOptions {
     /// side ([`SqlSettings::spill_joins`]). A `disks` plan that runs a disk out of memory is
     /// rerun this way once by itself.
     pub spill_joins: bool,
+    /// At `disks`: each stage's operations run as memik's bundles under this relation
+    /// ([`SqlSettings::bundling`]).
+    pub bundling: Option<bundling::Bundling>,
 }
 
 /// Stream buffer size SQL jobs ask the disks for, KiB. Measured on TPC-H SF 1 with 4 disks
@@ -362,6 +369,7 @@ impl Default for SqlOptions {
             central_unit: None,
             result_cap_bytes: None,
             spill_joins: false,
+            bundling: None,
         }
     }
 }
@@ -747,12 +755,13 @@ impl SqlEngine {
             .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
             .collect();
         let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
-        let (scratch_kib, temp_kib, buffer_kib, central_unit, spill_joins) = (
+        let (scratch_kib, temp_kib, buffer_kib, central_unit, spill_joins, bundling) = (
             opts.scratch_kib,
             opts.temp_kib,
             opts.buffer_kib,
             opts.central_unit,
             opts.spill_joins,
+            opts.bundling,
         );
         let settings_for = move |offload, analyze| {
             Arc::new(SqlSettings {
@@ -767,6 +776,7 @@ impl SqlEngine {
                 program: program.clone(),
                 central_unit,
                 spill_joins,
+                bundling,
             })
         };
         let settings = settings_for(opts.offload, false);

@@ -503,14 +503,24 @@ impl DiskScanExec {
             buffer_kib: self.settings.buffer_kib,
             temp_kib: self.settings.temp_kib,
         };
-        Ok(crate::jobs::chain(
+        let mut spec = crate::jobs::chain(
             "sql",
             &self.settings.program,
             source,
             stages,
             Sink::Host,
             sizes,
-        ))
+        );
+        if spec.buffer_kib > 0 {
+            let cost = &self.settings.cost;
+            spec.buffer_kib = crate::jobs::fitted_buffer_kib(
+                std::iter::once(&spec),
+                spec.buffer_kib,
+                cost.disk_memory_bytes,
+                cost.buffers_per_stream,
+            );
+        }
+        Ok(spec)
     }
 
     /// The source and stages of a bundle without Bloom filters, for job graphs that route its
