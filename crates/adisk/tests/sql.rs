@@ -98,19 +98,7 @@ fn tpch_sf001_every_offload_level() {
     );
     let join = "select count(*) as n from lineitem join partsupp \
                 on l_partkey = ps_partkey and l_suppkey = ps_suppkey";
-    let spilling: Value = serde_json::from_str(&ok(
-        c.dir(),
-        &[
-            "explain",
-            join,
-            "--format",
-            "json",
-            "--offload",
-            "disks",
-            "--spill-joins",
-        ],
-    ))
-    .unwrap();
+    let spilling = explain_at_disks(c.dir(), join, &["--spill-joins"]);
     let stages = stages_text(&spilling);
     assert!(
         stages.contains("SortMergeJoinExec"),
@@ -125,20 +113,7 @@ fn tpch_sf001_every_offload_level() {
             "bundling {relation}:\n{out}"
         );
     }
-    let bundled: Value = serde_json::from_str(&ok(
-        c.dir(),
-        &[
-            "explain",
-            &tpch_text(5),
-            "--format",
-            "json",
-            "--offload",
-            "disks",
-            "--bundling",
-            "none",
-        ],
-    ))
-    .unwrap();
+    let bundled = explain_at_disks(c.dir(), &tpch_text(5), &["--bundling", "none"]);
     let stages = stages_text(&bundled);
     assert!(
         stages.contains(" bundles: bundle 0: "),
@@ -177,6 +152,13 @@ fn explain(dir: &Path, analyze: bool, sql: &str, offload: &str) -> Value {
         args.push("analyze");
     }
     args.extend_from_slice(&[sql, "--format", "json", "--offload", offload]);
+    serde_json::from_str(&ok(dir, &args)).expect("explain json")
+}
+
+/// EXPLAIN as JSON at `disks`, with more options.
+fn explain_at_disks(dir: &Path, sql: &str, more: &[&str]) -> Value {
+    let mut args = vec!["explain", sql, "--format", "json", "--offload", "disks"];
+    args.extend_from_slice(more);
     serde_json::from_str(&ok(dir, &args)).expect("explain json")
 }
 

@@ -118,18 +118,8 @@ pub fn op_tree(plan: &Arc<dyn ExecutionPlan>) -> OpTree {
     let children = || plan.children().into_iter().map(op_tree).collect::<Vec<_>>();
     let op = if plan.children().is_empty() {
         Op::Scan
-    } else if node.downcast_ref::<HashJoinExec>().is_some()
-        || node.downcast_ref::<SymmetricHashJoinExec>().is_some()
-    {
-        Op::HashJoin
-    } else if node.downcast_ref::<SortMergeJoinExec>().is_some() {
-        Op::MergeJoin
-    } else if node.downcast_ref::<NestedLoopJoinExec>().is_some()
-        || node.downcast_ref::<CrossJoinExec>().is_some()
-    {
-        Op::NestedLoop
-    } else if node.downcast_ref::<SortExec>().is_some() {
-        Op::Sort
+    } else if let Some(op) = join_or_sort(node) {
+        op
     } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
         let below = || {
             let mut kids = children();
@@ -327,29 +317,35 @@ fn cut_pieces(
 /// projections and other nodes that belong to the operation below them.
 fn operation(node: &Arc<dyn ExecutionPlan>) -> Option<(Op, Op)> {
     let n: &dyn ExecutionPlan = node.as_ref();
-    let op = if n.downcast_ref::<HashJoinExec>().is_some()
+    if let Some(op) = join_or_sort(n) {
+        return Some((op, op));
+    }
+    let a = n.downcast_ref::<AggregateExec>()?;
+    let below = if a.group_expr().expr().is_empty() {
+        Op::Aggregate
+    } else {
+        Op::GroupBy
+    };
+    Some((below, Op::Aggregate))
+}
+
+/// The join or sort a physical node is, if it is one.
+fn join_or_sort(n: &dyn ExecutionPlan) -> Option<Op> {
+    if n.downcast_ref::<HashJoinExec>().is_some()
         || n.downcast_ref::<SymmetricHashJoinExec>().is_some()
     {
-        Op::HashJoin
+        Some(Op::HashJoin)
     } else if n.downcast_ref::<SortMergeJoinExec>().is_some() {
-        Op::MergeJoin
+        Some(Op::MergeJoin)
     } else if n.downcast_ref::<NestedLoopJoinExec>().is_some()
         || n.downcast_ref::<CrossJoinExec>().is_some()
     {
-        Op::NestedLoop
+        Some(Op::NestedLoop)
     } else if n.downcast_ref::<SortExec>().is_some() {
-        Op::Sort
-    } else if let Some(a) = n.downcast_ref::<AggregateExec>() {
-        let below = if a.group_expr().expr().is_empty() {
-            Op::Aggregate
-        } else {
-            Op::GroupBy
-        };
-        return Some((below, Op::Aggregate));
+        Some(Op::Sort)
     } else {
-        return None;
-    };
-    Some((op, op))
+        None
+    }
 }
 
 /// The operation `node` ends in, seen from above: itself, or the one below the filters and

@@ -899,7 +899,10 @@ impl DisksExec {
         let cost = &self.settings.cost;
         let kib = jobs::fitted_buffer_kib(
             by_disk.values().map(|j| &j.spec),
-            STAGE_BUFFER_KIB,
+            self.settings
+                .buffer_kib
+                .min(cost.disk_memory_bytes / BUFFERS_PER_DISK_MEMORY / 1024)
+                .max(STAGE_BUFFER_KIB),
             cost.disk_memory_bytes,
             cost.buffers_per_stream,
         );
@@ -1168,8 +1171,16 @@ impl Drop for Cancel {
     }
 }
 
-/// Stream buffer size of stage jobs, KiB: many stages share a disk's memory at once.
+/// Stream buffer of a query's jobs at the least to start fitting from, KiB: they start from
+/// the SQL jobs' size (`--buffer-kib`, 1 MiB), at most 1/[`BUFFERS_PER_DISK_MEMORY`] of the
+/// smallest disk's memory, and halve it until their streams take at most half of it
+/// ([`jobs::fitted_buffer_kib`]).
 const STAGE_BUFFER_KIB: u64 = 64;
+
+/// A query's buffers at `disks` start from at most this fraction of a disk's memory (1 MiB on
+/// 256 MiB disks, 64 KiB on 16 MiB ones): larger buffers also make larger batches, and on a
+/// 16 MiB disk a sort-merge join's sorts then no longer fit their share of a stage's scratch.
+const BUFFERS_PER_DISK_MEMORY: u64 = 256;
 
 /// What a stage job reports into the query's metrics when it ends.
 struct Reporter {
