@@ -632,6 +632,18 @@ fn disks_level_colocated_and_spilling_joins() {
         "no exchange on the order key:\n{stages}"
     );
 
+    // TPC-H Q12: DataFusion broadcasts the few qualifying lineitem rows (a collect-left
+    // join); they are co-partitioned with orders, so they join where they are instead.
+    let v = explain(dir, false, &tpch_text(12), "disks");
+    let stages = stages_text(&v);
+    assert!(
+        stages
+            .lines()
+            .any(|l| l.contains("scan lineitem") && l.contains("scan orders"))
+            && !stages.contains("broadcast"),
+        "Q12's lineitem ⋈ orders at their disks, nothing broadcast:\n{stages}"
+    );
+
     // A self-join of lineitem on its key: the build side (150 000 rows per disk with their
     // comments) is far past a 16 MiB disk's memory.
     let big = "select count(*) as n, sum(length(a.l_comment)) as c, sum(b.l_extendedprice) as p \

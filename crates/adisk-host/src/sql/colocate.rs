@@ -19,6 +19,7 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::Partitioning;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::filter::FilterExec;
@@ -56,11 +57,42 @@ pub(super) fn colocated(j: &HashJoinExec) -> bool {
     let (Some(left), Some(right)) = (below_exchange(j.left()), below_exchange(j.right())) else {
         return false;
     };
+    keys_copartitioned(j, &left, &right)
+}
+
+/// Whether the collect-left join `j` can run where its inputs are instead of broadcasting its
+/// build side: on some key pair both columns come from co-partitioned tables, so every row's
+/// matches sit at its own disk, whatever the join type.
+pub(super) fn colocated_build(j: &HashJoinExec) -> bool {
+    if *j.partition_mode() != PartitionMode::CollectLeft
+        || j.null_equality() != NullEquality::NullEqualsNothing
+    {
+        return false;
+    }
+    build_input(j).is_some_and(|build| keys_copartitioned(j, &build, j.right()))
+}
+
+/// The build side of a collect-left join below the merge of its partitions.
+pub(super) fn build_input(j: &HashJoinExec) -> Option<Arc<dyn ExecutionPlan>> {
+    let left = j.left();
+    if left.downcast_ref::<CoalescePartitionsExec>().is_some() {
+        return left.children().first().map(|c| (*c).clone());
+    }
+    Some(left.clone())
+}
+
+/// Whether, on some key pair of `j`, the column of `left` and the column of `right` come from
+/// co-partitioned tables.
+fn keys_copartitioned(
+    j: &HashJoinExec,
+    left: &Arc<dyn ExecutionPlan>,
+    right: &Arc<dyn ExecutionPlan>,
+) -> bool {
     j.on().iter().any(|(l, r)| {
         let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>()) else {
             return false;
         };
-        match (origin(&left, l.index()), origin(&right, r.index())) {
+        match (origin(left, l.index()), origin(right, r.index())) {
             (Some(a), Some(b)) => copartitioned(&a, &b),
             _ => false,
         }
@@ -182,6 +214,10 @@ fn join_column(j: &HashJoinExec, index: usize) -> Option<Traced> {
         {
             trace(j.right(), i)
         }
+        PartitionMode::CollectLeft if colocated_build(j) => match side {
+            0 => trace(&build_input(j)?, i),
+            _ => trace(j.right(), i),
+        },
         PartitionMode::Partitioned if colocated(j) => {
             let input = if side == 0 { j.left() } else { j.right() };
             trace(&below_exchange(input)?, i)

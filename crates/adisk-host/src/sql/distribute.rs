@@ -497,6 +497,11 @@ impl Cutter {
     fn join(&mut self, j: &HashJoinExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
         match j.partition_mode() {
             PartitionMode::CollectLeft => {
+                if super::colocate::colocated_build(j)
+                    && let Some(cut) = self.colocated_join(j, plan)
+                {
+                    return Some(cut);
+                }
                 let mut build = j.left().clone();
                 if build.downcast_ref::<CoalescePartitionsExec>().is_some() {
                     build = build.children().first().map(|c| (*c).clone())?;
@@ -567,6 +572,26 @@ impl Cutter {
 }
 
 impl Cutter {
+    /// A collect-left join whose two sides are co-partitioned on its key, run where both are:
+    /// each disk joins its own build rows with its own probe rows (nothing moves; a broadcast
+    /// would send the whole build side to every disk).
+    fn colocated_join(&mut self, j: &HashJoinExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        let build = self.cut(&super::colocate::build_input(j)?)?;
+        let probe = self.cut(j.right())?;
+        if build.disks != probe.disks || !build.declustered || !probe.declustered {
+            return None;
+        }
+        let joined = super::rules::rewire(plan.clone(), vec![build.plan, probe.plan]).ok()?;
+        let mut inputs = build.inputs;
+        inputs.extend(probe.inputs);
+        Some(Cut {
+            plan: joined,
+            disks: probe.disks,
+            inputs,
+            declustered: true,
+        })
+    }
+
     /// A collect-left join run as a partitioned one: both sides hashed on their keys (plain
     /// columns of equal types on both sides) to every disk.
     fn repartitioned_join(
