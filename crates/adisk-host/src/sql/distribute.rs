@@ -172,6 +172,20 @@ struct Cut {
     declustered: bool,
 }
 
+impl Cut {
+    /// `plan`, a join of `left` and `right` at their (same) disks: it reads both's inputs.
+    fn joined(plan: Arc<dyn ExecutionPlan>, left: Cut, right: Cut, declustered: bool) -> Cut {
+        let mut inputs = left.inputs;
+        inputs.extend(right.inputs);
+        Cut {
+            plan,
+            disks: left.disks,
+            inputs,
+            declustered,
+        }
+    }
+}
+
 /// The stages of one query, as the rule cuts them.
 #[derive(Debug, Default)]
 struct Stages {
@@ -556,15 +570,9 @@ impl Cutter {
                 {
                     return None;
                 }
-                let joined = self.partitioned_join(j, plan, left.plan, right.plan)?;
-                let mut inputs = left.inputs;
-                inputs.extend(right.inputs);
-                Some(Cut {
-                    plan: joined,
-                    disks: left.disks,
-                    inputs,
-                    declustered: colocated,
-                })
+                let joined =
+                    self.partitioned_join(j, plan, left.plan.clone(), right.plan.clone())?;
+                Some(Cut::joined(joined, left, right, colocated))
             }
             PartitionMode::Auto => None,
         }
@@ -581,15 +589,9 @@ impl Cutter {
         if build.disks != probe.disks || !build.declustered || !probe.declustered {
             return None;
         }
-        let joined = super::rules::rewire(plan.clone(), vec![build.plan, probe.plan]).ok()?;
-        let mut inputs = build.inputs;
-        inputs.extend(probe.inputs);
-        Some(Cut {
-            plan: joined,
-            disks: probe.disks,
-            inputs,
-            declustered: true,
-        })
+        let children = vec![build.plan.clone(), probe.plan.clone()];
+        let joined = super::rules::rewire(plan.clone(), children).ok()?;
+        Some(Cut::joined(joined, build, probe, true))
     }
 
     /// A collect-left join run as a partitioned one: both sides hashed on their keys (plain
