@@ -155,6 +155,21 @@ fn explain(dir: &Path, analyze: bool, sql: &str, offload: &str) -> Value {
     serde_json::from_str(&ok(dir, &args)).expect("explain json")
 }
 
+/// `tpch check` at SF 0.01 of these queries at these levels; its output.
+fn tpch_check_sf001(dir: &Path, offload: &str, queries: &str) -> String {
+    let args = [
+        "tpch",
+        "check",
+        "--sf",
+        "0.01",
+        "--offload",
+        offload,
+        "--queries",
+        queries,
+    ];
+    ok(dir, &args)
+}
+
 /// EXPLAIN as JSON at `disks`, with more options.
 fn explain_at_disks(dir: &Path, sql: &str, more: &[&str]) -> Value {
     let mut args = vec!["explain", sql, "--format", "json", "--offload", "disks"];
@@ -722,19 +737,7 @@ fn disk_groups_behind_a_router() {
         "{toml}"
     );
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
-    let out = ok(
-        dir,
-        &[
-            "tpch",
-            "check",
-            "--sf",
-            "0.01",
-            "--offload",
-            "disks",
-            "--queries",
-            "3,5,9,18",
-        ],
-    );
+    let out = tpch_check_sf001(dir, "disks", "3,5,9,18");
     assert!(out.contains("4 passed, 0 failed"), "{out}");
     let v = explain(dir, true, &tpch_text(5), "disks");
     let between = v["bytes_inter_group"]
@@ -773,19 +776,7 @@ fn disk_groups_behind_a_router() {
     assert_eq!(disks_of("lineitem"), serde_json::json!([0, 1]), "{status}");
     assert_eq!(disks_of("customer"), serde_json::json!([2, 3]), "{status}");
     assert_eq!(disks_of("nation"), serde_json::json!([2]), "{status}");
-    let out = ok(
-        dir,
-        &[
-            "tpch",
-            "check",
-            "--sf",
-            "0.01",
-            "--offload",
-            "disks,semijoin",
-            "--queries",
-            "3,5,10,18",
-        ],
-    );
+    let out = tpch_check_sf001(dir, "disks,semijoin", "3,5,10,18");
     assert!(out.contains("8 passed, 0 failed"), "{out}");
     let v = explain(dir, true, &tpch_text(3), "disks");
     assert!(
