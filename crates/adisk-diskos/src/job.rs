@@ -1465,13 +1465,27 @@ pub fn grant_beyond_scratch(
     disk_buffer_bytes: u64,
     buffers_per_stream: u32,
 ) -> std::result::Result<u64, adisk_core::graph::GraphError> {
+    let buffer_bytes = if spec.buffer_kib == 0 {
+        disk_buffer_bytes
+    } else {
+        spec.buffer_kib * 1024
+    };
+    grant_beyond_scratch_at(spec, buffer_bytes, buffers_per_stream)
+}
+
+/// [`grant_beyond_scratch`] with stream buffers of `buffer_bytes`, whatever `spec` asks for
+/// (a planner trying sizes).
+///
+/// # Errors
+/// `spec`'s graph is malformed.
+pub fn grant_beyond_scratch_at(
+    spec: &JobSpec,
+    buffer_bytes: u64,
+    buffers_per_stream: u32,
+) -> std::result::Result<u64, adisk_core::graph::GraphError> {
     let shape = adisk_core::graph::check(spec)?;
     let sizes = GrantSizes {
-        buffer_bytes: if spec.buffer_kib == 0 {
-            disk_buffer_bytes
-        } else {
-            spec.buffer_kib * 1024
-        },
+        buffer_bytes,
         slots_per_stream: crate::stream::slots_per_stream(buffers_per_stream),
         // As a disk's exchange registry: one queued message per buffer of a stream.
         inbox_messages: buffers_per_stream as usize,

@@ -100,11 +100,7 @@ pub fn fitted_buffer_kib<'a>(
     let mut kib = largest;
     while kib / 2 >= adisk_diskos::job::MIN_JOB_BUFFER_KIB {
         let fits = specs.clone().all(|spec| {
-            let sized = JobSpec {
-                buffer_kib: kib,
-                ..spec.clone()
-            };
-            adisk_diskos::job::grant_beyond_scratch(&sized, kib * 1024, buffers_per_stream)
+            adisk_diskos::job::grant_beyond_scratch_at(spec, kib * 1024, buffers_per_stream)
                 .map_or(true, |bytes| bytes <= memory_bytes / 2)
         });
         if fits {
