@@ -659,6 +659,35 @@ fn disks_level_colocated_and_spilling_joins() {
         "Q12's lineitem ⋈ orders at their disks, nothing broadcast:\n{stages}"
     );
 
+    // TPC-H Q18: lineitem's aggregate by order key finishes where lineitem is (no exchange),
+    // and customer ⋈ orders reaches lineitem's disks without a hash on the order key: routed
+    // by range of it, or (customer broadcast) never leaving orders' disks.
+    let v = explain(dir, false, &tpch_text(18), "disks");
+    let stages = stages_text(&v);
+    assert!(
+        !stages.contains("hash [l_orderkey]") && !stages.contains("hash [o_orderkey]"),
+        "Q18: nothing hashed on the order key:\n{stages}"
+    );
+    // Outer joins whose preserved side moves by range to lineitem's disks (a collect-left
+    // left join, a partitioned full join): exact against DuckDB.
+    let ranged = [
+        "select count(*) as n, count(l_orderkey) as m, sum(g.k) as s from \
+         (select o_custkey as k, max(o_orderkey) as ok from orders group by o_custkey) g \
+         left join lineitem on g.ok = l_orderkey and l_quantity > 45",
+        "select count(*) as n, count(l_orderkey) as m, count(g.k) as s from \
+         (select o_custkey as k, max(o_orderkey) as ok from orders group by o_custkey) g \
+         full join (select * from lineitem where l_quantity > 49) l on g.ok = l.l_orderkey",
+    ];
+    for q in ranged {
+        let stages = stages_text(&explain(dir, false, q, "disks"));
+        assert!(stages.contains("range [ok]"), "{q}:\n{stages}");
+    }
+    let slt = dir.join("ranged.slt");
+    let text: String = ranged.iter().map(|q| format!("query\n{q};\n\n")).collect();
+    std::fs::write(&slt, text).unwrap();
+    let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "disks"]);
+    assert!(out.contains("2 passed, 0 failed"), "{out}");
+
     // A self-join of lineitem on its key: the build side (150 000 rows per disk with their
     // comments) is far past a 16 MiB disk's memory.
     let big = "select count(*) as n, sum(length(a.l_comment)) as c, sum(b.l_extendedprice) as p \

@@ -154,9 +154,23 @@ fn trace(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Traced> {
         let c = p.expr().get(index)?.expr.downcast_ref::<Column>()?;
         return child(c.index());
     }
+    if let Some(r) = node.downcast_ref::<RepartitionExec>() {
+        // Round robin spreads batches within a disk; an elided hash exchange moves nothing.
+        if matches!(r.partitioning(), Partitioning::RoundRobinBatch(_)) || elided(plan) {
+            return child(index);
+        }
+        return None;
+    }
     if let Some(a) = node.downcast_ref::<AggregateExec>() {
-        // A partial aggregation groups the rows of one disk; its keys keep their values.
-        if *a.mode() != AggregateMode::Partial || !a.group_expr().is_single() {
+        // A partial aggregation groups the rows of one disk, a partitioned one the rows its
+        // input brought there; either way its keys keep their values.
+        let per_partition = matches!(
+            a.mode(),
+            AggregateMode::Partial
+                | AggregateMode::FinalPartitioned
+                | AggregateMode::SinglePartitioned
+        );
+        if !per_partition || !a.group_expr().is_single() {
             return None;
         }
         let (e, _) = a.group_expr().expr().get(index)?;
@@ -222,7 +236,13 @@ fn join_column(j: &HashJoinExec, index: usize) -> Option<Traced> {
             let input = if side == 0 { j.left() } else { j.right() };
             trace(&below_exchange(input)?, i)
         }
-        _ => None,
+        _ => match range_join(j) {
+            Some(rj) if rj.stay == side => {
+                let (left, right) = join_inputs(j)?;
+                trace(if side == 0 { &left } else { &right }, i)
+            }
+            _ => None,
+        },
     }
 }
 
@@ -265,9 +285,201 @@ fn ranges(o: &Origin) -> Option<Vec<(u32, [i64; 2])>> {
     Some(out)
 }
 
+/// Where the rows of a range-declustered column sit: each disk holds one key range that no
+/// other disk's overlaps. `disks` are in key order; `bounds[i]` is the largest key at
+/// `disks[i]` (none for the last), so a row with key `k` belongs to the first disk whose
+/// bound is at least `k` — the targets and bounds of a range exchange.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Placement {
+    pub disks: Vec<u32>,
+    pub bounds: Vec<i64>,
+}
+
+/// The placement of column `index` of `plan`'s output, if its rows never left the disks that
+/// read them, every disk of the scan reads some of them, and each disk's key range is its own.
+pub(super) fn placement(plan: &Arc<dyn ExecutionPlan>, index: usize) -> Option<Placement> {
+    let o = origin(plan, index)?;
+    let scan = o.scan.downcast_ref::<DiskScanExec>()?;
+    let ranges = ranges(&o)?;
+    let placed = disjoint(&ranges)?;
+    let mut all = scan.disks.clone();
+    all.sort_unstable();
+    let mut have = placed.disks.clone();
+    have.sort_unstable();
+    (all == have).then_some(placed)
+}
+
+/// One key range per disk (the hull of its partitions'), in key order, if no two disks'
+/// hulls overlap.
+fn disjoint(ranges: &[(u32, [i64; 2])]) -> Option<Placement> {
+    let mut hull = std::collections::BTreeMap::<u32, [i64; 2]>::new();
+    for (d, [lo, hi]) in ranges {
+        let h = hull.entry(*d).or_insert([*lo, *hi]);
+        *h = [h[0].min(*lo), h[1].max(*hi)];
+    }
+    let mut by_key: Vec<(u32, [i64; 2])> = hull.into_iter().collect();
+    by_key.sort_by_key(|(_, r)| r[0]);
+    if by_key.is_empty() || by_key.windows(2).any(|w| w[0].1[1] >= w[1].1[0]) {
+        return None;
+    }
+    Some(Placement {
+        disks: by_key.iter().map(|(d, _)| *d).collect(),
+        bounds: by_key[..by_key.len() - 1]
+            .iter()
+            .map(|(_, r)| r[1])
+            .collect(),
+    })
+}
+
+/// A join one of whose inputs is range-declustered on a join key: that input stays where it
+/// is and the other is routed to it by range on the matching key (one exchange instead of
+/// two, or instead of a broadcast).
+#[derive(Debug, Clone)]
+pub(super) struct RangeJoin {
+    /// The input that stays: 0 left (build), 1 right (probe).
+    pub stay: usize,
+    /// The moved input's key column name (the exchange routes on it).
+    pub moved_key: String,
+    pub placement: Placement,
+}
+
+/// The inputs of join `j` as its disks see them: below the hash exchanges of a partitioned
+/// join, the build side below the merge of its partitions for a collect-left one.
+pub(super) fn join_inputs(
+    j: &HashJoinExec,
+) -> Option<(Arc<dyn ExecutionPlan>, Arc<dyn ExecutionPlan>)> {
+    match j.partition_mode() {
+        PartitionMode::Partitioned => Some((
+            below_exchange(j.left()).unwrap_or_else(|| j.left().clone()),
+            below_exchange(j.right()).unwrap_or_else(|| j.right().clone()),
+        )),
+        PartitionMode::CollectLeft => Some((build_input(j)?, j.right().clone())),
+        PartitionMode::Auto => None,
+    }
+}
+
+/// Whether `j` can run as a [`RangeJoin`], and how. Every key value then has one disk on both
+/// sides, so any join type is exact — except a null-aware anti join (`NOT IN`), which must see
+/// every build row. A collect-left join keeps its probe side.
+pub(super) fn range_join(j: &HashJoinExec) -> Option<RangeJoin> {
+    if j.null_equality() != NullEquality::NullEqualsNothing || j.null_aware {
+        return None;
+    }
+    let (left, right) = join_inputs(j)?;
+    let sides = match j.partition_mode() {
+        PartitionMode::CollectLeft => vec![1],
+        _ => vec![1, 0],
+    };
+    for stay in sides {
+        for (l, r) in j.on() {
+            let (Some(l), Some(r)) = (l.downcast_ref::<Column>(), r.downcast_ref::<Column>())
+            else {
+                continue;
+            };
+            let (stay_plan, stay_col, moved_plan, moved_col) = match stay {
+                1 => (&right, r, &left, l),
+                _ => (&left, l, &right, r),
+            };
+            let moved_schema = moved_plan.schema();
+            let unique = moved_schema
+                .fields()
+                .iter()
+                .filter(|f| f.name() == moved_col.name())
+                .count()
+                == 1;
+            let same_type = moved_schema.field(moved_col.index()).data_type()
+                == stay_plan.schema().field(stay_col.index()).data_type();
+            if !unique
+                || !same_type
+                || bound_literal(0, moved_schema.field(moved_col.index()).data_type()).is_none()
+            {
+                continue;
+            }
+            if let Some(placement) = placement(stay_plan, stay_col.index()) {
+                return Some(RangeJoin {
+                    stay,
+                    moved_key: moved_col.name().to_string(),
+                    placement,
+                });
+            }
+        }
+    }
+    None
+}
+
+/// A partition bound `v` (as recorded at load) as a literal of the key's type.
+pub(super) fn bound_literal(
+    v: i64,
+    t: &datafusion::arrow::datatypes::DataType,
+) -> Option<datafusion::common::ScalarValue> {
+    use datafusion::arrow::datatypes::DataType::*;
+    use datafusion::common::ScalarValue as S;
+    Some(match t {
+        Int8 => S::Int8(Some(i8::try_from(v).ok()?)),
+        Int16 => S::Int16(Some(i16::try_from(v).ok()?)),
+        Int32 => S::Int32(Some(i32::try_from(v).ok()?)),
+        Int64 => S::Int64(Some(v)),
+        UInt8 => S::UInt8(Some(u8::try_from(v).ok()?)),
+        UInt16 => S::UInt16(Some(u16::try_from(v).ok()?)),
+        UInt32 => S::UInt32(Some(u32::try_from(v).ok()?)),
+        Date32 => S::Date32(Some(i32::try_from(v).ok()?)),
+        Date64 => S::Date64(Some(v)),
+        _ => return None,
+    })
+}
+
+/// Whether the hash exchange `plan` can be left out: one of its keys is range-declustered on
+/// the disks (see [`placement`]), so rows with equal keys already sit on one disk.
+pub(super) fn elided(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let Some(r) = plan.downcast_ref::<RepartitionExec>() else {
+        return false;
+    };
+    let Partitioning::Hash(exprs, _) = r.partitioning() else {
+        return false;
+    };
+    let Some(child) = plan.children().first().map(|c| (*c).clone()) else {
+        return false;
+    };
+    exprs.iter().any(|e| {
+        e.downcast_ref::<Column>()
+            .is_some_and(|c| placement(&child, c.index()).is_some())
+    })
+}
+
 #[cfg(test)]
 mod tests {
-    use super::overlaps_meet;
+    use super::{Placement, disjoint, overlaps_meet};
+
+    #[test]
+    fn a_placement_is_one_key_range_per_disk_in_key_order() {
+        // Disks listed out of key order; disk 2 holds two adjacent partitions.
+        let ranges = [
+            (1, [101, 200]),
+            (2, [201, 250]),
+            (2, [251, 300]),
+            (0, [1, 100]),
+        ];
+        assert_eq!(
+            disjoint(&ranges),
+            Some(Placement {
+                disks: vec![0, 1, 2],
+                bounds: vec![100, 200],
+            })
+        );
+        // One disk: no bounds, every row to it.
+        let one = disjoint(&[(3, [5, 9])]).expect("one disk");
+        assert!(one.bounds.is_empty() && one.disks == vec![3]);
+        // A disk whose partitions straddle another disk's range has no range of its own.
+        assert_eq!(
+            disjoint(&[(0, [1, 100]), (0, [201, 300]), (1, [101, 200])]),
+            None
+        );
+        // Hash-like declustering: every disk spans the whole key space.
+        assert_eq!(disjoint(&[(0, [1, 300]), (1, [2, 299])]), None);
+        // Touching at one key is overlapping.
+        assert_eq!(disjoint(&[(0, [1, 100]), (1, [100, 200])]), None);
+        assert_eq!(disjoint(&[]), None);
+    }
 
     #[test]
     fn equal_keys_meet_only_when_overlapping_ranges_share_a_disk() {

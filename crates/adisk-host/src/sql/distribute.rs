@@ -79,6 +79,13 @@ enum Route2 {
     Hash(Vec<String>),
     /// Every row to every disk of the consuming stage.
     Broadcast,
+    /// By range of this column to the consuming stage's disks, in key order: target `i`
+    /// takes the keys above `bounds[i-1]` up to `bounds[i]` (the disks where a
+    /// range-declustered table keeps them).
+    Range {
+        key: String,
+        bounds: Vec<datafusion::common::ScalarValue>,
+    },
 }
 
 /// A stage of the distributed plan.
@@ -227,14 +234,17 @@ impl PhysicalOptimizerRule for DistributeRule {
         // Exchanges go to the live disks only (a dead disk's partitions are read elsewhere).
         let live = self.cluster.live_disks();
         let stages = Arc::new(Mutex::new(Stages::default()));
+        let join_budget = if self.settings.spill_joins {
+            0 // nothing is held whole: every partitioned join sorts and merges
+        } else {
+            self.join_budget(&plan)
+        };
+        // A copy of the build side at every disk must leave room for its hash table.
+        let plan = super::broadcast::small_builds(plan, live.len() as u64, join_budget / 2)?;
         let mut cutter = Cutter {
             stages: stages.clone(),
             disk_count: live.len() as u32,
-            join_budget: if self.settings.spill_joins {
-                0 // nothing is held whole: every partitioned join sorts and merges
-            } else {
-                self.join_budget(&plan)
-            },
+            join_budget,
             live,
             bundling: self.settings.bundling,
         };
@@ -471,6 +481,22 @@ impl Cutter {
         let child = plan.children().first().map(|c| (*c).clone())?;
         match r.partitioning() {
             Partitioning::RoundRobinBatch(_) => self.cut(&child),
+            // Rows with equal keys already share a disk: nothing to move.
+            Partitioning::Hash(_, n)
+                if *n as u32 == self.disk_count && super::colocate::elided(plan) =>
+            {
+                let below = self.cut(&child)?;
+                below.declustered.then_some(below)
+            }
+            _ => self.hash_stage(r, plan),
+        }
+    }
+
+    /// A hash repartition as an exchange: the stage below ends, hashed on plain columns to
+    /// every disk.
+    fn hash_stage(&mut self, r: &RepartitionExec, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        let child = plan.children().first().map(|c| (*c).clone())?;
+        match r.partitioning() {
             Partitioning::Hash(exprs, n) if *n as u32 == self.disk_count => {
                 let schema = child.schema();
                 let mut keys = Vec::with_capacity(exprs.len());
@@ -516,6 +542,9 @@ impl Cutter {
                 {
                     return Some(cut);
                 }
+                if let Some(rj) = super::colocate::range_join(j) {
+                    return self.range_routed_join(j, plan, &rj);
+                }
                 let mut build = j.left().clone();
                 if build.downcast_ref::<CoalescePartitionsExec>().is_some() {
                     build = build.children().first().map(|c| (*c).clone())?;
@@ -551,16 +580,18 @@ impl Cutter {
             PartitionMode::Partitioned => {
                 // Co-partitioned tables join where they are: the two hash exchanges go.
                 let colocated = super::colocate::colocated(j);
+                if !colocated && let Some(rj) = super::colocate::range_join(j) {
+                    return self.range_routed_join(j, plan, &rj);
+                }
                 let (left, right) = if colocated {
-                    (
+                    let (l, r) = (
                         super::colocate::below_exchange(j.left())?,
                         super::colocate::below_exchange(j.right())?,
-                    )
+                    );
+                    (self.cut(&l)?, self.cut(&r)?)
                 } else {
-                    (j.left().clone(), j.right().clone())
+                    (self.cut_hashed(j.left())?, self.cut_hashed(j.right())?)
                 };
-                let left = self.cut(&left)?;
-                let right = self.cut(&right)?;
                 // Without the co-location check, both sides must come from hash exchanges: a
                 // side DataFusion left unexchanged because a co-located join below it already
                 // "partitions on the key" is placed by range, not by the hash the other side
@@ -580,6 +611,95 @@ impl Cutter {
 }
 
 impl Cutter {
+    /// `plan` cut as one side of a partitioned join whose other side is hashed: a hash
+    /// exchange stays one even where its rows already sit by range.
+    fn cut_hashed(&mut self, plan: &Arc<dyn ExecutionPlan>) -> Option<Cut> {
+        let node: &dyn ExecutionPlan = plan.as_ref();
+        if node.downcast_ref::<CooperativeExec>().is_some() {
+            return self.cut_hashed(plan.children().first()?);
+        }
+        match node.downcast_ref::<RepartitionExec>() {
+            Some(r) if matches!(r.partitioning(), Partitioning::Hash(..)) => {
+                self.hash_stage(r, plan)
+            }
+            _ => self.cut(plan),
+        }
+    }
+
+    /// A join one of whose inputs is range-declustered on its key ([`RangeJoin`]): that input
+    /// stays at its disks, the other is routed there by range. Nothing else is tried when this
+    /// fails: the rows' placement the plan above was traced with holds only for this cut.
+    ///
+    /// [`RangeJoin`]: super::colocate::RangeJoin
+    fn range_routed_join(
+        &mut self,
+        j: &HashJoinExec,
+        plan: &Arc<dyn ExecutionPlan>,
+        rj: &super::colocate::RangeJoin,
+    ) -> Option<Cut> {
+        let (left, right) = super::colocate::join_inputs(j)?;
+        let (stay_plan, moved_plan) = if rj.stay == 1 {
+            (right, left)
+        } else {
+            (left, right)
+        };
+        let stay = self.cut(&stay_plan)?;
+        let mut have = stay.disks.clone();
+        have.sort_unstable();
+        let mut placed = rj.placement.disks.clone();
+        placed.sort_unstable();
+        if !stay.declustered || have != placed {
+            return None;
+        }
+        let moved = self.cut(&moved_plan)?;
+        if !decodable(&moved.plan) {
+            return None;
+        }
+        let schema = moved.plan.schema();
+        let key_type = schema
+            .field_with_name(&rj.moved_key)
+            .ok()?
+            .data_type()
+            .clone();
+        let bounds = rj
+            .placement
+            .bounds
+            .iter()
+            .map(|b| super::colocate::bound_literal(*b, &key_type))
+            .collect::<Option<Vec<_>>>()?;
+        let route = Route2::Range {
+            key: rj.moved_key.clone(),
+            bounds,
+        };
+        let stage = self.finish(moved, route, &moved_plan);
+        self.set_targets(stage, &rj.placement.disks);
+        let leaf = Cut {
+            plan: Arc::new(EmptyExec::new(schema)),
+            disks: stay.disks.clone(),
+            inputs: vec![Input::Pipe(stage)],
+            declustered: false,
+        };
+        let (l, r) = if rj.stay == 1 {
+            (leaf, stay)
+        } else {
+            (stay, leaf)
+        };
+        let joined = match j.partition_mode() {
+            PartitionMode::Partitioned => {
+                self.partitioned_join(j, plan, l.plan.clone(), r.plan.clone())?
+            }
+            _ => super::rules::rewire(plan.clone(), vec![l.plan.clone(), r.plan.clone()]).ok()?,
+        };
+        let disks = if rj.stay == 1 {
+            r.disks.clone()
+        } else {
+            l.disks.clone()
+        };
+        let mut cut = Cut::joined(joined, l, r, true);
+        cut.disks = disks;
+        Some(cut)
+    }
+
     /// A collect-left join whose two sides are co-partitioned on its key, run where both are:
     /// each disk joins its own build rows with its own probe rows (nothing moves; a broadcast
     /// would send the whole build side to every disk).
@@ -776,6 +896,9 @@ impl DisksExec {
                 Route2::Host => "→ host".to_string(),
                 Route2::Hash(k) => format!("→ hash [{}] to disks {:?}", k.join(", "), s.targets),
                 Route2::Broadcast => format!("→ broadcast to disks {:?}", s.targets),
+                Route2::Range { key, .. } => {
+                    format!("→ range [{key}] to disks {:?}", s.targets)
+                }
             };
             let ops = match s.pieces.as_slice() {
                 [_] => operators(&s.plan),
@@ -894,6 +1017,13 @@ impl DisksExec {
                     .collect::<Result<_>>()?,
             },
             Route2::Broadcast => Route::Broadcast,
+            Route2::Range { key, bounds } => Route::Range {
+                key: jobs::encode_expr(&datafusion::prelude::col(key.as_str()))?,
+                bounds: bounds
+                    .iter()
+                    .map(|b| jobs::encode_expr(&datafusion::prelude::lit(b.clone())))
+                    .collect::<Result<_>>()?,
+            },
         };
         Ok(Sink::Exchange {
             exchange_id: ids[s].clone(),

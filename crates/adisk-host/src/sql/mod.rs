@@ -12,6 +12,7 @@
 //! baseline) < `project` (column elimination) < `select` (qualification) < `aggregate`
 //! (partial aggregation and group-by) < `semijoin` (Bloom filters). `auto` chooses per scan
 //! and per operator with the cost model in [`cost`].
+mod broadcast;
 pub mod bundling;
 mod central;
 mod colocate;
