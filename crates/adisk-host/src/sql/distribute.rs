@@ -1529,6 +1529,30 @@ impl ExecutionPlan for DisksExec {
 
 /// What `plan` is expected to move: the estimated output of every disk scan and `DisksExec`
 /// the host reads, and the exchanges between disks. None where an estimate is missing.
+/// Estimated bytes the operators of `plan`'s stages at the disks take in from their scans (after
+/// each scan's selection, before any join): what the `disks` plan processes where a
+/// host-centric plan, its probe sides pruned by Bloom filters, processes what it ships. None
+/// where DataFusion cannot estimate a scan.
+pub(super) fn plan_work(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
+    let mut work = Some(0u64);
+    let _ = plan.apply(|node| {
+        if let Some(d) = node.downcast_ref::<DisksExec>() {
+            for s in d.reachable() {
+                for input in &d.stages[s].inputs {
+                    if let Input::Scan(scan) = input {
+                        let scan: Arc<dyn ExecutionPlan> = scan.clone();
+                        let bytes = super::sortmerge::estimated_bytes(&scan);
+                        work = work.zip(bytes).map(|(w, b)| w.saturating_add(b));
+                    }
+                }
+            }
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    work
+}
+
 pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost::Traffic> {
     let mut t = super::cost::Traffic {
         to_host: 0,

@@ -986,7 +986,10 @@ impl SqlEngine {
         let Some(d) = distribute::plan_traffic(&disks).filter(|_| distributed) else {
             return Ok(host);
         };
-        let td = cost.traffic_time(d, h.to_host, true);
+        // The disks plan's joins and aggregations take in whole scans (no Bloom filter prunes
+        // them first); the host-centric plan's, what it ships.
+        let work = distribute::plan_work(&disks).unwrap_or(h.to_host);
+        let td = cost.traffic_time(d, work, true);
         let note = Some(format!(
             "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by the host link; disks {td:.3} s moving {} to the host and {} between disks)",
             if td < th { "disks" } else { "host-centric" },
