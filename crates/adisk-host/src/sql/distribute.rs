@@ -656,21 +656,7 @@ impl Cutter {
             return None;
         }
         let schema = moved.plan.schema();
-        let key_type = schema
-            .field_with_name(&rj.moved_key)
-            .ok()?
-            .data_type()
-            .clone();
-        let bounds = rj
-            .placement
-            .bounds
-            .iter()
-            .map(|b| super::colocate::bound_literal(*b, &key_type))
-            .collect::<Option<Vec<_>>>()?;
-        let route = Route2::Range {
-            key: rj.moved_key.clone(),
-            bounds,
-        };
+        let route = range_route(&schema, rj)?;
         let stage = self.finish(moved, route, &moved_plan);
         self.set_targets(stage, &rj.placement.disks);
         let leaf = Cut {
@@ -803,6 +789,21 @@ impl Cutter {
         }
         super::rules::rewire(plan.clone(), vec![left, right]).ok()
     }
+}
+
+/// The range exchange that sends rows of `schema` to the disks of `rj`'s placement by its key.
+fn range_route(schema: &SchemaRef, rj: &super::colocate::RangeJoin) -> Option<Route2> {
+    let key_type = schema.field_with_name(&rj.moved_key).ok()?.data_type();
+    let bounds = rj
+        .placement
+        .bounds
+        .iter()
+        .map(|b| super::colocate::bound_literal(*b, key_type))
+        .collect::<Option<Vec<_>>>()?;
+    Some(Route2::Range {
+        key: rj.moved_key.clone(),
+        bounds,
+    })
 }
 
 /// Whether a disk could decode the fragment (see [`super::rules`]).
