@@ -682,11 +682,29 @@ fn disks_level_colocated_and_spilling_joins() {
         let stages = stages_text(&explain(dir, false, q, "disks"));
         assert!(stages.contains("range [ok]"), "{q}:\n{stages}");
     }
+    // Semi-join reduction: lineitem aggregated by part keeps only the parts the other side
+    // can match (their keys broadcast from the part scan) before its exchange — TPC-H Q17
+    // and Q20, and a left join whose preserved side is the small one.
+    let reduced_left = "select count(*) as n, count(g.s) as m, sum(g.s) as q from part \
+         left join (select l_partkey, sum(l_quantity) as s from lineitem group by l_partkey) g \
+         on p_partkey = g.l_partkey where p_brand = 'Brand#23' and p_container = 'MED BOX'";
+    for q in [tpch_text(17), tpch_text(20), reduced_left.to_string()] {
+        let stages = stages_text(&explain(dir, false, &q, "disks"));
+        assert!(
+            stages.contains("ProjectionExec: expr=[p_partkey@0 as p_partkey]")
+                && stages.contains("join_type=RightSemi, on=[(p_partkey@0, l_partkey@"),
+            "lineitem reduced by the part keys:\n{stages}"
+        );
+    }
     let slt = dir.join("ranged.slt");
-    let text: String = ranged.iter().map(|q| format!("query\n{q};\n\n")).collect();
+    let text: String = ranged
+        .iter()
+        .chain(&[reduced_left])
+        .map(|q| format!("query\n{q};\n\n"))
+        .collect();
     std::fs::write(&slt, text).unwrap();
     let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "disks"]);
-    assert!(out.contains("2 passed, 0 failed"), "{out}");
+    assert!(out.contains("3 passed, 0 failed"), "{out}");
 
     // A self-join of lineitem on its key: the build side (150 000 rows per disk with their
     // comments) is far past a 16 MiB disk's memory.

@@ -239,6 +239,8 @@ impl PhysicalOptimizerRule for DistributeRule {
         } else {
             self.join_budget(&plan)
         };
+        // Large scans feeding exchanges keep only the keys their joins can match.
+        let plan = super::reduce::reduced(plan)?;
         // A copy of the build side at every disk must leave room for its hash table.
         let plan = super::broadcast::small_builds(plan, live.len() as u64, join_budget / 2)?;
         let mut cutter = Cutter {

@@ -20,6 +20,7 @@ pub mod cost;
 pub mod distribute;
 pub mod limits;
 pub mod oracle;
+mod reduce;
 pub mod report;
 pub mod rules;
 pub mod scan;

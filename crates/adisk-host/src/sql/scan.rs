@@ -406,6 +406,12 @@ pub struct DiskScanExec {
 }
 
 impl DiskScanExec {
+    /// Distinct values of table column `name` (written at load), if known.
+    pub(super) fn column_ndv(&self, name: &str) -> Option<u64> {
+        let i = self.entry.schema.index_of(name).ok()?;
+        *self.ndv.get(i)?
+    }
+
     fn new(
         entry: Arc<TableEntry>,
         ndv: Arc<Vec<Option<u64>>>,

@@ -34,6 +34,14 @@ pub(super) fn estimated_bytes(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
     Some(rows.saturating_mul(width.max(1)))
 }
 
+/// Estimated rows of `plan`'s whole output (all partitions), if DataFusion can tell.
+pub(super) fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    let stats = StatisticsContext::default()
+        .compute(plan.as_ref(), &StatisticsArgs::new())
+        .ok()?;
+    precise(stats.num_rows).map(|r| r as usize)
+}
+
 fn precise(p: Precision<usize>) -> Option<u64> {
     match p {
         Precision::Exact(v) | Precision::Inexact(v) => Some(v as u64),
