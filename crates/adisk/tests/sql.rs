@@ -696,6 +696,14 @@ fn disks_level_colocated_and_spilling_joins() {
             "lineitem reduced by the part keys:\n{stages}"
         );
     }
+    // TPC-H Q22's anti join stays at the host (its build side waits for a scalar subquery):
+    // its orders scan is pruned by a Bloom filter of the customer keys, as at `semijoin`.
+    let v = explain(dir, false, &tpch_text(22), "disks");
+    let orders = disk_stages(&v, "orders");
+    assert!(
+        orders.iter().any(|s| s.contains("bloom_probe keys [o_custkey]")),
+        "Q22's orders scan at disks: {orders:?}"
+    );
     let slt = dir.join("ranged.slt");
     let text: String = ranged
         .iter()

@@ -254,6 +254,10 @@ impl PhysicalOptimizerRule for DistributeRule {
         if let Some(c) = self.settings.central_unit {
             out = self.centralize(out, c, &mut cutter)?;
         }
+        // Joins the stages could not take run at the host over scans: those scans are
+        // pruned by Bloom filters as at the host-centric levels (TPC-H Q22's anti join, held
+        // at the host by its scalar subquery).
+        let out = super::rules::push_blooms(out, &self.settings)?;
         let list = std::mem::take(&mut stages.lock().expect("stages lock").list);
         let graph = Arc::new(list);
         // Give every DisksExec the stages of this query.

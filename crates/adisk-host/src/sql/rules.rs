@@ -109,6 +109,25 @@ impl PhysicalOptimizerRule for OffloadRule {
     }
 }
 
+/// `plan` with a Bloom semi-join for every hash join that can take one (see
+/// [`push_bloom`]), whatever the level: at `disks`, for the joins left at the host once the
+/// stages are cut (their probe scans are the host-centric scans this rule's semi-joins are
+/// for).
+pub(super) fn push_blooms(
+    plan: Arc<dyn ExecutionPlan>,
+    settings: &SqlSettings,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>()
+            && let Some(pushed) = push_bloom(join, &node, settings)?
+        {
+            return Ok(Transformed::yes(pushed));
+        }
+        Ok(Transformed::no(node))
+    })
+    .map(|t| t.data)
+}
+
 /// Operators that only move batches between partitions or resize them.
 fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
     let a: &dyn ExecutionPlan = p.as_ref();
