@@ -775,7 +775,7 @@ impl DiskOs {
         ports: &[u32],
         area: &TempArea,
     ) -> Result<Built> {
-        let spills = spill_shares(spec, area);
+        let spills = spill_shares(spec, area)?;
         let mut schemas: BTreeMap<Port, SchemaRef> = sources
             .iter()
             .enumerate()
@@ -1514,10 +1514,11 @@ fn routed_streams(sink: &Sink) -> u64 {
 }
 
 /// Where each stage may spill: stages that can (plan fragments that sort or aggregate) share
-/// the job's temporary-space grant equally, each capped at its share, in its own directory of
-/// the job's area. A job that also writes temporary streams gives them the whole grant, and
-/// its stages do not spill (a full sort or aggregation then fails at its scratch, typed).
-fn spill_shares(spec: &JobSpec, area: &TempArea) -> Vec<Option<Spill>> {
+/// the job's temporary-space grant, as one spill space in the job's area that all of them
+/// write to (a stage may take what the others leave; together they never pass the grant). A
+/// job that also writes temporary streams gives them the whole grant, and its stages do not
+/// spill (a full sort or aggregation then fails at its scratch, typed).
+fn spill_shares(spec: &JobSpec, area: &TempArea) -> Result<Vec<Option<Spill>>> {
     let spills = |d: &DiskletSpec| {
         matches!(
             d,
@@ -1535,21 +1536,15 @@ fn spill_shares(spec: &JobSpec, area: &TempArea) -> Vec<Option<Spill>> {
             }
         )
     });
-    let count = spec.disklets().filter(|d| spills(d)).count() as u64;
-    let share = if temp_streams || count == 0 {
-        0
-    } else {
-        area.limit_bytes() / count
-    };
-    spec.disklets()
-        .enumerate()
-        .map(|(i, d)| {
-            (spills(d) && share > 0).then(|| Spill {
-                dir: area.dir().join(format!("spill-stage-{i}")),
-                bytes: share,
-            })
-        })
-        .collect()
+    let count = spec.disklets().filter(|d| spills(d)).count();
+    if temp_streams || count == 0 || area.limit_bytes() == 0 {
+        return Ok(spec.disklets().map(|_| None).collect());
+    }
+    let space = Spill::new(area.dir().join("spill"), area.limit_bytes())?;
+    Ok(spec
+        .disklets()
+        .map(|d| spills(d).then(|| space.clone()))
+        .collect())
 }
 
 /// Gives each temporary input the schema of the port that writes it, once that is known

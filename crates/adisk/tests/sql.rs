@@ -701,7 +701,9 @@ fn disks_level_colocated_and_spilling_joins() {
     let v = explain(dir, false, &tpch_text(22), "disks");
     let orders = disk_stages(&v, "orders");
     assert!(
-        orders.iter().any(|s| s.contains("bloom_probe keys [o_custkey]")),
+        orders
+            .iter()
+            .any(|s| s.contains("bloom_probe keys [o_custkey]")),
         "Q22's orders scan at disks: {orders:?}"
     );
     let slt = dir.join("ranged.slt");
