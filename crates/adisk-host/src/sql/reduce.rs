@@ -200,6 +200,10 @@ fn filterable(
             index,
         });
     }
+    // Below a limit (a top-k, a fetch), fewer input rows change which rows come out.
+    if node.fetch().is_some() {
+        return None;
+    }
     let crosses = node.downcast_ref::<RepartitionExec>().is_some()
         || node.downcast_ref::<AggregateExec>().is_some();
     *exchanged |= crosses;
@@ -217,6 +221,9 @@ fn filterable(
         return child(i?);
     }
     if let Some(a) = node.downcast_ref::<AggregateExec>() {
+        if a.limit_options().is_some() {
+            return None; // which groups a limited aggregation keeps depends on its input
+        }
         return child(group_key_input(a, index)?);
     }
     let j = node.downcast_ref::<HashJoinExec>()?;
