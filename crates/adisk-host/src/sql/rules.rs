@@ -397,7 +397,10 @@ fn keys_below_row_operator(a: &dyn ExecutionPlan, keys: &[usize]) -> Option<Opti
 }
 
 /// Follows output columns of a scan's fragment down to its leaf (the scan's base columns).
-fn keys_below_fragment(plan: &Arc<dyn ExecutionPlan>, keys: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn keys_below_fragment(
+    plan: &Arc<dyn ExecutionPlan>,
+    keys: &[usize],
+) -> Option<Vec<usize>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
     if a.downcast_ref::<EmptyExec>().is_some() {
         return Some(keys.to_vec());
