@@ -202,22 +202,7 @@ fn scan_column(plan: &Arc<dyn ExecutionPlan>, scan: &DiskScanExec, index: usize)
 /// Column `index` of a hash join's output: a probe-side column of a broadcast join (rows stay
 /// at the probe side's disk), or either side's column of a co-located join.
 fn join_column(j: &HashJoinExec, index: usize) -> Option<Traced> {
-    let index = match &j.projection {
-        Some(p) => *p.get(index)?,
-        None => index,
-    };
-    let left_len = j.left().schema().fields().len();
-    let (side, i) = match j.join_type() {
-        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
-            if index < left_len {
-                (0, index)
-            } else {
-                (1, index - left_len)
-            }
-        }
-        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => (0, index),
-        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => (1, index),
-    };
+    let (side, i) = join_side(j, index)?;
     match j.partition_mode() {
         PartitionMode::CollectLeft
             if side == 1
@@ -244,6 +229,26 @@ fn join_column(j: &HashJoinExec, index: usize) -> Option<Traced> {
             _ => None,
         },
     }
+}
+
+/// The side (0 left, 1 right) and that side's column of a hash join's output column `index`.
+pub(super) fn join_side(j: &HashJoinExec, index: usize) -> Option<(usize, usize)> {
+    let index = match &j.projection {
+        Some(p) => *p.get(index)?,
+        None => index,
+    };
+    let left_len = j.left().schema().fields().len();
+    Some(match j.join_type() {
+        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
+            if index < left_len {
+                (0, index)
+            } else {
+                (1, index - left_len)
+            }
+        }
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => (0, index),
+        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => (1, index),
+    })
 }
 
 /// Whether equal values of `a` and `b` always sit on the same disk: every pair of partitions

@@ -13,6 +13,7 @@
 //! semi-joined with the partsupp rows of the parts named `forest%`; the part scan's keys
 //! filter lineitem before the aggregation's exchange. Q17 likewise filters the lineitem
 //! aggregated by part with the parts of one brand and container.
+use super::colocate::join_side;
 use super::scan::{DiskScanExec, ScanPlan};
 use adisk_core::protocol::FragmentKind;
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -23,7 +24,6 @@ use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use datafusion::physical_plan::repartition::RepartitionExec;
@@ -356,45 +356,13 @@ fn key_sources(plan: &Arc<dyn ExecutionPlan>, index: usize, out: &mut Vec<ScanCo
 /// The input column of output column `index` of a projection (a plain column) or a filter:
 /// None if `node` is neither, Some(None) if the column is computed.
 fn row_operator_input(node: &dyn ExecutionPlan, index: usize) -> Option<Option<usize>> {
-    if let Some(p) = node.downcast_ref::<ProjectionExec>() {
-        return Some(
-            p.expr()
-                .get(index)
-                .and_then(|e| e.expr.downcast_ref::<Column>().map(|c| c.index())),
-        );
-    }
-    let f = node.downcast_ref::<FilterExec>()?;
-    Some(match f.projection() {
-        Some(p) => p.get(index).copied(),
-        None => Some(index),
-    })
+    super::rules::keys_below_row_operator(node, &[index])
+        .map(|k| k.and_then(|k| k.first().copied()))
 }
 
 /// The input column of group key `index` of an aggregation (a plain column).
 fn group_key_input(a: &AggregateExec, index: usize) -> Option<usize> {
-    if !a.group_expr().is_single() {
-        return None;
-    }
-    let (e, _) = a.group_expr().expr().get(index)?;
-    e.downcast_ref::<Column>().map(|c| c.index())
-}
-
-/// The side (0 left, 1 right) and column of a hash join's output column `index`.
-fn join_side(j: &HashJoinExec, index: usize) -> Option<(usize, usize)> {
-    let index = match &j.projection {
-        Some(p) => *p.get(index)?,
-        None => index,
-    };
-    let left_len = j.left().schema().fields().len();
-    Some(match j.join_type() {
-        JoinType::Inner | JoinType::Left | JoinType::Right | JoinType::Full => {
-            if index < left_len {
-                (0, index)
-            } else {
-                (1, index - left_len)
-            }
-        }
-        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => (0, index),
-        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => (1, index),
-    })
+    super::rules::group_key_inputs(a, &[index])?
+        .first()
+        .copied()
 }

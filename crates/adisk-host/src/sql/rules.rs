@@ -359,7 +359,7 @@ fn attach_bloom(
 /// The input columns of an aggregation's group keys `keys` (output positions). Dropping input
 /// rows whose group key cannot match drops exactly those groups, so a filter on group keys
 /// may pass below the aggregation.
-fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
+pub(super) fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
     let groups = agg.group_expr();
     if !groups.is_single() {
         return None;
@@ -376,7 +376,10 @@ fn group_key_inputs(agg: &AggregateExec, keys: &[usize]) -> Option<Vec<usize>> {
 
 /// Input columns of output columns `keys` of a projection (plain columns only) or a filter
 /// (through its projection, if any). `None`: `a` is neither; `Some(None)`: a key is computed.
-fn keys_below_row_operator(a: &dyn ExecutionPlan, keys: &[usize]) -> Option<Option<Vec<usize>>> {
+pub(super) fn keys_below_row_operator(
+    a: &dyn ExecutionPlan,
+    keys: &[usize],
+) -> Option<Option<Vec<usize>>> {
     if let Some(proj) = a.downcast_ref::<ProjectionExec>() {
         let exprs: Vec<_> = proj.projection_expr().iter().collect();
         return Some(
