@@ -245,4 +245,18 @@ pub trait Disklet: Send {
     fn setup_ns(&self) -> (u64, u64) {
         (0, 0)
     }
+    /// Filters that rows of input `input` must pass to matter to this disklet (a join's
+    /// dynamic filter on its probe input): a table scan feeding the input applies them while
+    /// it decodes, and decodes its other columns only for the rows that pass (late
+    /// materialization). Advisory: the disklet still applies them itself.
+    fn scan_filters(&self, _input: usize) -> Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>> {
+        Vec::new()
+    }
+    /// The output columns that are input columns unchanged, if the output is a subset of the
+    /// input's rows in their order, with nothing that counts rows (a qualification, a Bloom
+    /// probe): scan filters of the stage reading this one then pass through to its input on
+    /// these columns. None otherwise.
+    fn row_subset_of_input(&self) -> Option<Vec<String>> {
+        None
+    }
 }

@@ -262,6 +262,7 @@ impl JobState {
             row_groups_read: l(&r.row_groups_read),
             row_groups_skipped: l(&r.row_groups_skipped),
             rows_read: l(&r.rows_read),
+            rows_dropped_at_decode: r.rows_dropped.load(Ordering::Relaxed),
             bytes_scanned: l(&r.bytes_scanned),
             rows_shipped: l(&self.rows_shipped),
             bytes_shipped_host: l(&self.shipped_host_bytes),
@@ -877,6 +878,7 @@ impl DiskOs {
         }
         let mut skips: BTreeMap<Port, Arc<SkipList>> = BTreeMap::new();
         let compute = self.job_compute(&spec, &state);
+        let mut filters = crate::late::scan_filters(&spec, &stages).into_iter();
         for (i, (source, (_, plan))) in spec.inputs.iter().cloned().zip(sources).enumerate() {
             let port = Port::Input(i as u32);
             let skip = Arc::new(SkipList::default());
@@ -885,6 +887,7 @@ impl DiskOs {
             let io = SourceIo {
                 tx,
                 skip,
+                filters: filters.next().unwrap_or_default(),
                 account: account.clone(),
                 buffer_bytes,
                 area: area.clone(),
@@ -1078,6 +1081,7 @@ impl DiskOs {
         let SourceIo {
             tx,
             skip,
+            filters,
             account,
             buffer_bytes,
             area,
@@ -1087,6 +1091,7 @@ impl DiskOs {
         match source {
             Source::Table { .. } => {
                 let (table, projection, prune) = plan.expect("a table source has a plan");
+                let dropped = counters.rows_dropped.clone();
                 let scan = TableScan {
                     store: self.store.clone(),
                     table,
@@ -1098,6 +1103,7 @@ impl DiskOs {
                     account,
                     limiter: self.read_limiter.clone(),
                     compute,
+                    filters: crate::late::RowFilters::new(filters, dropped),
                 };
                 tokio::task::spawn_blocking(move || scan.run(tx))
             }
@@ -1369,6 +1375,8 @@ struct Launch {
 struct SourceIo {
     tx: StreamTx,
     skip: Arc<SkipList>,
+    /// Filters pushed down by the stages reading the source (tables apply them).
+    filters: Vec<Arc<dyn datafusion::physical_expr::PhysicalExpr>>,
     account: Arc<Account>,
     buffer_bytes: u64,
     area: Arc<TempArea>,

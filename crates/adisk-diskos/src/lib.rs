@@ -34,6 +34,7 @@ pub mod exchange;
 pub mod expr;
 pub mod fused;
 pub mod job;
+pub mod late;
 pub mod memory;
 pub mod sched;
 pub mod stream;

@@ -331,6 +331,8 @@ pub struct ReadCounters {
     pub row_groups_skipped: AtomicU64,
     /// Rows delivered.
     pub rows_read: AtomicU64,
+    /// Rows dropped while decoding by pushed-down filters ([`crate::late`]).
+    pub rows_dropped: Arc<AtomicU64>,
     /// Arrow bytes delivered.
     pub bytes_scanned: AtomicU64,
     /// CPU time of the reader.
@@ -414,6 +416,8 @@ pub struct TableScan {
     pub limiter: Option<Arc<ReadLimiter>>,
     /// Compute slots: each buffer is read and decoded under one, charged to the job's program.
     pub compute: JobCompute,
+    /// Filters pushed down by the stages reading this scan, applied while decoding.
+    pub filters: crate::late::RowFilters,
 }
 
 /// A storage read-rate limit shared by every job of a disk (`--read-mbps`): readers pay for
@@ -603,10 +607,18 @@ impl TableScan {
                     .bytes_skipped
                     .fetch_add(skipped_bytes, Ordering::Relaxed);
             }
+            // Filters pushed down by a join reading this scan, in their state now: a reader
+            // with a row filter evaluates it over the row group as it is built.
+            if let Some(filter) = self
+                .filters
+                .row_filter(meta.schema(), md.file_metadata().schema_descr())
+            {
+                builder = builder.with_row_filter(filter);
+            }
             self.counters
                 .row_groups_read
                 .fetch_add(1, Ordering::Relaxed);
-            let mut reader = builder.build().map_err(decode)?;
+            let mut reader = self.compute.run(|| builder.build())?.map_err(decode)?;
             let mut position = range.start;
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.

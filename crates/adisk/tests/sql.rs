@@ -696,6 +696,16 @@ fn disks_level_colocated_and_spilling_joins() {
             "lineitem reduced by the part keys:\n{stages}"
         );
     }
+    // Late materialization: Q20's lineitem scan applies the semi join's part-key filter,
+    // pushed down through its qualification, while decoding (the answer: `tpch check`).
+    let v = explain(dir, true, &tpch_text(20), "disks");
+    let dropped: u64 = v["scans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["stats"]["rows_dropped_at_decode"].as_u64().unwrap_or(0))
+        .sum();
+    assert!(dropped > 0, "Q20: no rows dropped while decoding:\n{v}");
     // TPC-H Q22's anti join stays at the host (its build side waits for a scalar subquery):
     // its orders scan is pruned by a Bloom filter of the customer keys, as at `semijoin`.
     let v = explain(dir, false, &tpch_text(22), "disks");

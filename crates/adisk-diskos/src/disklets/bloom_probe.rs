@@ -57,6 +57,15 @@ impl Disklet for BloomProbe {
     fn name(&self) -> &'static str {
         "bloom_probe"
     }
+    fn row_subset_of_input(&self) -> Option<Vec<String>> {
+        Some(
+            self.output_schema()
+                .fields()
+                .iter()
+                .map(|f| f.name().clone())
+                .collect(),
+        )
+    }
     fn output_schema(&self) -> SchemaRef {
         self.schema.clone()
     }

@@ -22,11 +22,17 @@ use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskM
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
-use datafusion::physical_expr::EquivalenceProperties;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown,
+};
 use datafusion::physical_plan::joins::{HashJoinExec, SortMergeJoinExec};
 use datafusion::physical_plan::limit::{GlobalLimitExec, LocalLimitExec};
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -202,6 +208,9 @@ pub struct FeedExec {
     index: usize,
     wanted: Arc<AtomicUsize>,
     properties: Arc<PlanProperties>,
+    /// Dynamic filters the plan pushed down to this input (a join's build keys, a top-k's
+    /// bound): the scan feeding it applies them while decoding ([`Fragment::scan_filters`]).
+    filters: Vec<Arc<dyn PhysicalExpr>>,
 }
 
 impl FeedExec {
@@ -223,8 +232,16 @@ impl FeedExec {
             index,
             wanted,
             properties,
+            filters: Vec::new(),
         }
     }
+}
+
+/// Whether `expr` holds a dynamic filter (one an operator fills in while it runs).
+fn is_dynamic(expr: &Arc<dyn PhysicalExpr>) -> bool {
+    use datafusion::common::tree_node::TreeNode;
+    expr.exists(|e| Ok(e.downcast_ref::<DynamicFilterPhysicalExpr>().is_some()))
+        .unwrap_or(false)
 }
 
 impl DisplayAs for FeedExec {
@@ -245,19 +262,57 @@ impl ExecutionPlan for FeedExec {
     }
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(
+        f: &mut dyn FnMut(
             &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
         ) -> datafusion::error::Result<
             datafusion::common::tree_node::TreeNodeRecursion,
         >,
     ) -> datafusion::error::Result<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        // The pushed filters are this node's: a join computes its dynamic filter only when
+        // its probe side holds it.
+        use datafusion::common::tree_node::TreeNodeRecursion;
+        for e in &self.filters {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
     }
     fn with_new_children(
         self: Arc<Self>,
         _children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         Ok(self)
+    }
+    /// Keeps the dynamic filters pushed down to this input for the scan feeding it. Every
+    /// filter is reported unsupported: the operators above still apply it to every row.
+    fn handle_child_pushdown_result(
+        &self,
+        _phase: FilterPushdownPhase,
+        result: ChildPushdownResult,
+        _config: &datafusion::config::ConfigOptions,
+    ) -> datafusion::error::Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let filters: Vec<_> = result
+            .parent_filters
+            .iter()
+            .map(|f| f.filter.clone())
+            .collect();
+        let dynamic: Vec<_> = filters.iter().filter(|f| is_dynamic(f)).cloned().collect();
+        let mut propagation = FilterPushdownPropagation::with_parent_pushdown_result(vec![
+                PushedDown::No;
+                filters.len()
+            ]);
+        if !dynamic.is_empty() {
+            let mut node = FeedExec::new(
+                self.schema.clone(),
+                self.feed.clone(),
+                self.index,
+                self.wanted.clone(),
+            );
+            node.filters = self.filters.iter().cloned().chain(dynamic).collect();
+            propagation = propagation.with_updated_node(Arc::new(node) as Arc<dyn ExecutionPlan>);
+        }
+        Ok(propagation)
     }
     fn execute(
         &self,
@@ -305,6 +360,8 @@ pub struct Fragment {
     pool: Arc<dyn MemoryPool>,
     /// The plan (its operators' spill metrics).
     plan: Arc<dyn ExecutionPlan>,
+    /// Per input, the dynamic filters the plan pushed down to it.
+    scan_filters: Vec<Vec<Arc<dyn PhysicalExpr>>>,
     /// Output polled from the plan that did not fit the emitter yet, and its bytes.
     pending: VecDeque<RecordBatch>,
     pending_bytes: u64,
@@ -404,6 +461,21 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
     rewire(plan, children).map_err(df("rewiring a fragment"))
 }
 
+/// Per input, the filters pushed down to its leaf.
+fn leaf_filters(plan: &Arc<dyn ExecutionPlan>, inputs: usize) -> Vec<Vec<Arc<dyn PhysicalExpr>>> {
+    let mut filters = vec![Vec::new(); inputs];
+    let mut nodes = vec![plan.clone()];
+    while let Some(p) = nodes.pop() {
+        if let Some(feed) = p.downcast_ref::<FeedExec>() {
+            if let Some(f) = filters.get_mut(feed.index) {
+                f.extend(feed.filters.iter().cloned());
+            }
+        }
+        nodes.extend(p.children().into_iter().cloned());
+    }
+    filters
+}
+
 impl Fragment {
     /// Decodes and checks the fragment; its memory pool is the scratch grant, its spill space
     /// `spill` (none: spilling disabled).
@@ -482,6 +554,11 @@ impl Fragment {
                 inputs.len()
             )));
         }
+        // Joins and top-k sorts push their dynamic filters down to the input leaves.
+        let plan = FilterPushdown::new_post_optimization()
+            .optimize(plan, task.session_config().options())
+            .map_err(df("pushing dynamic filters down"))?;
+        let scan_filters = leaf_filters(&plan, inputs.len());
         let schema = plan.schema();
         let stream = plan
             .execute(0, task)
@@ -494,6 +571,7 @@ impl Fragment {
             stream,
             pool,
             plan,
+            scan_filters,
             pending: VecDeque::new(),
             pending_bytes: 0,
             spill_granted: spill.map_or(0, |sp| sp.bytes),
@@ -637,6 +715,9 @@ impl Disklet for Fragment {
     }
     fn spilled_bytes(&self) -> u64 {
         spilled_by(&self.plan)
+    }
+    fn scan_filters(&self, input: usize) -> Vec<Arc<dyn PhysicalExpr>> {
+        self.scan_filters.get(input).cloned().unwrap_or_default()
     }
     fn finish(&mut self, out: &mut Emitter) -> Result<()> {
         for f in &self.feeds {

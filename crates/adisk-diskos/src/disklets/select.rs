@@ -107,6 +107,23 @@ impl Disklet for Select {
     fn name(&self) -> &'static str {
         "select"
     }
+    fn row_subset_of_input(&self) -> Option<Vec<String>> {
+        if self.limit.is_some() {
+            return None; // a filter below would change which rows the limit keeps
+        }
+        let names = self.schema.fields().iter().map(|f| f.name().clone());
+        Some(match &self.projection {
+            None => names.collect(),
+            Some(exprs) => names
+                .zip(exprs)
+                .filter(|(name, e)| {
+                    e.downcast_ref::<datafusion::physical_expr::expressions::Column>()
+                        .is_some_and(|c| c.name() == name)
+                })
+                .map(|(name, _)| name)
+                .collect(),
+        })
+    }
     fn output_schema(&self) -> SchemaRef {
         self.schema.clone()
     }

@@ -127,6 +127,8 @@ struct Row {
     shipped: u64,
     rows_read: u64,
     rows_shipped: u64,
+    /// Rows the scans dropped while decoding (late materialization).
+    rows_dropped: u64,
     cpu_ns: u64,
     wall_ns: u64,
 }
@@ -158,6 +160,7 @@ impl Row {
             shipped: s.bytes_shipped_host,
             rows_read: s.rows_read,
             rows_shipped: s.rows_shipped,
+            rows_dropped: s.rows_dropped_at_decode,
             cpu_ns: s.cpu_ns,
             wall_ns: s.wall_ns,
         }
@@ -176,6 +179,7 @@ impl Row {
         self.shipped += o.shipped;
         self.rows_read += o.rows_read;
         self.rows_shipped += o.rows_shipped;
+        self.rows_dropped += o.rows_dropped;
         self.cpu_ns += o.cpu_ns;
         self.wall_ns = self.wall_ns.max(o.wall_ns);
     }
@@ -262,6 +266,14 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
             total.add(&row);
         }
         let _ = writeln!(text, "{}", total.line("total"));
+        if total.rows_dropped > 0 {
+            let _ = writeln!(
+                text,
+                "  late materialization: {} rows dropped while decoding by the joins' filters \
+                 (their other columns not decoded)",
+                total.rows_dropped
+            );
+        }
         grand.add(&total);
         // Per stage, summed over the disks.
         let mut stages: Vec<(String, u64, u64, u64, u64, u64)> = Vec::new();
