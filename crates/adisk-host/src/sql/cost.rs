@@ -130,10 +130,7 @@ impl CostModel {
     }
 
     /// Whether the host link sets the pace of a host-centric plan moving `t` (the I/O-bound
-    /// regime the papers' active and smart disks are for). Only then does `auto` run a query
-    /// at the `disks` level: otherwise both plans are bound by processing, which the estimates
-    /// cannot split finely enough (measured: unthrottled on 2 cores, the `disks` plans of
-    /// TPC-H took 2.6× the host-centric time in all).
+    /// regime the papers' active and smart disks are for), as `auto` reports its choice.
     pub fn link_bound(&self, t: Traffic, host_work_bytes: u64) -> bool {
         let (link, disk_links, cpu) = self.traffic_parts(t, host_work_bytes, false);
         link >= cpu.max(disk_links)

@@ -956,7 +956,7 @@ impl SqlEngine {
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
         let session = self.session_for(analyze)?;
         let plan = self.physical(&session.0, sql).await?;
-        let mut host = Chosen {
+        let host = Chosen {
             plan,
             session,
             note: None,
@@ -969,14 +969,11 @@ impl SqlEngine {
         };
         let cost = &self.settings.cost;
         let th = cost.traffic_time(h, h.to_host, false);
-        // Not bound by the host link: the `disks` plan is not even made.
-        if !cost.link_bound(h, h.to_host) {
-            host.note = Some(format!(
-                "auto: host-centric (cost model: {th:.3} s moving {} to the host, not bound by the host link)",
-                adisk_core::stats::human_bytes(h.to_host)
-            ));
-            return Ok(host);
-        }
+        let bound = if cost.link_bound(h, h.to_host) {
+            "the host link"
+        } else {
+            "processing"
+        };
         let Ok(disks) = self.physical(&alt.0, sql).await else {
             return Ok(host);
         };
@@ -992,7 +989,7 @@ impl SqlEngine {
         let work = distribute::plan_work(&disks).unwrap_or(h.to_host);
         let td = cost.traffic_time(d, work, true);
         let note = Some(format!(
-            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by the host link; disks {td:.3} s moving {} to the host and {} between disks)",
+            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks)",
             if td < th { "disks" } else { "host-centric" },
             adisk_core::stats::human_bytes(h.to_host),
             adisk_core::stats::human_bytes(d.to_host),
