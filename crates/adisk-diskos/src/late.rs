@@ -12,9 +12,8 @@
 //! scan that cannot use one (a column it does not have) loses time, never rows.
 use crate::disklet::Disklet;
 use adisk_core::protocol::{JobSpec, Port};
-use arrow::array::{Array, BooleanArray};
+use arrow::array::{Array, BooleanArray, RecordBatch};
 use arrow::datatypes::{Schema, SchemaRef};
-use arrow::error::ArrowError;
 use datafusion::common::ScalarValue;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Literal;
@@ -155,18 +154,10 @@ impl RowFilters {
         let mask = ProjectionMask::roots(descr, columns);
         Some(Box::new(ArrowPredicateFn::new(mask, move |batch| {
             let rows = batch.num_rows();
-            let value = expr
-                .evaluate(&batch)
-                .and_then(|v| v.into_array(rows))
-                .map_err(|e| ArrowError::ComputeError(e.to_string()))?;
-            let keep = value
-                .as_any()
-                .downcast_ref::<BooleanArray>()
-                .ok_or_else(|| ArrowError::ComputeError("a scan filter is not boolean".into()))?;
-            // A null is not a match.
-            let keep = match keep.nulls() {
-                Some(_) => arrow::compute::prep_null_mask_filter(keep),
-                None => keep.clone(),
+            // The filter is advisory (the join applies it again): one that cannot be evaluated
+            // keeps every row rather than failing the scan.
+            let Some(keep) = evaluate(&expr, &batch) else {
+                return Ok(BooleanArray::from(vec![true; rows]));
             };
             dropped.fetch_add((rows - keep.true_count()) as u64, Ordering::Relaxed);
             seen.fetch_add(rows as u64, Ordering::Relaxed);
@@ -188,6 +179,20 @@ pub fn enabled() -> bool {
 fn passes_all(expr: &Arc<dyn PhysicalExpr>) -> bool {
     expr.downcast_ref::<Literal>()
         .is_some_and(|l| l.value() == &ScalarValue::Boolean(Some(true)))
+}
+
+/// The rows of `batch` that pass `expr` (a null does not), or None if it cannot be evaluated.
+fn evaluate(expr: &Arc<dyn PhysicalExpr>, batch: &RecordBatch) -> Option<BooleanArray> {
+    let value = expr
+        .evaluate(batch)
+        .ok()?
+        .into_array(batch.num_rows())
+        .ok()?;
+    let keep = value.as_any().downcast_ref::<BooleanArray>()?;
+    Some(match keep.nulls() {
+        Some(_) => arrow::compute::prep_null_mask_filter(keep),
+        None => keep.clone(),
+    })
 }
 
 /// Runs of consecutive `true` values in `keep`.
@@ -218,7 +223,7 @@ mod tests {
     /// columns are in another order; unknown columns and a filter not filled in filter nothing.
     #[test]
     fn a_row_filter_reads_only_the_rows_that_pass() {
-        use arrow::array::{Int64Array, RecordBatch};
+        use arrow::array::Int64Array;
         use arrow::datatypes::{DataType, Field};
         use datafusion::logical_expr::Operator;
         use datafusion::physical_expr::expressions::{BinaryExpr, Column, lit};

@@ -1041,6 +1041,32 @@ impl Cluster {
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
+    /// Starts jobs that run together (their stages stream to each other), returning their
+    /// result streams in the order given. A disk answers a start once it admitted the job (its
+    /// grant taken), so the jobs are started one at a time in ascending disk order: every
+    /// query takes its disks' grants in the same order, and two queries that each need all
+    /// of the disks' memory cannot each hold a disk the other waits for. (Started all at
+    /// once, 16 clients at `disks` deadlocked that way until the admission timeout.) Senders
+    /// already running wait for their receivers' inboxes meanwhile.
+    ///
+    /// # Errors
+    /// The first job a disk refuses or fails to admit; the streams already started are dropped,
+    /// which cancels their jobs.
+    pub async fn start_together(
+        &self,
+        jobs: &[(u32, &JobSpec)],
+    ) -> Result<Vec<BoxStream<'static, Result<RecordBatch>>>> {
+        let mut order: Vec<usize> = (0..jobs.len()).collect();
+        order.sort_by_key(|i| jobs[*i].0);
+        let mut started: Vec<Option<BoxStream<'static, Result<RecordBatch>>>> =
+            (0..jobs.len()).map(|_| None).collect();
+        for i in order {
+            let (d, spec) = jobs[i];
+            started[i] = Some(self.start(d, spec).await?);
+        }
+        Ok(started.into_iter().flatten().collect())
+    }
+
     /// Runs `spec` (whose source is [`adisk_core::protocol::Source::Host`]) on disk `d`,
     /// streaming `input` to it over Flight `DoExchange`; returns the job's result stream.
     pub async fn exchange(

@@ -177,13 +177,12 @@ async fn stream_phase(
     specs: &[(u32, JobSpec)],
     mut on_batch: impl FnMut(u32, RecordBatch) -> Result<()>,
 ) -> Result<()> {
-    let starts = futures::future::try_join_all(specs.iter().map(|(d, s)| async move {
-        cluster
-            .start(*d, s)
-            .await
-            .map(|st| st.map(move |r| (*d, r)))
-    }))
-    .await?;
+    let together: Vec<(u32, &JobSpec)> = specs.iter().map(|(d, s)| (*d, s)).collect();
+    let starts = cluster.start_together(&together).await?;
+    let starts = specs
+        .iter()
+        .zip(starts)
+        .map(|((d, _), st)| st.map(move |r| (*d, r)));
     let mut merged = futures::stream::select_all(starts);
     while let Some((d, item)) = merged.next().await {
         let batch = item?;

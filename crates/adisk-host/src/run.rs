@@ -74,6 +74,9 @@ pub struct JobRequest {
     pub scratch_kib: u64,
     /// Temporary disk space per disk job in KiB, for sorts and aggregations that spill (0: none).
     pub temp_kib: u64,
+    /// Stream buffer size in KiB, fitted to the disks' memory as for SQL (0: the disks' own
+    /// size; None: SQL's, [`crate::sql::SQL_BUFFER_KIB`]).
+    pub buffer_kib: Option<u64>,
 }
 
 impl JobRequest {
@@ -166,13 +169,14 @@ pub async fn run(cluster: &Arc<Cluster>, req: &JobRequest) -> Result<JobOutput> 
     req.check_params(allowed(&req.disklet)?)?;
     let relayed = cluster.relay_stats().bytes;
     let bloom_kib = req.number("bloom_kib")?.unwrap_or(1024);
-    // The disks' own buffer size, as `adisk run` always used (SQL asks for larger ones).
+    // Stream buffers as SQL sizes them: the largest that lets the job's streams fit half of
+    // the smallest disk's memory (per-buffer costs are paid per buffer).
     let opts = SqlOptions {
         offload: level(&req.disklet),
         bloom_kib,
         scratch_kib: req.scratch_kib,
         temp_kib: req.temp_kib,
-        buffer_kib: 0,
+        buffer_kib: req.buffer_kib.unwrap_or(crate::sql::SQL_BUFFER_KIB),
         ..SqlOptions::default()
     };
     let engine = SqlEngine::new(cluster.clone(), opts).await?;
@@ -614,6 +618,25 @@ fn senders(
         .collect())
 }
 
+/// One buffer size for the jobs of an exchange (a pipe message may be at most two of the
+/// receiver's buffers): the largest at which each job's streams fit half of a disk's memory.
+fn fit_buffers(engine: &SqlEngine, specs: &mut [(u32, JobSpec)]) {
+    let largest = engine.settings().buffer_kib;
+    if largest == 0 {
+        return;
+    }
+    let cost = &engine.settings().cost;
+    let kib = jobs::fitted_buffer_kib(
+        specs.iter().map(|(_, s)| s),
+        largest,
+        cost.disk_memory_bytes,
+        cost.buffers_per_stream,
+    );
+    for (_, s) in specs.iter_mut() {
+        s.buffer_kib = kib;
+    }
+}
+
 /// One receiver job per disk: the senders' streams merged, then `fragment`.
 fn receivers(
     cluster: &Cluster,
@@ -720,6 +743,7 @@ async fn exchange_groupby(
             plan: ExprBytes(bytes),
         },
     ));
+    fit_buffers(engine, &mut specs);
     let mut batches = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |_, b| {
         batches.push(b);
@@ -783,6 +807,7 @@ async fn partition(
         &key_schema,
         stage,
     ));
+    fit_buffers(engine, &mut specs);
     let mut per_disk: Vec<(u32, RecordBatch)> = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |d, b| {
         per_disk.push((d, b));

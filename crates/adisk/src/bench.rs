@@ -106,10 +106,11 @@ pub async fn scan(
         hz / 1e9
     );
     println!(
-        "{:<8} {:>5} {:>9} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>9}",
+        "{:<8} {:>5} {:>9} {:>11} {:>9} {:>10} {:>8} {:>8} {:>10} {:>10} {:>11} {:>9} {:>9}",
         "query",
         "disks",
         "wall_ms",
+        "diskbuf_ms",
         "disk_ms",
         "scanned_MB",
         "MB/s",
@@ -160,8 +161,15 @@ pub async fn scan(
         let result = async {
             let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
             for (name, req, sql) in &queries {
+                // The same job with the disks' own buffer size, interleaved with it.
+                let small = JobRequest {
+                    buffer_kib: Some(0),
+                    ..req.clone()
+                };
                 adisk_host::run::run(&cluster, req).await?; // warm-up (first open verifies checksums)
+                adisk_host::run::run(&cluster, &small).await?;
                 let mut walls = Vec::with_capacity(repeats);
+                let mut small_walls = Vec::with_capacity(repeats);
                 let mut disk_walls = Vec::with_capacity(repeats);
                 let mut last = None;
                 for _ in 0..repeats {
@@ -169,8 +177,11 @@ pub async fn scan(
                     walls.push(out.stats.wall_ns as f64 / 1e9);
                     disk_walls.push(out.stats.totals().wall_ns_max as f64 / 1e9);
                     last = Some(out);
+                    let out = adisk_host::run::run(&cluster, &small).await?;
+                    small_walls.push(out.stats.wall_ns as f64 / 1e9);
                 }
                 let out = last.expect("repeats >= 1");
+                let small_wall = median(small_walls);
                 let wall = median(walls);
                 let disk_wall = median(disk_walls);
                 let scanned: u64 = out.stats.disks.iter().map(|d| d.bytes_scanned).sum();
@@ -178,10 +189,11 @@ pub async fn scan(
                 let rss = config.disks.iter().filter_map(|d| d.pid).map(peak_rss_bytes).max().unwrap_or(0);
                 let duck = duckdb_seconds(python, &cdir, repeats, sql)?;
                 println!(
-                    "{:<8} {:>5} {:>9.1} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>10.1} {:>10} {:>11.1} {:>9.1} {:>8.2}x",
+                    "{:<8} {:>5} {:>9.1} {:>11.1} {:>9.1} {:>10.1} {:>8.1} {:>8.2} {:>10.1} {:>10} {:>11.1} {:>9.1} {:>8.2}x",
                     name,
                     n,
                     wall * 1e3,
+                    small_wall * 1e3,
                     disk_wall * 1e3,
                     scanned as f64 / 1e6,
                     scanned as f64 / 1e6 / disk_wall,
@@ -200,8 +212,9 @@ pub async fn scan(
         result?;
     }
     println!(
-        "wall_ms: host end to end (planning, all disks, combining); disk_ms: slowest disk's job; MB/s: Arrow bytes scanned at the disks / disk_ms;"
+        "wall_ms: host end to end (planning, all disks, combining); diskbuf_ms: the same with the disks' own buffer size (`adisk run --buffer-kib 0`), interleaved;"
     );
+    println!("disk_ms: slowest disk's job; MB/s: Arrow bytes scanned at the disks / disk_ms;");
     println!(
         "cyc/B: CPU time of all disks x clock / scanned bytes; vs_duck: DuckDB 1-thread time / wall_ms (above 1: ActiveDisk faster)"
     );

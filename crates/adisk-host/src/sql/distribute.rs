@@ -1085,16 +1085,15 @@ impl DisksExec {
             .collect()
     }
 
-    /// Starts the query's job at every disk at once.
+    /// Starts the query's job at every disk, in disk order ([`Cluster::start_together`]).
     async fn start(&self) -> Result<Arc<Run>> {
         let order = self.reachable();
         let ids: Vec<String> = (0..self.stages.len())
             .map(|i| jobs::new_id(&format!("stage{i}")))
             .collect();
         let jobs = self.disk_jobs(&order, &ids)?;
-        let started =
-            futures::future::try_join_all(jobs.iter().map(|j| self.cluster.start(j.disk, &j.spec)))
-                .await?;
+        let specs: Vec<(u32, &JobSpec)> = jobs.iter().map(|j| (j.disk, &j.spec)).collect();
+        let started = self.cluster.start_together(&specs).await?;
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
         let fail_tx = Arc::new(fail_tx);
         let roots = self.stages[self.root].disks.len();
