@@ -75,7 +75,7 @@ pub struct JobRequest {
     /// Temporary disk space per disk job in KiB, for sorts and aggregations that spill (0: none).
     pub temp_kib: u64,
     /// Stream buffer size in KiB, fitted to the disks' memory as for SQL (0: the disks' own
-    /// size; None: SQL's, [`crate::sql::SQL_BUFFER_KIB`]).
+    /// size; None: [`default_buffer_kib`]).
     pub buffer_kib: Option<u64>,
 }
 
@@ -176,7 +176,7 @@ pub async fn run(cluster: &Arc<Cluster>, req: &JobRequest) -> Result<JobOutput> 
         bloom_kib,
         scratch_kib: req.scratch_kib,
         temp_kib: req.temp_kib,
-        buffer_kib: req.buffer_kib.unwrap_or(crate::sql::SQL_BUFFER_KIB),
+        buffer_kib: req.buffer_kib.unwrap_or(default_buffer_kib(req)),
         ..SqlOptions::default()
     };
     let engine = SqlEngine::new(cluster.clone(), opts).await?;
@@ -618,6 +618,19 @@ fn senders(
         .collect())
 }
 
+/// The buffer size of a request that names none: SQL's for the one-job disklets, whose
+/// streams are what their grant holds; the disks' own for a `sort`, whose scratch holds whole
+/// batches (a `--scratch-kib` of 256 could not hold one of SQL's), and for exchanges, whose
+/// sender and receiver jobs share each disk's memory.
+pub fn default_buffer_kib(req: &JobRequest) -> u64 {
+    let exchange = req.disklet == "partition" || req.flag("exchange").unwrap_or(false);
+    if req.disklet == "sort" || exchange {
+        0
+    } else {
+        crate::sql::SQL_BUFFER_KIB
+    }
+}
+
 /// One buffer size for the jobs of an exchange (a pipe message may be at most two of the
 /// receiver's buffers): the largest at which each job's streams fit half of a disk's memory.
 fn fit_buffers(engine: &SqlEngine, specs: &mut [(u32, JobSpec)]) {
@@ -848,4 +861,33 @@ fn with_disk(d: u32, b: &RecordBatch) -> Result<RecordBatch> {
     cols.extend(b.columns().iter().cloned());
     RecordBatch::try_new(Arc::new(Schema::new(fields)), cols)
         .map_err(|e| HostError::Invalid(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sorts_and_exchanges_keep_the_disks_buffer_size() {
+        let req = |disklet: &str, params: &[(&str, &str)]| JobRequest {
+            disklet: disklet.into(),
+            params: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            ..Default::default()
+        };
+        let sql = crate::sql::SQL_BUFFER_KIB;
+        assert_eq!(default_buffer_kib(&req("aggregate", &[])), sql);
+        assert_eq!(
+            default_buffer_kib(&req("groupby", &[("exchange", "false")])),
+            sql
+        );
+        assert_eq!(
+            default_buffer_kib(&req("groupby", &[("exchange", "true")])),
+            0
+        );
+        assert_eq!(default_buffer_kib(&req("partition", &[])), 0);
+        assert_eq!(default_buffer_kib(&req("sort", &[])), 0);
+    }
 }

@@ -229,9 +229,10 @@ struct RunArgs {
     #[arg(long, default_value_t = 0)]
     temp_kib: u64,
     /// Stream buffer size of the disk jobs, KiB, lowered until the job's streams fit half of
-    /// a disk's memory (0: the disks' own size).
-    #[arg(long, default_value_t = adisk_host::sql::SQL_BUFFER_KIB)]
-    buffer_kib: u64,
+    /// a disk's memory (0: the disks' own size; default: SQL's 1 MiB, except the disks' own
+    /// for `sort` and exchanges).
+    #[arg(long)]
+    buffer_kib: Option<u64>,
     /// Output format: table or json.
     #[arg(long, default_value = "table")]
     format: String,
@@ -446,7 +447,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
                 params: a.params.into_iter().collect(),
                 scratch_kib: a.scratch_kib,
                 temp_kib: a.temp_kib,
-                buffer_kib: Some(a.buffer_kib),
+                buffer_kib: a.buffer_kib,
             };
             let out = adisk_host::run::run(&cluster, &req).await?;
             output::print_job(&out, &a.format, a.max_rows)
