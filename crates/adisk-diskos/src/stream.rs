@@ -608,11 +608,17 @@ impl TableScan {
                     .fetch_add(skipped_bytes, Ordering::Relaxed);
             }
             // Filters pushed down by a join reading this scan, in their state now: a reader
-            // with a row filter evaluates it over the row group as it is built.
+            // with a row filter decodes the filter's columns batch by batch as it is built,
+            // so it is built holding a stream slot, as a decoded batch is.
+            let mut held_slot = None;
             if let Some(filter) = self
                 .filters
                 .row_filter(meta.schema(), md.file_metadata().schema_descr())
             {
+                let Some(slot) = tx.blocking_slot() else {
+                    return Ok(false);
+                };
+                held_slot = Some(slot);
                 builder = builder.with_row_filter(filter);
             }
             self.counters
@@ -623,7 +629,7 @@ impl TableScan {
             loop {
                 // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
                 // The compute slot is held for the decoding only, never while blocked on the stream.
-                let Some(slot) = tx.blocking_slot() else {
+                let Some(slot) = held_slot.take().or_else(|| tx.blocking_slot()) else {
                     return Ok(false);
                 };
                 let Some(batch) = self.compute.run(|| reader.next())? else {
