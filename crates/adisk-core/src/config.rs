@@ -165,6 +165,46 @@ impl std::str::FromStr for ExchangeMode {
     }
 }
 
+/// The general-purpose codec a disk compresses the Parquet pages it writes with (on top of
+/// Parquet's own dictionary and run-length encodings, which every codec keeps).
+///
+/// Decompressing is the disk's own CPU work on every page a scan touches, even when a filter
+/// keeps one row of it; compress when the storage medium is the bottleneck
+/// (`read_mbps`), not the disk's processor.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum Compression {
+    /// Dictionary and run-length encodings only.
+    #[default]
+    None,
+    /// LZ4 (raw blocks): little smaller than `none` for TPC-H, cheap to decode.
+    Lz4,
+    /// Snappy.
+    Snappy,
+}
+
+impl std::fmt::Display for Compression {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Snappy => "snappy",
+        })
+    }
+}
+
+impl std::str::FromStr for Compression {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Compression::None),
+            "lz4" => Ok(Compression::Lz4),
+            "snappy" => Ok(Compression::Snappy),
+            other => Err(format!("unknown compression `{other}` (none, lz4, snappy)")),
+        }
+    }
+}
+
 fn default_name() -> String {
     "local".to_string()
 }
@@ -192,6 +232,9 @@ pub struct DiskConfig {
     /// Storage read rate limit of this disk, in Mbit/s (0: unthrottled).
     #[serde(default)]
     pub read_mbps: u64,
+    /// Codec of the Parquet pages this disk writes (loads, job results, repairs).
+    #[serde(default)]
+    pub compression: Compression,
     /// Process id when started by `adisk up`.
     #[serde(default)]
     pub pid: Option<u32>,

@@ -95,6 +95,8 @@ pub struct DiskNodeConfig {
     pub members: Option<PathBuf>,
     /// Repair from the peers when the node starts (needs `members`).
     pub auto_repair: bool,
+    /// Codec of the Parquet pages this disk writes.
+    pub compression: adisk_core::config::Compression,
 }
 
 impl DiskNodeConfig {
@@ -108,6 +110,7 @@ impl DiskNodeConfig {
             auth: None,
             members: None,
             auto_repair: false,
+            compression: Default::default(),
         }
     }
 }
@@ -223,12 +226,12 @@ impl DiskNode {
     /// Opens the store and binds the listener.
     pub async fn bind(config: DiskNodeConfig) -> Result<Self, DiskNodeError> {
         let lock = lock_dir(&config.dir)?;
-        let store = DiskStore::open(&config.dir, config.os.disk_id).map_err(|source| {
-            DiskNodeError::Store {
+        let store = DiskStore::open(&config.dir, config.os.disk_id)
+            .map_err(|source| DiskNodeError::Store {
                 dir: config.dir.clone(),
                 source,
-            }
-        })?;
+            })?
+            .with_compression(config.compression);
         let listener =
             TcpListener::bind(&config.listen)
                 .await

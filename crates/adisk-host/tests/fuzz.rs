@@ -261,6 +261,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
         auth: Some(auth),
         members: None,
         auto_repair: false,
+        compression: Default::default(),
     })
     .await
     .unwrap();
@@ -286,6 +287,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             buffer_kib: 64,
             buffers_per_stream: 2,
             read_mbps: 0,
+            compression: Default::default(),
             pid: None,
             group: None,
             metrics_address: None,

@@ -49,6 +49,7 @@ impl Disks {
                 buffer_kib: 64,
                 buffers_per_stream: 2,
                 read_mbps: 0,
+                compression: Default::default(),
                 pid: None,
                 group: None,
                 metrics_address: None,

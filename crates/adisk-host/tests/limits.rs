@@ -72,6 +72,7 @@ async fn one_disk(
             buffer_kib: 64,
             buffers_per_stream: 2,
             read_mbps: 0,
+            compression: Default::default(),
             pid: None,
             group: None,
             metrics_address: None,

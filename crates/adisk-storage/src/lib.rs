@@ -4,7 +4,7 @@
 //!   DIR/
 //!     manifest.json                      tables → partitions {file, rows, bytes, crc32,
 //!                                        checksums}, load stamps; a CRC-32 of the tables
-//!     tables/<table>/g-<load>/part-<p>.parquet   a loaded partition: Parquet, SNAPPY, row-group
+//!     tables/<table>/g-<load>/part-<p>.parquet   a loaded partition: Parquet (pages in the disk's codec), row-group
 //!                                        and page statistics + page index (zone maps)
 //!     tables/<table>/part-<p>.parquet    a job's named result (and tables of earlier versions)
 //!     staging/<load>/<table>/…           partitions of a load not yet committed (invisible)

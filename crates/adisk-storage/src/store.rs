@@ -2,6 +2,7 @@
 use crate::integrity::PartitionReader;
 use crate::writer::PartitionWriter;
 use crate::{Result, StorageError, io_err};
+use adisk_core::config::Compression;
 use adisk_core::protocol::{DiskCatalog, PartitionInfo, TableInfo};
 use arrow::datatypes::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,8 @@ pub struct DiskStore {
     verified: Mutex<HashMap<PathBuf, (u64, SystemTime)>>,
     /// Partitions staged by loads not yet committed (see [`crate::staging`]).
     pub(crate) staging: Mutex<crate::staging::Staging>,
+    /// Codec of the pages this store writes (reads take whatever each file says).
+    compression: Compression,
 }
 
 /// Checks a table name: 1–64 chars of `[a-z0-9_]`, starting with a letter.
@@ -80,9 +83,22 @@ impl DiskStore {
             manifest: Mutex::new(manifest),
             verified: Mutex::default(),
             staging: Mutex::default(),
+            compression: Compression::default(),
         };
         store.remove_temporaries()?;
         Ok(store)
+    }
+
+    /// The store writing its pages with `compression` from now on (files already written keep
+    /// their codec: every file names its own).
+    pub fn with_compression(mut self, compression: Compression) -> Self {
+        self.compression = compression;
+        self
+    }
+
+    /// Codec of the pages this store writes.
+    pub fn compression(&self) -> Compression {
+        self.compression
     }
 
     /// Removes `*.tmp` files, everything staged (`staging/`), and generation directories
@@ -207,7 +223,7 @@ impl DiskStore {
             final_path,
             relative,
             schema,
-            row_group_rows,
+            crate::writer::writer_properties(row_group_rows, self.compression),
         )
     }
 
@@ -510,6 +526,48 @@ mod tests {
         let store = DiskStore::open(dir.path(), 0).unwrap();
         let err = store.open_partition(&t.partitions[0]).unwrap_err();
         assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn pages_are_written_with_the_store_codec_and_read_back_whatever_it_was() {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let dir = tempfile::tempdir().unwrap();
+        let b = batch(10_000);
+        let codecs = [
+            (Compression::None, parquet::basic::Compression::UNCOMPRESSED),
+            (Compression::Lz4, parquet::basic::Compression::LZ4_RAW),
+            (Compression::Snappy, parquet::basic::Compression::SNAPPY),
+        ];
+        for (i, (codec, parquet_codec)) in codecs.into_iter().enumerate() {
+            let store = DiskStore::open(dir.path(), 0)
+                .unwrap()
+                .with_compression(codec);
+            let mut w = store
+                .create_partition("t", i as u32, b.schema(), 4096)
+                .unwrap();
+            w.write(&b).unwrap();
+            let info = store.commit_partition(w).unwrap();
+            let file = store.open_partition(&info).unwrap();
+            let meta = SerializedFileReader::new(file).unwrap().metadata().clone();
+            assert_eq!(meta.row_group(0).column(0).compression(), parquet_codec);
+        }
+        // One table, three codecs: every file reads back whole.
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let t = store.table("t").unwrap();
+        assert_eq!(t.partitions.len(), 3);
+        for p in &t.partitions {
+            let file = store.open_partition(p).unwrap();
+            let rows: usize =
+                parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+                    .unwrap()
+                    .build()
+                    .unwrap()
+                    .map(|b| b.unwrap().num_rows())
+                    .sum();
+            assert_eq!(rows, 10_000);
+        }
+        assert!("zstd".parse::<Compression>().is_err());
+        assert_eq!("lz4".parse::<Compression>(), Ok(Compression::Lz4));
     }
 
     #[test]

@@ -16,15 +16,29 @@ pub const PAGE_ROWS: usize = 8_192;
 /// Upper bound on rows per row group accepted from a request.
 pub const MAX_ROW_GROUP_ROWS: usize = 4 * 1024 * 1024;
 
-/// Parquet properties of every partition ActiveDisk writes.
-pub fn writer_properties(row_group_rows: usize) -> WriterProperties {
+/// Parquet properties of every partition ActiveDisk writes, its pages compressed with
+/// `compression`.
+pub fn writer_properties(
+    row_group_rows: usize,
+    compression: adisk_core::config::Compression,
+) -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(Compression::SNAPPY)
+        .set_compression(codec(compression))
         .set_max_row_group_row_count(Some(row_group_rows.clamp(1024, MAX_ROW_GROUP_ROWS)))
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_created_by(format!("activedisk {}", env!("CARGO_PKG_VERSION")))
         .build()
+}
+
+/// Parquet's codec for `compression`.
+fn codec(compression: adisk_core::config::Compression) -> Compression {
+    use adisk_core::config::Compression as C;
+    match compression {
+        C::None => Compression::UNCOMPRESSED,
+        C::Lz4 => Compression::LZ4_RAW,
+        C::Snappy => Compression::SNAPPY,
+    }
 }
 
 /// An open partition being written. Nothing is visible until [`PartitionWriter::finish`].
@@ -118,19 +132,17 @@ impl PartitionWriter {
         final_path: PathBuf,
         relative: String,
         schema: SchemaRef,
-        row_group_rows: usize,
+        properties: WriterProperties,
     ) -> Result<Self> {
         let file =
             File::create(&tmp_path).map_err(io_err(format!("creating {}", tmp_path.display())))?;
-        let writer = ArrowWriter::try_new(
-            file,
-            schema.clone(),
-            Some(writer_properties(row_group_rows)),
-        )
-        .map_err(|source| StorageError::Parquet {
-            context: format!("opening writer for {}", tmp_path.display()),
-            source,
-        })?;
+        let writer =
+            ArrowWriter::try_new(file, schema.clone(), Some(properties)).map_err(|source| {
+                StorageError::Parquet {
+                    context: format!("opening writer for {}", tmp_path.display()),
+                    source,
+                }
+            })?;
         let columns = schema.fields().len();
         let bounds = schema
             .fields()

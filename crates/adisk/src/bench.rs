@@ -138,7 +138,10 @@ pub async fn scan(
                 .get("lineitem")
                 .map(|t| t.rows())
                 .unwrap_or(0);
-            if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
+            if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100
+                || !crate::output::loaded_with(&cdir, args.compression)
+            {
+                let _ = cluster.drop_table("lineitem").await;
                 crate::output::load_tpch(
                     &cluster,
                     &adisk_host::load::TpchLoad {
@@ -151,6 +154,7 @@ pub async fn scan(
                     },
                 )
                 .await?;
+                crate::output::mark_loaded(&cdir, args.compression)?;
             }
             Ok::<(), CliError>(())
         }

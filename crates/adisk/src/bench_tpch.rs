@@ -32,6 +32,10 @@ pub struct TpchBenchArgs {
     /// Storage read limit per disk, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub disk_read_mbps: u64,
+    /// Codec of the data's Parquet pages (`none`, `lz4`, `snappy`); data loaded with another
+    /// is loaded again.
+    #[arg(long, default_value_t = adisk_core::config::Compression::None)]
+    pub compression: adisk_core::config::Compression,
     /// DiskOS memory per disk, MiB.
     #[arg(long, default_value_t = 256)]
     pub memory_mib: u64,
@@ -183,6 +187,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         memory_mib: a.memory_mib,
         host_link_mbps: a.host_link_mbps,
         disk_read_mbps: a.disk_read_mbps,
+        compression: a.compression,
         exchange: a.exchange,
         ..UpArgs::local(a.disks)
     };
@@ -190,11 +195,12 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     let result = async {
         let cluster = Arc::new(crate::connect(&cdir).await?);
         let orders = cluster.catalog().await?.tables.get("orders").map(|t| t.rows()).unwrap_or(0);
-        if orders != tpch::orders_rows(a.sf) {
+        if orders != tpch::orders_rows(a.sf) || !crate::output::loaded_with(&cdir, a.compression) {
             for t in ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"] {
                 let _ = cluster.drop_table(t).await;
             }
             crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![], replicas: 1, disks: vec![] }).await?;
+            crate::output::mark_loaded(&cdir, a.compression)?;
         }
         if !a.levels.is_empty() {
             return levels_table(&cluster, &a, &queries, &texts).await;

@@ -30,6 +30,10 @@ pub struct DiskArgs {
     /// Storage read rate limit, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     read_mbps: u64,
+    /// Codec of the Parquet pages this disk writes: `none` (dictionary and run-length
+    /// encodings only), `lz4` or `snappy`.
+    #[arg(long, default_value_t = adisk_core::config::Compression::None)]
+    compression: adisk_core::config::Compression,
     /// Write the bound address here once listening.
     #[arg(long)]
     port_file: Option<PathBuf>,
@@ -82,6 +86,11 @@ pub struct UpArgs {
     /// Storage read rate limit of each disk, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub disk_read_mbps: u64,
+    /// Codec of the Parquet pages the disks write: `none` (dictionary and run-length
+    /// encodings only: the least decoding work per row), `lz4` or `snappy` (fewer bytes to
+    /// read when the storage medium is the bottleneck).
+    #[arg(long, default_value_t = adisk_core::config::Compression::None)]
+    pub compression: adisk_core::config::Compression,
     /// How disk-to-disk streams travel: `direct` between disks, or `via-host` through the
     /// host's relay (counted on the host link).
     #[arg(long, default_value_t = adisk_core::config::ExchangeMode::Direct)]
@@ -121,6 +130,7 @@ impl UpArgs {
             buffers_per_stream: 2,
             host_link_mbps: 0,
             disk_read_mbps: 0,
+            compression: Default::default(),
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             insecure: false,
@@ -160,6 +170,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             buffer_kib: a.buffer_kib,
             buffers_per_stream: a.buffers_per_stream,
             read_mbps: a.read_mbps,
+            compression: a.compression,
             pid: None,
             group: None,
             metrics_address: None,
@@ -184,6 +195,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         auth,
         members: a.members.clone(),
         auto_repair: !a.no_auto_repair,
+        compression: a.compression,
     })
     .await?;
     node.diskos()
@@ -283,6 +295,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             buffer_kib: args.buffer_kib,
             buffers_per_stream: args.buffers_per_stream,
             read_mbps: args.disk_read_mbps,
+            compression: args.compression,
             pid: None,
             group: None,
             metrics_address: None,
@@ -379,6 +392,7 @@ async fn wait_started(
                     buffer_kib: args.buffer_kib,
                     buffers_per_stream: args.buffers_per_stream,
                     read_mbps: args.disk_read_mbps,
+                    compression: args.compression,
                     pid: Some(child.id()),
                     group: None,
                     // Written before the disk's address.
@@ -473,6 +487,7 @@ fn spawn_disk(
         ])
         .args(["--buffers-per-stream", &disk.buffers_per_stream.to_string()])
         .args(["--read-mbps", &disk.read_mbps.to_string()])
+        .args(["--compression", &disk.compression.to_string()])
         .arg("--port-file")
         .arg(&port_file)
         .args([
@@ -620,13 +635,14 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     );
     for d in &config.disks {
         s.push_str(&format!(
-            "  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers{})\n",
+            "  disk {} at {} (pid {}, {} MiB, {} KiB x {} buffers, compression {}{})\n",
             d.id,
             d.address,
             d.pid.unwrap_or(0),
             d.memory_mib,
             d.buffer_kib,
             d.buffers_per_stream,
+            d.compression,
             if d.read_mbps > 0 {
                 format!(", reads at {} Mbit/s", d.read_mbps)
             } else {

@@ -205,6 +205,26 @@ fn bar(total: u64, label: &str) -> indicatif::ProgressBar {
     pb
 }
 
+/// The file of a benchmark's cluster directory naming the codec its data was loaded with.
+const LOADED_COMPRESSION: &str = "loaded-compression";
+
+/// Whether a benchmark's data under `cdir` was loaded with `compression` (data loaded before
+/// the codec was recorded counts as not).
+pub fn loaded_with(cdir: &Path, compression: adisk_core::config::Compression) -> bool {
+    std::fs::read_to_string(cdir.join(LOADED_COMPRESSION))
+        .is_ok_and(|s| s.trim() == compression.to_string())
+}
+
+/// Records that a benchmark's data under `cdir` was loaded with `compression`.
+pub fn mark_loaded(
+    cdir: &Path,
+    compression: adisk_core::config::Compression,
+) -> Result<(), CliError> {
+    let path = cdir.join(LOADED_COMPRESSION);
+    std::fs::write(&path, compression.to_string())
+        .map_err(|e| CliError::Other(format!("writing {}: {e}", path.display())))
+}
+
 pub async fn load_tpch(cluster: &Cluster, load: &TpchLoad) -> Result<(), CliError> {
     let started = Instant::now();
     let mut bars: std::collections::HashMap<String, indicatif::ProgressBar> = Default::default();
