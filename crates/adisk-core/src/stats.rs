@@ -31,6 +31,13 @@ pub struct StageStats {
     /// User disklets: time instantiating the module and running its init.
     #[serde(default)]
     pub instantiate_ns: u64,
+    /// From the job's start on its disk to the start of the stage's first step, ns (0: it
+    /// never ran).
+    #[serde(default)]
+    pub first_step_ns: u64,
+    /// From the job's start on its disk to the end of the stage's last step, ns.
+    #[serde(default)]
+    pub last_step_ns: u64,
 }
 
 /// A job on one disk.

@@ -136,6 +136,9 @@ struct StageCounters {
     flushes: AtomicU64,
     spilled: AtomicU64,
     setup_ns: (u64, u64),
+    /// Since the job's start: the first step's start + 1 (0: none yet), the last step's end.
+    first_step_ns: AtomicU64,
+    last_step_ns: AtomicU64,
 }
 
 /// Live state of a job; a snapshot of it is the job's [`DiskJobStats`].
@@ -246,6 +249,8 @@ impl JobState {
                 spilled_bytes: l(&s.spilled),
                 compile_ns: s.setup_ns.0,
                 instantiate_ns: s.setup_ns.1,
+                first_step_ns: l(&s.first_step_ns).saturating_sub(1),
+                last_step_ns: l(&s.last_step_ns),
             })
             .collect();
         let wall = match l(&self.wall_ns) {
@@ -1959,6 +1964,13 @@ pub(crate) fn step(
 ) -> Result<()> {
     let slot = ctx.compute.acquire()?;
     let counters = &ctx.state.stages[ctx.index];
+    let since_start = || ctx.state.started.elapsed().as_nanos() as u64;
+    let _ = counters.first_step_ns.compare_exchange(
+        0,
+        since_start() + 1,
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
     if let Call::Process(_, b) = &call {
         counters
             .rows_in
@@ -1981,6 +1993,9 @@ pub(crate) fn step(
     let cpu = slot.release();
     drop(call);
     counters.cpu_ns.fetch_add(cpu, Ordering::Relaxed);
+    counters
+        .last_step_ns
+        .fetch_max(since_start(), Ordering::Relaxed);
     counters
         .scratch_peak
         .fetch_max(disklet.scratch_bytes(), Ordering::Relaxed);

@@ -18,6 +18,7 @@ mod central;
 mod colocate;
 pub mod cost;
 pub mod distribute;
+pub mod joinorder;
 pub mod limits;
 pub mod oracle;
 mod reduce;
@@ -896,9 +897,13 @@ impl SqlEngine {
                 optimizer.hash_join_single_partition_threshold_rows = SPILL_BROADCAST_ROWS;
             }
         }
-        let state = SessionStateBuilder::new()
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
-            .with_default_features()
+            .with_default_features();
+        if joinorder::enabled() {
+            state = state.with_optimizer_rule(Arc::new(joinorder::JoinOrder));
+        }
+        let state = state
             .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
             .with_physical_optimizer_rule(Arc::new(distribute::DistributeRule::new(
                 settings.clone(),

@@ -217,6 +217,70 @@ pub fn partition_reads(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     out
 }
 
+/// One stage of a scan's jobs, over its disks.
+struct StageTotal {
+    name: String,
+    rows_in: u64,
+    rows_out: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    cpu_ns: u64,
+    /// Earliest first step and latest last step, ns since each disk's job start (None: the
+    /// stage never ran).
+    active: Option<(u64, u64)>,
+}
+
+impl StageTotal {
+    /// `from–to` in ms since the jobs' starts, or `–`.
+    fn active(&self) -> String {
+        match self.active {
+            Some((from, to)) => format!("{:.0}–{:.0}", from as f64 / 1e6, to as f64 / 1e6),
+            None => "–".into(),
+        }
+    }
+}
+
+/// Each stage's counters summed over the disks (stages named alike are one), in the order
+/// they first appear.
+fn stage_totals(reports: &[&ScanReport]) -> Vec<StageTotal> {
+    let mut stages: Vec<StageTotal> = Vec::new();
+    for st in reports
+        .iter()
+        .filter_map(|r| r.stats.as_ref())
+        .flat_map(|s| &s.stages)
+    {
+        let i = match stages.iter().position(|x| x.name == st.disklet) {
+            Some(i) => i,
+            None => {
+                stages.push(StageTotal {
+                    name: st.disklet.clone(),
+                    rows_in: 0,
+                    rows_out: 0,
+                    bytes_in: 0,
+                    bytes_out: 0,
+                    cpu_ns: 0,
+                    active: None,
+                });
+                stages.len() - 1
+            }
+        };
+        let x = &mut stages[i];
+        x.rows_in += st.rows_in;
+        x.rows_out += st.rows_out;
+        x.bytes_in += st.bytes_in;
+        x.bytes_out += st.bytes_out;
+        x.cpu_ns += st.cpu_ns;
+        if st.last_step_ns > 0 {
+            let (from, to) = (st.first_step_ns, st.last_step_ns);
+            x.active = Some(match x.active {
+                Some((f, t)) => (f.min(from), t.max(to)),
+                None => (from, to),
+            });
+        }
+    }
+    stages
+}
+
 /// EXPLAIN ANALYZE text of a finished query.
 pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let mut text = String::new();
@@ -276,43 +340,24 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         }
         grand.add(&total);
         // Per stage, summed over the disks.
-        let mut stages: Vec<(String, u64, u64, u64, u64, u64)> = Vec::new();
-        for r in &sorted {
-            if let Some(s) = &r.stats {
-                for st in &s.stages {
-                    match stages.iter_mut().find(|x| x.0 == st.disklet) {
-                        Some(x) => {
-                            x.1 += st.rows_in;
-                            x.2 += st.rows_out;
-                            x.3 += st.bytes_in;
-                            x.4 += st.bytes_out;
-                            x.5 += st.cpu_ns;
-                        }
-                        None => stages.push((
-                            st.disklet.clone(),
-                            st.rows_in,
-                            st.rows_out,
-                            st.bytes_in,
-                            st.bytes_out,
-                            st.cpu_ns,
-                        )),
-                    }
-                }
-            }
-        }
+        let stages = stage_totals(&sorted);
         if !stages.is_empty() {
             let _ = writeln!(
                 text,
-                "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9}",
-                "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms"
+                "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9} {:>13}",
+                "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms", "active ms"
             );
-            for (name, ri, ro, bi, bo, cpu) in &stages {
+            for s in &stages {
                 let _ = writeln!(
                     text,
-                    "  {name:<14} {ri:>12} {ro:>12} {:>10} {:>10} {:>9.1}",
-                    human_bytes(*bi),
-                    human_bytes(*bo),
-                    *cpu as f64 / 1e6
+                    "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9.1} {:>13}",
+                    s.name,
+                    s.rows_in,
+                    s.rows_out,
+                    human_bytes(s.bytes_in),
+                    human_bytes(s.bytes_out),
+                    s.cpu_ns as f64 / 1e6,
+                    s.active()
                 );
             }
         }
@@ -320,8 +365,8 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
             let keys = first.bloom_keys.unwrap_or(0);
             let (rows_in, rows_out) = stages
                 .iter()
-                .find(|s| s.0 == "bloom_probe")
-                .map(|s| (s.1, s.2))
+                .find(|s| s.name == "bloom_probe")
+                .map(|s| (s.rows_in, s.rows_out))
                 .unwrap_or((0, 0));
             let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
             let fpr = truth.map(|t| {
