@@ -840,7 +840,14 @@ fn lineitem_stamp(dir: &Path, d: usize) -> String {
 fn a_killed_tpch_load_leaves_the_previous_table_or_reports_it_incomplete() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    ok(dir, &["up", "--disks", "2"]);
+    // Pages compressed (not the default), as `cluster.toml` records for restarts.
+    ok(dir, &["up", "--disks", "2", "--compression", "snappy"]);
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    assert_eq!(
+        config.matches("compression = \"snappy\"").count(),
+        2,
+        "{config}"
+    );
     let _down = Down(dir);
     ok(
         dir,
@@ -899,6 +906,17 @@ fn a_killed_tpch_load_leaves_the_previous_table_or_reports_it_incomplete() {
         .map(|d| parquet_files(&dir.join(format!("disk-{d}/tables/lineitem"))).len())
         .sum();
     assert_eq!(files, 4, "only the committed load's partitions remain");
+    for file in parquet_files(&dir.join("disk-0/tables/lineitem")) {
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let reader = SerializedFileReader::new(std::fs::File::open(&file).unwrap()).unwrap();
+        let chunk = reader.metadata().row_group(0).column(0).compression();
+        assert_eq!(
+            chunk,
+            parquet::basic::Compression::SNAPPY,
+            "{}",
+            file.display()
+        );
+    }
     // Bit rot after the first open: one byte of a data page flipped, size and mtime kept.
     let all = "SELECT * FROM lineitem ORDER BY l_orderkey, l_linenumber LIMIT 1";
     ok(dir, &["sql", all, "--format", "csv"]); // opens (and verifies) every file first
