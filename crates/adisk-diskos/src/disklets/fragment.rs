@@ -512,14 +512,8 @@ impl Fragment {
         // above a stage's joins holds such rows): size batches for that width.
         let width = inputs.iter().map(row_width).sum::<u64>();
         let batch_rows = (reserve / 2 / width).clamp(MIN_BATCH_ROWS, MAX_BATCH_ROWS) as usize;
-        let mut config = SessionConfig::new().with_batch_size(batch_rows);
-        // A sort keeps a quarter of the pool back for merging its spilled runs (DataFusion's
-        // default, 10 MiB, would not fit a disk's scratch) and for sorting what it holds
-        // before it spills; in-place sorting up to the same. (Splitting that quarter between
-        // a sort-merge join's two sorts left each too little to sort before spilling: TPC-H
-        // Q18 at SF 1 failed with "Not enough memory to continue external sort".)
-        config.options_mut().execution.sort_spill_reservation_bytes = (pool_bytes / 4) as usize;
-        config.options_mut().execution.sort_in_place_threshold_bytes = (pool_bytes / 4) as usize;
+        let config = SessionConfig::new().with_batch_size(batch_rows);
+        // The sorts' reserve for merging is set once the plan is known (`share_sort_reserve`).
         let task = SessionContext::new_with_config_rt(config, runtime).task_ctx();
         let plan = crate::expr::decode_plan_fragment(plan, &task)?;
         let root_fits = match kind {
@@ -554,6 +548,7 @@ impl Fragment {
                 inputs.len()
             )));
         }
+        let task = share_sort_reserve(&plan, &task, pool_bytes);
         // Joins and top-k sorts push their dynamic filters down to the input leaves.
         let plan = FilterPushdown::new_post_optimization()
             .optimize(plan, task.session_config().options())
@@ -752,5 +747,66 @@ impl Disklet for Fragment {
     }
     fn more_output(&mut self, out: &mut Emitter) -> Result<()> {
         self.drive(out)
+    }
+}
+/// `task` with the fragment's sorts sharing a quarter of the pool (`pool_bytes`) as their
+/// reserve for merging spilled runs, and sorting in place up to the same. DataFusion's
+/// default, 10 MiB per sort, does not fit a disk's scratch; a quarter each did not fit a stage
+/// with a sort-merge join's two sorts and a third: TPC-H Q18 at SF 1 with `--spill-joins` failed
+/// with "Not enough memory to continue external sort".
+fn share_sort_reserve(
+    plan: &Arc<dyn ExecutionPlan>,
+    task: &TaskContext,
+    pool_bytes: u64,
+) -> Arc<TaskContext> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut sorts = 0u64;
+    let _ = plan.apply(|p| {
+        if p.downcast_ref::<SortExec>()
+            .is_some_and(|s| s.fetch().is_none())
+        {
+            sorts += 1;
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    let reserve = (pool_bytes / 4 / sorts.max(1)) as usize;
+    let mut config = task.session_config().clone();
+    config.options_mut().execution.sort_spill_reservation_bytes = reserve;
+    config.options_mut().execution.sort_in_place_threshold_bytes = reserve;
+    SessionContext::new_with_config_rt(config, task.runtime_env()).task_ctx()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::expressions::col;
+
+    #[test]
+    fn the_sorts_of_a_fragment_share_a_quarter_of_its_pool() {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        let order = LexOrdering::new(vec![PhysicalSortExpr::new_default(
+            col("a", &schema).unwrap(),
+        )])
+        .unwrap();
+        let sort = |input| Arc::new(SortExec::new(order.clone(), input)) as Arc<dyn ExecutionPlan>;
+        let task = SessionContext::new().task_ctx();
+        let reserve = |plan: &Arc<dyn ExecutionPlan>| {
+            let t = share_sort_reserve(plan, &task, 64 << 20);
+            let e = &t.session_config().options().execution;
+            assert_eq!(
+                e.sort_in_place_threshold_bytes,
+                e.sort_spill_reservation_bytes
+            );
+            e.sort_spill_reservation_bytes
+        };
+        assert_eq!(reserve(&sort(leaf.clone())), 16 << 20);
+        assert_eq!(reserve(&sort(sort(leaf.clone()))), 8 << 20);
+        // A top-k sort keeps its k rows and never spills: it takes no share.
+        let top = Arc::new(SortExec::new(order.clone(), sort(leaf.clone())).with_fetch(Some(10)));
+        assert_eq!(reserve(&(top as Arc<dyn ExecutionPlan>)), 16 << 20);
+        assert_eq!(reserve(&leaf), 16 << 20);
     }
 }
