@@ -178,13 +178,33 @@ fn flatten(plan: &LogicalPlan) -> Option<JoinGraph> {
     Some(JoinGraph { leaves, classes })
 }
 
+/// What a node is to a join tree: an inner equi-join of it, a projection of plain columns
+/// over one (looked through), or a leaf.
+enum Node<'a> {
+    Join(&'a datafusion::logical_expr::Join),
+    Through(&'a LogicalPlan),
+    Leaf,
+}
+
+fn node(plan: &LogicalPlan) -> Node<'_> {
+    match plan {
+        LogicalPlan::Join(j) if is_plain_inner(plan) => Node::Join(j),
+        LogicalPlan::Projection(p)
+            if is_plain_inner(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) =>
+        {
+            Node::Through(&p.input)
+        }
+        _ => Node::Leaf,
+    }
+}
+
 fn collect(
     plan: &LogicalPlan,
     leaves: &mut Vec<LogicalPlan>,
     pairs: &mut Vec<(Column, Column)>,
 ) -> Option<()> {
-    match plan {
-        LogicalPlan::Join(j) if is_plain_inner(plan) => {
+    match node(plan) {
+        Node::Join(j) => {
             collect(&j.left, leaves, pairs)?;
             collect(&j.right, leaves, pairs)?;
             for (l, r) in &j.on {
@@ -194,12 +214,8 @@ fn collect(
                 }
             }
         }
-        LogicalPlan::Projection(p)
-            if is_plain_inner(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) =>
-        {
-            collect(&p.input, leaves, pairs)?;
-        }
-        other => leaves.push(other.clone()),
+        Node::Through(input) => collect(input, leaves, pairs)?,
+        Node::Leaf => leaves.push(plan.clone()),
     }
     Some(())
 }
@@ -337,18 +353,14 @@ fn best_order(graph: &JoinGraph, cards: &Cards) -> Option<(f64, Vec<usize>)> {
 
 /// The written tree's leaves (numbered as [`collect`] numbers them) and its C_out.
 fn written_cost(plan: &LogicalPlan, next: &mut usize, cards: &Cards) -> Option<(usize, f64)> {
-    match plan {
-        LogicalPlan::Join(j) if is_plain_inner(plan) => {
+    match node(plan) {
+        Node::Join(j) => {
             let (l, cl) = written_cost(&j.left, next, cards)?;
             let (r, cr) = written_cost(&j.right, next, cards)?;
             Some((l | r, cl + cr + cards.of(l | r)))
         }
-        LogicalPlan::Projection(p)
-            if is_plain_inner(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) =>
-        {
-            written_cost(&p.input, next, cards)
-        }
-        _ => {
+        Node::Through(input) => written_cost(input, next, cards),
+        Node::Leaf => {
             let leaf = *next;
             *next += 1;
             Some((1 << leaf, 0.0))
