@@ -907,6 +907,9 @@ pub struct DiskStatus {
     pub jobs_finished: u64,
     /// Jobs failed since start.
     pub jobs_failed: u64,
+    /// Of the failed jobs, those stopped because a disklet made no progress.
+    #[serde(default)]
+    pub jobs_stalled: u64,
     /// Tables and their local row counts.
     pub tables: Vec<(String, u64)>,
     /// Temporary disk space currently granted to jobs.

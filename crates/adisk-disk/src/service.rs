@@ -52,6 +52,7 @@ pub fn status_of(e: &DiskOsError) -> Status {
         DiskOsError::Decode { .. } => Status::data_loss(msg),
         DiskOsError::Pipe(_) => Status::aborted(msg),
         DiskOsError::Cancelled => Status::cancelled(msg),
+        DiskOsError::NoProgress { .. } => Status::aborted(msg),
         DiskOsError::UserDisklet { kind, .. } => {
             use adisk_diskos::user::UserDiskletFailure as F;
             match kind {
@@ -537,6 +538,24 @@ impl FlightService for DiskService {
                     }
                     let w = writer.as_mut().expect("created above");
                     w.write(&batch).map_err(storage_status)?;
+                }
+                // Partition 0 is staged even without rows, so that a load of nothing (an
+                // empty file, a join with no match) still makes its table, empty.
+                if writer.is_none()
+                    && partition == 0
+                    && let Some(schema) = batches.schema().cloned()
+                {
+                    writer = Some(
+                        store
+                            .create_staged_partition(
+                                &load_id,
+                                &table,
+                                partition,
+                                schema,
+                                row_group_rows,
+                            )
+                            .map_err(storage_status)?,
+                    );
                 }
                 let Some(w) = writer else {
                     return Ok(Response::new(stream::empty().boxed()));

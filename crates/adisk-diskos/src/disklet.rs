@@ -87,6 +87,11 @@ impl Emitter {
         self.outputs.len()
     }
 
+    /// Whether anything was emitted since the outputs were last taken.
+    pub fn has_output(&self) -> bool {
+        self.outputs.iter().any(|port| !port.is_empty())
+    }
+
     /// Bytes this call may still emit before the cap.
     pub fn room(&self) -> u64 {
         self.cap_bytes.saturating_sub(self.held_bytes)

@@ -16,7 +16,7 @@
 //!
 //! [`inline_parents`] decides from the job spec alone; [`InlineStage`] runs one fused stage.
 use crate::disklet::{Disklet, Emitter};
-use crate::job::{Call, StageContext, forward, stage_cpu_ns, step};
+use crate::job::{Call, StageContext, drain_more, forward, stage_cpu_ns, step};
 use crate::stream::{Buffer, StreamTx};
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::{Port, Stage};
@@ -212,16 +212,12 @@ impl InlineStage {
         self.scratch_charged = scratch;
         drop(self.emitter.take_skips()); // its input is a stage's port: nothing to skip
         forward(&mut self.emitter, &mut self.outputs, &self.ctx)?;
-        while self.disklet.has_more_output() && !self.ctx.state.failed() {
-            step(
-                self.disklet.as_mut(),
-                &mut self.emitter,
-                Call::More,
-                &self.ctx,
-            )?;
-            forward(&mut self.emitter, &mut self.outputs, &self.ctx)?;
-        }
-        Ok(())
+        drain_more(
+            self.disklet.as_mut(),
+            &mut self.emitter,
+            &mut self.outputs,
+            &self.ctx,
+        )
     }
 }
 

@@ -329,6 +329,8 @@ pub struct DiskOs {
     /// What ended jobs moved (`adisk status`, the disk's `/metrics`).
     totals: Mutex<adisk_core::protocol::DiskTotals>,
     jobs_failed: AtomicU64,
+    /// Jobs stopped because a disklet made no progress ([`DiskOsError::NoProgress`]).
+    jobs_stalled: AtomicU64,
     read_limiter: Option<Arc<crate::stream::ReadLimiter>>,
     temp_budget: MemoryBudget,
     temp_serial: AtomicU64,
@@ -363,6 +365,7 @@ impl DiskOs {
             jobs_finished: AtomicU64::new(0),
             totals: Mutex::default(),
             jobs_failed: AtomicU64::new(0),
+            jobs_stalled: AtomicU64::new(0),
             temp_budget: MemoryBudget::new(
                 config.temp_bytes,
                 config.max_waiting_jobs,
@@ -509,6 +512,7 @@ impl DiskOs {
             jobs_waiting: self.budget.waiting(),
             jobs_finished: self.jobs_finished.load(Ordering::Relaxed),
             jobs_failed: self.jobs_failed.load(Ordering::Relaxed),
+            jobs_stalled: self.jobs_stalled.load(Ordering::Relaxed),
             tables: catalog
                 .tables
                 .iter()
@@ -1294,7 +1298,7 @@ impl DiskOs {
             }
             drop(area); // removes the job's temporary files (also on failure)
             drop(grants);
-            os.retire(&st, first_error.is_some());
+            os.retire(&st, first_error.as_ref());
             let _ = done_tx.send(match first_error {
                 Some(e) => Err(e),
                 None => Ok(()),
@@ -1309,7 +1313,7 @@ impl DiskOs {
         self.totals.lock().expect("totals lock").bytes_shipped_host += bytes;
     }
 
-    fn retire(&self, state: &Arc<JobState>, failed: bool) {
+    fn retire(&self, state: &Arc<JobState>, error: Option<&DiskOsError>) {
         self.running
             .lock()
             .expect("running lock")
@@ -1324,7 +1328,10 @@ impl DiskOs {
         let mut stats = state.snapshot();
         stats.bytes_shipped_host = 0;
         self.totals.lock().expect("totals lock").add(&stats);
-        if failed {
+        if matches!(error, Some(DiskOsError::NoProgress { .. })) {
+            self.jobs_stalled.fetch_add(1, Ordering::Relaxed);
+        }
+        if error.is_some() {
             self.jobs_failed.fetch_add(1, Ordering::Relaxed);
         } else {
             self.jobs_finished.fetch_add(1, Ordering::Relaxed);
@@ -2058,6 +2065,38 @@ pub(crate) fn forward(
     Ok(())
 }
 
+/// Calls for more output without any emitted, in a row, before a disklet is taken to be stuck.
+pub(crate) const MAX_IDLE_MORE_CALLS: u32 = 10_000;
+
+/// Calls [`Disklet::more_output`] while the disklet holds output back, forwarding what each
+/// call emits. A disklet that asks for [`MAX_IDLE_MORE_CALLS`] calls in a row without
+/// emitting anything fails its job ([`DiskOsError::NoProgress`]): no disklet bug can hold a
+/// disk's processor and grant.
+pub(crate) fn drain_more(
+    disklet: &mut dyn Disklet,
+    emitter: &mut Emitter,
+    outputs: &mut [Out],
+    ctx: &StageContext,
+) -> Result<()> {
+    let mut idle = 0u32;
+    while disklet.has_more_output() && !ctx.state.failed() {
+        step(disklet, emitter, Call::More, ctx)?;
+        if !emitter.has_output() {
+            idle += 1;
+            if idle >= MAX_IDLE_MORE_CALLS {
+                return Err(DiskOsError::NoProgress {
+                    disklet: disklet.name().to_string(),
+                    calls: idle,
+                });
+            }
+        } else {
+            idle = 0;
+        }
+        forward(emitter, outputs, ctx)?;
+    }
+    Ok(())
+}
+
 /// The next buffer for a stage: from the input its disklet asks for, or from whichever of its
 /// open inputs has one first. `None` once every input ended; `(i, None)` when input `i` ends.
 fn next_buffer(
@@ -2127,10 +2166,7 @@ fn run_stage(
             }
             let stop = emitter.is_done() || Out::all_done(&outputs);
             forward(&mut emitter, &mut outputs, &ctx)?;
-            while disklet.has_more_output() && !ctx.state.failed() {
-                step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
-                forward(&mut emitter, &mut outputs, &ctx)?;
-            }
+            drain_more(disklet.as_mut(), &mut emitter, &mut outputs, &ctx)?;
             if end {
                 return Ok(());
             }
@@ -2141,10 +2177,7 @@ fn run_stage(
                 }
                 step(disklet.as_mut(), &mut emitter, Call::Finish, &ctx)?;
                 forward(&mut emitter, &mut outputs, &ctx)?;
-                while disklet.has_more_output() && !ctx.state.failed() {
-                    step(disklet.as_mut(), &mut emitter, Call::More, &ctx)?;
-                    forward(&mut emitter, &mut outputs, &ctx)?;
-                }
+                drain_more(disklet.as_mut(), &mut emitter, &mut outputs, &ctx)?;
                 return Ok(());
             }
         }

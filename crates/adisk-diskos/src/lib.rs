@@ -148,6 +148,17 @@ pub enum DiskOsError {
     /// The job was cancelled (the host went away).
     #[error("job cancelled")]
     Cancelled,
+    /// A disklet kept asking to be called for more output without emitting any (a bug in
+    /// the disklet): its job is failed so that it cannot hold the disk.
+    #[error(
+        "disklet `{disklet}` asked for more output {calls} times in a row without emitting any: job stopped (a bug in the disklet)"
+    )]
+    NoProgress {
+        /// The disklet.
+        disklet: String,
+        /// Calls without output.
+        calls: u32,
+    },
     /// A user disklet was refused or failed (see [`user::UserDiskletFailure`]).
     #[error("{message}")]
     UserDisklet {

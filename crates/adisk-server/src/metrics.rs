@@ -51,6 +51,7 @@ struct DiskGauges {
     jobs_waiting: IntGaugeVec,
     jobs_finished: IntGaugeVec,
     jobs_failed: IntGaugeVec,
+    jobs_stalled: IntGaugeVec,
     temp_files: IntGaugeVec,
     inboxes: IntGaugeVec,
 }
@@ -120,6 +121,11 @@ impl Default for Metrics {
                 &r,
                 "adisk_disk_jobs_failed",
                 "Jobs failed at the disk since it started",
+            ),
+            jobs_stalled: disk_gauge(
+                &r,
+                "adisk_disk_jobs_stalled",
+                "Jobs stopped at the disk because a disklet made no progress",
             ),
             temp_files: disk_gauge(
                 &r,
@@ -226,6 +232,9 @@ impl Metrics {
                     g.jobs_failed
                         .with_label_values(&l)
                         .set(s.jobs_failed as i64);
+                    g.jobs_stalled
+                        .with_label_values(&l)
+                        .set(s.jobs_stalled as i64);
                     g.temp_files
                         .with_label_values(&l)
                         .set(s.temp_files_bytes as i64);
@@ -313,6 +322,11 @@ pub fn render_disk(s: &DiskStatus) -> String {
         "adisk_disk_jobs_failed_total",
         "Jobs failed since the disk started",
         s.jobs_failed,
+    );
+    count(
+        "adisk_disk_jobs_stalled_total",
+        "Jobs stopped because a disklet made no progress",
+        s.jobs_stalled,
     );
     count(
         "adisk_disk_bytes_read_total",

@@ -122,7 +122,10 @@ fn print_disks(disks: &[serde_json::Value]) {
             d["jobs_running"].to_string(),
             d["jobs_waiting"].to_string(),
             d["jobs_finished"].to_string(),
-            d["jobs_failed"].to_string()
+            match d["jobs_stalled"].as_u64() {
+                Some(n) if n > 0 => format!("{} ({n} stalled)", d["jobs_failed"]),
+                _ => d["jobs_failed"].to_string(),
+            }
         );
     }
 }

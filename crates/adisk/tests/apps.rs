@@ -144,6 +144,44 @@ fn join_out_of_core_in_both_modes_equals_duckdb() {
     assert!(err.contains("must differ"), "{err}");
 }
 
+/// One key for every tuple (each key's cross product far larger than a stage's output
+/// allowance: it used to spin forever at one disk), then relations with no key in common
+/// (the conventional join used to leave no output table), both modes against DuckDB.
+#[test]
+fn join_of_one_repeated_key_and_join_of_nothing_equal_duckdb() {
+    let c = Cluster::start(&["--disks", "3", "--memory-mib", "8", "--buffer-kib", "64"]);
+    let load = |rows: &str, keys: &str, seed: &str| {
+        ok(
+            c.dir(),
+            &[
+                "load", "join", "--rows", rows, "--keys", keys, "--seed", seed,
+            ],
+        )
+    };
+    for (rows, keys, seed, expected) in
+        [("450", "1", "5", 450 * 450), ("3000", "4000000000", "3", 0)]
+    {
+        load(rows, keys, seed);
+        for mode in ["active", "conventional"] {
+            let report = json(&ok(
+                c.dir(),
+                &["app", "join", "--mode", mode, "--format", "json"],
+            ));
+            assert_eq!(report["result"]["rows"], expected, "{mode}: {report}");
+            let (missing, extra, theirs) = join_against_duckdb(c.dir());
+            assert_eq!((missing, extra, theirs), (0, 0, expected), "{mode}");
+            let count = ok(c.dir(), &["sql", "SELECT count(*) AS n FROM join_out"]);
+            assert!(count.contains(&expected.to_string()), "{mode}: {count}");
+        }
+    }
+    let status = common::status_json(c.dir());
+    for d in status["disks"].as_array().expect("disks") {
+        assert_eq!(d["jobs_running"], 0, "{d}");
+        assert_eq!(d["jobs_stalled"], 0, "{d}");
+        assert_eq!(d["temp_files_bytes"], 0, "{d}");
+    }
+}
+
 #[test]
 fn conv_with_any_square_kernel_matches_the_reference() {
     let c = Cluster::start(&["--disks", "3", "--memory-mib", "16", "--buffer-kib", "64"]);

@@ -55,6 +55,7 @@ pub fn build(stage: &AppStage<'_>) -> Result<Box<dyn Disklet>> {
         schema: Arc::new(Schema::new(fields)),
         pending: VecDeque::new(),
         pending_bytes: 0,
+        cross: None,
         wanted: Some(0),
         paused: false,
     }))
@@ -110,6 +111,8 @@ struct MergeJoin {
     /// Output not yet emitted (the emitter was full), and its bytes.
     pending: VecDeque<RecordBatch>,
     pending_bytes: u64,
+    /// The cross product being emitted.
+    cross: Option<Cross>,
     /// The input the join waits for (None: either).
     wanted: Option<usize>,
     /// Output stepping paused for want of room.
@@ -133,13 +136,16 @@ impl MergeJoin {
             {
                 return Ok(Want::Input(1));
             }
+            if self.cross.is_some() {
+                if !self.cross_pieces()? {
+                    return Ok(Want::Pause);
+                }
+                continue;
+            }
             if let Some(g) = self.group_key {
                 match self.sides[0].key(self.keys[0]) {
                     Some(k) if k == g => {
-                        self.join_left_rows(g)?;
-                        if self.pending_bytes > PAUSE_BYTES {
-                            return Ok(Want::Pause);
-                        }
+                        self.start_cross(g);
                         continue;
                     }
                     None if !self.sides[0].ended => return Ok(Want::Input(0)),
@@ -215,8 +221,9 @@ impl MergeJoin {
         Ok(true)
     }
 
-    /// Joins the left side's rows of key `g` in its current buffer with the group.
-    fn join_left_rows(&mut self, g: u32) -> Result<()> {
+    /// Takes the left side's rows of key `g` in its current buffer as the next cross product
+    /// with the group (emitted piece by piece by [`MergeJoin::cross_pieces`]).
+    fn start_cross(&mut self, g: u32) {
         let side = &mut self.sides[0];
         let b = side.buffers.front().expect("a key was read").clone();
         let keys = b
@@ -227,43 +234,70 @@ impl MergeJoin {
         let end = (side.next..b.num_rows())
             .find(|i| keys.value(*i) != g)
             .unwrap_or(b.num_rows());
-        let left: Vec<u64> = (side.next as u64..end as u64).collect();
-        for right in &self.group {
-            let l_idx = UInt64Array::from_iter_values(
-                left.iter()
-                    .flat_map(|l| std::iter::repeat_n(*l, right.num_rows())),
-            );
-            let r_idx = UInt64Array::from_iter_values(
-                (0..left.len()).flat_map(|_| 0..right.num_rows() as u64),
-            );
-            let mut columns: Vec<ArrayRef> = Vec::new();
-            for c in b.columns() {
-                columns.push(
-                    arrow::compute::take(c.as_ref(), &l_idx, None)
-                        .map_err(|e| invalid(e.to_string()))?,
-                );
-            }
-            for c in right.columns() {
-                columns.push(
-                    arrow::compute::take(c.as_ref(), &r_idx, None)
-                        .map_err(|e| invalid(e.to_string()))?,
-                );
-            }
-            let out = RecordBatch::try_new(self.schema.clone(), columns)
-                .map_err(|e| invalid(e.to_string()))?;
-            self.pending_bytes += batch_bytes(&out);
-            self.pending.push_back(out);
-        }
+        let left = b.slice(side.next, end - side.next);
         for _ in side.next..end {
             side.advance();
         }
-        Ok(())
+        self.cross = Some(Cross { left, next: 0 });
     }
 
+    /// Emits pieces of the current cross product (left rows × the group, in left-row order)
+    /// until it is done or the output held reaches [`PAUSE_BYTES`]; true when it is done.
+    /// Each piece covers at most [`PIECE_BYTES`] of output, whatever the key's skew.
+    fn cross_pieces(&mut self) -> Result<bool> {
+        let group = self.group_batch()?;
+        let m = group.num_rows() as u64;
+        let Some(cross) = self.cross.as_mut() else {
+            return Ok(true);
+        };
+        let total = cross.left.num_rows() as u64 * m;
+        let row_bytes = (batch_bytes(&cross.left) / cross.left.num_rows().max(1) as u64)
+            + self.group_bytes / m.max(1);
+        let per_piece = (PIECE_BYTES / row_bytes.max(1)).max(1);
+        while cross.next < total {
+            if self.pending_bytes > PAUSE_BYTES {
+                return Ok(false);
+            }
+            let end = (cross.next + per_piece).min(total);
+            let out = cross_piece(&self.schema, &cross.left, &group, cross.next..end)?;
+            cross.next = end;
+            self.pending_bytes += batch_bytes(&out);
+            self.pending.push_back(out);
+        }
+        self.cross = None;
+        Ok(true)
+    }
+
+    /// The group's rows as one batch (collected from several buffers at most once per key).
+    fn group_batch(&mut self) -> Result<RecordBatch> {
+        if self.group.len() != 1 {
+            let schema = match self.group.first() {
+                Some(b) => b.schema(),
+                None => return Err(invalid("join.merge_join: an empty key group")),
+            };
+            let one = arrow::compute::concat_batches(&schema, &self.group)
+                .map_err(|e| invalid(e.to_string()))?;
+            self.group = vec![one];
+        }
+        Ok(self.group[0].clone())
+    }
+
+    /// Emits what is pending as far as the emitter has room, cutting a batch larger than
+    /// the room left (so a call's allowance smaller than a piece still makes progress).
     fn flush(&mut self, out: &mut Emitter) {
         while let Some(b) = self.pending.front() {
             let bytes = batch_bytes(b);
             if bytes > out.room() {
+                let rows = (b.num_rows() as u64 * out.room() / bytes.max(1)) as usize;
+                if rows == 0 {
+                    return;
+                }
+                let head = b.slice(0, rows);
+                let rest = b.slice(rows, b.num_rows() - rows);
+                let head_bytes = bytes - batch_bytes(&rest);
+                self.pending_bytes -= head_bytes;
+                self.pending[0] = rest;
+                out.emit(0, head);
                 return;
             }
             let b = self.pending.pop_front().expect("front exists");
@@ -296,6 +330,36 @@ impl MergeJoin {
 
 /// Output held before the join stops to hand it out.
 const PAUSE_BYTES: u64 = 1 << 20;
+/// Output of one piece of a key's cross product.
+const PIECE_BYTES: u64 = 64 << 10;
+
+/// A cross product under way: `left` (rows of one key) × the group; pair `next` is left row
+/// `next / m` with group row `next % m` (m: the group's rows).
+struct Cross {
+    left: RecordBatch,
+    next: u64,
+}
+
+/// Output rows for pairs `pairs` of `left` × `group` (see [`Cross`]).
+fn cross_piece(
+    schema: &SchemaRef,
+    left: &RecordBatch,
+    group: &RecordBatch,
+    pairs: std::ops::Range<u64>,
+) -> Result<RecordBatch> {
+    let m = group.num_rows() as u64;
+    let l_idx = UInt64Array::from_iter_values(pairs.clone().map(|p| p / m));
+    let r_idx = UInt64Array::from_iter_values(pairs.map(|p| p % m));
+    let mut columns: Vec<ArrayRef> = Vec::new();
+    for (batch, idx) in [(left, &l_idx), (group, &r_idx)] {
+        for c in batch.columns() {
+            columns.push(
+                arrow::compute::take(c.as_ref(), idx, None).map_err(|e| invalid(e.to_string()))?,
+            );
+        }
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| invalid(e.to_string()))
+}
 
 impl Disklet for MergeJoin {
     fn name(&self) -> &'static str {
@@ -329,7 +393,12 @@ impl Disklet for MergeJoin {
         self.run(out)
     }
     fn scratch_bytes(&self) -> u64 {
-        self.sides[0].bytes() + self.sides[1].bytes() + self.group_bytes + self.pending_bytes
+        let cross = self.cross.as_ref().map_or(0, |c| batch_bytes(&c.left));
+        self.sides[0].bytes()
+            + self.sides[1].bytes()
+            + self.group_bytes
+            + self.pending_bytes
+            + cross
     }
 }
 
@@ -353,8 +422,9 @@ mod tests {
         .unwrap()
     }
 
-    /// Feeds both sides in buffers of `chunk` rows as the disklet asks; returns (l.v, r.v) pairs.
-    fn join(l: &RecordBatch, r: &RecordBatch, chunk: usize) -> Vec<(u32, u32)> {
+    /// Feeds both sides in buffers of `chunk` rows as the disklet asks, each call's output
+    /// capped at `cap` bytes as under DiskOS; returns (l.v, r.v) pairs.
+    fn join_capped(l: &RecordBatch, r: &RecordBatch, chunk: usize, cap: u64) -> Vec<(u32, u32)> {
         let inputs = [l.schema(), r.schema()];
         let params = serde_json::Value::Null;
         let stage = AppStage {
@@ -366,6 +436,8 @@ mod tests {
             scratch_bytes: 1 << 20,
         };
         let mut d = build(&stage).unwrap();
+        let account = std::sync::Arc::new(adisk_diskos::memory::Account::default());
+        let emitter = || Emitter::capped(1, cap, &account);
         let sides = [l, r];
         let mut next = [0usize, 0usize];
         let mut ended = [false, false];
@@ -382,7 +454,7 @@ mod tests {
             if i == 2 {
                 break;
             }
-            let mut out = Emitter::new(1);
+            let mut out = emitter();
             if next[i] >= sides[i].num_rows() {
                 ended[i] = true;
                 d.input_ended(i, &mut out).unwrap();
@@ -400,16 +472,27 @@ mod tests {
                 .unwrap();
                 next[i] += n;
             }
+            assert!(out.overflow().is_none());
             collect(&mut out, &mut batches);
+            let mut calls = 0;
             while d.has_more_output() {
-                let mut out = Emitter::new(1);
+                let mut out = emitter();
                 d.more_output(&mut out).unwrap();
+                assert!(out.overflow().is_none());
+                let before = batches.len();
                 collect(&mut out, &mut batches);
+                assert!(
+                    batches.len() > before,
+                    "a call for more output emitted nothing"
+                );
+                calls += 1;
+                assert!(calls < 1_000_000);
             }
         }
-        let mut out = Emitter::new(1);
+        let mut out = emitter();
         d.finish(&mut out).unwrap();
         collect(&mut out, &mut batches);
+        assert!(!d.has_more_output());
         for b in &batches {
             let lv = b.column(1).as_any().downcast_ref::<UInt32Array>().unwrap();
             let rv = b.column(3).as_any().downcast_ref::<UInt32Array>().unwrap();
@@ -419,11 +502,11 @@ mod tests {
         got
     }
 
-    #[test]
-    fn merge_join_equals_a_nested_loop_join() {
-        let lk = [1, 1, 2, 3, 3, 3, 5, 7, 7, 9, 9, 9, 9];
-        let rk = [0, 1, 3, 3, 4, 7, 7, 7, 9, 10];
-        let (l, r) = (side(&lk, 1), side(&rk, 2));
+    fn join(l: &RecordBatch, r: &RecordBatch, chunk: usize) -> Vec<(u32, u32)> {
+        join_capped(l, r, chunk, 1 << 20)
+    }
+
+    fn nested_loop(lk: &[u32], rk: &[u32]) -> Vec<(u32, u32)> {
         let mut expected = Vec::new();
         for (i, a) in lk.iter().enumerate() {
             for (j, b) in rk.iter().enumerate() {
@@ -433,6 +516,30 @@ mod tests {
             }
         }
         expected.sort_unstable();
+        expected
+    }
+
+    /// One key for every row: each left buffer's cross product with the group is far larger
+    /// than a call's output allowance (it used to be one batch that never fit, forever).
+    #[test]
+    fn a_single_key_cross_product_streams_in_pieces() {
+        let lk = vec![7u32; 450];
+        let rk = vec![7u32; 450];
+        let (l, r) = (side(&lk, 1), side(&rk, 2));
+        let got = join_capped(&l, &r, 200, 48 << 10);
+        assert_eq!(got.len(), 450 * 450);
+        assert_eq!(got, nested_loop(&lk, &rk));
+        // An allowance smaller than one piece still makes progress (pieces are cut).
+        let small = join_capped(&side(&lk[..60], 1), &side(&rk[..60], 2), 7, 1000);
+        assert_eq!(small, nested_loop(&lk[..60], &rk[..60]));
+    }
+
+    #[test]
+    fn merge_join_equals_a_nested_loop_join() {
+        let lk = [1, 1, 2, 3, 3, 3, 5, 7, 7, 9, 9, 9, 9];
+        let rk = [0, 1, 3, 3, 4, 7, 7, 7, 9, 10];
+        let (l, r) = (side(&lk, 1), side(&rk, 2));
+        let expected = nested_loop(&lk, &rk);
         for chunk in [1, 2, 3, 5, 100] {
             assert_eq!(join(&l, &r, chunk), expected, "buffers of {chunk} rows");
         }
