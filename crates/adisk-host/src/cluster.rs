@@ -1107,8 +1107,16 @@ impl Cluster {
 
     /// Asks every disk to shut down (errors ignored: a dead disk is already down).
     pub async fn shutdown(&self) {
+        let all: Vec<u32> = (0..self.disk_count()).collect();
+        self.shutdown_disks(&all).await;
+    }
+
+    /// Asks disks `disks` to shut down (each answers before it stops).
+    pub async fn shutdown_disks(&self, disks: &[u32]) {
         futures::future::join_all(
-            (0..self.disk_count()).map(|d| self.control(d, action::SHUTDOWN, vec![])),
+            disks
+                .iter()
+                .map(|d| self.control(*d, action::SHUTDOWN, vec![])),
         )
         .await;
     }

@@ -668,13 +668,28 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     s
 }
 
-/// Stops the local cluster: a `shutdown` action to each disk, then SIGTERM, then SIGKILL.
+/// Stops what `adisk up` started in `dir`: a `shutdown` action to each disk it started (those
+/// with a pid in `cluster.toml`), then SIGTERM, then SIGKILL; removes `cluster.toml` only when
+/// `up` made all of it. A hand-written `cluster.toml` (disks started with `adisk disk`, perhaps
+/// a file several machines share) is left alone, and so are its disks.
 pub async fn down(dir: &Path) -> Result<(), CliError> {
     let path = dir.join("cluster.toml");
     if !path.exists() {
         return Err(CliError::Other(format!("no cluster at {}", dir.display())));
     }
     let config = ClusterConfig::load(&path)?;
+    let ours: Vec<u32> = config
+        .disks
+        .iter()
+        .filter(|d| d.pid.is_some())
+        .map(|d| d.id)
+        .collect();
+    if ours.is_empty() {
+        return Err(CliError::Other(format!(
+            "{} names no disk that `adisk up` started (none has a pid): nothing was stopped or removed; stop each `adisk disk` where it runs (its service manager, or SIGTERM)",
+            path.display()
+        )));
+    }
     if let Some(serve) = &config.serve {
         crate::serve_cmd::stop_managed(dir, serve).await;
     }
@@ -686,7 +701,7 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         .filter_map(|d| d.pid.filter(|p| holds_lock(*p, d.dir.as_deref())))
         .collect();
     if let Ok(cluster) = adisk_host::Cluster::connect_lazy(config.clone()) {
-        cluster.shutdown().await;
+        cluster.shutdown_disks(&ours).await;
     }
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut signalled = false;
@@ -713,11 +728,22 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = std::fs::remove_file(&path);
+    if ours.len() == config.disks.len() {
+        let _ = std::fs::remove_file(&path);
+    }
+    let kept = config.disks.len() - ours.len();
     println!(
-        "cluster in {} stopped ({} disks)",
+        "cluster in {} stopped ({} disks){}",
         dir.display(),
-        config.disks.len()
+        ours.len(),
+        if kept > 0 {
+            format!(
+                "; {kept} disks not started by `adisk up` left running, and {} kept",
+                path.display()
+            )
+        } else {
+            String::new()
+        }
     );
     Ok(())
 }

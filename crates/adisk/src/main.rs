@@ -30,7 +30,8 @@ use std::process::ExitCode;
 #[derive(Parser, Debug)]
 #[command(name = "adisk", version, about, long_about = None)]
 struct Cli {
-    /// Cluster directory (holds cluster.toml and the local disks' data).
+    /// Cluster directory: holds cluster.toml and the local disks' data. For `adisk disk`, the
+    /// disk's own data directory (its tables, manifest and temporary files).
     #[arg(
         long,
         global = true,
@@ -45,6 +46,10 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run one disk node (Arrow Flight server + DiskOS) on the data directory --dir.
+    ///
+    /// Here --dir is this disk's own data directory (tables, manifest, temporary files; one
+    /// disk process per directory), not a cluster directory: the cluster is the
+    /// cluster.toml the host reads, and --members names it for the disk.
     Disk(local::DiskArgs),
     /// Answer TPC-H partition requests (`TABLE SF PART PARTS` per line on standard input) with
     /// Arrow IPC streams on standard output: what a disk runs in a child process to generate
@@ -53,7 +58,8 @@ enum Command {
     TpchGenerate,
     /// Start a local cluster: N disk processes on 127.0.0.1, in the background.
     Up(local::UpArgs),
-    /// Stop the local cluster started by `up`.
+    /// Stop the local cluster started by `up`: only the disks `up` started (a hand-written
+    /// cluster.toml, shared by several machines, and its disks are left alone).
     Down,
     /// Seeded fault injection: TPC-H queries checked against the official answers while disks
     /// are killed, stopped and restarted, bytes flipped and tables reloaded (own cluster under

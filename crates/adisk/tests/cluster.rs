@@ -947,3 +947,46 @@ fn flip_keeping_mtime(path: &Path, offset: u64) {
     f.write_all_at(&[byte[0] ^ 0x01], offset).unwrap();
     f.set_modified(mtime).unwrap();
 }
+
+/// `down` on a hand-written `cluster.toml` (disks it did not start, as on several machines
+/// sharing one file) stops nothing and removes nothing; on a file that names disks of both
+/// kinds it stops only those `up` started and keeps the file.
+#[test]
+fn down_leaves_a_shared_cluster_toml_and_its_disks_alone() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(dir, &["up", "--disks", "2", "--no-serve"]);
+    let _down = Down(dir);
+    let pids = common::disk_pids(dir);
+    let config = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    let without = |config: &str, pid: i32| config.replace(&format!("pid = {pid}\n"), "");
+    let shared = tmp.path().join("shared");
+    std::fs::create_dir(&shared).unwrap();
+    let hand = without(&without(&config, pids[0]), pids[1]);
+    std::fs::write(shared.join("cluster.toml"), &hand).unwrap();
+    let err = fails(&shared, &["down"]);
+    assert!(
+        err.contains("names no disk that `adisk up` started"),
+        "{err}"
+    );
+    assert!(shared.join("cluster.toml").exists());
+    assert!(pids.iter().all(|p| !common::process_gone(*p)));
+
+    // Disk 1 as if started by hand: `down` stops disk 0 only and keeps the file.
+    std::fs::write(dir.join("cluster.toml"), without(&config, pids[1])).unwrap();
+    let out = ok(dir, &["down"]);
+    assert!(
+        out.contains("1 disks not started by `adisk up` left running"),
+        "{out}"
+    );
+    assert!(dir.join("cluster.toml").exists());
+    common::wait_until("disk 0 to stop", std::time::Duration::from_secs(15), || {
+        common::process_gone(pids[0])
+    });
+    assert!(!common::process_gone(pids[1]));
+    // SAFETY: the test's own disk process.
+    unsafe { libc::kill(pids[1], libc::SIGTERM) };
+    common::wait_until("disk 1 to stop", std::time::Duration::from_secs(15), || {
+        common::process_gone(pids[1])
+    });
+}
