@@ -251,6 +251,11 @@ impl FairScheduler {
         program: &ProgramName,
         cancel: &watch::Receiver<bool>,
     ) -> Result<SlotPermit> {
+        // A cancelled job gets no slot, also when one is free: every step of every stage
+        // asks for one, so a job whose host went away stops at its next step.
+        if *cancel.borrow() {
+            return Err(DiskOsError::Cancelled);
+        }
         let (rx, ticket) = {
             let mut queue = self.lock();
             if queue.try_take(program) {
@@ -559,6 +564,21 @@ mod tests {
         assert_eq!(scheduler.load(), (0, 0), "the waiter left the queue");
         drop(held);
         assert_eq!(scheduler.load(), (1, 0), "no slot leaked");
+    }
+
+    /// A job whose host went away (a stage that loops on free slots included) stops at its
+    /// next step: it used to get a free slot without its cancellation being looked at.
+    #[test]
+    fn a_cancelled_job_gets_no_free_slot() {
+        let scheduler = FairScheduler::new(2, 8);
+        let (cancel_tx, cancel) = watch::channel(false);
+        drop(scheduler.acquire_blocking(&name("a"), &cancel).unwrap());
+        cancel_tx.send_replace(true);
+        assert!(matches!(
+            scheduler.acquire_blocking(&name("a"), &cancel),
+            Err(DiskOsError::Cancelled)
+        ));
+        assert_eq!(scheduler.load(), (2, 0), "no slot taken");
     }
 
     #[test]
