@@ -225,6 +225,43 @@ pub struct Catalog {
     pub incomplete: BTreeMap<String, Incomplete>,
 }
 
+/// A dead disk's first probe, after it was taken as dead.
+pub const FIRST_PROBE: std::time::Duration = std::time::Duration::from_secs(1);
+/// The longest wait between two probes of a dead disk.
+pub const MAX_PROBE_BACKOFF: std::time::Duration = std::time::Duration::from_secs(8);
+
+/// The probes of one dead disk.
+#[derive(Debug)]
+struct Revival {
+    next_probe: std::time::Instant,
+    backoff: std::time::Duration,
+    /// A probe is under way.
+    probing: bool,
+    /// The last probe answered: a candidate for the next catalog.
+    answered: bool,
+}
+
+impl Revival {
+    fn new() -> Self {
+        Revival {
+            next_probe: std::time::Instant::now() + FIRST_PROBE,
+            backoff: FIRST_PROBE,
+            probing: false,
+            answered: false,
+        }
+    }
+
+    /// A probe ended (`answered`: the disk answered it); else the next waits twice as long.
+    fn probed(&mut self, answered: bool) {
+        self.probing = false;
+        self.answered = answered;
+        if !answered {
+            self.backoff = (self.backoff * 2).min(MAX_PROBE_BACKOFF);
+            self.next_probe = std::time::Instant::now() + self.backoff;
+        }
+    }
+}
+
 /// Why a table is incomplete (see [`HostError::IncompleteTable`]).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Incomplete {
@@ -504,6 +541,10 @@ pub struct Cluster {
     /// Disks taken as dead (unreachable at connect, or failed since): never given work again
     /// by this host.
     dead: std::sync::Mutex<BTreeSet<u32>>,
+    /// The dead disks' probes: each is asked for its status again, with backoff, in the
+    /// background; one that answers is used again once its catalog agrees with the others'
+    /// ([`Cluster::catalog`]).
+    revival: Arc<std::sync::Mutex<BTreeMap<u32, Revival>>>,
     /// Copies found corrupt by a query, as (table, partition, disk): never read again by this
     /// host (its catalog lists them as missing, for `adisk scrub` / `adisk repair`).
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
@@ -611,7 +652,7 @@ impl Cluster {
             return Err(e);
         }
         let cluster = Cluster::new(config, channels)?;
-        *cluster.dead.lock().expect("dead lock") = dead;
+        dead.into_iter().for_each(|d| cluster.mark_dead(d));
         Ok(cluster)
     }
 
@@ -628,9 +669,77 @@ impl Cluster {
             .collect()
     }
 
-    /// Takes disk `d` as dead from now on.
+    /// Takes disk `d` as dead: no work goes to it until a probe finds it answering again and
+    /// its catalog agrees with the other disks' (probes start after [`FIRST_PROBE`], then back
+    /// off to [`MAX_PROBE_BACKOFF`]).
     pub fn mark_dead(&self, d: u32) {
         self.dead.lock().expect("dead lock").insert(d);
+        self.revival
+            .lock()
+            .expect("revival lock")
+            .entry(d)
+            .or_insert_with(Revival::new);
+    }
+
+    /// Starts a background status probe of every dead disk whose next probe is due (outside
+    /// a tokio runtime, none). A probe that answers marks its disk a candidate for
+    /// [`Cluster::catalog`]; one that fails backs off.
+    fn probe_dead_disks(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let now = std::time::Instant::now();
+        let mut revival = self.revival.lock().expect("revival lock");
+        for (d, r) in revival.iter_mut() {
+            if r.probing || r.answered || r.next_probe > now {
+                continue;
+            }
+            r.probing = true;
+            let (d, mut client) = (*d, self.client(*d));
+            let (revival, timeout) = (self.revival.clone(), self.config.deadlines().timeout);
+            runtime.spawn(async move {
+                let asked = tokio::time::timeout(timeout, async {
+                    let replies = client
+                        .do_action(Action::new(action::STATUS, Vec::new()))
+                        .await?;
+                    replies.try_collect::<Vec<_>>().await
+                })
+                .await;
+                let answered = matches!(asked, Ok(Ok(_)));
+                if let Some(r) = revival.lock().expect("revival lock").get_mut(&d) {
+                    r.probed(answered);
+                }
+            });
+        }
+    }
+
+    /// Dead disks whose last probe answered: candidates to be used again.
+    fn revival_candidates(&self) -> Vec<u32> {
+        self.revival
+            .lock()
+            .expect("revival lock")
+            .iter()
+            .filter(|(_, r)| r.answered)
+            .map(|(d, _)| *d)
+            .collect()
+    }
+
+    /// Disk `d` answered and its catalog agrees: it is used again.
+    fn revive(&self, d: u32) {
+        self.dead.lock().expect("dead lock").remove(&d);
+        self.revival.lock().expect("revival lock").remove(&d);
+        tracing::info!(
+            disk = d,
+            "answers again and holds current copies: used again"
+        );
+    }
+
+    /// Disk `d` answered a probe but cannot be used yet (its catalog disagrees, or it failed
+    /// again): probed again after its backoff.
+    fn not_revived(&self, d: u32) {
+        if let Some(r) = self.revival.lock().expect("revival lock").get_mut(&d) {
+            r.probed(false);
+        }
     }
 
     /// Takes disk `d`'s copy of `table`'s partition `partition` as corrupt: the catalog lists
@@ -678,6 +787,7 @@ impl Cluster {
             router: tokio::sync::OnceCell::new(),
             auth,
             dead: Default::default(),
+            revival: Default::default(),
             corrupt: Default::default(),
         })
     }
@@ -956,17 +1066,26 @@ impl Cluster {
     ///
     /// # Errors
     /// A disk failing the request otherwise than by being unreachable; no live disk.
+    ///
+    /// A dead disk that answers its probes again (see [`Cluster::mark_dead`]) is asked too and
+    /// used again when its catalog leaves no table incomplete that was not already.
     pub async fn catalog(&self) -> Result<Catalog> {
-        let live = self.live_disks();
+        self.probe_dead_disks();
+        let candidates = self.revival_candidates();
+        let mut asked = self.live_disks();
+        asked.extend(&candidates);
         let replies = futures::future::join_all(
-            live.iter()
+            asked
+                .iter()
                 .map(|d| self.action_json::<DiskCatalog>(*d, action::CATALOG, vec![])),
         )
         .await;
-        let mut parts = Vec::new();
-        for (d, r) in live.into_iter().zip(replies) {
+        let (mut parts, mut returning) = (Vec::new(), Vec::new());
+        for (d, r) in asked.into_iter().zip(replies) {
             match r {
+                Ok(dc) if candidates.contains(&d) => returning.push((d, dc)),
                 Ok(dc) => parts.push((d, dc)),
+                Err(_) if candidates.contains(&d) => self.not_revived(d),
                 Err(e) if e.is_unreachable() => {
                     tracing::warn!(disk = d, "taken as dead: {e}");
                     self.mark_dead(d);
@@ -974,23 +1093,55 @@ impl Cluster {
                 Err(e) => return Err(e),
             }
         }
-        if parts.is_empty() {
+        if parts.is_empty() && returning.is_empty() {
             return Err(HostError::Unreachable {
                 disk: 0,
                 address: self.address(0).to_string(),
                 message: "no disk of the cluster answers".into(),
             });
         }
-        let dead = self.dead_disks();
+        let without = self.merge_catalog(&parts, &self.dead_disks());
+        if returning.is_empty() {
+            return Ok(without);
+        }
+        let mut dead = self.dead_disks();
+        returning.iter().for_each(|(d, _)| {
+            dead.remove(d);
+        });
+        parts.extend(returning.iter().cloned());
+        let with = self.merge_catalog(&parts, &dead);
+        if with
+            .incomplete
+            .keys()
+            .all(|t| without.incomplete.contains_key(t))
+        {
+            returning.iter().for_each(|(d, _)| self.revive(*d));
+            return Ok(with);
+        }
+        for (d, _) in &returning {
+            tracing::warn!(
+                disk = d,
+                "answers again but holds other loads than the live disks (`adisk repair --disk {d}`)"
+            );
+            self.not_revived(*d);
+        }
+        Ok(without)
+    }
+
+    /// The catalog the disks' reports `parts` make, with `dead` taken as dead.
+    fn merge_catalog(&self, parts: &[(u32, DiskCatalog)], dead: &BTreeSet<u32>) -> Catalog {
         let mut reports: BTreeMap<String, Vec<(u32, TableInfo)>> = BTreeMap::new();
         for (d, dc) in parts {
-            for t in dc.tables {
-                reports.entry(t.name.clone()).or_default().push((d, t));
+            for t in &dc.tables {
+                reports
+                    .entry(t.name.clone())
+                    .or_default()
+                    .push((*d, t.clone()));
             }
         }
         let mut catalog = Catalog::default();
         for (name, reports) in reports {
-            match merge_table(&name, reports, &dead) {
+            match merge_table(&name, reports, dead) {
                 Ok(mut entry) => {
                     for (_, p, d) in self
                         .corrupt
@@ -1008,7 +1159,7 @@ impl Cluster {
                 }
             }
         }
-        Ok(catalog)
+        catalog
     }
 
     /// Statistics of job `job_id` at disk `d`.
