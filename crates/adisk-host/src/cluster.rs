@@ -18,8 +18,38 @@ use std::time::Duration;
 /// Connect timeout per disk.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// Where the host's exchange relay listens (disks of a local cluster reach it on loopback).
-const RELAY_LISTEN: &str = "127.0.0.1:0";
+/// The local address this host's packets to `address` leave from, as the kernel's routes
+/// choose it (a UDP socket is connected, no packet is sent): where a disk at `address`
+/// reaches this host. None when `address` does not resolve or has no route.
+pub fn local_address_towards(address: &str) -> Option<std::net::IpAddr> {
+    use std::net::ToSocketAddrs;
+    let target = address.to_socket_addrs().ok()?.next()?;
+    let any = if target.is_ipv4() {
+        "0.0.0.0:0"
+    } else {
+        "[::]:0"
+    };
+    let socket = std::net::UdpSocket::bind(any).ok()?;
+    socket.connect(target).ok()?;
+    Some(socket.local_addr().ok()?.ip())
+}
+
+/// Where the host's relays listen: the one local address every disk reaches it by (loopback
+/// for a local cluster, the host's address on the disks' network otherwise), or every
+/// interface when disks reach it by several (each disk is then told its own,
+/// [`Cluster::relay_for`]). Strangers who reach the port are refused: a relay serves only
+/// callers holding the cluster's key.
+fn relay_listen(addresses: &[String]) -> String {
+    let sources: BTreeSet<std::net::IpAddr> = addresses
+        .iter()
+        .filter_map(|a| local_address_towards(a))
+        .collect();
+    match (sources.len(), sources.first()) {
+        (1, Some(ip)) => std::net::SocketAddr::new(*ip, 0).to_string(),
+        _ if sources.iter().all(|ip| ip.is_ipv6()) && !sources.is_empty() => "[::]:0".into(),
+        _ => "0.0.0.0:0".into(),
+    }
+}
 
 fn exchange_code(mode: ExchangeMode) -> u8 {
     match mode {
@@ -845,26 +875,37 @@ impl Cluster {
         limit: Option<Arc<crate::sql::TokenBucket>>,
         what: &str,
     ) -> Result<String> {
+        let addresses: Vec<String> = self
+            .config
+            .disks
+            .iter()
+            .map(|d| d.address.clone())
+            .collect();
+        let listen = relay_listen(&addresses);
         let relay = cell
             .get_or_try_init(|| {
-                crate::relay::Relay::start(
-                    RELAY_LISTEN,
-                    limit,
-                    self.auth.clone(),
-                    self.config
-                        .disks
-                        .iter()
-                        .map(|d| d.address.clone())
-                        .collect(),
-                )
+                crate::relay::Relay::start(&listen, limit, self.auth.clone(), addresses.clone())
             })
             .await
             .map_err(|e| {
-                HostError::Invalid(format!(
-                    "cannot start the host's {what} on {RELAY_LISTEN}: {e}"
-                ))
+                HostError::Invalid(format!("cannot start the host's {what} on {listen}: {e}"))
             })?;
         Ok(relay.address().to_string())
+    }
+
+    /// The address disk `d` reaches a relay bound at `bound` by: `bound` itself, or, for a
+    /// relay on every interface, this host's address on the route to disk `d`.
+    fn relay_for(&self, d: u32, bound: &str) -> String {
+        let Ok(socket) = bound.parse::<std::net::SocketAddr>() else {
+            return bound.to_string();
+        };
+        if !socket.ip().is_unspecified() {
+            return bound.to_string();
+        }
+        local_address_towards(self.address(d)).map_or_else(
+            || bound.to_string(),
+            |ip| std::net::SocketAddr::new(ip, socket.port()).to_string(),
+        )
     }
 
     /// `spec` as it is sent to disk `d`: in `via-host` mode, its exchange outputs go through
@@ -881,7 +922,8 @@ impl Cluster {
         }
         let mut spec = spec.clone();
         if self.exchange_mode() == ExchangeMode::ViaHost {
-            spec.relay_exchanges(&self.relay_address().await?);
+            let relay = self.relay_address().await?;
+            spec.relay_exchanges(&self.relay_for(d, &relay));
         } else if self.config.grouped() {
             let group = self.config.group_of(d);
             let crosses = |t: &str| self.config.group_at(t).is_some_and(|g| g != group);
@@ -892,7 +934,7 @@ impl Cluster {
                 _ => false,
             });
             if any {
-                let router = self.router_address().await?;
+                let router = self.relay_for(d, &self.router_address().await?);
                 spec.relay_targets(|t| crosses(t).then(|| router.clone()));
             }
         }
@@ -1288,6 +1330,22 @@ mod tests {
         (0..parts)
             .map(|p| (p, replica_disks(p * disks / parts, r, disks)))
             .collect()
+    }
+
+    #[test]
+    fn relays_listen_where_the_disks_reach_the_host() {
+        let local = |a: &str| local_address_towards(a).map(|ip| ip.to_string());
+        assert_eq!(local("127.0.0.1:7000").as_deref(), Some("127.0.0.1"));
+        assert_eq!(local("not an address"), None);
+        // A local cluster: loopback only, never every interface.
+        let loopback = ["127.0.0.1:7000".to_string(), "127.0.0.1:7001".to_string()];
+        assert_eq!(relay_listen(&loopback), "127.0.0.1:0");
+        // Disks this host reaches by different local addresses (here: loopback and the
+        // default route's, when there is one): every interface.
+        if let Some(out) = local("192.0.2.1:7000").filter(|ip| ip != "127.0.0.1") {
+            let mixed = ["127.0.0.1:7000".to_string(), "192.0.2.1:7000".to_string()];
+            assert_eq!(relay_listen(&mixed), "0.0.0.0:0", "{out}");
+        }
     }
 
     fn dead(d: &[u32]) -> BTreeSet<u32> {

@@ -285,8 +285,13 @@ impl PartitionWriter {
 impl Drop for PartitionWriter {
     fn drop(&mut self) {
         if self.writer.is_some() {
-            // Abandoned (error or cancellation): leave no half partition behind.
+            // Abandoned (error or cancellation): leave no half partition behind, nor the
+            // table directory it made when nothing else is in it (remove_dir of a directory
+            // that is not empty fails and keeps it).
             let _ = std::fs::remove_file(&self.tmp_path);
+            if let Some(dir) = self.tmp_path.parent() {
+                let _ = std::fs::remove_dir(dir);
+            }
         }
     }
 }
