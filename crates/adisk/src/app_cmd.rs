@@ -2,6 +2,7 @@
 //! deterministic inputs, written at the disks).
 use crate::{CliError, connect};
 use adisk_apps::Mode;
+use adisk_host::Cluster;
 use clap::{Args, Subcommand};
 use std::path::Path;
 
@@ -77,18 +78,22 @@ pub struct EarthArgs {
     /// Records table (`adisk load earth`).
     #[arg(long, default_value = "earth")]
     table: String,
-    /// Output grid width, pixels (as loaded).
-    #[arg(long, default_value_t = 1024)]
-    width: u32,
-    /// Output grid height, pixels (as loaded).
-    #[arg(long, default_value_t = 512)]
-    height: u32,
-    /// The disks' window, KiB (default: a quarter of the smallest disk's memory).
+    /// Output grid width, pixels (default: the width the table was loaded with; given, it must
+    /// agree with it).
+    #[arg(long)]
+    width: Option<u32>,
+    /// Output grid height, pixels (default: the height the table was loaded with; given, it
+    /// must agree with it).
+    #[arg(long)]
+    height: Option<u32>,
+    /// The disks' window, KiB, at least one grid row (default: a quarter of the smallest
+    /// disk's memory).
     #[arg(long)]
     window_kib: Option<u64>,
-    /// Check against the composite of regenerated records: `RECORDS,DAYS,SEED` as loaded.
-    #[arg(long, value_delimiter = ',')]
-    check: Vec<u64>,
+    /// Check against the composite of regenerated records: `--check` alone takes the
+    /// generator's parameters the load recorded; `--check RECORDS,DAYS,SEED` must agree with them.
+    #[arg(long, value_delimiter = ',', num_args = 0..=1)]
+    check: Option<Vec<u64>>,
 }
 
 /// `adisk app conv`.
@@ -105,8 +110,8 @@ pub struct ConvArgs {
     /// k of the default box kernel.
     #[arg(long, default_value_t = 3)]
     k: usize,
-    /// Divisor (default: the sum of the weights, or 1 if that is 0).
-    #[arg(long)]
+    /// Divisor, non-zero, negative allowed (default: the sum of the weights, or 1 if that is 0).
+    #[arg(long, allow_negative_numbers = true)]
     divisor: Option<i32>,
     /// Output table.
     #[arg(long, default_value = "conv_out")]
@@ -127,7 +132,7 @@ pub struct JoinArgs {
     /// Output table.
     #[arg(long, default_value = "join_out")]
     output: String,
-    /// Size of a sorted run, KiB (default: a quarter of the smallest disk's memory).
+    /// Size of a sorted run, KiB, at least 64 (default: a quarter of the smallest disk's memory).
     #[arg(long)]
     run_kib: Option<u64>,
 }
@@ -154,10 +159,10 @@ pub struct SortArgs {
     /// Output table (partition d at disk d holds the d-th key range).
     #[arg(long, default_value = "sort_sorted")]
     output: String,
-    /// Size of a sorted run, KiB (default: a quarter of the smallest disk's memory).
+    /// Size of a sorted run, KiB, at least 64 (default: a quarter of the smallest disk's memory).
     #[arg(long)]
     run_kib: Option<u64>,
-    /// Keys sampled per disk for the splitters.
+    /// Keys sampled per disk for the splitters (at least 1).
     #[arg(long, default_value_t = 1000)]
     samples_per_disk: u64,
 }
@@ -176,7 +181,7 @@ pub struct DatacubeArgs {
     /// Scratch of each disklet of a pipeline job, KiB (default: from the disks' memory).
     #[arg(long)]
     memory_kib: Option<u64>,
-    /// Rows sampled in all for the size estimates and the key ranges.
+    /// Rows sampled in all for the size estimates and the key ranges (at least 1).
     #[arg(long, default_value_t = 4096)]
     samples: u64,
 }
@@ -189,9 +194,10 @@ pub struct DmineArgs {
     /// Input table of transactions (`adisk load dmine`).
     #[arg(long, default_value = "dmine")]
     table: String,
-    /// Minimum support, a fraction of the transactions in (0, 1].
-    #[arg(long, default_value_t = 0.01)]
-    support: f64,
+    /// Minimum support, a fraction of the transactions in (0, 1], taken exactly as written:
+    /// the minimum count is ceil(support × transactions).
+    #[arg(long, default_value = "0.01", allow_hyphen_values = true)]
+    support: String,
     /// Passes after the second: `eclat` (uysal), `count` (count distribution at every pass) or
     /// `hybrid` (chiu's hybrid distribution).
     #[arg(long, default_value = "eclat")]
@@ -226,9 +232,10 @@ pub struct FftArgs {
     /// Output table (X; partition d at disk d holds the d-th block of columns).
     #[arg(long, default_value = "fft_out")]
     output: String,
-    /// Seed the input was loaded with (the check regenerates the matrix from it).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// Seed the input was loaded with, which the check regenerates the matrix from (default:
+    /// the seed the load recorded, or 1; given, it must agree with the recorded one).
+    #[arg(long)]
+    seed: Option<u64>,
     /// Bytes a disk buffers before writing a run, KiB (default: 1/16 of the smallest disk's memory).
     #[arg(long)]
     cap_kib: Option<u64>,
@@ -403,142 +410,23 @@ fn app_err(e: adisk_apps::AppError) -> CliError {
 
 /// Runs `adisk app …`.
 pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
+    // Flags refused before anything connects.
+    match &command {
+        AppCommand::Sort(SortArgs { run_kib, .. }) | AppCommand::Join(JoinArgs { run_kib, .. }) => {
+            positive_run_kib(*run_kib)?
+        }
+        _ => {}
+    }
     let cluster = connect(dir).await?;
     let (report, format) = match command {
-        AppCommand::Sort(a) => {
-            let params = adisk_apps::sort::SortParams {
-                input: a.table,
-                output: a.output,
-                mode: mode(&a.common)?,
-                run_bytes: a.run_kib.map(|k| k * 1024),
-                samples_per_disk: a.samples_per_disk,
-            };
-            let report = adisk_apps::sort::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Conv(a) => {
-            let kernel = if a.kernel.is_empty() {
-                adisk_apps::conv::kernel::Kernel::boxed(a.k)
-            } else {
-                let sum: i32 = a.kernel.iter().sum();
-                let divisor = a.divisor.unwrap_or(if sum == 0 { 1 } else { sum });
-                adisk_apps::conv::kernel::Kernel::new(a.kernel, divisor)
-            }
-            .map_err(app_err)?;
-            let params = adisk_apps::conv::ConvParams {
-                images: "images".into(),
-                side: a.side,
-                kernel,
-                output: a.output,
-                mode: mode(&a.common)?,
-            };
-            let report = adisk_apps::conv::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Earth(a) => {
-            let check = match a.check.as_slice() {
-                [] => None,
-                [r, d, s] => Some((*r, *d as u32, *s)),
-                _ => return Err(CliError::Other("--check takes RECORDS,DAYS,SEED".into())),
-            };
-            let params = adisk_apps::earth::EarthParams {
-                table: a.table,
-                width: a.width,
-                height: a.height,
-                window_bytes: a.window_kib.map(|k| k * 1024),
-                mode: mode(&a.common)?,
-                check,
-            };
-            let report = adisk_apps::earth::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Cluster(a) => {
-            let check = if a.check {
-                Some(recorded_points(dir, &a.table)?)
-            } else {
-                None
-            };
-            let run = adisk_apps::cluster::ClusterRun {
-                table: a.table,
-                params: adisk_apps::cluster::kernel::ClusterParams {
-                    fine_bins: a.fine_bins,
-                    alpha: a.alpha,
-                    beta: a.beta,
-                    max_candidates: a.max_candidates,
-                    ..Default::default()
-                },
-                mode: mode(&a.common)?,
-                check,
-            };
-            let report = adisk_apps::cluster::run(&cluster, &run)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Datacube(a) => {
-            let params = adisk_apps::datacube::CubeParams {
-                input: a.table,
-                output: a.output,
-                mode: mode(&a.common)?,
-                memory_bytes: a.memory_kib.map(|k| k.saturating_mul(1024)),
-                samples: a.samples,
-            };
-            let report = adisk_apps::datacube::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Dmine(a) => {
-            let params = adisk_apps::dmine::DmineParams {
-                input: a.table,
-                support: a.support,
-                method: a.method.parse().map_err(app_err)?,
-                mode: mode(&a.common)?,
-                scratch_kib: a.scratch_kib,
-                sections: a.sections,
-                pair_table: a.pair_table,
-                list_itemsets: a.itemsets,
-                oracle: !a.no_oracle,
-            };
-            let report = adisk_apps::dmine::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Fft(a) => {
-            let params = adisk_apps::fft::FftParams {
-                input: a.table,
-                output: a.output,
-                mode: mode(&a.common)?,
-                seed: a.seed,
-                cap_bytes: a.cap_kib.map(|k| k * 1024),
-                buffer_kib: a.buffer_kib,
-                segment_values: a.segment_values,
-            };
-            let report = adisk_apps::fft::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
-        AppCommand::Join(a) => {
-            let params = adisk_apps::join::JoinParams {
-                left: a.left,
-                right: a.right,
-                output: a.output,
-                mode: mode(&a.common)?,
-                run_bytes: a.run_kib.map(|k| k * 1024),
-            };
-            let report = adisk_apps::join::run(&cluster, &params)
-                .await
-                .map_err(app_err)?;
-            (report, a.common.format)
-        }
+        AppCommand::Sort(a) => sort(&cluster, a).await?,
+        AppCommand::Conv(a) => conv(&cluster, a).await?,
+        AppCommand::Earth(a) => earth(&cluster, a).await?,
+        AppCommand::Cluster(a) => cluster_app(dir, &cluster, a).await?,
+        AppCommand::Datacube(a) => datacube(&cluster, a).await?,
+        AppCommand::Dmine(a) => dmine(&cluster, a).await?,
+        AppCommand::Fft(a) => fft(&cluster, a).await?,
+        AppCommand::Join(a) => join(&cluster, a).await?,
     };
     match format.as_str() {
         "json" => println!("{}", report.to_json()),
@@ -551,6 +439,191 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// A report and the format to print it in.
+type Ran = (adisk_apps::report::Report, String);
+
+/// `--run-kib 0` (sort, join): a run of no bytes holds no record.
+fn positive_run_kib(run_kib: Option<u64>) -> Result<(), CliError> {
+    if run_kib == Some(0) {
+        return Err(CliError::Other(
+            "--run-kib must be positive: a sorted run holds at least one record (runs start at 64 KiB)"
+                .into(),
+        ));
+    }
+    Ok(())
+}
+
+async fn sort(cluster: &Cluster, a: SortArgs) -> Result<Ran, CliError> {
+    let params = adisk_apps::sort::SortParams {
+        input: a.table,
+        output: a.output,
+        mode: mode(&a.common)?,
+        run_bytes: a.run_kib.map(|k| k.saturating_mul(1024)),
+        samples_per_disk: a.samples_per_disk,
+    };
+    let report = adisk_apps::sort::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn conv(cluster: &Cluster, a: ConvArgs) -> Result<Ran, CliError> {
+    let kernel = if a.kernel.is_empty() {
+        adisk_apps::conv::kernel::Kernel::boxed(a.k)
+    } else {
+        let sum: i64 = a.kernel.iter().map(|w| i64::from(*w)).sum();
+        let divisor = a
+            .divisor
+            .unwrap_or(i32::try_from(sum).ok().filter(|s| *s != 0).unwrap_or(1));
+        adisk_apps::conv::kernel::Kernel::new(a.kernel, divisor)
+    }
+    .map_err(app_err)?;
+    let params = adisk_apps::conv::ConvParams {
+        images: "images".into(),
+        side: a.side,
+        kernel,
+        output: a.output,
+        mode: mode(&a.common)?,
+    };
+    let report = adisk_apps::conv::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn earth(cluster: &Cluster, a: EarthArgs) -> Result<Ran, CliError> {
+    let schema = adisk_apps::loaded::schema(cluster, &a.table)
+        .await
+        .map_err(app_err)?;
+    let ((width, height), check) = adisk_apps::earth::from_load(
+        schema.as_deref(),
+        &a.table,
+        (a.width, a.height),
+        a.check.as_deref(),
+    )
+    .map_err(app_err)?;
+    let params = adisk_apps::earth::EarthParams {
+        table: a.table,
+        width,
+        height,
+        window_bytes: a.window_kib.map(|k| k.saturating_mul(1024)),
+        mode: mode(&a.common)?,
+        check,
+    };
+    let report = adisk_apps::earth::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn cluster_app(dir: &Path, cluster: &Cluster, a: ClusterArgs) -> Result<Ran, CliError> {
+    let check = if a.check {
+        Some(recorded_points(dir, &a.table)?)
+    } else {
+        None
+    };
+    let run = adisk_apps::cluster::ClusterRun {
+        table: a.table,
+        params: adisk_apps::cluster::kernel::ClusterParams {
+            fine_bins: a.fine_bins,
+            alpha: a.alpha,
+            beta: a.beta,
+            max_candidates: a.max_candidates,
+            ..Default::default()
+        },
+        mode: mode(&a.common)?,
+        check,
+    };
+    let report = adisk_apps::cluster::run(cluster, &run)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn datacube(cluster: &Cluster, a: DatacubeArgs) -> Result<Ran, CliError> {
+    let params = adisk_apps::datacube::CubeParams {
+        input: a.table,
+        output: a.output,
+        mode: mode(&a.common)?,
+        memory_bytes: a.memory_kib.map(|k| k.saturating_mul(1024)),
+        samples: a.samples,
+    };
+    let report = adisk_apps::datacube::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn dmine(cluster: &Cluster, a: DmineArgs) -> Result<Ran, CliError> {
+    let params = adisk_apps::dmine::DmineParams {
+        input: a.table,
+        support: exact_support(&a.support)?,
+        method: a.method.parse().map_err(app_err)?,
+        mode: mode(&a.common)?,
+        scratch_kib: a.scratch_kib,
+        sections: a.sections,
+        pair_table: a.pair_table,
+        list_itemsets: a.itemsets,
+        oracle: !a.no_oracle,
+    };
+    let report = adisk_apps::dmine::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+/// `--support` as written, as the `f64` the run takes: only decimals that the `f64` stands
+/// for exactly ([`adisk_apps::dmine::kernel::Support::from_f64`] gives them back), so that
+/// the run's minimum count is `ceil(support · transactions)` of the decimal typed.
+fn exact_support(text: &str) -> Result<f64, CliError> {
+    use adisk_apps::dmine::kernel::Support;
+    let support: Support = text
+        .parse()
+        .map_err(|e| CliError::Other(format!("--support: {e}")))?;
+    let value = support.to_f64();
+    if Support::from_f64(value).ok() != Some(support) {
+        return Err(CliError::Other(format!(
+            "--support {text}: more significant digits than a run keeps exactly (15)"
+        )));
+    }
+    Ok(value)
+}
+
+async fn fft(cluster: &Cluster, a: FftArgs) -> Result<Ran, CliError> {
+    let schema = adisk_apps::loaded::schema(cluster, &a.table)
+        .await
+        .map_err(app_err)?;
+    let seed =
+        adisk_apps::fft::seed_from_load(schema.as_deref(), &a.table, a.seed).map_err(app_err)?;
+    let params = adisk_apps::fft::FftParams {
+        input: a.table,
+        output: a.output,
+        mode: mode(&a.common)?,
+        seed,
+        cap_bytes: a.cap_kib.map(|k| k.saturating_mul(1024)),
+        buffer_kib: a.buffer_kib,
+        segment_values: a.segment_values,
+    };
+    let report = adisk_apps::fft::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
+}
+
+async fn join(cluster: &Cluster, a: JoinArgs) -> Result<Ran, CliError> {
+    let params = adisk_apps::join::JoinParams {
+        left: a.left,
+        right: a.right,
+        output: a.output,
+        mode: mode(&a.common)?,
+        run_bytes: a.run_kib.map(|k| k.saturating_mul(1024)),
+    };
+    let report = adisk_apps::join::run(cluster, &params)
+        .await
+        .map_err(app_err)?;
+    Ok((report, a.common.format))
 }
 
 /// Where `adisk load cluster` records the generator's parameters of `table` (for `--check`).

@@ -238,3 +238,37 @@ fn datacube_refuses_bad_parameters_clearly() {
     assert_eq!(out["result"]["valid"], true, "{out}");
     assert_cubes_equal(&stored_cube(c.dir(), 3), &duckdb_cube(c.dir(), 3), "small");
 }
+
+#[test]
+fn datacube_too_small_a_scratch_fails_naming_it_and_leaves_nothing() {
+    // 40·25·10·6 = 60 000 groups in the finest group-by: about 12 000 per disk, 780 KB of
+    // merge tables against 256 KiB. The merge does not spill: refused before any job runs.
+    let c = Cluster::start(&["--disks", "4", "--memory-mib", "8", "--buffer-kib", "32"]);
+    ok(
+        c.dir(),
+        &[
+            "load",
+            "datacube",
+            "--rows",
+            "100000",
+            "--cards",
+            "40,25,10,6",
+            "--seed",
+            "3",
+        ],
+    );
+    let err = fails(c.dir(), &["app", "datacube", "--memory-kib", "256"]);
+    assert!(err.contains("--memory-kib"), "{err}");
+    let status = common::status_json(c.dir());
+    assert!(!status.to_string().contains("cube_g"), "{status}");
+    for d in 0..4 {
+        let tables = c.dir().join(format!("disk-{d}")).join("tables");
+        let left: Vec<String> = std::fs::read_dir(&tables)
+            .expect("tables")
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("cube_"))
+            .collect();
+        assert!(left.is_empty(), "disk {d} keeps {left:?}");
+    }
+}

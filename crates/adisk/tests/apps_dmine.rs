@@ -296,3 +296,74 @@ fn dmine_methods_agree_at_40k_transactions_within_grants() {
         None,
     );
 }
+
+#[test]
+fn dmine_min_count_is_exact_when_support_times_transactions_is_whole() {
+    // 0.0158 × 5 000 is 79.00000000000001 in floating point, whose ceiling is 80; the minimum
+    // count is ceil(79) = 79, and the itemsets counted exactly 79 times are frequent.
+    let c = Cluster::start(&["--disks", "2", "--memory-mib", "16", "--buffer-kib", "64"]);
+    ok(
+        c.dir(),
+        &[
+            "load",
+            "dmine",
+            "--transactions",
+            "5000",
+            "--avg-len",
+            "6",
+            "--pattern-len",
+            "3",
+            "--patterns",
+            "30",
+            "--items",
+            "100",
+            "--seed",
+            "2",
+        ],
+    );
+    let g = Generator::new(&GenParams {
+        transactions: 5000,
+        avg_transaction_len: 6.0,
+        avg_pattern_len: 3.0,
+        patterns: 30,
+        items: 100,
+        seed: 2,
+    })
+    .expect("generator");
+    let want = kernel::apriori(&g.transactions(0..5000), 79);
+    assert!(
+        want.values().any(|c| *c == 79),
+        "no itemset counted 79 times"
+    );
+    for mode in ["active", "conventional"] {
+        let report = json(&ok(
+            c.dir(),
+            &[
+                "app",
+                "dmine",
+                "--support",
+                "0.0158",
+                "--mode",
+                mode,
+                "--itemsets",
+                "--format",
+                "json",
+            ],
+        ));
+        let result = &report["result"];
+        assert_eq!(result["min_count"], 79, "{mode}: {result}");
+        // The app's own check (Apriori at the same count) agrees.
+        assert_eq!(
+            result["valid"], true,
+            "{mode}: {}",
+            result["first_mismatch"]
+        );
+        assert_eq!(itemsets(&report), want, "{mode}");
+    }
+    // A support with more digits than the run keeps exactly is refused, not rounded.
+    let err = fails(
+        c.dir(),
+        &["app", "dmine", "--support", "0.01580000000000000001"],
+    );
+    assert!(err.contains("--support"), "{err}");
+}

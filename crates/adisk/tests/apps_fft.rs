@@ -240,3 +240,58 @@ fn fft_refuses_bad_parameters_clearly() {
     let out = json(&ok(c.dir(), &["app", "fft", "--format", "json"]));
     assert_eq!(out["result"]["valid"], true, "{out}");
 }
+
+#[test]
+fn fft_tiny_matrices_pass_their_check_and_the_seed_comes_from_the_load() {
+    // Shapes too small to hold the planted peaks above the noise: the output is checked
+    // against fft2_plain and the direct DFT instead, and exact results pass.
+    let c = Cluster::start(&["--disks", "3", "--memory-mib", "8", "--buffer-kib", "64"]);
+    for (rows, cols) in [(2, 2), (1, 3), (2, 1), (3, 1), (4, 1), (1, 5), (1, 1)] {
+        let (r, m) = (rows.to_string(), cols.to_string());
+        let table = format!("fft_{rows}x{cols}");
+        ok(
+            c.dir(),
+            &[
+                "load", "fft", "--rows", &r, "--cols", &m, "--table", &table, "--seed", "3",
+            ],
+        );
+        let modes: &[&str] = if rows * cols == 4 {
+            &["active", "conventional"]
+        } else {
+            &["active"]
+        };
+        for mode in modes {
+            let report = json(&ok(
+                c.dir(),
+                &[
+                    "app", "fft", "--table", &table, "--mode", mode, "--format", "json",
+                ],
+            ));
+            let result = &report["result"];
+            assert_eq!(result["valid"], true, "{rows} x {cols} {mode}: {result}");
+            assert_eq!(result["seed"], 3, "{result}");
+            assert_eq!(result["peaks_checked"], false, "{result}");
+            assert!(
+                result["max_relative_error"].as_f64().unwrap() <= 1e-9,
+                "{result}"
+            );
+            assert!(
+                result["direct_dft_relative_error"].as_f64().unwrap() <= 1e-9,
+                "{result}"
+            );
+        }
+    }
+    // A seed other than the recorded one is refused, naming both.
+    let err = fails(
+        c.dir(),
+        &["app", "fft", "--table", "fft_2x2", "--seed", "4"],
+    );
+    assert!(
+        err.contains("--seed 4") && err.contains("--seed 3"),
+        "{err}"
+    );
+    ok(
+        c.dir(),
+        &["app", "fft", "--table", "fft_2x2", "--seed", "3"],
+    );
+}

@@ -26,7 +26,8 @@ impl Kernel {
     /// A kernel from k² weights.
     ///
     /// # Errors
-    /// A weight count that is not a square (or is 0), a side past [`MAX_K`], a zero divisor.
+    /// A weight count that is not a square (or is 0), a side past [`MAX_K`], a zero divisor,
+    /// weights whose `Σ|w| · 255` exceeds `i32::MAX`.
     pub fn new(weights: Vec<i32>, divisor: i32) -> Result<Self, AppError> {
         let k = (weights.len() as f64).sqrt().round() as usize;
         if k == 0 || k * k != weights.len() {
@@ -42,6 +43,14 @@ impl Kernel {
         }
         if divisor == 0 {
             return Err(AppError::Invalid("the divisor must not be 0".into()));
+        }
+        // The fast path sums in i32: the largest |Σ w·p| must fit.
+        let reach = weights.iter().map(|w| i64::from(*w).abs()).sum::<i64>() * 255;
+        if reach > i64::from(i32::MAX) {
+            return Err(AppError::Invalid(format!(
+                "the kernel's weights are too large: Σ|w| · 255 = {reach} exceeds {}",
+                i32::MAX
+            )));
         }
         Ok(Kernel {
             k,
@@ -156,5 +165,34 @@ mod tests {
         assert!(Kernel::new(vec![], 1).is_err());
         assert!(Kernel::new(vec![1; 9], 0).is_err());
         assert!(Kernel::boxed(65).is_err());
+        assert!(Kernel::new(vec![i32::MAX; 9], 1).is_err());
+        assert!(Kernel::new(vec![-(i32::MAX / 255) - 1], 1).is_err());
+        assert!(Kernel::new(vec![i32::MAX / 255], 1).is_ok());
+    }
+
+    #[test]
+    fn the_kernel_is_not_flipped_and_division_truncates_toward_zero() {
+        // A 3×3 image and a kernel with a single weight at its top-left corner: the centre
+        // pixel takes the pixel up and to the left (a correlation), not the one down and to
+        // the right (which a flipped kernel, a true convolution, would take).
+        let image = [10, 20, 30, 40, 50, 60, 70, 80, 91];
+        let corner = Kernel::new(vec![1, 0, 0, 0, 0, 0, 0, 0, 0], 1).unwrap();
+        let mut out = Vec::new();
+        convolve_into(&image, 3, &corner, &mut out);
+        assert_eq!(out[4], 10);
+        assert_eq!(reference(&image, 3, &corner)[4], 10);
+        // 91 / 2 = 45.5 → 45; a negative divisor gives a negative value → clamped to 0; a
+        // negative sum over a negative divisor is positive: -91 / -2 = 45.
+        let last = |weights: Vec<i32>, divisor: i32| {
+            let k = Kernel::new(weights, divisor).unwrap();
+            let mut out = Vec::new();
+            convolve_into(&image, 3, &k, &mut out);
+            assert_eq!(out, reference(&image, 3, &k));
+            out[4]
+        };
+        assert_eq!(last(vec![0, 0, 0, 0, 0, 0, 0, 0, 1], 2), 45);
+        assert_eq!(last(vec![0, 0, 0, 0, 0, 0, 0, 0, 1], -2), 0);
+        assert_eq!(last(vec![0, 0, 0, 0, 0, 0, 0, 0, -1], -2), 45);
+        assert_eq!(last(vec![0, 0, 0, 0, 0, 0, 0, 0, 9], 2), 255);
     }
 }

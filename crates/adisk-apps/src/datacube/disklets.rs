@@ -193,7 +193,9 @@ impl PipelineStage {
             return Err(scratch_exceeded(
                 "datacube_pipeline",
                 stage.scratch_bytes,
-                format!("hash tables of {tables} bytes need four times that in scratch"),
+                format!(
+                    "hash tables of {tables} bytes need four times that in scratch (raise --memory-kib)"
+                ),
             ));
         }
         let input = &stage.inputs[0];
@@ -328,7 +330,7 @@ impl PipelineStage {
             return Err(scratch_exceeded(
                 "datacube_pipeline",
                 self.granted,
-                format!("tables and held partials reached {now} bytes"),
+                format!("tables and held partials reached {now} bytes (raise --memory-kib)"),
             ));
         }
         Ok(())

@@ -54,7 +54,7 @@ pub struct CubeParams {
     pub mode: Mode,
     /// Scratch of each disklet of a pipeline job (active; `None`: from the disks' memory).
     pub memory_bytes: Option<u64>,
-    /// Rows sampled in all for the size estimates and the key ranges.
+    /// Rows sampled in all for the size estimates and the key ranges (at least 1).
     pub samples: u64,
 }
 
@@ -96,6 +96,17 @@ pub async fn run(cluster: &Cluster, params: &CubeParams) -> Result<Report> {
     if params.output == params.input || result_table(&params.output, 0).len() < 3 {
         return Err(AppError::Invalid(
             "the output prefix must differ from the input".into(),
+        ));
+    }
+    if params.samples == 0 {
+        return Err(AppError::Invalid(
+            "--samples must be at least 1: the size estimates and key ranges come from the sample"
+                .into(),
+        ));
+    }
+    if params.memory_bytes == Some(0) {
+        return Err(AppError::Invalid(
+            "--memory-kib must be positive: it is the scratch of each pipeline disklet".into(),
         ));
     }
     let input = describe_input(cluster, &params.input).await?;
@@ -386,7 +397,7 @@ async fn active(
     let least = 4 * budget.buffer;
     if scratch < least {
         return Err(AppError::Invalid(format!(
-            "datacube: a scratch of {scratch} bytes is too small: a pipeline disklet needs at least 4 stream buffers ({least} bytes)"
+            "datacube: --memory-kib: a scratch of {scratch} bytes is too small: a pipeline disklet needs at least 4 stream buffers ({least} bytes)"
         )));
     }
     let sample = sample(cluster, params, input, report).await?;
@@ -406,6 +417,7 @@ async fn active(
         )));
     }
     let ranges = key_ranges(&sample, &cards, budget.disks)?;
+    merges_fit(&plan, &sample, &ranges, scratch)?;
     let mut totals = Totals::new();
     let mut flushes = 0u64;
     for (i, pipe) in plan.pipelines.iter().enumerate() {
@@ -434,6 +446,43 @@ async fn active(
         "key_bounds": ranges.bounds(),
     });
     Ok((summary, totals))
+}
+
+/// Refuses, before any job runs (and so before any result table is begun at a disk), a plan
+/// whose merges are estimated not to fit their scratch: the merge does not spill, so it would
+/// fail at the disk. A pipeline's groups at a disk are estimated from the sample: each
+/// group-by's estimate spread over the disks as its distinct sample keys fall in the key
+/// ranges.
+///
+/// # Errors
+/// The busiest disk's estimated groups of some pipeline, plus a quarter, exceed `scratch`
+/// (naming `--memory-kib`).
+fn merges_fit(plan: &Plan, sample: &[Row], ranges: &KeyRanges, scratch: u64) -> Result<()> {
+    let full = kernel::full_mask(MAX_DIMS);
+    for (i, pipe) in plan.pipelines.iter().enumerate() {
+        let mut groups = vec![0f64; ranges.disks()];
+        for g in &pipe.group_bys {
+            let keys: BTreeSet<kernel::Key> = sample
+                .iter()
+                .map(|r| kernel::project(&r.dims, full, g.mask))
+                .collect();
+            let share = g.estimate as f64 / keys.len().max(1) as f64;
+            for key in &keys {
+                groups[ranges.responsible_disk(g.mask, key)] += share;
+            }
+        }
+        let busiest = groups.iter().copied().fold(0.0, f64::max);
+        let bytes = (busiest * ENTRY_BYTES as f64) as u64;
+        // A quarter's margin for the estimate's error (a merge past its grant fails at the
+        // disk, after the jobs began their result tables).
+        if bytes.saturating_add(bytes / 4) > scratch {
+            return Err(AppError::Invalid(format!(
+                "datacube: --memory-kib: pipeline {i}'s group-bys are estimated at {} groups at one disk ({bytes} bytes, plus a quarter for the estimate's error), more than the merge's scratch of {scratch} bytes; the merge does not spill: raise --memory-kib or add disks",
+                busiest.round()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn cardinalities(input: &Input, sample: &[Row]) -> Result<Vec<u32>> {

@@ -84,9 +84,15 @@ pub enum DmineError {
     /// Partial count vectors of different lengths given to [`reduce_counts`].
     #[error("partial count vectors differ in length ({0} vs {1})")]
     CountLengthMismatch(usize, usize),
-    /// A support fraction outside `(0, 1]`.
+    /// A support that is not a decimal fraction in `(0, 1]`.
     #[error("support must be in (0, 1], got {0}")]
-    BadSupport(f64),
+    BadSupport(String),
+    /// A support with more significant digits than [`Support`] holds exactly.
+    #[error(
+        "support {0} has more than {max} significant digits",
+        max = Support::MAX_DIGITS
+    )]
+    SupportTooPrecise(String),
 }
 
 /// Result type of the `dmine` module.
@@ -95,12 +101,104 @@ pub type Result<T> = std::result::Result<T, DmineError>;
 /// An item pair `(a, b)` with `a < b`: a 2-itemset.
 pub type Pair = (u32, u32);
 
-/// The absolute minimum count for a support fraction in `(0, 1]`: `ceil(support * transactions)`.
+/// The absolute minimum count for a support fraction in `(0, 1]`: `ceil(support ·
+/// transactions)`, at least 1, computed exactly on the decimal `support` stands for
+/// ([`Support::from_f64`]): 0.0158 of 5 000 transactions is 79, although `0.0158 * 5000.0`
+/// is 79.00000000000001 in floating point.
+///
+/// # Errors
+/// A support that is not finite or outside `(0, 1]`.
 pub fn min_count(support: f64, transactions: u64) -> Result<u64> {
-    if !(support > 0.0 && support <= 1.0) {
-        return Err(DmineError::BadSupport(support));
+    Ok(Support::from_f64(support)?.min_count(transactions))
+}
+
+/// A support fraction held exactly as the decimal it was written as: `digits / 10^scale`,
+/// in `(0, 1]`, trailing zeros removed (so `0.50` equals `0.5`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Support {
+    digits: u64,
+    scale: u32,
+}
+
+impl Support {
+    /// Most significant digits a support may have (all of them fit a `u64`).
+    pub const MAX_DIGITS: usize = 19;
+
+    /// The decimal an `f64` stands for: the shortest one that reads back as the same
+    /// `f64` (Rust's `Display`). That is the decimal the user typed whenever it has at most
+    /// 15 significant digits.
+    ///
+    /// # Errors
+    /// Not finite or outside `(0, 1]`.
+    pub fn from_f64(value: f64) -> Result<Support> {
+        if !value.is_finite() {
+            return Err(DmineError::BadSupport(value.to_string()));
+        }
+        value.to_string().parse()
     }
-    Ok(((support * transactions as f64).ceil() as u64).max(1))
+
+    /// The nearest `f64` (correctly rounded).
+    pub fn to_f64(self) -> f64 {
+        format!("{}e-{}", self.digits, self.scale)
+            .parse()
+            .unwrap_or(f64::NAN)
+    }
+
+    /// `ceil(support · transactions)`, at least 1, in integers: no rounding anywhere.
+    pub fn min_count(self, transactions: u64) -> u64 {
+        // digits · transactions < 2^128 < 10^39: when 10^scale overflows, the quotient is
+        // below 1.
+        let Some(denominator) = 10u128.checked_pow(self.scale) else {
+            return 1;
+        };
+        let count = (u128::from(self.digits) * u128::from(transactions)).div_ceil(denominator);
+        // A support ≤ 1 gives at most `transactions`, which fits.
+        u64::try_from(count).unwrap_or(u64::MAX).max(1)
+    }
+}
+
+impl std::str::FromStr for Support {
+    type Err = DmineError;
+
+    /// A decimal fraction such as `0.0158`, `.5`, `1` or `158e-4`, read exactly.
+    fn from_str(text: &str) -> Result<Support> {
+        let bad = || DmineError::BadSupport(text.to_string());
+        let t = text.trim();
+        let t = t.strip_prefix('+').unwrap_or(t);
+        let (mantissa, exponent) = match t.find(['e', 'E']) {
+            Some(i) => (&t[..i], t[i + 1..].parse::<i32>().map_err(|_| bad())?),
+            None => (t, 0),
+        };
+        let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if whole.is_empty() && fraction.is_empty() || !all_digits(whole) || !all_digits(fraction) {
+            return Err(bad());
+        }
+        let written = format!("{whole}{fraction}");
+        let significant = written.trim_start_matches('0');
+        let kept = significant.trim_end_matches('0');
+        // value = kept · 10^-scale
+        let scale =
+            fraction.len() as i64 - i64::from(exponent) - (significant.len() - kept.len()) as i64;
+        match (kept.len() as i64).cmp(&scale) {
+            _ if kept.is_empty() => Err(bad()),
+            // kept has no leading zero: below 1 exactly when it has at most `scale` digits.
+            std::cmp::Ordering::Less | std::cmp::Ordering::Equal => {
+                if kept.len() > Self::MAX_DIGITS {
+                    return Err(DmineError::SupportTooPrecise(text.to_string()));
+                }
+                Ok(Support {
+                    digits: kept.parse().map_err(|_| bad())?,
+                    scale: u32::try_from(scale).map_err(|_| bad())?,
+                })
+            }
+            std::cmp::Ordering::Greater if kept == "1" && scale == 0 => Ok(Support {
+                digits: 1,
+                scale: 0,
+            }),
+            std::cmp::Ordering::Greater => Err(bad()),
+        }
+    }
 }
 
 /// `transaction` sorted and deduplicated, borrowed when it already is.
@@ -1311,11 +1409,75 @@ mod tests {
     }
 
     #[test]
+    fn min_count_is_exact_where_support_times_transactions_is_whole() {
+        // 0.0158 × 5000 is 79.00000000000001 in floating point; the threshold is 79.
+        assert_eq!(0.0158 * 5000.0, 79.00000000000001);
+        assert_eq!(min_count(0.0158, 5000), Ok(79));
+        assert_eq!(min_count(0.0158, 5001), Ok(80));
+        assert_eq!(
+            "0.0158".parse::<Support>().map(|s| s.min_count(5000)),
+            Ok(79)
+        );
+        // Every support of three decimals against transaction counts that make whole and
+        // fractional products: ceil(p · D / 1000) in integers.
+        for p in 1..=1000u64 {
+            let text = format!("0.{p:03}");
+            let support: Support = if p == 1000 {
+                "1".parse().unwrap()
+            } else {
+                text.parse().unwrap()
+            };
+            let value = if p == 1000 {
+                1.0
+            } else {
+                text.parse::<f64>().unwrap()
+            };
+            for d in [1u64, 7, 100, 1000, 3000, 5000, 99_999, 1 << 40] {
+                let want = (p * d).div_ceil(1000).max(1);
+                assert_eq!(support.min_count(d), want, "{text} of {d}");
+                assert_eq!(min_count(value, d), Ok(want), "{value} of {d}");
+            }
+        }
+    }
+
+    #[test]
+    fn support_reads_decimals_exactly() {
+        let s = |t: &str| t.parse::<Support>();
+        assert_eq!(s("0.50"), s("0.5"));
+        assert_eq!(s(".5"), s("5e-1"));
+        assert_eq!(s("158e-4"), s("0.0158"));
+        assert_eq!(s("1.000"), s("1"));
+        assert_eq!(s("1e-400").map(|s| s.min_count(u64::MAX)), Ok(1));
+        assert_eq!(s("0.25").map(|s| s.min_count(10)), Ok(3));
+        assert_eq!(s("1").map(|s| s.min_count(10)), Ok(10));
+        assert_eq!(s("0.0158").map(Support::to_f64), Ok(0.0158));
+        assert_eq!(Support::from_f64(0.0158), s("0.0158"));
+        for bad in [
+            "0", "0.000", "-0.1", "1.5", "10", "5.", "", ".", "NaN", "inf", "1e", "x",
+        ] {
+            assert!(
+                matches!(s(bad), Err(DmineError::BadSupport(_))),
+                "{bad}: {:?}",
+                s(bad)
+            );
+        }
+        assert!(matches!(
+            s("0.12345678901234567890123"),
+            Err(DmineError::SupportTooPrecise(_))
+        ));
+        // Trailing zeros are not significant.
+        assert!(s("0.1000000000000000000000000").is_ok());
+    }
+
+    #[test]
     fn bad_support_and_count_lengths() {
         assert_eq!(min_count(0.001, 300), Ok(1));
         assert_eq!(min_count(0.25, 10), Ok(3));
-        assert_eq!(min_count(0.0, 10), Err(DmineError::BadSupport(0.0)));
+        assert_eq!(min_count(0.0, 10), Err(DmineError::BadSupport("0".into())));
         assert!(min_count(f64::NAN, 10).is_err());
+        assert!(min_count(f64::INFINITY, 10).is_err());
+        assert!(min_count(-0.5, 10).is_err());
+        assert!(min_count(1.0000001, 10).is_err());
         assert_eq!(
             reduce_counts(&[vec![1, 2], vec![3]]),
             Err(DmineError::CountLengthMismatch(2, 1))

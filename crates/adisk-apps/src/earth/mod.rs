@@ -44,7 +44,23 @@ pub fn tile_schema() -> SchemaRef {
     ]))
 }
 
-fn records_batch(records: &[Record]) -> RecordBatch {
+/// [`record_schema`] with the load's parameters recorded ([`crate::loaded`]): the grid the
+/// records were generated for and the generator's parameters, which `run` reads back.
+fn loaded_schema(params: &GenParams) -> SchemaRef {
+    crate::loaded::record(
+        &record_schema(),
+        "earth",
+        &[
+            ("records", params.records),
+            ("days", u64::from(params.days)),
+            ("seed", params.seed),
+            ("width", u64::from(params.grid.width())),
+            ("height", u64::from(params.grid.height())),
+        ],
+    )
+}
+
+fn records_batch(schema: &SchemaRef, records: &[Record]) -> RecordBatch {
     let columns: Vec<ArrayRef> = vec![
         Arc::new(UInt32Array::from_iter_values(records.iter().map(|r| r.day))),
         Arc::new(Float32Array::from_iter_values(
@@ -57,7 +73,7 @@ fn records_batch(records: &[Record]) -> RecordBatch {
             records.iter().map(|r| r.value),
         )),
     ];
-    RecordBatch::try_new(record_schema(), columns).expect("columns match the schema")
+    RecordBatch::try_new(schema.clone(), columns).expect("columns match the schema")
 }
 
 /// The records of a batch of [`record_schema`].
@@ -205,16 +221,17 @@ impl Disklet for Composite {
 pub struct EarthParams {
     /// Records table.
     pub table: String,
-    /// Output grid.
+    /// Output grid width (must agree with the grid the load recorded, if any).
     pub width: u32,
-    /// Output grid.
+    /// Output grid height (must agree with the grid the load recorded, if any).
     pub height: u32,
     /// The disks' window (scratch), bytes (None: a quarter of the smallest disk's memory).
     pub window_bytes: Option<u64>,
     /// Active or conventional.
     pub mode: Mode,
-    /// The generator's parameters, to check the result against (None: no check).
-    pub check: Option<(u64, u32, u64)>,
+    /// The generator's parameters, to check the result against (None: no check); they must
+    /// agree with those the load recorded.
+    pub check: Option<RecordsDaysSeed>,
 }
 
 /// Generates `records` sensor records over `days` days for a `width`×`height` grid.
@@ -229,29 +246,28 @@ pub async fn load(
     progress: impl Fn(u64) + Send + Sync + 'static,
 ) -> Result<u64> {
     let grid = Grid::new(width, height).map_err(|e| AppError::Invalid(e.to_string()))?;
-    let generator = Arc::new(
-        Generator::new(GenParams {
-            records,
-            days,
-            grid,
-            seed,
-        })
-        .map_err(|e| AppError::Invalid(e.to_string()))?,
-    );
+    let params = GenParams {
+        records,
+        days,
+        grid,
+        seed,
+    };
+    let generator = Arc::new(Generator::new(params).map_err(|e| AppError::Invalid(e.to_string()))?);
+    let schema = loaded_schema(&params);
     let n = u64::from(cluster.disk_count());
     let generators = (0..n)
         .map(|d| {
             let (start, end) = (d * records / n, (d + 1) * records / n);
-            let g = generator.clone();
+            let (g, schema) = (generator.clone(), schema.clone());
             Box::new(move |_| {
                 let chunks = (start..end)
                     .step_by(16_384)
-                    .map(move |c| Ok(records_batch(&g.records(c, (c + 16_384).min(end)))));
+                    .map(move |c| Ok(records_batch(&schema, &g.records(c, (c + 16_384).min(end)))));
                 Box::new(chunks) as Box<dyn Iterator<Item = adisk_host::Result<RecordBatch>> + Send>
             }) as adisk_host::load::DiskGenerator
         })
         .collect();
-    adisk_host::load::load_generated(cluster, table, record_schema(), generators, progress).await?;
+    adisk_host::load::load_generated(cluster, table, schema, generators, progress).await?;
     Ok(records * 14)
 }
 
@@ -277,14 +293,10 @@ pub async fn run(cluster: &Cluster, params: &EarthParams) -> Result<Report> {
             params.table
         )));
     }
+    agree_with_load(&entry.schema, params)?;
     let disks = entry.disks();
     let memory = crate::sort::smallest_memory(cluster, &disks).await?;
-    let window = params.window_bytes.unwrap_or(memory / 4);
-    if window + (2 << 20) > memory {
-        return Err(AppError::Invalid(format!(
-            "a window of {window} bytes and stream buffers do not fit a disk's memory of {memory} bytes"
-        )));
-    }
+    let window = window_bytes(params, grid, memory)?;
     let mut report = Report {
         app: "earth".into(),
         mode: params.mode.to_string(),
@@ -349,6 +361,142 @@ pub async fn run(cluster: &Cluster, params: &EarthParams) -> Result<Report> {
     report.seconds = started.elapsed().as_secs_f64();
     report.result = summary(&canvas, params, grid);
     Ok(report)
+}
+
+/// The disks' window: asked for, or a quarter of the smallest disk's `memory`.
+///
+/// # Errors
+/// A window of 0 (a job's zero scratch would mean "the default"), one below a grid row (in
+/// active mode), or one that does not fit a disk's memory with the stream buffers.
+fn window_bytes(params: &EarthParams, grid: Grid, memory: u64) -> Result<u64> {
+    if params.window_bytes == Some(0) {
+        return Err(AppError::Invalid(
+            "--window-kib must be positive: the window holds at least one grid row".into(),
+        ));
+    }
+    let window = params.window_bytes.unwrap_or(memory / 4);
+    let row_bytes = u64::from(grid.width()) * std::mem::size_of::<i16>() as u64;
+    if params.mode == Mode::Active && window < row_bytes {
+        return Err(AppError::Invalid(format!(
+            "--window-kib: a window of {window} bytes is below one grid row ({row_bytes} bytes at width {})",
+            grid.width()
+        )));
+    }
+    if window + (2 << 20) > memory {
+        return Err(AppError::Invalid(format!(
+            "--window-kib: a window of {window} bytes and stream buffers do not fit a disk's memory of {memory} bytes"
+        )));
+    }
+    Ok(window)
+}
+
+/// The generator's parameters a check regenerates the records from: `(records, days, seed)`.
+pub type RecordsDaysSeed = (u64, u32, u64);
+
+/// The grid and the check's generator parameters a run takes from the table's load.
+///
+/// `width` and `height` not given take the grid `schema` records (1024 × 512 when it records
+/// none); `check` given as an empty list (`--check` alone) takes the recorded `RECORDS,DAYS,
+/// SEED`. Anything given must agree with what the load recorded.
+///
+/// # Errors
+/// A zero dimension, a value disagreeing with the load ([`AppError::LoadedMismatch`]),
+/// `--check` alone on a table that records no parameters, a check that is not three values.
+pub fn from_load(
+    schema: Option<&Schema>,
+    table: &str,
+    (width, height): (Option<u32>, Option<u32>),
+    check: Option<&[u64]>,
+) -> Result<((u32, u32), Option<RecordsDaysSeed>)> {
+    let recorded = match schema {
+        Some(s) => recorded(s)?,
+        None => Recorded::default(),
+    };
+    let (w, h) = (
+        width.or(recorded.width).unwrap_or(1024),
+        height.or(recorded.height).unwrap_or(512),
+    );
+    // A zero dimension is refused as such before it is compared with the load.
+    Grid::new(w, h).map_err(|e| AppError::Invalid(e.to_string()))?;
+    let grid = (
+        crate::loaded::resolve("--width", table, width, recorded.width, 1024)?,
+        crate::loaded::resolve("--height", table, height, recorded.height, 512)?,
+    );
+    let check = match (check, recorded.generator) {
+        (None, _) => None,
+        (Some([]), Some(g)) => Some(g),
+        (Some([]), None) => {
+            return Err(AppError::Invalid(format!(
+                "--check: table `{table}` records no generator parameters; give --check RECORDS,DAYS,SEED as loaded"
+            )));
+        }
+        (Some([r, d, s]), loaded) => {
+            let days = u32::try_from(*d)
+                .map_err(|_| AppError::Invalid(format!("--check: {d} days is too many")))?;
+            let given = (*r, days, *s);
+            match loaded {
+                Some(l) if l != given => {
+                    return Err(AppError::LoadedMismatch {
+                        flag: "--check".into(),
+                        given: format!("{r},{days},{s}"),
+                        recorded: format!("{},{},{}", l.0, l.1, l.2),
+                        table: table.into(),
+                    });
+                }
+                _ => Some(given),
+            }
+        }
+        (Some(_), _) => {
+            return Err(AppError::Invalid(
+                "--check takes RECORDS,DAYS,SEED (or nothing: the values the load recorded)".into(),
+            ));
+        }
+    };
+    Ok((grid, check))
+}
+
+/// What `load` recorded in a table's schema (all `None` for a table loaded before).
+#[derive(Clone, Copy, Debug, Default)]
+struct Recorded {
+    width: Option<u32>,
+    height: Option<u32>,
+    generator: Option<RecordsDaysSeed>,
+}
+
+fn recorded(schema: &Schema) -> Result<Recorded> {
+    let get = |name: &str| crate::loaded::value(schema, "earth", name);
+    let narrow = |name: &str| -> Result<Option<u32>> {
+        get(name)?
+            .map(|v| {
+                u32::try_from(v).map_err(|_| {
+                    AppError::Invalid(format!(
+                        "the table's recorded earth {name} {v} is too large"
+                    ))
+                })
+            })
+            .transpose()
+    };
+    let generator = match (get("records")?, narrow("days")?, get("seed")?) {
+        (Some(r), Some(d), Some(s)) => Some((r, d, s)),
+        _ => None,
+    };
+    Ok(Recorded {
+        width: narrow("width")?,
+        height: narrow("height")?,
+        generator,
+    })
+}
+
+/// Checks a run's grid and check parameters against what the table's load recorded.
+fn agree_with_load(schema: &Schema, params: &EarthParams) -> Result<()> {
+    let check = params.check.map(|(r, d, s)| [r, u64::from(d), s]);
+    from_load(
+        Some(schema),
+        &params.table,
+        (Some(params.width), Some(params.height)),
+        check.as_ref().map(|c| &c[..]),
+    )
+    .map(|_| ())
 }
 
 /// Composes raw records straight into the canvas (the conventional host).

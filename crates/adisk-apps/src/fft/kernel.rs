@@ -1428,7 +1428,8 @@ pub fn transpose(matrix: &[Vec<Complex64>]) -> Result<Vec<Vec<Complex64>>, FftEr
         .collect())
 }
 
-/// `max |a − b| / max |b|` over all elements (the absolute error if `b` is all zero).
+/// `max |a − b| / max |b|` over all elements (the absolute error if `b` is all zero); a NaN
+/// or infinite difference anywhere makes it infinite.
 pub fn relative_error(a: &[Vec<Complex64>], b: &[Vec<Complex64>]) -> Result<f64, FftError> {
     let (n, m) = shape(b)?;
     let (na, ma) = shape(a)?;
@@ -1439,7 +1440,10 @@ pub fn relative_error(a: &[Vec<Complex64>], b: &[Vec<Complex64>]) -> Result<f64,
         });
     }
     let pairs = a.iter().flatten().zip(b.iter().flatten());
-    let diff = pairs.map(|(x, y)| (x - y).norm()).fold(0.0, f64::max);
+    let diff = pairs
+        .map(|(x, y)| (x - y).norm())
+        .map(|d| if d.is_finite() { d } else { f64::INFINITY })
+        .fold(0.0, f64::max);
     let scale = b.iter().flatten().map(|y| y.norm()).fold(0.0, f64::max);
     Ok(if scale > 0.0 { diff / scale } else { diff })
 }

@@ -40,7 +40,7 @@ pub struct SortParams {
     pub mode: Mode,
     /// Bytes of one sorted run (active; `None`: a quarter of the smallest disk's memory).
     pub run_bytes: Option<u64>,
-    /// Keys sampled per disk for the splitters.
+    /// Keys sampled per disk for the splitters (at least 1).
     pub samples_per_disk: u64,
 }
 
@@ -72,6 +72,12 @@ pub async fn run(cluster: &Cluster, params: &SortParams) -> Result<Report> {
     if params.output == params.input {
         return Err(AppError::Invalid(
             "the output table must differ from the input".into(),
+        ));
+    }
+    if params.samples_per_disk == 0 {
+        return Err(AppError::Invalid(
+            "--samples-per-disk must be at least 1: the splitters come from the sampled keys"
+                .into(),
         ));
     }
     let placement = input_disks(cluster, &params.input).await?;
@@ -186,12 +192,19 @@ async fn active(
 /// stream buffers in a disk's memory.
 ///
 /// # Errors
-/// A run smaller than 64 KiB or too large for the memory.
+/// A run of 0 bytes, one smaller than 64 KiB or too large for the memory (each naming
+/// `--run-kib`).
 pub(crate) fn check_run_bytes(asked: Option<u64>, memory: u64) -> Result<u64> {
+    if asked == Some(0) {
+        return Err(AppError::Invalid(
+            "--run-kib must be positive: a sorted run holds at least one record (runs start at 64 KiB)"
+                .into(),
+        ));
+    }
     let run_bytes = asked.unwrap_or(memory / 4);
     if run_bytes < 64 * 1024 || run_bytes.saturating_mul(2).saturating_add(4 << 20) > memory {
         return Err(AppError::Invalid(format!(
-            "a run of {run_bytes} bytes needs twice that plus stream buffers (4 MiB) in a disk's memory of {memory} bytes; runs start at 64 KiB"
+            "--run-kib: a run of {run_bytes} bytes needs twice that plus stream buffers (4 MiB) in a disk's memory of {memory} bytes; runs start at 64 KiB"
         )));
     }
     Ok(run_bytes)
@@ -643,4 +656,20 @@ pub async fn load(
     adisk_host::load::load_generated(cluster, table, records::schema(), generators, progress)
         .await?;
     Ok(count * records::RECORD_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn run_sizes_are_checked_naming_the_flag() {
+        let memory = 64 << 20;
+        assert_eq!(check_run_bytes(None, memory).unwrap(), memory / 4);
+        assert_eq!(check_run_bytes(Some(1 << 20), memory).unwrap(), 1 << 20);
+        for bad in [0, 1024, memory] {
+            let err = check_run_bytes(Some(bad), memory).unwrap_err().to_string();
+            assert!(err.contains("--run-kib"), "{bad}: {err}");
+        }
+    }
 }
