@@ -27,6 +27,7 @@ pub mod endpoint;
 pub mod graph;
 pub mod hash;
 pub mod limits;
+pub mod net;
 pub mod protocol;
 pub mod sketch;
 pub mod stats;

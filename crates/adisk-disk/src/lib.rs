@@ -293,12 +293,13 @@ impl DiskNode {
         stop: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> Result<(), DiskNodeError> {
         let shutdown = self.service.shutdown_signal();
-        // Small control messages must not wait for delayed ACKs (Nagle): set TCP_NODELAY.
+        // Small control messages must not wait for delayed ACKs (Nagle): TCP_NODELAY; and
+        // pings must not wait behind a slow link's data: TCP_NOTSENT_LOWAT (adisk_core::net).
         let incoming = tokio_stream::StreamExt::map(
             tokio_stream::wrappers::TcpListenerStream::new(self.listener),
             |s| {
                 s.inspect(|stream| {
-                    let _ = stream.set_nodelay(true);
+                    let _ = adisk_core::net::tune(stream);
                 })
             },
         );

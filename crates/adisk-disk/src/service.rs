@@ -816,10 +816,13 @@ impl FlightPipeConnector {
                 deadlines.timeout.as_millis()
             ))
         };
-        let channel = tokio::time::timeout(deadlines.timeout, endpoint.connect())
-            .await
-            .map_err(|_| silent())?
-            .map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
+        let channel = tokio::time::timeout(
+            deadlines.timeout,
+            endpoint.connect_with_connector(adisk_core::net::connector()),
+        )
+        .await
+        .map_err(|_| silent())?
+        .map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
         let Some(auth) = &self.auth else {
             return Ok(FlightClient::new(channel));
         };

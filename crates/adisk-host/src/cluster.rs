@@ -639,24 +639,29 @@ impl Cluster {
             };
             let endpoint =
                 endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
-            let connected = tokio::time::timeout(deadlines.timeout, endpoint.clone().connect())
-                .await
-                .map_err(|_| {
+            let connected = tokio::time::timeout(
+                deadlines.timeout,
+                endpoint
+                    .clone()
+                    .connect_with_connector(adisk_core::net::connector()),
+            )
+            .await
+            .map_err(|_| {
+                unreachable(format!(
+                    "no answer within {} ms",
+                    deadlines.timeout.as_millis()
+                ))
+            })
+            .and_then(|r| {
+                r.map_err(|e| {
                     unreachable(format!(
-                        "no answer within {} ms",
-                        deadlines.timeout.as_millis()
+                        "{e} ({})",
+                        std::error::Error::source(&e)
+                            .map(|s| s.to_string())
+                            .unwrap_or_default()
                     ))
                 })
-                .and_then(|r| {
-                    r.map_err(|e| {
-                        unreachable(format!(
-                            "{e} ({})",
-                            std::error::Error::source(&e)
-                                .map(|s| s.to_string())
-                                .unwrap_or_default()
-                        ))
-                    })
-                });
+            });
             Ok::<_, HostError>((endpoint, connected))
         });
         let mut channels = Vec::with_capacity(config.disks.len());
@@ -674,7 +679,8 @@ impl Cluster {
                     tracing::warn!("{e}; its partitions are read from other copies");
                     dead.insert(i as u32);
                     first_error.get_or_insert(e);
-                    channels.push(endpoint.connect_lazy());
+                    channels
+                        .push(endpoint.connect_with_connector_lazy(adisk_core::net::connector()));
                 }
             }
         }
@@ -952,7 +958,7 @@ impl Cluster {
             .iter()
             .map(|d| {
                 endpoint(&d.address, config.deadlines())
-                    .map(|e| e.connect_lazy())
+                    .map(|e| e.connect_with_connector_lazy(adisk_core::net::connector()))
                     .map_err(|e| HostError::Unreachable {
                         disk: d.id,
                         address: d.address.clone(),

@@ -81,7 +81,7 @@ impl Relay {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
             s.inspect(|stream| {
-                let _ = stream.set_nodelay(true);
+                let _ = adisk_core::net::tune(stream);
             })
         });
         let deadlines = adisk_core::config::Deadlines::default();
@@ -167,9 +167,12 @@ impl RelayService {
             .http2_keep_alive_interval(deadlines.ping_interval())
             .keep_alive_timeout(deadlines.ping_timeout())
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect().await.map_err(|e| {
-            Status::unavailable(format!("the relay cannot reach disk {target}: {e}"))
-        })?;
+        let channel = endpoint
+            .connect_with_connector(adisk_core::net::connector())
+            .await
+            .map_err(|e| {
+                Status::unavailable(format!("the relay cannot reach disk {target}: {e}"))
+            })?;
         let mut client = FlightServiceClient::new(channel)
             .max_decoding_message_size(64 << 20)
             .max_encoding_message_size(64 << 20);

@@ -26,12 +26,13 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    // Small replies (FlightInfo, handshakes) must not wait for delayed ACKs: TCP_NODELAY.
+    // Small replies (FlightInfo, handshakes) must not wait for delayed ACKs: TCP_NODELAY; and
+    // little unsent data in the kernel (adisk_core::net).
     let incoming = tokio_stream::StreamExt::map(
         tokio_stream::wrappers::TcpListenerStream::new(listener),
         |s| {
             s.inspect(|stream| {
-                let _ = stream.set_nodelay(true);
+                let _ = adisk_core::net::tune(stream);
             })
         },
     );

@@ -1,0 +1,106 @@
+//! TCP sockets of every link between members (host ↔ disk, disk ↔ disk, relays) and clients.
+//!
+//! **Unsent data is kept out of the kernel.** Every connection checks its peer with HTTP/2
+//! pings ([`crate::config::Deadlines`]); a ping written behind megabytes of data already in
+//! the kernel's send buffer waits until they drained, which on a slow link (4 Mbit/s drains
+//! 4 MiB in 8 s) is longer than the ping's timeout: a healthy but slow exchange was closed as
+//! dead (`ConnectionReset` at the receiver). With `TCP_NOTSENT_LOWAT` the kernel holds at most
+//! [`UNSENT_LOWAT_BYTES`] of data not yet sent (data in flight is not limited, so a fast
+//! link's window still fills); the rest waits in HTTP/2's own queue, where control frames
+//! (pings, window updates) go first.
+use std::os::fd::AsRawFd;
+
+/// Bytes of not-yet-sent data a socket's kernel buffer may hold.
+pub const UNSENT_LOWAT_BYTES: i32 = 128 * 1024;
+
+/// Sets `TCP_NODELAY` and `TCP_NOTSENT_LOWAT` on a connected TCP socket.
+///
+/// # Errors
+/// The kernel refusing an option.
+pub fn tune(socket: &tokio::net::TcpStream) -> std::io::Result<()> {
+    socket.set_nodelay(true)?;
+    let value: libc::c_int = UNSENT_LOWAT_BYTES;
+    // SAFETY: setsockopt reads `size_of::<c_int>()` bytes from a live local; the descriptor
+    // belongs to `socket`, which outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            (&raw const value).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// Connects to `uri`'s host and port and tunes the socket ([`tune`]): a connector for
+/// tonic's `Endpoint::connect_with_connector`.
+///
+/// # Errors
+/// Resolution or connection failure; a URI without host or port.
+pub async fn connect(
+    uri: http::Uri,
+) -> std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>> {
+    let host = uri
+        .host()
+        .ok_or_else(|| std::io::Error::other(format!("no host in {uri}")))?;
+    let port = uri
+        .port_u16()
+        .ok_or_else(|| std::io::Error::other(format!("no port in {uri}")))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let stream = tokio::net::TcpStream::connect((host, port)).await?;
+    tune(&stream)?;
+    Ok(hyper_util::rt::TokioIo::new(stream))
+}
+
+/// The connector of every member's and client's channel ([`connect`]).
+pub fn connector() -> tower::util::ServiceFn<
+    fn(
+        http::Uri,
+    ) -> std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = std::io::Result<hyper_util::rt::TokioIo<tokio::net::TcpStream>>,
+                > + Send,
+        >,
+    >,
+> {
+    tower::service_fn(|uri| Box::pin(connect(uri)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sockets_keep_little_unsent_data_in_the_kernel() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let accepted = tokio::spawn(async move { listener.accept().await.unwrap().0 });
+        let uri: http::Uri = format!("http://{address}").parse().unwrap();
+        let client = connect(uri).await.unwrap().into_inner();
+        let server = accepted.await.unwrap();
+        tune(&server).unwrap();
+        for s in [&client, &server] {
+            let mut value: libc::c_int = 0;
+            let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+            // SAFETY: getsockopt writes at most `len` bytes into a live local.
+            let rc = unsafe {
+                libc::getsockopt(
+                    s.as_raw_fd(),
+                    libc::IPPROTO_TCP,
+                    libc::TCP_NOTSENT_LOWAT,
+                    (&raw mut value).cast(),
+                    &mut len,
+                )
+            };
+            assert_eq!((rc, value), (0, UNSENT_LOWAT_BYTES));
+            assert!(s.nodelay().unwrap());
+        }
+    }
+}
