@@ -804,6 +804,19 @@ fn statement_handle(info: &FlightInfo) -> Option<Vec<u8>> {
     Some(t.statement_handle.to_vec())
 }
 
+/// The type a parameter is announced with in a prepared statement's parameter schema: string
+/// and binary views (what DataFusion infers from the Parquet columns) as plain strings and
+/// binaries, which every client can bind (the Flight SQL JDBC driver 18.3 refuses to prepare a
+/// statement whose parameter schema holds `Utf8View`); a plain value binds to a view-typed
+/// placeholder as it is.
+fn parameter_type(inferred: &DataType) -> DataType {
+    match inferred {
+        DataType::Utf8View => DataType::Utf8,
+        DataType::BinaryView => DataType::Binary,
+        other => other.clone(),
+    }
+}
+
 /// The first row of a parameter batch, one value per column.
 fn parameter_row(batches: &[RecordBatch]) -> Result<Vec<ScalarValue>, Status> {
     let Some(batch) = batches.iter().find(|b| b.num_rows() > 0) else {
@@ -953,7 +966,7 @@ impl FlightSqlService for SqlService {
                 .map(|(i, t)| {
                     Field::new(
                         format!("${}", i + 1),
-                        t.clone().unwrap_or(DataType::Null),
+                        t.as_ref().map_or(DataType::Null, parameter_type),
                         true,
                     )
                 })
@@ -1237,4 +1250,16 @@ impl FlightSqlService for SqlService {
     }
 
     async fn register_sql_info(&self, _id: i32, _result: &SqlInfo) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parameter_types_are_announced_without_views() {
+        assert_eq!(parameter_type(&DataType::Utf8View), DataType::Utf8);
+        assert_eq!(parameter_type(&DataType::BinaryView), DataType::Binary);
+        assert_eq!(parameter_type(&DataType::Int64), DataType::Int64);
+    }
 }

@@ -216,6 +216,110 @@ fn jdbc_client_answers_like_duckdb(dir: &Path, server: &Server) {
     );
 }
 
+/// `?` parameters (JDBC's and most drivers') bind like `$1`, `$2`, … through the ADBC driver
+/// and the JDBC driver: one and two of them, integers and strings, equal to DuckDB's answers
+/// (the same statement and values in DuckDB, and the statement with literals); the parameter
+/// schema names one per `?`; a wrong count of values, for `?` and `$n`, and a mix of the two
+/// are refused as invalid arguments, and the connection stays usable.
+#[test]
+fn question_mark_parameters_bind_through_adbc_and_jdbc() {
+    let c = TpchCluster::start("0.01", 1);
+    let server = Server::start(c.dir(), &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/adbc_placeholders.py");
+    let out = Command::new(python())
+        .arg(script)
+        .arg(format!("grpc://{}", server.address))
+        .arg(c.dir())
+        .arg(&server.password)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "the ADBC client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = common::json(&String::from_utf8_lossy(&out.stdout));
+    let cases = report["cases"].as_object().unwrap();
+    assert_eq!(cases.len(), 5, "{report}");
+    for (name, r) in cases {
+        assert_eq!(r["equal"], true, "{name}: {r}");
+        assert!(r["want"][0][0].as_i64().unwrap() > 0, "{name}: {r}");
+    }
+    assert_eq!(
+        report["parameter_schema"],
+        serde_json::json!([["$1", "int64"], ["$2", "string"]]),
+        "{report}"
+    );
+    for (name, message) in report["refused"].as_object().unwrap() {
+        let message = message.as_str().unwrap();
+        assert!(message.contains("INVALID_ARGUMENT"), "{name}: {message}");
+        let why = match name.as_str() {
+            "mixed" => "mixes `?` and numbered placeholders",
+            _ => "parameter value(s)",
+        };
+        assert!(message.contains(why), "{name}: {message}");
+    }
+    assert_eq!(report["after_error"], serde_json::json!([[1]]));
+    jdbc_question_marks_answer_like_duckdb(c.dir(), &server);
+}
+
+/// `?` through the JDBC driver (`JdbcPlaceholders.java`), against DuckDB with literals.
+fn jdbc_question_marks_answer_like_duckdb(dir: &Path, server: &Server) {
+    let jar = std::env::var("ADISK_JDBC_JAR").expect(
+        "ADISK_JDBC_JAR: the Flight SQL JDBC driver's jar (./x test fetches it with maven)",
+    );
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/JdbcPlaceholders.java");
+    let (host, port) = server.address.rsplit_once(':').unwrap();
+    let out = Command::new("java")
+        .args(["--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", &jar])
+        .arg(&source)
+        .args([host, port, "admin", &server.password])
+        .output()
+        .expect("java runs");
+    let out = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = |label: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{label}: ")))
+            .unwrap_or_else(|| panic!("no {label} line:\n{out}"))
+            .to_string()
+    };
+    let orders = "SELECT count(*), sum(o_totalprice) FROM orders WHERE ";
+    for (label, condition) in [
+        ("one_integer", "o_custkey = 370"),
+        ("one_string", "o_orderstatus = 'F'"),
+        (
+            "two_integer_and_string",
+            "o_custkey < 500 AND o_orderpriority = '1-URGENT'",
+        ),
+        ("two_in_order", "o_orderkey >= 100 AND o_orderkey < 2000"),
+    ] {
+        let want = common::duckdb(dir, &format!("{orders}{condition}"));
+        let got = line(label);
+        let (n, s) = got.split_once('|').unwrap();
+        assert_eq!(serde_json::json!(n.parse::<i64>().unwrap()), want[0][0]);
+        let s: f64 = s.parse().unwrap();
+        assert!(
+            (s - want[0][1].as_f64().unwrap()).abs() < 0.005,
+            "{label}: {got} vs {want:?}"
+        );
+    }
+    assert_eq!(line("parameters"), "2");
+    for (label, why) in [
+        (
+            "unbound",
+            "takes 1 parameter value(s) (one per `?`) but 0 were bound",
+        ),
+        ("mixed", "mixes `?` and numbered placeholders"),
+    ] {
+        let refused = line(&format!("refused {label}"));
+        assert!(
+            refused.contains("INVALID_ARGUMENT") && refused.contains(why),
+            "{label}: {refused}"
+        );
+    }
+    assert_eq!(line("after_error"), "1");
+}
+
 /// A filtered projection of one table: its result is made entirely at the disks, so the
 /// service answers with one endpoint per disk.
 const PARTS_SQL: &str = "SELECT l_orderkey, l_extendedprice FROM lineitem WHERE l_quantity < 3";

@@ -21,6 +21,7 @@ pub mod distribute;
 pub mod joinorder;
 pub mod limits;
 pub mod oracle;
+pub mod placeholders;
 mod reduce;
 pub mod report;
 pub mod rules;
@@ -942,7 +943,7 @@ impl SqlEngine {
             return Err(HostError::Invalid("empty query".into()));
         }
         limits::check(sql)?;
-        let df = ctx.sql(sql).await.map_err(plan_err("planning the query"))?;
+        let df = placeholders::plan(ctx, sql, Some(0)).await?;
         df.create_physical_plan()
             .await
             .map_err(plan_err("planning the query"))
@@ -1018,7 +1019,7 @@ impl SqlEngine {
     /// # Errors
     /// Empty or oversized SQL; planning errors; parameters that do not fit the placeholders.
     pub async fn bound(&self, sql: &str, params: Vec<ScalarValue>) -> Result<DataFrame> {
-        let df = self.unbound(sql).await?;
+        let df = self.unbound(sql, Some(params.len())).await?;
         df.with_param_values(params)
             .map_err(plan_err("binding the parameters"))
     }
@@ -1029,7 +1030,7 @@ impl SqlEngine {
     /// # Errors
     /// Empty or oversized SQL; planning errors.
     pub async fn parameters(&self, sql: &str) -> Result<(SchemaRef, Vec<Option<DataType>>)> {
-        let df = self.unbound(sql).await?;
+        let df = self.unbound(sql, None).await?;
         let types = df
             .logical_plan()
             .get_parameter_types()
@@ -1043,17 +1044,13 @@ impl SqlEngine {
         Ok((schema, numbered.into_iter().map(|(_, t)| t).collect()))
     }
 
-    async fn unbound(&self, sql: &str) -> Result<DataFrame> {
+    async fn unbound(&self, sql: &str, values: Option<usize>) -> Result<DataFrame> {
         let sql = sql.trim().trim_end_matches(';');
         if sql.is_empty() {
             return Err(HostError::Invalid("empty query".into()));
         }
         limits::check(sql)?;
-        self.session_for(false)?
-            .0
-            .sql(sql)
-            .await
-            .map_err(plan_err("planning the query"))
+        placeholders::plan(&self.session_for(false)?.0, sql, values).await
     }
 
     /// Runs `sql`.
