@@ -520,21 +520,22 @@ impl FlightService for DiskService {
                 store
                     .begin_staging(&load_id, &table)
                     .map_err(storage_status)?;
+                let create = |schema| {
+                    store
+                        .create_staged_partition(
+                            &load_id,
+                            &table,
+                            partition,
+                            schema,
+                            row_group_rows,
+                        )
+                        .map_err(storage_status)
+                };
                 let mut writer = None;
                 while let Some(b) = batches.next().await {
                     let batch = b.map_err(|e| Status::aborted(format!("load stream: {e}")))?;
                     if writer.is_none() {
-                        writer = Some(
-                            store
-                                .create_staged_partition(
-                                    &load_id,
-                                    &table,
-                                    partition,
-                                    batch.schema(),
-                                    row_group_rows,
-                                )
-                                .map_err(storage_status)?,
-                        );
+                        writer = Some(create(batch.schema())?);
                     }
                     let w = writer.as_mut().expect("created above");
                     w.write(&batch).map_err(storage_status)?;
@@ -545,17 +546,7 @@ impl FlightService for DiskService {
                     && partition == 0
                     && let Some(schema) = batches.schema().cloned()
                 {
-                    writer = Some(
-                        store
-                            .create_staged_partition(
-                                &load_id,
-                                &table,
-                                partition,
-                                schema,
-                                row_group_rows,
-                            )
-                            .map_err(storage_status)?,
-                    );
+                    writer = Some(create(schema)?);
                 }
                 let Some(w) = writer else {
                     return Ok(Response::new(stream::empty().boxed()));
