@@ -560,6 +560,10 @@ impl JobSpec {
     }
 }
 
+/// How a disk's error starts when the link to another disk failed (its status is Unavailable,
+/// but the disk itself answers).
+pub const LINK_FAILED: &str = "link to another disk failed";
+
 /// Descriptor command of a `DoPut`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
@@ -570,6 +574,9 @@ pub enum PutCommand {
         exchange_id: String,
         /// Sender number.
         sender: u32,
+        /// The sending disk's id, named when its stream fails.
+        #[serde(default)]
+        from: Option<u32>,
     },
     /// A pipe stream for exchange `exchange_id` at disk `target`, sent to the host's relay,
     /// which forwards it there as an [`PutCommand::Exchange`] (`exchange = "via-host"`).
@@ -580,6 +587,9 @@ pub enum PutCommand {
         exchange_id: String,
         /// Sender number.
         sender: u32,
+        /// The sending disk's id, named when its stream fails.
+        #[serde(default)]
+        from: Option<u32>,
     },
     /// A partition of a table sent by the host (`adisk load parquet|csv`).
     Load {

@@ -3,7 +3,7 @@ use adisk_core::protocol::{
     GenerateTpch, JobSpec, LoadCommit, LoadProgress, PutCommand, Sink, Source, action,
 };
 use adisk_diskos::exchange::PipeMessage;
-use adisk_diskos::job::{PipeConnector, PipeRoute, RunningJob};
+use adisk_diskos::job::{Intact, PipeConnector, PipeRoute, RunningJob};
 use adisk_diskos::stream::StreamRx;
 use adisk_diskos::{DiskOs, DiskOsError};
 use adisk_storage::StorageError;
@@ -19,7 +19,7 @@ use arrow_flight::{
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -51,6 +51,7 @@ pub fn status_of(e: &DiskOsError) -> Status {
         | DiskOsError::BufferExceeded { .. } => Status::resource_exhausted(msg),
         DiskOsError::Decode { .. } => Status::data_loss(msg),
         DiskOsError::Pipe(_) => Status::aborted(msg),
+        DiskOsError::Link(_) => Status::unavailable(msg),
         DiskOsError::Cancelled => Status::cancelled(msg),
         DiskOsError::NoProgress { .. } => Status::aborted(msg),
         DiskOsError::UserDisklet { kind, .. } => {
@@ -85,6 +86,72 @@ pub struct DiskService {
 }
 
 impl DiskService {
+    /// One sender's pipe stream into exchange `id`'s inbox (waiting until a job claims it).
+    /// The sender finished only if its stream ends with [`EndMark::End`]: one that ends with
+    /// [`EndMark::Abort`] failed at its sender; one that fails, or ends without a mark, lost
+    /// its link (the receiving job then fails Unavailable, naming the sender's disk).
+    async fn receive_pipe(
+        &self,
+        id: &str,
+        (sender, whose): (u32, &str),
+        mut batches: FlightRecordBatchStream,
+        mark: Arc<std::sync::Mutex<Option<EndMark>>>,
+    ) -> Result<(), Status> {
+        let mut inbox = self
+            .os
+            .exchanges()
+            .sender(id)
+            .map_err(Status::resource_exhausted)?;
+        // Declared after the sender, so dropped before it: if this call ends (or its
+        // sender resets it) before a job claimed the inbox, the inbox goes too.
+        let mut forget = ForgetUnclaimed {
+            os: self.os.clone(),
+            id: id.to_string(),
+            armed: true,
+        };
+        let terms = inbox
+            .claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT)
+            .await
+            .map_err(|e| Status::deadline_exceeded(format!("exchange {id}: {e}")))?;
+        forget.armed = false;
+        // (why, whether the link failed); None: the receiving job went away.
+        let mut failure: Option<(String, bool)> = None;
+        while let Some(b) = batches.next().await {
+            match b {
+                Ok(batch) => {
+                    if let Err(why) = inbox.send_batch(batch, &terms).await {
+                        failure = Some((why, false));
+                        break;
+                    }
+                }
+                Err(e) => {
+                    failure = Some((format!("{whose}: its stream failed: {e}"), true));
+                    break;
+                }
+            }
+        }
+        let failure = failure.or_else(|| match mark.lock().expect("mark lock").take() {
+            Some(EndMark::End) => None,
+            Some(EndMark::Abort(why)) => Some((format!("{whose} failed: {why}"), false)),
+            None => Some((
+                format!("{whose}: its stream ended without its end mark (its link was cut)"),
+                true,
+            )),
+        });
+        match failure {
+            None => {
+                let _ = inbox.send(PipeMessage::SenderDone(sender)).await;
+                Ok(())
+            }
+            Some((why, link)) => {
+                let _ = inbox
+                    .send(PipeMessage::SenderFailed(sender, why.clone(), link))
+                    .await;
+                Err(Status::aborted(format!("exchange {id}: {why}")))
+            }
+        }
+    }
+
     /// A service over a DiskOS.
     pub fn new(os: Arc<DiskOs>) -> Self {
         DiskService {
@@ -455,57 +522,33 @@ impl FlightService for DiskService {
             .clone()
             .ok_or_else(|| Status::invalid_argument("DoPut needs a descriptor"))?;
         let command: PutCommand = parse_json("put command", &descriptor.cmd)?;
+        let mark = Arc::new(std::sync::Mutex::new(None::<EndMark>));
+        let m2 = mark.clone();
         let all = stream::once(async move { Ok(first) })
             .chain(incoming)
+            .try_filter(move |fd| {
+                let end = EndMark::of(fd);
+                let keep = end.is_none();
+                if end.is_some() {
+                    *m2.lock().expect("mark lock") = end;
+                }
+                futures::future::ready(keep)
+            })
             .map_err(|e: Status| FlightError::Tonic(Box::new(e)));
         let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
         match command {
             PutCommand::Exchange {
                 exchange_id,
                 sender,
+                from,
             } => {
-                let mut inbox = self
-                    .os
-                    .exchanges()
-                    .sender(&exchange_id)
-                    .map_err(Status::resource_exhausted)?;
-                // Declared after the sender, so dropped before it: if this call ends (or its
-                // sender resets it) before a job claimed the inbox, the inbox goes too.
-                let mut forget = ForgetUnclaimed {
-                    os: self.os.clone(),
-                    id: exchange_id.clone(),
-                    armed: true,
+                let whose = match from {
+                    Some(d) => format!("(disk {d})"),
+                    None => "(disk unknown)".to_string(),
                 };
-                let terms = inbox
-                    .claimed(adisk_diskos::exchange::INBOX_CLAIM_TIMEOUT)
+                self.receive_pipe(&exchange_id, (sender, &whose), batches, mark)
                     .await
-                    .map_err(|e| {
-                        Status::deadline_exceeded(format!("exchange {exchange_id}: {e}"))
-                    })?;
-                forget.armed = false;
-                let mut failure = None;
-                while let Some(b) = batches.next().await {
-                    let sent = match b {
-                        Ok(batch) => inbox.send_batch(batch, &terms).await,
-                        Err(e) => Err(e.to_string()),
-                    };
-                    if let Err(why) = sent {
-                        failure = Some(why);
-                        break;
-                    }
-                }
-                match failure {
-                    None => {
-                        let _ = inbox.send(PipeMessage::SenderDone(sender)).await;
-                        Ok(Response::new(stream::empty().boxed()))
-                    }
-                    Some(why) => {
-                        let _ = inbox
-                            .send(PipeMessage::SenderFailed(sender, why.clone()))
-                            .await;
-                        Err(Status::aborted(format!("exchange {exchange_id}: {why}")))
-                    }
-                }
+                    .map(|()| Response::new(stream::empty().boxed()))
             }
             PutCommand::Relay { target, .. } => Err(Status::invalid_argument(format!(
                 "this is a disk, not the host's relay: send the stream to {target} directly"
@@ -845,12 +888,81 @@ impl FlightPipeConnector {
     }
 }
 
+/// The app metadata of the message that ends every pipe stream a sender finished: a stream
+/// that ends without it failed (its link was cut and the call closed), however cleanly the
+/// transport ended it.
+const PIPE_END: &[u8] = b"adisk:pipe-end";
+/// The app metadata prefix (then why) of the message that ends the pipe stream of a sender
+/// whose job failed.
+const PIPE_ABORT: &[u8] = b"adisk:pipe-abort:";
+
+/// `data` followed by its end mark: [`EndMark::End`] if `data` had no error and the sending
+/// job is `intact` when it ends, else [`EndMark::Abort`] (in `ended`).
+fn with_end_mark(
+    data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
+    intact: Intact,
+    ended: Arc<std::sync::Mutex<Option<EndMark>>>,
+) -> BoxStream<'static, Result<FlightData, FlightError>> {
+    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
+    let f2 = failed.clone();
+    data.take_while(move |r| {
+        if let Err(e) = r {
+            *f2.lock().expect("failed lock") = Some(format!("encoding its stream: {e}"));
+        }
+        futures::future::ready(r.is_ok())
+    })
+    .chain(stream::once(async move {
+        let failed = failed.lock().expect("failed lock").take();
+        let mark = match failed.map_or_else(|| intact(), Err) {
+            Ok(()) => EndMark::End,
+            Err(why) => EndMark::Abort(why),
+        };
+        let message = mark.message();
+        *ended.lock().expect("ended lock") = Some(mark);
+        Ok(message)
+    }))
+    .boxed()
+}
+
+/// How a pipe stream said it ended: finished, or failed at its sender (why).
+#[derive(Clone, Debug, PartialEq)]
+enum EndMark {
+    End,
+    Abort(String),
+}
+
+impl EndMark {
+    /// The mark `fd` is, if it is one.
+    fn of(fd: &FlightData) -> Option<EndMark> {
+        if !fd.data_header.is_empty() || !fd.data_body.is_empty() {
+            return None;
+        }
+        if fd.app_metadata == PIPE_END {
+            return Some(EndMark::End);
+        }
+        let why = fd.app_metadata.strip_prefix(PIPE_ABORT)?;
+        Some(EndMark::Abort(String::from_utf8_lossy(why).into_owned()))
+    }
+
+    fn message(&self) -> FlightData {
+        let meta = match self {
+            EndMark::End => Bytes::from_static(PIPE_END),
+            EndMark::Abort(why) => Bytes::from([PIPE_ABORT, why.as_bytes()].concat()),
+        };
+        FlightData {
+            app_metadata: meta,
+            ..Default::default()
+        }
+    }
+}
+
 impl PipeConnector for FlightPipeConnector {
     fn send(
         &self,
         route: PipeRoute,
         schema: SchemaRef,
         rx: StreamRx,
+        intact: Intact,
     ) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
         let connector = FlightPipeConnector {
             auth: self.auth.clone(),
@@ -862,6 +974,7 @@ impl PipeConnector for FlightPipeConnector {
                 relay,
                 exchange_id,
                 sender,
+                from,
             } = route;
             connector.check_member(&target)?;
             // Via the host: the stream goes to its relay, which names the target.
@@ -875,6 +988,7 @@ impl PipeConnector for FlightPipeConnector {
                             target: target.clone(),
                             exchange_id,
                             sender,
+                            from: Some(from),
                         },
                     ),
                 ),
@@ -886,6 +1000,7 @@ impl PipeConnector for FlightPipeConnector {
                         PutCommand::Exchange {
                             exchange_id,
                             sender,
+                            from: Some(from),
                         },
                     ),
                 ),
@@ -916,14 +1031,16 @@ impl PipeConnector for FlightPipeConnector {
                     }
                     r
                 });
-            let results = client
-                .do_put(data)
-                .await
-                .map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
-            results
-                .try_collect::<Vec<_>>()
-                .await
-                .map_err(|e| DiskOsError::Pipe(format!("sending to {peer}: {e}")))?;
+            let ended = Arc::new(std::sync::Mutex::new(None));
+            let data = with_end_mark(data, intact, ended.clone());
+            let link = |e: FlightError| DiskOsError::Link(format!("sending to {peer}: {e}"));
+            let results = client.do_put(data).await.map_err(link)?;
+            results.try_collect::<Vec<_>>().await.map_err(link)?;
+            if let Some(EndMark::Abort(why)) = ended.lock().expect("ended lock").take() {
+                return Err(DiskOsError::Pipe(format!(
+                    "the stream to {peer} ended with this job's failure: {why}"
+                )));
+            }
             Ok((
                 counters.0.load(Ordering::Relaxed),
                 counters.1.load(Ordering::Relaxed),

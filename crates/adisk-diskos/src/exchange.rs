@@ -24,8 +24,8 @@ pub enum PipeMessage {
     Batch(Buffer),
     /// Sender `n` finished cleanly.
     SenderDone(u32),
-    /// Sender `n` failed.
-    SenderFailed(u32, String),
+    /// Sender `n` failed: why, and whether its link did (else the sender said it failed).
+    SenderFailed(u32, String, bool),
 }
 
 /// What the receiving job grants its inbox.

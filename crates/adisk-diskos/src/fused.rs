@@ -126,10 +126,18 @@ fn join(tx: StreamTx, thread: tokio::task::JoinHandle<Result<()>>) -> Result<()>
 fn apart(mut stage: Box<InlineStage>) -> Out {
     let (tx, mut rx) = crate::stream::stream(stage.apart.buffers);
     let thread = tokio::task::spawn_blocking(move || {
-        while let Some(buffer) = rx.blocking_recv() {
-            stage.push_buffer(buffer)?;
-        }
-        stage.finish()
+        let (state, holds) = (
+            stage.ctx.state.clone(),
+            crate::job::holds_of(stage.outputs()),
+        );
+        let mut run = || {
+            while let Some(buffer) = rx.blocking_recv() {
+                stage.push_buffer(buffer)?;
+            }
+            stage.finish()
+        };
+        let r = run();
+        state.settle(r, holds)
     });
     Out::Apart(tx, thread)
 }
@@ -147,6 +155,11 @@ pub struct InlineStage {
 }
 
 impl InlineStage {
+    /// Where the stage's ports go.
+    pub(crate) fn outputs(&self) -> &[Out] {
+        &self.outputs
+    }
+
     /// Stage `ctx.index` with its disklet and where its ports go.
     pub(crate) fn new(
         disklet: Box<dyn Disklet>,

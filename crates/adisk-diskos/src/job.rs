@@ -7,8 +7,8 @@ use crate::fused::{InlineStage, Out};
 use crate::memory::{Account, Grant, MemoryBudget};
 use crate::sched::{FairScheduler, JobCompute, MAX_COMPUTE_WAITERS_DEFAULT};
 use crate::stream::{
-    Buffer, FileScan, ReadCounters, SkipList, StreamRx, StreamTx, TableScan, file_schema,
-    projected_schema, stream,
+    Buffer, FileScan, ReadCounters, SkipList, StreamHold, StreamRx, StreamTx, TableScan,
+    file_schema, projected_schema, stream,
 };
 use crate::wiring::{Router, TempArea};
 use crate::{DiskOsError, Result, disklets};
@@ -110,17 +110,38 @@ pub struct PipeRoute {
     pub exchange_id: String,
     /// The sending job's number among the exchange's senders.
     pub sender: u32,
+    /// The sending disk's id.
+    pub from: u32,
 }
+
+/// Whether the sending job is still intact, else why not ([`JobState::intact`]).
+pub type Intact = Arc<dyn Fn() -> std::result::Result<(), String> + Send + Sync>;
 
 /// Sends the output ports of an exchange job to other disks (provided by the disk server).
 pub trait PipeConnector: Send + Sync + 'static {
-    /// Streams `rx` along `route`; returns (bytes, rows) sent.
+    /// Streams `rx` along `route`; returns (bytes, rows) sent. When `rx` ends, the stream ends
+    /// cleanly only if `intact()` says so; otherwise it is reset (and the call fails), so the
+    /// receiver never counts the rows of a failed sender as all of them.
     fn send(
         &self,
         route: PipeRoute,
         schema: SchemaRef,
         rx: StreamRx,
+        intact: Intact,
     ) -> BoxFuture<'static, Result<(u64, u64)>>;
+}
+
+/// Holds on every stream among `outputs` (also those of the fused stages in them).
+pub(crate) fn holds_of(outputs: &[Out]) -> Vec<StreamHold> {
+    let mut holds = Vec::new();
+    for out in outputs {
+        match out {
+            Out::Stream(tx) | Out::Apart(tx, _) => holds.push(tx.hold()),
+            Out::Inline(stage) => holds.extend(holds_of(stage.outputs())),
+            Out::Closed => {}
+        }
+    }
+    holds
 }
 
 #[derive(Default)]
@@ -165,6 +186,8 @@ pub struct JobState {
     temp_written: Mutex<Option<Arc<AtomicU64>>>,
     wall_ns: AtomicU64,
     failed: AtomicBool,
+    /// Set the moment any part of the job fails, before that part's output streams close.
+    broken: Mutex<Option<String>>,
     error: Mutex<Option<String>>,
     cancel: tokio::sync::watch::Sender<bool>,
 }
@@ -208,9 +231,36 @@ impl JobState {
             temp_written: Mutex::new(None),
             wall_ns: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            broken: Mutex::new(None),
             error: Mutex::new(None),
             cancel: tokio::sync::watch::Sender::new(false),
         }
+    }
+
+    /// True while no part of the job failed and it was not cancelled. An exchange sender asks
+    /// when its stream ended: only an intact job ends a pipe stream cleanly; any other end
+    /// resets it, so its receiver never takes a cut stream for a finished one.
+    pub fn intact(&self) -> std::result::Result<(), String> {
+        if let Some(why) = &*self.broken.lock().expect("broken lock") {
+            return Err(why.clone());
+        }
+        if self.cancelled() {
+            return Err("the job was cancelled".into());
+        }
+        Ok(())
+    }
+
+    /// A producer's outcome: a failure marks the job broken, and only then are the producer's
+    /// output streams let go (`holds`), so their readers see the mark when they see the end.
+    pub(crate) fn settle<T>(&self, r: Result<T>, holds: Vec<StreamHold>) -> Result<T> {
+        if let Err(e) = &r {
+            self.broken
+                .lock()
+                .expect("broken lock")
+                .get_or_insert_with(|| e.to_string());
+        }
+        drop(holds);
+        r
     }
 
     fn fail(&self, e: &DiskOsError) {
@@ -893,6 +943,7 @@ impl DiskOs {
             let skip = Arc::new(SkipList::default());
             skips.insert(port, skip.clone());
             let tx = txs.remove(&port).expect("a stream per input");
+            let hold = tx.hold();
             let io = SourceIo {
                 tx,
                 skip,
@@ -902,7 +953,16 @@ impl DiskOs {
                 area: area.clone(),
                 compute: compute.clone(),
             };
-            tasks.push(self.spawn_source(source, plan, io, &state, &mut host_input));
+            let source = self.spawn_source(source, plan, io, &state, &mut host_input);
+            let st = state.clone();
+            tasks.push(tokio::spawn(async move {
+                let r = source.await.unwrap_or_else(|join| {
+                    Err(DiskOsError::InvalidJob(format!(
+                        "a job task panicked: {join}"
+                    )))
+                });
+                st.settle(r, vec![hold])
+            }));
         }
         let ports: Vec<usize> = stages.iter().map(|d| d.output_ports()).collect();
         let parents = if self.config.fuse_stages {
@@ -964,8 +1024,9 @@ impl DiskOs {
                         .expect("the graph check: each port is read once")
                 })
                 .collect();
+            let (st, holds) = (state.clone(), holds_of(&outputs));
             tasks.push(tokio::task::spawn_blocking(move || {
-                run_stage(disklet, inputs, outputs, ctx)
+                st.settle(run_stage(disklet, inputs, outputs, ctx), holds)
             }));
         }
         drop(txs); // ports nobody writes (none, once the graph is checked)
@@ -1207,9 +1268,10 @@ impl DiskOs {
                     txs.push(t);
                     per_target.push(r);
                 }
-                let account = account.clone();
+                let (account, st) = (account.clone(), state.clone());
+                let holds = txs.iter().map(StreamTx::hold).collect();
                 tasks.push(tokio::task::spawn_blocking(move || {
-                    route_rows(rx, &router, &txs, &account)
+                    st.settle(route_rows(rx, &router, &txs, &account), holds)
                 }));
             }
         }
@@ -1221,13 +1283,16 @@ impl DiskOs {
                 relay,
                 exchange_id: exchange_id.clone(),
                 sender,
+                from: st.disk_id,
             };
+            let intact = st.clone();
+            let intact: Intact = Arc::new(move || intact.intact());
             let mut cancel = state.cancel.subscribe();
             tasks.push(tokio::spawn(async move {
                 // A cancelled job drops its sends at once (resetting the calls), also one still
                 // waiting for its receiver to claim the exchange.
                 let (bytes, rows) = tokio::select! {
-                    sent = connector.send(route, schema, rx) => sent?,
+                    sent = connector.send(route, schema, rx, intact) => sent?,
                     _ = cancel.wait_for(|c| *c) => return Err(DiskOsError::Cancelled),
                 };
                 st.shipped_disk_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -1929,8 +1994,13 @@ async fn pipe_source(
                 })?;
                 *slot = true;
             }
-            Some(PipeMessage::SenderFailed(s, why)) => {
-                return Err(DiskOsError::Pipe(format!("sender {s} failed: {why}")));
+            Some(PipeMessage::SenderFailed(s, why, link)) => {
+                let why = format!("exchange `{exchange_id}`: sender {s} {why}");
+                return Err(if link {
+                    DiskOsError::Link(why)
+                } else {
+                    DiskOsError::Pipe(why)
+                });
             }
         }
     }

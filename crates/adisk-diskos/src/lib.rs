@@ -145,6 +145,10 @@ pub enum DiskOsError {
     /// A pipe stream failed (sender died, exchange timed out).
     #[error("pipe stream: {0}")]
     Pipe(String),
+    /// A pipe stream's link failed: its peer disk became unreachable, or the stream was cut
+    /// off without its end (Unavailable: the host reruns the query).
+    #[error("{link}: {0}", link = adisk_core::protocol::LINK_FAILED)]
+    Link(String),
     /// The job was cancelled (the host went away).
     #[error("job cancelled")]
     Cancelled,

@@ -99,6 +99,11 @@ pub struct StreamTx {
 /// Receiving end of a stream.
 pub type StreamRx = mpsc::Receiver<Buffer>;
 
+/// Keeps a stream open after its producer dropped its end. A job records a producer's
+/// failure before it drops the producer's holds, so whoever sees the stream end after that
+/// can tell a finished stream from a cut one ([`crate::job::JobState::intact`]).
+pub struct StreamHold(#[allow(dead_code)] mpsc::Sender<Buffer>);
+
 /// Buffers that can exist in a stream of `buffers` queued buffers: those, plus the one being
 /// filled and the one being processed. The memory grant counts this many per stream.
 pub fn slots_per_stream(buffers: u32) -> u32 {
@@ -180,6 +185,11 @@ impl StreamTx {
     /// Forwards a buffer from another stream (it keeps its slot there).
     pub async fn send(&self, b: Buffer) -> Result<(), ()> {
         self.tx.send(b).await.map_err(|_| ())
+    }
+
+    /// A hold on this stream ([`StreamHold`]).
+    pub fn hold(&self) -> StreamHold {
+        StreamHold(self.tx.clone())
     }
 
     /// Completes when the consumer is gone.

@@ -22,6 +22,7 @@ impl adisk_diskos::job::PipeConnector for NoPipes {
         _: adisk_diskos::job::PipeRoute,
         _: SchemaRef,
         _: StreamRx,
+        _: adisk_diskos::job::Intact,
     ) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
         Box::pin(async { Err(DiskOsError::Pipe("no pipes here".into())) })
     }

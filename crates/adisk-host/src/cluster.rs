@@ -601,7 +601,11 @@ pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError 
     match e {
         FlightError::Tonic(status) => {
             let code = format!("{:?}", status.code());
-            if status.code() == tonic::Code::Unavailable {
+            // A disk that says a link of its own failed is not unreachable itself.
+            let link = status
+                .message()
+                .starts_with(adisk_core::protocol::LINK_FAILED);
+            if status.code() == tonic::Code::Unavailable && !link {
                 HostError::Unreachable {
                     disk,
                     address: address.to_string(),

@@ -363,6 +363,7 @@ impl FlightService for RelayService {
             target,
             exchange_id,
             sender,
+            from,
         } = command
         else {
             return Err(Status::invalid_argument(
@@ -378,6 +379,7 @@ impl FlightService for RelayService {
                 PutCommand::Exchange {
                     exchange_id,
                     sender,
+                    from,
                 },
             )
             .await;

@@ -831,3 +831,174 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         .flat_map(|e| std::iter::once(e.path()).chain(walk(&e.path())))
         .collect()
 }
+
+/// A sender whose stage fails part-way (a division by zero at row 15 000 of 20 000, after
+/// three buffers went out) never ends its pipe streams as finished: every receiver fails,
+/// naming the sender and its reason, instead of answering with the rows that came before
+/// (issue 33's undercount: before, a failed stage closed its pipes as if it had finished). Straight to the disks and through the host's relay, one target routed to
+/// itself and one to the other disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sender_failing_part_way_fails_its_receivers_instead_of_ending_their_streams() {
+    let dirs: Vec<_> = (0..2).map(|_| tempfile::tempdir().unwrap()).collect();
+    write_table(dirs[0].path(), 0, "t", 0, &[("x", (0..20_000).collect())]);
+    write_table(dirs[1].path(), 1, "t", 1, &[("x", vec![])]);
+    let disks = Disks::start(&[dirs[0].path().to_path_buf(), dirs[1].path().to_path_buf()]).await;
+    let targets: Vec<String> = (0..2).map(|d| disks.address(d)).collect();
+    for (i, mode) in [ExchangeMode::Direct, ExchangeMode::ViaHost]
+        .into_iter()
+        .enumerate()
+    {
+        disks.cluster.set_exchange_mode(mode);
+        let id = format!("cut-{i}");
+        let sink = Sink::Exchange {
+            exchange_id: id.clone(),
+            targets: targets.clone(),
+            sender: 0,
+            route: Route::Hash {
+                keys: vec![e(col("x"))],
+            },
+            relay: None,
+            target_relays: vec![],
+        };
+        // x / (x - 15000) divides by zero at x = 15000 only.
+        let failing = DiskletSpec::Select {
+            predicate: Some(e(
+                (col("x") / (col("x") - lit(15_000i64))).gt_eq(lit(-100i64))
+            )),
+            projection: vec![],
+            limit: None,
+        };
+        let send = graph(
+            &format!("{id}-send"),
+            vec![table("t")],
+            vec![stage(failing, &[Port::Input(0)])],
+            vec![output(S0, sink)],
+        );
+        let receive = |d: usize| {
+            let pipe = Source::Pipe {
+                exchange_id: id.clone(),
+                senders: 1,
+                schema: schema(&["x"]).as_ref().clone(),
+            };
+            let spec = graph(
+                &format!("{id}-recv-{d}"),
+                vec![pipe],
+                vec![],
+                vec![output(Port::Input(0), Sink::Host)],
+            );
+            (d, spec)
+        };
+        let runs = [(0, send), receive(0), receive(1)].map(|(d, spec)| {
+            let cluster = disks.cluster.clone();
+            async move {
+                let mut stream = cluster
+                    .start(d as u32, &spec)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let mut rows = 0;
+                while let Some(b) = stream.next().await {
+                    rows += b.map_err(|e| e.to_string())?.num_rows();
+                }
+                Ok::<usize, String>(rows)
+            }
+        });
+        let outcomes = tokio::time::timeout(
+            std::time::Duration::from_secs(60),
+            futures::future::join_all(runs),
+        )
+        .await
+        .expect("no hang");
+        let sender = outcomes[0].as_ref().expect_err("the sender fails");
+        assert!(sender.contains("ivide by zero"), "{mode:?}: {sender}");
+        for (d, receiver) in outcomes[1..].iter().enumerate() {
+            match receiver {
+                Ok(rows) => {
+                    panic!("{mode:?}: disk {d} took {rows} rows of a failed sender for all of them")
+                }
+                // Named, with the sender's own reason, not taken for a lost link.
+                Err(why) => assert!(
+                    why.contains("sender 0 (disk 0) failed")
+                        && why.contains("ivide by zero")
+                        && !why.contains("link"),
+                    "{mode:?}: disk {d}: {why}"
+                ),
+            }
+        }
+    }
+    disks.stop().await;
+}
+
+/// A pipe stream that ends without its end mark (as when a link is cut and the call closed
+/// cleanly, or a relay gave up on its sender) is a lost link: the receiving job fails
+/// Unavailable-class, naming the sending disk, and never counts the sender as finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pipe_stream_ending_without_its_mark_is_a_lost_link_naming_the_sender() {
+    use arrow_flight::encode::FlightDataEncoderBuilder;
+    let dir = tempfile::tempdir().unwrap();
+    let disks = Disks::start(&[dir.path().to_path_buf()]).await;
+    let receive = graph(
+        "unmarked-recv",
+        vec![Source::Pipe {
+            exchange_id: "unmarked".into(),
+            senders: 1,
+            schema: schema(&["x"]).as_ref().clone(),
+        }],
+        vec![],
+        vec![output(Port::Input(0), Sink::Host)],
+    );
+    let receiving = {
+        let cluster = disks.cluster.clone();
+        tokio::spawn(async move {
+            let mut stream = cluster.start(0, &receive).await?;
+            let mut rows = 0;
+            while let Some(b) = stream.next().await {
+                rows += b?.num_rows();
+            }
+            Ok::<usize, adisk_host::HostError>(rows)
+        })
+    };
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", disks.address(0)))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = arrow_flight::FlightClient::new(channel);
+    let command = adisk_core::protocol::PutCommand::Exchange {
+        exchange_id: "unmarked".into(),
+        sender: 0,
+        from: Some(7),
+    };
+    let batch = RecordBatch::try_new(
+        schema(&["x"]),
+        vec![Arc::new(Int64Array::from(vec![1, 2, 3]))],
+    )
+    .unwrap();
+    let data = FlightDataEncoderBuilder::new()
+        .with_flight_descriptor(Some(arrow_flight::FlightDescriptor::new_cmd(
+            serde_json::to_vec(&command).unwrap(),
+        )))
+        .build(futures::stream::iter([Ok(batch)]));
+    let refused = match client.do_put(data).await {
+        Ok(results) => results.collect::<Vec<_>>().await.iter().any(Result::is_err),
+        Err(_) => true,
+    };
+    assert!(refused, "the disk refuses the stream");
+    let got = tokio::time::timeout(std::time::Duration::from_secs(30), receiving)
+        .await
+        .expect("no hang")
+        .unwrap();
+    match got {
+        Ok(rows) => panic!("{rows} rows of an unfinished stream taken for all of them"),
+        Err(adisk_host::HostError::Disk { code, message, .. }) => {
+            assert_eq!(code, "Unavailable", "{message}");
+            assert!(
+                message.starts_with(adisk_core::protocol::LINK_FAILED)
+                    && message.contains("sender 0 (disk 7)")
+                    && message.contains("end mark"),
+                "{message}"
+            );
+        }
+        Err(other) => panic!("not a lost link: {other}"),
+    }
+    disks.stop().await;
+}

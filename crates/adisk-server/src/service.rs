@@ -235,6 +235,7 @@ fn status(e: HostError) -> Status {
             Status::unavailable(msg)
         }
         HostError::IncompleteTable { .. } => Status::unavailable(msg),
+        HostError::Disk { code, .. } => disk_status(&code, msg),
         HostError::ResultTooLarge { .. } => Status::resource_exhausted(msg),
         HostError::UnknownTable(_)
         | HostError::Invalid(_)
@@ -242,6 +243,28 @@ fn status(e: HostError) -> Status {
         | HostError::Limit(_) => Status::invalid_argument(msg),
         _ => Status::internal(msg),
     }
+}
+
+/// A disk's failure with the code the disk gave it (named as [`tonic::Code`]'s `Debug`).
+fn disk_status(code: &str, msg: String) -> Status {
+    use tonic::Code as C;
+    let code = [
+        C::Cancelled,
+        C::InvalidArgument,
+        C::DeadlineExceeded,
+        C::NotFound,
+        C::PermissionDenied,
+        C::ResourceExhausted,
+        C::FailedPrecondition,
+        C::Aborted,
+        C::Unavailable,
+        C::DataLoss,
+        C::Unauthenticated,
+    ]
+    .into_iter()
+    .find(|c| format!("{c:?}") == code)
+    .unwrap_or(C::Internal);
+    Status::new(code, msg)
 }
 
 fn new_handle() -> Vec<u8> {

@@ -33,6 +33,7 @@ impl adisk_diskos::job::PipeConnector for NoPipes {
         route: adisk_diskos::job::PipeRoute,
         _: arrow::datatypes::SchemaRef,
         _: StreamRx,
+        _: adisk_diskos::job::Intact,
     ) -> Pin<Box<dyn Future<Output = adisk_diskos::Result<(u64, u64)>> + Send>> {
         Box::pin(async move {
             Err(DiskOsError::Pipe(format!(

@@ -845,7 +845,7 @@ struct Run {
     /// The top stage's result streams, taken by the partition that reads each.
     outputs: Mutex<Vec<Option<futures::stream::BoxStream<'static, Result<RecordBatch>>>>>,
     /// The first failure of any other job.
-    failure: tokio::sync::watch::Receiver<Option<String>>,
+    failure: tokio::sync::watch::Receiver<Option<Arc<HostError>>>,
 }
 
 impl DisksExec {
@@ -1094,13 +1094,15 @@ impl DisksExec {
         let jobs = self.disk_jobs(&order, &ids)?;
         let specs: Vec<(u32, &JobSpec)> = jobs.iter().map(|j| (j.disk, &j.spec)).collect();
         let started = self.cluster.start_together(&specs).await?;
-        let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<String>);
+        let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<Arc<HostError>>);
         let fail_tx = Arc::new(fail_tx);
         let roots = self.stages[self.root].disks.len();
+        let others = jobs.iter().filter(|j| j.root_partition.is_none()).count();
         let cancel = Arc::new(Cancel {
             roots,
             stop: tokio::sync::watch::Sender::new(false),
             completed: Default::default(),
+            others: Arc::new(tokio::sync::watch::Sender::new(others)),
         });
         let mut outputs: Vec<Option<_>> = (0..roots).map(|_| None).collect();
         for (job, stream) in jobs.into_iter().zip(started) {
@@ -1117,7 +1119,12 @@ impl DisksExec {
                         cancel.clone(),
                     ))
                 }
-                None => drain(stream, reporter, fail_tx.clone(), cancel.stop.subscribe()),
+                None => drain(
+                    stream,
+                    reporter,
+                    (fail_tx.clone(), cancel.others.clone()),
+                    cancel.stop.subscribe(),
+                ),
             }
         }
         Ok(Arc::new(Run {
@@ -1127,12 +1134,13 @@ impl DisksExec {
     }
 }
 
-/// Runs a job that sends the host nothing to its end, passing on its failure; stops it (its
-/// stream dropped, so its disk cancels it) when the query's readers stop.
+/// Runs a job that sends the host nothing to its end, passing on its failure, or counting it
+/// off `others` when it ends well; stops it (its stream dropped, so its disk cancels it) when
+/// the query's readers stop.
 fn drain(
     mut stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
     reporter: Reporter,
-    fail: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    (fail, others): (Arc<Failure>, Arc<tokio::sync::watch::Sender<usize>>),
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     tokio::spawn(async move {
@@ -1144,11 +1152,19 @@ fn drain(
             };
             match item {
                 Some(Err(e)) => {
-                    let _ = fail.send(Some(e.to_string()));
+                    fail.send_if_modified(|f| {
+                        f.is_none() && {
+                            *f = Some(Arc::new(e));
+                            true
+                        }
+                    });
                     break;
                 }
                 Some(Ok(_)) => {}
-                None => break,
+                None => {
+                    others.send_modify(|n| *n = n.saturating_sub(1));
+                    break;
+                }
             }
         }
         drop(stream);
@@ -1324,6 +1340,8 @@ struct Cancel {
     stop: tokio::sync::watch::Sender<bool>,
     roots: usize,
     completed: std::sync::atomic::AtomicUsize,
+    /// The query's jobs that send the host nothing and have not ended yet.
+    others: Arc<tokio::sync::watch::Sender<usize>>,
 }
 
 impl Drop for Cancel {
@@ -1407,15 +1425,60 @@ impl Drop for ReportOnDrop {
 }
 
 /// Resolves with the first failure of another job of the query; never, if there is none.
-async fn first_failure(mut failure: tokio::sync::watch::Receiver<Option<String>>) -> String {
+/// The first failure of a query's jobs that send the host nothing.
+type Failure = tokio::sync::watch::Sender<Option<Arc<HostError>>>;
+
+async fn first_failure(
+    mut failure: tokio::sync::watch::Receiver<Option<Arc<HostError>>>,
+) -> HostError {
     let got = failure
         .wait_for(|f| f.is_some())
         .await
         .ok()
-        .map(|why| why.clone().unwrap_or_default());
+        .and_then(|why| why.clone());
     match got {
-        Some(why) => why,
+        Some(why) => another_job_failed(&why),
         None => std::future::pending().await,
+    }
+}
+
+/// The error a top stage's stream ends with when another job of the query failed with `e`:
+/// the same kind (so failover sees an unreachable disk as one), said to come from there.
+fn another_job_failed(e: &HostError) -> HostError {
+    match e {
+        HostError::Unreachable {
+            disk,
+            address,
+            message,
+        } => HostError::Unreachable {
+            disk: *disk,
+            address: address.clone(),
+            message: message.clone(),
+        },
+        HostError::Disk {
+            disk,
+            code,
+            message,
+        } => HostError::Disk {
+            disk: *disk,
+            code: code.clone(),
+            message: message.clone(),
+        },
+        other => HostError::Invalid(format!("another stage of the query failed: {other}")),
+    }
+}
+
+/// Once a top stage's stream ended: waits for the query's other jobs to end too. Their rows
+/// reach the top stage through exchanges, and a job that failed may have cut them short:
+/// the query answers only when every one of its jobs ended well.
+async fn others_ended(
+    others: &tokio::sync::watch::Sender<usize>,
+    failure: &mut std::pin::Pin<Box<impl std::future::Future<Output = HostError>>>,
+) -> Option<HostError> {
+    let mut left = others.subscribe();
+    tokio::select! {
+        _ = left.wait_for(|n| *n == 0) => None,
+        why = failure => Some(why),
     }
 }
 
@@ -1423,7 +1486,7 @@ async fn first_failure(mut failure: tokio::sync::watch::Receiver<Option<String>>
 /// host link, and reports its job when it ends.
 fn watched(
     stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
-    failure: tokio::sync::watch::Receiver<Option<String>>,
+    failure: tokio::sync::watch::Receiver<Option<Arc<HostError>>>,
     reporter: Reporter,
     link: Option<Arc<super::TokenBucket>>,
     cancel: Arc<Cancel>,
@@ -1436,31 +1499,39 @@ fn watched(
     };
     let failed = Box::pin(first_failure(failure));
     let state = (stream, failed, guard, link, false, cancel);
-    futures::stream::unfold(state, |(mut stream, mut failed, mut guard, link, done, cancel)| async move {
-        if done {
-            return None;
-        }
-        let item = tokio::select! {
-            item = stream.next() => item,
-            why = &mut failed => Some(Err(HostError::Invalid(format!("another stage of the query failed: {why}")))),
-        };
-        match item {
-            Some(Ok(b)) => {
-                let n = jobs::batch_bytes(&b);
-                if let Some(l) = &link {
-                    l.acquire(n).await;
+    futures::stream::unfold(
+        state,
+        |(mut stream, mut failed, mut guard, link, done, cancel)| async move {
+            if done {
+                return None;
+            }
+            let item = tokio::select! {
+                item = stream.next() => item,
+                why = &mut failed => Some(Err(why)),
+            };
+            match item {
+                Some(Ok(b)) => {
+                    let n = jobs::batch_bytes(&b);
+                    if let Some(l) = &link {
+                        l.acquire(n).await;
+                    }
+                    guard.rows += b.num_rows() as u64;
+                    guard.bytes += n;
+                    Some((Ok(b), (stream, failed, guard, link, false, cancel)))
                 }
-                guard.rows += b.num_rows() as u64;
-                guard.bytes += n;
-                Some((Ok(b), (stream, failed, guard, link, false, cancel)))
+                Some(Err(e)) => Some((Err(e), (stream, failed, guard, link, true, cancel))),
+                None => match others_ended(&cancel.others, &mut failed).await {
+                    Some(why) => Some((Err(why), (stream, failed, guard, link, true, cancel))),
+                    None => {
+                        cancel
+                            .completed
+                            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        None
+                    }
+                },
             }
-            Some(Err(e)) => Some((Err(e), (stream, failed, guard, link, true, cancel))),
-            None => {
-                cancel.completed.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                None
-            }
-        }
-    })
+        },
+    )
     .boxed()
 }
 

@@ -830,7 +830,18 @@ impl SqlEngine {
         }
         let newly = self.cluster.probe().await;
         if newly.is_empty() {
-            return Err(error);
+            // Every disk answers again: a link between them failed for a while (cut and
+            // mended). The failed run is discarded whole; run again on the same disks.
+            if !lost_link(&error) {
+                return Err(error);
+            }
+            tracing::warn!("query failed ({error}); rerunning (every disk answers)");
+            reruns.push(format!(
+                "rerun: a link failed and every disk answers again (it failed: {error})"
+            ));
+            let (sessions, _, _) = Self::build(&self.cluster, &self.opts).await?;
+            *self.sessions.lock().expect("sessions lock") = Arc::new(sessions);
+            return Ok(());
         }
         let disks = newly
             .iter()
@@ -1299,6 +1310,16 @@ impl SqlEngine {
     pub async fn explain_analyze(&self, sql: &str) -> Result<(String, QueryOutput)> {
         let out = self.query_analyzed(sql).await?;
         Ok((report::explain_analyze(&out, &self.settings), out))
+    }
+}
+
+/// Whether `e` says a disk or a link between disks became unreachable (gRPC Unavailable),
+/// the failures a rerun may get past once the link is back or the disk taken as dead.
+fn lost_link(e: &HostError) -> bool {
+    match e {
+        HostError::Unreachable { .. } => true,
+        HostError::Disk { code, .. } => code == "Unavailable",
+        _ => false,
     }
 }
 
