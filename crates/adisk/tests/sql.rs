@@ -467,11 +467,52 @@ fn adhoc_sql_explain_and_bad_input() {
         "the failure took {:?}",
         started.elapsed()
     );
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    wait_released(dir, &[0, 1, 3], "after the failure", 30);
+    // Restart the cluster on the same data: the next query is served.
+    ok(dir, &["down"]);
+    ok(dir, &["up", "--disks", "4", "--disk-read-mbps", "4"]);
+    let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
+    assert!(out.contains("revenue"), "{out}");
+    host_killed_mid_query(dir);
+}
+
+/// The host killed (SIGKILL) while Q21's stages run at every disk: no disk job outlives it.
+/// Its connections close with its process, and each disk cancels the jobs they carried: every
+/// grant, job, inbox and temporary file is back to zero within 10 s (`status`), and the disks
+/// serve the next query.
+fn host_killed_mid_query(dir: &Path) {
+    let mut long = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["tpch", "query", "21", "--offload", "disks"])
+        .env_remove("ADISK_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    common::wait_until(
+        "every disk to run a stage of Q21",
+        std::time::Duration::from_secs(60),
+        || (0..4).all(|d| disk_jobs_running(dir, d) > 0),
+    );
+    assert!(long.try_wait().unwrap().is_none(), "Q21 finished first");
+    long.kill().unwrap(); // SIGKILL
+    long.wait().unwrap();
+    wait_released(dir, &[0, 1, 2, 3], "after the host was killed", 10);
+    ok(dir, &["down"]);
+    ok(dir, &["up", "--disks", "4"]);
+    let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
+    assert!(out.contains("revenue"), "{out}");
+}
+
+/// Waits until disks `disks` hold no job, grant, inbox or temporary file (`status`), at most
+/// `within_s` seconds; panics with what they still hold and their logs.
+fn wait_released(dir: &Path, disks: &[usize], when: &str, within_s: u64) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(within_s);
     loop {
         let out = adisk(dir, &["status", "--format", "json"]);
         let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
-        let held: Vec<String> = [0usize, 1, 3]
+        let held: Vec<String> = disks
             .iter()
             .map(|d| &v["disks"][*d])
             .filter(|s| {
@@ -494,10 +535,10 @@ fn adhoc_sql_explain_and_bad_input() {
             })
             .collect();
         if held.is_empty() {
-            break;
+            return;
         }
         if std::time::Instant::now() >= deadline {
-            let logs: Vec<String> = [0, 1, 3]
+            let logs: Vec<String> = disks
                 .iter()
                 .map(|d| {
                     std::fs::read_to_string(dir.join(format!("disk-{d}/disk.log")))
@@ -506,17 +547,12 @@ fn adhoc_sql_explain_and_bad_input() {
                 .map(|l| l.lines().rev().take(30).collect::<Vec<_>>().join("\n"))
                 .collect();
             panic!(
-                "30 s after the failure, surviving disks still hold: {held:?}\nlogs (newest first):\n{}",
+                "{within_s} s {when}, disks still hold: {held:?}\nlogs (newest first):\n{}",
                 logs.join("\n----\n")
             );
         }
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    // Restart the cluster on the same data: the next query is served.
-    ok(dir, &["down"]);
-    ok(dir, &["up", "--disks", "4"]);
-    let out = ok(dir, &["tpch", "query", "6", "--sf", "0.01"]);
-    assert!(out.contains("revenue"), "{out}");
 }
 
 /// Jobs running at disk `d`, from `adisk status --format json` (0 when the disk does not answer).
