@@ -597,15 +597,19 @@ fn endpoint(
     )
 }
 
+/// How tonic's statuses start when the connection under a call broke (no disk said them).
+const TRANSPORT_FAILURES: [&str; 2] = ["h2 protocol error", "transport error"];
+
 pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
     match e {
         FlightError::Tonic(status) => {
             let code = format!("{:?}", status.code());
-            // A disk that says a link of its own failed is not unreachable itself.
-            let link = status
-                .message()
-                .starts_with(adisk_core::protocol::LINK_FAILED);
-            if status.code() == tonic::Code::Unavailable && !link {
+            // A disk that says a link of its own failed is not unreachable itself; a call
+            // whose connection broke (the link to the disk cut) is, whatever its code.
+            let message = status.message();
+            let link = message.starts_with(adisk_core::protocol::LINK_FAILED);
+            let broken = TRANSPORT_FAILURES.iter().any(|t| message.starts_with(t));
+            if (status.code() == tonic::Code::Unavailable && !link) || broken {
                 HostError::Unreachable {
                     disk,
                     address: address.to_string(),

@@ -191,7 +191,11 @@ fn tpch_across_network_namespaces_via_host_and_direct() {
         common::check_tpch(dir, "disks", &format!("{mode} exchange across namespaces"));
     }
     cluster_toml(dir, &net, disks, "direct", 2);
-    common::check_tpch(dir, "disks", "2 disk groups behind the router across namespaces");
+    common::check_tpch(
+        dir,
+        "disks",
+        "2 disk groups behind the router across namespaces",
+    );
     cluster_toml(dir, &net, disks, "direct", 0);
     common::check_tpch(dir, "auto", "across namespaces");
     slow_links_and_cuts(dir, &net, disks);
@@ -253,7 +257,7 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
             "load",
             "tpch",
             "--sf",
-            "0.05",
+            "0.02",
             "--tables",
             "lineitem,part",
             "--replicas",
@@ -284,7 +288,7 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
     let (mut answered, mut failed) = (0, 0);
     for round in 0..rounds {
         let d = next(disks as u64) as usize;
-        let at = std::time::Duration::from_millis(300 + next(4000));
+        let at = std::time::Duration::from_millis(200 + next(2500));
         let (q, level) = queries[round as usize % queries.len()];
         let want = &reference[round as usize % queries.len()];
         let (ns, _, peer) = net.names(d);
@@ -293,14 +297,20 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
             ip(&["-n", &ns, "link", "set", &peer, "down"])
         });
         let out = within_60s(dir, &["sql", "--offload", level, "--format", "csv", q]);
-        assert!(cut.join().unwrap(), "round {round}: cutting disk {d}'s link");
+        assert!(
+            cut.join().unwrap(),
+            "round {round}: cutting disk {d}'s link"
+        );
         let text = String::from_utf8_lossy(&out.stdout).to_string();
         let err = String::from_utf8_lossy(&out.stderr).to_string();
         let last = err.lines().last().unwrap_or("ok");
         eprintln!("round {round}: {level}, disk {d} cut at {at:?}: {last}");
         if out.status.success() {
             answered += 1;
-            assert_eq!(&text, want, "round {round}: a wrong answer with disk {d} cut at {at:?}");
+            assert_eq!(
+                &text, want,
+                "round {round}: a wrong answer with disk {d} cut at {at:?}"
+            );
         } else {
             failed += 1;
             assert!(
@@ -312,5 +322,7 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
         assert!(ip(&["-n", &ns, "link", "set", &peer, "up"]));
         shape(net, d);
     }
-    eprintln!("{rounds} cut rounds: {answered} answered right, {failed} failed naming the cut disk");
+    eprintln!(
+        "{rounds} cut rounds: {answered} answered right, {failed} failed naming the cut disk"
+    );
 }

@@ -832,7 +832,7 @@ impl SqlEngine {
         if newly.is_empty() {
             // Every disk answers again: a link between them failed for a while (cut and
             // mended). The failed run is discarded whole; run again on the same disks.
-            if !lost_link(&error) {
+            if !error.is_unreachable() {
                 return Err(error);
             }
             tracing::warn!("query failed ({error}); rerunning (every disk answers)");
@@ -1310,16 +1310,6 @@ impl SqlEngine {
     pub async fn explain_analyze(&self, sql: &str) -> Result<(String, QueryOutput)> {
         let out = self.query_analyzed(sql).await?;
         Ok((report::explain_analyze(&out, &self.settings), out))
-    }
-}
-
-/// Whether `e` says a disk or a link between disks became unreachable (gRPC Unavailable),
-/// the failures a rerun may get past once the link is back or the disk taken as dead.
-fn lost_link(e: &HostError) -> bool {
-    match e {
-        HostError::Unreachable { .. } => true,
-        HostError::Disk { code, .. } => code == "Unavailable",
-        _ => false,
     }
 }
 
