@@ -140,6 +140,54 @@ pub enum HostError {
 }
 
 impl HostError {
+    /// A copy of this error where its kind says what happened (a disk unreachable or failing,
+    /// a table incomplete or with lost partitions); any other kind as [`HostError::Invalid`]
+    /// with its text. For errors that travel as someone else's (through DataFusion, or from
+    /// another job of a query).
+    pub fn retyped(&self) -> HostError {
+        match self {
+            HostError::Unreachable {
+                disk,
+                address,
+                message,
+            } => HostError::Unreachable {
+                disk: *disk,
+                address: address.clone(),
+                message: message.clone(),
+            },
+            HostError::Disk {
+                disk,
+                code,
+                message,
+            } => HostError::Disk {
+                disk: *disk,
+                code: code.clone(),
+                message: message.clone(),
+            },
+            HostError::IncompleteTable {
+                table,
+                disks,
+                reason,
+            } => HostError::IncompleteTable {
+                table: table.clone(),
+                disks: disks.clone(),
+                reason: reason.clone(),
+            },
+            HostError::LostPartitions {
+                table,
+                partitions,
+                dead,
+                copies,
+            } => HostError::LostPartitions {
+                table: table.clone(),
+                partitions: partitions.clone(),
+                dead: dead.clone(),
+                copies: copies.clone(),
+            },
+            other => HostError::Invalid(other.to_string()),
+        }
+    }
+
     /// True if the error says a disk is down.
     pub fn is_unreachable(&self) -> bool {
         matches!(self, HostError::Unreachable { .. })

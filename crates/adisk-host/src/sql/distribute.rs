@@ -1445,26 +1445,11 @@ async fn first_failure(
 /// The error a top stage's stream ends with when another job of the query failed with `e`:
 /// the same kind (so failover sees an unreachable disk as one), said to come from there.
 fn another_job_failed(e: &HostError) -> HostError {
-    match e {
-        HostError::Unreachable {
-            disk,
-            address,
-            message,
-        } => HostError::Unreachable {
-            disk: *disk,
-            address: address.clone(),
-            message: message.clone(),
-        },
-        HostError::Disk {
-            disk,
-            code,
-            message,
-        } => HostError::Disk {
-            disk: *disk,
-            code: code.clone(),
-            message: message.clone(),
-        },
-        other => HostError::Invalid(format!("another stage of the query failed: {other}")),
+    match e.retyped() {
+        HostError::Invalid(why) => {
+            HostError::Invalid(format!("another stage of the query failed: {why}"))
+        }
+        typed => typed,
     }
 }
 

@@ -624,47 +624,7 @@ fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) ->
         if let datafusion::error::DataFusionError::External(e) = &source
             && let Some(h) = e.downcast_ref::<HostError>()
         {
-            return match h {
-                HostError::Unreachable {
-                    disk,
-                    address,
-                    message,
-                } => HostError::Unreachable {
-                    disk: *disk,
-                    address: address.clone(),
-                    message: message.clone(),
-                },
-                HostError::Disk {
-                    disk,
-                    code,
-                    message,
-                } => HostError::Disk {
-                    disk: *disk,
-                    code: code.clone(),
-                    message: message.clone(),
-                },
-                HostError::IncompleteTable {
-                    table,
-                    disks,
-                    reason,
-                } => HostError::IncompleteTable {
-                    table: table.clone(),
-                    disks: disks.clone(),
-                    reason: reason.clone(),
-                },
-                HostError::LostPartitions {
-                    table,
-                    partitions,
-                    dead,
-                    copies,
-                } => HostError::LostPartitions {
-                    table: table.clone(),
-                    partitions: partitions.clone(),
-                    dead: dead.clone(),
-                    copies: copies.clone(),
-                },
-                other => HostError::Invalid(other.to_string()),
-            };
+            return h.retyped();
         }
         HostError::Plan {
             context: context.to_string(),
