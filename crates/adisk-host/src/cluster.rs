@@ -263,6 +263,9 @@ pub const MAX_PROBE_BACKOFF: std::time::Duration = std::time::Duration::from_sec
 /// The probes of one dead disk.
 #[derive(Debug)]
 struct Revival {
+    /// When it was taken as dead, and why.
+    since: std::time::Instant,
+    why: String,
     next_probe: std::time::Instant,
     backoff: std::time::Duration,
     /// A probe is under way.
@@ -272,8 +275,10 @@ struct Revival {
 }
 
 impl Revival {
-    fn new() -> Self {
+    fn new(why: String) -> Self {
         Revival {
+            since: std::time::Instant::now(),
+            why,
             next_probe: std::time::Instant::now() + FIRST_PROBE,
             backoff: FIRST_PROBE,
             probing: false,
@@ -685,7 +690,7 @@ impl Cluster {
                 Ok(channel) => channels.push(channel),
                 Err(e) => {
                     tracing::warn!("{e}; its partitions are read from other copies");
-                    dead.insert(i as u32);
+                    dead.insert((i as u32, e.to_string()));
                     first_error.get_or_insert(e);
                     channels
                         .push(endpoint.connect_with_connector_lazy(adisk_core::net::connector()));
@@ -696,7 +701,8 @@ impl Cluster {
             return Err(e);
         }
         let cluster = Cluster::new(config, channels)?;
-        dead.into_iter().for_each(|d| cluster.mark_dead(d));
+        dead.into_iter()
+            .for_each(|(d, why)| cluster.mark_dead(d, &why));
         Ok(cluster)
     }
 
@@ -716,13 +722,45 @@ impl Cluster {
     /// Takes disk `d` as dead: no work goes to it until a probe finds it answering again and
     /// its catalog agrees with the other disks' (probes start after [`FIRST_PROBE`], then back
     /// off to [`MAX_PROBE_BACKOFF`]).
-    pub fn mark_dead(&self, d: u32) {
+    pub fn mark_dead(&self, d: u32, why: &str) {
         self.dead.lock().expect("dead lock").insert(d);
         self.revival
             .lock()
             .expect("revival lock")
             .entry(d)
-            .or_insert_with(Revival::new);
+            .or_insert_with(|| Revival::new(why.to_string()));
+    }
+
+    /// Which disks queries use now, and why each other one is not: `used: disks 0, 2, 3`,
+    /// then `disk 1 not used: taken as dead 12 s ago (…); asked again in 4 s` (EXPLAIN
+    /// ANALYZE's `disks` section).
+    pub fn usage(&self) -> Vec<String> {
+        let live = self.live_disks();
+        let mut out = vec![format!("used: {}", crate::disks_text(&live))];
+        let now = std::time::Instant::now();
+        let revival = self.revival.lock().expect("revival lock");
+        for d in self.dead_disks() {
+            let Some(r) = revival.get(&d) else {
+                out.push(format!("disk {d} not used: taken as dead"));
+                continue;
+            };
+            let next = if r.probing {
+                "being asked again".to_string()
+            } else if r.answered {
+                "answers again: used from the next query if its copies are current".to_string()
+            } else {
+                format!(
+                    "asked again in {:.0} s",
+                    r.next_probe.saturating_duration_since(now).as_secs_f64()
+                )
+            };
+            out.push(format!(
+                "disk {d} not used: taken as dead {:.0} s ago ({}); {next}",
+                now.saturating_duration_since(r.since).as_secs_f64(),
+                r.why
+            ));
+        }
+        out
     }
 
     /// Starts a background status probe of every dead disk whose next probe is due (outside
@@ -808,7 +846,7 @@ impl Cluster {
         for (d, r) in live.into_iter().zip(replies) {
             if let Err(e) = r {
                 tracing::warn!(disk = d, "taken as dead: {e}");
-                self.mark_dead(d);
+                self.mark_dead(d, &e.to_string());
                 newly.push(d);
             }
         }
@@ -1144,7 +1182,7 @@ impl Cluster {
                 Err(_) if candidates.contains(&d) => self.not_revived(d),
                 Err(e) if e.is_unreachable() => {
                     tracing::warn!(disk = d, "taken as dead: {e}");
-                    self.mark_dead(d);
+                    self.mark_dead(d, &e.to_string());
                 }
                 Err(e) => return Err(e),
             }

@@ -128,11 +128,21 @@ async fn a_disk_that_answers_again_is_used_again() {
         tokio::time::sleep(Duration::from_millis(300)).await;
         let _ = cluster.catalog().await;
         assert!(cluster.dead_disks().contains(&1), "round {round}");
+        // EXPLAIN ANALYZE's `disks` section says which disks are used, and why one is not.
+        let usage = cluster.usage();
+        assert_eq!(usage[0], "used: disks 0, 2", "round {round}: {usage:?}");
+        assert!(
+            usage[1].starts_with("disk 1 not used: taken as dead")
+                && usage[1].contains("unreachable")
+                && usage[1].contains("asked again"),
+            "round {round}: {usage:?}"
+        );
         // It comes back on its address: used again within 30 s, every row there.
         stops[1] = Some(serve(&dirs[1], 1, &addresses[1]).await.1);
         let took = until_revived(&cluster, 1, Duration::from_secs(30)).await;
         eprintln!("round {round}: disk 1 used again {took:?} after it came back");
         assert_eq!(count(&cluster).await.unwrap(), 300, "round {round}");
+        assert_eq!(cluster.usage(), ["used: disks 0, 1, 2"], "round {round}");
     }
     for (tx, handle) in stops.into_iter().flatten() {
         tx.send(()).unwrap();

@@ -249,7 +249,8 @@ fn within_60s(dir: &Path, args: &[&str]) -> std::process::Output {
 /// to fail every time about 8 s in: HTTP/2 pings waited behind the kernel's send buffer),
 /// then rounds of one storage machine's link cut at a seeded random point mid-query and
 /// mended after: every answer equal to the uncut one (`lineitem` and `part` have 2 replicas),
-/// or an error naming the cut disk; none past 60 s. `ADISK_CUT_ROUNDS` (default 20) rounds.
+/// or an error naming the cut disk; none past 60 s; and after each round, every disk idle
+/// within the jobs' lease plus 10 s. `ADISK_CUT_ROUNDS` (default 20) rounds.
 fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
     ok(
         dir,
@@ -286,6 +287,11 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
         (seed >> 33) % n
     };
     let (mut answered, mut failed) = (0, 0);
+    // A disk job's lease on its host: the disk pings the host's connection every quarter of
+    // `disk_timeout_ms` (4 s here) and closes it, cancelling the jobs on it, when a ping goes
+    // unanswered for half of it.
+    let lease = std::time::Duration::from_millis(4000 / 4 + 4000 / 2);
+    let mut slowest_idle = std::time::Duration::ZERO;
     for round in 0..rounds {
         let d = next(disks as u64) as usize;
         let at = std::time::Duration::from_millis(200 + next(2500));
@@ -321,8 +327,40 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
         let (ns, _, peer) = net.names(d);
         assert!(ip(&["-n", &ns, "link", "set", &peer, "up"]));
         shape(net, d);
+        let idle = idle_within(dir, disks, lease + std::time::Duration::from_secs(10));
+        slowest_idle = slowest_idle.max(idle);
     }
     eprintln!(
-        "{rounds} cut rounds: {answered} answered right, {failed} failed naming the cut disk"
+        "{rounds} cut rounds: {answered} answered right, {failed} failed naming the cut disk; every disk idle at most {slowest_idle:?} after its query ended"
     );
+}
+
+/// Waits until every disk holds no job, grant, inbox or temporary file (`status`): no job of
+/// a query outlives it, also on the disk whose link was cut while the query ran (its host's
+/// connection lapsed). Fails past `within`; returns how long it took.
+fn idle_within(dir: &Path, disks: usize, within: std::time::Duration) -> std::time::Duration {
+    let started = std::time::Instant::now();
+    loop {
+        let status = common::status_json(dir);
+        let busy: Vec<String> = (0..disks)
+            .map(|d| &status["disks"][d])
+            .filter(|s| {
+                !s["error"].is_null()
+                    || s["jobs_running"] != 0
+                    || s["jobs_waiting"] != 0
+                    || s["memory_granted_bytes"] != 0
+                    || s["exchange_inboxes"] != 0
+                    || s["temp_files_bytes"] != 0
+            })
+            .map(|s| s.to_string())
+            .collect();
+        if busy.is_empty() {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < within,
+            "{within:?} after the query ended, disks still hold: {busy:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }

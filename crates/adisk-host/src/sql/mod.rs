@@ -287,6 +287,8 @@ pub struct QueryOutput {
     pub link_busy: Option<Duration>,
     /// Failovers: each rerun of the query, e.g. `rerun without disk 2 (…)`.
     pub failover: Vec<String>,
+    /// Which disks the query used, and why each other one was not ([`Cluster::usage`]).
+    pub disks: Vec<String>,
     /// At `auto`: which plan the cost model chose, with its estimates.
     pub choice: Option<String>,
     /// With disk groups: bytes the router between groups forwarded during the query (the
@@ -308,6 +310,7 @@ impl QueryOutput {
             plan,
             link_busy: None,
             failover: vec![],
+            disks: vec![],
             choice: None,
             inter_group_bytes: None,
         }
@@ -1112,6 +1115,7 @@ impl SqlEngine {
             match self.execute(chosen.plan, chosen.session, started).await {
                 Ok(mut out) => {
                     out.failover = reruns;
+                    out.disks = self.cluster.usage();
                     out.choice = chosen.note;
                     return Ok(out);
                 }
@@ -1236,6 +1240,7 @@ impl SqlEngine {
             plan,
             link_busy,
             failover: vec![],
+            disks: vec![],
             choice: None,
             inter_group_bytes: self
                 .cluster

@@ -427,6 +427,9 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     for f in &out.failover {
         let _ = writeln!(text, "\nfailover: {f}");
     }
+    if !out.disks.is_empty() {
+        let _ = writeln!(text, "\ndisks {}", out.disks.join("\n  "));
+    }
     let _ = writeln!(
         text,
         "\nhost plan with metrics (DiskScanExec rows are what arrived from the disks):"
@@ -521,6 +524,7 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v["partitions_read"] = partition_reads(&out.plan).into();
     v["failover"] = out.failover.clone().into();
+    v["disks"] = out.disks.clone().into();
     v["choice"] = out.choice.clone().into();
     v
 }
