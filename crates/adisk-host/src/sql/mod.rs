@@ -1038,8 +1038,20 @@ impl SqlEngine {
     }
 
     async fn run(&self, sql: &str, analyze: bool) -> Result<QueryOutput> {
-        let planned = self.prepare_analyzed(sql, analyze).await?;
-        self.run_planned(planned).await
+        // Planning asks the disks too (statistics): a disk lost meanwhile fails over as a run
+        // does, and planning starts again over the live disks.
+        let mut reruns = Vec::new();
+        let planned = loop {
+            match self.prepare_analyzed(sql, analyze).await {
+                Ok(planned) => break planned,
+                Err(e) if e.is_unreachable() => self.failover(e, &mut reruns).await?,
+                Err(e) => return Err(e),
+            }
+        };
+        let mut out = self.run_planned(planned).await?;
+        reruns.append(&mut out.failover);
+        out.failover = reruns;
+        Ok(out)
     }
 
     /// Plans `sql` once (at `auto`, the plan the cost model chose): run it later with
