@@ -920,6 +920,10 @@ pub struct DiskStatus {
     /// Of the failed jobs, those stopped because a disklet made no progress.
     #[serde(default)]
     pub jobs_stalled: u64,
+    /// Of the failed jobs, those cancelled because their host stopped waiting for them (it
+    /// went away, its connection lapsed, or it gave up on the query).
+    #[serde(default)]
+    pub jobs_abandoned: u64,
     /// Tables and their local row counts.
     pub tables: Vec<(String, u64)>,
     /// Temporary disk space currently granted to jobs.

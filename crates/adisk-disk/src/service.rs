@@ -275,7 +275,10 @@ fn job_response(
     // Dropping the response (the host went away) cancels the job. The guard lives in the
     // tail, which waits for the job's end: a job whose outputs all go elsewhere (other disks,
     // results) sends the host nothing, yet runs until it is done.
-    let guard = CancelOnDrop(state.clone());
+    let guard = CancelOnDrop {
+        state: state.clone(),
+        ended: false,
+    };
     let schema = match &columns {
         Some(names) => renamed(&schema, names),
         None => schema,
@@ -307,8 +310,9 @@ fn job_response(
             .map_err(|e| Status::internal(format!("encoding results: {e}")))
         });
     let tail = stream::once(async move {
-        let _alive = guard;
+        let mut guard = guard; // the whole guard, not only its field
         let outcome = done.await;
+        guard.ended = true;
         state.finish_wall();
         match outcome {
             Ok(Ok(())) => None,
@@ -349,11 +353,17 @@ impl Drop for ForgetUnclaimed {
     }
 }
 
-struct CancelOnDrop(Arc<adisk_diskos::job::JobState>);
+/// Abandons the job if its response is dropped before the job ended (its host went away).
+struct CancelOnDrop {
+    state: Arc<adisk_diskos::job::JobState>,
+    ended: bool,
+}
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        self.0.cancel();
+        if !self.ended {
+            self.state.abandon();
+        }
     }
 }
 

@@ -190,6 +190,57 @@ pub struct JobState {
     broken: Mutex<Option<String>>,
     error: Mutex<Option<String>>,
     cancel: tokio::sync::watch::Sender<bool>,
+    /// Set by [`JobState::abandon`].
+    abandoned: AtomicBool,
+}
+
+/// A job's cancellation as guest code's interrupt checks read it: without waiting, from any
+/// thread (a user disklet's loop is stopped between two checks once it is set).
+#[derive(Clone)]
+pub struct CancelFlag(tokio::sync::watch::Receiver<bool>);
+
+impl CancelFlag {
+    /// Whether the job was cancelled.
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// A flag that is never set (a disklet run outside any job: tests, tools).
+    pub fn never() -> Self {
+        CancelFlag(tokio::sync::watch::Sender::new(false).subscribe())
+    }
+
+    /// A flag and the sender that sets it (`send_replace(true)`).
+    pub fn new() -> (tokio::sync::watch::Sender<bool>, Self) {
+        let tx = tokio::sync::watch::Sender::new(false);
+        let flag = CancelFlag(tx.subscribe());
+        (tx, flag)
+    }
+}
+
+/// A job's cancellation before its [`JobState`] exists (while its stages are built, which
+/// runs user code): set if the admission is abandoned, e.g. its request dropped.
+struct PendingCancel(Option<tokio::sync::watch::Sender<bool>>);
+
+impl PendingCancel {
+    fn new() -> Self {
+        PendingCancel(Some(tokio::sync::watch::Sender::new(false)))
+    }
+    fn flag(&self) -> CancelFlag {
+        CancelFlag(self.0.as_ref().expect("armed").subscribe())
+    }
+    /// The sender, for the job's state: the job owns its cancellation from here on.
+    fn disarm(mut self) -> tokio::sync::watch::Sender<bool> {
+        self.0.take().expect("armed")
+    }
+}
+
+impl Drop for PendingCancel {
+    fn drop(&mut self) {
+        if let Some(tx) = &self.0 {
+            tx.send_replace(true);
+        }
+    }
 }
 
 impl JobState {
@@ -198,12 +249,30 @@ impl JobState {
         self.cancel.send_replace(true);
     }
 
+    /// Cancels the job because its host stopped waiting for it (its result stream was dropped
+    /// while it ran: the host went away, its connection lapsed, or it gave up on the query);
+    /// counted in the disk's `jobs_abandoned` when the job ends.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Relaxed);
+        self.cancel();
+    }
+
+    /// The job's cancellation, for code that cannot await it.
+    pub fn cancel_flag(&self) -> CancelFlag {
+        CancelFlag(self.cancel.subscribe())
+    }
+
     /// Whether the job was cancelled.
     pub fn cancelled(&self) -> bool {
         *self.cancel.borrow()
     }
 
-    fn new(job_id: &str, disk_id: u32, stages: &[(&'static str, u64, (u64, u64))]) -> Self {
+    fn new(
+        job_id: &str,
+        disk_id: u32,
+        stages: &[(&'static str, u64, (u64, u64))],
+        cancel: tokio::sync::watch::Sender<bool>,
+    ) -> Self {
         JobState {
             job_id: job_id.to_string(),
             disk_id,
@@ -233,7 +302,8 @@ impl JobState {
             failed: AtomicBool::new(false),
             broken: Mutex::new(None),
             error: Mutex::new(None),
-            cancel: tokio::sync::watch::Sender::new(false),
+            cancel,
+            abandoned: AtomicBool::new(false),
         }
     }
 
@@ -381,6 +451,8 @@ pub struct DiskOs {
     jobs_failed: AtomicU64,
     /// Jobs stopped because a disklet made no progress ([`DiskOsError::NoProgress`]).
     jobs_stalled: AtomicU64,
+    /// Jobs cancelled because their host stopped waiting for them ([`JobState::abandon`]).
+    jobs_abandoned: AtomicU64,
     read_limiter: Option<Arc<crate::stream::ReadLimiter>>,
     temp_budget: MemoryBudget,
     temp_serial: AtomicU64,
@@ -416,6 +488,7 @@ impl DiskOs {
             totals: Mutex::default(),
             jobs_failed: AtomicU64::new(0),
             jobs_stalled: AtomicU64::new(0),
+            jobs_abandoned: AtomicU64::new(0),
             temp_budget: MemoryBudget::new(
                 config.temp_bytes,
                 config.max_waiting_jobs,
@@ -465,11 +538,13 @@ impl DiskOs {
         inputs: &[SchemaRef],
         scratch_bytes: u64,
         spill: Option<&Spill>,
+        cancel: &CancelFlag,
     ) -> Result<Box<dyn Disklet>> {
         match stage {
-            DiskletSpec::Wasm { name, params, fuel } => self
-                .user_disklets_or_refuse()?
-                .build(name, params, *fuel, inputs),
+            DiskletSpec::Wasm { name, params, fuel } => {
+                self.user_disklets_or_refuse()?
+                    .build(name, params, *fuel, inputs, cancel.clone())
+            }
             DiskletSpec::App {
                 app,
                 name,
@@ -563,6 +638,7 @@ impl DiskOs {
             jobs_finished: self.jobs_finished.load(Ordering::Relaxed),
             jobs_failed: self.jobs_failed.load(Ordering::Relaxed),
             jobs_stalled: self.jobs_stalled.load(Ordering::Relaxed),
+            jobs_abandoned: self.jobs_abandoned.load(Ordering::Relaxed),
             tables: catalog
                 .tables
                 .iter()
@@ -716,8 +792,16 @@ impl DiskOs {
             temp.as_ref().map_or(0, Grant::bytes),
         );
         // Only now is stage code run (a failure drops the grants, returning them).
+        let pending = PendingCancel::new();
         let built = self
-            .build(&spec, &sources, &scratch, &shape.stage_ports, &area)
+            .build(
+                &spec,
+                &sources,
+                &scratch,
+                &shape.stage_ports,
+                &area,
+                pending.flag(),
+            )
             .await?;
         let described: Vec<(&'static str, u64, (u64, u64))> = built
             .stages
@@ -725,7 +809,12 @@ impl DiskOs {
             .zip(&scratch)
             .map(|(d, s)| (d.name(), *s, d.setup_ns()))
             .collect();
-        let state = Arc::new(JobState::new(&spec.job_id, self.config.disk_id, &described));
+        let state = Arc::new(JobState::new(
+            &spec.job_id,
+            self.config.disk_id,
+            &described,
+            pending.disarm(),
+        ));
         state
             .admission_wait_ns
             .store(admission_wait_ns, Ordering::Relaxed);
@@ -834,6 +923,7 @@ impl DiskOs {
         scratch: &[u64],
         ports: &[u32],
         area: &TempArea,
+        cancel: CancelFlag,
     ) -> Result<Built> {
         let spills = spill_shares(spec, area)?;
         let mut schemas: BTreeMap<Port, SchemaRef> = sources
@@ -857,14 +947,16 @@ impl DiskOs {
                 .collect::<Result<Vec<_>>>()?;
             let d = if matches!(stage.disklet, DiskletSpec::Wasm { .. }) {
                 // Compiling and a user init run guest code: keep them off the async workers.
-                let (os, disklet) = (self.clone(), stage.disklet.clone());
-                tokio::task::spawn_blocking(move || os.build_stage(&disklet, &inputs, s, None))
-                    .await
-                    .map_err(|e| {
-                        DiskOsError::InvalidJob(format!("user disklet init panicked: {e}"))
-                    })??
+                let (os, disklet, cancel) = (self.clone(), stage.disklet.clone(), cancel.clone());
+                tokio::task::spawn_blocking(move || {
+                    os.build_stage(&disklet, &inputs, s, None, &cancel)
+                })
+                .await
+                .map_err(|e| {
+                    DiskOsError::InvalidJob(format!("user disklet init panicked: {e}"))
+                })??
             } else {
-                self.build_stage(&stage.disklet, &inputs, s, spills[i].as_ref())?
+                self.build_stage(&stage.disklet, &inputs, s, spills[i].as_ref(), &cancel)?
             };
             if d.output_ports() as u32 != ports[i] {
                 return Err(DiskOsError::InvalidJob(format!(
@@ -1395,6 +1487,9 @@ impl DiskOs {
         self.totals.lock().expect("totals lock").add(&stats);
         if matches!(error, Some(DiskOsError::NoProgress { .. })) {
             self.jobs_stalled.fetch_add(1, Ordering::Relaxed);
+        }
+        if error.is_some() && state.abandoned.load(Ordering::Relaxed) {
+            self.jobs_abandoned.fetch_add(1, Ordering::Relaxed);
         }
         if error.is_some() {
             self.jobs_failed.fetch_add(1, Ordering::Relaxed);

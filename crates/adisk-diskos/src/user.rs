@@ -47,7 +47,8 @@ pub trait UserDisklets: Send + Sync + 'static {
     /// Not installed.
     fn shape(&self, name: &str) -> Result<UserShape>;
     /// Instantiates `name` for one job over `inputs` (one schema per input, in order) and
-    /// runs its init with `params`.
+    /// runs its init with `params`. Guest code stops soon after `cancel` is set (a job whose
+    /// host went away does not run its disklet to the end of its CPU budget).
     ///
     /// # Errors
     /// Not installed, inputs that do not match its shape, invalid input, or a failure of the
@@ -58,5 +59,6 @@ pub trait UserDisklets: Send + Sync + 'static {
         params: &BTreeMap<String, String>,
         fuel: Option<u64>,
         inputs: &[SchemaRef],
+        cancel: crate::job::CancelFlag,
     ) -> Result<Box<dyn Disklet>>;
 }

@@ -52,6 +52,7 @@ struct DiskGauges {
     jobs_finished: IntGaugeVec,
     jobs_failed: IntGaugeVec,
     jobs_stalled: IntGaugeVec,
+    jobs_abandoned: IntGaugeVec,
     temp_files: IntGaugeVec,
     inboxes: IntGaugeVec,
 }
@@ -126,6 +127,11 @@ impl Default for Metrics {
                 &r,
                 "adisk_disk_jobs_stalled",
                 "Jobs stopped at the disk because a disklet made no progress",
+            ),
+            jobs_abandoned: disk_gauge(
+                &r,
+                "adisk_disk_jobs_abandoned",
+                "Jobs cancelled at the disk because their host stopped waiting for them",
             ),
             temp_files: disk_gauge(
                 &r,
@@ -235,6 +241,9 @@ impl Metrics {
                     g.jobs_stalled
                         .with_label_values(&l)
                         .set(s.jobs_stalled as i64);
+                    g.jobs_abandoned
+                        .with_label_values(&l)
+                        .set(s.jobs_abandoned as i64);
                     g.temp_files
                         .with_label_values(&l)
                         .set(s.temp_files_bytes as i64);
@@ -327,6 +336,11 @@ pub fn render_disk(s: &DiskStatus) -> String {
         "adisk_disk_jobs_stalled_total",
         "Jobs stopped because a disklet made no progress",
         s.jobs_stalled,
+    );
+    count(
+        "adisk_disk_jobs_abandoned_total",
+        "Jobs cancelled because their host stopped waiting for them (went away, link lapsed)",
+        s.jobs_abandoned,
     );
     count(
         "adisk_disk_bytes_read_total",

@@ -102,6 +102,15 @@ pub enum WasmError {
     /// The registry index is damaged or a stored module does not match its hash.
     #[error("disklet registry: {0}")]
     Registry(String),
+    /// The disklet's job was cancelled while its code ran (its host went away); the guest was
+    /// stopped at its next interrupt check.
+    #[error("disklet `{name}`: stopped during {phase}: its job was cancelled")]
+    Cancelled {
+        /// Disklet.
+        name: String,
+        /// init, process or finish.
+        phase: &'static str,
+    },
 }
 
 /// Result alias.

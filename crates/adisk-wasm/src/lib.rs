@@ -35,6 +35,7 @@ use adisk_diskos::user::UserDiskletFailure as F;
 /// Maps a [`WasmError`] to the DiskOS error the disk server turns into a Flight status.
 pub fn to_diskos_error(e: WasmError) -> DiskOsError {
     let kind = match &e {
+        WasmError::Cancelled { .. } => return DiskOsError::Cancelled,
         WasmError::NotInstalled(_) => F::NotInstalled,
         WasmError::BadName(_)
         | WasmError::InvalidJob(_)

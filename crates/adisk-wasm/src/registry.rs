@@ -6,6 +6,7 @@ use crate::error::{Result, WasmError, io_err};
 use crate::runtime::{WasmDisklet, WasmJob, WasmRuntime, WasmStage};
 use adisk_core::protocol::DiskletInfo;
 use adisk_diskos::disklet::Disklet;
+use adisk_diskos::job::CancelFlag;
 use adisk_diskos::user::UserShape;
 use arrow::datatypes::SchemaRef;
 use serde::{Deserialize, Serialize};
@@ -329,6 +330,22 @@ impl DiskletRegistry {
         fuel: Option<u64>,
         inputs: &[SchemaRef],
     ) -> Result<WasmDisklet> {
+        self.instantiate_for_job(name, params, fuel, inputs, CancelFlag::never())
+    }
+
+    /// [`DiskletRegistry::instantiate_inputs`] for a job whose cancellation stops the guest
+    /// (init included) at its next interrupt check, with [`WasmError::Cancelled`].
+    ///
+    /// # Errors
+    /// As [`DiskletRegistry::instantiate_inputs`].
+    pub fn instantiate_for_job(
+        &self,
+        name: &str,
+        params: &BTreeMap<String, String>,
+        fuel: Option<u64>,
+        inputs: &[SchemaRef],
+        cancel: CancelFlag,
+    ) -> Result<WasmDisklet> {
         let entry = self.entry(name)?;
         let (module, compile_ns) = self.module(name, &entry)?;
         let job = WasmJob {
@@ -339,6 +356,7 @@ impl DiskletRegistry {
             shape: entry.shape(),
             grant_bytes: entry.grant_bytes(&self.runtime),
             compile_ns,
+            cancel,
         };
         *self
             .instances
@@ -370,9 +388,10 @@ impl adisk_diskos::user::UserDisklets for DiskletRegistry {
         params: &BTreeMap<String, String>,
         fuel: Option<u64>,
         inputs: &[SchemaRef],
+        cancel: CancelFlag,
     ) -> adisk_diskos::Result<Box<dyn Disklet>> {
         let d = self
-            .instantiate_inputs(name, params, fuel, inputs)
+            .instantiate_for_job(name, params, fuel, inputs, cancel)
             .map_err(crate::to_diskos_error)?;
         Ok(Box::new(WasmStage(d)))
     }

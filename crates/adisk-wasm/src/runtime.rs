@@ -11,9 +11,12 @@ use crate::error::{Result, WasmError};
 use crate::host::{self, HostState, raw_output_schema};
 use crate::input::Input;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer, NextInput};
+use adisk_diskos::job::CancelFlag;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use wasmtime::{Config, Engine, Instance, Module, ResourceLimiter, Store, Trap, TypedFunc};
 
@@ -85,6 +88,40 @@ impl WasmLimits {
 pub struct WasmRuntime {
     engine: Engine,
     limits: WasmLimits,
+    _ticker: Arc<EpochTicker>,
+}
+
+/// How often running guests check whether their job was cancelled (the engine's epoch
+/// advances this often; each check costs the guest a load and a compare).
+pub const INTERRUPT_CHECK: std::time::Duration = std::time::Duration::from_millis(10);
+
+/// Advances the engine's epoch every [`INTERRUPT_CHECK`] until the last runtime clone is
+/// dropped.
+struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: Engine) -> Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        std::thread::Builder::new()
+            .name("wasm-epoch".into())
+            .spawn(move || {
+                while !flag.load(Ordering::Relaxed) {
+                    std::thread::sleep(INTERRUPT_CHECK);
+                    engine.increment_epoch();
+                }
+            })
+            .map_err(|e| WasmError::Registry(format!("cannot start the epoch thread: {e}")))?;
+        Ok(EpochTicker { stop })
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
 }
 
 impl WasmRuntime {
@@ -96,12 +133,18 @@ impl WasmRuntime {
         let mut config = Config::new();
         config
             .consume_fuel(true)
+            .epoch_interruption(true)
             .max_wasm_stack(limits.wasm_stack_bytes)
             .wasm_multi_memory(false)
             .wasm_memory64(false);
         let engine = Engine::new(&config)
             .map_err(|e| WasmError::Registry(format!("cannot create the wasm engine: {e}")))?;
-        Ok(WasmRuntime { engine, limits })
+        let ticker = Arc::new(EpochTicker::start(engine.clone())?);
+        Ok(WasmRuntime {
+            engine,
+            limits,
+            _ticker: ticker,
+        })
     }
 
     /// The limits.
@@ -149,6 +192,8 @@ pub struct WasmJob<'a> {
     pub grant_bytes: u64,
     /// Time spent compiling for this job (0 when the compiled module was cached).
     pub compile_ns: u64,
+    /// The job's cancellation: the guest stops at its next interrupt check once it is set.
+    pub cancel: CancelFlag,
 }
 
 /// The guest's `adisk_process`, by ABI version.
@@ -436,6 +481,7 @@ impl WasmDisklet {
         store
             .set_fuel(fuel)
             .map_err(|e| WasmError::Registry(format!("fuel: {e}")))?;
+        interrupt_on_cancel(&mut store, job.cancel.clone());
         let linker = host::linker(&runtime.engine)
             .map_err(|e| WasmError::Registry(format!("linker: {e}")))?;
         let instance: Instance = linker
@@ -750,11 +796,46 @@ impl WasmDisklet {
 }
 
 /// Turns a wasmtime error into a typed [`WasmError`].
+/// At every epoch tick the guest checks `cancel` and stops with [`WasmError::Cancelled`]
+/// once it is set (the phase is named by [`classify`]'s caller).
+fn interrupt_on_cancel(store: &mut Store<HostState>, cancel: CancelFlag) {
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_callback(move |_| {
+        if cancel.is_set() {
+            Err(WasmError::Cancelled {
+                name: String::new(),
+                phase: "",
+            }
+            .into())
+        } else {
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        }
+    });
+}
+
 fn classify(e: wasmtime::Error, name: &str, fuel: u64, phase: &'static str) -> WasmError {
     let e = match e.downcast::<WasmError>() {
+        Ok(WasmError::Cancelled { .. }) => {
+            return WasmError::Cancelled {
+                name: name.to_string(),
+                phase,
+            };
+        }
         Ok(typed) => return typed,
         Err(e) => e,
     };
+    let cancelled = |c: &(dyn std::error::Error + 'static)| {
+        matches!(
+            c.downcast_ref::<WasmError>(),
+            Some(WasmError::Cancelled { .. })
+        )
+    };
+    if e.chain().any(cancelled) {
+        return WasmError::Cancelled {
+            name: name.to_string(),
+            phase,
+        };
+    }
     if let Some(trap) = e.downcast_ref::<Trap>() {
         if *trap == Trap::OutOfFuel {
             return WasmError::BudgetExceeded {

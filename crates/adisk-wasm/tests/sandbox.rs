@@ -249,3 +249,65 @@ fn registry_persists_and_rechecks_hash() {
         "{e}"
     );
 }
+
+/// A guest that loops is stopped soon after its job is cancelled — in `process` and in
+/// `init` — with a typed `Cancelled`, long before its CPU budget would run out.
+#[test]
+fn cancelling_the_job_stops_a_looping_guest() {
+    let (_dir, r) = registry();
+    let spin = "(loop $l (br $l)) (i32.const 0)";
+    r.install("spin", &ok_module(spin), 1024).unwrap();
+    r.install("spin_init", &module("", "16 16", spin, ECHO), 1024)
+        .unwrap();
+    let (schema, batch) = input();
+    let stop_after = |ms: u64| {
+        let (tx, flag) = adisk_diskos::job::CancelFlag::new();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            tx.send_replace(true);
+        });
+        flag
+    };
+    let started = std::time::Instant::now();
+    let max_fuel = Some(r.runtime().limits().fuel_max);
+    let flag = stop_after(100);
+    let mut d = r
+        .instantiate_for_job("spin", &BTreeMap::new(), max_fuel, &[schema.clone()], flag)
+        .unwrap();
+    let e = d
+        .process_batch(&batch, 0, &mut Emitter::new(1))
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            WasmError::Cancelled {
+                phase: "process",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let e = r
+        .instantiate_for_job(
+            "spin_init",
+            &BTreeMap::new(),
+            max_fuel,
+            &[schema],
+            stop_after(100),
+        )
+        .err()
+        .expect("init stopped");
+    assert!(
+        matches!(e, WasmError::Cancelled { phase: "init", .. }),
+        "{e}"
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(5),
+        "stopped within an interrupt check of the cancel: {:?}",
+        started.elapsed()
+    );
+    assert!(matches!(
+        adisk_wasm::to_diskos_error(e),
+        adisk_diskos::DiskOsError::Cancelled
+    ));
+}

@@ -122,11 +122,26 @@ fn print_disks(disks: &[serde_json::Value]) {
             d["jobs_running"].to_string(),
             d["jobs_waiting"].to_string(),
             d["jobs_finished"].to_string(),
-            match d["jobs_stalled"].as_u64() {
-                Some(n) if n > 0 => format!("{} ({n} stalled)", d["jobs_failed"]),
-                _ => d["jobs_failed"].to_string(),
-            }
+            failed_column(d)
         );
+    }
+}
+
+/// Jobs failed, with how many of them stalled or were abandoned by their host.
+fn failed_column(d: &serde_json::Value) -> String {
+    let why: Vec<String> = [("stalled", "jobs_stalled"), ("abandoned", "jobs_abandoned")]
+        .iter()
+        .filter_map(|(word, key)| {
+            d[key]
+                .as_u64()
+                .filter(|n| *n > 0)
+                .map(|n| format!("{n} {word}"))
+        })
+        .collect();
+    if why.is_empty() {
+        d["jobs_failed"].to_string()
+    } else {
+        format!("{} ({})", d["jobs_failed"], why.join(", "))
     }
 }
 

@@ -8,6 +8,7 @@ use common::{adisk, duckdb, fails, ok};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::time::Duration;
 
 fn json(dir: &Path, args: &[&str]) -> Value {
     let mut a = args.to_vec();
@@ -418,6 +419,7 @@ fn wasm_examples_match_references_and_hostile_disklets_are_contained() {
             "the cluster serves the next job after `{name}`"
         );
     }
+    host_killed_while_a_disklet_loops(&dir);
     assert!(
         fails(&dir, &["disklet", "run", "nosuch", "--table", "lineitem"])
             .contains("no user disklet `nosuch`")
@@ -650,4 +652,65 @@ fn histogram_matches_duckdb(dir: &Path, name: &str) {
         }
     }
     assert_eq!(ours, theirs, "histogram {name}");
+}
+
+/// A disklet that loops without output (`spin`, with the largest CPU budget: it would run for
+/// many minutes) while its host is killed: every disk stops it, and is back to no job, grant,
+/// inbox or temporary file within the jobs' lease plus 10 s, counting the job abandoned.
+fn host_killed_while_a_disklet_loops(dir: &Path) {
+    let abandoned = |status: &Value| -> u64 {
+        status["disks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["jobs_abandoned"].as_u64().unwrap())
+            .sum()
+    };
+    let before = abandoned(&common::status_json(dir));
+    let mut host = std::process::Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["disklet", "run", "spin", "--table", "lineitem"])
+        .args(["--columns", "l_quantity", "--fuel", "1000000000000"])
+        .env_remove("ADISK_HOME")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let running = |s: &Value| -> u64 {
+        s["disks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["jobs_running"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    common::wait_until("spin to run at the disks", Duration::from_secs(30), || {
+        running(&common::status_json(dir)) > 0
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(host.try_wait().unwrap().is_none(), "spin ended by itself");
+    host.kill().unwrap(); // SIGKILL
+    host.wait().unwrap();
+    let deadlines = adisk_core::config::Deadlines::default();
+    let lease = deadlines.ping_interval() + deadlines.ping_timeout();
+    let mut last = Value::Null;
+    common::wait_until(
+        "every disk to stop spin and free what it held",
+        lease + Duration::from_secs(10),
+        || {
+            last = common::status_json(dir);
+            last["disks"].as_array().unwrap().iter().all(|d| {
+                d["jobs_running"] == 0
+                    && d["jobs_waiting"] == 0
+                    && d["memory_granted_bytes"] == 0
+                    && d["exchange_inboxes"] == 0
+                    && d["temp_files_bytes"] == 0
+            })
+        },
+    );
+    assert!(
+        abandoned(&last) > before,
+        "the stopped jobs are counted abandoned: {last}"
+    );
 }
