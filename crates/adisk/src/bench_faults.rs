@@ -230,7 +230,7 @@ async fn kill_mid_query(
                     .map(|f| f.split(" (").next().unwrap_or(f).to_string()),
             );
             let config = ClusterConfig::load(&cdir.join("cluster.toml"))?;
-            restart_disk(cdir, &config, victim, true).await?;
+            restart_disk(cdir, &config, victim, true, None).await?;
         }
         let (n, f) = (median(normal), median(failed));
         notes.dedup();

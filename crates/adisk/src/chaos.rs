@@ -5,7 +5,8 @@
 //! (SIGSTOP) for a while and continued, a byte flipped in a data file and later restored, a
 //! table reloaded (an atomic load racing the queries), a disk's link slowed or cut (every disk
 //! is reached through a fault-injecting proxy, `crate::linkfault`: host to disk, disk to disk
-//! and repairs alike); with `--replicas 2` or more also a
+//! and repairs alike; with `--netns` each disk is its own machine, a network namespace, and
+//! its link is set down or shaped by the kernel instead); with `--replicas 2` or more also a
 //! disk's directory deleted and the disk restarted empty (it must repair itself from its
 //! peers), and a flipped byte repaired by `scrub` from another copy instead of restored. Every decision comes from the seed (a
 //! SplitMix64 stream), so a failing seed replays the same sequence of events; timings are the
@@ -17,7 +18,8 @@
 //! replicas, a query over a dead disk's partitions cannot answer.
 use crate::CliError;
 use crate::linkfault::{LinkMode, LinkProxy};
-use crate::local::{self, UpArgs};
+use crate::local::{self, NetnsDisks, UpArgs};
+use crate::netns::Net;
 use adisk_core::config::ClusterConfig;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, oracle, tpch};
 use std::collections::BTreeMap;
@@ -47,6 +49,56 @@ pub struct ChaosArgs {
     /// partitions are read from their other copy.
     #[arg(long, default_value_t = 1)]
     pub replicas: u32,
+    /// Each disk its own machine: a Linux network namespace on a bridge, with its own address;
+    /// link faults are the kernel's (the disk's link set down, or shaped with `tc tbf`) instead
+    /// of the proxy's. Needs root and iproute2.
+    #[arg(long)]
+    pub netns: bool,
+    /// With `--netns`: the bridge's network is 10.SUBNET.0.0/24 (another run, or the netns
+    /// test, can go beside it on another).
+    #[arg(long, default_value_t = 77)]
+    pub subnet: u8,
+}
+
+/// The rate a slowed link is shaped to under `--netns`.
+pub const NETNS_SLOW_RATE: &str = "8mbit";
+
+/// How link faults reach the disks' links.
+enum Links {
+    /// A proxy in front of every disk (`crate::linkfault`).
+    Proxies(Vec<LinkProxy>),
+    /// The disks' own links between network namespaces.
+    Netns(Net),
+}
+
+impl Links {
+    fn set(&self, d: u32, mode: LinkMode) -> Result<(), CliError> {
+        let net = match self {
+            Links::Proxies(proxies) => {
+                proxies[d as usize].set(mode);
+                return Ok(());
+            }
+            Links::Netns(net) => net,
+        };
+        let d = d as usize;
+        match mode {
+            LinkMode::Up => {
+                net.unshape(d);
+                net.mend(d)
+            }
+            LinkMode::Slow => net.shape(d, NETNS_SLOW_RATE),
+            LinkMode::Cut => net.cut(d),
+        }
+        .map_err(|e| CliError::Other(format!("link fault on disk {d}: {e}")))
+    }
+
+    /// Disk `d`'s network namespace, under `--netns`.
+    fn namespace(&self, d: u32) -> Option<String> {
+        match self {
+            Links::Netns(net) => Some(net.namespace(d as usize)),
+            Links::Proxies(_) => None,
+        }
+    }
 }
 
 /// SplitMix64: the run's only source of decisions.
@@ -108,13 +160,30 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
         let _ = local::down(&cdir).await;
     }
     let _ = std::fs::remove_dir_all(&cdir);
+    let net = match a.netns {
+        true => Some(
+            Net::make(a.disks as usize, a.subnet)
+                .map_err(|why| CliError::Other(format!("chaos --netns: {why}")))?,
+        ),
+        false => None,
+    };
     let args = UpArgs {
         memory_mib: 128,
         disk_timeout_ms: 3_000,
+        netns: net.as_ref().map(|n| NetnsDisks {
+            namespaces: (0..a.disks as usize).map(|d| n.namespace(d)).collect(),
+            addresses: (0..a.disks as usize)
+                .map(|d| format!("{}:7000", n.disk(d)))
+                .collect(),
+        }),
         ..UpArgs::local(a.disks)
     };
     let config = local::up(&cdir, &args).await?;
-    let result = match proxy_links(&cdir, &config).await {
+    let links = match net {
+        Some(net) => Ok(Links::Netns(net)),
+        None => proxy_links(&cdir, &config).await.map(Links::Proxies),
+    };
+    let result = match links {
         Ok(links) => {
             let result = chaos_loop(&cdir, config, &links, a, &answers).await;
             let _ = local::down(&cdir).await;
@@ -127,8 +196,17 @@ pub async fn run(dir: &Path, a: &ChaosArgs) -> Result<(), CliError> {
     };
     let tally = result?;
     println!(
-        "chaos seed {} for {} min on {} disks, {} replicas: {:?}",
-        a.seed, a.minutes, a.disks, a.replicas, tally.events
+        "chaos seed {} for {} min on {} disks{}, {} replicas: {:?}",
+        a.seed,
+        a.minutes,
+        a.disks,
+        if a.netns {
+            " (each in its own network namespace)"
+        } else {
+            ""
+        },
+        a.replicas,
+        tally.events
     );
     println!(
         "answers correct {}, clear errors under a fault {}, failures {}",
@@ -175,7 +253,7 @@ async fn proxy_links(cdir: &Path, config: &ClusterConfig) -> Result<Vec<LinkProx
 async fn chaos_loop(
     cdir: &Path,
     config: ClusterConfig,
-    links: &[LinkProxy],
+    links: &Links,
     a: &ChaosArgs,
     answers: &BTreeMap<u32, String>,
 ) -> Result<Tally, CliError> {
@@ -311,7 +389,7 @@ fn untyped(e: &adisk_host::HostError) -> bool {
 fn inject(
     cdir: &Path,
     config: &ClusterConfig,
-    links: &[LinkProxy],
+    links: &Links,
     replicas: u32,
     rng: &mut Rng,
     tally: &mut Tally,
@@ -345,12 +423,12 @@ fn inject(
         }
         3 => {
             tally.event("slow-link");
-            links[d as usize].set(LinkMode::Slow);
+            links.set(d, LinkMode::Slow)?;
             Fault::Link(d)
         }
         4 => {
             tally.event("cut-link");
-            links[d as usize].set(LinkMode::Cut);
+            links.set(d, LinkMode::Cut)?;
             Fault::Link(d)
         }
         _ => {
@@ -391,7 +469,7 @@ fn wait_gone(pid: u32) -> Result<(), CliError> {
 async fn end(
     cdir: &Path,
     config: &ClusterConfig,
-    links: &[LinkProxy],
+    links: &Links,
     replicas: u32,
     fault: Fault,
     rng: &mut Rng,
@@ -400,7 +478,7 @@ async fn end(
     match fault {
         Fault::Killed(d) => {
             tally.event("restart");
-            local::restart_disk(cdir, config, d, true).await?;
+            local::restart_disk(cdir, config, d, true, links.namespace(d).as_deref()).await?;
         }
         Fault::Stopped(d) => {
             tally.event("continue");
@@ -422,11 +500,11 @@ async fn end(
         }
         Fault::Link(d) => {
             tally.event("link-up");
-            links[d as usize].set(LinkMode::Up);
+            links.set(d, LinkMode::Up)?;
         }
         Fault::Wiped(d) => {
             tally.event("restart-empty");
-            local::restart_disk(cdir, config, d, true).await?;
+            local::restart_disk(cdir, config, d, true, links.namespace(d).as_deref()).await?;
             if let Err(why) = repaired_itself(cdir, d).await {
                 tally.failures.push(why);
             }

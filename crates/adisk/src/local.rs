@@ -117,6 +117,26 @@ pub struct UpArgs {
     /// who reaches the port: a local demo only).
     #[arg(long, default_value = "users")]
     pub serve_auth: String,
+    /// Each disk in its own network namespace with its own address (`adisk chaos --netns`).
+    #[arg(skip)]
+    pub netns: Option<NetnsDisks>,
+}
+
+/// Where disks run when each is its own machine: disk `d` in namespace `namespaces[d]`,
+/// listening on `addresses[d]`.
+#[derive(Clone, Debug, Default)]
+pub struct NetnsDisks {
+    /// Disk `d`'s network namespace.
+    pub namespaces: Vec<String>,
+    /// Disk `d`'s listening address (`ip:port`).
+    pub addresses: Vec<String>,
+}
+
+impl NetnsDisks {
+    fn of(&self, d: u32) -> Option<(&str, &str)> {
+        let d = d as usize;
+        Some((self.namespaces.get(d)?, self.addresses.get(d)?))
+    }
 }
 
 impl UpArgs {
@@ -138,6 +158,7 @@ impl UpArgs {
             router_mbps: 0,
             no_serve: true,
             serve_auth: "users".into(),
+            netns: None,
         }
     }
 }
@@ -287,9 +308,16 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     };
     let mut children = Vec::new();
     for id in 0..args.disks {
+        let place = args.netns.as_ref().and_then(|n| n.of(id));
+        if args.netns.is_some() && place.is_none() {
+            return Err(kill_all(
+                &mut children,
+                CliError::Other(format!("no network namespace for disk {id}")),
+            ));
+        }
         let disk = DiskConfig {
             id,
-            address: "127.0.0.1:0".into(),
+            address: place.map_or("127.0.0.1:0", |p| p.1).into(),
             dir: None,
             memory_mib: args.memory_mib,
             buffer_kib: args.buffer_kib,
@@ -300,7 +328,8 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             group: None,
             metrics_address: None,
         };
-        match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true) {
+        let namespace = place.map(|p| p.0);
+        match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true, namespace) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
             Err(e) => return Err(kill_all(&mut children, e)),
         }
@@ -456,6 +485,7 @@ fn spawn_disk(
     disk: &DiskConfig,
     key_file: Option<&Path>,
     auto_repair: bool,
+    namespace: Option<&str>,
 ) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
     use std::os::unix::process::CommandExt;
     let id = disk.id;
@@ -474,7 +504,16 @@ fn spawn_disk(
     let log2 = log
         .try_clone()
         .map_err(|e| CliError::Other(e.to_string()))?;
-    let child = std::process::Command::new(exe)
+    // In its namespace: `ip netns exec` enters it and execs the disk (the same process).
+    let mut command = match namespace {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
+    let child = command
         .arg("disk")
         .arg("--dir")
         .arg(&disk_dir)
@@ -564,7 +603,7 @@ pub async fn restart(dir: &Path, d: u32, auto_repair: bool) -> Result<(), CliErr
             "disk {d} is running (pid {pid}); only a disk that stopped can be restarted"
         )));
     }
-    restart_disk(dir, &config, d, auto_repair).await?;
+    restart_disk(dir, &config, d, auto_repair, None).await?;
     println!(
         "disk {d} restarted on {}{}",
         disk.address,
@@ -577,13 +616,15 @@ pub async fn restart(dir: &Path, d: u32, auto_repair: bool) -> Result<(), CliErr
     Ok(())
 }
 
-/// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address, and
-/// records its new pid in `cluster.toml`.
+/// Restarts disk `d` of the local cluster in `dir` (after it died) on its old address (in
+/// network namespace `namespace`, if it runs in one), and records its new pid in
+/// `cluster.toml`.
 pub async fn restart_disk(
     dir: &Path,
     config: &ClusterConfig,
     d: u32,
     auto_repair: bool,
+    namespace: Option<&str>,
 ) -> Result<(), CliError> {
     let exe = std::env::current_exe()
         .map_err(|e| CliError::Other(format!("cannot find the adisk binary: {e}")))?;
@@ -591,7 +632,7 @@ pub async fn restart_disk(
     let disk = &config.disks[d as usize];
     wait_unlocked(&dir.join(format!("disk-{d}")), Duration::from_secs(20)).await?;
     let (mut child, port_file, disk_dir) =
-        spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair)?;
+        spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair, namespace)?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !port_file.exists() {
         if let Ok(Some(status)) = child.try_wait() {

@@ -12,6 +12,7 @@ mod chaos;
 mod disklet_cmd;
 mod linkfault;
 mod local;
+mod netns;
 mod output;
 mod repair_cmd;
 mod serve_cmd;

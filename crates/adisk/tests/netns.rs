@@ -20,94 +20,31 @@ fn subnet() -> u8 {
         .unwrap_or(78)
 }
 
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+#[allow(dead_code)]
+#[path = "../src/netns.rs"]
+mod netns;
+use netns::{Net, ip};
 
-/// A bridge with the host's address and `disks` namespaces on it, removed when dropped.
-struct Net {
-    tag: String,
-    disks: usize,
-    children: Vec<Child>,
-}
+/// The disks' processes, killed when dropped (before the namespaces they run in).
+struct Children(Vec<Child>);
 
-impl Net {
-    /// None (after saying why) where namespaces cannot be made.
-    fn make(disks: usize) -> Option<Net> {
-        let tag = format!("{:x}", std::process::id() % 0xfffff);
-        let mut net = Net {
-            tag,
-            disks: 0,
-            children: Vec::new(),
-        };
-        let bridge = net.bridge();
-        if !ip(&["link", "add", &bridge, "type", "bridge"]) {
-            eprintln!("skipped: cannot make a bridge (needs root and iproute2)");
-            return None;
-        }
-        let ok = ip(&["addr", "add", &format!("{}/24", net.host()), "dev", &bridge])
-            && ip(&["link", "set", &bridge, "up"]);
-        for d in 0..disks {
-            let (ns, veth, peer) = net.names(d);
-            net.disks = d + 1;
-            let made = ip(&["netns", "add", &ns])
-                && ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])
-                && ip(&["link", "set", &peer, "netns", &ns])
-                && ip(&["link", "set", &veth, "master", &bridge])
-                && ip(&["link", "set", &veth, "up"])
-                && ip(&[
-                    "-n",
-                    &ns,
-                    "addr",
-                    "add",
-                    &format!("{}/24", net.disk(d)),
-                    "dev",
-                    &peer,
-                ])
-                && ip(&["-n", &ns, "link", "set", &peer, "up"])
-                && ip(&["-n", &ns, "link", "set", "lo", "up"]);
-            if !made || !ok {
-                eprintln!("skipped: cannot make network namespace {ns}");
-                return None;
-            }
-        }
-        Some(net)
-    }
-    fn bridge(&self) -> String {
-        format!("adbr{}", self.tag)
-    }
-    fn names(&self, d: usize) -> (String, String, String) {
-        (
-            format!("adns{}-{d}", self.tag),
-            format!("adv{}{d}", self.tag),
-            format!("adp{}{d}", self.tag),
-        )
-    }
-    fn host(&self) -> String {
-        format!("10.{}.0.1", subnet())
-    }
-    fn disk(&self, d: usize) -> String {
-        format!("10.{}.0.{}", subnet(), 11 + d)
-    }
-}
-
-impl Drop for Net {
+impl Drop for Children {
     fn drop(&mut self) {
-        for c in &mut self.children {
+        for c in &mut self.0 {
             let _ = c.kill();
             let _ = c.wait();
         }
-        for d in 0..self.disks {
-            let (ns, veth, _) = self.names(d);
-            ip(&["link", "del", &veth]);
-            ip(&["netns", "del", &ns]);
+    }
+}
+
+/// The namespaces, or None (after saying why) where they cannot be made.
+fn make_net(disks: usize) -> Option<Net> {
+    match Net::make(disks, subnet()) {
+        Ok(net) => Some(net),
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            None
         }
-        ip(&["link", "del", &self.bridge()]);
     }
 }
 
@@ -143,7 +80,7 @@ fn cluster_toml(dir: &Path, net: &Net, disks: usize, mode: &str, groups: usize) 
     std::fs::write(dir.join("cluster.toml"), toml).unwrap();
 }
 
-fn start_disks(dir: &Path, net: &mut Net, disks: usize) {
+fn start_disks(dir: &Path, net: &Net, children: &mut Children, disks: usize) {
     for d in 0..disks {
         let (ns, _, _) = net.names(d);
         let data = dir.join(format!("disk-{d}"));
@@ -160,7 +97,7 @@ fn start_disks(dir: &Path, net: &mut Net, disks: usize) {
             .stderr(std::fs::File::create(dir.join(format!("disk-{d}.log"))).unwrap())
             .spawn()
             .unwrap();
-        net.children.push(child);
+        children.0.push(child);
     }
     let logs = || {
         (0..disks)
@@ -187,13 +124,14 @@ fn start_disks(dir: &Path, net: &mut Net, disks: usize) {
 #[test]
 fn tpch_across_network_namespaces_via_host_and_direct() {
     let disks = 3;
-    let Some(mut net) = Net::make(disks) else {
+    let Some(net) = make_net(disks) else {
         return;
     };
+    let mut children = Children(Vec::new());
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     cluster_toml(dir, &net, disks, "via-host", 0);
-    start_disks(dir, &mut net, disks);
+    start_disks(dir, &net, &mut children, disks);
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
     for mode in ["via-host", "direct"] {
         cluster_toml(dir, &net, disks, mode, 0);
@@ -214,14 +152,7 @@ const GROUP_BY: &str = "SELECT l_comment, count(*) AS n, sum(l_quantity) AS q FR
 
 /// Shapes (or reshapes) disk `d`'s link to 4 Mbit/s.
 fn shape(net: &Net, d: usize) {
-    let (ns, _, peer) = net.names(d);
-    let tbf = [
-        "root", "tbf", "rate", "4mbit", "burst", "32kbit", "latency", "400ms",
-    ];
-    let mut args = vec!["netns", "exec", &ns, "tc", "qdisc", "replace", "dev", &peer];
-    args.extend(tbf);
-    let done = Command::new("ip").args(&args).status().unwrap();
-    assert!(done.success(), "tc {args:?}");
+    net.shape(d, "4mbit").unwrap();
 }
 
 /// A join at the disks that moves `lineitem` itself: one side broadcast to every disk.
@@ -334,8 +265,7 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
                 "round {round}: the error names the cut disk {d}: {err}"
             );
         }
-        let (ns, _, peer) = net.names(d);
-        assert!(ip(&["-n", &ns, "link", "set", &peer, "up"]));
+        net.mend(d).unwrap();
         shape(net, d);
         let idle = idle_within(dir, disks, lease + std::time::Duration::from_secs(10));
         slowest_idle = slowest_idle.max(idle);
