@@ -31,6 +31,7 @@ pub mod net;
 pub mod protocol;
 pub mod sketch;
 pub mod stats;
+pub mod tls;
 
 /// Bytes in a KiB.
 pub const KIB: u64 = 1024;

@@ -8,6 +8,7 @@ mod bench_fair;
 mod bench_faults;
 mod bench_serve;
 mod bench_tpch;
+mod cert_cmd;
 mod chaos;
 mod disklet_cmd;
 mod linkfault;
@@ -66,6 +67,10 @@ enum Command {
     /// are killed, stopped and restarted, bytes flipped and tables reloaded (own cluster under
     /// --dir/chaos-SEED).
     Chaos(chaos::ChaosArgs),
+    /// TLS certificates for a cluster of several machines: its certificate authority and its
+    /// members' certificates (rustls; see docs/deploy.md).
+    #[command(subcommand)]
+    Cert(cert_cmd::CertCommand),
     /// Disks, memory, jobs and tables of the cluster.
     Status {
         /// Output format: table or json.
@@ -374,6 +379,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             .map(|config| println!("{}", local::describe(&config, &dir))),
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
+        Command::Cert(command) => cert_cmd::run(&command),
         Command::Status { format, remote } => match remote.client(&dir).await? {
             Some(mut client) => {
                 output::check_format(&format)?;
