@@ -621,12 +621,24 @@ fn corrupt_partition(message: &str) -> Option<(String, u32)> {
     Some((table.to_string(), partition))
 }
 
+/// The first [`HostError`] in `e`'s chain of sources.
+fn host_error_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a HostError> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(h) = e.downcast_ref::<HostError>() {
+            return Some(h);
+        }
+        next = e.source();
+    }
+    None
+}
+
 fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> HostError + '_ {
     move |source| {
-        // A disk error travels through DataFusion as an external error: give it back as is.
-        if let datafusion::error::DataFusionError::External(e) = &source
-            && let Some(h) = e.downcast_ref::<HostError>()
-        {
+        // A disk error travels through DataFusion as an external error, perhaps wrapped again
+        // (shared by a repartition, with context, as an Arrow error): give it back as is, so
+        // failover sees an unreachable disk as one.
+        if let Some(h) = host_error_in(&source) {
             return h.retyped();
         }
         HostError::Plan {
@@ -1293,6 +1305,40 @@ impl SqlEngine {
 #[cfg(test)]
 mod tests {
     use super::corrupt_partition;
+
+    /// An unreachable disk stays one however DataFusion wrapped it (a repartition shares its
+    /// input's error; context; an Arrow error): failover must see it (a link cut at `auto`
+    /// ended a query with `running the query: External error: disk 2 … unreachable`).
+    #[test]
+    fn a_disk_error_is_found_through_datafusions_wrappers() {
+        use datafusion::error::DataFusionError as E;
+        let lost = || {
+            Box::new(crate::HostError::Unreachable {
+                disk: 2,
+                address: "10.0.0.13:7000".into(),
+                message: "h2 protocol error".into(),
+            })
+        };
+        let wrapped = [
+            E::External(lost()),
+            E::Shared(std::sync::Arc::new(E::External(lost()))),
+            E::Context(
+                "hash join".into(),
+                Box::new(E::Shared(std::sync::Arc::new(E::External(lost())))),
+            ),
+            E::ArrowError(
+                Box::new(arrow::error::ArrowError::ExternalError(lost())),
+                None,
+            ),
+        ];
+        for e in wrapped {
+            let text = e.to_string();
+            let h = super::plan_err("running the query")(e);
+            assert!(h.is_unreachable(), "{text} became {h}");
+        }
+        let plain = super::plan_err("planning")(E::Plan("no such column".into()));
+        assert!(!plain.is_unreachable());
+    }
 
     #[test]
     fn a_disks_data_loss_names_the_table_and_partition() {
