@@ -401,6 +401,8 @@ disks = 16
 disk = "cheetah9lp"
 disk_cpu = "cyrix200"
 disk_memory_mb = 64
+base_disk_memory_mb = 32
+base_buffers_per_stream = 2
 host_cpu = "p2_450"
 host_memory_mb = 1024
 io_link = "fc_loop"
@@ -413,6 +415,8 @@ disks = 16
 disk = "cheetah9lp"
 disk_cpu = "cyrix200"
 disk_memory_mb = 128
+base_disk_memory_mb = 32
+base_buffers_per_stream = 2
 host_cpu = "p2_450"
 host_memory_mb = 1024
 io_link = "fc_loop"
@@ -489,7 +493,7 @@ split_read_write = SPLIT
 UYSAL_APPS = {
     "select": 'kind = "select", dataset_bytes = 17.18e9, tuple_bytes = 64.0, selectivity = 0.01',
     "aggregate": 'kind = "aggregate", dataset_bytes = 17.18e9, tuple_bytes = 64.0',
-    "group_by": 'kind = "group_by", dataset_bytes = 17.18e9, tuple_bytes = 64.0, groups = 13.5e6, entry_bytes = 16.0',
+    "group_by": 'kind = "group_by", dataset_bytes = 17.18e9, tuple_bytes = 64.0, groups = 13.5e6, entry_bytes = 16.0, memory_parametrised = false',
     "datacube": 'kind = "datacube", dataset_bytes = 17.15e9, tuple_bytes = 32.0, cardinalities = [5.36e6, 536000.0, 53600.0, 5360.0]',
     "sort": 'kind = "sort", dataset_bytes = 17.0e9, tuple_bytes = 100.0',
     "join": 'kind = "join", dataset_bytes = 34.36e9, tuple_bytes = 64.0, projected_bytes = 32.0, output_bytes = 108.0e6',
