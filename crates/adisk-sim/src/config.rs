@@ -282,6 +282,12 @@ pub struct WorkloadConfig {
     /// Datacube: distinct values of each group-by attribute.
     #[serde(default)]
     pub cardinalities: Option<Vec<f64>>,
+    /// Datacube: the joint distribution of the group-by attributes, which sets every
+    /// group-by's size: "independent" (default; uniform and independent) or "hierarchical"
+    /// (each attribute determined by the one with more distinct values: a group-by has as
+    /// many groups as its attribute with the most distinct values, the lower bound).
+    #[serde(default)]
+    pub attribute_distribution: Option<String>,
     /// Join: result size, bytes.
     #[serde(default)]
     pub output_bytes: Option<f64>,
