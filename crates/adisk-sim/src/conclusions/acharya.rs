@@ -296,7 +296,7 @@ pub const PROCESSING_SCALES_WITH_DISKS: Conclusion = Conclusion {
     ],
     check: processing_scales_with_disks,
     known_divergence: Some(
-        "holds for five of six algorithms; datacube on active disks sends all partial aggregates to the host, which merges them and is the bottleneck (82% busy at 32 disks): the size of the partials is set by the joint distribution of the cube's attributes, which the paper does not state (its dataset scales one of PipeHash's [3]); the model assumes independent attributes (partials about ten times the input), while correlated ones would give as little as 1.17 GB of results in all. See 'Derivations' in docs/simulator.md",
+        "holds for five of six algorithms; datacube on active disks sends all partial aggregates to the host, which merges them and is the bottleneck (82% busy at 32 disks): the size of the partials is set by the joint distribution of the cube's attributes, which the paper does not state (its dataset scales one of PipeHash's [3]); the model keeps independent attributes (partials about ten times the input); with the fewest groups any distribution allows (workload.attribute_distribution = hierarchical, a what-if, not adopted) it holds, but choosing the distribution to make it hold would be fitting. See 'Derivations' in docs/simulator.md",
     ),
 };
 

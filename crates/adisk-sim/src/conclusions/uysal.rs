@@ -178,7 +178,7 @@ pub const SORT_MORE_COMMUNICATION_THAN_DATACUBE: Conclusion = Conclusion {
         )
     },
     known_divergence: Some(
-        "the paper states each cube attribute's distinct values but not their joint distribution (its dataset scales one of PipeHash's [4]); from the stated values alone the cube's results total between 1.17 GB (correlated attributes) and about ten times the 17 GB input (independent, the model's assumption), so the conclusion (sort's 17 GB at least twice the cube's partials) holds exactly for strongly correlated data. See 'Derivations' in docs/simulator.md",
+        "the paper states each cube attribute's distinct values but neither their joint distribution nor the tuples' order; with a cluster host's stated 128 MB the first pipeline's tables (at least 557 MB even with the fewest groups any distribution allows) hold under a fifth of their groups, so the flushes of section 5's algorithm ship partials of 48 GB (hierarchical attributes, a what-if) to 174 GB (independent, the model's assumption) against sort's 16 GB; only an input clustered on the group-by attributes (not stated) could make sort's communication twice the cube's. See 'Derivations' in docs/simulator.md",
     ),
 };
 
@@ -248,7 +248,7 @@ pub const CONV_EARTH_COMPUTE_INTENSIVE: Conclusion = Conclusion {
     needs: ALL_NEEDS,
     check: conv_earth_compute_intensive,
     known_divergence: Some(
-        "earth is the most expensive per byte, but datacube, whose merge work follows the unstated datacube distribution (independent attributes: partials about ten times its input), ranks above conv; with correlated attributes its first pipeline would cost about 31 cycles/byte, below conv's 50 (an assumed 2 cycles per multiply-accumulate of the 5x5 kernel). See 'Derivations' in docs/simulator.md",
+        "earth is the most expensive per byte; datacube, whose merge work follows the unstated datacube distribution, ranks above conv with independent attributes (672 against 169 ns/byte), and with the fewest groups (hierarchical, a what-if) falls to 165, below conv but then dmine (174, an assumed cost) ranks above conv; conv's own cost is an assumed 2 cycles per multiply-accumulate of the 5x5 kernel. See 'Derivations' in docs/simulator.md",
     ),
 };
 
