@@ -211,8 +211,8 @@ ACHARYA_APPS = {
                [("small (2 GB)", 'kind = "sort", dataset_bytes = 2.15e9, tuple_bytes = 100.0'),
                 ("large (4 GB)", 'kind = "sort", dataset_bytes = 4.3e9, tuple_bytes = 100.0')]),
     "datacube": ("datacube, PipeHash (§4, §5.2)",
-               [("small (4 GB)", 'kind = "datacube", dataset_bytes = 4.29e9, tuple_bytes = 32.0, cardinalities = [1342177.0, 134217.0, 13421.0, 1342.0]'),
-                ("large (8 GB)", 'kind = "datacube", dataset_bytes = 8.58e9, tuple_bytes = 32.0, cardinalities = [2684354.0, 268434.0, 26842.0, 2684.0]')]),
+               [("small (4 GB)", 'kind = "datacube", dataset_bytes = 4.29e9, tuple_bytes = 32.0, cardinalities = [1342177.0, 134217.0, 13421.0, 1342.0], attribute_distribution = "independent"'),
+                ("large (8 GB)", 'kind = "datacube", dataset_bytes = 8.58e9, tuple_bytes = 32.0, cardinalities = [2684354.0, 268434.0, 26842.0, 2684.0], attribute_distribution = "independent"')]),
     "conv": ("image convolution, 16x16 kernel (§4, §5.2)",
                [("10,000 512x512 images", 'kind = "conv", dataset_bytes = 2.62144e9, image_side = 512.0, kernel_side = 16.0')]),
     "earth": ("satellite composite (§4, §5.2)",
@@ -401,6 +401,8 @@ disks = 16
 disk = "cheetah9lp"
 disk_cpu = "cyrix200"
 disk_memory_mb = 64
+base_disk_memory_mb = 32
+base_buffers_per_stream = 2
 host_cpu = "p2_450"
 host_memory_mb = 1024
 io_link = "fc_loop"
@@ -413,6 +415,8 @@ disks = 16
 disk = "cheetah9lp"
 disk_cpu = "cyrix200"
 disk_memory_mb = 128
+base_disk_memory_mb = 32
+base_buffers_per_stream = 2
 host_cpu = "p2_450"
 host_memory_mb = 1024
 io_link = "fc_loop"
@@ -489,8 +493,8 @@ split_read_write = SPLIT
 UYSAL_APPS = {
     "select": 'kind = "select", dataset_bytes = 17.18e9, tuple_bytes = 64.0, selectivity = 0.01',
     "aggregate": 'kind = "aggregate", dataset_bytes = 17.18e9, tuple_bytes = 64.0',
-    "group_by": 'kind = "group_by", dataset_bytes = 17.18e9, tuple_bytes = 64.0, groups = 13.5e6, entry_bytes = 16.0',
-    "datacube": 'kind = "datacube", dataset_bytes = 17.15e9, tuple_bytes = 32.0, cardinalities = [5.36e6, 536000.0, 53600.0, 5360.0]',
+    "group_by": 'kind = "group_by", dataset_bytes = 17.18e9, tuple_bytes = 64.0, groups = 13.5e6, entry_bytes = 16.0, memory_parametrised = false',
+    "datacube": 'kind = "datacube", dataset_bytes = 17.15e9, tuple_bytes = 32.0, cardinalities = [5.36e6, 536000.0, 53600.0, 5360.0], attribute_distribution = "independent"',
     "sort": 'kind = "sort", dataset_bytes = 17.0e9, tuple_bytes = 100.0',
     "join": 'kind = "join", dataset_bytes = 34.36e9, tuple_bytes = 64.0, projected_bytes = 32.0, output_bytes = 108.0e6',
     "dmine": 'kind = "dmine", dataset_bytes = 17.18e9, transactions = 300.0e6, items_per_transaction = 4.0, repartition_fraction = 0.25, candidates_per_pass = [1.0e6, 5.0e5]',

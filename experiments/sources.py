@@ -34,6 +34,8 @@ def both(*lines):
 
 PRESENT = "presentation only, it selects what the figure and table show and enters no model"
 
+CUBE_ATTRS = A("independent uniform attributes; the papers state each attribute's distinct values, not their joint distribution, and the dataset scales one of PipeHash's (uysal-… ref. 4, acharya-… ref. 3), not in our copies", "hierarchical, the fewest groups any distribution allows (docs/simulator.md, Derivations)")
+
 # ------------------------------------------------------------------ drives shared by papers
 CHEETAH9LP = {
     "rpm": S(U_, "§4", "These disks have a spindle speed of 10,025 rpm"),
@@ -123,15 +125,15 @@ ACHARYA = {
     "*group_by:variants{large (8 GB)}.set": both(S(A_, "§5.2", "the larger dataset had 6.7 million distinct values"), A("16-byte hash entry (key and one sum)", "24 bytes with a chain pointer")),
     "*sort:variants{small (2 GB)}.set": S(A_, "§5.2", "The smaller dataset was 2 GB (21.5 million tuples)"),
     "*sort:variants{large (4 GB)}.set": S(A_, "§5.2", "the larger dataset was 4 GB (43 million tuples)"),
-    "*datacube:variants{small (4 GB)}.set": S(A_, "§5.2", "1342177, 134217, 13421, and 1342 for the smaller dataset"),
-    "*datacube:variants{large (8 GB)}.set": S(A_, "§5.2", "2684354, 268434, 26842 and 2684 for the larger dataset"),
+    "*datacube:variants{small (4 GB)}.set": both(S(A_, "§5.2", "1342177, 134217, 13421, and 1342 for the smaller dataset"), CUBE_ATTRS),
+    "*datacube:variants{large (8 GB)}.set": both(S(A_, "§5.2", "2684354, 268434, 26842 and 2684 for the larger dataset"), CUBE_ATTRS),
     "*conv:variants{10,000 512x512 images}.set": both(S(A_, "§5.2", "10,000 512x512 images with one byte per pixel"), S(A_, "§5.2", "We used a 16x16 convolution kernel")),
     "*earth:variants{small (6 GB -> 228 MB)}.set": both(S(A_, "§5.2", "The output image for the smaller dataset was 228 MB"), A("each output pixel is covered 10 times (ten-day composite)", "5 or 20 overlapping passes")),
     "*earth:variants{large (12 GB -> 556 MB)}.set": both(S(A_, "§5.2", "the output image for the larger dataset was 556 MB"), A("each output pixel is covered 10 times (ten-day composite)", "5 or 20 overlapping passes")),
     "variants{select}.set": both(S(A_, "§5.2", "The smaller dataset was 4 GB (67 million tuples)"), S(A_, "§5.2", "For select, we assumed a selectivity of 1%")),
     "variants{group_by}.set": both(S(A_, "§5.2", "the smaller dataset had 3.35 million distinct values"), A("16-byte hash entry (key and one sum)", "24 bytes with a chain pointer")),
     "variants{sort}.set": S(A_, "§5.2", "The smaller dataset was 2 GB (21.5 million tuples)"),
-    "variants{datacube}.set": S(A_, "§5.2", "1342177, 134217, 13421, and 1342 for the smaller dataset"),
+    "variants{datacube}.set": both(S(A_, "§5.2", "1342177, 134217, 13421, and 1342 for the smaller dataset"), CUBE_ATTRS),
     "variants{conv}.set": both(S(A_, "§5.2", "10,000 512x512 images with one byte per pixel"), S(A_, "§5.2", "We used a 16x16 convolution kernel")),
     "variants{earth}.set": both(S(A_, "§5.2", "The output image for the smaller dataset was 228 MB"), A("each output pixel is covered 10 times (ten-day composite)", "5 or 20 overlapping passes")),
     "variants{*}.set": S(A_, "§5.2", "Select, Group-by: we used two datasets for these algorithms"),
@@ -147,6 +149,7 @@ ACHARYA = {
     "workload.groups": S(A_, "§5.2", "the smaller dataset had 3.35 million distinct values"),
     "workload.entry_bytes": A("16-byte hash entry (key and one sum)", "24 bytes with a chain pointer"),
     "workload.cardinalities": S(A_, "§5.2", "1342177, 134217, 13421, and 1342 for the smaller dataset"),
+    "workload.attribute_distribution": both(S(A_, "§5.2", "The number of distinct values for each of the group-by attributes were"), CUBE_ATTRS),
     "workload.image_side": S(A_, "§5.2", "10,000 512x512 images with one byte per pixel"),
     "workload.kernel_side": S(A_, "§5.2", "We used a 16x16 convolution kernel"),
     "workload.output_bytes": S(A_, "§5.2", "The output image for the smaller dataset was 228 MB"),
@@ -220,6 +223,8 @@ UYSAL = {
     "systems.ad_64mb.buffers_per_stream": S(U_, "§4", "the number of buffers allocated per stream by the DiskOS was increased from two to four and eight respectively"),
     "systems.ad_128mb.buffers_per_stream": S(U_, "§4", "the number of buffers allocated per stream by the DiskOS was increased from two to four and eight respectively"),
     "systems.*.buffers_per_stream": S(U_, "§4", "the number of buffers allocated per stream by the DiskOS was increased from two to four and eight respectively"),
+    "systems.*.base_disk_memory_mb": S(U_, "§4", "a Cyrix 6x86 200MX processor (200 MHz) and 32 MB of 10ns SDRAM were integrated in the disk units"),
+    "systems.*.base_buffers_per_stream": S(U_, "§4", "the number of buffers allocated per stream by the DiskOS was increased from two to four and eight respectively"),
     "systems.*.disks_per_host": S(U_, "§4", "adding new hosts, each with a single processor and a single disk"),
     "systems.*.frontend_cpu": S(U_, "§7", "We assumed the same front-end host as for clusters"),
     "systems.*.frontend_memory_mb": S(U_, "§7", "We assumed the same front-end host as for clusters"),
@@ -254,7 +259,9 @@ UYSAL = {
     "workload.selectivity": S(U_, "§6", "we test a single 4-byte field with a selectivity of 1%"),
     "workload.groups": S(U_, "§6", "a 4-byte field with 13.5 million distinct values as the grouping attribute"),
     "workload.entry_bytes": A("16-byte hash entry (4-byte key, sum, bookkeeping)", "24 bytes"),
+    "workload.memory_parametrised": S(U_, "§3", "For applications that use the amount of memory available as an explicit parameter (Sort, Join and Datacube), we generated traces for multiple memory sizes"),
     "workload.cardinalities": S(U_, "§6", "5.36 million, 536,000, 53,600 and 5,360"),
+    "workload.attribute_distribution": both(S(U_, "§6", "We created this dataset by scaling one of the datasets used in the paper that described the"), CUBE_ATTRS),
     "workload.projected_bytes": S(U_, "§6", "The projection operation extracted eight 4-byte fields from each tuple"),
     "workload.output_bytes": S(U_, "§6", "The output for join was about 108 MB"),
     "*earth:workload.output_bytes": S(U_, "§6", "The output image for this dataset was 556 MB"),
@@ -273,8 +280,8 @@ for k, v in CHEETAH9LP.items():
 UYSAL_SETS = {
     "select": both(S(U_, "§6", "we used a dataset with about 268 million tuples, each tuple being 64 bytes"), S(U_, "§6", "we test a single 4-byte field with a selectivity of 1%")),
     "aggregate": S(U_, "§6", "For aggr and group-by, we used the sum operation on a 4-byte field"),
-    "group_by": both(S(U_, "§6", "a 4-byte field with 13.5 million distinct values as the grouping attribute"), A("16-byte hash entry", "24 bytes")),
-    "datacube": S(U_, "§6", "5.36 million, 536,000, 53,600 and 5,360"),
+    "group_by": both(S(U_, "§6", "a 4-byte field with 13.5 million distinct values as the grouping attribute"), S(U_, "§3", "For applications that use the amount of memory available as an explicit parameter (Sort, Join and Datacube), we generated traces for multiple memory sizes"), A("16-byte hash entry", "24 bytes")),
+    "datacube": both(S(U_, "§6", "5.36 million, 536,000, 53,600 and 5,360"), CUBE_ATTRS),
     "sort": S(U_, "§6", "The total number of tuples was about 170 million"),
     "join": both(S(U_, "§6", "Each relation was 16 GB and contained 268 million tuples"), S(U_, "§6", "The output for join was about 108 MB")),
     "dmine": both(S(U_, "§6", "we used a dataset with 300 million transactions"), A("25% repartitioned, 1 M and 500 K counters", "10-50%")),

@@ -58,6 +58,26 @@ pub enum SimCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Which assumptions each stated conclusion depends on: rerun the runs the conclusions
+    /// need with each assumption (of the files they read, and each assumed cost) halved and
+    /// doubled, and list every scaling that changes a verdict
+    SensitivityConclusions {
+        /// Only conclusions whose id contains this text.
+        #[arg(long)]
+        conclusion: Option<String>,
+        /// Scale each assumption by 1/FACTOR and by FACTOR.
+        #[arg(long, default_value_t = 2.0)]
+        factor: f64,
+        /// Only keys whose dotted path contains this text.
+        #[arg(long)]
+        only: Option<String>,
+        /// Directory holding `<paper>/*.toml` (default: ./experiments, then the source tree, then the built-in copies).
+        #[arg(long)]
+        experiments: Option<PathBuf>,
+        /// Write the report here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Benchmark the event loop (events/s) and the time of `reproduce all`
     Bench {
         /// Events to process.
@@ -144,6 +164,21 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             out,
         } => {
             let text = crate::sensitivity::run(&file, factor, only.as_deref())?;
+            emit(out.as_deref(), &text)
+        }
+        SimCommand::SensitivityConclusions {
+            conclusion,
+            factor,
+            only,
+            experiments,
+            out,
+        } => {
+            let text = crate::sensitivity::conclusions_run(
+                experiments.as_deref(),
+                factor,
+                conclusion.as_deref(),
+                only.as_deref(),
+            )?;
             emit(out.as_deref(), &text)
         }
         SimCommand::Bench { events } => {

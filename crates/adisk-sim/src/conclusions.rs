@@ -279,29 +279,43 @@ pub fn file_key(path: &Path) -> String {
 /// Run only the points the conclusions need (from `dir`, ./experiments, the source tree or
 /// the built-in copies).
 pub fn run_needed(dir: Option<&Path>) -> Result<Runs, SimError> {
-    let mut wanted: BTreeMap<&str, Vec<&[(&str, &str)]>> = BTreeMap::new();
-    for c in CONCLUSIONS {
+    run_needed_adjusted(dir, &|_| true, &|_, _| Ok(()))
+}
+
+/// A change applied to every needed point of a file (the file's `paper/name.toml` key, the
+/// point's raw tree), e.g. `sensitivity`'s scaling of one assumption.
+pub type FileAdjust<'a> = &'a dyn Fn(&str, &mut toml::Value) -> Result<(), String>;
+
+/// [`run_needed`] for the conclusions `wanted` accepts, with `adjust` applied to every point.
+pub fn run_needed_adjusted(
+    dir: Option<&Path>,
+    wanted: &dyn Fn(&Conclusion) -> bool,
+    adjust: FileAdjust,
+) -> Result<Runs, SimError> {
+    let mut selects_of: BTreeMap<&str, Vec<&[(&str, &str)]>> = BTreeMap::new();
+    for c in CONCLUSIONS.iter().filter(|c| wanted(c)) {
         for n in c.needs {
-            wanted.entry(n.file).or_default().push(n.select);
+            selects_of.entry(n.file).or_default().push(n.select);
         }
     }
     let sources = crate::cli::experiment_sources("all", dir)?;
     let mut runs = Runs::default();
     for (path, text) in sources {
         let key = file_key(&path);
-        let Some(selects) = wanted.get(key.as_str()) else {
+        let Some(selects) = selects_of.get(key.as_str()) else {
             continue;
         };
         let loaded = experiment::load_str(&path, &text)?;
-        let points: Vec<experiment::Point> = experiment::points(&loaded, true)?
-            .into_iter()
-            .filter(|p| {
-                selects.iter().any(|sel| {
-                    sel.iter()
-                        .all(|(k, v)| p.labels.get(*k).map(String::as_str) == Some(*v))
+        let points: Vec<experiment::Point> =
+            experiment::points_adjusted(&loaded, true, &|raw| adjust(&key, raw))?
+                .into_iter()
+                .filter(|p| {
+                    selects.iter().any(|sel| {
+                        sel.iter()
+                            .all(|(k, v)| p.labels.get(*k).map(String::as_str) == Some(*v))
+                    })
                 })
-            })
-            .collect();
+                .collect();
         let reports = experiment::run_points(&path, &points, None, false)?;
         runs.add(&key, reports);
     }

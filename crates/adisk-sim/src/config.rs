@@ -142,6 +142,15 @@ pub struct SystemConfig {
     /// Memory in each active/smart disk, MB.
     #[serde(default)]
     pub disk_memory_mb: Option<f64>,
+    /// Active disks whose memory was scaled up from a base configuration (uysal-… §4): the
+    /// base's memory per disk, MB, and its buffers per stream. A workload whose algorithm
+    /// does not take the memory as a parameter (`workload.memory_parametrised = false`)
+    /// sizes its tables as in the base; the added memory holds the added stream buffers.
+    #[serde(default)]
+    pub base_disk_memory_mb: Option<f64>,
+    /// Buffers per stream of the base configuration (see `base_disk_memory_mb`).
+    #[serde(default)]
+    pub base_buffers_per_stream: Option<u32>,
     /// Host OS costs (defaults: uysal-… §3).
     #[serde(default)]
     pub host_os: Option<OsCosts>,
@@ -265,9 +274,20 @@ pub struct WorkloadConfig {
     /// Hash-table entry size, bytes.
     #[serde(default)]
     pub entry_bytes: Option<f64>,
+    /// Whether the algorithm sizes its tables by the memory it is given (default true).
+    /// `false`: on a system with `base_disk_memory_mb` it keeps the base's table size
+    /// (uysal-… §3: only sort, join and datacube were traced for several memory sizes).
+    #[serde(default)]
+    pub memory_parametrised: Option<bool>,
     /// Datacube: distinct values of each group-by attribute.
     #[serde(default)]
     pub cardinalities: Option<Vec<f64>>,
+    /// Datacube: the joint distribution of the group-by attributes, which sets every
+    /// group-by's size: "independent" (default; uniform and independent) or "hierarchical"
+    /// (each attribute determined by the one with more distinct values: a group-by has as
+    /// many groups as its attribute with the most distinct values, the lower bound).
+    #[serde(default)]
+    pub attribute_distribution: Option<String>,
     /// Join: result size, bytes.
     #[serde(default)]
     pub output_bytes: Option<f64>,

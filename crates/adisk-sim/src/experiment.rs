@@ -3,7 +3,7 @@
 
 use crate::SimError;
 use crate::arch;
-use crate::config::{self, ExperimentFile};
+use crate::config::{self, ArchKind, ExperimentFile};
 use crate::costs::Costs;
 use crate::engine::{Engine, Granularity};
 use crate::report::{RunReport, csv};
@@ -203,6 +203,7 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
     ctx.sort_phase_one_requests = sys
         .queue_depth_sort_phase_one
         .map(|q| (topo.buffers_per_worker * q / sys.queue_depth.max(1)).max(2));
+    keep_base_tables(&exp.workload, &sys, &mut ctx);
     let plan = workload::compile(&exp.workload, &ctx).map_err(err)?;
     let gran = Granularity {
         request_bytes,
@@ -225,6 +226,29 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
         notes,
         input,
     ))
+}
+
+/// uysal-… §4: "To take advantage of the additional memory available in the 64 MB/disk and
+/// 128 MB/disk configurations, the number of buffers allocated per stream by the DiskOS was
+/// increased from two to four and eight respectively"; §3: only "Sort, Join and Datacube"
+/// were traced "for multiple memory sizes". A workload that does not take the memory as a
+/// parameter keeps the base configuration's tables; the added memory holds the added buffers.
+fn keep_base_tables(w: &config::WorkloadConfig, sys: &config::SystemConfig, ctx: &mut Wctx) {
+    let (Some(false), Some(base_mb), ArchKind::ActiveDisks) =
+        (w.memory_parametrised, sys.base_disk_memory_mb, sys.kind)
+    else {
+        return;
+    };
+    let buffers = sys
+        .base_buffers_per_stream
+        .unwrap_or(sys.buffers_per_stream) as f64;
+    let base = workload::algorithm_memory(
+        base_mb * 1e6,
+        1,
+        workload::DISKOS_FOOTPRINT_BYTES,
+        buffers * ctx.request_bytes,
+    );
+    ctx.mem_per_worker = base.min(ctx.mem_per_worker);
 }
 
 /// Run points on up to `threads` threads; results in point order. Progress goes to stderr.

@@ -19,6 +19,10 @@
 //!   when an end moves by more than 10%.
 //! * **conclusions**: the verdict of every stated conclusion whose runs all come from this
 //!   file.
+//!
+//! `adisk sim sensitivity-conclusions` ([`conclusions_run`]) covers the conclusions whose
+//! runs span several files: it scales each assumption of the files they need and lists, per
+//! conclusion, the scalings that change its verdict (issue 38).
 
 use crate::SimError;
 use crate::conclusions::{self, Runs};
@@ -403,6 +407,169 @@ pub fn run(path: &Path, factor: f64, only: Option<&str>) -> Result<String, SimEr
         keys.len()
     );
     Ok(s)
+}
+
+/// `sensitivity-conclusions`: the assumptions each stated conclusion depends on, across
+/// files. Every numeric assumption key of the files the selected conclusions need (scaled in
+/// the files where it is an assumption) and every assumed cost (scaled everywhere) is
+/// multiplied by `1/factor` and by `factor`; the conclusions are re-evaluated on the rerun
+/// and each one whose verdict changes lists the key. `conclusion` selects conclusions whose
+/// id contains it, `only` keys whose path contains it.
+pub fn conclusions_run(
+    dir: Option<&Path>,
+    factor: f64,
+    conclusion: Option<&str>,
+    only: Option<&str>,
+) -> Result<String, SimError> {
+    if !(factor.is_finite() && factor > 1.0) {
+        return Err(SimError::Usage(format!(
+            "--factor must be a number > 1, got {factor}"
+        )));
+    }
+    let wanted = |c: &conclusions::Conclusion| conclusion.is_none_or(|t| c.id.contains(t));
+    let base = conclusions::run_needed_adjusted(dir, &wanted, &|_, _| Ok(()))?;
+    let base_holds = holds_by_id(&conclusions::evaluate(&base), &wanted);
+    let keys = needed_assumption_keys(dir, &wanted, only)?;
+    let mut depends: BTreeMap<&'static str, Vec<String>> = BTreeMap::new();
+    let mut not_run = Vec::new();
+    for (key, files) in &keys {
+        for f in [1.0 / factor, factor] {
+            let scale = scaler(key, f);
+            let adjust = |file: &str, raw: &mut toml::Value| {
+                if files.is_empty() || files.contains(file) {
+                    scale(raw)
+                } else {
+                    Ok(())
+                }
+            };
+            match conclusions::run_needed_adjusted(dir, &wanted, &adjust) {
+                Ok(runs) => {
+                    let now = holds_by_id(&conclusions::evaluate(&runs), &wanted);
+                    for (id, before) in &base_holds {
+                        let after = now.get(id).copied().flatten();
+                        if after != *before {
+                            depends.entry(id).or_default().push(format!(
+                                "{} ×{f}: {} → {}",
+                                key.path,
+                                verdict_word(*before),
+                                verdict_word(after)
+                            ));
+                        }
+                    }
+                }
+                Err(e) => not_run.push(format!("{} ×{f}: {e}", key.path)),
+            }
+        }
+    }
+    Ok(conclusions_report(
+        factor,
+        &keys,
+        &base_holds,
+        &depends,
+        &not_run,
+    ))
+}
+
+type KeyFiles = Vec<(AssumptionKey, BTreeSet<String>)>;
+
+/// The numeric assumption keys of the needed files (with the files where each is an
+/// assumption), then the assumed costs (an empty set: every file).
+fn needed_assumption_keys(
+    dir: Option<&Path>,
+    wanted: &dyn Fn(&conclusions::Conclusion) -> bool,
+    only: Option<&str>,
+) -> Result<KeyFiles, SimError> {
+    let files: BTreeSet<&str> = conclusions::CONCLUSIONS
+        .iter()
+        .filter(|c| wanted(c))
+        .flat_map(|c| c.needs.iter().map(|n| n.file))
+        .collect();
+    let mut by_path: BTreeMap<String, (AssumptionKey, BTreeSet<String>)> = BTreeMap::new();
+    let mut costs: Vec<AssumptionKey> = Vec::new();
+    for (path, text) in crate::cli::experiment_sources("all", dir)? {
+        let file = conclusions::file_key(&path);
+        if !files.contains(file.as_str()) {
+            continue;
+        }
+        for k in assumption_keys(&text).0 {
+            if k.default.is_some() {
+                if !costs.contains(&k) {
+                    costs.push(k);
+                }
+                continue;
+            }
+            by_path
+                .entry(k.path.clone())
+                .or_insert_with(|| (k.clone(), BTreeSet::new()))
+                .1
+                .insert(file.clone());
+        }
+    }
+    let mut keys: KeyFiles = by_path.into_values().collect();
+    keys.extend(costs.into_iter().map(|k| (k, BTreeSet::new())));
+    keys.retain(|(k, _)| only.is_none_or(|t| k.path.contains(t)));
+    Ok(keys)
+}
+
+fn holds_by_id(
+    verdicts: &[conclusions::Verdict],
+    wanted: &dyn Fn(&conclusions::Conclusion) -> bool,
+) -> BTreeMap<&'static str, Option<bool>> {
+    verdicts
+        .iter()
+        .filter(|v| wanted(&v.conclusion))
+        .map(|v| (v.conclusion.id, v.outcome.as_ref().ok().map(|o| o.holds)))
+        .collect()
+}
+
+fn verdict_word(v: Option<bool>) -> &'static str {
+    match v {
+        Some(true) => "holds",
+        Some(false) => "does not hold",
+        None => "not evaluated",
+    }
+}
+
+fn conclusions_report(
+    factor: f64,
+    keys: &KeyFiles,
+    base: &BTreeMap<&'static str, Option<bool>>,
+    depends: &BTreeMap<&'static str, Vec<String>>,
+    not_run: &[String],
+) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "== conclusions' sensitivity: {} conclusions, {} assumption keys × (1/{factor}, {factor})",
+        base.len(),
+        keys.len()
+    );
+    for (id, before) in base {
+        match depends.get(id) {
+            None => {
+                let _ = writeln!(
+                    s,
+                    "{id} ({}): rests on no single scaled assumption",
+                    verdict_word(*before)
+                );
+            }
+            Some(changes) => {
+                let _ = writeln!(
+                    s,
+                    "{id} ({}): depends on {} scalings",
+                    verdict_word(*before),
+                    changes.len()
+                );
+                for c in changes {
+                    let _ = writeln!(s, "  {c}");
+                }
+            }
+        }
+    }
+    for n in not_run {
+        let _ = writeln!(s, "not run (invalid scaled configuration): {n}");
+    }
+    s
 }
 
 fn rerun(

@@ -730,3 +730,39 @@ fn a_single_buffer_reads_page_by_page_so_small_pages_cost_more() {
     );
     assert!(one_large >= two_large, "{one_large} vs {two_large}");
 }
+
+/// uysal-… §4: the 64/128 MB disks use the added memory for more stream buffers, and §3:
+/// group-by's trace does not take the memory as a parameter, so its table of partial
+/// aggregates, and so what it ships and when, is the 32 MB configuration's. It used to grow
+/// with the memory, hold every partial to the end of the scan and be 1.11x slower.
+#[test]
+fn group_by_keeps_the_base_table_when_the_disk_memory_grows() {
+    let path = root().join("uysal/variations.toml");
+    let l = experiment::load(&path).unwrap_or_else(|e| panic!("{e}"));
+    let pts = experiment::points(&l, true).unwrap_or_else(|e| panic!("{e}"));
+    let note = |system: &str| {
+        let mut p = pts
+            .iter()
+            .find(|p| {
+                p.labels.get("variant").map(String::as_str) == Some("group_by")
+                    && p.labels.get("run.system").map(String::as_str) == Some(system)
+                    && p.labels.get("run.disks").map(String::as_str) == Some("32")
+            })
+            .unwrap_or_else(|| panic!("no group_by point for {system}"))
+            .clone();
+        p.exp.run.max_chunks_per_phase = 64;
+        let r = experiment::run_point(&path, &p, None).unwrap_or_else(|e| panic!("{e}"));
+        let get = |k: &str| {
+            r.notes
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.clone())
+                .unwrap_or_else(|| panic!("{system}: no note {k}"))
+        };
+        (get("local_table_fits"), get("flushes_per_worker"))
+    };
+    let base = note("active_disks");
+    assert_eq!(base.0, "false", "32 MB: the table does not fit at 32 disks");
+    assert_eq!(note("ad_64mb"), base);
+    assert_eq!(note("ad_128mb"), base);
+}

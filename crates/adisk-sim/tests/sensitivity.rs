@@ -53,3 +53,27 @@ fn an_invalid_scaled_configuration_is_listed_not_counted_as_a_change() {
     assert!(report.contains("robust: 1 of 1 keys"), "{report}");
     assert!(report.contains("1 scalings not run"), "{report}");
 }
+
+/// Issue 38: which assumptions a stated conclusion depends on, across the files it reads.
+#[test]
+fn sensitivity_of_conclusions_reruns_their_runs_with_each_assumption_scaled() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments");
+    let report = adisk_sim::sensitivity::conclusions_run(
+        Some(&dir),
+        2.0,
+        Some("uysal-group-by-more-computation-than-select"),
+        Some("hash_group_cycles_per_tuple"),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    println!("{report}");
+    assert!(
+        report.contains("1 conclusions, 1 assumption keys"),
+        "{report}"
+    );
+    assert!(
+        report.contains("uysal-group-by-more-computation-than-select (holds): rests on no single scaled assumption"),
+        "{report}"
+    );
+    let err = adisk_sim::sensitivity::conclusions_run(Some(&dir), 0.5, None, None).unwrap_err();
+    assert!(err.to_string().contains("--factor"), "{err}");
+}

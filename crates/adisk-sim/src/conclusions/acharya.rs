@@ -70,7 +70,7 @@ pub const HOST_BOTTLENECK_WHEN_REDISTRIBUTING: Conclusion = Conclusion {
     }],
     check: host_bottleneck_when_redistributing,
     known_divergence: Some(
-        "at 32 disks, the largest configuration of the paper, the host forwards all of sort's repartitioning yet its processor is only about 20% busy (copy at an assumed 1 cycle/byte) and its two loops about 65%, while the drives are about 66% busy and limit the run; in the model the host's loops, not the host, would saturate first beyond 32 disks",
+        "by the paper's own parameters (two 100 MB/s loops, every repartitioned byte crossing them twice, 15 MB/s drives) the path through the host limits redistribution from about 14 disks on, and in the model the loops are 97% busy in sort's repartitioning phase at 32 disks; but over the whole run the drives (the local merge phase) are the busiest resource, and the host's processor is only about 20% busy because its copy cost is not stated (an assumed 1 cycle/byte; it would need 3.5 to saturate a 350 MHz host at 100 MB/s). See 'Derivations' in docs/simulator.md",
     ),
 };
 
@@ -296,7 +296,7 @@ pub const PROCESSING_SCALES_WITH_DISKS: Conclusion = Conclusion {
     ],
     check: processing_scales_with_disks,
     known_divergence: Some(
-        "holds for five of six algorithms; datacube on active disks sends all partial aggregates to the host, which merges them and is the bottleneck (82% busy at 32 disks), because the model sizes the group-bys for independent uniform attributes, making the top group-bys nearly as large as the input (the paper does not state the distribution of its datacube data)",
+        "holds for five of six algorithms; datacube on active disks sends all partial aggregates to the host, which merges them and is the bottleneck (82% busy at 32 disks): the size of the partials is set by the joint distribution of the cube's attributes, which the paper does not state (its dataset scales one of PipeHash's [3]); the model keeps independent attributes (partials about ten times the input); with the fewest groups any distribution allows (workload.attribute_distribution = hierarchical, a what-if, not adopted) it holds, but choosing the distribution to make it hold would be fitting. See 'Derivations' in docs/simulator.md",
     ),
 };
 

@@ -125,7 +125,7 @@ pub const DRAMATIC_GAINS: Conclusion = Conclusion {
     needs: AT_1_AND_10,
     check: dramatic_gains,
     known_divergence: Some(
-        "aggregation (2.7x) holds; for select and join the server is given the drive-side Table 7 cycles/byte (no server-side executor cost is stated), so its 500 MHz processor filters about 77 MB/s, more than ten Active Disks whose Medalist pairs deliver 6.5 MB/s each; the 5-way join reaches 1.6x",
+        "aggregation (2.7x) holds; by Table 7/8 and the server's stated hardware, ten Active Disks deliver at most 65 MB/s while the 500 MHz server running the same code filters 77 MB/s (select) and 80 MB/s (join, its two SCSI buses), so select and join cannot reach 2x unless the server spends at least 15.4 cycles/byte, 2.4 times Table 7's; no server-side cost is stated; the 5-way join reaches 1.6x. See 'Derivations' in docs/simulator.md",
     ),
 };
 
@@ -255,7 +255,7 @@ pub const UYSAL_AD_BEAT_SMP_MATCH_CLUSTERS: Conclusion = Conclusion {
     ],
     check: ad_beat_smp_match_clusters,
     known_divergence: Some(
-        "active disks beat the SMP everywhere, but with uysal-…'s stated interconnect (one dual FC loop of 200 MB/s for all disks) the repartitioning of sort and join at 128 disks and datacube's partials at 64-128 disks saturate the loops, while the cluster's switched network grows with the hosts; the cluster is then 2.5-4x faster",
+        "active disks beat the SMP everywhere, but uysal-...'s stated interconnect (one dual FC loop of 200 MB/s for all disks) needs at least 85 s to repartition sort's 17 GB (join likewise), while the cluster's switched 100BaseT ports and gigabit uplinks do it in about 11 s, so at 128 disks the cluster takes at most 0.38 of the active disks' time whatever the processing costs; datacube at 64-128 disks rests on the unstated datacube distribution. See 'Derivations' in docs/simulator.md",
     ),
 };
 

@@ -285,16 +285,29 @@ pub struct CubeNode {
     pub parent: Option<u32>,
 }
 
+/// How the datacube's group-by attributes are distributed jointly (`workload.attribute_distribution`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CubeAttributes {
+    /// Uniform and independent: a group-by has the expected distinct values of the product
+    /// of its attributes' cardinalities over the tuples.
+    Independent,
+    /// Each attribute determined by the one with more distinct values: a group-by has as
+    /// many groups as its largest attribute (the fewest any distribution allows).
+    Hierarchical,
+}
+
 /// The PipeHash search tree: each group-by is computed from its smallest parent.
-pub fn cube_lattice(tuples: f64, cards: &[f64]) -> Vec<CubeNode> {
+pub fn cube_lattice(tuples: f64, cards: &[f64], attributes: CubeAttributes) -> Vec<CubeNode> {
     let k = cards.len() as u32;
     let full = (1u32 << k) - 1;
     let groups = |m: u32| {
-        let prod: f64 = (0..k)
+        let of_m = (0..k)
             .filter(|i| m & (1 << i) != 0)
-            .map(|i| cards[i as usize])
-            .product();
-        expected_distinct(tuples, prod).min(tuples)
+            .map(|i| cards[i as usize]);
+        match attributes {
+            CubeAttributes::Independent => expected_distinct(tuples, of_m.product()).min(tuples),
+            CubeAttributes::Hierarchical => of_m.fold(1.0, f64::max).min(tuples),
+        }
     };
     let mut nodes = Vec::new();
     for m in (1..=full).rev() {
@@ -362,6 +375,17 @@ fn mask_name(m: u32) -> String {
         .collect()
 }
 
+fn cube_attributes(cfg: &WorkloadConfig) -> Result<CubeAttributes, KeyError> {
+    match cfg.attribute_distribution.as_deref() {
+        None | Some("independent") => Ok(CubeAttributes::Independent),
+        Some("hierarchical") => Ok(CubeAttributes::Hierarchical),
+        Some(other) => Err((
+            "workload.attribute_distribution".into(),
+            format!("`{other}` is not one of independent, hierarchical"),
+        )),
+    }
+}
+
 /// Datacube with PipeHash pipelines (acharya-… §4, uysal-… §5).
 pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let d = pos(cfg.dataset_bytes, "dataset_bytes", "datacube")?;
@@ -379,7 +403,7 @@ pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         ));
     }
     let tuples = d / t;
-    let nodes = cube_lattice(tuples, &cards);
+    let nodes = cube_lattice(tuples, &cards, cube_attributes(cfg)?);
     let pipes = cube_pipelines(&nodes);
     let mut plan = Plan::default();
     let rel = plan.file("relation");
@@ -789,7 +813,11 @@ mod tests {
 
     #[test]
     fn lattice_has_all_group_bys_and_pipelines_cover_them_once() {
-        let nodes = cube_lattice(134e6, &[1342177.0, 134217.0, 13421.0, 1342.0]);
+        let nodes = cube_lattice(
+            134e6,
+            &[1342177.0, 134217.0, 13421.0, 1342.0],
+            CubeAttributes::Independent,
+        );
         assert_eq!(nodes.len(), 15);
         let pipes = cube_pipelines(&nodes);
         let mut all: Vec<u32> = pipes.iter().flatten().copied().collect();
@@ -804,6 +832,29 @@ mod tests {
                 assert_eq!(p & n.mask, n.mask);
                 assert_eq!(p.count_ones(), n.mask.count_ones() + 1);
             }
+        }
+    }
+
+    /// uysal-… §6 states each cube attribute's distinct values, not their joint
+    /// distribution. Hierarchical attributes give every group-by as many groups as its
+    /// attribute with the most distinct values: the 15 group-bys' results then total about
+    /// 1.17 GB (docs/simulator.md, *Derivations*), while independent ones make the large
+    /// group-bys nearly one group per tuple.
+    #[test]
+    fn hierarchical_cube_attributes_give_the_fewest_groups_any_distribution_allows() {
+        let cards = [5.36e6, 536000.0, 53600.0, 5360.0];
+        let bytes =
+            |nodes: &[CubeNode]| -> f64 { nodes.iter().map(|n| n.groups * n.entry_bytes).sum() };
+        let low = cube_lattice(536e6, &cards, CubeAttributes::Hierarchical);
+        let high = cube_lattice(536e6, &cards, CubeAttributes::Independent);
+        let full = |nodes: &[CubeNode]| nodes.iter().find(|n| n.mask == 0b1111).map(|n| n.groups);
+        assert_eq!(full(&low), Some(5.36e6));
+        assert!(full(&high).is_some_and(|g| g > 0.99 * 536e6));
+        assert!((bytes(&low) / 1e9 - 1.17).abs() < 0.01, "{}", bytes(&low));
+        assert!(bytes(&high) > 10.0 * bytes(&low));
+        for (l, h) in low.iter().zip(&high) {
+            assert_eq!(l.mask, h.mask);
+            assert!(l.groups <= h.groups, "{:b}", l.mask);
         }
     }
 }

@@ -75,9 +75,8 @@ impl<'a> Wctx<'a> {
             .first()
             .map(|w| {
                 let node = &topo.nodes[w.node];
-                let per = node.mem_bytes / node.cpus.len().max(1) as f64;
-                let fp = footprint / node.cpus.len().max(1) as f64;
-                (per - fp - topo.buffers_per_worker as f64 * request_bytes).max(per * 0.1)
+                let buffers = topo.buffers_per_worker as f64 * request_bytes;
+                algorithm_memory(node.mem_bytes, node.cpus.len(), footprint, buffers)
             })
             .unwrap_or(0.0);
         let coord = &topo.nodes[topo.coordinator];
@@ -113,6 +112,19 @@ impl<'a> Wctx<'a> {
         }
         ph
     }
+}
+
+/// Memory a worker's algorithm can use: its node's memory shared by the node's processors,
+/// less the OS footprint and its stream buffers (at least a tenth of its share).
+pub fn algorithm_memory(
+    node_mem_bytes: f64,
+    cpus: usize,
+    footprint: f64,
+    buffers_bytes: f64,
+) -> f64 {
+    let per = node_mem_bytes / cpus.max(1) as f64;
+    let fp = footprint / cpus.max(1) as f64;
+    (per - fp - buffers_bytes).max(per * 0.1)
 }
 
 /// A context for unit tests of workload compilers: `n` workers with `mem_per_worker` bytes.
