@@ -7,6 +7,11 @@
 //! key_file = "cluster.key"    # the cluster's secret (made by `adisk up`; see auth)
 //! disk_timeout_ms = 10000     # a disk silent this long is unreachable
 //!
+//! [cluster.tls]               # TLS on every link (absent: plaintext; see crate::tls)
+//! ca = "tls/ca.pem"           # the cluster's CA (`adisk cert ca`)
+//! cert = "tls/host.pem"       # the host's certificate and key (`adisk cert issue`)
+//! key = "tls/host.key"
+//!
 //! [[disk]]
 //! id = 0
 //! address = "127.0.0.1:50051"
@@ -85,6 +90,41 @@ pub struct ClusterSection {
     /// (0: unlimited). Only with disks in more than one group.
     #[serde(default)]
     pub router_mbps: u64,
+    /// TLS of every link between members ([`crate::tls`]): the cluster's CA and the host's
+    /// own certificate and key. Absent: plaintext links.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsFiles>,
+}
+
+/// A member's TLS files (PEM): `[cluster.tls]` for the host, `adisk disk --tls-*` for a
+/// disk. Relative paths are read from the directory of `cluster.toml`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The cluster's CA certificate (`adisk cert ca`).
+    pub ca: PathBuf,
+    /// The member's certificate (`adisk cert issue`).
+    pub cert: PathBuf,
+    /// The member's private key.
+    pub key: PathBuf,
+}
+
+impl TlsFiles {
+    /// Reads the three files.
+    ///
+    /// # Errors
+    /// [`crate::tls::TlsError`] naming the file that is missing or not PEM.
+    pub fn load(&self) -> Result<crate::tls::TlsMaterial, crate::tls::TlsError> {
+        crate::tls::TlsMaterial::load(&self.ca, &self.cert, &self.key)
+    }
+
+    fn resolve(&mut self, dir: &Path) {
+        for p in [&mut self.ca, &mut self.cert, &mut self.key] {
+            if p.is_relative() {
+                *p = dir.join(&*p);
+            }
+        }
+    }
 }
 
 /// Default of `[cluster] disk_timeout_ms`.
@@ -311,6 +351,9 @@ impl ClusterConfig {
         {
             config.cluster.key_file = Some(dir.join(key));
         }
+        if let (Some(tls), Some(dir)) = (&mut config.cluster.tls, path.parent()) {
+            tls.resolve(dir);
+        }
         Ok(config)
     }
 
@@ -325,6 +368,14 @@ impl ClusterConfig {
         Ok(Some(crate::auth::Verifier::new(
             crate::auth::ClusterKey::load(path)?,
         )))
+    }
+
+    /// The host's TLS material, if `[cluster.tls]` names it.
+    ///
+    /// # Errors
+    /// [`crate::tls::TlsError`] naming a file that is missing or not PEM.
+    pub fn tls(&self) -> Result<Option<crate::tls::TlsMaterial>, crate::tls::TlsError> {
+        self.cluster.tls.as_ref().map(TlsFiles::load).transpose()
     }
 
     /// How long the host waits for a silent disk.

@@ -58,6 +58,33 @@ pub async fn connect(
     Ok(hyper_util::rt::TokioIo::new(stream))
 }
 
+/// A connection to a member at `address` (`ip:port`): TCP without Nagle, a connect timeout,
+/// HTTP/2 pings that close it when the peer stops answering (a stream from a stopped or cut
+/// off peer fails within the deadline, never hangs), and TLS when `tls` is given (the peer
+/// checked against the cluster's CA, this member's certificate shown). Connect it with
+/// [`connector`].
+///
+/// # Errors
+/// A malformed address.
+pub fn member_endpoint(
+    address: &str,
+    deadlines: crate::config::Deadlines,
+    connect_timeout: std::time::Duration,
+    tls: Option<&crate::tls::TlsMaterial>,
+) -> Result<tonic::transport::Endpoint, tonic::transport::Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))?
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(deadlines.ping_interval())
+        .keep_alive_timeout(deadlines.ping_timeout())
+        .keep_alive_while_idle(true);
+    match tls {
+        Some(t) => endpoint.tls_config(t.client()),
+        None => Ok(endpoint),
+    }
+}
+
 /// The connector of every member's and client's channel ([`connect`]).
 pub fn connector() -> tower::util::ServiceFn<
     fn(

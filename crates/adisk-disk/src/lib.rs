@@ -97,6 +97,8 @@ pub struct DiskNodeConfig {
     pub auto_repair: bool,
     /// Codec of the Parquet pages this disk writes.
     pub compression: adisk_core::config::Compression,
+    /// TLS of its server and of its own requests to peers and relays (None: plaintext).
+    pub tls: Option<adisk_core::tls::TlsMaterial>,
 }
 
 impl DiskNodeConfig {
@@ -111,6 +113,7 @@ impl DiskNodeConfig {
             members: None,
             auto_repair: false,
             compression: Default::default(),
+            tls: None,
         }
     }
 }
@@ -121,6 +124,7 @@ pub struct DiskNode {
     service: DiskService,
     address: SocketAddr,
     auth: Option<Arc<adisk_core::auth::Verifier>>,
+    tls: Option<adisk_core::tls::TlsMaterial>,
     auto_repair: bool,
     /// The data directory's lock, held while the node lives (one process per directory).
     _lock: std::fs::File,
@@ -261,6 +265,7 @@ impl DiskNode {
         let connector = Arc::new(FlightPipeConnector {
             auth: config.auth.clone(),
             members: config.members.clone(),
+            tls: config.tls.clone(),
         });
         let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
         let service = DiskService::with_disklets(os, Arc::new(registry))
@@ -272,6 +277,7 @@ impl DiskNode {
             service,
             address,
             auth: config.auth,
+            tls: config.tls,
             auto_repair,
             _lock: lock,
         })
@@ -316,7 +322,13 @@ impl DiskNode {
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
         let deadlines = adisk_core::config::Deadlines::default();
-        tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(t) = &self.tls {
+            builder = builder
+                .tls_config(t.server())
+                .map_err(|e| DiskNodeError::Serve(format!("TLS: {e}")))?;
+        }
+        builder
             .http2_keepalive_interval(Some(deadlines.ping_interval()))
             .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
             .layer(tower::util::MapRequestLayer::new(mark_client_calls))

@@ -816,6 +816,8 @@ pub struct FlightPipeConnector {
     pub auth: Option<Arc<adisk_core::auth::Verifier>>,
     /// The cluster's `cluster.toml` (None: any target).
     pub members: Option<std::path::PathBuf>,
+    /// TLS to the peers (this disk's certificate shown, theirs checked against the CA).
+    pub tls: Option<adisk_core::tls::TlsMaterial>,
 }
 
 impl FlightPipeConnector {
@@ -847,13 +849,13 @@ impl FlightPipeConnector {
         relay: bool,
     ) -> adisk_diskos::Result<FlightClient> {
         let deadlines = adisk_core::config::Deadlines::default();
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(deadlines.ping_interval())
-            .keep_alive_timeout(deadlines.ping_timeout())
-            .keep_alive_while_idle(true);
+        let endpoint = adisk_core::net::member_endpoint(
+            address,
+            deadlines,
+            Duration::from_secs(5),
+            self.tls.as_ref(),
+        )
+        .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?;
         let silent = || {
             DiskOsError::Pipe(format!(
                 "{peer} unreachable: no answer within {} ms",
@@ -977,6 +979,7 @@ impl PipeConnector for FlightPipeConnector {
         let connector = FlightPipeConnector {
             auth: self.auth.clone(),
             members: self.members.clone(),
+            tls: self.tls.clone(),
         };
         async move {
             let PipeRoute {

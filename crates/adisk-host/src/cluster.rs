@@ -5,6 +5,7 @@ use adisk_core::protocol::{
     DiskCatalog, DiskStatus, JobSpec, LoadStamp, PartitionInfo, TableInfo, action,
 };
 use adisk_core::stats::DiskJobStats;
+use adisk_core::tls::TlsMaterial;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Schema, SchemaRef};
 use arrow_flight::error::FlightError;
@@ -564,6 +565,8 @@ fn dedup_copies(entry: &mut TableEntry) {
 #[derive(Debug)]
 pub struct Cluster {
     config: ClusterConfig,
+    /// TLS of the links to the disks and of the relay and router (`[cluster.tls]`).
+    tls: Option<TlsMaterial>,
     channels: Vec<tonic::transport::Channel>,
     exchange: std::sync::atomic::AtomicU8,
     host_link: Option<Arc<crate::sql::TokenBucket>>,
@@ -585,21 +588,26 @@ pub struct Cluster {
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
 }
 
-/// A connection to a disk: TCP without Nagle, a connect timeout, and HTTP/2 pings that close
-/// it when the disk stops answering (a stream from a stopped disk fails within the timeout,
-/// never hangs).
+/// A connection to a disk ([`adisk_core::net::member_endpoint`]): a stream from a stopped
+/// disk fails within the deadline, never hangs; TLS when the cluster has it.
 fn endpoint(
     address: &str,
     deadlines: Deadlines,
+    tls: Option<&TlsMaterial>,
 ) -> std::result::Result<tonic::transport::Endpoint, tonic::transport::Error> {
-    Ok(
-        tonic::transport::Endpoint::from_shared(format!("http://{address}"))?
-            .connect_timeout(CONNECT_TIMEOUT.min(deadlines.timeout))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(deadlines.ping_interval())
-            .keep_alive_timeout(deadlines.ping_timeout())
-            .keep_alive_while_idle(true),
+    adisk_core::net::member_endpoint(
+        address,
+        deadlines,
+        CONNECT_TIMEOUT.min(deadlines.timeout),
+        tls,
     )
+}
+
+/// The host's TLS material named by `config` (`[cluster.tls]`), if any.
+fn host_tls(config: &ClusterConfig) -> Result<Option<TlsMaterial>> {
+    config
+        .tls()
+        .map_err(|e| HostError::Invalid(format!("{e} (named in [cluster.tls])")))
 }
 
 /// How tonic's statuses start when the connection under a call broke (no disk said them).
@@ -644,6 +652,8 @@ impl Cluster {
     /// [`HostError::Unreachable`] naming the first disk when no disk answers.
     pub async fn connect(config: ClusterConfig) -> Result<Self> {
         let deadlines = config.deadlines();
+        let tls = host_tls(&config)?;
+        let tls_ref = tls.as_ref();
         let attempts = config.disks.iter().map(|d| async move {
             let unreachable = |message: String| HostError::Unreachable {
                 disk: d.id,
@@ -651,7 +661,7 @@ impl Cluster {
                 message,
             };
             let endpoint =
-                endpoint(&d.address, deadlines).map_err(|e| unreachable(e.to_string()))?;
+                endpoint(&d.address, deadlines, tls_ref).map_err(|e| unreachable(e.to_string()))?;
             let connected = tokio::time::timeout(
                 deadlines.timeout,
                 endpoint
@@ -700,7 +710,7 @@ impl Cluster {
         if let Some(e) = first_error.filter(|_| dead.len() == channels.len()) {
             return Err(e);
         }
-        let cluster = Cluster::new(config, channels)?;
+        let cluster = Cluster::new(config, channels, tls)?;
         dead.into_iter()
             .for_each(|(d, why)| cluster.mark_dead(d, &why));
         Ok(cluster)
@@ -853,7 +863,11 @@ impl Cluster {
         newly
     }
 
-    fn new(config: ClusterConfig, channels: Vec<tonic::transport::Channel>) -> Result<Self> {
+    fn new(
+        config: ClusterConfig,
+        channels: Vec<tonic::transport::Channel>,
+        tls: Option<TlsMaterial>,
+    ) -> Result<Self> {
         let auth = config.verifier()?.map(Arc::new);
         let host_link = match config.cluster.host_link_mbps {
             0 => None,
@@ -868,6 +882,7 @@ impl Cluster {
             relay: tokio::sync::OnceCell::new(),
             router: tokio::sync::OnceCell::new(),
             auth,
+            tls,
             dead: Default::default(),
             revival: Default::default(),
             corrupt: Default::default(),
@@ -936,7 +951,13 @@ impl Cluster {
         let listen = relay_listen(&addresses);
         let relay = cell
             .get_or_try_init(|| {
-                crate::relay::Relay::start(&listen, limit, self.auth.clone(), addresses.clone())
+                crate::relay::Relay::start(
+                    &listen,
+                    limit,
+                    self.auth.clone(),
+                    self.tls.clone(),
+                    addresses.clone(),
+                )
             })
             .await
             .map_err(|e| {
@@ -999,11 +1020,12 @@ impl Cluster {
     /// # Errors
     /// A malformed disk address.
     pub fn connect_lazy(config: ClusterConfig) -> Result<Self> {
+        let tls = host_tls(&config)?;
         let channels = config
             .disks
             .iter()
             .map(|d| {
-                endpoint(&d.address, config.deadlines())
+                endpoint(&d.address, config.deadlines(), tls.as_ref())
                     .map(|e| e.connect_with_connector_lazy(adisk_core::net::connector()))
                     .map_err(|e| HostError::Unreachable {
                         disk: d.id,
@@ -1012,7 +1034,12 @@ impl Cluster {
                     })
             })
             .collect::<Result<Vec<_>>>()?;
-        Cluster::new(config, channels)
+        Cluster::new(config, channels, tls)
+    }
+
+    /// The TLS of the links to the disks (`[cluster.tls]`), if any.
+    pub fn tls(&self) -> Option<&TlsMaterial> {
+        self.tls.as_ref()
     }
 
     /// The configuration.

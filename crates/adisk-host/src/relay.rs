@@ -66,6 +66,7 @@ impl Relay {
         listen: &str,
         link: Option<Arc<TokenBucket>>,
         auth: Option<Arc<Verifier>>,
+        tls: Option<adisk_core::tls::TlsMaterial>,
         members: Vec<String>,
     ) -> std::io::Result<Relay> {
         let listener = tokio::net::TcpListener::bind(listen).await?;
@@ -76,6 +77,7 @@ impl Relay {
             counters: counters.clone(),
             link,
             auth,
+            tls: tls.clone(),
             members,
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -85,7 +87,13 @@ impl Relay {
             })
         });
         let deadlines = adisk_core::config::Deadlines::default();
-        let server = tonic::transport::Server::builder()
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(t) = &tls {
+            builder = builder
+                .tls_config(t.server())
+                .map_err(|e| std::io::Error::other(format!("the relay's TLS: {e}")))?;
+        }
+        let server = builder
             .http2_keepalive_interval(Some(deadlines.ping_interval()))
             .http2_keepalive_timeout(Some(deadlines.ping_timeout()))
             .add_service(InterceptedService::new(
@@ -137,6 +145,8 @@ struct RelayService {
     counters: Arc<Counters>,
     link: Option<Arc<TokenBucket>>,
     auth: Option<Arc<Verifier>>,
+    /// TLS to the disks it forwards to.
+    tls: Option<adisk_core::tls::TlsMaterial>,
     /// Addresses of the cluster's disks: the only targets the relay forwards to.
     members: Vec<String>,
 }
@@ -160,13 +170,13 @@ impl RelayService {
                 "the relay forwards only to disks of this cluster, not to {target}"
             )));
         }
-        let endpoint = tonic::transport::Endpoint::from_shared(format!("http://{target}"))
-            .map_err(|e| Status::invalid_argument(format!("bad target address {target}: {e}")))?
-            .connect_timeout(Duration::from_secs(5))
-            .tcp_nodelay(true)
-            .http2_keep_alive_interval(deadlines.ping_interval())
-            .keep_alive_timeout(deadlines.ping_timeout())
-            .keep_alive_while_idle(true);
+        let endpoint = adisk_core::net::member_endpoint(
+            &target,
+            deadlines,
+            Duration::from_secs(5),
+            self.tls.as_ref(),
+        )
+        .map_err(|e| Status::invalid_argument(format!("bad target address {target}: {e}")))?;
         let channel = endpoint
             .connect_with_connector(adisk_core::net::connector())
             .await

@@ -262,6 +262,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
         members: None,
         auto_repair: false,
         compression: Default::default(),
+        tls: None,
     })
     .await
     .unwrap();
@@ -278,6 +279,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             key_file: Some(key_path),
             disk_timeout_ms: 10_000,
             router_mbps: 0,
+            tls: None,
         },
         disks: vec![DiskConfig {
             id: 0,

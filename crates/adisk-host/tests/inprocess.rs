@@ -52,6 +52,7 @@ async fn one_disk(
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            tls: None,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -662,6 +663,7 @@ async fn disks(dirs: &[&std::path::Path]) -> (Arc<Cluster>, Vec<tokio::sync::one
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            tls: None,
         },
         disks: vec![],
         serve: None,

@@ -692,7 +692,15 @@ impl SqlService {
             info = info.with_endpoint(
                 FlightEndpoint::new()
                     .with_ticket(Ticket::new(ticket))
-                    .with_location(format!("grpc+tcp://{}", cluster.address(disk))),
+                    .with_location(format!(
+                        "{}://{}",
+                        if cluster.tls().is_some() {
+                            "grpc+tls"
+                        } else {
+                            "grpc+tcp"
+                        },
+                        cluster.address(disk)
+                    )),
             );
         }
         self.inner.metrics.endpoint_queries.inc();

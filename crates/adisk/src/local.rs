@@ -1,6 +1,6 @@
 //! Local clusters: `adisk disk`, `adisk up`, `adisk down`, `adisk demo`.
 use crate::CliError;
-use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
+use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig, TlsFiles};
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
 use std::path::{Path, PathBuf};
@@ -59,6 +59,16 @@ pub struct DiskArgs {
     /// Write the metrics endpoint's bound address here once listening.
     #[arg(long)]
     metrics_port_file: Option<PathBuf>,
+    /// TLS on this disk's links: the cluster's CA certificate (`adisk cert ca`); with
+    /// --tls-cert and --tls-key, this disk's own (`adisk cert issue`). Without: plaintext.
+    #[arg(long, requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// This disk's TLS certificate (PEM).
+    #[arg(long, requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    /// This disk's TLS private key (PEM).
+    #[arg(long, requires = "tls_ca")]
+    tls_key: Option<PathBuf>,
 }
 
 /// Where a disk started by `adisk up` writes its metrics endpoint's address.
@@ -117,6 +127,10 @@ pub struct UpArgs {
     /// who reaches the port: a local demo only).
     #[arg(long, default_value = "users")]
     pub serve_auth: String,
+    /// TLS on every link between the host and the disks and between disks (rustls): makes
+    /// the cluster's CA and each member's certificate under DIR/tls (kept across restarts).
+    #[arg(long)]
+    pub tls: bool,
     /// Each disk in its own network namespace with its own address (`adisk chaos --netns`).
     #[arg(skip)]
     pub netns: Option<NetnsDisks>,
@@ -158,6 +172,7 @@ impl UpArgs {
             router_mbps: 0,
             no_serve: true,
             serve_auth: "users".into(),
+            tls: false,
             netns: None,
         }
     }
@@ -182,6 +197,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            tls: None,
         },
         disks: vec![DiskConfig {
             id: 0,
@@ -217,6 +233,13 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
         members: a.members.clone(),
         auto_repair: !a.no_auto_repair,
         compression: a.compression,
+        tls: match (&a.tls_ca, &a.tls_cert, &a.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => Some(
+                adisk_core::tls::TlsMaterial::load(ca, cert, key)
+                    .map_err(|e| CliError::Other(e.to_string()))?,
+            ),
+            _ => None,
+        },
     })
     .await?;
     node.diskos()
@@ -306,6 +329,10 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     } else {
         Some(cluster_key(&dir)?)
     };
+    let tls_files = match args.tls {
+        true => Some(local_tls(&dir, args.disks)?),
+        false => None,
+    };
     let mut children = Vec::new();
     for id in 0..args.disks {
         let place = args.netns.as_ref().and_then(|n| n.of(id));
@@ -329,7 +356,16 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             metrics_address: None,
         };
         let namespace = place.map(|p| p.0);
-        match spawn_disk(&exe, &dir, &disk, key_file.as_deref(), true, namespace) {
+        let tls = disk_tls(&dir, tls_files.as_ref(), id);
+        match spawn_disk(
+            &exe,
+            &dir,
+            &disk,
+            key_file.as_deref(),
+            true,
+            namespace,
+            tls.as_ref(),
+        ) {
             Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
             Err(e) => return Err(kill_all(&mut children, e)),
         }
@@ -351,6 +387,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             key_file,
             disk_timeout_ms: args.disk_timeout_ms,
             router_mbps: args.router_mbps,
+            tls: tls_files.clone(),
         },
         disks,
         serve: None,
@@ -486,6 +523,7 @@ fn spawn_disk(
     key_file: Option<&Path>,
     auto_repair: bool,
     namespace: Option<&str>,
+    tls: Option<&TlsFiles>,
 ) -> Result<(std::process::Child, PathBuf, PathBuf), CliError> {
     use std::os::unix::process::CommandExt;
     let id = disk.id;
@@ -541,6 +579,16 @@ fn spawn_disk(
         })
         .arg("--members")
         .arg(dir.join("cluster.toml"))
+        .args(tls.map_or_else(Vec::new, |t| {
+            vec![
+                "--tls-ca".as_ref(),
+                t.ca.as_os_str(),
+                "--tls-cert".as_ref(),
+                t.cert.as_os_str(),
+                "--tls-key".as_ref(),
+                t.key.as_os_str(),
+            ]
+        }))
         .args(if auto_repair {
             &[][..]
         } else {
@@ -631,8 +679,15 @@ pub async fn restart_disk(
     let key_file = config.cluster.key_file.clone();
     let disk = &config.disks[d as usize];
     wait_unlocked(&dir.join(format!("disk-{d}")), Duration::from_secs(20)).await?;
-    let (mut child, port_file, disk_dir) =
-        spawn_disk(&exe, dir, disk, key_file.as_deref(), auto_repair, namespace)?;
+    let (mut child, port_file, disk_dir) = spawn_disk(
+        &exe,
+        dir,
+        disk,
+        key_file.as_deref(),
+        auto_repair,
+        namespace,
+        disk_tls(dir, config.cluster.tls.as_ref(), d).as_ref(),
+    )?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while !port_file.exists() {
         if let Ok(Some(status)) = child.try_wait() {
@@ -653,6 +708,42 @@ pub async fn restart_disk(
     current.disks[d as usize].pid = Some(child.id());
     current.save(&path)?;
     Ok(())
+}
+
+/// Where a local cluster keeps its TLS files.
+const TLS_DIR: &str = "tls";
+
+/// The local cluster's CA and its members' certificates under `dir/tls` (those missing are
+/// made; existing ones are kept, as the cluster's key is): the host's files.
+fn local_tls(dir: &Path, disks: u32) -> Result<TlsFiles, CliError> {
+    let tls = dir.join(TLS_DIR);
+    let other = |e: adisk_core::tls::CertError| CliError::Other(e.to_string());
+    if !tls.join("ca.pem").exists() {
+        let ca = adisk_core::tls::make_authority("local").map_err(other)?;
+        crate::cert_cmd::write_pair(&tls, "ca", &ca)?;
+    }
+    let ca = crate::cert_cmd::read_authority(&tls)?;
+    let names = std::iter::once("host".to_string()).chain((0..disks).map(|d| format!("disk-{d}")));
+    for name in names {
+        if !tls.join(format!("{name}.pem")).exists() {
+            let own = adisk_core::tls::issue(&ca, &name, &[]).map_err(other)?;
+            crate::cert_cmd::write_pair(&tls, &name, &own)?;
+        }
+    }
+    Ok(TlsFiles {
+        ca: tls.join("ca.pem"),
+        cert: tls.join("host.pem"),
+        key: tls.join("host.key"),
+    })
+}
+
+/// Disk `id`'s TLS files beside the host's `host` (None: plaintext).
+fn disk_tls(dir: &Path, host: Option<&TlsFiles>, id: u32) -> Option<TlsFiles> {
+    host.map(|h| TlsFiles {
+        ca: h.ca.clone(),
+        cert: dir.join(TLS_DIR).join(format!("disk-{id}.pem")),
+        key: dir.join(TLS_DIR).join(format!("disk-{id}.key")),
+    })
 }
 
 /// The cluster's secret under `dir` (made on first `up`, kept across restarts so the disks'

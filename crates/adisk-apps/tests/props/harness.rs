@@ -159,6 +159,7 @@ async fn start(shape: Shape) -> Disks {
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            tls: None,
         },
         disks: configs,
         serve: None,
