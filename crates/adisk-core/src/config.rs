@@ -330,6 +330,9 @@ pub struct ServeSection {
     /// The file holding the `admin` user's password (mode 0600), if `adisk serve` made it.
     #[serde(default)]
     pub admin_password_file: Option<PathBuf>,
+    /// When it serves TLS (`grpc+tls://`): the CA certificate that signed its certificate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_ca: Option<PathBuf>,
 }
 
 /// Upper bound on disks in one cluster (a declared limit, not a tuning knob).

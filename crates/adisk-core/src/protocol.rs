@@ -646,7 +646,28 @@ pub mod action {
     /// stamps and fetches every copy it should hold and lacks (or that fails its check) from a
     /// peer holding it; returns [`super::RepairReport`].
     pub const REPAIR: &str = "repair";
+    /// Body: [`super::LinkProbe`]. Streams filler replies of up to [`super::LINK_PROBE_CHUNK`] bytes
+    /// until the probe's bytes or time run out, for the caller to measure the link's rate and
+    /// round trip (`adisk_host::links`).
+    pub const LINK_PROBE: &str = "link_probe";
 }
+
+/// Body of [`action::LINK_PROBE`]: how much filler to send at most, bytes and milliseconds
+/// (each capped at [`LINK_PROBE_MAX_BYTES`] and [`LINK_PROBE_MAX_MS`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LinkProbe {
+    /// Bytes.
+    pub bytes: u64,
+    /// Milliseconds.
+    pub max_ms: u64,
+}
+
+/// Size of one filler reply of a link probe, bytes.
+pub const LINK_PROBE_CHUNK: usize = 64 * 1024;
+/// The most bytes one link probe sends.
+pub const LINK_PROBE_MAX_BYTES: u64 = 64 << 20;
+/// The longest one link probe runs, ms.
+pub const LINK_PROBE_MAX_MS: u64 = 2_000;
 
 /// Body of [`action::PARTITION_READ`].
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

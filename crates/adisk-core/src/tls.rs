@@ -116,6 +116,119 @@ impl TlsMaterial {
     }
 }
 
+/// The Flight SQL service's side of TLS: its certificate and key and, for mutual TLS, the CA
+/// whose certificates clients must show.
+#[derive(Clone)]
+pub struct ServiceTls {
+    cert_pem: String,
+    key_pem: String,
+    client_ca_pem: Option<String>,
+}
+
+impl std::fmt::Debug for ServiceTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServiceTls")
+            .field("mutual", &self.client_ca_pem.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl ServiceTls {
+    /// The service's certificate and key (PEM files), and the clients' CA when clients must
+    /// show a certificate (mutual TLS).
+    ///
+    /// # Errors
+    /// [`TlsError`]: a file missing, unreadable, or not PEM of the right kind.
+    pub fn load(cert: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Self, TlsError> {
+        Ok(ServiceTls {
+            cert_pem: read_pem(cert, "certificate", "CERTIFICATE")?,
+            key_pem: read_pem(key, "private key", "PRIVATE KEY")?,
+            client_ca_pem: client_ca
+                .map(|p| read_pem(p, "certificate", "CERTIFICATE"))
+                .transpose()?,
+        })
+    }
+
+    /// Whether clients must show a certificate.
+    pub fn mutual(&self) -> bool {
+        self.client_ca_pem.is_some()
+    }
+
+    /// The server's configuration: its identity and, for mutual TLS, client certificates
+    /// required and checked against the clients' CA.
+    pub fn server(&self) -> tonic::transport::ServerTlsConfig {
+        let config = tonic::transport::ServerTlsConfig::new()
+            .identity(tonic::transport::Identity::from_pem(
+                &self.cert_pem,
+                &self.key_pem,
+            ))
+            .timeout(std::time::Duration::from_secs(10));
+        match &self.client_ca_pem {
+            Some(ca) => config
+                .client_ca_root(tonic::transport::Certificate::from_pem(ca))
+                .client_auth_optional(false),
+            None => config,
+        }
+    }
+}
+
+/// A user's client of the Flight SQL service (and of the per-disk endpoints it hands out): the
+/// CA it trusts and, for a service that asks (mutual TLS), its own certificate. The server's
+/// certificate is checked against the host name or address of the URL.
+#[derive(Clone, Default)]
+pub struct ClientTls {
+    ca_pem: Option<String>,
+    identity: Option<(String, String)>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("ca", &self.ca_pem.is_some())
+            .field("identity", &self.identity.is_some())
+            .finish()
+    }
+}
+
+impl ClientTls {
+    /// Trusting the CA certificate in `ca` (PEM), showing `cert` and `key` when given.
+    ///
+    /// # Errors
+    /// [`TlsError`]: a file missing, unreadable, or not PEM of the right kind.
+    pub fn load(ca: Option<&Path>, identity: Option<(&Path, &Path)>) -> Result<Self, TlsError> {
+        Ok(ClientTls {
+            ca_pem: ca
+                .map(|p| read_pem(p, "certificate", "CERTIFICATE"))
+                .transpose()?,
+            identity: identity
+                .map(|(cert, key)| {
+                    Ok::<_, TlsError>((
+                        read_pem(cert, "certificate", "CERTIFICATE")?,
+                        read_pem(key, "private key", "PRIVATE KEY")?,
+                    ))
+                })
+                .transpose()?,
+        })
+    }
+
+    /// Whether a CA to check servers against was given.
+    pub fn has_ca(&self) -> bool {
+        self.ca_pem.is_some()
+    }
+
+    /// The channel's configuration (servers checked against the given CA).
+    pub fn config(&self) -> tonic::transport::ClientTlsConfig {
+        let mut config = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &self.ca_pem {
+            config = config.ca_certificate(tonic::transport::Certificate::from_pem(ca));
+        }
+        if let Some((cert, key)) = &self.identity {
+            config = config.identity(tonic::transport::Identity::from_pem(cert, key));
+        }
+        config
+    }
+}
+
 /// Why a certificate could not be made.
 #[derive(Debug, thiserror::Error)]
 #[error("TLS: cannot make {what}: {why}")]
@@ -355,6 +468,78 @@ mod tests {
         assert!(
             !matches!(plain, Ok(tonic::Code::Unimplemented)),
             "a plaintext client got through: {plain:?}"
+        );
+    }
+
+    /// Serves no gRPC service with the Flight SQL service's TLS.
+    async fn service(tls: &ServiceTls) -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let router = tonic::transport::Server::builder()
+            .tls_config(tls.server())
+            .unwrap()
+            .add_routes(tonic::service::Routes::default());
+        tokio::spawn(router.serve_with_incoming(incoming));
+        address
+    }
+
+    fn service_tls(dir: &Path, ca: &Pem, client_ca: Option<&Pem>) -> ServiceTls {
+        let own = issue(ca, "host", &["127.0.0.1".into()]).unwrap();
+        std::fs::write(dir.join("s.pem"), &own.cert).unwrap();
+        std::fs::write(dir.join("s.key"), &own.key).unwrap();
+        if let Some(c) = client_ca {
+            std::fs::write(dir.join("clients.pem"), &c.cert).unwrap();
+        }
+        ServiceTls::load(
+            &dir.join("s.pem"),
+            &dir.join("s.key"),
+            client_ca.map(|_| dir.join("clients.pem")).as_deref(),
+        )
+        .unwrap()
+    }
+
+    /// A user's client: trusting `ca`, showing `identity` if given.
+    fn user(dir: &Path, ca: &Pem, identity: Option<&Pem>) -> tonic::transport::ClientTlsConfig {
+        std::fs::write(dir.join("trusted.pem"), &ca.cert).unwrap();
+        if let Some(p) = identity {
+            std::fs::write(dir.join("me.pem"), &p.cert).unwrap();
+            std::fs::write(dir.join("me.key"), &p.key).unwrap();
+        }
+        let me = (dir.join("me.pem"), dir.join("me.key"));
+        ClientTls::load(
+            Some(&dir.join("trusted.pem")),
+            identity.map(|_| (me.0.as_path(), me.1.as_path())),
+        )
+        .unwrap()
+        .config()
+    }
+
+    #[tokio::test]
+    async fn the_service_is_checked_by_its_address_and_checks_clients_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = make_authority("test").unwrap();
+        // Server-only TLS: a client trusting the CA reaches it at the address its certificate
+        // names; one trusting another CA, or a plaintext one, does not.
+        let open = service(&service_tls(dir.path(), &ca, None)).await;
+        let ok = Ok(tonic::Code::Unimplemented);
+        assert_eq!(call(open, Some(user(dir.path(), &ca, None))).await, ok);
+        let other = make_authority("other").unwrap();
+        assert_ne!(call(open, Some(user(dir.path(), &other, None))).await, ok);
+        assert_ne!(call(open, None).await, ok);
+        // Mutual TLS: only a client showing a certificate of the clients' CA gets through.
+        let clients = make_authority("clients").unwrap();
+        let mutual = service(&service_tls(dir.path(), &ca, Some(&clients))).await;
+        let alice = issue(&clients, "alice", &[]).unwrap();
+        let mallory = issue(&other, "mallory", &[]).unwrap();
+        assert_eq!(
+            call(mutual, Some(user(dir.path(), &ca, Some(&alice)))).await,
+            ok
+        );
+        assert_ne!(call(mutual, Some(user(dir.path(), &ca, None))).await, ok);
+        assert_ne!(
+            call(mutual, Some(user(dir.path(), &ca, Some(&mallory)))).await,
+            ok
         );
     }
 

@@ -372,6 +372,33 @@ fn parse_json<T: serde::de::DeserializeOwned>(what: &str, bytes: &[u8]) -> Resul
         .map_err(|e| Status::invalid_argument(format!("malformed {what}: {e}")))
 }
 
+/// Filler replies for [`action::LINK_PROBE`]: one shared chunk sent again and again (no
+/// memory beyond it), until the probe's bytes or time run out; HTTP/2 flow control paces them
+/// to what the link takes.
+fn link_probe(
+    probe: adisk_core::protocol::LinkProbe,
+) -> BoxStream<'static, Result<arrow_flight::Result, Status>> {
+    use adisk_core::protocol::{LINK_PROBE_CHUNK, LINK_PROBE_MAX_BYTES, LINK_PROBE_MAX_MS};
+    let bytes = probe.bytes.min(LINK_PROBE_MAX_BYTES);
+    let until =
+        std::time::Instant::now() + Duration::from_millis(probe.max_ms.clamp(1, LINK_PROBE_MAX_MS));
+    let chunk = Bytes::from(vec![0x5a_u8; LINK_PROBE_CHUNK]);
+    stream::unfold(0u64, move |sent| {
+        let chunk = chunk.clone();
+        async move {
+            let more = sent < bytes && (sent == 0 || std::time::Instant::now() < until);
+            more.then(|| {
+                let len = (bytes - sent).min(LINK_PROBE_CHUNK as u64);
+                let reply = arrow_flight::Result {
+                    body: chunk.slice(..len as usize),
+                };
+                (Ok(reply), sent + len)
+            })
+        }
+    })
+    .boxed()
+}
+
 pub(crate) fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
     arrow_flight::Result {
         body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")),
@@ -698,6 +725,11 @@ impl FlightService for DiskService {
                 let req: GenerateTpch = parse_json("generate_tpch request", &body)?;
                 Ok(Response::new(generate_tpch(self.os.clone(), req)))
             }
+            action::LINK_PROBE => {
+                let probe: adisk_core::protocol::LinkProbe =
+                    parse_json("link_probe request", &body)?;
+                Ok(Response::new(link_probe(probe)))
+            }
             other => {
                 match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body)
                     .await
@@ -726,6 +758,7 @@ impl FlightService for DiskService {
             action::SCRUB,
             action::PARTITION_READ,
             action::REPAIR,
+            action::LINK_PROBE,
             action::SHUTDOWN,
             action::DISKLET_INSTALL,
             action::DISKLET_LIST,

@@ -586,6 +586,8 @@ pub struct Cluster {
     /// Copies found corrupt by a query, as (table, partition, disk): never read again by this
     /// host (its catalog lists them as missing, for `adisk scrub` / `adisk repair`).
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
+    /// The host link's measured figures (`auto` plans with them).
+    links: crate::links::Links,
 }
 
 /// A connection to a disk ([`adisk_core::net::member_endpoint`]): a stream from a stopped
@@ -886,7 +888,19 @@ impl Cluster {
             dead: Default::default(),
             revival: Default::default(),
             corrupt: Default::default(),
+            links: Default::default(),
         })
+    }
+
+    /// The host link's figures, measured when missing or stale ([`crate::links`]).
+    pub async fn link_figures(&self) -> crate::links::LinkFigures {
+        self.links.current(self).await
+    }
+
+    /// A query received `bytes` from the disks in `elapsed`: a lower bound of the host link's
+    /// rate, which raises the measured figure if it is above it ([`crate::links`]).
+    pub fn observe_transfer(&self, bytes: u64, elapsed: std::time::Duration) {
+        self.links.observe(bytes, elapsed);
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and

@@ -26,6 +26,7 @@ pub mod cluster;
 pub mod disklet;
 pub mod exchange;
 pub mod jobs;
+pub mod links;
 pub mod load;
 pub mod relay;
 pub mod run;

@@ -1,4 +1,5 @@
 //! A Flight SQL client of `adisk serve`, for the CLI (`adisk sql --connect`) and benchmarks.
+use adisk_core::tls::ClientTls;
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use arrow_flight::sql::client::FlightSqlServiceClient;
@@ -8,9 +9,14 @@ use tonic::transport::Channel;
 /// A failure talking to the service.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    /// The URL is not `grpc://host:port` (or `http://host:port`).
-    #[error("`{0}`: expected grpc://HOST:PORT")]
+    /// The URL is not `grpc://host:port`, `grpc+tls://host:port` (or `http`, `https`).
+    #[error("`{0}`: expected grpc://HOST:PORT or grpc+tls://HOST:PORT")]
     BadUrl(String),
+    /// A `grpc+tls://` URL without a CA to check the service's certificate against.
+    #[error(
+        "`{0}`: TLS needs the CA certificate that signed the service's certificate (--tls-ca FILE; `adisk up` keeps it in DIR/tls/ca.pem)"
+    )]
+    NoCa(String),
     /// No connection.
     #[error("cannot reach {url}: {message}")]
     Unreachable {
@@ -36,27 +42,88 @@ fn q(e: impl ToString) -> ClientError {
     ClientError::Query(e.to_string())
 }
 
+/// `e` and every error under it, joined by ": " (tonic's transport errors say only
+/// "transport error" at the top; the TLS alert or the refused connection is further down).
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let more = cause.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        next = cause.source();
+    }
+    text
+}
+
+/// A hint when a connection failed the way a TLS mismatch fails.
+fn tls_hint(url: &str, message: &str) -> &'static str {
+    let tls = is_tls(url);
+    let lower = message.to_ascii_lowercase();
+    if !tls && !lower.contains("connection refused") && !lower.contains("timed out") {
+        " (if the service serves TLS, use grpc+tls:// with --tls-ca)"
+    } else if tls && (lower.contains("corrupt message") || lower.contains("invalidcontenttype")) {
+        " (the service does not seem to serve TLS: try grpc://)"
+    } else if tls && lower.contains("certificaterequired") {
+        " (the service wants a client certificate: --tls-cert and --tls-key)"
+    } else if tls && lower.contains("unknownissuer") {
+        " (the service's certificate is not signed by the CA given with --tls-ca)"
+    } else {
+        ""
+    }
+}
+
 /// A logged-in connection to the service.
 pub struct Client {
     inner: FlightSqlServiceClient<Channel>,
+    tls: ClientTls,
 }
 
 impl Client {
-    /// Connects to `url` (`grpc://host:port`) and logs in as `user`.
+    /// Connects to `url` (`grpc://host:port`, or `grpc+tls://host:port` with `tls`'s CA) and
+    /// logs in as `user`.
     ///
     /// # Errors
-    /// A bad URL, an unreachable service, refused credentials.
-    pub async fn connect(url: &str, user: &str, password: &str) -> Result<Self, ClientError> {
-        let channel = channel(url).await?;
+    /// A bad URL, an unreachable service (a TLS mismatch named), refused credentials.
+    pub async fn connect(
+        url: &str,
+        user: &str,
+        password: &str,
+        tls: &ClientTls,
+    ) -> Result<Self, ClientError> {
+        let channel = channel(url, tls).await?;
         let mut inner = FlightSqlServiceClient::new(channel);
-        inner
-            .handshake(user, password)
-            .await
-            .map_err(|e| ClientError::Refused {
-                url: url.to_string(),
-                message: e.to_string(),
-            })?;
-        Ok(Client { inner })
+        if let Err(e) = inner.handshake(user, password).await {
+            let message = chain(&e);
+            // A connection that failed (a TLS handshake the service refused, mutual TLS, or a
+            // TLS mismatch) surfaces on the first call, not at connect.
+            let lower = message.to_ascii_lowercase();
+            let transport = [
+                "transport error",
+                "alert",
+                "h2 protocol",
+                "connection",
+                "broken pipe",
+            ]
+            .iter()
+            .any(|t| lower.contains(t));
+            return Err(if transport {
+                ClientError::Unreachable {
+                    url: url.to_string(),
+                    message: format!("{message}{}", tls_hint(url, &message)),
+                }
+            } else {
+                ClientError::Refused {
+                    url: url.to_string(),
+                    message,
+                }
+            });
+        }
+        Ok(Client {
+            inner,
+            tls: tls.clone(),
+        })
     }
 
     /// Runs `sql`; its schema and batches. A result served as several endpoints (one per
@@ -69,6 +136,7 @@ impl Client {
         let schema = std::sync::Arc::new(info.clone().try_decode_schema().map_err(q)?);
         let reads = info.endpoint.iter().map(|endpoint| {
             let mut here = self.inner.clone();
+            let tls = self.tls.clone();
             async move {
                 let ticket = endpoint
                     .ticket
@@ -76,7 +144,8 @@ impl Client {
                     .ok_or_else(|| ClientError::Query("an endpoint without a ticket".into()))?;
                 let stream = match endpoint.location.first() {
                     Some(location) => {
-                        let mut disk = FlightSqlServiceClient::new(channel(&location.uri).await?);
+                        let channel = channel(&location.uri, &tls).await?;
+                        let mut disk = FlightSqlServiceClient::new(channel);
                         disk.do_get(ticket).await.map_err(q)?
                     }
                     None => here.do_get(ticket).await.map_err(q)?,
@@ -136,21 +205,66 @@ impl Client {
     }
 }
 
-/// A channel to `url` (`grpc://host:port`, `grpc+tcp://…`, `http://…`).
-async fn channel(url: &str) -> Result<Channel, ClientError> {
-    let address = url
+/// The URL of the service a `[serve]` section describes, and the TLS its clients need.
+///
+/// # Errors
+/// The section's CA file missing or not PEM.
+pub fn served(
+    serve: &adisk_core::config::ServeSection,
+) -> Result<(String, ClientTls), adisk_core::tls::TlsError> {
+    match &serve.tls_ca {
+        Some(ca) => Ok((
+            format!("grpc+tls://{}", serve.address),
+            ClientTls::load(Some(ca), None)?,
+        )),
+        None => Ok((format!("grpc://{}", serve.address), ClientTls::default())),
+    }
+}
+
+/// Whether `url` asks for TLS (`grpc+tls://`, `https://`).
+pub fn is_tls(url: &str) -> bool {
+    url.starts_with("grpc+tls://") || url.starts_with("https://")
+}
+
+/// A channel to `url`: plaintext (`grpc://host:port`, `grpc+tcp://…`, `http://…`) or TLS
+/// (`grpc+tls://…`, `https://…`, the server checked against `tls`'s CA and the URL's host).
+async fn channel(url: &str, tls: &ClientTls) -> Result<Channel, ClientError> {
+    let plain = url
         .strip_prefix("grpc://")
         .or_else(|| url.strip_prefix("grpc+tcp://"))
-        .or_else(|| url.strip_prefix("http://"))
-        .filter(|a| a.contains(':'))
-        .ok_or_else(|| ClientError::BadUrl(url.to_string()))?;
-    Channel::from_shared(format!("http://{address}"))
+        .or_else(|| url.strip_prefix("http://"));
+    let secure = url
+        .strip_prefix("grpc+tls://")
+        .or_else(|| url.strip_prefix("https://"));
+    let (scheme, address) = match (plain, secure) {
+        (Some(a), _) => ("http", a),
+        (None, Some(a)) => ("https", a),
+        (None, None) => return Err(ClientError::BadUrl(url.to_string())),
+    };
+    if !address.contains(':') {
+        return Err(ClientError::BadUrl(url.to_string()));
+    }
+    let mut endpoint = Channel::from_shared(format!("{scheme}://{address}"))
         .map_err(|_| ClientError::BadUrl(url.to_string()))?
         .tcp_nodelay(true)
-        .connect()
-        .await
-        .map_err(|e| ClientError::Unreachable {
+        .connect_timeout(std::time::Duration::from_secs(10));
+    if scheme == "https" {
+        if !tls.has_ca() {
+            return Err(ClientError::NoCa(url.to_string()));
+        }
+        endpoint = endpoint
+            .tls_config(tls.config())
+            .map_err(|e| ClientError::Unreachable {
+                url: url.to_string(),
+                message: chain(&e),
+            })?;
+    }
+    endpoint.connect().await.map_err(|e| {
+        let message = chain(&e);
+        let hint = tls_hint(url, &message);
+        ClientError::Unreachable {
             url: url.to_string(),
-            message: e.to_string(),
-        })
+            message: format!("{message}{hint}"),
+        }
+    })
 }

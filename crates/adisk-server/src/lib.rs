@@ -17,13 +17,14 @@ use arrow_flight::flight_service_server::FlightServiceServer;
 /// Largest Flight message the server decodes (parameters, commands), bytes.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
 
-/// Serves `service` on `listener` until `shutdown` completes.
+/// Serves `service` on `listener` until `shutdown` completes, over TLS when `tls` is given.
 ///
 /// # Errors
-/// The transport failing.
+/// The transport failing; TLS material it cannot use.
 pub async fn serve(
     service: SqlService,
     listener: tokio::net::TcpListener,
+    tls: Option<&adisk_core::tls::ServiceTls>,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     // Small replies (FlightInfo, handshakes) must not wait for delayed ACKs: TCP_NODELAY; and
@@ -36,7 +37,11 @@ pub async fn serve(
             })
         },
     );
-    tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(t) = tls {
+        builder = builder.tls_config(t.server())?;
+    }
+    builder
         .add_service(FlightServiceServer::new(service).max_decoding_message_size(MAX_MESSAGE_BYTES))
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await

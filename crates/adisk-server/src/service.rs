@@ -8,7 +8,7 @@
 //! expires after [`HANDLE_TTL`]; at most [`MAX_HANDLES`] are open at once.
 use crate::auth::{AuthError, Tokens, Users};
 use adisk_core::protocol::InstallDisklet;
-use adisk_host::sql::{ClusterView, Planned, SqlEngine, SqlOptions};
+use adisk_host::sql::{ClusterView, Offload, Planned, SqlEngine, SqlOptions};
 use adisk_host::{Cluster, HostError};
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -448,9 +448,12 @@ impl SqlService {
             return Ok(v.clone());
         }
         let fresh = Arc::new(
-            ClusterView::fetch(&self.inner.cluster)
-                .await
-                .map_err(status)?,
+            ClusterView::fetch(
+                &self.inner.cluster,
+                self.inner.options.offload == Offload::Auto,
+            )
+            .await
+            .map_err(status)?,
         );
         *view = Some(fresh.clone());
         Ok(fresh)

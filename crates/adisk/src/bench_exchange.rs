@@ -11,7 +11,7 @@
 //!
 //! MB/s is Arrow IPC bytes shipped by the senders ÷ wall time at the host (10^6 bytes).
 use crate::CliError;
-use crate::local::{UpArgs, down, up};
+use crate::local::{OnOff, UpArgs, down, up};
 use adisk_core::config::ExchangeMode;
 use adisk_host::Cluster;
 use adisk_host::exchange::{ExchangeRun, Pattern};
@@ -36,6 +36,9 @@ pub struct ExchangeBenchArgs {
         default_value = "l_orderkey,l_partkey,l_suppkey,l_extendedprice,l_shipdate,l_comment"
     )]
     pub columns: Vec<String>,
+    /// TLS on the cluster's links (`on`, as `adisk up`), or `off` to measure what it costs.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tls: OnOff,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -106,6 +109,7 @@ pub async fn run(dir: &Path, a: ExchangeBenchArgs) -> Result<(), CliError> {
     }
     let args = UpArgs {
         memory_mib: 128,
+        tls: a.tls,
         ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;

@@ -11,6 +11,7 @@
 //! endpoints and in process: Arrow MB/s.
 use crate::CliError;
 use crate::local::{UpArgs, down, up};
+use adisk_core::tls::ClientTls;
 use adisk_host::Cluster;
 use adisk_host::sql::{SqlEngine, SqlOptions, tpch};
 use adisk_server::client::Client;
@@ -97,7 +98,8 @@ async fn bench(
         .serve
         .clone()
         .ok_or_else(|| CliError::Other("the cluster has no Flight SQL service".into()))?;
-    let url = format!("grpc://{}", serve.address);
+    let (url, tls) =
+        adisk_server::client::served(&serve).map_err(|e| CliError::Other(e.to_string()))?;
     let password_file = serve
         .admin_password_file
         .ok_or_else(|| CliError::Other("no admin password file".into()))?;
@@ -131,11 +133,11 @@ async fn bench(
         let sql: &'static str = tpch::query(*q)?;
         for &n in &a.clients {
             let deadline = Duration::from_secs(a.seconds);
-            let (url2, pw) = (url.clone(), password.clone());
+            let (url2, pw, tls2) = (url.clone(), password.clone(), tls.clone());
             let flight = measure(n, move |_| {
-                let (url, pw) = (url2.clone(), pw.clone());
+                let (url, pw, tls) = (url2.clone(), pw.clone(), tls2.clone());
                 async move {
-                    let mut c = Client::connect(&url, "admin", &pw)
+                    let mut c = Client::connect(&url, "admin", &pw, &tls)
                         .await
                         .map_err(|e| CliError::Other(e.to_string()))?;
                     let (start, mut lat) = (Instant::now(), Vec::new());
@@ -201,7 +203,7 @@ async fn bench(
                 );
             }
         }
-        interleaved(&cluster, &url, &password, sql, *q, a.seconds).await?;
+        interleaved(&cluster, (&url, &tls), &password, sql, *q, a.seconds).await?;
     }
     transfer(&cluster).await
 }
@@ -210,13 +212,13 @@ async fn bench(
 /// same moments of a noisy machine: p50 of each and their ratio.
 async fn interleaved(
     cluster: &Arc<Cluster>,
-    url: &str,
+    (url, tls): (&str, &ClientTls),
     password: &str,
     sql: &str,
     q: u32,
     seconds: u64,
 ) -> Result<(), CliError> {
-    let mut client = Client::connect(url, "admin", password)
+    let mut client = Client::connect(url, "admin", password, tls)
         .await
         .map_err(|e| CliError::Other(e.to_string()))?;
     let engine = SqlEngine::new(cluster.clone(), SqlOptions::default()).await?;
@@ -258,11 +260,13 @@ async fn interleaved(
 /// process over the same cluster, differing only in `Endpoints::per_disk`.
 async fn transfer(cluster: &Arc<Cluster>) -> Result<(), CliError> {
     let sql = "SELECT * FROM lineitem";
-    let one = local_service(cluster, false).await?;
-    let per_disk = local_service(cluster, true).await?;
+    let (one, tls) = local_service(cluster, false).await?;
+    let (per_disk, _) = local_service(cluster, true).await?;
     let other = |e: adisk_server::client::ClientError| CliError::Other(e.to_string());
-    let mut one_c = Client::connect(&one, "", "").await.map_err(other)?;
-    let mut disk_c = Client::connect(&per_disk, "", "").await.map_err(other)?;
+    let mut one_c = Client::connect(&one, "", "", &tls).await.map_err(other)?;
+    let mut disk_c = Client::connect(&per_disk, "", "", &tls)
+        .await
+        .map_err(other)?;
     let engine = SqlEngine::new(cluster.clone(), SqlOptions::default()).await?;
     let (mut t_one, mut t_disks, mut t_local) = (Vec::new(), Vec::new(), Vec::new());
     let (mut bytes, mut bytes_disks) = (0, 0);
@@ -315,8 +319,25 @@ fn arrow_bytes(batches: &[arrow::array::RecordBatch]) -> u64 {
         .sum::<u64>()
 }
 
-/// A Flight SQL service in this process over `cluster` (open access, loopback): its URL.
-async fn local_service(cluster: &Arc<Cluster>, per_disk: bool) -> Result<String, CliError> {
+/// A Flight SQL service in this process over `cluster` (open access, loopback; TLS with the
+/// host's certificate when the cluster's links use TLS): its URL and its clients' TLS.
+async fn local_service(
+    cluster: &Arc<Cluster>,
+    per_disk: bool,
+) -> Result<(String, ClientTls), CliError> {
+    let other = |e: adisk_core::tls::TlsError| CliError::Other(e.to_string());
+    let files = cluster.config().cluster.tls.clone();
+    let service_tls = files
+        .as_ref()
+        .map(|t| adisk_core::tls::ServiceTls::load(&t.cert, &t.key, None))
+        .transpose()
+        .map_err(other)?;
+    let client_tls = files
+        .as_ref()
+        .map(|t| ClientTls::load(Some(&t.ca), None))
+        .transpose()
+        .map_err(other)?
+        .unwrap_or_default();
     use adisk_server::{Access, Admission, Endpoints, SqlService};
     let service = SqlService::new(
         cluster.clone(),
@@ -337,10 +358,19 @@ async fn local_service(cluster: &Arc<Cluster>, per_disk: bool) -> Result<String,
     let address = listener
         .local_addr()
         .map_err(|e| CliError::Other(e.to_string()))?;
-    tokio::spawn(adisk_server::serve(
-        service,
-        listener,
-        futures::future::pending(),
-    ));
-    Ok(format!("grpc://{address}"))
+    let scheme = if service_tls.is_some() {
+        "grpc+tls"
+    } else {
+        "grpc"
+    };
+    tokio::spawn(async move {
+        adisk_server::serve(
+            service,
+            listener,
+            service_tls.as_ref(),
+            futures::future::pending(),
+        )
+        .await
+    });
+    Ok((format!("{scheme}://{address}"), client_tls))
 }

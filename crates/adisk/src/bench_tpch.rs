@@ -3,7 +3,8 @@
 //! `repeats` runs after one warm-up each, the three engines' runs interleaved query by query.
 //! Reports per-query times, ratios and data reduction.
 use crate::CliError;
-use crate::local::{UpArgs, down, up};
+use crate::local::{NetnsDisks, OnOff, UpArgs, down, up};
+use crate::netns::Net;
 use adisk_core::stats::human_bytes;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, report, tpch};
 use std::path::Path;
@@ -69,6 +70,84 @@ pub struct TpchBenchArgs {
     /// With `--levels`: the disk that does the host's combining work at `disks` and `auto`.
     #[arg(long)]
     pub central_unit: Option<u32>,
+    /// Several machines: each disk in a Linux network namespace on a bridge, and the host (this
+    /// benchmark) in one of its own, so that its link is a real one the kernel can shape
+    /// (`--link-mbit`). Needs root and iproute2.
+    #[arg(long)]
+    pub netns: bool,
+    /// With `--netns`: shape the host's link to this many Mbit/s each way (`tc tbf`); the
+    /// cost model is not told, it measures the link.
+    #[arg(long, requires = "netns")]
+    pub link_mbit: Option<u64>,
+    /// With `--netns`: the bridge's network is 10.SUBNET.0.0/24.
+    #[arg(long, default_value_t = 78)]
+    pub subnet: u8,
+    /// TLS on the cluster's links (`on`, as `adisk up`), or `off` to measure what it costs.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub tls: OnOff,
+    /// Set by `--netns` for the run inside the host's namespace: the disks' namespaces and
+    /// addresses (JSON).
+    #[arg(long, hide = true)]
+    pub netns_disks: Option<String>,
+}
+
+/// `--netns`: makes the namespaces (the host's link shaped to `--link-mbit`), runs this same
+/// benchmark inside the host's namespace, and removes them after.
+fn in_namespaces(a: &TpchBenchArgs) -> Result<(), CliError> {
+    let fail = |why: String| CliError::Other(format!("bench tpch --netns: {why}"));
+    let mut net = Net::make(a.disks as usize, a.subnet).map_err(fail)?;
+    net.add_host().map_err(fail)?;
+    if let Some(mbit) = a.link_mbit {
+        net.shape_host(&format!("{mbit}mbit")).map_err(fail)?;
+    }
+    let disks = a.disks as usize;
+    let plan = serde_json::json!({
+        "namespaces": (0..disks).map(|d| net.namespace(d)).collect::<Vec<_>>(),
+        "addresses": (0..disks).map(|d| format!("{}:7000", net.disk(d))).collect::<Vec<_>>(),
+    });
+    let exe = std::env::current_exe().map_err(|e| fail(e.to_string()))?;
+    eprintln!(
+        "host in namespace {} ({}), its link {}; disks at {}",
+        net.host_names().0,
+        net.host_in_namespace(),
+        a.link_mbit.map_or("unshaped".to_string(), |m| format!(
+            "shaped to {m} Mbit/s each way"
+        )),
+        plan["addresses"]
+    );
+    let status = std::process::Command::new("ip")
+        .args(["netns", "exec", &net.host_names().0])
+        .arg(exe)
+        .args(std::env::args_os().skip(1))
+        .arg("--netns-disks")
+        .arg(plan.to_string())
+        .status()
+        .map_err(|e| fail(format!("ip netns exec: {e}")))?;
+    drop(net);
+    match status.success() {
+        true => Ok(()),
+        false => Err(fail(format!("the run in the host's namespace {status}"))),
+    }
+}
+
+/// The disks' places from `--netns-disks`.
+fn netns_disks(json: &str) -> Result<NetnsDisks, CliError> {
+    let v: serde_json::Value =
+        serde_json::from_str(json).map_err(|e| CliError::Other(format!("--netns-disks: {e}")))?;
+    let list = |key: &str| -> Vec<String> {
+        v[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    Ok(NetnsDisks {
+        namespaces: list("namespaces"),
+        addresses: list("addresses"),
+    })
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -169,6 +248,9 @@ impl Samples {
 }
 
 pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
+    if a.netns && a.netns_disks.is_none() {
+        return in_namespaces(&a);
+    }
     let repeats = a.repeats.max(1);
     let queries: Vec<u32> = if a.queries.is_empty() {
         (1..=22).collect()
@@ -189,6 +271,8 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         disk_read_mbps: a.disk_read_mbps,
         compression: a.compression,
         exchange: a.exchange,
+        netns: a.netns_disks.as_deref().map(netns_disks).transpose()?,
+        tls: a.tls,
         ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;
@@ -344,9 +428,10 @@ async fn levels_table(
         "unthrottled".into()
     };
     println!(
-        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, exchange {}{}, median of {}",
+        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, TLS {:?}, exchange {}{}, median of {}",
         a.sf,
         a.disks,
+        a.tls,
         a.exchange,
         a.central_unit
             .map(|c| format!(", central unit disk {c}"))
@@ -365,8 +450,17 @@ async fn levels_table(
     for l in levels.iter().skip(1) {
         header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
     }
+    let auto = levels.iter().position(|l| l.as_str() == "auto");
+    if auto.is_some() {
+        header += &format!(" {:>10}", "auto/best");
+        println!(
+            "auto plans with: {}",
+            cluster.link_figures().await.describe()
+        );
+    }
     println!("{header}");
     let mut totals = vec![0.0; levels.len()];
+    let mut auto_ratios = Vec::new();
     for (n, sql) in queries.iter().zip(texts) {
         eprintln!("Q{n:02} …");
         let mut samples: Vec<(Vec<f64>, report::Links)> =
@@ -397,6 +491,15 @@ async fn levels_table(
         for m in medians.iter().skip(1) {
             line += &format!(" {:>10.2}", medians[0] / m);
         }
+        if let Some(ai) = auto {
+            let best = (medians.iter().enumerate())
+                .filter(|(i, _)| *i != ai)
+                .map(|(_, m)| *m)
+                .fold(f64::INFINITY, f64::min);
+            let ratio = medians[ai] / best;
+            auto_ratios.push(ratio);
+            line += &format!(" {ratio:>10.2}");
+        }
         println!("{line}");
     }
     let mut line = format!("{:<5}", "total");
@@ -410,5 +513,14 @@ async fn levels_table(
     println!(
         "_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once."
     );
+    if !auto_ratios.is_empty() {
+        let within = auto_ratios.iter().filter(|r| **r <= 1.25).count();
+        let worst = auto_ratios.iter().copied().fold(0.0, f64::max);
+        println!(
+            "auto within 1.25x of the fastest other level on {within} of {} queries (worst {worst:.2}x); auto's figures at the end: {}",
+            auto_ratios.len(),
+            cluster.link_figures().await.describe()
+        );
+    }
     Ok(())
 }

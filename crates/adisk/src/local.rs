@@ -127,13 +127,24 @@ pub struct UpArgs {
     /// who reaches the port: a local demo only).
     #[arg(long, default_value = "users")]
     pub serve_auth: String,
-    /// TLS on every link between the host and the disks and between disks (rustls): makes
-    /// the cluster's CA and each member's certificate under DIR/tls (kept across restarts).
-    #[arg(long)]
-    pub tls: bool,
+    /// TLS (rustls) on every link between the host and the disks and between disks, and on
+    /// the Flight SQL service: `on` (the default) makes the cluster's CA and each member's
+    /// certificate under DIR/tls (kept across restarts); `off` is plaintext, for experiments
+    /// only (users' passwords, tokens and all data cross the network readable).
+    #[arg(long, value_enum, default_value_t = OnOff::On, num_args = 0..=1, default_missing_value = "on")]
+    pub tls: OnOff,
     /// Each disk in its own network namespace with its own address (`adisk chaos --netns`).
     #[arg(skip)]
     pub netns: Option<NetnsDisks>,
+}
+
+/// A setting that is on or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// Where disks run when each is its own machine: disk `d` in namespace `namespaces[d]`,
@@ -172,7 +183,7 @@ impl UpArgs {
             router_mbps: 0,
             no_serve: true,
             serve_auth: "users".into(),
-            tls: false,
+            tls: OnOff::On,
             netns: None,
         }
     }
@@ -330,8 +341,14 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
         Some(cluster_key(&dir)?)
     };
     let tls_files = match args.tls {
-        true => Some(local_tls(&dir, args.disks)?),
-        false => None,
+        OnOff::On => Some(local_tls(&dir, &member_hosts(args))?),
+        OnOff::Off => {
+            eprintln!(
+                "WARNING: --tls off: the cluster's links and its Flight SQL service are plaintext \
+                 (passwords, tokens and data readable on the network); for experiments only"
+            );
+            None
+        }
     };
     let mut children = Vec::new();
     for id in 0..args.disks {
@@ -395,7 +412,8 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     config.save(&config_path)?;
     if !args.no_serve {
         // The service reads the cluster.toml just written; its own section is added after.
-        match crate::serve_cmd::start_managed(&exe, &dir, &args.serve_auth).await {
+        let ca = tls_files.as_ref().map(|t| t.ca.as_path());
+        match crate::serve_cmd::start_managed(&exe, &dir, &args.serve_auth, ca).await {
             Ok(serve) => config.serve = Some(serve),
             Err(e) => {
                 let _ = std::fs::remove_file(&config_path);
@@ -713,9 +731,27 @@ pub async fn restart_disk(
 /// Where a local cluster keeps its TLS files.
 const TLS_DIR: &str = "tls";
 
+/// Each member's certificate name and the addresses clients reach it at: the host (its Flight
+/// SQL service listens on 127.0.0.1) and each disk (its per-disk endpoints).
+fn member_hosts(args: &UpArgs) -> Vec<(String, Vec<String>)> {
+    let local = || vec!["127.0.0.1".to_string(), "localhost".to_string()];
+    let disk = |d: u32| match args.netns.as_ref().and_then(|n| n.of(d)) {
+        Some((_, address)) => vec![
+            address
+                .rsplit_once(':')
+                .map_or(address, |a| a.0)
+                .to_string(),
+        ],
+        None => local(),
+    };
+    std::iter::once(("host".to_string(), local()))
+        .chain((0..args.disks).map(|d| (format!("disk-{d}"), disk(d))))
+        .collect()
+}
+
 /// The local cluster's CA and its members' certificates under `dir/tls` (those missing are
 /// made; existing ones are kept, as the cluster's key is): the host's files.
-fn local_tls(dir: &Path, disks: u32) -> Result<TlsFiles, CliError> {
+fn local_tls(dir: &Path, members: &[(String, Vec<String>)]) -> Result<TlsFiles, CliError> {
     let tls = dir.join(TLS_DIR);
     let other = |e: adisk_core::tls::CertError| CliError::Other(e.to_string());
     if !tls.join("ca.pem").exists() {
@@ -723,10 +759,9 @@ fn local_tls(dir: &Path, disks: u32) -> Result<TlsFiles, CliError> {
         crate::cert_cmd::write_pair(&tls, "ca", &ca)?;
     }
     let ca = crate::cert_cmd::read_authority(&tls)?;
-    let names = std::iter::once("host".to_string()).chain((0..disks).map(|d| format!("disk-{d}")));
-    for name in names {
+    for (name, hosts) in members {
         if !tls.join(format!("{name}.pem")).exists() {
-            let own = adisk_core::tls::issue(&ca, &name, &[]).map_err(other)?;
+            let own = adisk_core::tls::issue(&ca, name, hosts).map_err(other)?;
             crate::cert_cmd::write_pair(&tls, &name, &own)?;
         }
     }
@@ -784,7 +819,12 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     }
     if let Some(serve) = &config.serve {
         s.push_str(&format!(
-            "  Flight SQL service at grpc://{} (pid {}{}){}\n",
+            "  Flight SQL service at {}://{} (pid {}{}){}{}\n",
+            if serve.tls_ca.is_some() {
+                "grpc+tls"
+            } else {
+                "grpc"
+            },
             serve.address,
             serve.pid.unwrap_or(0),
             match &serve.metrics_address {
@@ -793,6 +833,10 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
             },
             match &serve.admin_password_file {
                 Some(f) => format!("; user admin, password in {}", f.display()),
+                None => String::new(),
+            },
+            match &serve.tls_ca {
+                Some(ca) => format!("; its CA certificate is {}", ca.display()),
                 None => String::new(),
             }
         ));

@@ -23,17 +23,23 @@ pub struct Net {
     tag: String,
     subnet: u8,
     disks: usize,
+    /// Whether the host has a namespace of its own ([`Net::add_host`]).
+    host_ns: bool,
 }
 
 impl Net {
     /// Makes the bridge (network `10.subnet.0.0/24`) and the namespaces; on failure removes
     /// what it made and says what could not be made.
     pub fn make(disks: usize, subnet: u8) -> Result<Net, String> {
-        let tag = format!("{:x}", std::process::id() % 0xfffff);
+        // Unique per process and per net made in it (tests make several at once).
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 10;
+        let tag = format!("{:x}{n}", std::process::id() % 0xfffff);
         let mut net = Net {
             tag,
             subnet,
             disks: 0,
+            host_ns: false,
         };
         let bridge = net.bridge();
         if !ip(&["link", "add", &bridge, "type", "bridge"]) {
@@ -71,6 +77,73 @@ impl Net {
             Ok(())
         } else {
             Err(format!("cannot make network namespace {ns}"))
+        }
+    }
+
+    /// Gives the host a namespace of its own on the bridge, at [`Net::host_in_namespace`]'s
+    /// address, so that its link can be shaped like a machine's ([`Net::shape_host`]).
+    pub fn add_host(&mut self) -> Result<(), String> {
+        let (ns, veth, peer) = self.host_names();
+        let address = format!("{}/24", self.host_in_namespace());
+        self.host_ns = true;
+        let made = ip(&["netns", "add", &ns])
+            && ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])
+            && ip(&["link", "set", &peer, "netns", &ns])
+            && ip(&["link", "set", &veth, "master", &self.bridge()])
+            && ip(&["link", "set", &veth, "up"])
+            && ip(&["-n", &ns, "addr", "add", &address, "dev", &peer])
+            && ip(&["-n", &ns, "link", "set", &peer, "up"])
+            && ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        if made {
+            Ok(())
+        } else {
+            Err(format!("cannot make the host's network namespace {ns}"))
+        }
+    }
+
+    /// The host's namespace, its veth's end on the bridge and its end inside the namespace.
+    pub fn host_names(&self) -> (String, String, String) {
+        (
+            format!("adns{}-h", self.tag),
+            format!("adv{}h", self.tag),
+            format!("adp{}h", self.tag),
+        )
+    }
+
+    /// The host's address inside its own namespace.
+    pub fn host_in_namespace(&self) -> String {
+        format!("10.{}.0.2", self.subnet)
+    }
+
+    /// Shapes the host's link (both directions) to `rate` (a `tc` rate such as `100mbit`)
+    /// with token buckets: what reaches the host on the bridge's end of its veth, what it
+    /// sends on its own end.
+    pub fn shape_host(&self, rate: &str) -> Result<(), String> {
+        let (ns, veth, peer) = self.host_names();
+        let burst = tbf_burst(rate);
+        let tbf = ["tbf", "rate", rate, "burst", &burst, "latency", "100ms"];
+        let inbound = [&["tc", "qdisc", "replace", "dev", &veth, "root"][..], &tbf].concat();
+        let outbound = [
+            &[
+                "ip", "netns", "exec", &ns, "tc", "qdisc", "replace", "dev", &peer, "root",
+            ][..],
+            &tbf,
+        ]
+        .concat();
+        let run = |argv: &[&str]| {
+            std::process::Command::new(argv[0])
+                .args(&argv[1..])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if run(&inbound) && run(&outbound) {
+            Ok(())
+        } else {
+            Err(format!(
+                "tc on the host's link {veth}/{peer} failed (is `tc` installed?)"
+            ))
         }
     }
 
@@ -151,6 +224,31 @@ impl Drop for Net {
             ip(&["link", "del", &veth]);
             ip(&["netns", "del", &ns]);
         }
+        if self.host_ns {
+            let (ns, veth, _) = self.host_names();
+            ip(&["link", "del", &veth]);
+            ip(&["netns", "del", &ns]);
+        }
         ip(&["link", "del", &self.bridge()]);
     }
+}
+
+/// A token bucket's burst for `rate` (`100mbit`, `10gbit`, …): 10 ms of it, at least 32 kbit
+/// (a bucket smaller than a few packets cannot reach its rate).
+fn tbf_burst(rate: &str) -> String {
+    let lower = rate.to_ascii_lowercase();
+    let (number, unit) = lower.split_at(
+        lower
+            .find(|c: char| c.is_ascii_alphabetic())
+            .unwrap_or(lower.len()),
+    );
+    let per_sec: f64 = number.parse::<f64>().unwrap_or(0.0)
+        * match unit {
+            "kbit" => 1e3,
+            "mbit" => 1e6,
+            "gbit" => 1e9,
+            _ => 1.0,
+        };
+    let bits = (per_sec / 100.0).max(32e3);
+    format!("{}kbit", (bits / 1e3).ceil() as u64)
 }

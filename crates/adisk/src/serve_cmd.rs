@@ -51,12 +51,85 @@ pub struct ServeArgs {
     /// How long a per-disk endpoint's ticket stays valid, seconds (1 to 3600).
     #[arg(long, default_value_t = 120)]
     pub endpoint_ttl_secs: u64,
+    /// TLS of the service: `auto` (on with --tls-cert, or with the host's certificate of
+    /// `[cluster.tls]`; plaintext, with a warning, when there is neither), `on` (refuses to
+    /// start without a certificate), `off` (plaintext; for experiments only).
+    #[arg(long, value_enum, default_value_t = ServeTls::Auto)]
+    pub tls: ServeTls,
+    /// The service's certificate (PEM; default: the host's of `[cluster.tls]`). It must name
+    /// the host names or addresses clients connect to (`adisk cert issue host --host …`).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Mutual TLS: clients must show a certificate signed by this CA (PEM); others are refused
+    /// during the handshake. Users still log in.
+    #[arg(long)]
+    pub tls_client_ca: Option<PathBuf>,
     /// Started by `adisk up`: hold `DIR/serve.lock` (naming this process) so that `adisk
     /// down` stops only this server.
     #[arg(long, hide = true)]
     pub managed: bool,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+/// `adisk serve --tls`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ServeTls {
+    /// On when a certificate is at hand.
+    Auto,
+    /// On; no certificate is an error.
+    On,
+    /// Plaintext.
+    Off,
+}
+
+/// The service's TLS from its arguments and the cluster's `[cluster.tls]` (None: plaintext,
+/// said on standard error).
+fn service_tls(
+    a: &ServeArgs,
+    cluster: &adisk_host::cluster::Cluster,
+) -> Result<Option<adisk_core::tls::ServiceTls>, CliError> {
+    let warn = |why: &str| {
+        eprintln!(
+            "WARNING: {why}: the Flight SQL service on {} is plaintext (passwords, tokens and \
+             results readable on the network); for experiments only",
+            a.listen
+        );
+    };
+    let given = a.tls_cert.as_ref().zip(a.tls_key.as_ref());
+    let files = given.map(|(c, k)| (c.clone(), k.clone())).or_else(|| {
+        let t = cluster.config().cluster.tls.as_ref()?;
+        Some((t.cert.clone(), t.key.clone()))
+    });
+    match (a.tls, files) {
+        (ServeTls::Off, _) if given.is_some() || a.tls_client_ca.is_some() => Err(CliError::Other(
+            "--tls off with --tls-cert or --tls-client-ca: choose one".into(),
+        )),
+        (ServeTls::Off, _) => {
+            warn("--tls off");
+            Ok(None)
+        }
+        (ServeTls::On, None) => Err(CliError::Other(
+            "--tls on: no certificate (give --tls-cert and --tls-key, or set [cluster.tls] in cluster.toml)"
+                .into(),
+        )),
+        (ServeTls::Auto, None) if a.tls_client_ca.is_some() => Err(CliError::Other(
+            "--tls-client-ca: the service has no certificate of its own (--tls-cert, --tls-key)"
+                .into(),
+        )),
+        (ServeTls::Auto, None) => {
+            warn("no certificate (--tls-cert, or [cluster.tls] in cluster.toml)");
+            Ok(None)
+        }
+        (_, Some((cert, key))) => {
+            adisk_core::tls::ServiceTls::load(&cert, &key, a.tls_client_ca.as_deref())
+                .map(Some)
+                .map_err(|e| CliError::Other(e.to_string()))
+        }
+    }
 }
 
 /// The lock a server started by `adisk up` holds in the cluster directory.
@@ -124,6 +197,7 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         }
     };
     let cluster = Arc::new(crate::connect(dir).await?);
+    let tls = service_tls(&a, &cluster)?;
     let options = SqlOptions {
         result_cap_bytes: Some(a.max_result_mib.max(1) << 20),
         ..a.engine.options(a.engine.offload()?)
@@ -174,9 +248,14 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         std::fs::write(f, address.to_string())
             .map_err(|e| CliError::Other(format!("{}: {e}", f.display())))?;
     }
+    let scheme = if tls.is_some() { "grpc+tls" } else { "grpc" };
     println!(
-        "serving Arrow Flight SQL on grpc://{address} (cluster {})",
-        dir.display()
+        "serving Arrow Flight SQL on {scheme}://{address} (cluster {}{})",
+        dir.display(),
+        match &tls {
+            Some(t) if t.mutual() => "; clients show a certificate",
+            _ => "",
+        }
     );
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| CliError::Other(format!("installing a SIGTERM handler: {e}")))?;
@@ -186,7 +265,7 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
             _ = term.recv() => {}
         }
     };
-    adisk_server::serve(service, listener, shutdown)
+    adisk_server::serve(service, listener, tls.as_ref(), shutdown)
         .await
         .map_err(|e| CliError::Other(format!("serving: {e}")))
 }
@@ -263,6 +342,7 @@ pub async fn start_managed(
     exe: &Path,
     dir: &Path,
     auth: &str,
+    tls_ca: Option<&Path>,
 ) -> Result<adisk_core::config::ServeSection, CliError> {
     use std::os::unix::process::CommandExt;
     if auth != "users" && auth != "none" {
@@ -288,6 +368,7 @@ pub async fn start_managed(
         .arg(dir)
         .args(["serve", "--managed", "--auth", auth, "--port-file"])
         .arg(&port_file)
+        .args(["--tls", if tls_ca.is_some() { "on" } else { "off" }])
         .arg("--metrics-port-file")
         .arg(&metrics_file)
         .stdin(std::process::Stdio::null())
@@ -326,6 +407,7 @@ pub async fn start_managed(
         pid: Some(child.id()),
         users_file: (auth == "users").then(|| dir.join("users.toml")),
         admin_password_file: (auth == "users" && password.exists()).then_some(password),
+        tls_ca: tls_ca.map(Path::to_path_buf),
     })
 }
 

@@ -99,10 +99,21 @@ pub struct SqlArgs {
 /// Where a command reaches a running Flight SQL service instead of working in this process.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ConnectArgs {
-    /// Run on the running Flight SQL service at this URL (`grpc://HOST:PORT`, or `serve`:
-    /// the one `adisk up` started, from `cluster.toml`) instead of in this process.
+    /// Run on the running Flight SQL service at this URL (`grpc+tls://HOST:PORT`,
+    /// `grpc://HOST:PORT` for a plaintext one, or `serve`: the one `adisk up` started, from
+    /// `cluster.toml`) instead of in this process.
     #[arg(long)]
     pub connect: Option<String>,
+    /// For `grpc+tls://`: the CA certificate that signed the service's certificate (default:
+    /// `[serve]`'s `tls_ca`, else `[cluster.tls]`'s `ca`, of `cluster.toml`).
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
+    /// For a service that wants client certificates (mutual TLS): this client's certificate.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// User name for `--connect`.
     #[arg(long, default_value = "admin")]
     pub user: String,
@@ -124,11 +135,14 @@ impl ConnectArgs {
         let Some(url) = &self.connect else {
             return Ok(None);
         };
-        let serve = adisk_core::config::ClusterConfig::load(&dir.join("cluster.toml"))
-            .ok()
-            .and_then(|c| c.serve);
+        let config = adisk_core::config::ClusterConfig::load(&dir.join("cluster.toml")).ok();
+        let serve = config.as_ref().and_then(|c| c.serve.clone());
         let url = match (url.as_str(), &serve) {
-            ("serve", Some(s)) => format!("grpc://{}", s.address),
+            ("serve", Some(s)) => {
+                adisk_server::client::served(s)
+                    .map_err(|e| CliError::Other(e.to_string()))?
+                    .0
+            }
             ("serve", None) => {
                 return Err(CliError::Other(format!(
                     "--connect serve: no Flight SQL service in {} (adisk up starts one)",
@@ -149,7 +163,15 @@ impl ConnectArgs {
             })?;
         let password = std::fs::read_to_string(&file)
             .map_err(|e| CliError::Other(format!("{}: {e}", file.display())))?;
-        let client = adisk_server::client::Client::connect(&url, &self.user, password.trim())
+        let ca = self.tls_ca.clone().or_else(|| {
+            let config = config.as_ref()?;
+            let from_serve = config.serve.as_ref().and_then(|s| s.tls_ca.clone());
+            from_serve.or_else(|| config.cluster.tls.as_ref().map(|t| t.ca.clone()))
+        });
+        let identity = self.tls_cert.as_deref().zip(self.tls_key.as_deref());
+        let tls = adisk_core::tls::ClientTls::load(ca.as_deref(), identity)
+            .map_err(|e| CliError::Other(e.to_string()))?;
+        let client = adisk_server::client::Client::connect(&url, &self.user, password.trim(), &tls)
             .await
             .map_err(|e| CliError::Other(e.to_string()))?;
         Ok(Some(client))

@@ -96,12 +96,7 @@ async fn a_job_spec_too_large_for_the_budget_is_refused() {
     ok(dir, &["up", "--disks", "1", "--memory-mib", "64"]);
     let _down = Down(dir);
     let key = ClusterKey::load(&dir.join(adisk_core::auth::KEY_FILE)).unwrap();
-    let channel =
-        tonic::transport::Endpoint::from_shared(format!("http://{}", common::disk_address(dir, 0)))
-            .unwrap()
-            .connect()
-            .await
-            .unwrap();
+    let channel = common::disk_channel(dir, &common::disk_address(dir, 0)).await;
     let mut client = FlightClient::new(channel);
     client.add_header(HEADER, &key.header()).unwrap();
     // 64 MiB / 16 = 4 MiB: a spec carrying a 5 MB expression is refused before the expression

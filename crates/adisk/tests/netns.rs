@@ -85,6 +85,19 @@ fn start_disks(dir: &Path, net: &Net, children: &mut Children, disks: usize) {
         let (ns, _, _) = net.names(d);
         let data = dir.join(format!("disk-{d}"));
         std::fs::create_dir_all(&data).unwrap();
+        // With certificates under DIR/tls (made as docs/deploy.md says), over TLS.
+        let tls = dir.join("tls");
+        let tls_args: Vec<String> = match tls.join("ca.pem").exists() {
+            true => vec![
+                "--tls-ca".into(),
+                tls.join("ca.pem").display().to_string(),
+                "--tls-cert".into(),
+                tls.join(format!("disk-{d}.pem")).display().to_string(),
+                "--tls-key".into(),
+                tls.join(format!("disk-{d}.key")).display().to_string(),
+            ],
+            false => vec![],
+        };
         let child = Command::new("ip")
             .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_adisk"), "--dir"])
             .arg(&data)
@@ -93,6 +106,7 @@ fn start_disks(dir: &Path, net: &Net, children: &mut Children, disks: usize) {
             .arg(dir.join("cluster.key"))
             .arg("--members")
             .arg(dir.join("cluster.toml"))
+            .args(&tls_args)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(dir.join(format!("disk-{d}.log"))).unwrap())
             .spawn()
@@ -146,6 +160,107 @@ fn tpch_across_network_namespaces_via_host_and_direct() {
     cluster_toml(dir, &net, disks, "direct", 0);
     common::check_tpch(dir, "auto", "across namespaces");
     slow_links_and_cuts(dir, &net, disks);
+}
+
+/// Several machines over TLS, set up as docs/deploy.md says (`adisk cert`, `[cluster.tls]`,
+/// `adisk disk --tls-*`, `adisk serve` on the host's address): the ADBC driver runs all 22
+/// TPC-H queries through the Flight SQL service over `grpc+tls`, each equal to DuckDB on the
+/// same files, and reads a result from the disks' own `grpc+tls` endpoints.
+#[test]
+fn tpch_through_adbc_over_tls_across_namespaces() {
+    let disks = 2;
+    let net = match Net::make(disks, subnet().wrapping_add(1)) {
+        Ok(net) => net,
+        Err(why) => {
+            eprintln!("skipped: {why}");
+            return;
+        }
+    };
+    let mut children = Children(Vec::new());
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let tls = dir.join("tls");
+    let t = tls.to_str().unwrap();
+    ok(dir, &["cert", "ca", "--cluster", "netns", "--out", t]);
+    let issue = |name: &str, host: &str| {
+        ok(
+            dir,
+            &[
+                "cert", "issue", "--ca", t, "--name", name, "--host", host, "--out", t,
+            ],
+        );
+    };
+    issue("host", &net.host());
+    for d in 0..disks {
+        issue(&format!("disk-{d}"), &net.disk(d));
+    }
+    cluster_toml(dir, &net, disks, "direct", 0);
+    let mut toml = std::fs::read_to_string(dir.join("cluster.toml")).unwrap();
+    toml.push_str(&format!(
+        "\n[cluster.tls]\nca = \"{t}/ca.pem\"\ncert = \"{t}/host.pem\"\nkey = \"{t}/host.key\"\n"
+    ));
+    std::fs::write(dir.join("cluster.toml"), toml).unwrap();
+    start_disks(dir, &net, &mut children, disks);
+    ok(dir, &["load", "tpch", "--sf", "0.01"]);
+    let port_file = dir.join("serve.address");
+    let serve = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["serve", "--metrics-listen", "off", "--listen"])
+        .arg(format!("{}:0", net.host()))
+        .arg("--port-file")
+        .arg(&port_file)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("serve.log")).unwrap())
+        .spawn()
+        .unwrap();
+    children.0.push(serve);
+    common::wait_until(
+        "adisk serve to listen",
+        std::time::Duration::from_secs(60),
+        || std::fs::read_to_string(&port_file).is_ok_and(|a| !a.is_empty()),
+    );
+    let address = std::fs::read_to_string(&port_file).unwrap();
+    adbc_tpch_over_tls(dir, &format!("grpc+tls://{address}"), disks);
+}
+
+/// The ADBC client's report for all 22 TPC-H queries at `url`, checked.
+fn adbc_tpch_over_tls(dir: &Path, url: &str, disks: usize) {
+    let queries: serde_json::Map<String, serde_json::Value> = (1..=22)
+        .map(|n| {
+            let sql = adisk_host::sql::tpch::query(n).expect("a TPC-H query");
+            (format!("q{n}"), serde_json::Value::from(sql))
+        })
+        .collect();
+    let file = dir.join("queries.json");
+    std::fs::write(&file, serde_json::to_vec(&queries).unwrap()).unwrap();
+    let password = std::fs::read_to_string(dir.join("admin.password")).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/adbc_client.py");
+    let out = Command::new(std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into()))
+        .arg(script)
+        .arg(url)
+        .arg(dir)
+        .arg(password.trim())
+        .arg(&file)
+        .arg("SELECT l_orderkey, l_extendedprice FROM lineitem WHERE l_quantity < 3")
+        .env("ADISK_TLS_CA", dir.join("tls/ca.pem"))
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "the ADBC client failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = common::json(&String::from_utf8_lossy(&out.stdout));
+    for n in 1..=22 {
+        let r = &report["queries"][format!("q{n}")];
+        assert_eq!(r["equal"], true, "Q{n} through ADBC over TLS: {r}");
+    }
+    let p = &report["partitions"];
+    assert_eq!(p["count"], disks, "{p}");
+    assert_eq!(p["equal"], true, "{p}");
+    let at = p["locations"].to_string();
+    assert!(at.contains("grpc+tls://10."), "{at}");
 }
 
 const GROUP_BY: &str = "SELECT l_comment, count(*) AS n, sum(l_quantity) AS q FROM lineitem GROUP BY l_comment ORDER BY n DESC, l_comment LIMIT 20";

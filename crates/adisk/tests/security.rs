@@ -26,12 +26,30 @@ impl Drop for Down<'_> {
     }
 }
 
-async fn client(address: &str, token: Option<String>) -> FlightClient {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+/// A disk as a process on this machine reaches it: its address, and the cluster's CA when its
+/// links use TLS (`adisk up`'s default; no client certificate, so only keys stand in the way).
+struct Disk {
+    address: String,
+    ca: Option<std::path::PathBuf>,
+}
+
+impl Disk {
+    fn of(dir: &Path, d: usize) -> Self {
+        Disk {
+            address: common::disk_address(dir, d),
+            ca: common::cluster_ca(dir),
+        }
+    }
+}
+
+async fn client(disk: &Disk, token: Option<String>) -> FlightClient {
+    let scheme = if disk.ca.is_some() {
+        "grpc+tls"
+    } else {
+        "grpc"
+    };
+    let url = format!("{scheme}://{}", disk.address);
+    let channel = common::channel_to(&url, disk.ca.as_deref()).await;
     let mut c = FlightClient::new(channel);
     if let Some(t) = token {
         c.add_header(HEADER, &t).unwrap();
@@ -47,7 +65,12 @@ fn code<T: std::fmt::Debug>(r: Result<T, FlightError>) -> tonic::Code {
     }
 }
 
-async fn action_code(address: &str, token: Option<String>, name: &str, body: &[u8]) -> tonic::Code {
+async fn action_code(
+    address: &Disk,
+    token: Option<String>,
+    name: &str,
+    body: &[u8],
+) -> tonic::Code {
     let mut c = client(address, token).await;
     let r = match c.do_action(Action::new(name, body.to_vec())).await {
         Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
@@ -75,7 +98,7 @@ fn scan(table: &str, sink: Sink) -> JobSpec {
     )
 }
 
-async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic::Code {
+async fn get_code(address: &Disk, token: Option<String>, spec: &JobSpec) -> tonic::Code {
     let mut c = client(address, token).await;
     let r = match c.do_get(Ticket::new(spec.to_bytes())).await {
         Ok(s) => s.try_collect::<Vec<_>>().await.map(|_| ()),
@@ -85,7 +108,7 @@ async fn get_code(address: &str, token: Option<String>, spec: &JobSpec) -> tonic
 }
 
 /// A forged `nation` row sent as a load.
-async fn forged_load(address: &str, token: Option<String>) -> tonic::Code {
+async fn forged_load(address: &Disk, token: Option<String>) -> tonic::Code {
     let schema = Arc::new(Schema::new(vec![
         Field::new("n_nationkey", DataType::Int32, false),
         Field::new("n_name", DataType::Utf8, false),
@@ -129,7 +152,7 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
     let _down = Down(dir);
     ok(dir, &["load", "tpch", "--sf", "0.01"]);
     let before = nation_count(dir);
-    let address = common::disk_address(dir, 0);
+    let address = Disk::of(dir, 0);
     let unauth = tonic::Code::Unauthenticated;
 
     // Without credentials, every kind of request is refused.

@@ -5,8 +5,8 @@
 mod common;
 
 use arrow_flight::sql::client::FlightSqlServiceClient;
-use common::{TpchCluster, wait_until};
-use std::path::Path;
+use common::{TpchCluster, channel_to, cluster_ca, disk_channel, wait_until};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -15,6 +15,8 @@ struct Server {
     child: Child,
     address: String,
     password: String,
+    /// The CA of its certificate when it serves TLS (`adisk up`'s default).
+    ca: Option<PathBuf>,
 }
 
 impl Server {
@@ -38,10 +40,35 @@ impl Server {
             .expect("adisk serve made the admin user")
             .trim()
             .to_string();
+        let off = args.windows(2).any(|w| w == ["--tls", "off"]);
         Server {
             child,
             address: std::fs::read_to_string(&port_file).unwrap(),
             password,
+            ca: cluster_ca(dir).filter(|_| !off),
+        }
+    }
+
+    /// Its URL: `grpc+tls://…` or `grpc://…`.
+    fn url(&self) -> String {
+        let scheme = if self.ca.is_some() {
+            "grpc+tls"
+        } else {
+            "grpc"
+        };
+        format!("{scheme}://{}", self.address)
+    }
+
+    /// A new connection to it.
+    async fn channel(&self) -> tonic::transport::Channel {
+        channel_to(&self.url(), self.ca.as_deref()).await
+    }
+
+    /// `command` with `ADISK_TLS_CA` set to its CA (the oracle clients read it).
+    fn with_ca<'c>(&self, command: &'c mut Command) -> &'c mut Command {
+        match &self.ca {
+            Some(ca) => command.env("ADISK_TLS_CA", ca),
+            None => command.env_remove("ADISK_TLS_CA"),
         }
     }
 }
@@ -71,9 +98,10 @@ fn adbc_and_jdbc_clients_log_in_list_tables_and_query_like_duckdb() {
     let file = c.dir().join("queries.json");
     std::fs::write(&file, serde_json::to_vec(&queries).unwrap()).unwrap();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/adbc_client.py");
-    let out = Command::new(python())
+    let out = server
+        .with_ca(&mut Command::new(python()))
         .arg(script)
-        .arg(format!("grpc://{}", server.address))
+        .arg(server.url())
         .arg(c.dir())
         .arg(&server.password)
         .arg(&file)
@@ -156,7 +184,8 @@ fn jdbc_client_answers_like_duckdb(dir: &Path, server: &Server) {
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/JdbcClient.java");
     let (host, port) = server.address.rsplit_once(':').unwrap();
     let java = |password: &str| {
-        let out = Command::new("java")
+        let out = server
+            .with_ca(&mut Command::new("java"))
             .args(["--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", &jar])
             .arg(&source)
             .args([host, port, "admin", password])
@@ -226,9 +255,10 @@ fn question_mark_parameters_bind_through_adbc_and_jdbc() {
     let c = TpchCluster::start("0.01", 1);
     let server = Server::start(c.dir(), &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/adbc_placeholders.py");
-    let out = Command::new(python())
+    let out = server
+        .with_ca(&mut Command::new(python()))
         .arg(script)
-        .arg(format!("grpc://{}", server.address))
+        .arg(server.url())
         .arg(c.dir())
         .arg(&server.password)
         .output()
@@ -270,7 +300,8 @@ fn jdbc_question_marks_answer_like_duckdb(dir: &Path, server: &Server) {
     );
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/JdbcPlaceholders.java");
     let (host, port) = server.address.rsplit_once(':').unwrap();
-    let out = Command::new("java")
+    let out = server
+        .with_ca(&mut Command::new("java"))
         .args(["--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", &jar])
         .arg(&source)
         .args([host, port, "admin", &server.password])
@@ -328,11 +359,7 @@ const PARTS_SQL: &str = "SELECT l_orderkey, l_extendedprice FROM lineitem WHERE 
 async fn requests_without_valid_credentials_are_refused() {
     let c = TpchCluster::start("0.01", 1);
     let server = Server::start(c.dir(), &[]);
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connects");
+    let channel = server.channel().await;
     let mut client = FlightSqlServiceClient::new(channel.clone());
     let err = client.execute("SELECT 1".into(), None).await.unwrap_err();
     assert!(err.to_string().contains("no credentials"), "{err}");
@@ -386,11 +413,7 @@ async fn requests_without_valid_credentials_are_refused() {
 
     // The client's token means nothing to a disk: disks take only cluster-key tokens.
     let disk = common::disk_address(c.dir(), 0);
-    let channel = tonic::transport::Channel::from_shared(format!("http://{disk}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connects to a disk");
+    let channel = disk_channel(c.dir(), &disk).await;
     let mut raw = arrow_flight::flight_service_client::FlightServiceClient::new(channel);
     let mut request = tonic::Request::new(arrow_flight::Action::new("status", ""));
     request
@@ -418,22 +441,30 @@ async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
     // Another table: the same ticket with `lineitem` replaced by `customer`.
     let text = String::from_utf8_lossy(&ticket0.ticket).replace("lineitem", "customer");
     let altered = arrow_flight::Ticket::new(text.into_bytes());
-    let err = disk_get(&at0, altered).await.unwrap_err();
+    let err = disk_get(&at0, server.ca.as_deref(), altered)
+        .await
+        .unwrap_err();
     assert!(err.contains("bad signature"), "{err}");
     // Another disk.
     let (at1, ticket1) = part(1);
-    let err = disk_get(&at1, ticket0.clone()).await.unwrap_err();
+    let err = disk_get(&at1, server.ca.as_deref(), ticket0.clone())
+        .await
+        .unwrap_err();
     assert!(err.contains("it is for disk"), "{err}");
     // Its own disk, once.
-    let rows = disk_get(&at0, ticket0.clone())
+    let rows = disk_get(&at0, server.ca.as_deref(), ticket0.clone())
         .await
         .expect("read at its disk");
     assert!(rows > 0);
-    let err = disk_get(&at0, ticket0).await.unwrap_err();
+    let err = disk_get(&at0, server.ca.as_deref(), ticket0)
+        .await
+        .unwrap_err();
     assert!(err.contains("already used"), "{err}");
     // Past its lifetime.
     tokio::time::sleep(Duration::from_millis(2100).saturating_sub(issued.elapsed())).await;
-    let err = disk_get(&at1, ticket1).await.unwrap_err();
+    let err = disk_get(&at1, server.ca.as_deref(), ticket1)
+        .await
+        .unwrap_err();
     assert!(err.contains("expired"), "{err}");
     // A result the host must combine is served by the host, as one endpoint.
     let info = client
@@ -465,7 +496,7 @@ async fn an_endpoint_ticket_cannot_be_replayed_elsewhere_altered_or_late() {
 /// service's EXPLAIN is the report `adisk explain` prints; the 22 answers read through it are
 /// right; its status shows the catalog `adisk status` shows.
 fn cli_commands_run_through_the_service(dir: &Path, server: &Server) {
-    let url = format!("grpc://{}", server.address);
+    let url = server.url();
     let password = dir.join("admin.password");
     let remote = [
         "--connect",
@@ -538,7 +569,7 @@ fn disklet_install_is_a_privilege(dir: &Path, server: &Server) {
   (func (export "adisk_finish") (result i32) (i32.const 0)))"#,
     )
     .unwrap();
-    let url = format!("grpc://{}", server.address);
+    let url = server.url();
     let install = |user: &str, password: &Path| {
         vec![
             "disklet".to_string(),
@@ -569,15 +600,14 @@ fn disklet_install_is_a_privilege(dir: &Path, server: &Server) {
     assert_eq!(listed.matches("\"noop\"").count(), 4, "{listed}");
 }
 
-/// Reads `ticket` at the disk at `location` (`grpc+tcp://host:port`) without credentials: the
-/// rows, or the refusal's text.
-async fn disk_get(location: &str, ticket: arrow_flight::Ticket) -> Result<usize, String> {
-    let address = location.strip_prefix("grpc+tcp://").unwrap();
-    let channel = tonic::transport::Channel::from_shared(format!("http://{address}"))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connects to a disk");
+/// Reads `ticket` at the disk at `location` (`grpc+tcp://host:port` or `grpc+tls://…`,
+/// checked against `ca`) without credentials: the rows, or the refusal's text.
+async fn disk_get(
+    location: &str,
+    ca: Option<&Path>,
+    ticket: arrow_flight::Ticket,
+) -> Result<usize, String> {
+    let channel = channel_to(location, ca).await;
     let mut disk = arrow_flight::FlightClient::new(channel);
     let stream = disk.do_get(ticket).await.map_err(|e| e.to_string())?;
     let batches: Vec<arrow::array::RecordBatch> = futures::TryStreamExt::try_collect(stream)
@@ -588,11 +618,7 @@ async fn disk_get(location: &str, ticket: arrow_flight::Ticket) -> Result<usize,
 
 /// Logs in to `server` over a new connection.
 async fn logged_in(server: &Server) -> FlightSqlServiceClient<tonic::transport::Channel> {
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
-        .unwrap()
-        .connect()
-        .await
-        .expect("connects");
+    let channel = server.channel().await;
     let mut client = FlightSqlServiceClient::new(channel);
     client
         .handshake("admin", &server.password)
@@ -664,11 +690,7 @@ async fn past_the_running_and_queued_limits_a_query_is_told_busy_and_cancel_stop
     assert!(busy.contains("1 queries running and 0 waiting"), "{busy}");
     assert!(!holder.is_finished(), "the slow query still runs");
     // CancelFlightInfo stops it: its read ends as cancelled, and the turn is free again.
-    let channel = tonic::transport::Channel::from_shared(format!("http://{}", server.address))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = server.channel().await;
     let token = FlightSqlServiceClient::new(channel.clone())
         .handshake("admin", &server.password)
         .await
@@ -727,6 +749,7 @@ async fn up_starts_the_service_and_down_stops_it() {
             .unwrap()
             .trim()
             .to_string(),
+        ca: cluster_ca(c.dir()),
     };
     let metrics = config["metrics"].as_str().unwrap().to_string();
     let before = scrape(&metrics);
@@ -851,7 +874,12 @@ async fn disks_serve_their_own_metrics(
         .unwrap();
     assert_eq!(info.endpoint.len(), 2);
     for e in &info.endpoint {
-        let rows = disk_get(&e.location[0].uri, e.ticket.clone().unwrap()).await;
+        let rows = disk_get(
+            &e.location[0].uri,
+            cluster_ca(dir).as_deref(),
+            e.ticket.clone().unwrap(),
+        )
+        .await;
         assert!(rows.is_ok(), "{rows:?}");
     }
     assert_eq!(
@@ -905,16 +933,18 @@ async fn sixteen_clients_run_the_tpch_mix_and_every_answer_is_right() {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     let clients: Vec<_> = (0..16u32)
         .map(|i| {
-            let (answers, address, password) = (
+            let (answers, address, password, ca) = (
                 answers.clone(),
                 server.address.clone(),
                 server.password.clone(),
+                server.ca.clone(),
             );
             tokio::spawn(async move {
                 let me = Server {
                     child: Command::new("true").spawn().unwrap(),
                     address,
                     password,
+                    ca,
                 };
                 let mut client = logged_in(&me).await;
                 let (mut q, mut done) = (1 + i % 22, 0u32);

@@ -13,7 +13,7 @@
 //! Relations smaller than [`CostModel::small_table_bytes`] come back whole: their filters cost
 //! a disk job either way and save nothing measurable.
 use super::scan::DEFAULT_SELECTIVITY;
-use crate::cluster::{Catalog, Cluster, TableEntry};
+use crate::cluster::{Cluster, TableEntry};
 
 /// Parameters of the `auto` decisions.
 #[derive(Debug, Clone)]
@@ -47,6 +47,8 @@ pub struct CostModel {
     pub shared_cores: bool,
     /// Disk-to-disk streams pass through the host (`exchange = via-host`).
     pub via_host: bool,
+    /// Where `link` came from, for EXPLAIN ([`crate::links::LinkFigures::describe`]).
+    pub links: String,
 }
 
 /// What a plan is expected to move, bytes: to the host, and from disk to disk.
@@ -59,8 +61,13 @@ pub struct Traffic {
 }
 
 impl CostModel {
-    /// The model of a connected cluster; `min_memory` is the smallest disk memory budget.
-    pub fn from_cluster(cluster: &Cluster, _catalog: &Catalog, min_memory: u64) -> Self {
+    /// The model of a connected cluster with its host link's figures `links` (measured, or
+    /// its throttle); `min_memory` is the smallest disk memory budget.
+    pub fn from_cluster(
+        cluster: &Cluster,
+        links: &crate::links::LinkFigures,
+        min_memory: u64,
+    ) -> Self {
         let cfg = cluster.config();
         let disks = cfg.disks.len().max(1) as f64;
         // Per-core processing rate measured by `adisk bench scan` on this class of machine
@@ -77,11 +84,7 @@ impl CostModel {
                 }
             })
             .fold(f64::MAX, f64::min);
-        let link = if cfg.cluster.host_link_mbps > 0 {
-            cfg.cluster.host_link_mbps as f64 * 1e6 / 8.0
-        } else {
-            4.0e9
-        };
+        let link = links.host_bytes_per_sec;
         let buffers: u64 = cfg
             .disks
             .iter()
@@ -109,6 +112,7 @@ impl CostModel {
                 .unwrap_or(2),
             shared_cores: cfg.disks.iter().all(|d| is_loopback(&d.address)),
             via_host: cfg.cluster.exchange == adisk_core::config::ExchangeMode::ViaHost,
+            links: links.describe(),
         }
     }
 
@@ -233,6 +237,7 @@ mod tests {
             buffers_per_stream: 2,
             shared_cores,
             via_host,
+            links: "a test's".into(),
         }
     }
 

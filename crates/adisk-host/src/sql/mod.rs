@@ -470,15 +470,17 @@ type Session = (SessionContext, Arc<QueryMetrics>);
 pub struct ClusterView {
     catalog: crate::cluster::Catalog,
     min_memory: u64,
+    links: crate::links::LinkFigures,
     fetched: Instant,
 }
 
 impl ClusterView {
-    /// Asks every disk for its catalog and status.
+    /// Asks every disk for its catalog and status; with `links`, the host link's figures too
+    /// (measured when stale: only `auto` plans by cost, so only it needs them).
     ///
     /// # Errors
     /// Unreachable disks (a live disk that does not answer its status).
-    pub async fn fetch(cluster: &Cluster) -> Result<Self> {
+    pub async fn fetch(cluster: &Cluster, links: bool) -> Result<Self> {
         let catalog = cluster.catalog().await?;
         let statuses = cluster.status().await;
         let dead = cluster.dead_disks();
@@ -491,6 +493,10 @@ impl ClusterView {
         Ok(ClusterView {
             catalog,
             min_memory,
+            links: match links {
+                true => cluster.link_figures().await,
+                false => crate::links::LinkFigures::unmeasured(cluster),
+            },
             fetched: Instant::now(),
         })
     }
@@ -654,7 +660,7 @@ impl SqlEngine {
     /// # Errors
     /// Unreachable disks; a Bloom filter larger than what a disk can grant.
     pub async fn new(cluster: Arc<Cluster>, opts: SqlOptions) -> Result<Self> {
-        let view = ClusterView::fetch(&cluster).await?;
+        let view = ClusterView::fetch(&cluster, opts.offload == Offload::Auto).await?;
         Self::with_view(cluster, opts, &view)
     }
 
@@ -680,7 +686,8 @@ impl SqlEngine {
         cluster: &Arc<Cluster>,
         opts: &SqlOptions,
     ) -> Result<(Sessions, Arc<SqlSettings>, Vec<String>)> {
-        Self::build_from(cluster, opts, &ClusterView::fetch(cluster).await?)
+        let view = ClusterView::fetch(cluster, opts.offload == Offload::Auto).await?;
+        Self::build_from(cluster, opts, &view)
     }
 
     fn build_from(
@@ -692,7 +699,7 @@ impl SqlEngine {
         let dead = cluster.dead_disks();
         let bloom_bytes = (opts.bloom_kib * 1024) as usize;
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
-        let cost = cost::CostModel::from_cluster(cluster, catalog, min_memory);
+        let cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory);
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
                 "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
@@ -981,11 +988,12 @@ impl SqlEngine {
         let work = distribute::plan_work(&disks).unwrap_or(h.to_host);
         let td = cost.traffic_time(d, work, true);
         let note = Some(format!(
-            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks)",
+            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {})",
             if td < th { "disks" } else { "host-centric" },
             adisk_core::stats::human_bytes(h.to_host),
             adisk_core::stats::human_bytes(d.to_host),
             adisk_core::stats::human_bytes(d.disk_to_disk),
+            cost.links,
         ));
         Ok(if td < th {
             Chosen {
@@ -1256,6 +1264,12 @@ impl SqlEngine {
             (Some(l), Some(b0)) => Some(l.busy().saturating_sub(b0)),
             _ => None,
         };
+        let shipped: u64 = scans
+            .iter()
+            .filter_map(|r| r.stats.as_ref())
+            .map(|s| s.bytes_shipped_host)
+            .sum();
+        self.cluster.observe_transfer(shipped, started.elapsed());
         Ok(QueryOutput {
             schema: plan.schema(),
             batches,

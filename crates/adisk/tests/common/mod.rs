@@ -334,3 +334,37 @@ pub fn killed_mid_run_fails_cleanly(
         },
     );
 }
+
+#[allow(dead_code)] // not every test binary uses it
+/// The cluster's CA certificate when its links use TLS (`adisk up`'s `DIR/tls/ca.pem`).
+pub fn cluster_ca(dir: &Path) -> Option<PathBuf> {
+    Some(dir.join("tls/ca.pem")).filter(|p| p.exists())
+}
+
+#[allow(dead_code)] // not every test binary uses it
+/// A channel to `url` (`grpc://`, `grpc+tcp://` or `grpc+tls://` with `ca`).
+pub async fn channel_to(url: &str, ca: Option<&Path>) -> tonic::transport::Channel {
+    let (scheme, address) = url.split_once("://").expect("a URL");
+    let secure = scheme == "grpc+tls";
+    let mut endpoint = tonic::transport::Channel::from_shared(format!(
+        "{}://{address}",
+        if secure { "https" } else { "http" }
+    ))
+    .unwrap();
+    if secure {
+        let pem = std::fs::read_to_string(ca.expect("a CA for grpc+tls")).unwrap();
+        let tls = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        endpoint = endpoint.tls_config(tls).unwrap();
+    }
+    endpoint.connect().await.expect("connects")
+}
+
+#[allow(dead_code)] // not every test binary uses it
+/// A channel to the disk at `address` of the cluster in `dir`, as a user's client reaches it
+/// (TLS when the cluster uses it; no client certificate).
+pub async fn disk_channel(dir: &Path, address: &str) -> tonic::transport::Channel {
+    let ca = cluster_ca(dir);
+    let scheme = if ca.is_some() { "grpc+tls" } else { "grpc" };
+    channel_to(&format!("{scheme}://{address}"), ca.as_deref()).await
+}

@@ -27,8 +27,15 @@ public class JdbcClient {
         }
     }
 
+    /** TLS with the CA in $ADISK_TLS_CA (the service's CA certificate, PEM), else plaintext. */
+    static String encryption() {
+        String ca = System.getenv("ADISK_TLS_CA");
+        if (ca == null || ca.isEmpty()) return "useEncryption=false";
+        return "useEncryption=true&tlsRootCerts=" + ca;
+    }
+
     public static void main(String[] args) throws Exception {
-        String url = "jdbc:arrow-flight-sql://" + args[0] + ":" + args[1] + "/?useEncryption=false";
+        String url = "jdbc:arrow-flight-sql://" + args[0] + ":" + args[1] + "/?" + encryption();
         Properties props = new Properties();
         props.setProperty("user", args[2]);
         props.setProperty("password", args[3]);

@@ -7,7 +7,8 @@ per disk, each read from its disk's endpoint. A partition read twice, the user's
 presented to a disk, and a cluster job sent to a disk without the cluster's key are refused.
 
 usage: adbc_client.py URI CLUSTER_DIR PASSWORD QUERIES_JSON PARTS_SQL
-QUERIES_JSON is a file holding {"name": "SQL", ...}.
+QUERIES_JSON is a file holding {"name": "SQL", ...}. For a `grpc+tls://` URI, $ADISK_TLS_CA names
+the service's CA certificate (PEM).
 """
 import json
 import math
@@ -37,6 +38,30 @@ def same(a, b):
             elif x != y:
                 return False
     return True
+
+
+def tls_ca():
+    """The CA certificate in $ADISK_TLS_CA (PEM bytes), or None."""
+    path = os.environ.get("ADISK_TLS_CA")
+    if not path:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def connect(uri, user, password):
+    """An ADBC connection, trusting $ADISK_TLS_CA for `grpc+tls://`."""
+    kwargs = {"username": user, "password": password}
+    ca = tls_ca()
+    if ca is not None:
+        kwargs["adbc.flight.sql.client_option.tls_root_certs"] = ca.decode()
+    return flightsql.connect(uri, db_kwargs=kwargs)
+
+
+def flight_client(uri):
+    """A pyarrow Flight client, trusting $ADISK_TLS_CA for `grpc+tls://`."""
+    ca = tls_ca()
+    return flight.FlightClient(uri, tls_root_certs=ca) if ca is not None else flight.FlightClient(uri)
 
 
 def rows(table):
@@ -75,9 +100,9 @@ def partitions(cur, duck, sql):
 
 def disk_refusals(uri, password, disk_locations):
     """The user's bearer token (from the service's handshake) presented to a disk."""
-    token = flight.FlightClient(uri).authenticate_basic_token("admin", password)
+    token = flight_client(uri).authenticate_basic_token("admin", password)
     options = flight.FlightCallOptions(headers=[token])
-    disk = flight.FlightClient(disk_locations[0])
+    disk = flight_client(disk_locations[0])
     return {
         "status_with_user_token": refused(
             lambda: list(disk.do_action(flight.Action("status", b""), options=options))),
@@ -100,12 +125,12 @@ def main():
 
     # A wrong password is refused with a clear error.
     try:
-        flightsql.connect(uri, db_kwargs={"username": "admin", "password": "wrong"}).close()
+        connect(uri, "admin", "wrong").close()
         report["wrong_password"] = "accepted"
     except Exception as e:  # the driver raises its own error types
         report["wrong_password"] = str(e)
 
-    conn = flightsql.connect(uri, db_kwargs={"username": "admin", "password": password})
+    conn = connect(uri, "admin", password)
     objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
     tables = {}
     for catalog in objects:

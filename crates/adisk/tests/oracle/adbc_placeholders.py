@@ -10,11 +10,10 @@ import json
 import os
 import sys
 
-import adbc_driver_flightsql.dbapi as flightsql
 import duckdb
 
 sys.path.insert(0, os.path.dirname(__file__))
-from adbc_client import rows, same  # noqa: E402
+from adbc_client import connect, rows, same  # noqa: E402
 from duckdb_query import norm, table_files  # noqa: E402
 
 ORDERS = "SELECT count(*) AS n, sum(o_totalprice) AS s FROM orders WHERE "
@@ -46,7 +45,7 @@ def main():
     duck.execute("SET threads TO 1")
     for t, files in sorted(table_files(cluster_dir).items()):
         duck.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(files)})")
-    conn = flightsql.connect(uri, db_kwargs={"username": "admin", "password": password})
+    conn = connect(uri, "admin", password)
     cur = conn.cursor()
     report = {"cases": {}, "refused": {}}
     for name, (sql, params) in CASES.items():

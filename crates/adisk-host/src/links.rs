@@ -1,0 +1,402 @@
+//! The links the host plans with, measured rather than assumed (issue 34).
+//!
+//! The host link's rate is what the host receives from all live disks at once through the
+//! same stack its queries use (Arrow Flight over HTTP/2, TLS when the cluster has it): each
+//! disk streams filler replies ([`action::LINK_PROBE`]) for a quarter of a second and the
+//! host counts what arrived between the first reply and the last. The round trip is the
+//! quickest of a few one-byte probes. `auto`'s cost model ([`crate::sql::cost`]) prices plans
+//! with these figures; EXPLAIN prints them and where they came from. They are measured again
+//! when older than [`LINK_REFRESH`] (a link re-shaped mid-run is noticed at the next query
+//! after that), and a configured throttle (`host_link_mbps`) is taken as it is, not measured.
+use crate::cluster::Cluster;
+use adisk_core::protocol::{LINK_PROBE_CHUNK, LinkProbe, action};
+use futures::StreamExt;
+use std::time::{Duration, Instant};
+
+/// Figures older than this are measured again before the next plan.
+pub const LINK_REFRESH: Duration = Duration::from_secs(30);
+
+/// Bytes each disk sends at most in one probe.
+pub const PROBE_BYTES: u64 = 32 << 20;
+
+/// How long one probe streams at most.
+pub const PROBE_TIME: Duration = Duration::from_millis(250);
+
+/// Where a link figure came from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LinkSource {
+    /// `host_link_mbps` of `cluster.toml`: a throttle the host applies, taken as the rate.
+    Throttle {
+        /// Its Mbit/s.
+        mbps: u64,
+    },
+    /// Measured by probing the live disks.
+    Probe {
+        /// Disks that answered the probe.
+        disks: usize,
+        /// Bytes received.
+        bytes: u64,
+        /// How long the probe took.
+        took: Duration,
+    },
+    /// Nothing could be measured (no live disk answered): loopback-class, said as assumed.
+    Assumed,
+    /// Not measured: the offload level in use does not choose by cost.
+    Unmeasured,
+    /// Raised above the probe's figure by a query that moved more (its bytes and time).
+    Observed {
+        /// Bytes the query received from the disks.
+        bytes: u64,
+        /// Its wall time.
+        elapsed: Duration,
+    },
+}
+
+/// A query must move at least this much to say something about the link's rate.
+pub const OBSERVED_MIN_BYTES: u64 = 4 << 20;
+
+/// The host link as the planner sees it.
+#[derive(Debug, Clone)]
+pub struct LinkFigures {
+    /// Bytes per second the host receives from all live disks at once.
+    pub host_bytes_per_sec: f64,
+    /// The quickest round trip to a disk (None when not measured).
+    pub rtt: Option<Duration>,
+    /// Where the rate came from.
+    pub source: LinkSource,
+    /// When it was measured.
+    pub at: Instant,
+}
+
+/// The rate assumed when nothing could be measured, bytes/s (loopback class).
+pub const ASSUMED_BYTES_PER_SEC: f64 = 4.0e9;
+
+impl LinkFigures {
+    /// One line for EXPLAIN: the rate, the round trip and where they came from.
+    pub fn describe(&self) -> String {
+        let rate = format!("{:.0} Mbit/s", self.host_bytes_per_sec * 8.0 / 1e6);
+        let rtt = self
+            .rtt
+            .map(|r| format!(", round trip {:.2} ms", r.as_secs_f64() * 1e3))
+            .unwrap_or_default();
+        let source = match &self.source {
+            LinkSource::Throttle { mbps } => format!("host_link_mbps = {mbps} (a throttle)"),
+            LinkSource::Probe { disks, bytes, took } => format!(
+                "measured {:.1} s ago: {} from {disks} disks in {:.0} ms",
+                self.at.elapsed().as_secs_f64(),
+                adisk_core::stats::human_bytes(*bytes),
+                took.as_secs_f64() * 1e3
+            ),
+            LinkSource::Assumed => "assumed: no disk answered the probe".into(),
+            LinkSource::Unmeasured => "assumed: not measured, only auto plans by cost".into(),
+            LinkSource::Observed { bytes, elapsed } => format!(
+                "seen {:.1} s ago: a query received {} in {:.0} ms, more than the probe",
+                self.at.elapsed().as_secs_f64(),
+                adisk_core::stats::human_bytes(*bytes),
+                elapsed.as_secs_f64() * 1e3
+            ),
+        };
+        format!("host link {rate}{rtt} ({source})")
+    }
+
+    /// The figures of a level that does not plan by cost: the throttle if there is one,
+    /// else the loopback-class rate, said as assumed.
+    pub fn unmeasured(cluster: &Cluster) -> Self {
+        let mbps = cluster.config().cluster.host_link_mbps;
+        LinkFigures {
+            host_bytes_per_sec: match mbps {
+                0 => ASSUMED_BYTES_PER_SEC,
+                m => m as f64 * 1e6 / 8.0,
+            },
+            rtt: None,
+            source: match mbps {
+                0 => LinkSource::Unmeasured,
+                mbps => LinkSource::Throttle { mbps },
+            },
+            at: Instant::now(),
+        }
+    }
+
+    fn fresh(&self) -> bool {
+        matches!(self.source, LinkSource::Throttle { .. }) || self.at.elapsed() < LINK_REFRESH
+    }
+}
+
+/// The host's figures, measured once per [`LINK_REFRESH`] (one probe at a time: queries
+/// planned meanwhile wait for it rather than probing too).
+#[derive(Debug, Default)]
+pub struct Links {
+    figures: tokio::sync::Mutex<Option<LinkFigures>>,
+}
+
+impl Links {
+    /// The current figures of `cluster`'s host link, measured first if they are missing or
+    /// stale.
+    pub async fn current(&self, cluster: &Cluster) -> LinkFigures {
+        let mut figures = self.figures.lock().await;
+        if let Some(f) = figures.as_ref().filter(|f| f.fresh()) {
+            return f.clone();
+        }
+        let measured = measure(cluster).await;
+        tracing::debug!("links: {}", measured.describe());
+        *figures = Some(measured.clone());
+        measured
+    }
+
+    /// A query received `bytes` from the disks in `elapsed`: at least that rate crossed the
+    /// link, so a measured figure below it (a probe that shared the link with queries, or a
+    /// link made faster since) is raised to it. Transfers under [`OBSERVED_MIN_BYTES`] say
+    /// more about round trips than about the rate and are ignored; so is a throttle.
+    pub fn observe(&self, bytes: u64, elapsed: Duration) {
+        if bytes < OBSERVED_MIN_BYTES || elapsed.is_zero() {
+            return;
+        }
+        let Ok(mut figures) = self.figures.try_lock() else {
+            return; // a probe is measuring right now
+        };
+        let seen = bytes as f64 / elapsed.as_secs_f64();
+        if let Some(f) = figures.as_mut()
+            && matches!(
+                f.source,
+                LinkSource::Probe { .. } | LinkSource::Observed { .. }
+            )
+            && seen > f.host_bytes_per_sec
+        {
+            f.host_bytes_per_sec = seen;
+            f.source = LinkSource::Observed { bytes, elapsed };
+            f.at = Instant::now();
+        }
+    }
+
+    /// Forgets the figures: the next plan measures again.
+    pub async fn forget(&self) {
+        *self.figures.lock().await = None;
+    }
+}
+
+/// What one disk's probe delivered: bytes after its first reply, and when its first and last
+/// replies arrived.
+struct Delivered {
+    bytes: u64,
+    first: Instant,
+    last: Instant,
+}
+
+/// Measures the host link of `cluster` (or takes its throttle).
+pub async fn measure(cluster: &Cluster) -> LinkFigures {
+    let mbps = cluster.config().cluster.host_link_mbps;
+    if mbps > 0 {
+        return LinkFigures {
+            host_bytes_per_sec: mbps as f64 * 1e6 / 8.0,
+            rtt: None,
+            source: LinkSource::Throttle { mbps },
+            at: Instant::now(),
+        };
+    }
+    let dead = cluster.dead_disks();
+    let live: Vec<u32> = (0..cluster.disk_count())
+        .filter(|d| !dead.contains(d))
+        .collect();
+    let rtt = round_trip(cluster, &live).await;
+    let start = Instant::now();
+    let probes = live.iter().map(|&d| stream_probe(cluster, d));
+    let delivered: Vec<Delivered> = futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    let took = start.elapsed();
+    aggregate_rate(&delivered).map_or_else(
+        || LinkFigures {
+            host_bytes_per_sec: ASSUMED_BYTES_PER_SEC,
+            rtt,
+            source: LinkSource::Assumed,
+            at: Instant::now(),
+        },
+        |(rate, bytes)| LinkFigures {
+            host_bytes_per_sec: rate,
+            rtt,
+            source: LinkSource::Probe {
+                disks: delivered.len(),
+                bytes,
+                took,
+            },
+            at: Instant::now(),
+        },
+    )
+}
+
+/// The aggregate rate of `delivered`: every byte after each disk's first reply, over the time
+/// from the earliest first reply to the latest last one. None when too little arrived.
+fn aggregate_rate(delivered: &[Delivered]) -> Option<(f64, u64)> {
+    let bytes: u64 = delivered.iter().map(|d| d.bytes).sum();
+    let first = delivered.iter().map(|d| d.first).min()?;
+    let last = delivered.iter().map(|d| d.last).max()?;
+    let secs = last.duration_since(first).as_secs_f64();
+    (bytes > 0 && secs > 0.0).then(|| (bytes as f64 / secs, bytes))
+}
+
+/// The quickest of three one-byte probes to any of `live` (the first may open a connection).
+async fn round_trip(cluster: &Cluster, live: &[u32]) -> Option<Duration> {
+    let tiny = LinkProbe {
+        bytes: 1,
+        max_ms: 1,
+    };
+    let mut best: Option<Duration> = None;
+    for &d in live.iter().take(2) {
+        for _ in 0..3 {
+            let t = Instant::now();
+            if probe_stream(cluster, d, tiny).await.is_some() {
+                let took = t.elapsed();
+                best = Some(best.map_or(took, |b| b.min(took)));
+            }
+        }
+    }
+    best
+}
+
+/// Disk `d` streams filler for [`PROBE_TIME`]: what arrived after its first reply.
+async fn stream_probe(cluster: &Cluster, d: u32) -> Option<Delivered> {
+    let probe = LinkProbe {
+        bytes: PROBE_BYTES,
+        max_ms: PROBE_TIME.as_millis() as u64,
+    };
+    probe_stream(cluster, d, probe).await
+}
+
+/// Runs one probe on disk `d` within the cluster's deadline; None if it failed.
+async fn probe_stream(cluster: &Cluster, d: u32, probe: LinkProbe) -> Option<Delivered> {
+    let body = serde_json::to_vec(&probe).ok()?;
+    let deadline = cluster.config().deadlines().timeout + PROBE_TIME;
+    let run = async {
+        let mut client = cluster.client(d);
+        let mut replies = client
+            .do_action(arrow_flight::Action::new(action::LINK_PROBE, body))
+            .await
+            .ok()?;
+        let first_reply = replies.next().await?.ok()?;
+        let first = Instant::now();
+        let (mut bytes, mut last) = (0u64, first);
+        while let Some(reply) = replies.next().await {
+            bytes += reply.ok()?.len() as u64;
+            last = Instant::now();
+        }
+        debug_assert!(first_reply.len() <= LINK_PROBE_CHUNK);
+        Some(Delivered { bytes, first, last })
+    };
+    tokio::time::timeout(deadline, run).await.ok().flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_rate_spans_all_disks_from_the_first_reply_to_the_last() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let delivered = [
+            Delivered {
+                bytes: 1_000_000,
+                first: at(10),
+                last: at(110),
+            },
+            Delivered {
+                bytes: 3_000_000,
+                first: at(20),
+                last: at(210),
+            },
+        ];
+        let (rate, bytes) = aggregate_rate(&delivered).unwrap();
+        assert_eq!(bytes, 4_000_000);
+        assert!((rate - 20e6).abs() < 1.0, "{rate}");
+        assert!(aggregate_rate(&[]).is_none());
+        let nothing = [Delivered {
+            bytes: 0,
+            first: at(1),
+            last: at(1),
+        }];
+        assert!(aggregate_rate(&nothing).is_none());
+    }
+
+    #[test]
+    fn a_query_that_moved_more_raises_the_probed_figure_and_only_it() {
+        let links = Links::default();
+        let probed = LinkFigures {
+            host_bytes_per_sec: 10e6,
+            rtt: None,
+            source: LinkSource::Probe {
+                disks: 2,
+                bytes: 1 << 20,
+                took: Duration::from_millis(250),
+            },
+            at: Instant::now(),
+        };
+        *links.figures.try_lock().unwrap() = Some(probed.clone());
+        let second = Duration::from_secs(1);
+        links.observe(1 << 20, Duration::from_millis(10)); // too small to count
+        links.observe(8_000_000, second); // slower than the probe: says nothing
+        assert_eq!(
+            links
+                .figures
+                .try_lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .host_bytes_per_sec,
+            10e6
+        );
+        links.observe(50_000_000, second);
+        let raised = links.figures.try_lock().unwrap().clone().unwrap();
+        assert_eq!(raised.host_bytes_per_sec, 50e6);
+        assert!(
+            raised.describe().contains("a query received"),
+            "{}",
+            raised.describe()
+        );
+        // A throttle is what it is.
+        let throttle = LinkFigures {
+            source: LinkSource::Throttle { mbps: 80 },
+            ..probed
+        };
+        *links.figures.try_lock().unwrap() = Some(throttle);
+        links.observe(50_000_000, second);
+        assert_eq!(
+            links
+                .figures
+                .try_lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .host_bytes_per_sec,
+            10e6
+        );
+    }
+
+    #[test]
+    fn explain_says_where_the_figure_came_from() {
+        let f = LinkFigures {
+            host_bytes_per_sec: 12.5e6,
+            rtt: Some(Duration::from_micros(1500)),
+            source: LinkSource::Probe {
+                disks: 4,
+                bytes: 3 << 20,
+                took: Duration::from_millis(260),
+            },
+            at: Instant::now(),
+        };
+        let line = f.describe();
+        assert!(
+            line.starts_with("host link 100 Mbit/s, round trip 1.50 ms (measured"),
+            "{line}"
+        );
+        assert!(line.contains("from 4 disks in 260 ms"), "{line}");
+        let t = LinkFigures {
+            source: LinkSource::Throttle { mbps: 100 },
+            rtt: None,
+            ..f
+        };
+        assert!(t.describe().contains("host_link_mbps = 100 (a throttle)"));
+        assert!(t.fresh());
+    }
+}
