@@ -99,7 +99,8 @@ def main() -> None:
     print(f"| factor | {label} | conclusion | verdict | detail |")
     print("|---|---|---|---|---|")
     for factor in [float(x) for x in a.factors.split(",")]:
-        value = scaled(cost[1], factor) if cost else ", ".join(scaled(d, factor) for _, d in keys)
+        shown = [scaled(cost[1], factor)] if cost else [scaled(d, factor) for _, d in keys]
+        value = ", ".join(f"{float(v):.6g}" for v in shown)
         with tempfile.TemporaryDirectory() as tmp:
             dir_ = Path(tmp)
             shutil.copytree(HERE / a.paper, dir_ / a.paper)
