@@ -333,6 +333,8 @@ MEMIK = {
     "devices.disks.memik.seek_ms_min": S(M_, M_T3, "Min. seek time 1.62 ms"),
     "devices.disks.memik.seek_ms_mean": S(M_, M_T3, "Mean seek time 8.46 ms"),
     "devices.disks.memik.seek_ms_max": S(M_, M_T3, "Max. seek time 21.77 ms"),
+    "devices.disks.memik.media_mbps_outer": A("Table 3 gives only rpm and seek times, slower than the Cheetah 9LP's (mean 8.46 against 5.4 ms), so the drive is not a 9LP; the media rate is the 9LP's 21.3-14.5 MB/s (uysal-… §4), the fastest 10,000 rpm rate the papers quote (riedel-…'s Cheetah 11 MB/s, acharya-…'s Cheetah 9 16 MB/s, Cheetah 18 21 MB/s); no source found, holding ranges in docs/simulator.md (Robustness)", "acharya-…'s 15 MB/s single-zone drive"),
+    "devices.disks.memik.media_mbps_inner": A("Table 3 gives only rpm and seek times, slower than the Cheetah 9LP's (mean 8.46 against 5.4 ms), so the drive is not a 9LP; the media rate is the 9LP's 21.3-14.5 MB/s (uysal-… §4), the fastest 10,000 rpm rate the papers quote (riedel-…'s Cheetah 11 MB/s, acharya-…'s Cheetah 9 16 MB/s, Cheetah 18 21 MB/s); no source found, holding ranges in docs/simulator.md (Robustness)", "acharya-…'s 15 MB/s single-zone drive"),
     "devices.disks.memik.*": A("Table 3 gives only rpm and seek times; media rate, zones, geometry, overhead and buffer are the Cheetah 9LP's (uysal-…, same 10,000 rpm generation)", "acharya-…'s 15 MB/s single-zone drive"),
     "devices.cpus.host500.mhz": S(M_, "§6.1", "single host contains a 500 MHz CPU, 256 MB of RAM, and 8 disks connected through a 200 MB/s interconnection network"),
     "devices.cpus.host400.mhz": S(M_, "§6.1", "The hosts in both the clusters have a 400 MHz CPU with 128 MB RAM"),
@@ -370,7 +372,7 @@ MEMIK = {
     "systems.*.uplink": A("OC-12 links join the per-four-host ATM switches; the paper does not say how", "155 Mb/s links"),
     "systems.*.disk_cpu": S(M_, M_T3, "Disk CPU 200 MHz"),
     "systems.*.disk_memory_mb": S(M_, M_T3, "Disk memory 32 MB"),
-    "systems.*.buffers_per_stream": A("two buffers per stream as in acharya-…'s DiskOS; memik-… does not say", "four"),
+    "systems.*.buffers_per_stream": A("two buffers per stream as in acharya-…'s DiskOS; memik-… does not say; every value from 2 to 8 gives the same verdicts, only 1 changes one (docs/simulator.md, Robustness)", "four"),
 }
 
 # ------------------------------------------------------------------ riedel

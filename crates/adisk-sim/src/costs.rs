@@ -33,12 +33,12 @@ pub const COSTS: &[(&str, f64, &str)] = &[
     (
         "hash_group_cycles_per_tuple",
         200.0,
-        "assumption: hash the key, probe, update one aggregate; about two cache misses on a late-1990s processor",
+        "assumption: hash the key, probe, update one aggregate; about two cache misses on a late-1990s processor; no source found, holding ranges in docs/simulator.md (Robustness)",
     ),
     (
         "merge_partial_cycles_per_entry",
         150.0,
-        "assumption: receiver probes its table and combines one partial aggregate",
+        "assumption: receiver probes its table and combines one partial aggregate; no source found, holding ranges in docs/simulator.md (Robustness)",
     ),
     (
         "copy_cycles_per_byte",
@@ -93,7 +93,7 @@ pub const COSTS: &[(&str, f64, &str)] = &[
     (
         "index_probe_cycles",
         2000.0,
-        "assumption: one B-tree descent (3 levels, cache misses) per index lookup",
+        "assumption: one B-tree descent (3 levels, cache misses) per index lookup; no source found, holding ranges in docs/simulator.md (Robustness)",
     ),
     (
         "hash_build_cycles_per_tuple",
@@ -103,12 +103,12 @@ pub const COSTS: &[(&str, f64, &str)] = &[
     (
         "hash_probe_cycles_per_tuple",
         150.0,
-        "assumption: probe a hash table with one tuple",
+        "assumption: probe a hash table with one tuple; no source found, holding ranges in docs/simulator.md (Robustness)",
     ),
     (
         "sort_compare_cycles",
         20.0,
-        "assumption: one key comparison + swap in an in-memory sort (× log2 n per tuple)",
+        "assumption: one key comparison + swap in an in-memory sort (× log2 n per tuple); no source found, holding ranges in docs/simulator.md (Robustness)",
     ),
     (
         "agg_cycles_per_tuple",
