@@ -425,7 +425,7 @@ async fn levels_table(
     let link = if a.host_link_mbps > 0 {
         format!("{} Mbit/s", a.host_link_mbps)
     } else {
-        "unthrottled".into()
+        "not throttled".into()
     };
     println!(
         "adisk bench tpch --levels: SF {} on {} disks, host link {link}, TLS {:?}, exchange {}{}, median of {}",
@@ -450,7 +450,9 @@ async fn levels_table(
     for l in levels.iter().skip(1) {
         header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
     }
-    let auto = levels.iter().position(|l| l.as_str() == "auto");
+    let auto = (levels.len() > 1)
+        .then(|| levels.iter().position(|l| l.as_str() == "auto"))
+        .flatten();
     if auto.is_some() {
         header += &format!(" {:>10}", "auto/best");
         println!(
