@@ -131,3 +131,13 @@ mod tests {
         }
     }
 }
+
+/// This machine's identity as its kernel gives it (`/proc/sys/kernel/random/boot_id`: the same
+/// for every process and network namespace under one running kernel, new at each boot), or
+/// None where there is none. A host and a disk with the same one share the machine's cores.
+pub fn machine_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}

@@ -959,6 +959,10 @@ pub struct DiskStatus {
     /// What the disk's jobs moved since it started (finished and failed jobs).
     #[serde(default)]
     pub totals: DiskTotals,
+    /// The machine it runs on ([`crate::net::machine_id`]): the host's planner tells disks on
+    /// its own machine (sharing its cores) from disks of their own.
+    #[serde(default)]
+    pub machine: Option<String>,
 }
 
 /// What a disk's jobs moved since the disk started, summed as each job ends.

@@ -648,6 +648,7 @@ impl DiskOs {
             temp_files_bytes: directory_bytes(&self.temp_root()),
             exchange_inboxes: self.exchanges.open() as u32,
             totals: self.totals.lock().expect("totals lock").clone(),
+            machine: adisk_core::net::machine_id(),
         }
     }
 

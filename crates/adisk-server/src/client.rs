@@ -67,7 +67,16 @@ fn tls_hint(url: &str, message: &str) -> &'static str {
         " (the service does not seem to serve TLS: try grpc://)"
     } else if tls && lower.contains("certificaterequired") {
         " (the service wants a client certificate: --tls-cert and --tls-key)"
-    } else if tls && (lower.contains("broken pipe") || lower.contains("connection reset")) {
+    } else if tls
+        && [
+            "broken pipe",
+            "connection reset",
+            "connection closed",
+            "canceled",
+        ]
+        .iter()
+        .any(|t| lower.contains(t))
+    {
         " (the service closed the connection: it may want a client certificate, --tls-cert and --tls-key, or refuse the one shown)"
     } else if tls && lower.contains("unknownissuer") {
         " (the service's certificate is not signed by the CA given with --tls-ca)"

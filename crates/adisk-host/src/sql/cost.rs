@@ -42,8 +42,9 @@ pub struct CostModel {
     /// The most buffers per stream of any disk (each stream of a job holds that many, plus
     /// two).
     pub buffers_per_stream: u32,
-    /// Every disk runs on the host's machine (loopback addresses, as `adisk up` starts them):
-    /// host and disks share its cores.
+    /// Every disk runs on the host's machine (loopback addresses, as `adisk up` starts them,
+    /// or disks reporting the host's own machine id, e.g. in network namespaces of it): host
+    /// and disks share its cores.
     pub shared_cores: bool,
     /// Disk-to-disk streams pass through the host (`exchange = via-host`).
     pub via_host: bool,

@@ -470,6 +470,8 @@ type Session = (SessionContext, Arc<QueryMetrics>);
 pub struct ClusterView {
     catalog: crate::cluster::Catalog,
     min_memory: u64,
+    /// Every live disk runs on the host's machine (the same kernel): they share its cores.
+    same_machine: bool,
     links: crate::links::LinkFigures,
     fetched: Instant,
 }
@@ -485,14 +487,19 @@ impl ClusterView {
         let statuses = cluster.status().await;
         let dead = cluster.dead_disks();
         let mut min_memory = u64::MAX;
+        let here = adisk_core::net::machine_id();
+        let mut same_machine = here.is_some();
         for (d, s) in statuses.into_iter().enumerate() {
             if !dead.contains(&(d as u32)) {
-                min_memory = min_memory.min(s?.memory_bytes);
+                let s = s?;
+                min_memory = min_memory.min(s.memory_bytes);
+                same_machine &= s.machine == here;
             }
         }
         Ok(ClusterView {
             catalog,
             min_memory,
+            same_machine,
             links: match links {
                 true => cluster.link_figures().await,
                 false => crate::links::LinkFigures::unmeasured(cluster),
@@ -699,7 +706,8 @@ impl SqlEngine {
         let dead = cluster.dead_disks();
         let bloom_bytes = (opts.bloom_kib * 1024) as usize;
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
-        let cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory);
+        let mut cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory);
+        cost.shared_cores |= view.same_machine;
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
                 "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
