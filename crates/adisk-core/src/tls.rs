@@ -352,13 +352,19 @@ mod tests {
         TlsMaterial::from_pem(ca.cert.clone(), own.cert, own.key)
     }
 
-    /// Serves no gRPC service over TLS (every call: Unimplemented, once TLS let it through).
+    /// Serves no gRPC service over a member's TLS (every call: Unimplemented, once TLS let
+    /// it through).
     async fn server(tls: &TlsMaterial) -> std::net::SocketAddr {
+        serve_nothing(tls.server()).await
+    }
+
+    /// Serves no gRPC service with `config`.
+    async fn serve_nothing(config: tonic::transport::ServerTlsConfig) -> std::net::SocketAddr {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
         let router = tonic::transport::Server::builder()
-            .tls_config(tls.server())
+            .tls_config(config)
             .unwrap()
             .add_routes(tonic::service::Routes::default());
         tokio::spawn(router.serve_with_incoming(incoming));
@@ -473,15 +479,7 @@ mod tests {
 
     /// Serves no gRPC service with the Flight SQL service's TLS.
     async fn service(tls: &ServiceTls) -> std::net::SocketAddr {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-        let router = tonic::transport::Server::builder()
-            .tls_config(tls.server())
-            .unwrap()
-            .add_routes(tonic::service::Routes::default());
-        tokio::spawn(router.serve_with_incoming(incoming));
-        address
+        serve_nothing(tls.server()).await
     }
 
     fn service_tls(dir: &Path, ca: &Pem, client_ca: Option<&Pem>) -> ServiceTls {

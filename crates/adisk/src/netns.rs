@@ -64,15 +64,21 @@ impl Net {
 
     fn add_disk(&self, d: usize) -> Result<(), String> {
         let (ns, veth, peer) = self.names(d);
-        let address = format!("{}/24", self.disk(d));
-        let made = ip(&["netns", "add", &ns])
-            && ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])
-            && ip(&["link", "set", &peer, "netns", &ns])
-            && ip(&["link", "set", &veth, "master", &self.bridge()])
-            && ip(&["link", "set", &veth, "up"])
-            && ip(&["-n", &ns, "addr", "add", &address, "dev", &peer])
-            && ip(&["-n", &ns, "link", "set", &peer, "up"])
-            && ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        self.add_namespace(&ns, &veth, &peer, &self.disk(d))
+    }
+
+    /// Namespace `ns` joined to the bridge by veth `veth` (its end inside named `peer`, with
+    /// `address`).
+    fn add_namespace(&self, ns: &str, veth: &str, peer: &str, address: &str) -> Result<(), String> {
+        let address = format!("{address}/24");
+        let made = ip(&["netns", "add", ns])
+            && ip(&["link", "add", veth, "type", "veth", "peer", "name", peer])
+            && ip(&["link", "set", peer, "netns", ns])
+            && ip(&["link", "set", veth, "master", &self.bridge()])
+            && ip(&["link", "set", veth, "up"])
+            && ip(&["-n", ns, "addr", "add", &address, "dev", peer])
+            && ip(&["-n", ns, "link", "set", peer, "up"])
+            && ip(&["-n", ns, "link", "set", "lo", "up"]);
         if made {
             Ok(())
         } else {
@@ -84,21 +90,8 @@ impl Net {
     /// address, so that its link can be shaped like a machine's ([`Net::shape_host`]).
     pub fn add_host(&mut self) -> Result<(), String> {
         let (ns, veth, peer) = self.host_names();
-        let address = format!("{}/24", self.host_in_namespace());
         self.host_ns = true;
-        let made = ip(&["netns", "add", &ns])
-            && ip(&["link", "add", &veth, "type", "veth", "peer", "name", &peer])
-            && ip(&["link", "set", &peer, "netns", &ns])
-            && ip(&["link", "set", &veth, "master", &self.bridge()])
-            && ip(&["link", "set", &veth, "up"])
-            && ip(&["-n", &ns, "addr", "add", &address, "dev", &peer])
-            && ip(&["-n", &ns, "link", "set", &peer, "up"])
-            && ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        if made {
-            Ok(())
-        } else {
-            Err(format!("cannot make the host's network namespace {ns}"))
-        }
+        self.add_namespace(&ns, &veth, &peer, &self.host_in_namespace())
     }
 
     /// The host's namespace, its veth's end on the bridge and its end inside the namespace.
