@@ -85,6 +85,15 @@ fn tls_hint(url: &str, message: &str) -> &'static str {
     }
 }
 
+/// A connection to `url` that failed with `message` (a TLS mismatch named).
+fn unreachable(url: &str, message: String) -> ClientError {
+    let hint = tls_hint(url, &message);
+    ClientError::Unreachable {
+        url: url.to_string(),
+        message: format!("{message}{hint}"),
+    }
+}
+
 /// A logged-in connection to the service.
 pub struct Client {
     inner: FlightSqlServiceClient<Channel>,
@@ -120,10 +129,7 @@ impl Client {
             .iter()
             .any(|t| lower.contains(t));
             return Err(if transport {
-                ClientError::Unreachable {
-                    url: url.to_string(),
-                    message: format!("{message}{}", tls_hint(url, &message)),
-                }
+                unreachable(url, message)
             } else {
                 ClientError::Refused {
                     url: url.to_string(),
@@ -223,13 +229,21 @@ impl Client {
 pub fn served(
     serve: &adisk_core::config::ServeSection,
 ) -> Result<(String, ClientTls), adisk_core::tls::TlsError> {
-    match &serve.tls_ca {
-        Some(ca) => Ok((
-            format!("grpc+tls://{}", serve.address),
-            ClientTls::load(Some(ca), None)?,
-        )),
-        None => Ok((format!("grpc://{}", serve.address), ClientTls::default())),
-    }
+    let tls = match &serve.tls_ca {
+        Some(ca) => ClientTls::load(Some(ca), None)?,
+        None => ClientTls::default(),
+    };
+    Ok((served_url(serve), tls))
+}
+
+/// The URL of the service a `[serve]` section describes.
+pub fn served_url(serve: &adisk_core::config::ServeSection) -> String {
+    let scheme = if serve.tls_ca.is_some() {
+        "grpc+tls"
+    } else {
+        "grpc"
+    };
+    format!("{scheme}://{}", serve.address)
 }
 
 /// Whether `url` asks for TLS (`grpc+tls://`, `https://`).
@@ -270,12 +284,8 @@ async fn channel(url: &str, tls: &ClientTls) -> Result<Channel, ClientError> {
                 message: chain(&e),
             })?;
     }
-    endpoint.connect().await.map_err(|e| {
-        let message = chain(&e);
-        let hint = tls_hint(url, &message);
-        ClientError::Unreachable {
-            url: url.to_string(),
-            message: format!("{message}{hint}"),
-        }
-    })
+    endpoint
+        .connect()
+        .await
+        .map_err(|e| unreachable(url, chain(&e)))
 }

@@ -819,13 +819,8 @@ pub fn describe(config: &ClusterConfig, dir: &Path) -> String {
     }
     if let Some(serve) = &config.serve {
         s.push_str(&format!(
-            "  Flight SQL service at {}://{} (pid {}{}){}{}\n",
-            if serve.tls_ca.is_some() {
-                "grpc+tls"
-            } else {
-                "grpc"
-            },
-            serve.address,
+            "  Flight SQL service at {} (pid {}{}){}{}\n",
+            adisk_server::client::served_url(serve),
             serve.pid.unwrap_or(0),
             match &serve.metrics_address {
                 Some(m) => format!(", metrics at http://{m}/metrics"),

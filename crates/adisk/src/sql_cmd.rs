@@ -138,11 +138,7 @@ impl ConnectArgs {
         let config = adisk_core::config::ClusterConfig::load(&dir.join("cluster.toml")).ok();
         let serve = config.as_ref().and_then(|c| c.serve.clone());
         let url = match (url.as_str(), &serve) {
-            ("serve", Some(s)) => {
-                adisk_server::client::served(s)
-                    .map_err(|e| CliError::Other(e.to_string()))?
-                    .0
-            }
+            ("serve", Some(s)) => adisk_server::client::served_url(s),
             ("serve", None) => {
                 return Err(CliError::Other(format!(
                     "--connect serve: no Flight SQL service in {} (adisk up starts one)",
