@@ -117,6 +117,16 @@ impl LinkFigures {
         }
     }
 
+    /// Nothing measured: the loopback-class rate, said as assumed.
+    fn assumed() -> Self {
+        LinkFigures {
+            host_bytes_per_sec: ASSUMED_BYTES_PER_SEC,
+            rtt: None,
+            source: LinkSource::Assumed,
+            at: Instant::now(),
+        }
+    }
+
     fn fresh(&self) -> bool {
         matches!(self.source, LinkSource::Throttle { .. }) || self.at.elapsed() < LINK_REFRESH
     }
@@ -137,7 +147,19 @@ impl Links {
         if let Some(f) = figures.as_ref().filter(|f| f.fresh()) {
             return f.clone();
         }
-        let measured = measure(cluster).await;
+        // One deadline for the whole measurement: a disk that stopped answering (not yet taken
+        // as dead) must not hold every `auto` plan for several of its timeouts.
+        let limit = cluster.config().deadlines().timeout + PROBE_TIME;
+        let measured = match tokio::time::timeout(limit, measure(cluster)).await {
+            Ok(m) => m,
+            Err(_) => match figures.as_ref() {
+                Some(previous) => LinkFigures {
+                    at: Instant::now(),
+                    ..previous.clone()
+                },
+                None => LinkFigures::assumed(),
+            },
+        };
         tracing::debug!("links: {}", measured.describe());
         *figures = Some(measured.clone());
         measured
@@ -208,10 +230,8 @@ pub async fn measure(cluster: &Cluster) -> LinkFigures {
     let took = start.elapsed();
     aggregate_rate(&delivered).map_or_else(
         || LinkFigures {
-            host_bytes_per_sec: ASSUMED_BYTES_PER_SEC,
             rtt,
-            source: LinkSource::Assumed,
-            at: Instant::now(),
+            ..LinkFigures::assumed()
         },
         |(rate, bytes)| LinkFigures {
             host_bytes_per_sec: rate,
@@ -236,14 +256,15 @@ fn aggregate_rate(delivered: &[Delivered]) -> Option<(f64, u64)> {
     (bytes > 0 && secs > 0.0).then(|| (bytes as f64 / secs, bytes))
 }
 
-/// The quickest of three one-byte probes to any of `live` (the first may open a connection).
+/// The quickest of three one-byte probes to each of two of `live`, at once (the first may
+/// open a connection).
 async fn round_trip(cluster: &Cluster, live: &[u32]) -> Option<Duration> {
     let tiny = LinkProbe {
         bytes: 1,
         max_ms: 1,
     };
-    let mut best: Option<Duration> = None;
-    for &d in live.iter().take(2) {
+    let three = |d: u32| async move {
+        let mut best: Option<Duration> = None;
         for _ in 0..3 {
             let t = Instant::now();
             if probe_stream(cluster, d, tiny).await.is_some() {
@@ -251,8 +272,10 @@ async fn round_trip(cluster: &Cluster, live: &[u32]) -> Option<Duration> {
                 best = Some(best.map_or(took, |b| b.min(took)));
             }
         }
-    }
-    best
+        best
+    };
+    let each = futures::future::join_all(live.iter().take(2).map(|&d| three(d))).await;
+    each.into_iter().flatten().min()
 }
 
 /// Disk `d` streams filler for [`PROBE_TIME`]: what arrived after its first reply.
