@@ -278,14 +278,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     up(&cdir, &args).await?;
     let result = async {
         let cluster = Arc::new(crate::connect(&cdir).await?);
-        let orders = cluster.catalog().await?.tables.get("orders").map(|t| t.rows()).unwrap_or(0);
-        if orders != tpch::orders_rows(a.sf) || !crate::output::loaded_with(&cdir, a.compression) {
-            for t in ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"] {
-                let _ = cluster.drop_table(t).await;
-            }
-            crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec![], replicas: 1, disks: vec![] }).await?;
-            crate::output::mark_loaded(&cdir, a.compression)?;
-        }
+        ensure_tpch(&cluster, &cdir, a.sf, a.compression).await?;
         if !a.levels.is_empty() {
             return levels_table(&cluster, &a, &queries, &texts).await;
         }
@@ -375,6 +368,36 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     .await;
     down(&cdir).await?;
     result
+}
+
+/// Loads TPC-H at `sf` (one partition per disk) into the cluster of `cdir`, unless it holds
+/// that scale factor already, written with `compression` (the disks' codec).
+pub async fn ensure_tpch(
+    cluster: &adisk_host::cluster::Cluster,
+    cdir: &Path,
+    sf: f64,
+    compression: adisk_core::config::Compression,
+) -> Result<(), CliError> {
+    let catalog = cluster.catalog().await?;
+    let orders = catalog.tables.get("orders").map(|t| t.rows()).unwrap_or(0);
+    if orders == tpch::orders_rows(sf) && crate::output::loaded_with(cdir, compression) {
+        return Ok(());
+    }
+    for t in [
+        "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
+    ] {
+        let _ = cluster.drop_table(t).await;
+    }
+    let load = adisk_host::load::TpchLoad {
+        sf,
+        partitions_per_disk: 1,
+        row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+        tables: vec![],
+        replicas: 1,
+        disks: vec![],
+    };
+    crate::output::load_tpch(cluster, &load).await?;
+    crate::output::mark_loaded(cdir, compression)
 }
 
 /// A `--levels` entry: an offload level, at `disks` optionally with memik's bundling

@@ -6,11 +6,14 @@ mod bench_checksum;
 mod bench_exchange;
 mod bench_fair;
 mod bench_faults;
+mod bench_remote;
+mod bench_remote_peers;
 mod bench_serve;
 mod bench_tpch;
 mod cert_cmd;
 mod chaos;
 mod disklet_cmd;
+mod files_http;
 mod linkfault;
 mod local;
 mod netns;
@@ -58,6 +61,17 @@ enum Command {
     /// (see `adisk_storage::tpch::generate_isolated`).
     #[command(hide = true)]
     TpchGenerate,
+    /// Serve the Parquet files under --root over HTTP on --listen (the storage side of
+    /// `adisk bench remote`'s peer engines).
+    #[command(hide = true)]
+    FilesHttp {
+        /// Address to listen on (`ip:port`).
+        #[arg(long)]
+        listen: String,
+        /// The directory whose `*.parquet` files are served.
+        #[arg(long)]
+        root: PathBuf,
+    },
     /// Start a local cluster: N disk processes on 127.0.0.1, in the background.
     Up(local::UpArgs),
     /// Stop the local cluster started by `up`: only the disks `up` started (a hand-written
@@ -368,6 +382,7 @@ fn connect_lazy(dir: &std::path::Path) -> Result<Cluster, CliError> {
 async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
     match command {
         Command::Disk(args) => local::run_disk(&dir, args).await,
+        Command::FilesHttp { listen, root } => files_http::serve(&listen, &root).await,
         Command::TpchGenerate => {
             let out = std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
             let input = std::io::BufReader::new(std::io::stdin());

@@ -140,6 +140,19 @@ impl Net {
         }
     }
 
+    /// Removes the host link's shaping (nothing to remove is fine).
+    pub fn unshape_host(&self) {
+        let (ns, veth, peer) = self.host_names();
+        ip(&[
+            "netns", "exec", &ns, "tc", "qdisc", "del", "dev", &peer, "root",
+        ]);
+        let _ = std::process::Command::new("tc")
+            .args(["qdisc", "del", "dev", &veth, "root"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+
     fn bridge(&self) -> String {
         format!("adbr{}", self.tag)
     }

@@ -40,6 +40,11 @@ pub enum BenchCommand {
     /// Disk-to-disk streams: a pair and all-to-all, direct and via the host, against the
     /// loopback Flight DoPut rate measured in the same run.
     Exchange(crate::bench_exchange::ExchangeBenchArgs),
+    /// ActiveDisk through Flight SQL (ADBC) against DuckDB-httpfs and DataFusion reading the
+    /// same files over HTTP from the storage side, on several machines (network namespaces)
+    /// with the host's link shaped to each `--link-mbit`: TPC-H, a table per rate, an SVG
+    /// plot. Needs root and iproute2.
+    Remote(crate::bench_remote::RemoteBenchArgs),
     /// What verifying every read costs: one lineitem partition decoded with and without the
     /// per-chunk and footer checksums, medians, cost per GB read.
     Checksum(crate::bench_checksum::ChecksumBenchArgs),
@@ -367,6 +372,7 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Tpch(a) => crate::bench_tpch::run(dir, a).await,
         BenchCommand::Fair(a) => crate::bench_fair::run(dir, a).await,
         BenchCommand::Exchange(a) => crate::bench_exchange::run(dir, a).await,
+        BenchCommand::Remote(a) => crate::bench_remote::run(dir, a).await,
         BenchCommand::Serve(a) => crate::bench_serve::run(dir, a).await,
         BenchCommand::App(a) => crate::bench_app::run(dir, a).await,
         BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,

@@ -419,3 +419,84 @@ fn idle_within(dir: &Path, disks: usize, within: std::time::Duration) -> std::ti
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
 }
+
+/// `adisk bench remote` as the README runs it, kept small: 2 disks in namespaces, the host's
+/// link unshaped and then shaped to 100 Mbit/s, four queries. Every engine answers every query
+/// (the benchmark compares their answers and fails on a wrong one); ActiveDisk's link carries
+/// less than the peers' (they read the files, it receives results); the plot and the results
+/// are written.
+#[test]
+fn bench_remote_runs_every_engine_and_they_agree() {
+    if !ip(&["netns", "list"]) {
+        eprintln!("skipped: no `ip netns`");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let python = std::env::var("ADISK_PYTHON").unwrap_or_else(|_| "python3".into());
+    let subnet = subnet().wrapping_add(2).to_string();
+    let out = common::adisk(
+        dir,
+        &[
+            "bench",
+            "remote",
+            "--sf",
+            "0.01",
+            "--disks",
+            "2",
+            "--link-mbit",
+            "0,100",
+            "--queries",
+            "1,6,13,15",
+            "--repeats",
+            "1",
+            "--subnet",
+            &subnet,
+            "--python",
+            &python,
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if stderr.contains("needs root") {
+        eprintln!("skipped: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let results: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("bench-remote-sf0.01.json")).unwrap(),
+    )
+    .unwrap();
+    let rates = results.as_array().unwrap();
+    assert_eq!(rates.len(), 2, "{results}");
+    let engines = ["adisk", "duckdb-snappy", "duckdb-own", "datafusion-http"];
+    for rate in rates {
+        for q in ["1", "6", "13", "15"] {
+            let row = &rate["queries"][q];
+            for e in engines {
+                assert!(row[e]["error"].is_null(), "Q{q} {e}: {}", row[e]["error"]);
+                assert!(row[e]["secs"].as_f64().is_some_and(|s| s > 0.0), "{row}");
+            }
+            let link = |e: &str| row[e]["link_bytes"].as_u64().unwrap();
+            assert!(link("duckdb-own") > 0, "{row}");
+            if q != "13" {
+                // Q13's result is a group per customer count; the others are a few rows.
+                assert!(link("adisk") < link("duckdb-own"), "Q{q}: {row}");
+            }
+        }
+    }
+    let svg = std::fs::read_to_string(dir.join("bench-remote-sf0.01.svg")).unwrap();
+    assert!(
+        svg.starts_with("<svg") && svg.contains("duckdb-snappy"),
+        "{svg}"
+    );
+    assert!(
+        stdout.contains("100 Mbit/s") && stdout.contains("unshaped"),
+        "{stdout}"
+    );
+    let left = std::process::Command::new("pgrep")
+        .args(["-f", &format!("files-http --listen 10.{subnet}.")])
+        .output()
+        .unwrap();
+    assert!(left.stdout.is_empty(), "file servers left running");
+}
