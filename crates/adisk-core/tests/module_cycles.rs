@@ -104,13 +104,12 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "wiring",
         ],
     ),
+    // Until issue 35 moved `TokenBucket` out of `sql/mod.rs` into `throttle.rs`, these two
+    // and `jobs` and `relay` were one knot of 16 modules.
+    ("adisk-host", &["cluster", "links"]),
     (
         "adisk-host",
         &[
-            "cluster",
-            "jobs",
-            "links",
-            "relay",
             "sql",
             "sql::broadcast",
             "sql::bundling",

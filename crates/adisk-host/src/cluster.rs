@@ -569,7 +569,7 @@ pub struct Cluster {
     tls: Option<TlsMaterial>,
     channels: Vec<tonic::transport::Channel>,
     exchange: std::sync::atomic::AtomicU8,
-    host_link: Option<Arc<crate::sql::TokenBucket>>,
+    host_link: Option<Arc<crate::throttle::TokenBucket>>,
     relay: tokio::sync::OnceCell<crate::relay::Relay>,
     /// The router between disk groups (chiu): a relay every stream from one group to another
     /// passes through, paying `router_mbps`; started on first use.
@@ -873,7 +873,7 @@ impl Cluster {
         let auth = config.verifier()?.map(Arc::new);
         let host_link = match config.cluster.host_link_mbps {
             0 => None,
-            mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
+            mbps => Some(Arc::new(crate::throttle::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
         Ok(Cluster {
@@ -905,7 +905,7 @@ impl Cluster {
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
     /// every stream the host relays; None: unthrottled.
-    pub fn host_link(&self) -> Option<&Arc<crate::sql::TokenBucket>> {
+    pub fn host_link(&self) -> Option<&Arc<crate::throttle::TokenBucket>> {
         self.host_link.as_ref()
     }
 
@@ -944,7 +944,7 @@ impl Cluster {
     async fn router_address(&self) -> Result<String> {
         let limit = match self.config.cluster.router_mbps {
             0 => None,
-            mbps => Some(Arc::new(crate::sql::TokenBucket::new(mbps))),
+            mbps => Some(Arc::new(crate::throttle::TokenBucket::new(mbps))),
         };
         self.relay_of(&self.router, limit, "router between disk groups")
             .await
@@ -953,7 +953,7 @@ impl Cluster {
     async fn relay_of(
         &self,
         cell: &tokio::sync::OnceCell<crate::relay::Relay>,
-        limit: Option<Arc<crate::sql::TokenBucket>>,
+        limit: Option<Arc<crate::throttle::TokenBucket>>,
         what: &str,
     ) -> Result<String> {
         let addresses: Vec<String> = self

@@ -20,6 +20,7 @@
 //! * [`run`]: `adisk run DISKLET`: parameters → a DataFusion plan for [`sql`].
 //! * [`disklet`]: WebAssembly disklet jobs; [`exchange`]: the exchange benchmark's jobs.
 //! * [`load`]: TPC-H generation at the disks; Parquet/CSV loads with declustering.
+//! * [`throttle`]: the host link's token bucket (`host_link_mbps`).
 #![warn(missing_docs)]
 
 pub mod cluster;
@@ -31,6 +32,7 @@ pub mod load;
 pub mod relay;
 pub mod run;
 pub mod sql;
+pub mod throttle;
 
 pub use cluster::{Catalog, Cluster, TableEntry};
 pub use jobs::JobOutput;

@@ -1473,7 +1473,7 @@ fn watched(
     stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
     failure: tokio::sync::watch::Receiver<Option<Arc<HostError>>>,
     reporter: Reporter,
-    link: Option<Arc<super::TokenBucket>>,
+    link: Option<Arc<crate::throttle::TokenBucket>>,
     cancel: Arc<Cancel>,
 ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
     let guard = ReportOnDrop {
