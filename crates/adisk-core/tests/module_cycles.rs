@@ -674,7 +674,8 @@ fn strip(src: &str) -> String {
         if c == '\'' {
             // A character literal ('x', '\n', '\u{1F600}', '{'), or a lifetime ('a).
             if next == Some('\\') {
-                let mut j = i + 2;
+                // Past the backslash and the escaped character: '\'', '\\', '\n', '\u{…}'.
+                let mut j = i + 3;
                 while j < chars.len() && chars[j] != '\'' {
                     j += 1;
                 }
@@ -849,7 +850,7 @@ fn reading_skips_comments_literals_and_test_items() {
     let src = r##"
 //! [`crate::doc::Link`] in a doc comment
 use crate::{a::X, b::{self, c::Y as Z}};
-fn f() { let s = "crate::in_a_string"; let c = '{'; let r = r#"super::raw"#; crate::d::g(); }
+fn f() { let s = "crate::in_a_string\""; let c = '{'; let q = '\''; let r = r#"super::raw"#; crate::d::g(); }
 #[cfg(test)]
 #[allow(unused)]
 mod tests { use crate::e::Nope; fn t() { let _ = '}'; } }
