@@ -68,6 +68,11 @@ pub struct RemoteBenchArgs {
     /// beside it.
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// Results of an earlier run (its JSON) to show beside this run's in the summary and the
+    /// plot: its rates that this run did not measure (e.g. a slow rate run with fewer
+    /// repeats).
+    #[arg(long)]
+    pub with: Option<PathBuf>,
     /// Set for the run inside the host's namespace: its one link rate.
     #[arg(long, hide = true)]
     pub inner_rate: Option<u64>,
@@ -136,6 +141,24 @@ pub async fn run(dir: &Path, a: RemoteBenchArgs) -> Result<(), CliError> {
         all.push(one_rate(dir, &net, &places, rate)?);
     }
     drop(net);
+    if let Some(path) = &a.with {
+        let fail = |e: String| CliError::Other(format!("--with {}: {e}", path.display()));
+        let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+        let earlier: Vec<RateResults> =
+            serde_json::from_str(&text).map_err(|e| fail(e.to_string()))?;
+        all.extend(
+            earlier
+                .into_iter()
+                .filter(|r| !a.link_mbit.contains(&r.rate_mbit)),
+        );
+        all.sort_by_key(|r| {
+            if r.rate_mbit == 0 {
+                u64::MAX
+            } else {
+                r.rate_mbit
+            }
+        });
+    }
     summarize(&a, &all, dir)
 }
 

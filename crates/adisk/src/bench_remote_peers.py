@@ -76,6 +76,7 @@ def duckdb_engine(threads, tables_json):
     con.execute(f"LOAD '{ext[0]}'")
     con.execute(f"SET threads TO {int(threads)}")
     con.execute("SET enable_external_file_cache = false")
+    con.execute("SET enable_progress_bar = false")  # it writes to stdout, this server's replies
     for t, urls in sorted(json.load(open(tables_json)).items()):
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(urls)})")
 

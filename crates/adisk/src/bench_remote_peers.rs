@@ -367,8 +367,12 @@ impl PyChild {
         self.stdout
             .read_line(&mut line)
             .map_err(|e| e.to_string())?;
-        let v: serde_json::Value =
-            serde_json::from_str(&line).map_err(|_| "the engine's process exited".to_string())?;
+        if line.is_empty() {
+            let status = self.child.wait().map_or("?".into(), |s| s.to_string());
+            return Err(format!("the engine's process exited ({status})"));
+        }
+        let v: serde_json::Value = serde_json::from_str(&line)
+            .map_err(|_| format!("the engine answered {:?}", line.trim()))?;
         if let Some(e) = v["error"].as_str() {
             return Err(e.to_string());
         }
