@@ -650,6 +650,10 @@ pub mod action {
     /// until the probe's bytes or time run out, for the caller to measure the link's rate and
     /// round trip (`adisk_host::links`).
     pub const LINK_PROBE: &str = "link_probe";
+    /// Body: [`super::PeerProbe`]. The disk runs a [`LINK_PROBE`] against another disk of the
+    /// cluster and returns what arrived, [`super::PeerProbeReport`]: how the host learns the
+    /// links between disks (`adisk_host::links`).
+    pub const PEER_PROBE: &str = "peer_probe";
 }
 
 /// Body of [`action::LINK_PROBE`]: how much filler to send at most, bytes and milliseconds
@@ -660,6 +664,35 @@ pub struct LinkProbe {
     pub bytes: u64,
     /// Milliseconds.
     pub max_ms: u64,
+}
+
+/// Body of [`action::PEER_PROBE`]: the peer to probe and the probe (capped as
+/// [`LinkProbe`]).
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct PeerProbe {
+    /// The peer disk's id.
+    pub peer: u32,
+    /// Bytes.
+    pub bytes: u64,
+    /// Milliseconds.
+    pub max_ms: u64,
+}
+
+/// Reply of [`action::PEER_PROBE`]: the bytes that arrived after the peer's first reply and
+/// the time from that reply to its last.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct PeerProbeReport {
+    /// Bytes after the first reply.
+    pub bytes: u64,
+    /// Microseconds from the first reply to the last.
+    pub micros: u64,
+}
+
+impl PeerProbeReport {
+    /// Its rate, bytes/s (None when nothing measurable arrived).
+    pub fn rate(&self) -> Option<f64> {
+        (self.bytes > 0 && self.micros > 0).then(|| self.bytes as f64 * 1e6 / self.micros as f64)
+    }
 }
 
 /// Size of one filler reply of a link probe, bytes.

@@ -8,12 +8,14 @@
 //!  host ──DoAction(status | catalog | job_stats | generate_tpch | drop_table | shutdown)
 //!  host ──DoAction(disklet_install | disklet_list | disklet_remove | generate_images | list_files)
 //!  host ──DoAction(scrub | repair) ─► disk ──DoAction(catalog | partition_read)─► peer disks
+//!  host ──DoAction(peer_probe) ─────► disk ──DoAction(link_probe)─► a peer disk
 //! ```
 //! A disk started with its cluster's members repairs itself from its peers when it starts
 //! (see [`repair`]).
 //! [`serve`] runs the server until a `shutdown` action, or the future passed to it, completes.
 #![warn(missing_docs)]
 
+mod peer_probe;
 mod repair;
 mod service;
 mod user_actions;

@@ -730,6 +730,16 @@ impl FlightService for DiskService {
                     parse_json("link_probe request", &body)?;
                 Ok(Response::new(link_probe(probe)))
             }
+            action::PEER_PROBE => {
+                let req: adisk_core::protocol::PeerProbe = parse_json("peer_probe request", &body)?;
+                let peers = self.peers.clone().ok_or_else(|| {
+                    Status::failed_precondition("this disk cannot reach its peers")
+                })?;
+                let me = self.os.config().disk_id;
+                reply(json_result(
+                    &crate::peer_probe::peer_probe(&peers, me, req).await?,
+                ))
+            }
             other => {
                 match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body)
                     .await
@@ -759,6 +769,7 @@ impl FlightService for DiskService {
             action::PARTITION_READ,
             action::REPAIR,
             action::LINK_PROBE,
+            action::PEER_PROBE,
             action::SHUTDOWN,
             action::DISKLET_INSTALL,
             action::DISKLET_LIST,

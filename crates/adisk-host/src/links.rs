@@ -9,7 +9,7 @@
 //! when older than [`LINK_REFRESH`] (a link re-shaped mid-run is noticed at the next query
 //! after that), and a configured throttle (`host_link_mbps`) is taken as it is, not measured.
 use crate::cluster::Cluster;
-use adisk_core::protocol::{LINK_PROBE_CHUNK, LinkProbe, action};
+use adisk_core::protocol::{LINK_PROBE_CHUNK, LinkProbe, PeerProbe, PeerProbeReport, action};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,51 @@ pub enum LinkSource {
 /// A query must move at least this much to say something about the link's rate.
 pub const OBSERVED_MIN_BYTES: u64 = 4 << 20;
 
+/// The links between disks as the planner sees them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DiskLinks {
+    /// Measured: every live disk probed the next one (a ring, all pairs at once, as an
+    /// exchange loads them); the median pair's rate.
+    Measured {
+        /// Bytes per second.
+        bytes_per_sec: f64,
+        /// Pairs that answered.
+        pairs: usize,
+    },
+    /// Exchanges pass the host (`exchange = via-host`): the disks' own links carry none.
+    ThroughHost,
+    /// Not measured (fewer than two live disks, no pair answered, or a level that does not
+    /// plan by cost): loopback-class, said as assumed.
+    Assumed,
+}
+
+impl DiskLinks {
+    /// The rate a disk's link carries, bytes/s.
+    pub fn bytes_per_sec(&self) -> f64 {
+        match self {
+            DiskLinks::Measured { bytes_per_sec, .. } => *bytes_per_sec,
+            _ => ASSUMED_BYTES_PER_SEC,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            DiskLinks::Measured {
+                bytes_per_sec,
+                pairs,
+            } => format!(
+                "disk to disk {:.0} Mbit/s (measured: the median of {pairs} pairs probing at once)",
+                bytes_per_sec * 8.0 / 1e6
+            ),
+            DiskLinks::ThroughHost => "disk to disk through the host".into(),
+            DiskLinks::Assumed => format!(
+                "disk to disk {:.0} Mbit/s (assumed)",
+                ASSUMED_BYTES_PER_SEC * 8.0 / 1e6
+            ),
+        }
+    }
+}
+
 /// The host link as the planner sees it.
 #[derive(Debug, Clone)]
 pub struct LinkFigures {
@@ -66,6 +111,8 @@ pub struct LinkFigures {
     pub source: LinkSource,
     /// When it was measured.
     pub at: Instant,
+    /// The links between disks.
+    pub disks: DiskLinks,
 }
 
 /// The rate assumed when nothing could be measured, bytes/s (loopback class).
@@ -96,7 +143,10 @@ impl LinkFigures {
                 elapsed.as_secs_f64() * 1e3
             ),
         };
-        format!("host link {rate}{rtt} ({source})")
+        format!(
+            "host link {rate}{rtt} ({source}); {}",
+            self.disks.describe()
+        )
     }
 
     /// The figures of a level that does not plan by cost: the throttle if there is one,
@@ -114,6 +164,7 @@ impl LinkFigures {
                 mbps => LinkSource::Throttle { mbps },
             },
             at: Instant::now(),
+            disks: DiskLinks::Assumed,
         }
     }
 
@@ -124,6 +175,7 @@ impl LinkFigures {
             rtt: None,
             source: LinkSource::Assumed,
             at: Instant::now(),
+            disks: DiskLinks::Assumed,
         }
     }
 
@@ -149,7 +201,7 @@ impl Links {
         }
         // One deadline for the whole measurement: a disk that stopped answering (not yet taken
         // as dead) must not hold every `auto` plan for several of its timeouts.
-        let limit = cluster.config().deadlines().timeout + PROBE_TIME;
+        let limit = cluster.config().deadlines().timeout + 2 * PROBE_TIME;
         let measured = match tokio::time::timeout(limit, measure(cluster)).await {
             Ok(m) => m,
             Err(_) => match figures.as_ref() {
@@ -204,8 +256,19 @@ struct Delivered {
     last: Instant,
 }
 
-/// Measures the host link of `cluster` (or takes its throttle).
+/// Measures the links of `cluster`: the host's (or takes its throttle), then the disks'.
 pub async fn measure(cluster: &Cluster) -> LinkFigures {
+    let dead = cluster.dead_disks();
+    let live: Vec<u32> = (0..cluster.disk_count())
+        .filter(|d| !dead.contains(d))
+        .collect();
+    let mut figures = host_link(cluster, &live).await;
+    figures.disks = disk_links(cluster, &live).await;
+    figures
+}
+
+/// The host link: its throttle, or what all `live` disks deliver at once.
+async fn host_link(cluster: &Cluster, live: &[u32]) -> LinkFigures {
     let mbps = cluster.config().cluster.host_link_mbps;
     if mbps > 0 {
         return LinkFigures {
@@ -213,13 +276,10 @@ pub async fn measure(cluster: &Cluster) -> LinkFigures {
             rtt: None,
             source: LinkSource::Throttle { mbps },
             at: Instant::now(),
+            disks: DiskLinks::Assumed,
         };
     }
-    let dead = cluster.dead_disks();
-    let live: Vec<u32> = (0..cluster.disk_count())
-        .filter(|d| !dead.contains(d))
-        .collect();
-    let rtt = round_trip(cluster, &live).await;
+    let rtt = round_trip(cluster, live).await;
     let start = Instant::now();
     let probes = live.iter().map(|&d| stream_probe(cluster, d));
     let delivered: Vec<Delivered> = futures::future::join_all(probes)
@@ -242,8 +302,58 @@ pub async fn measure(cluster: &Cluster) -> LinkFigures {
                 took,
             },
             at: Instant::now(),
+            disks: DiskLinks::Assumed,
         },
     )
+}
+
+/// The links between disks: each live disk probes the next, all at once (a ring), and the
+/// median pair's rate is taken (one slow pair does not set every disk's figure).
+async fn disk_links(cluster: &Cluster, live: &[u32]) -> DiskLinks {
+    if cluster.config().cluster.exchange == adisk_core::config::ExchangeMode::ViaHost {
+        return DiskLinks::ThroughHost;
+    }
+    if live.len() < 2 {
+        return DiskLinks::Assumed;
+    }
+    let ring = live.iter().zip(live.iter().cycle().skip(1));
+    let probes = ring.map(|(&from, &to)| peer_probe(cluster, from, to));
+    let mut rates: Vec<f64> = futures::future::join_all(probes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    rates.sort_by(f64::total_cmp);
+    match rates.get(rates.len() / 2) {
+        Some(&median) => DiskLinks::Measured {
+            bytes_per_sec: median,
+            pairs: rates.len(),
+        },
+        None => DiskLinks::Assumed,
+    }
+}
+
+/// Disk `from` probes disk `to` ([`action::PEER_PROBE`]): the rate, or None if it failed.
+async fn peer_probe(cluster: &Cluster, from: u32, to: u32) -> Option<f64> {
+    let probe = PeerProbe {
+        peer: to,
+        bytes: PROBE_BYTES,
+        max_ms: PROBE_TIME.as_millis() as u64,
+    };
+    let body = serde_json::to_vec(&probe).ok()?;
+    let deadline = cluster.config().deadlines().timeout * 2 + PROBE_TIME;
+    let run = async {
+        let mut client = cluster.client(from);
+        let mut replies = client
+            .do_action(arrow_flight::Action::new(action::PEER_PROBE, body))
+            .await
+            .ok()?;
+        let reply = replies.next().await?.ok()?;
+        serde_json::from_slice::<PeerProbeReport>(&reply)
+            .ok()?
+            .rate()
+    };
+    tokio::time::timeout(deadline, run).await.ok().flatten()
 }
 
 /// The aggregate rate of `delivered`: every byte after each disk's first reply, over the time
@@ -354,6 +464,7 @@ mod tests {
                 took: Duration::from_millis(250),
             },
             at: Instant::now(),
+            disks: DiskLinks::Assumed,
         };
         *links.figures.try_lock().unwrap() = Some(probed.clone());
         let second = Duration::from_secs(1);
@@ -407,6 +518,10 @@ mod tests {
                 took: Duration::from_millis(260),
             },
             at: Instant::now(),
+            disks: DiskLinks::Measured {
+                bytes_per_sec: 0.5e6,
+                pairs: 4,
+            },
         };
         let line = f.describe();
         assert!(
@@ -414,12 +529,28 @@ mod tests {
             "{line}"
         );
         assert!(line.contains("from 4 disks in 260 ms"), "{line}");
+        assert!(
+            line.ends_with(
+                "; disk to disk 4 Mbit/s (measured: the median of 4 pairs probing at once)"
+            ),
+            "{line}"
+        );
         let t = LinkFigures {
             source: LinkSource::Throttle { mbps: 100 },
             rtt: None,
             ..f
         };
         assert!(t.describe().contains("host_link_mbps = 100 (a throttle)"));
+        let through = LinkFigures {
+            disks: DiskLinks::ThroughHost,
+            ..t.clone()
+        };
+        assert!(
+            through
+                .describe()
+                .ends_with("disk to disk through the host")
+        );
+        assert_eq!(DiskLinks::Assumed.bytes_per_sec(), ASSUMED_BYTES_PER_SEC);
         assert!(t.fresh());
     }
 }

@@ -273,6 +273,16 @@ fn shape(net: &Net, d: usize) {
 /// A join at the disks that moves `lineitem` itself: one side broadcast to every disk.
 const JOIN: &str = "SELECT count(*) AS n, sum(a.l_quantity) AS q FROM lineitem a JOIN lineitem b ON a.l_partkey = b.l_partkey AND a.l_suppkey = b.l_suppkey AND a.l_linenumber = b.l_linenumber";
 
+/// The disk-to-disk rate `auto`'s note in an EXPLAIN says it measured, Mbit/s.
+fn disk_link_mbit(explain: &str) -> f64 {
+    let (_, after) = explain
+        .split_once("disk to disk ")
+        .unwrap_or_else(|| panic!("no disk-to-disk figure in {explain}"));
+    let (number, rest) = after.split_once(" Mbit/s").unwrap();
+    assert!(rest.starts_with(" (measured"), "{explain}");
+    number.parse().unwrap()
+}
+
 /// Runs `adisk` with `args`, killed after 60 s (a hang fails the test).
 fn within_60s(dir: &Path, args: &[&str]) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_adisk"))
@@ -325,7 +335,19 @@ fn slow_links_and_cuts(dir: &Path, net: &Net, disks: usize) {
         .iter()
         .map(|(q, _)| ok(dir, &["sql", "--offload", "none", "--format", "csv", q]))
         .collect();
+    let unshaped = disk_link_mbit(&ok(dir, &["explain", "--offload", "auto", GROUP_BY]));
     (0..disks).for_each(|d| shape(net, d));
+    let shaped = disk_link_mbit(&ok(dir, &["explain", "--offload", "auto", GROUP_BY]));
+    // EXPLAIN ANALYZE sets auto's estimate beside what the plan moved and took.
+    let analyzed = ok(dir, &["explain", "--offload", "auto", "analyze", GROUP_BY]);
+    assert!(
+        analyzed.contains("auto's estimate of the ") && analyzed.contains(", the query took "),
+        "{analyzed}"
+    );
+    assert!(
+        unshaped > 40.0 && shaped < 10.0,
+        "disk-to-disk links measured at {unshaped} Mbit/s, then {shaped} shaped to 4 Mbit/s"
+    );
     for ((q, level), want) in queries.iter().zip(&reference) {
         let slow = ok(dir, &["sql", "--offload", level, "--format", "csv", q]);
         assert_eq!(&slow, want, "{q} at {level} over 4 Mbit/s links");

@@ -26,8 +26,8 @@ pub struct CostModel {
     pub disk_cpu: f64,
     /// Host link, bytes/s (`host_link_mbps`, or loopback-class when unlimited).
     pub link: f64,
-    /// Each disk's own link to the others, bytes/s (loopback-class: only the host link can
-    /// be throttled).
+    /// Each disk's own link to the others, bytes/s (measured by a ring of probes, see
+    /// [`crate::links::DiskLinks`]; loopback-class when not measured).
     pub disk_link: f64,
     /// Host cores.
     pub host_cores: f64,
@@ -59,6 +59,53 @@ pub struct Traffic {
     pub to_host: u64,
     /// Bytes sent from disk to disk.
     pub disk_to_disk: u64,
+}
+
+/// What `auto` expected of the plan it chose: the level, the seconds its cost model gave it
+/// (beyond the scans every level shares) and what it expected to move.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Estimate {
+    /// `disks` or `host-centric`.
+    pub level: &'static str,
+    /// [`CostModel::traffic_time`] of the plan, s.
+    pub secs: f64,
+    /// Bytes expected to move.
+    pub traffic: Traffic,
+}
+
+impl Estimate {
+    /// The estimate of a plan at `level`.
+    pub fn of(level: &'static str, secs: f64, traffic: Traffic) -> Self {
+        Estimate {
+            level,
+            secs,
+            traffic,
+        }
+    }
+
+    /// One line for EXPLAIN ANALYZE: each estimate beside what the run measured (`to_host`
+    /// and `disk_to_disk` bytes, `wall`), with their ratio.
+    pub fn against(&self, to_host: u64, disk_to_disk: u64, wall: std::time::Duration) -> String {
+        use adisk_core::stats::human_bytes;
+        let ratio = |measured: f64, est: f64| match (measured, est) {
+            (m, e) if e > 0.0 && m > 0.0 => format!("{:.2}×", m / e),
+            (m, e) if m == e => "as estimated".into(),
+            _ => "–".into(),
+        };
+        let t = self.traffic;
+        format!(
+            "auto's estimate of the {} plan against the run: to the host {} estimated, {} received ({}); between disks {} estimated, {} sent ({}); {:.3} s estimated beyond the scans, the query took {:.3} s",
+            self.level,
+            human_bytes(t.to_host),
+            human_bytes(to_host),
+            ratio(to_host as f64, t.to_host as f64),
+            human_bytes(t.disk_to_disk),
+            human_bytes(disk_to_disk),
+            ratio(disk_to_disk as f64, t.disk_to_disk as f64),
+            self.secs,
+            wall.as_secs_f64()
+        )
+    }
 }
 
 impl CostModel {
@@ -97,7 +144,7 @@ impl CostModel {
             disk_read: read,
             disk_cpu: cpu,
             link,
-            disk_link: 4.0e9,
+            disk_link: links.disks.bytes_per_sec(),
             host_cores: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),
@@ -300,6 +347,26 @@ mod tests {
         // (1 + 2 × 150) MB over 12.5 MB/s.
         assert!((via - 301.0 / 12.5).abs() < 1e-9, "{via}");
         assert!(via > direct);
+    }
+
+    #[test]
+    fn an_estimate_is_set_beside_what_ran() {
+        let e = Estimate::of(
+            "disks",
+            0.25,
+            Traffic {
+                to_host: 2 * MB,
+                disk_to_disk: 0,
+            },
+        );
+        let line = e.against(3 * MB, 0, std::time::Duration::from_millis(1500));
+        assert!(line.contains("the disks plan"), "{line}");
+        assert!(line.contains("received (1.50×)"), "{line}");
+        assert!(line.contains("sent (as estimated)"), "{line}");
+        assert!(
+            line.ends_with("0.250 s estimated beyond the scans, the query took 1.500 s"),
+            "{line}"
+        );
     }
 
     #[test]

@@ -246,6 +246,9 @@ pub struct QueryOutput {
     pub disks: Vec<String>,
     /// At `auto`: which plan the cost model chose, with its estimates.
     pub choice: Option<String>,
+    /// At `auto`: what the cost model expected of the plan that ran (EXPLAIN ANALYZE sets it
+    /// beside what the plan really moved and took).
+    pub estimate: Option<cost::Estimate>,
     /// With disk groups: bytes the router between groups forwarded during the query (the
     /// router is the cluster's, so a concurrent query's streams count too).
     pub inter_group_bytes: Option<u64>,
@@ -267,6 +270,7 @@ impl QueryOutput {
             failover: vec![],
             disks: vec![],
             choice: None,
+            estimate: None,
             inter_group_bytes: None,
         }
     }
@@ -503,6 +507,7 @@ struct Chosen {
     plan: Arc<dyn ExecutionPlan>,
     session: Session,
     note: Option<String>,
+    estimate: Option<cost::Estimate>,
 }
 
 impl Sessions {
@@ -922,6 +927,7 @@ impl SqlEngine {
             plan,
             session,
             note: None,
+            estimate: None,
         };
         let Some(alt) = self.disks_session_for(analyze)? else {
             return Ok(host);
@@ -959,13 +965,20 @@ impl SqlEngine {
             cost.links,
         ));
         Ok(if td < th {
+            let estimate = Some(cost::Estimate::of("disks", td, d));
             Chosen {
                 plan: disks,
                 session: alt,
                 note,
+                estimate,
             }
         } else {
-            Chosen { note, ..host }
+            let estimate = Some(cost::Estimate::of("host-centric", th, h));
+            Chosen {
+                note,
+                estimate,
+                ..host
+            }
         })
     }
 
@@ -1078,6 +1091,7 @@ impl SqlEngine {
                 plan,
                 session: self.session_for(analyze)?,
                 note: None,
+                estimate: None,
             },
             source: PlannedFrom::Frame(logical),
             analyze,
@@ -1112,6 +1126,7 @@ impl SqlEngine {
                     out.failover = reruns;
                     out.disks = self.cluster.usage();
                     out.choice = chosen.note;
+                    out.estimate = chosen.estimate;
                     return Ok(out);
                 }
                 Err(e) if out_of_memory(&e) && !self.opts.spill_joins && !spilled => {
@@ -1154,6 +1169,7 @@ impl SqlEngine {
                     plan,
                     session,
                     note: None,
+                    estimate: None,
                 })
             }
         }
@@ -1243,6 +1259,7 @@ impl SqlEngine {
             failover: vec![],
             disks: vec![],
             choice: None,
+            estimate: None,
             inter_group_bytes: self
                 .cluster
                 .config()

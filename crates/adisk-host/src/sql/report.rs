@@ -294,6 +294,10 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     if let Some(c) = &out.choice {
         let _ = writeln!(text, "{c}");
     }
+    if let Some(e) = &out.estimate {
+        let l = links(out);
+        let _ = writeln!(text, "{}", e.against(l.to_host, l.disk_to_disk, out.wall));
+    }
     let mut by_scan: BTreeMap<usize, Vec<&ScanReport>> = BTreeMap::new();
     for r in &out.scans {
         by_scan.entry(r.scan_id).or_default().push(r);
@@ -524,6 +528,14 @@ pub fn explain_analyze_json(out: &QueryOutput, settings: &SqlSettings) -> serde_
     v["scans"] = serde_json::to_value(&out.scans).unwrap_or_default();
     v["partitions_read"] = partition_reads(&out.plan).into();
     v["failover"] = out.failover.clone().into();
+    if let Some(e) = &out.estimate {
+        v["estimate"] = serde_json::json!({
+            "level": e.level,
+            "secs": e.secs,
+            "bytes_to_host": e.traffic.to_host,
+            "bytes_disk_to_disk": e.traffic.disk_to_disk,
+        });
+    }
     v["disks"] = out.disks.clone().into();
     v["choice"] = out.choice.clone().into();
     v
