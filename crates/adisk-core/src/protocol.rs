@@ -609,7 +609,9 @@ pub enum PutCommand {
 pub mod action {
     /// Body: none. Returns [`super::DiskStatus`].
     pub const STATUS: &str = "status";
-    /// Body: none. Returns [`super::DiskCatalog`].
+    /// Body: none, or [`super::CATALOG_WITHOUT_CHECKSUMS`] (what the host plans with: the
+    /// partitions' chunk checksums, most of a manifest's bytes, left out). Returns
+    /// [`super::DiskCatalog`].
     pub const CATALOG: &str = "catalog";
     /// Body: job id (UTF-8). Returns [`crate::stats::DiskJobStats`].
     pub const JOB_STATS: &str = "job_stats";
@@ -920,6 +922,23 @@ pub struct DiskCatalog {
     pub disk_id: u32,
     /// Tables with at least one local partition.
     pub tables: Vec<TableInfo>,
+}
+
+/// Body of [`action::CATALOG`] asking for the catalog without the partitions' checksums (the
+/// host plans with it and fetches it for every query: with the checksums, 190 KB per disk at
+/// TPC-H SF 1, 54 ms of a 100 Mbit/s link per query for 4 disks).
+pub const CATALOG_WITHOUT_CHECKSUMS: &[u8] = b"without-checksums";
+
+impl DiskCatalog {
+    /// The catalog with every partition's checksums left out.
+    pub fn without_checksums(mut self) -> Self {
+        for t in &mut self.tables {
+            for p in &mut t.partitions {
+                p.checksums = None;
+            }
+        }
+        self
+    }
 }
 
 /// Reply to [`action::SCRUB`]: what a disk found reading all its partitions.

@@ -657,7 +657,15 @@ impl FlightService for DiskService {
         };
         match r#type.as_str() {
             action::STATUS => reply(json_result(&self.os.status())),
-            action::CATALOG => reply(json_result(&self.os.store().catalog())),
+            action::CATALOG => {
+                let catalog = self.os.store().catalog();
+                reply(json_result(&match body.as_ref()
+                    == adisk_core::protocol::CATALOG_WITHOUT_CHECKSUMS
+                {
+                    true => catalog.without_checksums(),
+                    false => catalog,
+                }))
+            }
             action::SCRUB => {
                 let store = self.os.store().clone();
                 let report = tokio::task::spawn_blocking(move || store.scrub())

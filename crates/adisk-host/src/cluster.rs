@@ -1209,11 +1209,10 @@ impl Cluster {
         let candidates = self.revival_candidates();
         let mut asked = self.live_disks();
         asked.extend(&candidates);
-        let replies = futures::future::join_all(
-            asked
-                .iter()
-                .map(|d| self.action_json::<DiskCatalog>(*d, action::CATALOG, vec![])),
-        )
+        let replies = futures::future::join_all(asked.iter().map(|d| {
+            let body = adisk_core::protocol::CATALOG_WITHOUT_CHECKSUMS.to_vec();
+            self.action_json::<DiskCatalog>(*d, action::CATALOG, body)
+        }))
         .await;
         let (mut parts, mut returning) = (Vec::new(), Vec::new());
         for (d, r) in asked.into_iter().zip(replies) {

@@ -22,6 +22,14 @@ pub const PROBE_BYTES: u64 = 32 << 20;
 /// How long one probe streams at most.
 pub const PROBE_TIME: Duration = Duration::from_millis(250);
 
+/// Once a link has a measured figure, later probes send about this long's worth of it (so a
+/// probe of a slow link moves little: at 100 Mbit/s a full probe costs half a second of the
+/// link, with what HTTP/2 lets into flight after the disks stop).
+pub const PROBE_AIM: Duration = Duration::from_millis(100);
+
+/// The least a probe stream sends.
+pub const MIN_PROBE_BYTES: u64 = 256 << 10;
+
 /// Where a link figure came from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum LinkSource {
@@ -202,7 +210,9 @@ impl Links {
         // One deadline for the whole measurement: a disk that stopped answering (not yet taken
         // as dead) must not hold every `auto` plan for several of its timeouts.
         let limit = cluster.config().deadlines().timeout + 2 * PROBE_TIME;
-        let measured = match tokio::time::timeout(limit, measure(cluster)).await {
+        let previous = figures.clone();
+        let measured = match tokio::time::timeout(limit, measure(cluster, previous.as_ref())).await
+        {
             Ok(m) => m,
             Err(_) => match figures.as_ref() {
                 Some(previous) => LinkFigures {
@@ -256,19 +266,42 @@ struct Delivered {
     last: Instant,
 }
 
-/// Measures the links of `cluster`: the host's (or takes its throttle), then the disks'.
-pub async fn measure(cluster: &Cluster) -> LinkFigures {
+/// Measures the links of `cluster`: the host's (or takes its throttle), then the disks'; with
+/// `previous` figures, each probe sends [`PROBE_AIM`]'s worth of what they said.
+pub async fn measure(cluster: &Cluster, previous: Option<&LinkFigures>) -> LinkFigures {
     let dead = cluster.dead_disks();
     let live: Vec<u32> = (0..cluster.disk_count())
         .filter(|d| !dead.contains(d))
         .collect();
-    let mut figures = host_link(cluster, &live).await;
-    figures.disks = disk_links(cluster, &live).await;
+    let host_rate = previous
+        .filter(|p| {
+            matches!(
+                p.source,
+                LinkSource::Probe { .. } | LinkSource::Observed { .. }
+            )
+        })
+        .map(|p| p.host_bytes_per_sec);
+    let disk_rate = previous.and_then(|p| match p.disks {
+        DiskLinks::Measured { bytes_per_sec, .. } => Some(bytes_per_sec),
+        _ => None,
+    });
+    let mut figures = host_link(cluster, &live, probe_bytes(host_rate, live.len())).await;
+    figures.disks = disk_links(cluster, &live, probe_bytes(disk_rate, 1)).await;
     figures
 }
 
-/// The host link: its throttle, or what all `live` disks deliver at once.
-async fn host_link(cluster: &Cluster, live: &[u32]) -> LinkFigures {
+/// Bytes each of `streams` probe streams sends: [`PROBE_AIM`]'s worth of a link measured at
+/// `rate` shared by them, within [`MIN_PROBE_BYTES`] and [`PROBE_BYTES`]; all of
+/// [`PROBE_BYTES`] for a link not measured before.
+fn probe_bytes(rate: Option<f64>, streams: usize) -> u64 {
+    rate.map_or(PROBE_BYTES, |r| {
+        let aim = (r * PROBE_AIM.as_secs_f64()) as u64 / streams.max(1) as u64;
+        aim.clamp(MIN_PROBE_BYTES, PROBE_BYTES)
+    })
+}
+
+/// The host link: its throttle, or what all `live` disks deliver at once (`bytes` each).
+async fn host_link(cluster: &Cluster, live: &[u32], bytes: u64) -> LinkFigures {
     let mbps = cluster.config().cluster.host_link_mbps;
     if mbps > 0 {
         return LinkFigures {
@@ -281,7 +314,7 @@ async fn host_link(cluster: &Cluster, live: &[u32]) -> LinkFigures {
     }
     let rtt = round_trip(cluster, live).await;
     let start = Instant::now();
-    let probes = live.iter().map(|&d| stream_probe(cluster, d));
+    let probes = live.iter().map(|&d| stream_probe(cluster, d, bytes));
     let delivered: Vec<Delivered> = futures::future::join_all(probes)
         .await
         .into_iter()
@@ -308,8 +341,9 @@ async fn host_link(cluster: &Cluster, live: &[u32]) -> LinkFigures {
 }
 
 /// The links between disks: each live disk probes the next, all at once (a ring), and the
-/// median pair's rate is taken (one slow pair does not set every disk's figure).
-async fn disk_links(cluster: &Cluster, live: &[u32]) -> DiskLinks {
+/// median pair's rate is taken (one slow pair does not set every disk's figure); `bytes` per
+/// pair.
+async fn disk_links(cluster: &Cluster, live: &[u32], bytes: u64) -> DiskLinks {
     if cluster.config().cluster.exchange == adisk_core::config::ExchangeMode::ViaHost {
         return DiskLinks::ThroughHost;
     }
@@ -317,7 +351,7 @@ async fn disk_links(cluster: &Cluster, live: &[u32]) -> DiskLinks {
         return DiskLinks::Assumed;
     }
     let ring = live.iter().zip(live.iter().cycle().skip(1));
-    let probes = ring.map(|(&from, &to)| peer_probe(cluster, from, to));
+    let probes = ring.map(|(&from, &to)| peer_probe(cluster, from, to, bytes));
     let mut rates: Vec<f64> = futures::future::join_all(probes)
         .await
         .into_iter()
@@ -334,10 +368,10 @@ async fn disk_links(cluster: &Cluster, live: &[u32]) -> DiskLinks {
 }
 
 /// Disk `from` probes disk `to` ([`action::PEER_PROBE`]): the rate, or None if it failed.
-async fn peer_probe(cluster: &Cluster, from: u32, to: u32) -> Option<f64> {
+async fn peer_probe(cluster: &Cluster, from: u32, to: u32, bytes: u64) -> Option<f64> {
     let probe = PeerProbe {
         peer: to,
-        bytes: PROBE_BYTES,
+        bytes,
         max_ms: PROBE_TIME.as_millis() as u64,
     };
     let body = serde_json::to_vec(&probe).ok()?;
@@ -388,10 +422,11 @@ async fn round_trip(cluster: &Cluster, live: &[u32]) -> Option<Duration> {
     each.into_iter().flatten().min()
 }
 
-/// Disk `d` streams filler for [`PROBE_TIME`]: what arrived after its first reply.
-async fn stream_probe(cluster: &Cluster, d: u32) -> Option<Delivered> {
+/// Disk `d` streams `bytes` of filler, for [`PROBE_TIME`] at most: what arrived after its
+/// first reply.
+async fn stream_probe(cluster: &Cluster, d: u32, bytes: u64) -> Option<Delivered> {
     let probe = LinkProbe {
-        bytes: PROBE_BYTES,
+        bytes,
         max_ms: PROBE_TIME.as_millis() as u64,
     };
     probe_stream(cluster, d, probe).await
@@ -505,6 +540,15 @@ mod tests {
                 .host_bytes_per_sec,
             10e6
         );
+    }
+
+    #[test]
+    fn a_measured_link_is_probed_with_a_tenth_of_a_seconds_worth() {
+        assert_eq!(probe_bytes(None, 4), PROBE_BYTES);
+        // 100 Mbit/s over 4 disks: 1.25 MB in all.
+        assert_eq!(probe_bytes(Some(12.5e6), 4), 312_500);
+        assert_eq!(probe_bytes(Some(1e6), 4), MIN_PROBE_BYTES);
+        assert_eq!(probe_bytes(Some(40e9), 1), PROBE_BYTES);
     }
 
     #[test]
