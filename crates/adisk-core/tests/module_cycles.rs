@@ -84,7 +84,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
     ),
     (
         "adisk-disk",
-        &["crate", "repair", "service", "user_actions"],
+        &["crate", "peer_probe", "repair", "service", "user_actions"], // peer_probe: FlightPipeConnector lives in service.rs
     ),
     (
         "adisk-diskos",
