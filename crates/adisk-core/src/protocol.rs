@@ -924,9 +924,10 @@ pub struct DiskCatalog {
     pub tables: Vec<TableInfo>,
 }
 
-/// Body of [`action::CATALOG`] asking for the catalog without the partitions' checksums (the
-/// host plans with it and fetches it for every query: with the checksums, 190 KB per disk at
-/// TPC-H SF 1, 54 ms of a 100 Mbit/s link per query for 4 disks).
+/// Body of [`action::CATALOG`] asking for the catalog without the partitions' checksums: the
+/// host plans with it and fetches it for every query, and the checksums grow with a
+/// partition's row groups (at TPC-H SF 1 on 4 disks they are 4 % of the 650 KB the catalogs
+/// take; the columns' distinct-value sketches are most of the rest).
 pub const CATALOG_WITHOUT_CHECKSUMS: &[u8] = b"without-checksums";
 
 impl DiskCatalog {
