@@ -66,6 +66,7 @@ const ALLOWED: &[(&str, &[&str])] = &[
             "files_http",
             "local",
             "output",
+            "py_server",
             "repair_cmd",
             "serve_cmd",
             "sql_cmd",

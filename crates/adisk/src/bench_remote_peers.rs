@@ -321,71 +321,24 @@ async fn datafusion_peer(
 }
 
 /// A Python engine answering one query per line (`bench_remote_peers.py`).
-struct PyChild {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
-}
+struct PyChild(crate::py_server::PyServer);
 
 impl PyChild {
     fn start(python: &str, args: &[&str]) -> Result<PyChild, CliError> {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(python)
-            .arg("-c")
-            .arg(PEERS_PY)
-            .args(args)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::Other(format!("cannot run {python}: {e}")))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(CliError::Other("the Python engine has no pipes".into()));
-        };
-        let mut c = PyChild {
-            child,
-            stdin,
-            stdout: std::io::BufReader::new(stdout),
-        };
-        let mut line = String::new();
-        let _ = c.stdout.read_line(&mut line);
-        if line.trim() != "ready" {
-            return Err(CliError::Other(format!(
-                "the {} engine did not start (its message is above; `./x setup` installs what it needs)",
-                args[0]
-            )));
-        }
-        Ok(c)
+        let name = format!("the {} engine", args[0]);
+        crate::py_server::PyServer::start(python, PEERS_PY, args, &name).map(PyChild)
     }
 
     fn run(&mut self, sql: &str) -> Result<(f64, Fingerprint), String> {
-        use std::io::{BufRead, Write};
-        let request = serde_json::to_string(sql).map_err(|e| e.to_string())?;
-        writeln!(self.stdin, "{request}")
-            .and_then(|()| self.stdin.flush())
-            .map_err(|e| format!("the engine's process: {e}"))?;
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .map_err(|e| e.to_string())?;
-        if line.is_empty() {
-            let status = self.child.wait().map_or("?".into(), |s| s.to_string());
-            return Err(format!("the engine's process exited ({status})"));
-        }
-        let v: serde_json::Value = serde_json::from_str(&line)
-            .map_err(|_| format!("the engine answered {:?}", line.trim()))?;
+        let line = self.0.ask(sql)?;
+        let v: serde_json::Value =
+            serde_json::from_str(&line).map_err(|_| format!("the engine answered {line:?}"))?;
         if let Some(e) = v["error"].as_str() {
             return Err(e.to_string());
         }
         let secs = v["secs"].as_f64().ok_or("no time in the engine's answer")?;
         let print: Fingerprint = serde_json::from_value(v).map_err(|e| e.to_string())?;
         Ok((secs, print))
-    }
-}
-
-impl Drop for PyChild {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

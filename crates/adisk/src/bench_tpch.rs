@@ -155,80 +155,25 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// DuckDB in a child Python process that runs one query per request, so its runs can be
-/// interleaved with ours: machine noise that drifts over minutes then hits both sides alike.
-struct DuckDb {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
-}
+/// DuckDB in a child Python process that runs one query per request.
+struct DuckDb(crate::py_server::PyServer);
 
 impl DuckDb {
     fn start(python: &str, cluster_dir: &Path, threads: u32) -> Result<Self, CliError> {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(python)
-            .arg("-c")
-            .arg(DUCKDB_TPCH_TIME)
-            .arg(cluster_dir)
-            .arg(threads.to_string())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .map_err(|e| CliError::Other(format!("cannot run {python}: {e}")))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(CliError::Other("DuckDB child has no pipes".into()));
-        };
-        let mut d = DuckDb {
-            child,
-            stdin,
-            stdout: std::io::BufReader::new(stdout),
-        };
-        let mut line = String::new();
-        d.stdout
-            .read_line(&mut line)
-            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
-        if line.trim() != "ready" {
-            let mut err = String::new();
-            if let Some(mut e) = d.child.stderr.take() {
-                let _ = std::io::Read::read_to_string(&mut e, &mut err);
-            }
-            return Err(CliError::Other(format!(
-                "DuckDB timing failed to start (pip install duckdb==1.5.5): {}",
-                err.trim()
-            )));
-        }
-        Ok(d)
+        let dir = cluster_dir.display().to_string();
+        let args = [dir.as_str(), &threads.to_string()];
+        let server = crate::py_server::PyServer::start(python, DUCKDB_TPCH_TIME, &args, "DuckDB")?;
+        Ok(DuckDb(server))
     }
 
     /// Runs `sql` once; its wall time in seconds.
     fn time(&mut self, sql: &str) -> Result<f64, CliError> {
-        use std::io::{BufRead, Write};
-        let request = serde_json::to_string(sql).map_err(|e| CliError::Other(e.to_string()))?;
-        writeln!(self.stdin, "{request}")
-            .and_then(|_| self.stdin.flush())
-            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .map_err(|e| CliError::Other(format!("DuckDB child: {e}")))?;
-        line.trim().parse::<f64>().map_err(|_| {
-            CliError::Other(format!(
-                "DuckDB: {}",
-                if line.is_empty() {
-                    "the child exited"
-                } else {
-                    line.trim()
-                }
-            ))
-        })
-    }
-}
-
-impl Drop for DuckDb {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        let line = self
+            .0
+            .ask(sql)
+            .map_err(|e| CliError::Other(format!("DuckDB: {e}")))?;
+        line.parse::<f64>()
+            .map_err(|_| CliError::Other(format!("DuckDB: {line}")))
     }
 }
 

@@ -18,6 +18,7 @@ mod linkfault;
 mod local;
 mod netns;
 mod output;
+mod py_server;
 mod repair_cmd;
 mod serve_cmd;
 mod sql_cmd;
