@@ -69,9 +69,9 @@ impl Fingerprint {
         Ok(())
     }
 
-    /// The fingerprint of a result in record batches.
-    pub fn of(batches: &[RecordBatch]) -> Fingerprint {
-        let columns = batches.first().map_or(0, |b| b.num_columns());
+    /// The fingerprint of a result of `columns` columns in record batches (an empty result
+    /// may come as no batch at all: its columns are summed as nothing, not left out).
+    pub fn of(columns: usize, batches: &[RecordBatch]) -> Fingerprint {
         let sums = (0..columns)
             .map(|c| {
                 batches
@@ -273,8 +273,10 @@ impl Peer {
             Kind::DataFusion(ctx) => {
                 let start = std::time::Instant::now();
                 let df = ctx.sql(sql).await.map_err(|e| e.to_string())?;
+                let columns = df.schema().fields().len();
                 let batches = df.collect().await.map_err(|e| e.to_string())?;
-                Ok((start.elapsed().as_secs_f64(), Fingerprint::of(&batches)))
+                let print = Fingerprint::of(columns, &batches);
+                Ok((start.elapsed().as_secs_f64(), print))
             }
         }
     }
@@ -370,7 +372,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let f = Fingerprint::of(&[batch.clone(), batch]);
+        let f = Fingerprint::of(4, &[batch.clone(), batch]);
         assert_eq!(f.rows, 6);
         assert_eq!(
             f.sums,
@@ -396,5 +398,13 @@ mod tests {
             sums: vec![None, Some(10.0), Some(120.0), Some(8.02)],
         };
         assert!(f.agrees(&untyped).is_ok());
+        // An empty result without batches agrees with an empty one whose sums are null.
+        let none = Fingerprint::of(2, &[]);
+        assert_eq!(none.rows, 0);
+        let python_empty = Fingerprint {
+            rows: 0,
+            sums: vec![None, None],
+        };
+        assert!(none.agrees(&python_empty).is_ok());
     }
 }
