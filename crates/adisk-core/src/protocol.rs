@@ -609,9 +609,9 @@ pub enum PutCommand {
 pub mod action {
     /// Body: none. Returns [`super::DiskStatus`].
     pub const STATUS: &str = "status";
-    /// Body: none, or [`super::CATALOG_WITHOUT_CHECKSUMS`] (what the host plans with: the
-    /// partitions' chunk checksums, most of a manifest's bytes, left out). Returns
-    /// [`super::DiskCatalog`].
+    /// Body: none (the whole catalog), or a [`super::CatalogRequest`] (what the host plans
+    /// with: without the partitions' chunk checksums, and only when it changed since the
+    /// version the host holds). Returns [`super::DiskCatalog`].
     pub const CATALOG: &str = "catalog";
     /// Body: job id (UTF-8). Returns [`crate::stats::DiskJobStats`].
     pub const JOB_STATS: &str = "job_stats";
@@ -920,15 +920,31 @@ pub struct TableInfo {
 pub struct DiskCatalog {
     /// Disk number.
     pub disk_id: u32,
-    /// Tables with at least one local partition.
+    /// Tables with at least one local partition (none when [`DiskCatalog::unchanged`]).
     pub tables: Vec<TableInfo>,
+    /// The catalog's version at this disk: it changes whenever the disk's manifest does, and
+    /// when the disk restarts (empty from a disk that does not version its catalog).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub version: String,
+    /// The catalog is still the version the request named ([`CatalogRequest::known`]): its
+    /// tables are left out.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unchanged: bool,
 }
 
-/// Body of [`action::CATALOG`] asking for the catalog without the partitions' checksums: the
-/// host plans with it and fetches it for every query, and the checksums grow with a
-/// partition's row groups (at TPC-H SF 1 on 4 disks they are 4 % of the 650 KB the catalogs
-/// take; the columns' distinct-value sketches are most of the rest).
-pub const CATALOG_WITHOUT_CHECKSUMS: &[u8] = b"without-checksums";
+/// Body of [`action::CATALOG`] from a host planning queries. It fetches the catalog for every
+/// query, and the catalogs are large: at TPC-H SF 1 on 4 disks they take 650 KB, most of it
+/// the columns' distinct-value sketches and 4 % the partitions' checksums.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Default)]
+pub struct CatalogRequest {
+    /// Leave out every partition's checksums.
+    #[serde(default)]
+    pub without_checksums: bool,
+    /// The version the host holds: a disk whose catalog is still that version answers with
+    /// [`DiskCatalog::unchanged`] and no tables.
+    #[serde(default)]
+    pub known: Option<String>,
+}
 
 impl DiskCatalog {
     /// The catalog with every partition's checksums left out.
@@ -939,6 +955,22 @@ impl DiskCatalog {
             }
         }
         self
+    }
+
+    /// The reply to `request` from a disk whose catalog is `self`.
+    pub fn answering(self, request: &CatalogRequest) -> Self {
+        if !self.version.is_empty() && request.known.as_deref() == Some(self.version.as_str()) {
+            return DiskCatalog {
+                disk_id: self.disk_id,
+                tables: vec![],
+                version: self.version,
+                unchanged: true,
+            };
+        }
+        match request.without_checksums {
+            true => self.without_checksums(),
+            false => self,
+        }
     }
 }
 

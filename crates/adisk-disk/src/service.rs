@@ -657,15 +657,13 @@ impl FlightService for DiskService {
         };
         match r#type.as_str() {
             action::STATUS => reply(json_result(&self.os.status())),
-            action::CATALOG => {
-                let catalog = self.os.store().catalog();
-                reply(json_result(&match body.as_ref()
-                    == adisk_core::protocol::CATALOG_WITHOUT_CHECKSUMS
-                {
-                    true => catalog.without_checksums(),
-                    false => catalog,
-                }))
-            }
+            action::CATALOG => reply(json_result(&match body.is_empty() {
+                true => self.os.store().catalog(),
+                false => self
+                    .os
+                    .store()
+                    .catalog_for(&parse_json("catalog request", &body)?),
+            })),
             action::SCRUB => {
                 let store = self.os.store().clone();
                 let report = tokio::task::spawn_blocking(move || store.scrub())

@@ -254,6 +254,10 @@ pub struct Catalog {
     pub tables: BTreeMap<String, TableEntry>,
     /// Tables whose disks hold different loads of them, with why (never queried).
     pub incomplete: BTreeMap<String, Incomplete>,
+    /// What the catalog was merged from: every disk's catalog version, the dead disks and the
+    /// copies found corrupt. Two catalogs with the same key are the same (None: a disk does
+    /// not version its catalog, or one coming back was weighed).
+    pub key: Option<String>,
 }
 
 /// A dead disk's first probe, after it was taken as dead.
@@ -588,6 +592,11 @@ pub struct Cluster {
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
     /// The host link's measured figures (`auto` plans with them).
     links: crate::links::Links,
+    /// Each disk's catalog as last fetched, fetched again only when its version changed.
+    catalogs: std::sync::Mutex<BTreeMap<u32, Arc<DiskCatalog>>>,
+    /// The last merged catalog, whose [`Catalog::key`] is set: merged again only when its key
+    /// changes.
+    merged: std::sync::Mutex<Option<Catalog>>,
 }
 
 /// A connection to a disk ([`adisk_core::net::member_endpoint`]): a stream from a stopped
@@ -889,6 +898,8 @@ impl Cluster {
             revival: Default::default(),
             corrupt: Default::default(),
             links: Default::default(),
+            catalogs: Default::default(),
+            merged: Default::default(),
         })
     }
 
@@ -1209,11 +1220,7 @@ impl Cluster {
         let candidates = self.revival_candidates();
         let mut asked = self.live_disks();
         asked.extend(&candidates);
-        let replies = futures::future::join_all(asked.iter().map(|d| {
-            let body = adisk_core::protocol::CATALOG_WITHOUT_CHECKSUMS.to_vec();
-            self.action_json::<DiskCatalog>(*d, action::CATALOG, body)
-        }))
-        .await;
+        let replies = futures::future::join_all(asked.iter().map(|d| self.disk_catalog(*d))).await;
         let (mut parts, mut returning) = (Vec::new(), Vec::new());
         for (d, r) in asked.into_iter().zip(replies) {
             match r {
@@ -1234,10 +1241,10 @@ impl Cluster {
                 message: "no disk of the cluster answers".into(),
             });
         }
-        let without = self.merge_catalog(&parts, &self.dead_disks());
         if returning.is_empty() {
-            return Ok(without);
+            return Ok(self.merged_catalog(&parts));
         }
+        let without = self.merge_catalog(&parts, &self.dead_disks());
         let mut dead = self.dead_disks();
         returning.iter().for_each(|(d, _)| {
             dead.remove(d);
@@ -1262,8 +1269,68 @@ impl Cluster {
         Ok(without)
     }
 
+    /// Disk `d`'s catalog (without checksums), fetched only when it changed since the copy
+    /// this host holds.
+    async fn disk_catalog(&self, d: u32) -> Result<Arc<DiskCatalog>> {
+        let held = self
+            .catalogs
+            .lock()
+            .expect("catalogs lock")
+            .get(&d)
+            .cloned();
+        let request = adisk_core::protocol::CatalogRequest {
+            without_checksums: true,
+            known: held
+                .as_ref()
+                .map(|c| c.version.clone())
+                .filter(|v| !v.is_empty()),
+        };
+        let body = serde_json::to_vec(&request).expect("catalog request serializes");
+        let reply: DiskCatalog = self.action_json(d, action::CATALOG, body).await?;
+        match (reply.unchanged, held) {
+            (true, Some(held)) if held.version == reply.version => Ok(held),
+            (true, _) => Err(HostError::Disk {
+                disk: d,
+                code: "Internal".into(),
+                message: format!(
+                    "catalog version {} reported unchanged, but this host does not hold it",
+                    reply.version
+                ),
+            }),
+            (false, _) => {
+                let reply = Arc::new(reply);
+                (self.catalogs.lock().expect("catalogs lock")).insert(d, reply.clone());
+                Ok(reply)
+            }
+        }
+    }
+
+    /// The catalog the disks' reports `parts` make with the dead disks taken as dead: the last
+    /// one merged when made of the same versions, dead disks and corrupt copies.
+    fn merged_catalog(&self, parts: &[(u32, Arc<DiskCatalog>)]) -> Catalog {
+        let dead = self.dead_disks();
+        let key = parts.iter().all(|(_, c)| !c.version.is_empty()).then(|| {
+            let versions: Vec<String> = parts
+                .iter()
+                .map(|(d, c)| format!("{d}:{}", c.version))
+                .collect();
+            let corrupt = self.corrupt.lock().expect("corrupt lock").clone();
+            format!("{} dead {dead:?} corrupt {corrupt:?}", versions.join(","))
+        });
+        let mut merged = self.merged.lock().expect("merged lock");
+        if let Some(held) = merged.as_ref().filter(|c| key.is_some() && c.key == key) {
+            return held.clone();
+        }
+        let catalog = Catalog {
+            key: key.clone(),
+            ..self.merge_catalog(parts, &dead)
+        };
+        *merged = key.is_some().then(|| catalog.clone());
+        catalog
+    }
+
     /// The catalog the disks' reports `parts` make, with `dead` taken as dead.
-    fn merge_catalog(&self, parts: &[(u32, DiskCatalog)], dead: &BTreeSet<u32>) -> Catalog {
+    fn merge_catalog(&self, parts: &[(u32, Arc<DiskCatalog>)], dead: &BTreeSet<u32>) -> Catalog {
         let mut reports: BTreeMap<String, Vec<(u32, TableInfo)>> = BTreeMap::new();
         for (d, dc) in parts {
             for t in &dc.tables {

@@ -6,15 +6,23 @@
 //! host counts what arrived between the first reply and the last. The round trip is the
 //! quickest of a few one-byte probes. `auto`'s cost model ([`crate::sql::cost`]) prices plans
 //! with these figures; EXPLAIN prints them and where they came from. They are measured again
-//! when older than [`LINK_REFRESH`] (a link re-shaped mid-run is noticed at the next query
-//! after that), and a configured throttle (`host_link_mbps`) is taken as it is, not measured.
+//! when older than [`LINK_REFRESH`] and [`REFRESH_PLANS`] plans have used them, or when older
+//! than [`LINK_MAX_AGE`] (a link re-shaped mid-run is noticed within a few queries, and queries
+//! that come seldom do not each pay a probe), and a configured throttle (`host_link_mbps`) is
+//! taken as it is, not measured.
 use crate::cluster::Cluster;
 use adisk_core::protocol::{LINK_PROBE_CHUNK, LinkProbe, PeerProbe, PeerProbeReport, action};
 use futures::StreamExt;
 use std::time::{Duration, Instant};
 
-/// Figures older than this are measured again before the next plan.
+/// Figures younger than this are used as they are.
 pub const LINK_REFRESH: Duration = Duration::from_secs(30);
+
+/// Figures older than [`LINK_REFRESH`] are measured again once this many plans have used them.
+pub const REFRESH_PLANS: u32 = 4;
+
+/// Figures older than this are measured again before the next plan, however few used them.
+pub const LINK_MAX_AGE: Duration = Duration::from_secs(600);
 
 /// Bytes each disk sends at most in one probe.
 pub const PROBE_BYTES: u64 = 32 << 20;
@@ -187,26 +195,45 @@ impl LinkFigures {
         }
     }
 
-    fn fresh(&self) -> bool {
-        matches!(self.source, LinkSource::Throttle { .. }) || self.at.elapsed() < LINK_REFRESH
+    /// The same rates and round trip (where they came from aside).
+    pub fn same_figures(&self, other: &LinkFigures) -> bool {
+        self.host_bytes_per_sec == other.host_bytes_per_sec
+            && self.rtt == other.rtt
+            && self.disks.bytes_per_sec() == other.disks.bytes_per_sec()
+    }
+
+    /// Still good for a plan, after `plans` plans used them.
+    fn fresh(&self, plans: u32) -> bool {
+        let age = self.at.elapsed();
+        matches!(self.source, LinkSource::Throttle { .. })
+            || age < LINK_REFRESH
+            || (plans < REFRESH_PLANS && age < LINK_MAX_AGE)
     }
 }
 
-/// The host's figures, measured once per [`LINK_REFRESH`] (one probe at a time: queries
-/// planned meanwhile wait for it rather than probing too).
+/// The host's figures, measured again when stale ([`LinkFigures::fresh`]; one probe at a
+/// time: queries planned meanwhile wait for it rather than probing too).
 #[derive(Debug, Default)]
 pub struct Links {
     figures: tokio::sync::Mutex<Option<LinkFigures>>,
+    /// Plans that used the figures since they were measured.
+    plans: std::sync::atomic::AtomicU32,
 }
 
 impl Links {
     /// The current figures of `cluster`'s host link, measured first if they are missing or
     /// stale.
     pub async fn current(&self, cluster: &Cluster) -> LinkFigures {
+        use std::sync::atomic::Ordering::SeqCst;
         let mut figures = self.figures.lock().await;
-        if let Some(f) = figures.as_ref().filter(|f| f.fresh()) {
+        if let Some(f) = figures
+            .as_ref()
+            .filter(|f| f.fresh(self.plans.load(SeqCst)))
+        {
+            self.plans.fetch_add(1, SeqCst);
             return f.clone();
         }
+        self.plans.store(1, SeqCst);
         // One deadline for the whole measurement: a disk that stopped answering (not yet taken
         // as dead) must not hold every `auto` plan for several of its timeouts.
         let limit = cluster.config().deadlines().timeout + 2 * PROBE_TIME;
@@ -595,6 +622,23 @@ mod tests {
                 .ends_with("disk to disk through the host")
         );
         assert_eq!(DiskLinks::Assumed.bytes_per_sec(), ASSUMED_BYTES_PER_SEC);
-        assert!(t.fresh());
+        assert!(t.fresh(u32::MAX));
+    }
+
+    #[test]
+    fn figures_go_stale_by_age_and_by_the_plans_that_used_them() {
+        let at = |secs: u64| LinkFigures {
+            at: Instant::now() - Duration::from_secs(secs),
+            ..LinkFigures::assumed()
+        };
+        assert!(at(0).fresh(1000), "young figures serve any number of plans");
+        assert!(at(31).fresh(REFRESH_PLANS - 1));
+        assert!(!at(31).fresh(REFRESH_PLANS), "old and used: measured again");
+        assert!(!at(601).fresh(0), "too old, however little used");
+        let throttle = LinkFigures {
+            source: LinkSource::Throttle { mbps: 100 },
+            ..at(700)
+        };
+        assert!(throttle.fresh(u32::MAX));
     }
 }

@@ -145,7 +145,7 @@ struct Inner {
     /// it (`CancelFlightInfo`).
     running_now: Mutex<HashMap<Vec<u8>, (String, Arc<tokio::sync::Notify>)>>,
     /// The catalog queries are planned over, fetched again when older than [`VIEW_TTL`].
-    view: tokio::sync::Mutex<Option<Arc<ClusterView>>>,
+    view: tokio::sync::Mutex<Option<(Arc<ClusterView>, Instant)>>,
     /// Idle engines over the current view, lent to one query at a time: a query does not pay
     /// for building an engine (its DataFusion session) when one is idle.
     pool: Mutex<Vec<Leased>>,
@@ -441,22 +441,26 @@ impl SqlService {
     }
 
     /// The cluster's catalog as of at most [`VIEW_TTL`] ago (one fetch for all the queries
-    /// that start meanwhile).
+    /// that start meanwhile). A fetch that finds the view unchanged (the disks answer that
+    /// their catalogs are the versions it holds, and the dead disks, memory and link figures
+    /// are the same) keeps it, and with it the idle engines built over it.
     async fn view(&self) -> Result<Arc<ClusterView>, Status> {
-        let mut view = self.inner.view.lock().await;
-        if let Some(v) = view.as_ref().filter(|v| v.age() < VIEW_TTL) {
+        let mut slot = self.inner.view.lock().await;
+        if let Some((v, _)) = slot.as_ref().filter(|(_, at)| at.elapsed() < VIEW_TTL) {
             return Ok(v.clone());
         }
-        let fresh = Arc::new(
-            ClusterView::fetch(
-                &self.inner.cluster,
-                self.inner.options.offload == Offload::Auto,
-            )
-            .await
-            .map_err(status)?,
-        );
-        *view = Some(fresh.clone());
-        Ok(fresh)
+        let fetched = ClusterView::fetch(
+            &self.inner.cluster,
+            self.inner.options.offload == Offload::Auto,
+        )
+        .await
+        .map_err(status)?;
+        let view = match slot.take() {
+            Some((held, _)) if held.same_as(&fetched) => held,
+            _ => Arc::new(fetched),
+        };
+        *slot = Some((view.clone(), Instant::now()));
+        Ok(view)
     }
 
     /// Stores a handle in `map` (statements or prepared statements), within [`MAX_HANDLES`].

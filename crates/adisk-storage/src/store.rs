@@ -3,7 +3,7 @@ use crate::integrity::PartitionReader;
 use crate::writer::PartitionWriter;
 use crate::{Result, StorageError, io_err};
 use adisk_core::config::Compression;
-use adisk_core::protocol::{DiskCatalog, PartitionInfo, TableInfo};
+use adisk_core::protocol::{CatalogRequest, DiskCatalog, PartitionInfo, TableInfo};
 use arrow::datatypes::{Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,27 @@ pub struct DiskStore {
     pub(crate) staging: Mutex<crate::staging::Staging>,
     /// Codec of the pages this store writes (reads take whatever each file says).
     compression: Compression,
+    /// Counts the manifest's changes since this process opened the store (see
+    /// [`DiskStore::catalog`]'s version).
+    generation: std::sync::atomic::AtomicU64,
+    /// Tells this opening of the store from every other (a restarted disk starts counting
+    /// its changes from 0 again).
+    opened: u64,
+}
+
+/// A number telling one opening of a store from another: the clock's nanoseconds mixed with
+/// the process id and a count of this process's openings (only compared for equality).
+fn opening_nonce() -> u64 {
+    static OPENINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = OPENINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let mut x =
+        nanos ^ (u64::from(std::process::id()) << 32) ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
 }
 
 /// Checks a table name: 1–64 chars of `[a-z0-9_]`, starting with a letter.
@@ -84,6 +105,8 @@ impl DiskStore {
             verified: Mutex::default(),
             staging: Mutex::default(),
             compression: Compression::default(),
+            generation: std::sync::atomic::AtomicU64::new(0),
+            opened: opening_nonce(),
         };
         store.remove_temporaries()?;
         Ok(store)
@@ -168,7 +191,35 @@ impl DiskStore {
         DiskCatalog {
             disk_id: self.disk_id,
             tables: m.tables.values().cloned().collect(),
+            version: self.catalog_version(),
+            unchanged: false,
         }
+    }
+
+    /// The reply to a host's [`CatalogRequest`]: the tables are copied only when the catalog
+    /// changed since the version it knows.
+    pub fn catalog_for(&self, request: &CatalogRequest) -> DiskCatalog {
+        let m = self.manifest.lock().expect("manifest lock");
+        let version = self.catalog_version();
+        let tables = match request.known.as_deref() == Some(version.as_str()) {
+            true => vec![],
+            false => m.tables.values().cloned().collect(),
+        };
+        drop(m);
+        DiskCatalog {
+            disk_id: self.disk_id,
+            tables,
+            version,
+            unchanged: false,
+        }
+        .answering(request)
+    }
+
+    /// The catalog's version: the same string as long as the manifest is unchanged and this
+    /// process serves it (read under the manifest's lock, which every change holds).
+    fn catalog_version(&self) -> String {
+        let g = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        format!("{:016x}-{g}", self.opened)
     }
 
     /// One local table.
@@ -279,6 +330,9 @@ impl DiskStore {
     /// Replaces the manifest: written to a temporary file with its checksum, synced, renamed
     /// into place, and the directory synced (the commit point of every load).
     pub(crate) fn save_manifest(&self, m: &Manifest) -> Result<()> {
+        // Counted before writing: a change that fails halfway still gives a new version.
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let path = self.dir.join(MANIFEST);
         let tmp = self.dir.join("manifest.json.tmp");
         std::fs::write(&tmp, encode_manifest(m))
@@ -526,6 +580,42 @@ mod tests {
         let store = DiskStore::open(dir.path(), 0).unwrap();
         let err = store.open_partition(&t.partitions[0]).unwrap_err();
         assert!(matches!(err, StorageError::Corrupt { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_catalog_version_changes_with_the_manifest_and_the_opening() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let empty = store.catalog().version;
+        assert_eq!(store.catalog().version, empty, "unchanged: same version");
+        let b = batch(100);
+        let mut w = store.create_partition("t", 0, b.schema(), 4096).unwrap();
+        w.write(&b).unwrap();
+        store.commit_partition(w).unwrap();
+        let loaded = store.catalog().version;
+        assert_ne!(loaded, empty);
+        let known = CatalogRequest {
+            without_checksums: true,
+            known: Some(loaded.clone()),
+        };
+        let reply = store.catalog_for(&known);
+        assert!(reply.unchanged && reply.tables.is_empty(), "{reply:?}");
+        let stale = CatalogRequest {
+            known: Some(empty.clone()),
+            ..known.clone()
+        };
+        let reply = store.catalog_for(&stale);
+        assert!(!reply.unchanged && reply.tables.len() == 1);
+        assert!(reply.tables[0].partitions[0].checksums.is_none());
+        assert!(store.drop_table("t").unwrap());
+        assert!(!store.catalog().answering(&known).unchanged, "dropped");
+        drop(store);
+        let reopened = DiskStore::open(dir.path(), 0).unwrap();
+        assert_ne!(
+            reopened.catalog().version,
+            empty,
+            "a new opening, a new version"
+        );
     }
 
     #[test]

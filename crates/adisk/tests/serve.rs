@@ -778,6 +778,7 @@ async fn up_starts_the_service_and_down_stops_it() {
         );
     }
     disks_serve_their_own_metrics(c.dir(), &mut client, &metrics).await;
+    a_load_by_another_process_is_seen_at_the_next_query(c.dir(), &mut client).await;
     // The CLI as a client of the running service.
     let out = common::ok(
         c.dir(),
@@ -888,6 +889,36 @@ async fn disks_serve_their_own_metrics(
         endpoints + 1.0
     );
     assert!(value(&scrape(&addresses[1]), "adisk_disk_bytes_to_host_total") > shipped);
+}
+
+/// The service holds each disk's catalog between queries: a load made by another process
+/// (the CLI) while it runs changes the disks' catalog versions, and its next query plans over
+/// the new data.
+async fn a_load_by_another_process_is_seen_at_the_next_query(
+    dir: &Path,
+    client: &mut FlightSqlServiceClient<tonic::transport::Channel>,
+) {
+    async fn rows(client: &mut FlightSqlServiceClient<tonic::transport::Channel>) -> i64 {
+        let (_, batches) = fetch(client, "SELECT count(*) FROM lineitem")
+            .await
+            .unwrap();
+        let column = batches[0].column(0).as_any();
+        column
+            .downcast_ref::<arrow::array::Int64Array>()
+            .expect("a count")
+            .value(0)
+    }
+    let before = rows(client).await;
+    assert_eq!(before, 60_175, "SF 0.01");
+    common::ok(
+        dir,
+        &["load", "tpch", "--sf", "0.02", "--tables", "lineitem"],
+    );
+    let after = rows(client).await;
+    assert!(
+        after > 2 * before - 1_000,
+        "{after} rows after loading SF 0.02"
+    );
 }
 
 /// Runs `sql`; the result's column count and batches.

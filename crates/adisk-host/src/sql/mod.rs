@@ -442,8 +442,10 @@ impl ClusterView {
     /// # Errors
     /// Unreachable disks (a live disk that does not answer its status).
     pub async fn fetch(cluster: &Cluster, links: bool) -> Result<Self> {
-        let catalog = cluster.catalog().await?;
-        let statuses = cluster.status().await;
+        // Both at once; a disk the catalog finds unreachable is dead by the time the statuses
+        // are read, so its failed status is skipped.
+        let (catalog, statuses) = tokio::join!(cluster.catalog(), cluster.status());
+        let catalog = catalog?;
         let dead = cluster.dead_disks();
         let mut min_memory = u64::MAX;
         let here = adisk_core::net::machine_id();
@@ -470,6 +472,16 @@ impl ClusterView {
     /// How long ago it was fetched.
     pub fn age(&self) -> Duration {
         self.fetched.elapsed()
+    }
+
+    /// Plans over `other` are the plans over this view: the same catalog (the same versions
+    /// from the same live disks, the same corrupt copies), memory, machine and link figures.
+    pub fn same_as(&self, other: &ClusterView) -> bool {
+        self.catalog.key.is_some()
+            && self.catalog.key == other.catalog.key
+            && self.min_memory == other.min_memory
+            && self.same_machine == other.same_machine
+            && self.links.same_figures(&other.links)
     }
 }
 
