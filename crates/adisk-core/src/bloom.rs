@@ -164,6 +164,36 @@ impl BloomFilter {
         BooleanBuffer::collect_bool(hashes.len(), |i| self.may_contain(hashes[i]))
     }
 
+    /// Halves the filter while it keeps at least `bits_per_key` bits per inserted key: blocks
+    /// `2i` and `2i + 1` are OR-ed into block `i`. A key's block is the top bits of its hash's
+    /// high half when the number of blocks is a power of two, so the result is exactly the
+    /// filter that size would have been had it been built directly (a filter of another number
+    /// of blocks is left as it is). Returns the halvings made.
+    pub fn fold_to(&mut self, bits_per_key: u64) -> u32 {
+        let mut folds = 0;
+        loop {
+            let blocks = self.blocks();
+            let half_bits = (blocks / 2) * (BLOCK_WORDS as u64 * 64);
+            if blocks < 2
+                || !blocks.is_power_of_two()
+                || half_bits < self.inserted.max(1).saturating_mul(bits_per_key)
+            {
+                return folds;
+            }
+            let half = (blocks / 2) as usize;
+            let folded: Vec<u64> = (0..half * BLOCK_WORDS)
+                .map(|i| {
+                    let (block, word) = (i / BLOCK_WORDS, i % BLOCK_WORDS);
+                    self.words[2 * block * BLOCK_WORDS + word]
+                        | self.words[(2 * block + 1) * BLOCK_WORDS + word]
+                })
+                .collect();
+            self.words = folded;
+            self.bits = self.words.len() as u64 * 64;
+            folds += 1;
+        }
+    }
+
     /// Expected false-positive rate for the keys inserted so far: a probe's block holds a
     /// Poisson number `j` of keys (mean keys ÷ blocks), and each of the probe's eight lanes
     /// has its bit set with probability `1 − (31/32)^j`.
@@ -188,6 +218,34 @@ impl BloomFilter {
 mod tests {
     use super::*;
     use crate::hash::hash_i128;
+
+    #[test]
+    fn a_folded_filter_is_the_filter_built_at_that_size() {
+        let keys: Vec<u64> = (0..3_000).map(hash_i128).collect();
+        let mut big = BloomFilter::with_size(1 << 20, 0);
+        keys.iter().for_each(|h| big.insert(*h));
+        // 3 000 keys at ≥ 32 bits each: 96 000 bits, so 512 blocks (131 072 bits).
+        assert_eq!(big.fold_to(32), 6);
+        assert_eq!(big.size_bytes(), 16 * 1024);
+        let mut direct = BloomFilter::with_size(16 * 1024, 0);
+        keys.iter().for_each(|h| direct.insert(*h));
+        assert_eq!(big, direct, "the same bits as built at that size");
+        assert!(keys.iter().all(|h| big.may_contain(*h)));
+        assert!(big.expected_fpr() < 0.002, "{}", big.expected_fpr());
+        // Nothing inserted: down to one block. A size that is not a power of two of blocks:
+        // left alone.
+        let mut empty = BloomFilter::with_size(1 << 20, 0);
+        empty.fold_to(32);
+        assert_eq!(empty.size_bytes(), 32);
+        assert!(!empty.may_contain(hash_i128(7)));
+        let mut odd = BloomFilter::with_size(3 * 32, 0);
+        assert_eq!(odd.fold_to(32), 0);
+        // Full enough already: left alone.
+        let mut full = BloomFilter::with_size(4 * 1024, 0);
+        keys.iter().for_each(|h| full.insert(*h));
+        assert_eq!(full.fold_to(32), 0);
+        assert!(full.validate().is_ok() && big.validate().is_ok());
+    }
 
     #[test]
     fn no_false_negatives_and_few_false_positives() {

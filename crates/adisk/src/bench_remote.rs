@@ -101,6 +101,9 @@ pub struct Cell {
     pub secs: Option<f64>,
     /// Bytes the host's link received in the last run.
     pub link_bytes: u64,
+    /// Bytes the host's link sent in the last run (requests, plans, Bloom filters).
+    #[serde(default)]
+    pub sent_bytes: u64,
     /// Its error, or why its answer was judged wrong.
     pub error: Option<String>,
 }
@@ -297,12 +300,15 @@ async fn inner(dir: &Path, a: &RemoteBenchArgs, rate: u64) -> Result<(), CliErro
     result
 }
 
-/// Bytes the host's link has received so far.
-fn received(interface: &str) -> u64 {
-    std::fs::read_to_string(format!("/sys/class/net/{interface}/statistics/rx_bytes"))
-        .ok()
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(0)
+/// Bytes the host's link has received and sent so far.
+fn counters(interface: &str) -> (u64, u64) {
+    let read = |name: &str| {
+        std::fs::read_to_string(format!("/sys/class/net/{interface}/statistics/{name}"))
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    (read("rx_bytes"), read("tx_bytes"))
 }
 
 /// The queries, engines interleaved per query: one warm-up each, then the repeats in turn.
@@ -333,10 +339,12 @@ async fn run_queries(
                 if cells[i].error.is_some() {
                     continue;
                 }
-                let before = received(interface);
+                let before = counters(interface);
                 match p.run(sql).await {
                     Ok((secs, print)) => {
-                        cells[i].link_bytes = received(interface).saturating_sub(before);
+                        let after = counters(interface);
+                        cells[i].link_bytes = after.0.saturating_sub(before.0);
+                        cells[i].sent_bytes = after.1.saturating_sub(before.1);
                         if run > 0 || a.no_warmup {
                             times[i].push(secs);
                         }
@@ -403,11 +411,11 @@ fn print_rate(a: &RemoteBenchArgs, r: &RateResults) {
         }
     );
     println!(
-        "time: median wall seconds at the client; link: bytes the host's link received in the last run"
+        "time: median wall seconds at the client; in / out: bytes the host's link received and sent in the last run"
     );
     let mut head = format!("{:<6}", "query");
     for n in &names {
-        head += &format!(" {:>16} {:>10}", format!("{n} s"), "link");
+        head += &format!(" {:>16} {:>10} {:>10}", format!("{n} s"), "in", "out");
     }
     println!("{head}");
     for (q, row) in &r.queries {
@@ -416,8 +424,9 @@ fn print_rate(a: &RemoteBenchArgs, r: &RateResults) {
             let c = row.get(*n).cloned().unwrap_or_default();
             let t = c.secs.map_or("error".into(), |s| format!("{s:.3}"));
             line += &format!(
-                " {t:>16} {:>10}",
-                adisk_core::stats::human_bytes(c.link_bytes)
+                " {t:>16} {:>10} {:>10}",
+                adisk_core::stats::human_bytes(c.link_bytes),
+                adisk_core::stats::human_bytes(c.sent_bytes)
             );
         }
         println!("{line}");
@@ -425,7 +434,12 @@ fn print_rate(a: &RemoteBenchArgs, r: &RateResults) {
     let totals = totals(r, &names);
     let mut line = format!("{:<6}", "total");
     for (t, answered) in &totals {
-        line += &format!(" {:>16} {:>10}", format!("{t:.2} ({answered})"), "");
+        line += &format!(
+            " {:>16} {:>10} {:>10}",
+            format!("{t:.2} ({answered})"),
+            "",
+            ""
+        );
     }
     println!("{line}");
     for (q, row) in &r.queries {
