@@ -1589,8 +1589,6 @@ impl ExecutionPlan for DisksExec {
     }
 }
 
-/// What `plan` is expected to move: the estimated output of every disk scan and `DisksExec`
-/// the host reads, and the exchanges between disks. None where an estimate is missing.
 /// Estimated bytes the operators of `plan`'s stages at the disks take in from their scans (after
 /// each scan's selection, before any join): what the `disks` plan processes where a
 /// host-centric plan, its probe sides pruned by Bloom filters, processes what it ships. None
@@ -1615,6 +1613,8 @@ pub(super) fn plan_work(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
     work
 }
 
+/// What `plan` is expected to move: the estimated output of every disk scan and `DisksExec`
+/// the host reads, and the exchanges between disks. None where an estimate is missing.
 pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost::Traffic> {
     let mut t = super::cost::Traffic {
         to_host: 0,

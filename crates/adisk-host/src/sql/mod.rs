@@ -944,8 +944,12 @@ impl SqlEngine {
         let Some(alt) = self.disks_session_for(analyze)? else {
             return Ok(host);
         };
+        let why = |reason: &str| Chosen {
+            note: Some(format!("auto: host-centric ({reason})")),
+            ..host.clone()
+        };
         let Some(h) = distribute::plan_traffic(&host.plan) else {
-            return Ok(host);
+            return Ok(why("no estimate of what the host-centric plan moves"));
         };
         let cost = &self.settings.cost;
         let th = cost.traffic_time(h, h.to_host, false);
@@ -954,15 +958,19 @@ impl SqlEngine {
         } else {
             "processing"
         };
-        let Ok(disks) = self.physical(&alt.0, sql).await else {
-            return Ok(host);
+        let disks = match self.physical(&alt.0, sql).await {
+            Ok(disks) => disks,
+            Err(e) => return Ok(why(&format!("the disks level cannot plan it: {e}"))),
         };
         let distributed = datafusion::common::tree_node::TreeNode::exists(&disks, |n| {
             Ok(n.downcast_ref::<distribute::DisksExec>().is_some())
         })
         .unwrap_or(false);
-        let Some(d) = distribute::plan_traffic(&disks).filter(|_| distributed) else {
-            return Ok(host);
+        if !distributed {
+            return Ok(why("the disks level runs no stage of it at the disks"));
+        }
+        let Some(d) = distribute::plan_traffic(&disks) else {
+            return Ok(why("no estimate of what the disks plan moves"));
         };
         // The disks plan's joins and aggregations take in whole scans (no Bloom filter prunes
         // them first); the host-centric plan's, what it ships.

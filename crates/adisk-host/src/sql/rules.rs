@@ -275,7 +275,11 @@ fn push_sort(sort: &SortExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn E
     if !decodable(&bytes) {
         return None;
     }
-    let est_rows = sort.fetch().map(|f| (f * scan.disks.len()) as f64);
+    // A sort keeps its rows (the operators below it only drop some): the scan's estimate, or
+    // a top-k's rows per disk when fewer.
+    let est_rows = Some(sort.fetch().map_or(scan.plan.est_rows, |f| {
+        ((f * scan.disks.len()) as f64).min(scan.plan.est_rows)
+    }));
     let mut plan = scan.plan.clone();
     plan.fragment = Some(ScanFragment {
         kind: FragmentKind::Sort,
