@@ -309,7 +309,7 @@ fn attach_bloom(
     plan: &Arc<dyn ExecutionPlan>,
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
-    bytes: usize,
+    (bytes, build_keys): (usize, Option<usize>),
     est: &mut Option<usize>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
@@ -327,10 +327,18 @@ fn attach_bloom(
             .collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
+        // One key column: the build side's distinct keys over its distinct values here.
+        let est_pass = match (build_keys, names.as_slice()) {
+            (Some(b), [name]) => scan
+                .column_ndv(name)
+                .map(|n| (b as f64 / n.max(1) as f64).min(1.0)),
+            _ => None,
+        };
         let spec = BloomProbeSpec {
             keys: names,
             slot: slot.clone(),
             bytes,
+            est_pass,
         };
         if p.bloom.is_none() {
             p.bloom = Some(spec);
@@ -351,12 +359,12 @@ fn attach_bloom(
     } else if let Some(agg) = a.downcast_ref::<AggregateExec>() {
         group_key_inputs(agg, keys)?
     } else if let Some(j) = a.downcast_ref::<HashJoinExec>() {
-        return attach_bloom_through_join(plan, j, keys, slot, bytes, est);
+        return attach_bloom_through_join(plan, j, keys, slot, (bytes, build_keys), est);
     } else {
         return None;
     };
     let child = plan.children().first().map(|c| (*c).clone())?;
-    let new_child = attach_bloom(&child, &child_keys, slot, bytes, est)?;
+    let new_child = attach_bloom(&child, &child_keys, slot, (bytes, build_keys), est)?;
     rewire(plan.clone(), vec![new_child]).ok()
 }
 
@@ -447,7 +455,7 @@ fn attach_bloom_through_join(
     j: &HashJoinExec,
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
-    bytes: usize,
+    sizes: (usize, Option<usize>),
     est: &mut Option<usize>,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let idx: Vec<usize> = match &j.projection {
@@ -472,9 +480,9 @@ fn attach_bloom_through_join(
     let (into_left, child_keys) = side?;
     let (left, right) = (j.left().clone(), j.right().clone());
     let children = if into_left {
-        vec![attach_bloom(&left, &child_keys, slot, bytes, est)?, right]
+        vec![attach_bloom(&left, &child_keys, slot, sizes, est)?, right]
     } else {
-        vec![left, attach_bloom(&right, &child_keys, slot, bytes, est)?]
+        vec![left, attach_bloom(&right, &child_keys, slot, sizes, est)?]
     };
     rewire(plan.clone(), children).ok()
 }
@@ -522,7 +530,8 @@ fn push_bloom(
         let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
         let mut probe_est = None;
         // Sized below, once the build keys are known; the size travels with the filter.
-        if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, 0, &mut probe_est) {
+        if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, (0, None), &mut probe_est)
+        {
             chosen = Some((subset, right, probe_est));
             break;
         }
@@ -560,7 +569,8 @@ fn push_bloom(
         settings.bloom_bytes
     };
     let mut probe_est = None;
-    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, bytes, &mut probe_est) else {
+    let sizes = (bytes, build_rows);
+    let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, sizes, &mut probe_est) else {
         return Ok(None);
     };
     if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes)

@@ -348,6 +348,9 @@ pub struct BloomProbeSpec {
     pub slot: watch::Receiver<BloomState>,
     /// Filter size in bytes.
     pub bytes: usize,
+    /// Estimated fraction of the scan's rows the filter passes: the build side's distinct keys
+    /// over the key column's distinct values here (None: not known, taken as 1).
+    pub est_pass: Option<f64>,
 }
 
 /// A plan fragment moved into the scan.
@@ -781,9 +784,16 @@ impl ExecutionPlan for DiskScanExec {
         } else {
             1.0
         };
+        // Bloom semi-joins drop rows before any fragment: at most what they pass leaves.
+        let pass: f64 = std::iter::once(&self.plan.bloom)
+            .flatten()
+            .chain(&self.plan.extra_blooms)
+            .filter_map(|b| b.est_pass)
+            .product();
+        let filtered = self.plan.est_rows * pass;
         let rows = match &self.plan.fragment {
-            None => Some(self.plan.est_rows),
-            Some(f) => f.est_rows,
+            None => Some(filtered),
+            Some(f) => f.est_rows.map(|r| r.min(filtered)),
         };
         let est_rows = rows.map(|r| r * share);
         if let Some(rows) = rows {
