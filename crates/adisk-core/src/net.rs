@@ -8,6 +8,10 @@
 //! [`UNSENT_LOWAT_BYTES`] of data not yet sent (data in flight is not limited, so a fast
 //! link's window still fills); the rest waits in HTTP/2's own queue, where control frames
 //! (pings, window updates) go first.
+//!
+//! **HTTP/2 receive windows** are set on both ends of every member's link
+//! ([`HTTP2_STREAM_WINDOW_BYTES`], [`HTTP2_CONNECTION_WINDOW_BYTES`]): they bound what a peer
+//! may send ahead of the reader, outside any job's grant.
 use std::os::fd::AsRawFd;
 
 /// Bytes of not-yet-sent data a socket's kernel buffer may hold.
@@ -79,10 +83,28 @@ pub fn member_endpoint(
         .http2_keep_alive_interval(deadlines.ping_interval())
         .keep_alive_timeout(deadlines.ping_timeout())
         .keep_alive_while_idle(true);
+    let endpoint = endpoint
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES);
     match tls {
         Some(t) => endpoint.tls_config(t.client()),
         None => Ok(endpoint),
     }
+}
+
+/// HTTP/2 receive window of one stream on every member's link: how much a sender may have in
+/// flight ahead of what the receiver read. hyper's defaults (1 MiB at a server) held a
+/// loopback `DoPut` to about half of what the transport does with this (issue 34).
+pub const HTTP2_STREAM_WINDOW_BYTES: u32 = 4 * 1024 * 1024;
+/// HTTP/2 receive window of one connection (all its streams) on every member's link.
+pub const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 2 * HTTP2_STREAM_WINDOW_BYTES;
+
+/// A member's server with the links' HTTP/2 receive windows ([`HTTP2_STREAM_WINDOW_BYTES`],
+/// [`HTTP2_CONNECTION_WINDOW_BYTES`]).
+pub fn server_windows(builder: tonic::transport::Server) -> tonic::transport::Server {
+    builder
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES)
 }
 
 /// The connector of every member's and client's channel ([`connect`]).

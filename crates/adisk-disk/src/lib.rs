@@ -324,7 +324,7 @@ impl DiskNode {
             .max_decoding_message_size(64 * 1024 * 1024)
             .max_encoding_message_size(64 * 1024 * 1024);
         let deadlines = adisk_core::config::Deadlines::default();
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = adisk_core::net::server_windows(tonic::transport::Server::builder());
         if let Some(t) = &self.tls {
             builder = builder
                 .tls_config(t.server())

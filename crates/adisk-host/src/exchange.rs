@@ -222,7 +222,9 @@ fn counted(batch: &RecordBatch) -> u64 {
 }
 
 /// The loopback Flight `DoPut` rate: `batches` sent `repeats` times from this process to a
-/// Flight server in this process that decodes nothing and keeps nothing. Returns (bytes, ns).
+/// Flight server in this process that decodes nothing and keeps nothing, over a link set up
+/// as the members' are (tuned sockets, pings, and TLS when `tls` is given: the cluster's
+/// material on both ends). Returns (bytes, ns).
 ///
 /// # Errors
 /// The server cannot be bound or the call fails.
@@ -230,6 +232,7 @@ pub async fn loopback_doput(
     schema: SchemaRef,
     batches: Vec<RecordBatch>,
     repeats: usize,
+    tls: Option<&adisk_core::tls::TlsMaterial>,
 ) -> Result<(u64, u64)> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -238,27 +241,23 @@ pub async fn loopback_doput(
         .local_addr()
         .map_err(|e| HostError::Invalid(e.to_string()))?;
     let bytes = Arc::new(AtomicU64::new(0));
-    let service = FlightServiceServer::new(Discard {
-        bytes: bytes.clone(),
-    })
-    .max_decoding_message_size(64 << 20);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
-        s.inspect(|stream| {
-            let _ = stream.set_nodelay(true);
-        })
-    });
-    let server = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(incoming, async move {
-                let _ = stop_rx.await;
-            }),
-    );
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| HostError::Invalid(e.to_string()))?
-        .tcp_nodelay(true)
-        .connect()
+    let server = tokio::spawn(discard_server(
+        listener,
+        bytes.clone(),
+        tls.cloned(),
+        stop_rx,
+    ));
+    let deadlines = adisk_core::config::Deadlines::default();
+    let endpoint = adisk_core::net::member_endpoint(
+        &address.to_string(),
+        deadlines,
+        std::time::Duration::from_secs(5),
+        tls,
+    )
+    .map_err(|e| HostError::Invalid(e.to_string()))?;
+    let channel = endpoint
+        .connect_with_connector(adisk_core::net::connector())
         .await
         .map_err(|e| HostError::Invalid(format!("connecting to the loopback sink: {e}")))?;
     let mut client = arrow_flight::FlightClient::new(channel);
@@ -278,6 +277,35 @@ pub async fn loopback_doput(
     let _ = stop_tx.send(());
     let _ = server.await;
     Ok((bytes.load(Ordering::Relaxed), ns))
+}
+
+/// The discarding Flight server of [`loopback_doput`] on `listener`, its sockets tuned as a
+/// disk's are, until `stop`.
+async fn discard_server(
+    listener: tokio::net::TcpListener,
+    bytes: Arc<AtomicU64>,
+    tls: Option<adisk_core::tls::TlsMaterial>,
+    stop: tokio::sync::oneshot::Receiver<()>,
+) -> Result<()> {
+    let service = FlightServiceServer::new(Discard { bytes }).max_decoding_message_size(64 << 20);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener).map(|s| {
+        s.inspect(|stream| {
+            let _ = adisk_core::net::tune(stream);
+        })
+    });
+    let mut builder = adisk_core::net::server_windows(tonic::transport::Server::builder());
+    if let Some(t) = &tls {
+        builder = builder
+            .tls_config(t.server())
+            .map_err(|e| HostError::Invalid(format!("TLS of the loopback sink: {e}")))?;
+    }
+    builder
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, async move {
+            let _ = stop.await;
+        })
+        .await
+        .map_err(|e| HostError::Invalid(format!("the loopback sink: {e}")))
 }
 
 /// A Flight server that counts what `DoPut` brings and drops it.

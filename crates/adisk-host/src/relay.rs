@@ -87,7 +87,7 @@ impl Relay {
             })
         });
         let deadlines = adisk_core::config::Deadlines::default();
-        let mut builder = tonic::transport::Server::builder();
+        let mut builder = adisk_core::net::server_windows(tonic::transport::Server::builder());
         if let Some(t) = &tls {
             builder = builder
                 .tls_config(t.server())

@@ -4,7 +4,10 @@
 //! in one run, each the median of `repeats`:
 //!
 //! * the loopback Flight `DoPut` rate: the same columns (fetched once from disk 0) sent from
-//!   this process to a discarding Flight server in this process — the transport's ceiling;
+//!   this process to a discarding Flight server in this process over a link set up as the
+//!   members' are — the transport's ceiling — in plaintext and, when the cluster's links use
+//!   TLS, over TLS with the cluster's material; the exchanges are compared with the one of
+//!   their own kind (TLS with TLS) and with plaintext;
 //! * a pair: disk 0 sends its partitions to disk 1, which counts them;
 //! * all-to-all: every disk hash-routes its partitions to every disk, each counting what came;
 //! * each of the two straight between disks and through the host's relay (`via-host`).
@@ -61,12 +64,13 @@ async fn exchange_mb_s(
     Ok((median(rates), last))
 }
 
-/// The loopback DoPut rate on the columns of disk 0's partitions, MB/s (median).
+/// The loopback DoPut rates on the columns of disk 0's partitions, MB/s (medians): in
+/// plaintext, and over TLS with the cluster's material if its links use TLS.
 async fn loopback_mb_s(
     cluster: &Cluster,
     columns: &[String],
     repeats: usize,
-) -> Result<f64, CliError> {
+) -> Result<(f64, Option<f64>), CliError> {
     use futures::StreamExt;
     let source = adisk_core::protocol::Source::Table {
         table: "lineitem".into(),
@@ -90,13 +94,23 @@ async fn loopback_mb_s(
         .first()
         .map(|b| b.schema())
         .ok_or_else(|| CliError::Other("disk 0 holds no lineitem rows".into()))?;
-    let mut rates = Vec::with_capacity(repeats);
+    let mut plain = Vec::with_capacity(repeats);
+    let mut tls = Vec::with_capacity(repeats);
+    // Interleaved, so both see the same noise.
     for _ in 0..repeats {
-        let (bytes, ns) =
-            adisk_host::exchange::loopback_doput(schema.clone(), batches.clone(), 1).await?;
-        rates.push(bytes as f64 / 1e6 / (ns.max(1) as f64 / 1e9));
+        let material = cluster.tls();
+        for (on, rates) in [(false, &mut plain), (true, &mut tls)] {
+            if on && material.is_none() {
+                continue;
+            }
+            let material = if on { material } else { None };
+            let (bytes, ns) =
+                adisk_host::exchange::loopback_doput(schema.clone(), batches.clone(), 1, material)
+                    .await?;
+            rates.push(bytes as f64 / 1e6 / (ns.max(1) as f64 / 1e9));
+        }
     }
-    Ok(median(rates))
+    Ok((median(plain), (!tls.is_empty()).then(|| median(tls))))
 }
 
 pub async fn run(dir: &Path, a: ExchangeBenchArgs) -> Result<(), CliError> {
@@ -146,7 +160,9 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
         Pattern::Pair { from: 0, to: 1 },
     )
     .await?; // warm-up
-    let raw = loopback_mb_s(&cluster, &a.columns, repeats).await?;
+    let (plain, tls) = loopback_mb_s(&cluster, &a.columns, repeats).await?;
+    // The exchanges' own kind of link: TLS if the cluster's links use it.
+    let raw = tls.unwrap_or(plain);
     println!(
         "adisk bench exchange: TPC-H SF {} lineitem ({}), {} disks, median of {repeats}",
         a.sf,
@@ -154,13 +170,20 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
         a.disks
     );
     println!(
-        "{:<28} {:>10} {:>12} {:>10} {:>12}",
-        "stream", "MB/s", "shipped_MB", "rows", "vs_loopback"
+        "{:<28} {:>10} {:>12} {:>10} {:>12} {:>9}",
+        "stream", "MB/s", "shipped_MB", "rows", "vs_loopback", "vs_plain"
     );
-    println!(
-        "{:<28} {:>10.1} {:>12} {:>10} {:>11.0}%",
-        "loopback DoPut (1 stream)", raw, "-", "-", 100.0
-    );
+    let line = |name: &str, rate: f64, shipped: String, rows: String| {
+        println!(
+            "{name:<28} {rate:>10.1} {shipped:>12} {rows:>10} {:>11.0}% {:>8.0}%",
+            100.0 * rate / raw,
+            100.0 * rate / plain
+        );
+    };
+    line("loopback DoPut, plaintext", plain, "-".into(), "-".into());
+    if let Some(tls) = tls {
+        line("loopback DoPut, TLS", tls, "-".into(), "-".into());
+    }
     let mut scans = Vec::with_capacity(repeats);
     for _ in 0..repeats {
         let (bytes, ns) =
@@ -168,14 +191,7 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
         scans.push(bytes as f64 / 1e6 / (ns.max(1) as f64 / 1e9));
     }
     let scan = median(scans);
-    println!(
-        "{:<28} {:>10.1} {:>12} {:>10} {:>11.0}%",
-        "scan + count at disk 0",
-        scan,
-        "-",
-        "-",
-        100.0 * scan / raw
-    );
+    line("scan + count at disk 0", scan, "-".into(), "-".into());
     for mode in [ExchangeMode::Direct, ExchangeMode::ViaHost] {
         cluster.set_exchange_mode(mode);
         for (name, pattern) in [
@@ -183,13 +199,11 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
             ("all-to-all", Pattern::AllToAll),
         ] {
             let (rate, run) = exchange_mb_s(&cluster, &a.columns, pattern, repeats).await?;
-            println!(
-                "{:<28} {:>10.1} {:>12.1} {:>10} {:>11.0}%",
-                format!("{name}, {mode}"),
+            line(
+                &format!("{name}, {mode}"),
                 rate,
-                run.bytes as f64 / 1e6,
-                run.rows,
-                100.0 * rate / raw
+                format!("{:.1}", run.bytes as f64 / 1e6),
+                run.rows.to_string(),
             );
         }
     }
@@ -197,7 +211,8 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
         "MB/s: Arrow IPC bytes the senders shipped / wall time at the host, including the senders' scans and the receivers' counts."
     );
     println!(
-        "vs_loopback: against one DoPut stream from this process to a discarding server in this process (no disk, no decoding)."
+        "vs_loopback: against one DoPut stream from this process to a discarding server in this process (no disk, no decoding) over the same kind of link as the cluster's (TLS: {}); vs_plain: against the plaintext one.",
+        if tls.is_some() { "on" } else { "off" }
     );
     println!("scan + count: the senders' side alone (Arrow bytes scanned / wall), no exchange.");
     Ok(())
