@@ -6,6 +6,7 @@ use crate::CliError;
 use crate::local::{NetnsDisks, OnOff, UpArgs, down, up};
 use crate::netns::Net;
 use adisk_core::stats::human_bytes;
+use adisk_host::sql::cost::Estimate;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, report, tpch};
 use std::path::Path;
 use std::sync::Arc;
@@ -431,10 +432,12 @@ async fn levels_table(
     println!("{header}");
     let mut totals = vec![0.0; levels.len()];
     let mut auto_ratios = Vec::new();
+    let mut estimates = Vec::with_capacity(queries.len());
     for (n, sql) in queries.iter().zip(texts) {
         eprintln!("Q{n:02} …");
         let mut samples: Vec<(Vec<f64>, report::Links)> =
             vec![(Vec::new(), report::Links::default()); levels.len()];
+        let mut est = vec![None; levels.len()];
         if !a.no_warmup {
             for e in &engines {
                 e.query(sql).await?;
@@ -445,8 +448,10 @@ async fn levels_table(
                 let out = e.query(sql).await?;
                 samples[i].0.push(out.wall.as_secs_f64());
                 samples[i].1 = report::links(&out);
+                est[i] = out.estimate;
             }
         }
+        estimates.push((*n, est, samples.iter().map(|s| s.1).collect()));
         let medians: Vec<f64> = samples.iter().map(|(t, _)| median(t.clone())).collect();
         let mut line = format!("Q{n:02}  ");
         for (i, (_, links)) in samples.iter().enumerate() {
@@ -483,6 +488,7 @@ async fn levels_table(
     println!(
         "_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once."
     );
+    print_estimates(&levels, &estimates);
     if !auto_ratios.is_empty() {
         let within = auto_ratios.iter().filter(|r| **r <= 1.25).count();
         let worst = auto_ratios.iter().copied().fold(0.0, f64::max);
@@ -493,4 +499,50 @@ async fn levels_table(
         );
     }
     Ok(())
+}
+
+/// One query's cost-model estimates per level beside the links its last run measured.
+type QueryEstimates = (u32, Vec<Option<Estimate>>, Vec<report::Links>);
+
+/// The cost model's estimate of each level's plan beside what it moved (every level's
+/// `estimate`, see [`adisk_host::sql::cost::Estimate`]): where `auto` chose wrongly, which
+/// estimate was off.
+fn print_estimates(levels: &[&String], rows: &[QueryEstimates]) {
+    let mut header = format!("{:<5}", "query");
+    for l in levels {
+        header += &format!(
+            " {:>12} {:>11} {:>7} {:>11} {:>7}",
+            format!("{l}_est_ms"),
+            format!("{l}_est_host"),
+            "÷",
+            format!("{l}_est_d2d"),
+            "÷"
+        );
+    }
+    println!(
+        "\nthe cost model's estimates (ms beyond the scans; bytes, then measured ÷ estimated):"
+    );
+    println!("{header}");
+    let ratio = |m: u64, e: u64| match (m, e) {
+        (m, e) if e > 0 => format!("{:.2}", m as f64 / e as f64),
+        (0, 0) => "=".into(),
+        _ => "–".into(),
+    };
+    for (n, est, links) in rows {
+        let mut line = format!("Q{n:02}  ");
+        for (e, l) in est.iter().zip(links) {
+            line += &match e {
+                Some(e) => format!(
+                    " {:>12.1} {:>11} {:>7} {:>11} {:>7}",
+                    e.secs * 1e3,
+                    human_bytes(e.traffic.to_host),
+                    ratio(l.to_host, e.traffic.to_host),
+                    human_bytes(e.traffic.disk_to_disk),
+                    ratio(l.disk_to_disk, e.traffic.disk_to_disk)
+                ),
+                None => format!(" {:>12} {:>11} {:>7} {:>11} {:>7}", "–", "–", "", "–", ""),
+            };
+        }
+        println!("{line}");
+    }
 }

@@ -94,7 +94,7 @@ impl Estimate {
         };
         let t = self.traffic;
         format!(
-            "auto's estimate of the {} plan against the run: to the host {} estimated, {} received ({}); between disks {} estimated, {} sent ({}); {:.3} s estimated beyond the scans, the query took {:.3} s",
+            "the cost model's estimate of the {} plan against the run: to the host {} estimated, {} received ({}); between disks {} estimated, {} sent ({}); {:.3} s estimated beyond the scans, the query took {:.3} s",
             self.level,
             human_bytes(t.to_host),
             human_bytes(to_host),

@@ -1400,6 +1400,7 @@ impl Reporter {
             bloom_keys: None,
             bloom_bytes: None,
             bloom_true_matches: None,
+            expected: None,
         });
     }
 }

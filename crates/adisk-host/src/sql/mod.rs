@@ -173,6 +173,9 @@ pub struct ScanReport {
     /// Control bytes of the job: its spec (the ticket that starts it), the statistics request
     /// and the statistics answer.
     pub control_bytes: u64,
+    /// Rows and bytes the cost model expected the whole scan (all its disks) to ship; None
+    /// where it had no estimate (and for the jobs of `disks` stages).
+    pub expected: Option<(u64, u64)>,
 }
 
 /// Control bytes of one job: its spec going out, the statistics request and answer coming
@@ -942,7 +945,10 @@ impl SqlEngine {
             estimate: None,
         };
         let Some(alt) = self.disks_session_for(analyze)? else {
-            return Ok(host);
+            // One level: the cost model's estimate of its plan, for EXPLAIN ANALYZE to set
+            // beside the run.
+            let estimate = self.estimate_of(&host.plan);
+            return Ok(Chosen { estimate, ..host });
         };
         let why = |reason: &str| Chosen {
             note: Some(format!("auto: host-centric ({reason})")),
@@ -999,6 +1005,19 @@ impl SqlEngine {
                 estimate,
                 ..host
             }
+        })
+    }
+
+    /// The cost model's estimate of a plan of this engine's level (not `auto`): the `disks`
+    /// level's plans run stages at the disks, every other level's are host-centric.
+    fn estimate_of(&self, plan: &Arc<dyn ExecutionPlan>) -> Option<cost::Estimate> {
+        let t = distribute::plan_traffic(plan)?;
+        let cost = &self.settings.cost;
+        Some(if self.settings.offload == Offload::Disks {
+            let work = distribute::plan_work(plan).unwrap_or(t.to_host);
+            cost::Estimate::of("disks", cost.traffic_time(t, work, true), t)
+        } else {
+            cost::Estimate::of("host-centric", cost.traffic_time(t, t.to_host, false), t)
         })
     }
 

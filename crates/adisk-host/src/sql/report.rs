@@ -115,6 +115,24 @@ pub fn explain(plan: &Arc<dyn ExecutionPlan>, settings: &SqlSettings) -> String 
     out
 }
 
+/// What the cost model expected a scan to ship beside what it shipped (`total`).
+fn expected_line(expected: Option<(u64, u64)>, total: &Row) -> Option<String> {
+    let (rows, bytes) = expected?;
+    let ratio = |m: u64, e: u64| {
+        if e == 0 {
+            if m == 0 { "=".into() } else { "–".into() }
+        } else {
+            format!("{:.2}×", m as f64 / e as f64)
+        }
+    };
+    Some(format!(
+        "  expected before running: {rows} rows, {} shipped · measured ÷ expected: rows {}, bytes {}",
+        human_bytes(bytes),
+        ratio(total.rows_shipped, rows),
+        ratio(total.shipped, bytes)
+    ))
+}
+
 /// Bytes after each stage of one disk's job.
 #[derive(Default, Clone, Copy)]
 struct Row {
@@ -341,6 +359,9 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
                  (their other columns not decoded)",
                 total.rows_dropped
             );
+        }
+        if let Some(line) = expected_line(first.expected, &total) {
+            let _ = writeln!(text, "{line}");
         }
         grand.add(&total);
         // Per stage, summed over the disks.

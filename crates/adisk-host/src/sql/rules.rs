@@ -99,7 +99,7 @@ impl PhysicalOptimizerRule for OffloadRule {
             }
             Ok(Transformed::no(node))
         })
-        .map(|t| t.data)
+        .and_then(|t| refresh_passes(t.data))
     }
     fn name(&self) -> &str {
         "adisk_offload"
@@ -125,7 +125,99 @@ pub(super) fn push_blooms(
         }
         Ok(Transformed::no(node))
     })
+    .and_then(|t| refresh_passes(t.data))
+}
+
+/// Estimates again what each Bloom semi-join passes once every filter is placed: a build side
+/// may have been given filters of its own after its join was (TPC-H Q11's suppliers are
+/// filtered by nation through the join above them), and fewer build keys pass fewer rows.
+/// Bottom up, so a build side's own estimates are fresh when its join's are made.
+fn refresh_passes(
+    plan: Arc<dyn ExecutionPlan>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(build) = join.left().downcast_ref::<BloomBuildExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(keys) = build_key_estimate(join.left(), &build.keys) else {
+            tracing::debug!(keys = ?build.keys, "a Bloom semi-join's build side: no estimate");
+            return Ok(Transformed::no(node));
+        };
+        let slot = build.slot.subscribe();
+        let right = join.right().clone().transform_down(|n| {
+            let Some(scan) = n.downcast_ref::<DiskScanExec>() else {
+                return Ok(Transformed::no(n));
+            };
+            let mut plan = scan.plan.clone();
+            let mut changed = false;
+            for spec in plan.bloom.iter_mut().chain(plan.extra_blooms.iter_mut()) {
+                if spec.slot.same_channel(&slot) {
+                    spec.est_pass = pass_fraction(scan, &spec.keys, keys);
+                    tracing::debug!(
+                        table = scan.table(),
+                        keys = ?spec.keys,
+                        build_keys = keys,
+                        pass = ?spec.est_pass,
+                        "a Bloom semi-join's estimate"
+                    );
+                    changed = true;
+                }
+            }
+            Ok(if changed {
+                Transformed::new(
+                    Arc::new(scan.with_plan(plan)),
+                    true,
+                    TreeNodeRecursion::Jump,
+                )
+            } else {
+                Transformed::no(n)
+            })
+        })?;
+        if !right.transformed {
+            return Ok(Transformed::no(node));
+        }
+        let left = join.left().clone();
+        Ok(Transformed::yes(rewire(
+            node.clone(),
+            vec![left, right.data],
+        )?))
+    })
     .map(|t| t.data)
+}
+
+/// At most how many distinct keys `keys` (expressions over `build`'s output) take: the
+/// product of each key column's distinct values followed down to the scans
+/// ([`keys_distinct`]), else DataFusion's distinct count of a single key; at most the build
+/// side's estimated rows.
+fn build_key_estimate(
+    build: &Arc<dyn ExecutionPlan>,
+    keys: &[Arc<dyn PhysicalExpr>],
+) -> Option<usize> {
+    let stats = StatisticsContext::default()
+        .compute(build.as_ref(), &StatisticsArgs::new())
+        .ok();
+    let rows = stats.as_ref().and_then(|s| s.num_rows.get_value().copied());
+    let followed = keys
+        .iter()
+        .map(|k| k.downcast_ref::<Column>().map(|c| c.index()))
+        .collect::<Option<Vec<_>>>()
+        .and_then(|cols| keys_distinct(build, &cols, 0));
+    let distinct = followed
+        .map(|f| f as usize)
+        .or_else(|| match (&stats, keys) {
+            (Some(s), [k]) => k
+                .downcast_ref::<Column>()
+                .and_then(|c| s.column_statistics.get(c.index()))
+                .and_then(|c| c.distinct_count.get_value().copied()),
+            _ => None,
+        });
+    match (distinct, rows) {
+        (Some(d), Some(r)) => Some(d.min(r)),
+        (d, r) => d.or(r),
+    }
 }
 
 /// Operators that only move batches between partitions or resize them.
@@ -177,46 +269,77 @@ fn push_aggregate(
     if !decodable(&bytes) {
         return None;
     }
-    // Output rows: one per group per disk. Groups of plain columns: the product of their
-    // distinct values, at most the input rows; no grouping: one row per disk.
+    // Output rows: one per group per disk, at most the rows it takes in (see
+    // `DiskScanExec::expected`); no grouping: one row per disk.
     let disks = scan.disks.len() as f64;
-    let groups = agg.group_expr().expr();
-    let est_rows = if groups.is_empty() {
-        Some(disks)
-    } else {
-        let leaf_schema = scan.schema();
-        let mut product = 1.0f64;
-        let mut known = chain.iter().all(|c| {
-            c.downcast_ref::<FilterExec>()
-                .is_some_and(|f| f.projection().is_none())
-        });
-        for (e, _) in groups {
-            if !known {
-                break;
-            }
-            match e
-                .downcast_ref::<Column>()
-                .and_then(|c| leaf_schema.fields().get(c.index()))
-                .and_then(|f| scan.distinct(f.name()))
-            {
-                Some(n) => product *= n as f64,
-                None => known = false,
-            }
-        }
-        Some(if known {
-            product.min(scan.plan.est_rows)
-        } else {
-            scan.plan.est_rows
-        })
-    };
+    let groups: Vec<Arc<dyn PhysicalExpr>> = agg
+        .group_expr()
+        .expr()
+        .iter()
+        .map(|(e, _)| e.clone())
+        .collect();
+    let group_columns = group_columns(&groups, &chain, scan);
+    let est_rows = Some(match &group_columns {
+        Some(cols) if cols.is_empty() => disks,
+        _ => scan.plan.est_rows,
+    });
     let mut plan = scan.plan.clone();
     plan.fragment = Some(ScanFragment {
         kind: FragmentKind::Aggregate,
         plan: frag,
         bytes,
         est_rows,
+        group_columns,
     });
     Some(Arc::new(scan.with_plan(plan)))
+}
+
+/// The scan columns `groups` (expressions over the top of `chain`) are computed from, through
+/// the chain's projections and filters (top first): the groups are at most as many as those
+/// columns' combinations. None when a step cannot be followed.
+fn group_columns(
+    groups: &[Arc<dyn PhysicalExpr>],
+    chain: &[Arc<dyn ExecutionPlan>],
+    scan: &DiskScanExec,
+) -> Option<Vec<String>> {
+    use datafusion::physical_expr::utils::collect_columns;
+    let mut cols: HashSet<usize> = groups
+        .iter()
+        .flat_map(collect_columns)
+        .map(|c| c.index())
+        .collect();
+    for op in chain {
+        let a: &dyn ExecutionPlan = op.as_ref();
+        cols = if let Some(p) = a.downcast_ref::<ProjectionExec>() {
+            let exprs = p.expr();
+            let mut below = HashSet::new();
+            for i in cols {
+                below.extend(
+                    collect_columns(&exprs.get(i)?.expr)
+                        .iter()
+                        .map(|c| c.index()),
+                );
+            }
+            below
+        } else if let Some(f) = a.downcast_ref::<FilterExec>() {
+            match f.projection() {
+                Some(p) => cols
+                    .iter()
+                    .map(|i| p.get(*i).copied())
+                    .collect::<Option<_>>()?,
+                None => cols,
+            }
+        } else {
+            return None;
+        };
+    }
+    let schema = scan.schema();
+    let mut names = cols
+        .iter()
+        .map(|i| schema.fields().get(*i).map(|f| f.name().clone()))
+        .collect::<Option<Vec<_>>>()?;
+    names.sort();
+    Some(names)
 }
 
 /// Whether a disk could decode the fragment on its own: some expressions only decode inside
@@ -286,6 +409,7 @@ fn push_sort(sort: &SortExec, node: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn E
         plan: frag,
         bytes,
         est_rows,
+        group_columns: None,
     });
     Some(Arc::new(scan.with_plan(plan)))
 }
@@ -301,6 +425,109 @@ fn probe_filterable(t: &JoinType) -> bool {
             | JoinType::RightSemi
             | JoinType::LeftMark
     )
+}
+
+/// At most how many distinct combinations columns `cols` of `plan`'s output hold, followed
+/// down to the disk scans: through projections, filters, aggregations' grouping columns and
+/// operators that only move batches. Columns of one scan hold at most its expected rows; at
+/// a hash join each side's columns count apart, and an inner join's key holds only the values
+/// both sides hold. None where a column cannot be followed (or past 64 operators).
+fn keys_distinct(plan: &Arc<dyn ExecutionPlan>, cols: &[usize], depth: usize) -> Option<f64> {
+    if depth > 64 {
+        return None;
+    }
+    if cols.is_empty() {
+        return Some(1.0);
+    }
+    let a: &dyn ExecutionPlan = plan.as_ref();
+    let below = |child: &Arc<dyn ExecutionPlan>, c: Vec<usize>| keys_distinct(child, &c, depth + 1);
+    if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
+        return scan.expected_distinct(cols);
+    }
+    if let Some(p) = a.downcast_ref::<ProjectionExec>() {
+        let exprs = p.expr();
+        let c = cols
+            .iter()
+            .map(|i| Some(exprs.get(*i)?.expr.downcast_ref::<Column>()?.index()))
+            .collect::<Option<Vec<_>>>()?;
+        return below(p.input(), c);
+    }
+    if let Some(f) = a.downcast_ref::<FilterExec>() {
+        let c = match f.projection() {
+            Some(p) => cols
+                .iter()
+                .map(|i| p.get(*i).copied())
+                .collect::<Option<_>>()?,
+            None => cols.to_vec(),
+        };
+        return below(f.input(), c);
+    }
+    if let Some(agg) = a.downcast_ref::<AggregateExec>() {
+        let groups = agg.group_expr().expr();
+        let c = cols
+            .iter()
+            .map(|i| Some(groups.get(*i)?.0.downcast_ref::<Column>()?.index()))
+            .collect::<Option<Vec<_>>>()?;
+        return below(agg.input(), c);
+    }
+    if let Some(join) = a.downcast_ref::<HashJoinExec>() {
+        return join_keys_distinct(join, cols, depth);
+    }
+    if is_plumbing(plan) || a.downcast_ref::<BloomBuildExec>().is_some() {
+        return below(plan.children().first()?, cols.to_vec());
+    }
+    None
+}
+
+/// [`keys_distinct`] of a hash join's output columns `cols`.
+fn join_keys_distinct(join: &HashJoinExec, cols: &[usize], depth: usize) -> Option<f64> {
+    let left_width = join.left().schema().fields().len();
+    let (mut left, mut right) = (Vec::new(), Vec::new());
+    for &c in cols {
+        let c = match &join.projection {
+            Some(p) => *p.get(c)?,
+            None => c,
+        };
+        match join.join_type() {
+            JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => left.push(c),
+            JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => right.push(c),
+            _ if c < left_width => left.push(c),
+            _ => right.push(c - left_width),
+        }
+    }
+    let mut l = keys_distinct(join.left(), &left, depth + 1)?;
+    let mut r = keys_distinct(join.right(), &right, depth + 1)?;
+    // An inner join's key holds only the values both sides hold.
+    if *join.join_type() == JoinType::Inner {
+        let index = |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Column>().map(|c| c.index());
+        for (lk, rk) in join.on() {
+            let (Some(li), Some(ri)) = (index(lk), index(rk)) else {
+                continue;
+            };
+            if left == [li] {
+                l = l.min(keys_distinct(join.right(), &[ri], depth + 1).unwrap_or(l));
+            }
+            if right == [ri] {
+                r = r.min(keys_distinct(join.left(), &[li], depth + 1).unwrap_or(r));
+            }
+        }
+    }
+    Some(l * r)
+}
+
+/// The fraction of a scan's rows a filter of `build_keys` distinct keys on columns `names`
+/// passes: those keys over the distinct key values here — one column's distinct count; for
+/// several, the product of theirs, at most the table's rows (keys of several columns are
+/// often correlated, as a line item's part and supplier). None when a count is unknown.
+fn pass_fraction(scan: &DiskScanExec, names: &[String], build_keys: usize) -> Option<f64> {
+    let mut distinct = 1.0f64;
+    for name in names {
+        distinct *= scan.column_ndv(name)?.max(1) as f64;
+    }
+    if names.len() > 1 {
+        distinct = distinct.min(scan.entry.rows().max(1) as f64);
+    }
+    Some((build_keys as f64 / distinct).min(1.0))
 }
 
 /// Rebuilds the probe side with the Bloom filter attached to its scan; `keys` are column
@@ -327,13 +554,7 @@ fn attach_bloom(
             .collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
         *est = Some(p.est_rows as usize);
-        // One key column: the build side's distinct keys over its distinct values here.
-        let est_pass = match (build_keys, names.as_slice()) {
-            (Some(b), [name]) => scan
-                .column_ndv(name)
-                .map(|n| (b as f64 / n.max(1) as f64).min(1.0)),
-            _ => None,
-        };
+        let est_pass = build_keys.and_then(|b| pass_fraction(scan, &names, b));
         let spec = BloomProbeSpec {
             keys: names,
             slot: slot.clone(),
@@ -542,25 +763,9 @@ fn push_bloom(
     let build_keys: Vec<Arc<dyn PhysicalExpr>> =
         subset.iter().map(|i| pairs[*i].0.clone()).collect();
     let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
-    // Distinct build keys bound the filter's contents: a single-column key with a known
-    // distinct count needs no more room than that, however many rows carry it.
-    let build_stats = StatisticsContext::default()
-        .compute(join.left().as_ref(), &StatisticsArgs::new())
-        .ok();
-    let build_rows = build_stats
-        .as_ref()
-        .and_then(|s| s.num_rows.get_value().copied());
-    let build_distinct = match (&build_stats, build_keys.as_slice()) {
-        (Some(s), [k]) => k
-            .downcast_ref::<Column>()
-            .and_then(|c| s.column_statistics.get(c.index()))
-            .and_then(|c| c.distinct_count.get_value().copied()),
-        _ => None,
-    };
-    let build_rows = match (build_rows, build_distinct) {
-        (Some(r), Some(d)) => Some(r.min(d)),
-        (r, _) => r,
-    };
+    // Distinct build keys bound the filter's contents (a key with few distinct values needs
+    // no more room than that, however many rows carry it) and what it passes.
+    let build_rows = build_key_estimate(join.left(), &build_keys);
     // `auto` sizes the filter to the build side (32 bits per estimated key, 16 KiB at least);
     // `--bloom-kib` is the largest size and the size at level `semijoin`.
     let bytes = if settings.offload == Offload::Auto {

@@ -353,6 +353,17 @@ pub struct BloomProbeSpec {
     pub est_pass: Option<f64>,
 }
 
+/// Rows `disks` partial aggregations of `rows` rows (spread evenly) into at most `groups`
+/// groups emit: each disk the groups its share of the rows is expected to hit, as if the rows
+/// fell into the groups at random, `G·(1 − e^(−r/G))`; never more than the rows, and with no
+/// grouping (`groups` 1) a row per disk.
+pub(crate) fn partial_groups(groups: f64, rows: f64, disks: usize) -> f64 {
+    let n = disks.max(1) as f64;
+    let g = groups.max(1.0);
+    let hit = n * g * (1.0 - (-(rows / n) / g).exp());
+    hit.min(rows).max(n.min(rows.ceil()))
+}
+
 /// A plan fragment moved into the scan.
 #[derive(Debug, Clone)]
 pub struct ScanFragment {
@@ -362,8 +373,11 @@ pub struct ScanFragment {
     pub plan: Arc<dyn ExecutionPlan>,
     /// Its `datafusion-proto` encoding.
     pub bytes: Vec<u8>,
-    /// Estimated output rows (all disks).
+    /// Estimated output rows (all disks), before the Bloom semi-joins attached later.
     pub est_rows: Option<f64>,
+    /// An aggregation's groups: the scan columns its grouping keys are computed from (empty:
+    /// no grouping); None for other fragments or where they could not be followed.
+    pub group_columns: Option<Vec<String>>,
 }
 
 /// What one scan asks of the disks.
@@ -410,6 +424,80 @@ pub struct DiskScanExec {
 
 impl DiskScanExec {
     /// Distinct values of table column `name` (written at load), if known.
+    /// The rows all disks together are expected to ship: the selection's estimate, less what
+    /// the Bloom semi-joins drop (they run before any fragment), at most the fragment's
+    /// estimate. None when the fragment's is unknown.
+    fn expected_rows(&self) -> Option<f64> {
+        let blooms = || {
+            std::iter::once(&self.plan.bloom)
+                .flatten()
+                .chain(&self.plan.extra_blooms)
+        };
+        let pass: f64 = blooms().filter_map(|b| b.est_pass).product();
+        let filtered = self.plan.est_rows * pass;
+        let Some(f) = &self.plan.fragment else {
+            return Some(filtered);
+        };
+        let Some(columns) = &f.group_columns else {
+            return f.est_rows.map(|r| r.min(filtered));
+        };
+        // Groups: the combinations of the grouping columns' distinct values, each column's
+        // thinned by a Bloom semi-join on it alone (it passes that share of its keys).
+        let mut groups = 1.0f64;
+        for c in columns {
+            let ndv = self.column_ndv(c)? as f64;
+            let thinned = blooms()
+                .find(|b| b.keys.len() == 1 && &b.keys[0] == c)
+                .and_then(|b| b.est_pass)
+                .unwrap_or(1.0);
+            groups *= (ndv * thinned).max(1.0);
+        }
+        Some(partial_groups(groups, filtered, self.disks.len()))
+    }
+
+    /// Rough bytes of one output row (24 for a column of variable width).
+    fn row_width(&self) -> usize {
+        let width: usize = self
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.data_type().primitive_width().unwrap_or(24))
+            .sum();
+        width.max(1)
+    }
+
+    /// What the scan is expected to ship, all disks together: rows and bytes (as the cost
+    /// model counts them), for EXPLAIN ANALYZE to set beside what it shipped.
+    pub(crate) fn expected(&self) -> Option<(u64, u64)> {
+        let rows = self.expected_rows()? as u64;
+        Some((rows, rows.saturating_mul(self.row_width() as u64)))
+    }
+
+    /// At most how many distinct combinations output columns `cols` hold: the product of
+    /// their table columns' distinct values (unknown: as many as rows), each thinned by a
+    /// Bloom semi-join on it alone, at most the rows expected. None with a fragment (its
+    /// columns are computed).
+    pub(crate) fn expected_distinct(&self, cols: &[usize]) -> Option<f64> {
+        if self.plan.fragment.is_some() {
+            return None;
+        }
+        let schema = self.schema();
+        let mut product = 1.0f64;
+        for col in cols {
+            let name = schema.fields().get(*col)?.name();
+            let thinned = std::iter::once(&self.plan.bloom)
+                .flatten()
+                .chain(&self.plan.extra_blooms)
+                .find(|b| b.keys.len() == 1 && &b.keys[0] == name)
+                .and_then(|b| b.est_pass)
+                .unwrap_or(1.0);
+            // A column whose distinct values are unknown has at most as many as rows.
+            let ndv = self.column_ndv(name).map_or(f64::INFINITY, |n| n as f64);
+            product *= (ndv * thinned).max(1.0);
+        }
+        Some(product.min(self.expected_rows()?).max(1.0))
+    }
+
     pub(super) fn column_ndv(&self, name: &str) -> Option<u64> {
         let i = self.entry.schema.index_of(name).ok()?;
         *self.ndv.get(i)?
@@ -784,28 +872,12 @@ impl ExecutionPlan for DiskScanExec {
         } else {
             1.0
         };
-        // Bloom semi-joins drop rows before any fragment: at most what they pass leaves.
-        let pass: f64 = std::iter::once(&self.plan.bloom)
-            .flatten()
-            .chain(&self.plan.extra_blooms)
-            .filter_map(|b| b.est_pass)
-            .product();
-        let filtered = self.plan.est_rows * pass;
-        let rows = match &self.plan.fragment {
-            None => Some(filtered),
-            Some(f) => f.est_rows.map(|r| r.min(filtered)),
-        };
+        let rows = self.expected_rows();
         let est_rows = rows.map(|r| r * share);
-        if let Some(rows) = rows {
-            let rows = rows * share;
-            let width: usize = self
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.data_type().primitive_width().unwrap_or(24))
-                .sum();
+        if let Some(rows) = est_rows {
             s.num_rows = Precision::Inexact(rows as usize);
-            s.total_byte_size = Precision::Inexact((rows as usize).saturating_mul(width.max(1)));
+            s.total_byte_size =
+                Precision::Inexact((rows as usize).saturating_mul(self.row_width()));
         }
         if self.plan.fragment.is_none() {
             // Distinct values of the output columns (DataFusion caps them at the row count).
@@ -864,6 +936,7 @@ impl ExecutionPlan for DiskScanExec {
             id: self.id,
             table: self.entry.name.clone(),
             stages: self.describe_stages(),
+            expected: self.expected(),
         };
         // The job is built when the stream is first polled: a probe-side scan waits there for
         // the filter its join's build side is making.
@@ -893,6 +966,8 @@ struct ScanIdentity {
     id: usize,
     table: String,
     stages: Vec<String>,
+    /// Rows and bytes the whole scan is expected to ship ([`DiskScanExec::expected`]).
+    expected: Option<(u64, u64)>,
 }
 
 /// What a finished (or abandoned) disk job reports into the query's metrics.
@@ -925,6 +1000,7 @@ impl Reporter {
                 .as_ref()
                 .map(|b| b.filter.size_bytes() as u64),
             bloom_true_matches: received.true_matches,
+            expected: self.ident.expected,
         });
     }
 }
@@ -1148,6 +1224,24 @@ pub fn schema_of(names: &[String], table: &Schema) -> Result<SchemaRef> {
 mod tests {
     use super::*;
     use datafusion::prelude::{col, lit};
+
+    #[test]
+    fn partial_aggregations_ship_the_groups_their_rows_hit() {
+        // TPC-H Q1: 6 groups, 6 million rows on 4 disks: every disk sees every group.
+        assert!((partial_groups(6.0, 6e6, 4) - 24.0).abs() < 1e-9);
+        // No grouping: a row per disk.
+        assert!((partial_groups(1.0, 6e6, 4) - 4.0).abs() < 1e-9);
+        // Far more groups than rows: about one group per row, never more than the rows.
+        let sparse = partial_groups(1e9, 1000.0, 4);
+        assert!(sparse <= 1000.0 && sparse > 999.0, "{sparse}");
+        // As many groups as rows per disk: 1 - 1/e of them hit on each disk.
+        let even = partial_groups(1000.0, 4000.0, 4);
+        let want = 4000.0 * (1.0 - (-1.0f64).exp());
+        assert!((even - want).abs() < 1e-6, "{even} {want}");
+        // Fewer rows than disks: never more rows than came in, at least one.
+        assert!((partial_groups(10.0, 2.0, 4) - 2.0).abs() < 1e-9);
+        assert!((partial_groups(10.0, 0.0, 4)).abs() < 1e-9);
+    }
 
     #[test]
     fn selectivity_from_distinct_values() {
