@@ -622,7 +622,13 @@ fn host_tls(config: &ClusterConfig) -> Result<Option<TlsMaterial>> {
 }
 
 /// How tonic's statuses start when the connection under a call broke (no disk said them).
-const TRANSPORT_FAILURES: [&str; 2] = ["h2 protocol error", "transport error"];
+/// `operation was canceled` is hyper's word for a connection closed under a request, e.g. by
+/// a disk refusing the host's certificate once TLS 1.3's handshake had let it send.
+const TRANSPORT_FAILURES: [&str; 3] = [
+    "h2 protocol error",
+    "transport error",
+    "operation was canceled",
+];
 
 pub(crate) fn flight_err(disk: u32, address: &str, e: FlightError) -> HostError {
     match e {
