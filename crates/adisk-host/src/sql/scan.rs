@@ -428,17 +428,27 @@ pub struct DiskScanExec {
 }
 
 impl DiskScanExec {
-    /// Distinct values of table column `name` (written at load), if known.
+    /// The scan's Bloom semi-joins.
+    fn blooms(&self) -> impl Iterator<Item = &BloomProbeSpec> {
+        std::iter::once(&self.plan.bloom)
+            .flatten()
+            .chain(&self.plan.extra_blooms)
+    }
+
+    /// The share of column `name`'s distinct values a Bloom semi-join on it alone passes (1
+    /// without one).
+    fn thinning(&self, name: &str) -> f64 {
+        self.blooms()
+            .find(|b| b.keys.len() == 1 && b.keys[0] == name)
+            .and_then(|b| b.est_pass)
+            .unwrap_or(1.0)
+    }
+
     /// The rows all disks together are expected to ship: the selection's estimate, less what
     /// the Bloom semi-joins drop (they run before any fragment), at most the fragment's
     /// estimate. None when the fragment's is unknown.
     fn expected_rows(&self) -> Option<f64> {
-        let blooms = || {
-            std::iter::once(&self.plan.bloom)
-                .flatten()
-                .chain(&self.plan.extra_blooms)
-        };
-        let pass: f64 = blooms().filter_map(|b| b.est_pass).product();
+        let pass: f64 = self.blooms().filter_map(|b| b.est_pass).product();
         let filtered = self.plan.est_rows * pass;
         let Some(f) = &self.plan.fragment else {
             return Some(filtered);
@@ -451,11 +461,7 @@ impl DiskScanExec {
         let mut groups = 1.0f64;
         for c in columns {
             let ndv = self.column_ndv(c)? as f64;
-            let thinned = blooms()
-                .find(|b| b.keys.len() == 1 && &b.keys[0] == c)
-                .and_then(|b| b.est_pass)
-                .unwrap_or(1.0);
-            groups *= (ndv * thinned).max(1.0);
+            groups *= (ndv * self.thinning(c)).max(1.0);
         }
         Some(partial_groups(groups, filtered, self.disks.len()))
     }
@@ -490,19 +496,14 @@ impl DiskScanExec {
         let mut product = 1.0f64;
         for col in cols {
             let name = schema.fields().get(*col)?.name();
-            let thinned = std::iter::once(&self.plan.bloom)
-                .flatten()
-                .chain(&self.plan.extra_blooms)
-                .find(|b| b.keys.len() == 1 && &b.keys[0] == name)
-                .and_then(|b| b.est_pass)
-                .unwrap_or(1.0);
             // A column whose distinct values are unknown has at most as many as rows.
             let ndv = self.column_ndv(name).map_or(f64::INFINITY, |n| n as f64);
-            product *= (ndv * thinned).max(1.0);
+            product *= (ndv * self.thinning(name)).max(1.0);
         }
         Some(product.min(self.expected_rows()?).max(1.0))
     }
 
+    /// Distinct values of table column `name` (written at load), if known.
     pub(super) fn column_ndv(&self, name: &str) -> Option<u64> {
         let i = self.entry.schema.index_of(name).ok()?;
         *self.ndv.get(i)?
@@ -560,12 +561,6 @@ impl DiskScanExec {
         );
         s.id = self.id;
         s
-    }
-
-    /// Estimated distinct values of column `name` of the table.
-    pub fn distinct(&self, name: &str) -> Option<u64> {
-        let i = self.entry.schema.index_of(name).ok()?;
-        self.ndv.get(i).copied().flatten()
     }
 
     /// Table name.
