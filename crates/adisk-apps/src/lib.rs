@@ -1,8 +1,9 @@
 //! The papers' applications as disklet programs on the cluster (`adisk app NAME`): each is a
 //! set of native disklets, registered with DiskOS through [`Disklets`], plus its host side,
-//! which plans its disk jobs through `adisk_host::jobs` and reports what it moved
-//! ([`report::Report`]). `conventional` mode reads the raw input at the host and computes
-//! there (every paper's baseline); `active` runs the papers' active-disk algorithm.
+//! which makes its disk jobs with `adisk_core::builder::JobBuilder`, runs them through
+//! `adisk_host::jobs` and reports what it moved ([`report::Report`]). `conventional` mode
+//! reads the raw input at the host and computes there (every paper's baseline); `active` runs
+//! the papers' active-disk algorithm.
 #![deny(missing_docs)]
 
 pub mod cluster;
@@ -86,6 +87,13 @@ pub enum AppError {
     /// The host or a disk failed.
     #[error(transparent)]
     Host(#[from] adisk_host::HostError),
+}
+
+impl From<adisk_core::graph::GraphError> for AppError {
+    /// A job whose graph the builder refused: a planning bug, reported as the host's.
+    fn from(error: adisk_core::graph::GraphError) -> Self {
+        AppError::Host(adisk_host::HostError::Job(error))
+    }
 }
 
 /// Result of an application.

@@ -152,7 +152,8 @@ pub fn nonce() -> String {
 mod tests {
     use super::*;
     use crate::auth::ClusterKey;
-    use crate::protocol::{DiskletSpec, Sink, Source};
+    use crate::builder::JobBuilder;
+    use crate::protocol::{DiskletSpec, Sink};
 
     fn claim(disk: u32, expires_ms: u64, table: &str) -> EndpointClaim {
         EndpointClaim {
@@ -161,22 +162,20 @@ mod tests {
             expires_ms,
             nonce: nonce(),
             columns: vec!["a".into()],
-            job: JobSpec::chain(
+            job: JobBuilder::chain(
                 "j1",
-                "serve",
-                Source::Table {
-                    table: table.into(),
-                    columns: vec!["a".into()],
-                    prune: None,
-                    partitions: None,
-                },
+                crate::builder::table(table, vec!["a".into()]),
                 vec![DiskletSpec::Select {
                     predicate: None,
                     projection: vec![],
                     limit: None,
                 }],
                 Sink::Host,
-            ),
+            )
+            .id("j1")
+            .program("serve")
+            .build()
+            .unwrap(),
         }
     }
 

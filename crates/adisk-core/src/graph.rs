@@ -352,6 +352,7 @@ fn input_dependencies(spec: &JobSpec) -> impl Fn(&Port) -> BTreeSet<usize> + '_ 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::builder::{JobBuilder, exchange};
     use crate::protocol::{DiskletSpec, ExprBytes, Output, Route, Stage};
     use arrow_schema::Schema;
 
@@ -378,18 +379,19 @@ mod tests {
         }
     }
 
-    fn job(inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobSpec {
-        JobSpec {
-            job_id: "j".into(),
-            program: "p".into(),
-            inputs,
-            stages,
-            outputs,
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
+    /// A job wired as given, not checked: the checks are what these tests test.
+    fn job(inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobBuilder {
+        let mut job = JobBuilder::new("j");
+        for input in inputs {
+            job.input(input);
         }
+        for s in stages {
+            job.stage(s.disklet, s.inputs);
+        }
+        for o in outputs {
+            job.output(o.from, o.sink);
+        }
+        job
     }
 
     fn stage(disklet: DiskletSpec, inputs: &[Port]) -> Stage {
@@ -414,7 +416,8 @@ mod tests {
 
     #[test]
     fn scratch_per_stage_names_only_stages_of_the_job() {
-        let mut chain = JobSpec::chain("j", "p", pipe("a"), vec![select(), select()], Sink::Host);
+        let mut chain = JobBuilder::chain("j", pipe("a"), vec![select(), select()], Sink::Host)
+            .build_unchecked();
         chain.stage_scratch_kib = vec![64, 128];
         assert!(check(&chain).is_ok());
         chain.stage_scratch_kib.push(1);
@@ -425,7 +428,8 @@ mod tests {
 
     #[test]
     fn chains_and_two_input_graphs_are_valid() {
-        let chain = JobSpec::chain("j", "p", pipe("a"), vec![select(), select()], Sink::Host);
+        let chain = JobBuilder::chain("j", pipe("a"), vec![select(), select()], Sink::Host)
+            .build_unchecked();
         assert_eq!(
             check(&chain).unwrap(),
             Shape {
@@ -437,7 +441,8 @@ mod tests {
             vec![pipe("a"), pipe("b")],
             vec![stage(join(), &[Port::Input(0), Port::Input(1)])],
             vec![out(S0, Sink::Host)],
-        );
+        )
+        .build_unchecked();
         assert_eq!(check(&join).unwrap().streams, 3);
         // A partition stage's ports go one per target.
         let partition = DiskletSpec::Partition {
@@ -445,31 +450,27 @@ mod tests {
             partitions: 3,
         };
         let targets: Vec<String> = (0..3).map(|i| format!("d{i}")).collect();
-        let ex = JobSpec::chain(
+        let ex = JobBuilder::chain(
             "j",
-            "p",
             pipe("a"),
             vec![partition],
-            Sink::Exchange {
-                exchange_id: "x".into(),
-                targets,
-                sender: 0,
-                route: Route::Broadcast,
-                relay: None,
-                target_relays: vec![],
-            },
-        );
+            exchange("x", targets, 0, Route::Broadcast),
+        )
+        .build_unchecked();
         assert_eq!(ex.outputs.len(), 3);
         assert_eq!(check(&ex).unwrap().streams, 4);
     }
 
     #[test]
     fn wiring_errors_are_named() {
-        let e = check(&job(
-            vec![pipe("a")],
-            vec![stage(select(), &[Port::Input(1)])],
-            vec![out(S0, Sink::Host)],
-        ));
+        let e = check(
+            &job(
+                vec![pipe("a")],
+                vec![stage(select(), &[Port::Input(1)])],
+                vec![out(S0, Sink::Host)],
+            )
+            .build_unchecked(),
+        );
         assert!(
             matches!(
                 e,
@@ -480,11 +481,14 @@ mod tests {
             ),
             "{e:?}"
         );
-        let e = check(&job(
-            vec![pipe("a")],
-            vec![stage(select(), &[S0])],
-            vec![out(S0, Sink::Host)],
-        ));
+        let e = check(
+            &job(
+                vec![pipe("a")],
+                vec![stage(select(), &[S0])],
+                vec![out(S0, Sink::Host)],
+            )
+            .build_unchecked(),
+        );
         assert!(
             matches!(
                 e,
@@ -495,11 +499,14 @@ mod tests {
             ),
             "a stage reading itself: {e:?}"
         );
-        let e = check(&job(
-            vec![pipe("a"), pipe("b")],
-            vec![stage(select(), &[Port::Input(0)])],
-            vec![out(S0, Sink::Host)],
-        ));
+        let e = check(
+            &job(
+                vec![pipe("a"), pipe("b")],
+                vec![stage(select(), &[Port::Input(0)])],
+                vec![out(S0, Sink::Host)],
+            )
+            .build_unchecked(),
+        );
         assert_eq!(
             e,
             Err(GraphError::PortUse {
@@ -507,22 +514,28 @@ mod tests {
                 times: 0
             })
         );
-        let e = check(&job(
-            vec![pipe("a")],
-            vec![stage(select(), &[Port::Input(0)])],
-            vec![out(S0, Sink::Host), out(S0, temp("t"))],
-        ));
+        let e = check(
+            &job(
+                vec![pipe("a")],
+                vec![stage(select(), &[Port::Input(0)])],
+                vec![out(S0, Sink::Host), out(S0, temp("t"))],
+            )
+            .build_unchecked(),
+        );
         assert_eq!(e, Err(GraphError::PortUse { port: S0, times: 2 }));
-        let e = check(&job(
-            vec![pipe("a")],
-            vec![stage(join(), &[Port::Input(0)])],
-            vec![out(S0, Sink::Host)],
-        ));
+        let e = check(
+            &job(
+                vec![pipe("a")],
+                vec![stage(join(), &[Port::Input(0)])],
+                vec![out(S0, Sink::Host)],
+            )
+            .build_unchecked(),
+        );
         assert!(
             matches!(e, Err(GraphError::InputCount { got: 1, .. })),
             "{e:?}"
         );
-        let e = check(&job(vec![], vec![], vec![]));
+        let e = check(&job(vec![], vec![], vec![]).build_unchecked());
         assert!(matches!(e, Err(GraphError::Wiring(_))));
         let two_hosts = job(
             vec![pipe("a"), pipe("b")],
@@ -531,7 +544,8 @@ mod tests {
                 out(Port::Input(0), Sink::Host),
                 out(Port::Input(1), Sink::Host),
             ],
-        );
+        )
+        .build_unchecked();
         assert!(matches!(check(&two_hosts), Err(GraphError::Wiring(_))));
         let range = Sink::Exchange {
             exchange_id: "x".into(),
@@ -545,11 +559,9 @@ mod tests {
             target_relays: vec![],
         };
         assert!(matches!(
-            check(&job(
-                vec![pipe("a")],
-                vec![],
-                vec![out(Port::Input(0), range)]
-            )),
+            check(
+                &job(vec![pipe("a")], vec![], vec![out(Port::Input(0), range)]).build_unchecked()
+            ),
             Err(GraphError::Wiring(_))
         ));
     }
@@ -566,7 +578,8 @@ mod tests {
             vec![pipe("a"), pipe("b")],
             vec![stage(wasm.clone(), &[Port::Input(0), Port::Input(1)])],
             vec![out(port(0), Sink::Host), out(port(1), temp("t"))],
-        );
+        )
+        .build_unchecked();
         assert_eq!(
             check(&two).unwrap(),
             Shape {
@@ -578,7 +591,8 @@ mod tests {
             vec![pipe("a")],
             vec![stage(wasm.clone(), &[Port::Input(0)])],
             vec![out(port(1), Sink::Host)],
-        );
+        )
+        .build_unchecked();
         assert_eq!(
             check(&gap),
             Err(GraphError::PortUse {
@@ -590,7 +604,8 @@ mod tests {
             vec![pipe("a")],
             vec![stage(wasm, &[])],
             vec![out(port(0), Sink::Host)],
-        );
+        )
+        .build_unchecked();
         assert!(
             matches!(check(&none), Err(GraphError::InputCount { got: 0, .. })),
             "a user disklet reads at least one input"
@@ -610,18 +625,21 @@ mod tests {
                 stage(select(), &[Port::Input(1)]),
             ],
             vec![out(S0, temp("runs")), out(S1, Sink::Host)],
-        );
+        )
+        .build_unchecked();
         assert!(check(&ok).is_ok());
         // The temp's writer depends on its own reader.
         let cycle = job(
             vec![pipe("a"), spill.clone()],
             vec![stage(join(), &[Port::Input(0), Port::Input(1)])],
             vec![out(S0, temp("runs"))],
-        );
+        )
+        .build_unchecked();
         assert!(
             matches!(check(&cycle), Err(GraphError::Wiring(m)) if m.contains("wait for itself"))
         );
-        let unwritten = job(vec![spill], vec![], vec![out(Port::Input(0), Sink::Host)]);
+        let unwritten =
+            job(vec![spill], vec![], vec![out(Port::Input(0), Sink::Host)]).build_unchecked();
         assert!(matches!(check(&unwritten), Err(GraphError::Wiring(m)) if m.contains("no output")));
     }
 }

@@ -7,6 +7,8 @@
 //!
 //! * [`config`]: the `cluster.toml` a host reads (disks, addresses, memory) — validated, typed errors.
 //! * [`protocol`]: job specifications (a graph: input streams, stages, outputs to sinks), action names.
+//! * [`builder`]: the one way a disk job is made (ids, programs, wiring, sizes, the grant
+//!   formula DiskOS admits jobs with and planners size them with).
 //! * [`graph`]: the checks a job graph passes before a disk admits it (ports read once, no cycles).
 //! * [`stats`]: per-job, per-stage statistics (bytes read / skipped / shipped, rows, CPU, memory).
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
@@ -22,6 +24,7 @@
 
 pub mod auth;
 pub mod bloom;
+pub mod builder;
 pub mod config;
 pub mod endpoint;
 pub mod graph;

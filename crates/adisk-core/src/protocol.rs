@@ -425,6 +425,16 @@ pub enum Port {
     },
 }
 
+impl Port {
+    /// Output port `port` of the same stage (an input stream has only its one port: itself).
+    pub fn port(self, port: u32) -> Port {
+        match self {
+            Port::Stage { stage, .. } => Port::Stage { stage, port },
+            input => input,
+        }
+    }
+}
+
 /// An output stream of a job: one port, to one sink.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
 pub struct Output {
@@ -465,83 +475,6 @@ impl JobSpec {
             {
                 *r = Some(relay.to_string());
             }
-        }
-    }
-
-    /// A chain: `source` → `stages[0]` → … → `stages[n-1]` → `sink` (for a final `partition`
-    /// stage with an exchange sink: output port `i` to `targets[i]`).
-    pub fn chain(
-        job_id: impl Into<String>,
-        program: impl Into<String>,
-        source: Source,
-        stages: Vec<DiskletSpec>,
-        sink: Sink,
-    ) -> Self {
-        let count = stages.len() as u32;
-        let last = |port: u32| {
-            if count == 0 {
-                Port::Input(0)
-            } else {
-                Port::Stage {
-                    stage: count - 1,
-                    port,
-                }
-            }
-        };
-        let ends_in_partition = matches!(stages.last(), Some(DiskletSpec::Partition { .. }));
-        let outputs = match sink {
-            Sink::Exchange {
-                exchange_id,
-                targets,
-                sender,
-                route: Route::Broadcast,
-                relay,
-                target_relays,
-            } if ends_in_partition => targets
-                .into_iter()
-                .enumerate()
-                .map(|(i, t)| Output {
-                    from: last(i as u32),
-                    sink: Sink::Exchange {
-                        exchange_id: exchange_id.clone(),
-                        targets: vec![t],
-                        sender,
-                        route: Route::Broadcast,
-                        relay: relay.clone(),
-                        target_relays: target_relays.get(i).cloned().into_iter().collect(),
-                    },
-                })
-                .collect(),
-            sink => vec![Output {
-                from: last(0),
-                sink,
-            }],
-        };
-        let stages = stages
-            .into_iter()
-            .enumerate()
-            .map(|(i, disklet)| Stage {
-                disklet,
-                inputs: vec![if i == 0 {
-                    Port::Input(0)
-                } else {
-                    Port::Stage {
-                        stage: i as u32 - 1,
-                        port: 0,
-                    }
-                }],
-            })
-            .collect();
-        JobSpec {
-            job_id: job_id.into(),
-            program: program.into(),
-            inputs: vec![source],
-            stages,
-            outputs,
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
         }
     }
 

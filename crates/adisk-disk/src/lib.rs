@@ -16,11 +16,15 @@
 #![warn(missing_docs)]
 
 mod peer_probe;
+mod pipes;
 mod repair;
 mod service;
+mod status;
 mod user_actions;
 
-pub use service::{DiskService, FlightPipeConnector, status_of};
+pub use pipes::FlightPipeConnector;
+pub use service::DiskService;
+pub use status::{NotAMember, status_of};
 
 use adisk_diskos::{DiskOs, DiskOsConfig};
 use adisk_storage::store::DiskStore;
@@ -164,11 +168,6 @@ pub fn authenticator(
 /// Marks a request as one a client outside the cluster may make ([`authenticator`]).
 #[derive(Clone, Copy, Debug)]
 pub struct ClientCall;
-
-/// A request that carried no valid cluster token (why, in words): only an endpoint ticket may
-/// be served to it.
-#[derive(Clone, Debug)]
-pub struct NotAMember(pub String);
 
 /// Marks `DoGet` and `Handshake` calls with [`ClientCall`].
 pub fn mark_client_calls<B>(mut request: http::Request<B>) -> http::Request<B> {

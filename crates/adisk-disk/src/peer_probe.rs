@@ -2,7 +2,7 @@
 //! with the same filler stream the host uses for its own link ([`action::LINK_PROBE`]), over
 //! the same connections its exchanges and repairs use (TLS and tokens included), and reports
 //! what arrived between the peer's first reply and its last.
-use crate::service::FlightPipeConnector;
+use crate::pipes::FlightPipeConnector;
 use adisk_core::config::{ClusterConfig, Deadlines};
 use adisk_core::protocol::{LINK_PROBE_MAX_MS, LinkProbe, PeerProbe, PeerProbeReport, action};
 use arrow_flight::Action;

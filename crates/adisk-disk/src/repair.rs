@@ -16,7 +16,8 @@
 //! restores itself: `adisk disk --no-auto-repair` turns it off), when the host asks
 //! (`adisk repair`), and for the copies `adisk scrub` found corrupt. Memory for the chunks in
 //! flight is granted from the DiskOS budget on both sides.
-use crate::service::{FlightPipeConnector, json_result, storage_status};
+use crate::pipes::FlightPipeConnector;
+use crate::status::{json_result, storage_status};
 use adisk_core::config::ClusterConfig;
 use adisk_core::protocol::{
     DiskCatalog, FailedRepair, LoadStamp, PartitionRead, RepairReport, RepairRequest,
@@ -56,7 +57,7 @@ pub(crate) async fn read_copy(os: Arc<DiskOs>, req: PartitionRead) -> Result<Act
     let grant = os
         .grant_memory(3 * chunk)
         .await
-        .map_err(|e| crate::service::status_of(&e))?;
+        .map_err(|e| crate::status::status_of(&e))?;
     let info = table.partitions[0].clone();
     let header = json_result(&table);
     let (tx, rx) = mpsc::channel(2);

@@ -2,10 +2,9 @@
 use adisk_core::protocol::{
     GenerateTpch, JobSpec, LoadCommit, LoadProgress, PutCommand, Sink, Source, action,
 };
+use adisk_diskos::DiskOs;
 use adisk_diskos::exchange::PipeMessage;
-use adisk_diskos::job::{Intact, PipeConnector, PipeRoute, RunningJob};
-use adisk_diskos::stream::StreamRx;
-use adisk_diskos::{DiskOs, DiskOsError};
+use adisk_diskos::job::RunningJob;
 use adisk_storage::StorageError;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{Field, Schema, SchemaRef};
@@ -14,62 +13,20 @@ use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
 use arrow_flight::flight_service_server::FlightService;
 use arrow_flight::{
-    Action, ActionType, Criteria, Empty, FlightClient, FlightData, FlightDescriptor, FlightInfo,
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
     HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
 };
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
+use futures::{StreamExt, TryStreamExt};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::sync::{Notify, mpsc};
 use tonic::{Request, Response, Status, Streaming};
 
-/// Maps a DiskOS error to a Flight status with a stable code.
-pub fn status_of(e: &DiskOsError) -> Status {
-    let msg = e.to_string();
-    match e {
-        DiskOsError::Storage(StorageError::UnknownTable(_)) => Status::not_found(msg),
-        DiskOsError::Storage(StorageError::UnknownColumn { .. })
-        | DiskOsError::Storage(StorageError::Invalid(_)) => Status::invalid_argument(msg),
-        DiskOsError::Storage(StorageError::Corrupt { .. })
-        | DiskOsError::Storage(StorageError::BadManifest { .. }) => Status::data_loss(msg),
-        DiskOsError::Storage(StorageError::SchemaMismatch { .. }) => {
-            Status::failed_precondition(msg)
-        }
-        DiskOsError::Storage(_) => Status::internal(msg),
-        DiskOsError::InvalidJob(_) | DiskOsError::DataFusion { .. } | DiskOsError::Limit(_) => {
-            Status::invalid_argument(msg)
-        }
-        DiskOsError::GrantTooLarge { .. }
-        | DiskOsError::AdmissionQueueFull { .. }
-        | DiskOsError::AdmissionTimeout { .. }
-        | DiskOsError::ScratchExceeded { .. }
-        | DiskOsError::TempSpaceExceeded { .. }
-        | DiskOsError::ComputeQueueFull { .. }
-        | DiskOsError::BufferExceeded { .. } => Status::resource_exhausted(msg),
-        DiskOsError::Decode { .. } => Status::data_loss(msg),
-        DiskOsError::Pipe(_) => Status::aborted(msg),
-        DiskOsError::Link(_) => Status::unavailable(msg),
-        DiskOsError::Cancelled => Status::cancelled(msg),
-        DiskOsError::NoProgress { .. } => Status::aborted(msg),
-        DiskOsError::UserDisklet { kind, .. } => {
-            use adisk_diskos::user::UserDiskletFailure as F;
-            match kind {
-                F::NotInstalled => Status::not_found(msg),
-                F::Invalid => Status::invalid_argument(msg),
-                F::BudgetExceeded | F::ResourceExceeded => Status::resource_exhausted(msg),
-                F::Trap => Status::aborted(msg),
-                F::Failed => Status::internal(msg),
-            }
-        }
-    }
-}
-
-pub(crate) fn storage_status(e: StorageError) -> Status {
-    status_of(&DiskOsError::Storage(e))
-}
+use crate::pipes::{EndMark, FlightPipeConnector};
+use crate::status::{json_result, status_of, storage_status};
 
 /// Largest job spec a disk takes, as a fraction of its memory budget.
 pub const MAX_SPEC_FRACTION: u64 = 16;
@@ -399,9 +356,58 @@ fn link_probe(
     .boxed()
 }
 
-pub(crate) fn json_result<T: serde::Serialize>(value: &T) -> arrow_flight::Result {
-    arrow_flight::Result {
-        body: Bytes::from(serde_json::to_vec(value).expect("serializable reply")),
+impl DiskService {
+    /// The actions on the disk's store: its catalog, scrub, dropping a table, committing or
+    /// aborting a load; `None` if `name` is not one of them.
+    async fn store_action(
+        &self,
+        name: &str,
+        body: &[u8],
+    ) -> Result<Option<arrow_flight::Result>, Status> {
+        let result = match name {
+            action::CATALOG => json_result(&match body.is_empty() {
+                true => self.os.store().catalog(),
+                false => self
+                    .os
+                    .store()
+                    .catalog_for(&parse_json("catalog request", body)?),
+            }),
+            action::SCRUB => {
+                let store = self.os.store().clone();
+                let report = tokio::task::spawn_blocking(move || store.scrub())
+                    .await
+                    .map_err(|e| Status::internal(format!("scrub: {e}")))?;
+                json_result(&report)
+            }
+            action::DROP_TABLE => {
+                let table = String::from_utf8_lossy(body).to_string();
+                let dropped = self.os.store().drop_table(&table).map_err(storage_status)?;
+                json_result(&dropped)
+            }
+            action::LOAD_COMMIT => {
+                let commit: LoadCommit = parse_json("load_commit request", body)?;
+                let store = self.os.store().clone();
+                let tables = tokio::task::spawn_blocking(move || {
+                    store.commit_load(&commit.load_id, &commit.tables)
+                })
+                .await
+                .map_err(|e| Status::internal(e.to_string()))?
+                .map_err(storage_status)?;
+                json_result(&tables)
+            }
+            action::LOAD_ABORT => {
+                let load_id = String::from_utf8_lossy(body).to_string();
+                json_result(
+                    &self
+                        .os
+                        .store()
+                        .abort_load(&load_id)
+                        .map_err(storage_status)?,
+                )
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(result))
     }
 }
 
@@ -469,7 +475,10 @@ impl FlightService for DiskService {
         &self,
         request: Request<Ticket>,
     ) -> Result<Response<Self::DoGetStream>, Status> {
-        let not_member = request.extensions().get::<crate::NotAMember>().cloned();
+        let not_member = request
+            .extensions()
+            .get::<crate::status::NotAMember>()
+            .cloned();
         let ticket = request.into_inner().ticket;
         if adisk_core::endpoint::is_endpoint_ticket(&ticket) {
             let claim = self.endpoint_job(&ticket)?;
@@ -485,7 +494,7 @@ impl FlightService for DiskService {
                 self.os.clone(),
             )));
         }
-        if let Some(crate::NotAMember(why)) = not_member {
+        if let Some(crate::status::NotAMember(why)) = not_member {
             return Err(Status::unauthenticated(format!(
                 "{why}; a client may only read a result part with an endpoint ticket from the host"
             )));
@@ -657,20 +666,6 @@ impl FlightService for DiskService {
         };
         match r#type.as_str() {
             action::STATUS => reply(json_result(&self.os.status())),
-            action::CATALOG => reply(json_result(&match body.is_empty() {
-                true => self.os.store().catalog(),
-                false => self
-                    .os
-                    .store()
-                    .catalog_for(&parse_json("catalog request", &body)?),
-            })),
-            action::SCRUB => {
-                let store = self.os.store().clone();
-                let report = tokio::task::spawn_blocking(move || store.scrub())
-                    .await
-                    .map_err(|e| Status::internal(format!("scrub: {e}")))?;
-                reply(json_result(&report))
-            }
             action::PARTITION_READ => {
                 let req: adisk_core::protocol::PartitionRead =
                     parse_json("partition_read request", &body)?;
@@ -692,32 +687,6 @@ impl FlightService for DiskService {
                     .job_stats(&id)
                     .ok_or_else(|| Status::not_found(format!("no job `{id}` on this disk")))?;
                 reply(json_result(&stats))
-            }
-            action::DROP_TABLE => {
-                let table = String::from_utf8_lossy(&body).to_string();
-                let dropped = self.os.store().drop_table(&table).map_err(storage_status)?;
-                reply(json_result(&dropped))
-            }
-            action::LOAD_COMMIT => {
-                let commit: LoadCommit = parse_json("load_commit request", &body)?;
-                let store = self.os.store().clone();
-                let tables = tokio::task::spawn_blocking(move || {
-                    store.commit_load(&commit.load_id, &commit.tables)
-                })
-                .await
-                .map_err(|e| Status::internal(e.to_string()))?
-                .map_err(storage_status)?;
-                reply(json_result(&tables))
-            }
-            action::LOAD_ABORT => {
-                let load_id = String::from_utf8_lossy(&body).to_string();
-                reply(json_result(
-                    &self
-                        .os
-                        .store()
-                        .abort_load(&load_id)
-                        .map_err(storage_status)?,
-                ))
             }
             action::SHUTDOWN => {
                 let notify = self.shutdown.clone();
@@ -747,6 +716,9 @@ impl FlightService for DiskService {
                 ))
             }
             other => {
+                if let Some(result) = self.store_action(other, &body).await? {
+                    return reply(result);
+                }
                 match crate::user_actions::handle(&self.os, self.disklets.as_ref(), other, &body)
                     .await
                 {
@@ -853,262 +825,4 @@ fn stage_tpch(
     }
     progress.done = true;
     Ok(progress)
-}
-
-/// Sends exchange outputs to other disks over Flight `DoPut`.
-///
-/// With the cluster's secret, every stream carries a token, a target must be a disk named in
-/// the cluster's `cluster.toml` (never just an address a job names), and a relay must prove
-/// it holds the secret before it is sent any row.
-#[derive(Default)]
-pub struct FlightPipeConnector {
-    /// The cluster's secret (None: no tokens, no proofs).
-    pub auth: Option<Arc<adisk_core::auth::Verifier>>,
-    /// The cluster's `cluster.toml` (None: any target).
-    pub members: Option<std::path::PathBuf>,
-    /// TLS to the peers (this disk's certificate shown, theirs checked against the CA).
-    pub tls: Option<adisk_core::tls::TlsMaterial>,
-}
-
-impl FlightPipeConnector {
-    /// Refuses a target that is not a disk of the cluster.
-    fn check_member(&self, target: &str) -> adisk_diskos::Result<()> {
-        let Some(path) = &self.members else {
-            return Ok(());
-        };
-        let config = adisk_core::config::ClusterConfig::load(path).map_err(|e| {
-            DiskOsError::Pipe(format!(
-                "refused to send to {target}: cannot read the cluster's members: {e}"
-            ))
-        })?;
-        if config.is_member(target) {
-            return Ok(());
-        }
-        Err(DiskOsError::Pipe(format!(
-            "refused to send to {target}: not a disk of this cluster ({})",
-            path.display()
-        )))
-    }
-
-    /// A client for one call to `address`, carrying a fresh token; `relay`: the peer must first
-    /// prove it holds the cluster's secret.
-    pub(crate) async fn client(
-        &self,
-        address: &str,
-        peer: &str,
-        relay: bool,
-    ) -> adisk_diskos::Result<FlightClient> {
-        let deadlines = adisk_core::config::Deadlines::default();
-        let endpoint = adisk_core::net::member_endpoint(
-            address,
-            deadlines,
-            Duration::from_secs(5),
-            self.tls.as_ref(),
-        )
-        .map_err(|e| DiskOsError::Pipe(format!("bad address {address}: {e}")))?;
-        let silent = || {
-            DiskOsError::Pipe(format!(
-                "{peer} unreachable: no answer within {} ms",
-                deadlines.timeout.as_millis()
-            ))
-        };
-        let channel = tokio::time::timeout(
-            deadlines.timeout,
-            endpoint.connect_with_connector(adisk_core::net::connector()),
-        )
-        .await
-        .map_err(|_| silent())?
-        .map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
-        let Some(auth) = &self.auth else {
-            return Ok(FlightClient::new(channel));
-        };
-        if relay {
-            let challenge = adisk_core::auth::challenge();
-            let mut probe = FlightClient::new(channel.clone());
-            probe
-                .add_header(adisk_core::auth::HEADER, &auth.key().header())
-                .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
-            let proof = tokio::time::timeout(deadlines.timeout, probe.handshake(challenge.clone()))
-                .await
-                .map_err(|_| silent())?
-                .map_err(|e| {
-                    DiskOsError::Pipe(format!(
-                        "{peer} did not prove it belongs to the cluster: {e}"
-                    ))
-                })?;
-            if !auth.key().check_proof(&challenge, &proof) {
-                return Err(DiskOsError::Pipe(format!(
-                    "refused to send to {peer}: it does not hold the cluster's key"
-                )));
-            }
-        }
-        let mut client = FlightClient::new(channel);
-        client
-            .add_header(adisk_core::auth::HEADER, &auth.key().header())
-            .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
-        Ok(client)
-    }
-}
-
-/// The app metadata of the message that ends every pipe stream a sender finished: a stream
-/// that ends without it failed (its link was cut and the call closed), however cleanly the
-/// transport ended it.
-const PIPE_END: &[u8] = b"adisk:pipe-end";
-/// The app metadata prefix (then why) of the message that ends the pipe stream of a sender
-/// whose job failed.
-const PIPE_ABORT: &[u8] = b"adisk:pipe-abort:";
-
-/// `data` followed by its end mark: [`EndMark::End`] if `data` had no error and the sending
-/// job is `intact` when it ends, else [`EndMark::Abort`] (in `ended`).
-fn with_end_mark(
-    data: impl Stream<Item = Result<FlightData, FlightError>> + Send + 'static,
-    intact: Intact,
-    ended: Arc<std::sync::Mutex<Option<EndMark>>>,
-) -> BoxStream<'static, Result<FlightData, FlightError>> {
-    let failed = Arc::new(std::sync::Mutex::new(None::<String>));
-    let f2 = failed.clone();
-    data.take_while(move |r| {
-        if let Err(e) = r {
-            *f2.lock().expect("failed lock") = Some(format!("encoding its stream: {e}"));
-        }
-        futures::future::ready(r.is_ok())
-    })
-    .chain(stream::once(async move {
-        let failed = failed.lock().expect("failed lock").take();
-        let mark = match failed.map_or_else(|| intact(), Err) {
-            Ok(()) => EndMark::End,
-            Err(why) => EndMark::Abort(why),
-        };
-        let message = mark.message();
-        *ended.lock().expect("ended lock") = Some(mark);
-        Ok(message)
-    }))
-    .boxed()
-}
-
-/// How a pipe stream said it ended: finished, or failed at its sender (why).
-#[derive(Clone, Debug, PartialEq)]
-enum EndMark {
-    End,
-    Abort(String),
-}
-
-impl EndMark {
-    /// The mark `fd` is, if it is one.
-    fn of(fd: &FlightData) -> Option<EndMark> {
-        if !fd.data_header.is_empty() || !fd.data_body.is_empty() {
-            return None;
-        }
-        if fd.app_metadata == PIPE_END {
-            return Some(EndMark::End);
-        }
-        let why = fd.app_metadata.strip_prefix(PIPE_ABORT)?;
-        Some(EndMark::Abort(String::from_utf8_lossy(why).into_owned()))
-    }
-
-    fn message(&self) -> FlightData {
-        let meta = match self {
-            EndMark::End => Bytes::from_static(PIPE_END),
-            EndMark::Abort(why) => Bytes::from([PIPE_ABORT, why.as_bytes()].concat()),
-        };
-        FlightData {
-            app_metadata: meta,
-            ..Default::default()
-        }
-    }
-}
-
-impl PipeConnector for FlightPipeConnector {
-    fn send(
-        &self,
-        route: PipeRoute,
-        schema: SchemaRef,
-        rx: StreamRx,
-        intact: Intact,
-    ) -> futures::future::BoxFuture<'static, adisk_diskos::Result<(u64, u64)>> {
-        let connector = FlightPipeConnector {
-            auth: self.auth.clone(),
-            members: self.members.clone(),
-            tls: self.tls.clone(),
-        };
-        async move {
-            let PipeRoute {
-                target,
-                relay,
-                exchange_id,
-                sender,
-                from,
-            } = route;
-            connector.check_member(&target)?;
-            // Via the host: the stream goes to its relay, which names the target.
-            let (peer, via_relay, command) = match relay {
-                Some(relay) => (
-                    format!("the host's relay {relay}"),
-                    true,
-                    (
-                        relay,
-                        PutCommand::Relay {
-                            target: target.clone(),
-                            exchange_id,
-                            sender,
-                            from: Some(from),
-                        },
-                    ),
-                ),
-                None => (
-                    format!("disk {target}"),
-                    false,
-                    (
-                        target.clone(),
-                        PutCommand::Exchange {
-                            exchange_id,
-                            sender,
-                            from: Some(from),
-                        },
-                    ),
-                ),
-            };
-            let (address, command) = command;
-            let mut client = connector.client(&address, &peer, via_relay).await?;
-            let cmd = serde_json::to_vec(&command).expect("command serializes");
-            let counters = Arc::new((
-                std::sync::atomic::AtomicU64::new(0),
-                std::sync::atomic::AtomicU64::new(0),
-            ));
-            let c2 = counters.clone();
-            let batches = tokio_stream::wrappers::ReceiverStream::new(rx).map(move |b| {
-                c2.1.fetch_add(b.batch.num_rows() as u64, Ordering::Relaxed);
-                Ok(adisk_diskos::disklets::compact_views(b.batch.clone()))
-            });
-            let c3 = counters.clone();
-            let data = FlightDataEncoderBuilder::new()
-                .with_schema(schema)
-                .with_flight_descriptor(Some(FlightDescriptor::new_cmd(cmd)))
-                .build(batches)
-                .map(move |r| {
-                    if let Ok(fd) = &r {
-                        c3.0.fetch_add(
-                            (fd.data_body.len() + fd.data_header.len()) as u64,
-                            Ordering::Relaxed,
-                        );
-                    }
-                    r
-                });
-            let ended = Arc::new(std::sync::Mutex::new(None));
-            let data = with_end_mark(data, intact, ended.clone());
-            let link = |e: FlightError| DiskOsError::Link(format!("sending to {peer}: {e}"));
-            let results = client.do_put(data).await.map_err(link)?;
-            results.try_collect::<Vec<_>>().await.map_err(link)?;
-            if let Some(EndMark::Abort(why)) = ended.lock().expect("ended lock").take() {
-                return Err(DiskOsError::Pipe(format!(
-                    "the stream to {peer} ended with this job's failure: {why}"
-                )));
-            }
-            Ok((
-                counters.0.load(Ordering::Relaxed),
-                counters.1.load(Ordering::Relaxed),
-            ))
-        }
-        .boxed()
-    }
 }

@@ -1,8 +1,8 @@
 //! Flight actions for user disklets (install, list, remove) and plain files (generated images,
 //! listing).
+use crate::status::storage_status;
 use adisk_core::protocol::{FileInfo, GenerateImages, InstallDisklet, action};
 use adisk_diskos::DiskOs;
-use adisk_storage::StorageError;
 use adisk_wasm::{DiskletRegistry, WasmError};
 use std::sync::Arc;
 use tonic::Status;
@@ -11,11 +11,7 @@ use tonic::Status;
 pub const MAX_IMAGES_PER_REQUEST: usize = 100_000;
 
 fn wasm_status(e: WasmError) -> Status {
-    crate::service::status_of(&adisk_wasm::to_diskos_error(e))
-}
-
-fn storage_status(e: StorageError) -> Status {
-    crate::service::status_of(&adisk_diskos::DiskOsError::Storage(e))
+    crate::status::status_of(&adisk_wasm::to_diskos_error(e))
 }
 
 /// Handles the actions of this module; `None` if `name` is not one of them.

@@ -12,6 +12,11 @@ use crate::stream::{
 };
 use crate::wiring::{Router, TempArea};
 use crate::{DiskOsError, Result, disklets};
+pub use adisk_core::builder::grant::{
+    EMIT_BUFFERS_PER_PORT, MIN_JOB_BUFFER_KIB, STORE_BUFFERS, grant_beyond_scratch,
+    grant_beyond_scratch_at,
+};
+use adisk_core::builder::grant::{GrantSizes, emit_allowance, job_grant};
 use adisk_core::protocol::{
     DiskStatus, DiskletSpec, FragmentKind, JobSpec, Port, Sink, Source, StoredStream,
 };
@@ -28,9 +33,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
-
-/// Smallest stream buffer a job may ask for, KiB.
-pub const MIN_JOB_BUFFER_KIB: u64 = 16;
 
 /// Temporary disk space a disk grants its jobs in all, unless configured otherwise.
 pub const DEFAULT_TEMP_BYTES: u64 = 4 << 30;
@@ -1016,39 +1018,95 @@ impl DiskOs {
         let Built {
             stages,
             schemas,
-            mut routers,
+            routers,
         } = built;
-        let account = grants.0.account().clone();
+        let shared = Shared {
+            account: grants.0.account().clone(),
+            compute: self.job_compute(&spec, &state),
+            state,
+            area,
+            buffer_bytes,
+        };
         let n = self.config.buffers_per_stream;
-        let mut tasks: Vec<tokio::task::JoinHandle<Result<()>>> = Vec::new();
-        // One stream per port: inputs and every stage's output ports.
-        let (mut txs, mut rxs) = (BTreeMap::new(), BTreeMap::new());
-        for port in schemas.keys() {
-            let (t, r) = stream(n);
-            txs.insert(*port, t);
-            rxs.insert(*port, r);
+        let mut wires = Wires::new(schemas.keys(), n);
+        self.spawn_inputs(
+            &spec,
+            &stages,
+            sources,
+            &shared,
+            &mut host_input,
+            &mut wires,
+        );
+        self.spawn_stages(&spec, stages, &shared, &mut wires);
+        wires.txs.clear(); // ports nobody writes (none, once the graph is checked)
+        let (host_tx, host_rx) = stream(n);
+        let mut host_tx = Some(host_tx);
+        let pending = Arc::new(Mutex::new(Vec::new()));
+        let mut host_schema = None;
+        let mut routers = routers;
+        for (o, output) in spec.outputs.iter().enumerate() {
+            let rx = wires
+                .rxs
+                .remove(&output.from)
+                .expect("the graph check: each port is read once");
+            let schema = schemas[&output.from].clone();
+            if matches!(output.sink, Sink::Host) {
+                host_schema = Some(schema.clone());
+            }
+            let wired = WiredOutput {
+                rx,
+                schema,
+                router: routers[o].take(),
+            };
+            let task = self.spawn_output(&output.sink, wired, &mut host_tx, &pending, &shared);
+            wires.tasks.extend(task);
         }
-        let mut skips: BTreeMap<Port, Arc<SkipList>> = BTreeMap::new();
-        let compute = self.job_compute(&spec, &state);
-        let mut filters = crate::late::scan_filters(&spec, &stages).into_iter();
+        let schema = host_schema.unwrap_or_else(|| {
+            spec.outputs.first().map_or_else(
+                || Arc::new(arrow::datatypes::Schema::empty()),
+                |o| schemas[&o.from].clone(),
+            )
+        });
+        let state = shared.state.clone();
+        let done = self.supervise(wires.tasks, grants, shared.area, pending, state.clone());
+        RunningJob {
+            schema,
+            output: host_rx,
+            state,
+            done,
+        }
+    }
+
+    /// Starts a task feeding each input stream of `spec` (its table, file, pipe, host or
+    /// temporary stream), with the filters its readers push down to the scans.
+    fn spawn_inputs(
+        &self,
+        spec: &JobSpec,
+        stages: &[Box<dyn Disklet>],
+        sources: Vec<(Option<SchemaRef>, Option<TablePlan>)>,
+        shared: &Shared,
+        host_input: &mut Option<mpsc::Receiver<RecordBatch>>,
+        wires: &mut Wires,
+    ) {
+        let mut filters = crate::late::scan_filters(spec, stages).into_iter();
         for (i, (source, (_, plan))) in spec.inputs.iter().cloned().zip(sources).enumerate() {
             let port = Port::Input(i as u32);
             let skip = Arc::new(SkipList::default());
-            skips.insert(port, skip.clone());
-            let tx = txs.remove(&port).expect("a stream per input");
+            wires.skips.insert(port, skip.clone());
+            let tx = wires.txs.remove(&port).expect("a stream per input");
             let hold = tx.hold();
             let io = SourceIo {
                 tx,
                 skip,
                 filters: filters.next().unwrap_or_default(),
-                account: account.clone(),
-                buffer_bytes,
-                area: area.clone(),
-                compute: compute.clone(),
+                account: shared.account.clone(),
+                buffer_bytes: shared.buffer_bytes,
+                area: shared.area.clone(),
+                compute: shared.compute.clone(),
             };
-            let source = self.spawn_source(source, plan, io, &state, &mut host_input);
-            let st = state.clone();
-            tasks.push(tokio::spawn(async move {
+            let source = self.spawn_source(source, plan, io, &shared.state, host_input);
+            let st = shared.state.clone();
+            wires.tasks.push(tokio::spawn(async move {
                 let r = source.await.unwrap_or_else(|join| {
                     Err(DiskOsError::InvalidJob(format!(
                         "a job task panicked: {join}"
@@ -1057,6 +1115,17 @@ impl DiskOs {
                 st.settle(r, vec![hold])
             }));
         }
+    }
+
+    /// Starts every stage of `spec` on its own thread, or inside the stage it feeds when the
+    /// disk fuses stages ([`crate::fused`]).
+    fn spawn_stages(
+        &self,
+        spec: &JobSpec,
+        stages: Vec<Box<dyn Disklet>>,
+        shared: &Shared,
+        wires: &mut Wires,
+    ) {
         let ports: Vec<usize> = stages.iter().map(|d| d.output_ports()).collect();
         let parents = if self.config.fuse_stages {
             crate::fused::inline_parents(&spec.stages, &ports)
@@ -1074,161 +1143,155 @@ impl DiskOs {
                         inline.remove(&j).expect("built before its parent"),
                     )),
                     _ => Out::Stream(
-                        txs.remove(&Port::Stage {
-                            stage: i as u32,
-                            port: port as u32,
-                        })
-                        .expect("a stream per port"),
+                        wires
+                            .txs
+                            .remove(&Port::Stage {
+                                stage: i as u32,
+                                port: port as u32,
+                            })
+                            .expect("a stream per port"),
                     ),
                 })
                 .collect();
-            let emit_cap = state.stages[i]
-                .scratch_granted
-                .saturating_add(emit_allowance(buffer_bytes, outputs.len() as u32));
-            let ctx = StageContext {
-                index: i,
-                buffer_bytes,
-                emit_cap,
-                state: state.clone(),
-                compute: compute.clone(),
-                account: account.clone(),
-                skips: stage.inputs.iter().map(|p| skips.get(p).cloned()).collect(),
-            };
+            let ctx = self.stage_context(i, stage, outputs.len(), shared, &wires.skips);
             if parents[i].is_some() {
-                inline.insert(
-                    i,
-                    InlineStage::new(
-                        disklet,
-                        ctx,
-                        outputs,
-                        crate::fused::ApartRule {
-                            buffers: self.config.buffers_per_stream,
-                            cpu_ns: self.config.apart_cpu_ns,
-                        },
-                    ),
-                );
+                let apart = crate::fused::ApartRule {
+                    buffers: self.config.buffers_per_stream,
+                    cpu_ns: self.config.apart_cpu_ns,
+                };
+                inline.insert(i, InlineStage::new(disklet, ctx, outputs, apart));
                 continue;
             }
             let inputs: Vec<StreamRx> = stage
                 .inputs
                 .iter()
                 .map(|p| {
-                    rxs.remove(p)
+                    wires
+                        .rxs
+                        .remove(p)
                         .expect("the graph check: each port is read once")
                 })
                 .collect();
-            let (st, holds) = (state.clone(), holds_of(&outputs));
-            tasks.push(tokio::task::spawn_blocking(move || {
+            let (st, holds) = (shared.state.clone(), holds_of(&outputs));
+            wires.tasks.push(tokio::task::spawn_blocking(move || {
                 st.settle(run_stage(disklet, inputs, outputs, ctx), holds)
             }));
         }
-        drop(txs); // ports nobody writes (none, once the graph is checked)
-        let (host_tx, host_rx) = stream(n);
-        let mut host_tx = Some(host_tx);
-        let pending = Arc::new(Mutex::new(Vec::new()));
-        let mut host_schema = None;
-        for (o, output) in spec.outputs.iter().enumerate() {
-            let rx = rxs
-                .remove(&output.from)
-                .expect("the graph check: each port is read once");
-            let schema = schemas[&output.from].clone();
-            match &output.sink {
-                Sink::Host => {
-                    host_schema = Some(schema);
-                    tasks.push(tokio::spawn(host_sink(
-                        rx,
-                        host_tx.take().expect("one host output"),
-                        state.clone(),
-                    )));
-                }
-                Sink::Exchange {
-                    exchange_id,
-                    targets,
-                    sender,
-                    relay,
-                    target_relays,
-                    ..
-                } => {
-                    let router = routers[o].take();
-                    // A target's own relay (the router to another disk group), else the output's.
-                    let relays = (0..targets.len())
-                        .map(|i| target_relays.get(i).cloned().flatten().or(relay.clone()))
-                        .collect();
-                    let out = ExchangeOut {
-                        rx,
-                        schema,
-                        exchange_id: exchange_id.clone(),
-                        targets: targets.clone(),
-                        sender: *sender,
-                        relays,
-                        router,
-                    };
-                    self.spawn_exchange(&mut tasks, out, &state, &account);
-                }
-                Sink::Store {
-                    stream: StoredStream::Temp { name },
-                } => {
-                    let (area, name) = (area.clone(), name.clone());
-                    tasks.push(tokio::task::spawn_blocking(move || {
-                        area.write_stream(&name, &schema, rx).map(|_| ())
-                    }));
-                }
-                Sink::Store {
-                    stream:
-                        StoredStream::Split {
-                            name,
-                            first_partition,
-                            by,
-                            max_partitions,
-                        },
-                } => {
-                    let split = SplitWrite {
-                        store: self.store.clone(),
-                        name: name.clone(),
-                        first: *first_partition,
-                        by: by.clone(),
-                        max: *max_partitions,
-                        buffer_bytes,
-                        account: account.clone(),
-                        pending: pending.clone(),
-                    };
-                    tasks.push(tokio::task::spawn_blocking(move || split.run(schema, rx)));
-                }
-                Sink::Store {
-                    stream: StoredStream::Result { name, partition },
-                } => {
-                    let (store, name, partition, pending) = (
-                        self.store.clone(),
-                        name.clone(),
-                        *partition,
-                        pending.clone(),
-                    );
-                    let account = account.clone();
-                    tasks.push(tokio::task::spawn_blocking(move || {
-                        write_result(
-                            &store,
-                            (&name, partition),
-                            schema,
-                            rx,
-                            &pending,
-                            (&account, buffer_bytes),
-                        )
-                    }));
-                }
-            }
+    }
+
+    /// What stage `i` runs with: its scratch and output allowance, the job's shared parts, the
+    /// skip lists of the inputs it reads.
+    fn stage_context(
+        &self,
+        i: usize,
+        stage: &adisk_core::protocol::Stage,
+        outputs: usize,
+        shared: &Shared,
+        skips: &BTreeMap<Port, Arc<SkipList>>,
+    ) -> StageContext {
+        let emit_cap = shared.state.stages[i]
+            .scratch_granted
+            .saturating_add(emit_allowance(shared.buffer_bytes, outputs as u32));
+        StageContext {
+            index: i,
+            buffer_bytes: shared.buffer_bytes,
+            emit_cap,
+            state: shared.state.clone(),
+            compute: shared.compute.clone(),
+            account: shared.account.clone(),
+            skips: stage.inputs.iter().map(|p| skips.get(p).cloned()).collect(),
         }
-        let schema = host_schema.unwrap_or_else(|| {
-            spec.outputs.first().map_or_else(
-                || Arc::new(arrow::datatypes::Schema::empty()),
-                |o| schemas[&o.from].clone(),
-            )
-        });
-        let done = self.supervise(tasks, grants, area, pending, state.clone());
-        RunningJob {
-            schema,
-            output: host_rx,
-            state,
-            done,
+    }
+
+    /// Starts the task that takes one output stream to its sink: the host's stream (taken
+    /// from `host_tx`, one per job), an exchange, a temporary stream, a split or named result
+    /// (their writers left in `pending` for the supervisor to commit); its tasks.
+    fn spawn_output(
+        &self,
+        sink: &Sink,
+        out: WiredOutput,
+        host_tx: &mut Option<StreamTx>,
+        pending: &PendingResults,
+        shared: &Shared,
+    ) -> Vec<tokio::task::JoinHandle<Result<()>>> {
+        let WiredOutput { rx, schema, router } = out;
+        let buffer_bytes = shared.buffer_bytes;
+        match sink {
+            Sink::Host => vec![tokio::spawn(host_sink(
+                rx,
+                host_tx.take().expect("one host output"),
+                shared.state.clone(),
+            ))],
+            Sink::Exchange {
+                exchange_id,
+                targets,
+                sender,
+                relay,
+                target_relays,
+                ..
+            } => {
+                // A target's own relay (the router to another disk group), else the output's.
+                let relays = (0..targets.len())
+                    .map(|i| target_relays.get(i).cloned().flatten().or(relay.clone()))
+                    .collect();
+                let out = ExchangeOut {
+                    rx,
+                    schema,
+                    exchange_id: exchange_id.clone(),
+                    targets: targets.clone(),
+                    sender: *sender,
+                    relays,
+                    router,
+                };
+                let mut tasks = Vec::new();
+                self.spawn_exchange(&mut tasks, out, &shared.state, &shared.account);
+                tasks
+            }
+            Sink::Store {
+                stream: StoredStream::Temp { name },
+            } => {
+                let (area, name) = (shared.area.clone(), name.clone());
+                vec![tokio::task::spawn_blocking(move || {
+                    area.write_stream(&name, &schema, rx).map(|_| ())
+                })]
+            }
+            Sink::Store {
+                stream:
+                    StoredStream::Split {
+                        name,
+                        first_partition,
+                        by,
+                        max_partitions,
+                    },
+            } => {
+                let split = SplitWrite {
+                    store: self.store.clone(),
+                    name: name.clone(),
+                    first: *first_partition,
+                    by: by.clone(),
+                    max: *max_partitions,
+                    buffer_bytes,
+                    account: shared.account.clone(),
+                    pending: pending.clone(),
+                };
+                vec![tokio::task::spawn_blocking(move || split.run(schema, rx))]
+            }
+            Sink::Store {
+                stream: StoredStream::Result { name, partition },
+            } => {
+                let (store, name, partition) = (self.store.clone(), name.clone(), *partition);
+                let (account, pending) = (shared.account.clone(), pending.clone());
+                vec![tokio::task::spawn_blocking(move || {
+                    write_result(
+                        &store,
+                        (&name, partition),
+                        schema,
+                        rx,
+                        &pending,
+                        (&account, buffer_bytes),
+                    )
+                })]
+            }
         }
     }
 
@@ -1544,6 +1607,49 @@ struct Launch {
     buffer_bytes: u64,
 }
 
+/// What every task of a job being launched shares.
+struct Shared {
+    state: Arc<JobState>,
+    account: Arc<Account>,
+    compute: JobCompute,
+    area: Arc<TempArea>,
+    buffer_bytes: u64,
+}
+
+/// The streams of a job being launched, one per port (taken as they are wired), the skip lists
+/// of its inputs, and the tasks started so far.
+struct Wires {
+    txs: BTreeMap<Port, StreamTx>,
+    rxs: BTreeMap<Port, StreamRx>,
+    skips: BTreeMap<Port, Arc<SkipList>>,
+    tasks: Vec<tokio::task::JoinHandle<Result<()>>>,
+}
+
+impl Wires {
+    /// A stream of `buffers` queued buffers for each of `ports`.
+    fn new<'a>(ports: impl Iterator<Item = &'a Port>, buffers: u32) -> Self {
+        let (mut txs, mut rxs) = (BTreeMap::new(), BTreeMap::new());
+        for port in ports {
+            let (t, r) = stream(buffers);
+            txs.insert(*port, t);
+            rxs.insert(*port, r);
+        }
+        Wires {
+            txs,
+            rxs,
+            skips: BTreeMap::new(),
+            tasks: Vec::new(),
+        }
+    }
+}
+
+/// One output stream of a job, wired: what its sink reads.
+struct WiredOutput {
+    rx: StreamRx,
+    schema: SchemaRef,
+    router: Option<Router>,
+}
+
 /// What a source task writes into.
 struct SourceIo {
     tx: StreamTx,
@@ -1566,132 +1672,6 @@ struct ExchangeOut {
     /// Per target, the relay its stream passes through, if any.
     relays: Vec<Option<String>>,
     router: Option<Router>,
-}
-
-/// The sizes a job's grant is made of.
-struct GrantSizes {
-    buffer_bytes: u64,
-    slots_per_stream: u32,
-    inbox_messages: usize,
-}
-
-/// The memory grant of `spec`, from the spec alone: every stream's buffer slots (`streams`
-/// ports, plus a stream per target of a routed exchange), every stage's scratch and output
-/// allowance, and every pipe input's inbox (its queue plus the buffer a sender is handing
-/// over and the rest of a message being cut).
-fn job_grant(
-    spec: &JobSpec,
-    shape: &adisk_core::graph::Shape,
-    scratch: &[u64],
-    sizes: &GrantSizes,
-) -> u64 {
-    let (streams, stage_ports) = (shape.streams, &shape.stage_ports);
-    let b = crate::stream::buffer_cap(sizes.buffer_bytes);
-    let streams = streams
-        + spec
-            .outputs
-            .iter()
-            .map(|o| routed_streams(&o.sink))
-            .sum::<u64>();
-    let buffers = streams
-        .saturating_mul(u64::from(sizes.slots_per_stream))
-        .saturating_mul(b);
-    let outputs: u64 = stage_ports
-        .iter()
-        .map(|ports| emit_allowance(b, *ports))
-        .sum();
-    // An inbox queues `inbox_messages` buffers, and each sender may hold one message of up
-    // to 2 buffers (charged) while it waits for room.
-    let inboxes = spec
-        .inputs
-        .iter()
-        .map(|s| match s {
-            Source::Pipe { senders, .. } => (sizes.inbox_messages as u64)
-                .saturating_add(2 * u64::from((*senders).max(1)))
-                .saturating_mul(b),
-            _ => 0,
-        })
-        .sum::<u64>();
-    // A stored output holds its row group in progress.
-    let stored = spec
-        .outputs
-        .iter()
-        .filter(|o| {
-            matches!(
-                o.sink,
-                Sink::Store {
-                    stream: StoredStream::Result { .. } | StoredStream::Split { .. }
-                }
-            )
-        })
-        .count() as u64
-        * STORE_BUFFERS
-        * b;
-    buffers
-        .saturating_add(scratch.iter().sum::<u64>())
-        .saturating_add(outputs)
-        .saturating_add(inboxes)
-        .saturating_add(stored)
-}
-
-/// The memory a disk with `disk_buffer_bytes` buffers and `buffers_per_stream` grants `spec`
-/// beyond its stages' scratch: stream buffers, output allowances, inboxes and stored outputs
-/// (the job's own buffer size, if it asks for one, is used). A planner fits the scratch of a
-/// job's stages into what is left of the disk's budget.
-///
-/// # Errors
-/// `spec`'s graph is malformed.
-pub fn grant_beyond_scratch(
-    spec: &JobSpec,
-    disk_buffer_bytes: u64,
-    buffers_per_stream: u32,
-) -> std::result::Result<u64, adisk_core::graph::GraphError> {
-    let buffer_bytes = if spec.buffer_kib == 0 {
-        disk_buffer_bytes
-    } else {
-        spec.buffer_kib * 1024
-    };
-    grant_beyond_scratch_at(spec, buffer_bytes, buffers_per_stream)
-}
-
-/// [`grant_beyond_scratch`] with stream buffers of `buffer_bytes`, whatever `spec` asks for
-/// (a planner trying sizes).
-///
-/// # Errors
-/// `spec`'s graph is malformed.
-pub fn grant_beyond_scratch_at(
-    spec: &JobSpec,
-    buffer_bytes: u64,
-    buffers_per_stream: u32,
-) -> std::result::Result<u64, adisk_core::graph::GraphError> {
-    let shape = adisk_core::graph::check(spec)?;
-    let sizes = GrantSizes {
-        buffer_bytes,
-        slots_per_stream: crate::stream::slots_per_stream(buffers_per_stream),
-        // As a disk's exchange registry: one queued message per buffer of a stream.
-        inbox_messages: buffers_per_stream as usize,
-    };
-    let no_scratch = vec![0; spec.stages.len()];
-    Ok(job_grant(spec, &shape, &no_scratch, &sizes))
-}
-
-/// Buffers of output a stage may hold per port between a call and forwarding, beyond what its
-/// scratch held (the state a call turns into output).
-pub const EMIT_BUFFERS_PER_PORT: u64 = 2;
-
-/// A stage's output allowance in its job's grant: [`EMIT_BUFFERS_PER_PORT`] buffers per port.
-fn emit_allowance(buffer_bytes: u64, ports: u32) -> u64 {
-    buffer_bytes
-        .saturating_mul(EMIT_BUFFERS_PER_PORT)
-        .saturating_mul(u64::from(ports.max(1)))
-}
-
-/// Streams an output needs beyond its port's: a routed exchange has one per target.
-fn routed_streams(sink: &Sink) -> u64 {
-    match sink {
-        Sink::Exchange { targets, .. } if targets.len() > 1 => targets.len() as u64,
-        _ => 0,
-    }
 }
 
 /// Where each stage may spill: stages that can (plan fragments that sort or aggregate) share
@@ -1863,10 +1843,6 @@ fn write_result(
     pending.lock().expect("pending lock").push(writer.finish()?);
     Ok(())
 }
-
-/// Buffers a stored output (named result, split result) may hold in its row group in
-/// progress; counted in the job's grant.
-pub const STORE_BUFFERS: u64 = 4;
 
 /// Rows per row group of a stored output: about [`STORE_BUFFERS`] buffers of rows.
 fn store_row_group_rows(schema: &arrow::datatypes::Schema, buffer_bytes: u64) -> usize {
@@ -2351,108 +2327,4 @@ fn run_stage(
     ctx.account.adjust(scratch_charged, 0);
     // The fused stages after this one see their input end (not after a failure: they drop).
     result.and_then(|()| Out::finish_all(&mut outputs))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn routed_exchanges_count_a_stream_per_target() {
-        let sink = |n: usize| Sink::Exchange {
-            exchange_id: "x".into(),
-            targets: (0..n).map(|i| format!("d{i}")).collect(),
-            sender: 0,
-            route: adisk_core::protocol::Route::Broadcast,
-            relay: None,
-            target_relays: vec![],
-        };
-        assert_eq!(
-            routed_streams(&sink(1)),
-            0,
-            "one target: the port's own stream goes straight out"
-        );
-        assert_eq!(routed_streams(&sink(4)), 4);
-        assert_eq!(routed_streams(&Sink::Host), 0);
-    }
-
-    /// A pipe merged with a table: every part of the grant is there.
-    #[test]
-    fn the_grant_counts_buffers_scratch_outputs_and_inboxes() {
-        use adisk_core::protocol::{Output, Stage};
-        let schema = arrow::datatypes::Schema::new(vec![arrow::datatypes::Field::new(
-            "x",
-            arrow::datatypes::DataType::Int64,
-            false,
-        )]);
-        let spec = JobSpec {
-            inputs: vec![
-                Source::Pipe {
-                    exchange_id: "x".into(),
-                    senders: 4,
-                    schema,
-                },
-                Source::Table {
-                    table: "t".into(),
-                    columns: vec![],
-                    prune: None,
-                    partitions: None,
-                },
-            ],
-            stages: vec![Stage {
-                disklet: DiskletSpec::Merge { keys: vec![] },
-                inputs: vec![Port::Input(0), Port::Input(1)],
-            }],
-            outputs: vec![Output {
-                from: Port::Stage { stage: 0, port: 0 },
-                sink: Sink::Host,
-            }],
-            ..JobSpec::chain(
-                "j",
-                "p",
-                Source::Temp {
-                    name: "unused".into(),
-                },
-                vec![],
-                Sink::Host,
-            )
-        };
-        let sizes = GrantSizes {
-            buffer_bytes: 1000,
-            slots_per_stream: 4,
-            inbox_messages: 2,
-        };
-        let shape = adisk_core::graph::check(&spec).unwrap();
-        assert_eq!(shape.streams, 3, "two inputs, one stage port");
-        let b = 1000 + crate::stream::BUFFER_SLACK_BYTES;
-        // The inbox: 2 queued messages, and one of up to 2 buffers held by each of 4 senders.
-        let expected = 3 * 4 * b + 7000 + EMIT_BUFFERS_PER_PORT * b + (2 + 2 * 4) * b;
-        assert_eq!(job_grant(&spec, &shape, &[7000], &sizes), expected);
-        // What a planner fits scratch around: the same count, without the scratch.
-        assert_eq!(
-            grant_beyond_scratch(&spec, 1000, 2).unwrap(),
-            expected - 7000
-        );
-        let mut own = spec.clone();
-        own.buffer_kib = 1;
-        let b2 = 1024 + crate::stream::BUFFER_SLACK_BYTES;
-        assert_eq!(
-            grant_beyond_scratch(&own, 1000, 2).unwrap(),
-            3 * 4 * b2 + EMIT_BUFFERS_PER_PORT * b2 + (2 + 2 * 4) * b2,
-            "the job's own buffer size counts"
-        );
-        // A stored output adds the row group it holds in progress.
-        let mut stored = spec.clone();
-        stored.outputs[0].sink = Sink::Store {
-            stream: StoredStream::Result {
-                name: "r".into(),
-                partition: 0,
-            },
-        };
-        let shape = adisk_core::graph::check(&stored).unwrap();
-        assert_eq!(
-            job_grant(&stored, &shape, &[7000], &sizes),
-            expected + STORE_BUFFERS * b
-        );
-    }
 }

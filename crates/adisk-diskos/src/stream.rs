@@ -4,11 +4,12 @@
 //! or a disklet) fills one while the consumer works on another, so reading overlaps computing,
 //! and a slow consumer stops the producer (backpressure) instead of growing memory.
 //! Every buffer is charged to its job's [`Account`] while it exists.
-use crate::disklets::batch_bytes;
 use crate::memory::Account;
 use crate::sched::JobCompute;
 use crate::{DiskOsError, Result};
+pub use adisk_core::builder::grant::{BUFFER_SLACK_BYTES, buffer_cap, slots_per_stream};
 use adisk_core::protocol::{PartitionInfo, TableInfo};
+use adisk_core::stats::batch_bytes;
 use adisk_storage::store::DiskStore;
 use arrow::array::{ArrayRef, BinaryArray, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -104,12 +105,6 @@ pub type StreamRx = mpsc::Receiver<Buffer>;
 /// can tell a finished stream from a cut one ([`crate::job::JobState::intact`]).
 pub struct StreamHold(#[allow(dead_code)] mpsc::Sender<Buffer>);
 
-/// Buffers that can exist in a stream of `buffers` queued buffers: those, plus the one being
-/// filled and the one being processed. The memory grant counts this many per stream.
-pub fn slots_per_stream(buffers: u32) -> u32 {
-    buffers.max(1) + 2
-}
-
 /// A stream of `buffers` queued buffers.
 pub fn stream(buffers: u32) -> (StreamTx, StreamRx) {
     let (tx, rx) = mpsc::channel(buffers.max(1) as usize);
@@ -196,15 +191,6 @@ impl StreamTx {
     pub async fn closed(&self) {
         self.tx.closed().await
     }
-}
-
-/// Bytes a stream buffer may hold beyond its payload size: the per-column metadata of a
-/// buffer (a file buffer is `buffer_bytes` of payload plus its offset and a value offset).
-pub const BUFFER_SLACK_BYTES: u64 = 1024;
-
-/// The most a buffer of `buffer_bytes` may hold, in bytes: what the grant counts per slot.
-pub fn buffer_cap(buffer_bytes: u64) -> u64 {
-    buffer_bytes.saturating_add(BUFFER_SLACK_BYTES)
 }
 
 /// Cuts `batch` into consecutive slices of at most `cap` bytes each ([`batch_bytes`]): the
@@ -518,13 +504,6 @@ impl TableScan {
         let file = self
             .store
             .partition_reader(part, self.counters.bytes_read.clone())?;
-        let path = file.path().to_path_buf();
-        let decode = |e: parquet::errors::ParquetError| {
-            DiskOsError::Storage(adisk_storage::StorageError::Corrupt {
-                path: path.clone(),
-                reason: e.to_string(),
-            })
-        };
         let meta = self.compute.run(|| file.metadata())??;
         let md = meta.metadata().clone();
         let keep: Vec<bool> = match &self.prune {
@@ -538,30 +517,22 @@ impl TableScan {
             }
             None => vec![true; md.num_row_groups()],
         };
-        if !keep.iter().any(|k| *k) {
-            self.counters
-                .partitions_skipped
-                .fetch_add(1, Ordering::Relaxed);
+        let counter = if keep.iter().any(|k| *k) {
+            &self.counters.partitions_read
         } else {
-            self.counters
-                .partitions_read
-                .fetch_add(1, Ordering::Relaxed);
-        }
-        let mask = ProjectionMask::roots(
-            md.file_metadata().schema_descr(),
-            self.projection.iter().copied(),
-        );
-        // The reader returns the projected columns in file order; the stream's schema has them
-        // in the order asked for.
-        let mut sorted = self.projection.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
-        let reorder: Option<Vec<usize>> = (sorted != self.projection).then(|| {
-            self.projection
-                .iter()
-                .map(|c| sorted.binary_search(c).unwrap_or(0))
-                .collect()
-        });
+            &self.counters.partitions_skipped
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        let open = OpenPartition {
+            mask: ProjectionMask::roots(
+                md.file_metadata().schema_descr(),
+                self.projection.iter().copied(),
+            ),
+            reorder: self.reorder(),
+            path: file.path().to_path_buf(),
+            file,
+            meta,
+        };
         let mut rg_base = row_base;
         for (rg_index, rg) in md.row_groups().iter().enumerate() {
             let rg_rows = rg.num_rows() as u64;
@@ -581,94 +552,147 @@ impl TableScan {
                     .fetch_add(projected_bytes, Ordering::Relaxed);
                 continue;
             }
-            // Rows per buffer from this row group's own width (row groups differ): per column,
-            // its Parquet bytes per row or its Arrow width, whichever is larger (a decimal of
-            // 8 Parquet bytes is 16 in Arrow), plus an offset or validity allowance.
-            let arrow = meta.schema();
-            let per_row: u64 = self
-                .projection
-                .iter()
-                .map(|c| {
-                    let parquet = rg.column(*c).uncompressed_size() as u64 / rg_rows.max(1);
-                    let width = arrow
-                        .fields()
-                        .get(*c)
-                        .and_then(|f| f.data_type().primitive_width())
-                        .unwrap_or(0) as u64;
-                    parquet.max(width) + 8
-                })
-                .sum::<u64>()
-                .max(1);
-            let rows = ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize;
-            // The row group's chunks are read here, before decoding: the rate limit pays for them.
-            let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
-            let chunks = self
-                .compute
-                .run(|| file.row_group(&md, rg_index, &mask))??;
-            let mut builder =
-                ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
-                    .with_projection(mask.clone())
-                    .with_row_groups(vec![rg_index])
-                    .with_batch_size(rows);
-            if let Some((selection, skipped)) = self.skip.selection(&range) {
-                builder = builder.with_row_selection(selection);
-                let skipped_bytes = projected_bytes * skipped / rg_rows.max(1);
-                self.counters
-                    .bytes_skipped
-                    .fetch_add(skipped_bytes, Ordering::Relaxed);
-            }
-            // Filters pushed down by a join reading this scan, in their state now: a reader
-            // with a row filter decodes the filter's columns batch by batch as it is built,
-            // so it is built holding a stream slot, as a decoded batch is.
-            let mut held_slot = None;
-            if let Some(filter) = self
-                .filters
-                .row_filter(meta.schema(), md.file_metadata().schema_descr())
-            {
-                let Some(slot) = tx.blocking_slot() else {
-                    return Ok(false);
-                };
-                held_slot = Some(slot);
-                builder = builder.with_row_filter(filter);
-            }
-            self.counters
-                .row_groups_read
-                .fetch_add(1, Ordering::Relaxed);
-            let mut reader = self.compute.run(|| builder.build())?.map_err(decode)?;
-            let mut position = range.start;
-            loop {
-                // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
-                // The compute slot is held for the decoding only, never while blocked on the stream.
-                let Some(slot) = held_slot.take().or_else(|| tx.blocking_slot()) else {
-                    return Ok(false);
-                };
-                let Some(batch) = self.compute.run(|| reader.next())? else {
-                    break;
-                };
-                if let Some(l) = &self.limiter {
-                    let now = self.counters.bytes_read.load(Ordering::Relaxed);
-                    l.pay(now.saturating_sub(paid));
-                    paid = now;
-                }
-                let mut batch = batch.map_err(|e| {
-                    DiskOsError::Storage(adisk_storage::StorageError::Corrupt {
-                        path: path.clone(),
-                        reason: e.to_string(),
-                    })
-                })?;
-                if let Some(order) = &reorder {
-                    batch = batch.project(order).map_err(|e| DiskOsError::Decode {
-                        context: "ordering scanned columns".into(),
-                        message: e.to_string(),
-                    })?;
-                }
-                if !self.send_capped(tx, slot, batch, &mut position)? {
-                    return Ok(false);
-                }
+            if !self.read_row_group(&open, (rg_index, range, projected_bytes), tx)? {
+                return Ok(false);
             }
         }
         Ok(true)
     }
+
+    /// The columns' order in the stream from the file's order, where they differ: the reader
+    /// returns the projected columns in file order, the stream's schema has them in the order
+    /// asked for.
+    fn reorder(&self) -> Option<Vec<usize>> {
+        let mut sorted = self.projection.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        (sorted != self.projection).then(|| {
+            self.projection
+                .iter()
+                .map(|c| sorted.binary_search(c).unwrap_or(0))
+                .collect()
+        })
+    }
+
+    /// Rows per buffer for row group `rg` from its own width (row groups differ): per column,
+    /// its Parquet bytes per row or its Arrow width, whichever is larger (a decimal of 8
+    /// Parquet bytes is 16 in Arrow), plus an offset or validity allowance.
+    fn rows_per_buffer(
+        &self,
+        arrow: &Schema,
+        rg: &parquet::file::metadata::RowGroupMetaData,
+    ) -> usize {
+        let rg_rows = rg.num_rows() as u64;
+        let per_row: u64 = self
+            .projection
+            .iter()
+            .map(|c| {
+                let parquet = rg.column(*c).uncompressed_size() as u64 / rg_rows.max(1);
+                let width = arrow
+                    .fields()
+                    .get(*c)
+                    .and_then(|f| f.data_type().primitive_width())
+                    .unwrap_or(0) as u64;
+                parquet.max(width) + 8
+            })
+            .sum::<u64>()
+            .max(1);
+        ((self.buffer_bytes * 4 / 5) / per_row).clamp(1, 1 << 20) as usize
+    }
+
+    /// Reads and sends row group `rg_index` of `open` (its rows `range` of the table, its
+    /// projected columns `projected_bytes` on disk), less the rows the skip list drops and
+    /// those the pushed-down filters reject. False if the consumer went away.
+    fn read_row_group(
+        &self,
+        open: &OpenPartition,
+        (rg_index, range, projected_bytes): (usize, Range<u64>, u64),
+        tx: &StreamTx,
+    ) -> Result<bool> {
+        let (meta, md) = (&open.meta, open.meta.metadata());
+        let rg_rows = range.end - range.start;
+        let rows = self.rows_per_buffer(meta.schema(), md.row_group(rg_index));
+        // The row group's chunks are read here, before decoding: the rate limit pays for them.
+        let mut paid = self.counters.bytes_read.load(Ordering::Relaxed);
+        let chunks = self
+            .compute
+            .run(|| open.file.row_group(md, rg_index, &open.mask))??;
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
+            .with_projection(open.mask.clone())
+            .with_row_groups(vec![rg_index])
+            .with_batch_size(rows);
+        if let Some((selection, skipped)) = self.skip.selection(&range) {
+            builder = builder.with_row_selection(selection);
+            let skipped_bytes = projected_bytes * skipped / rg_rows.max(1);
+            self.counters
+                .bytes_skipped
+                .fetch_add(skipped_bytes, Ordering::Relaxed);
+        }
+        // Filters pushed down by a join reading this scan, in their state now: a reader
+        // with a row filter decodes the filter's columns batch by batch as it is built,
+        // so it is built holding a stream slot, as a decoded batch is.
+        let mut held_slot = None;
+        if let Some(filter) = self
+            .filters
+            .row_filter(meta.schema(), md.file_metadata().schema_descr())
+        {
+            let Some(slot) = tx.blocking_slot() else {
+                return Ok(false);
+            };
+            held_slot = Some(slot);
+            builder = builder.with_row_filter(filter);
+        }
+        self.counters
+            .row_groups_read
+            .fetch_add(1, Ordering::Relaxed);
+        let corrupt = |e: &dyn std::fmt::Display| {
+            DiskOsError::Storage(adisk_storage::StorageError::Corrupt {
+                path: open.path.clone(),
+                reason: e.to_string(),
+            })
+        };
+        let mut reader = self
+            .compute
+            .run(|| builder.build())?
+            .map_err(|e| corrupt(&e))?;
+        let mut position = range.start;
+        loop {
+            // Take a stream slot before decoding: at most buffers_per_stream buffers exist.
+            // The compute slot is held for the decoding only, never while blocked on the stream.
+            let Some(slot) = held_slot.take().or_else(|| tx.blocking_slot()) else {
+                return Ok(false);
+            };
+            let Some(batch) = self.compute.run(|| reader.next())? else {
+                break;
+            };
+            if let Some(l) = &self.limiter {
+                let now = self.counters.bytes_read.load(Ordering::Relaxed);
+                l.pay(now.saturating_sub(paid));
+                paid = now;
+            }
+            let mut batch = batch.map_err(|e| corrupt(&e))?;
+            if let Some(order) = &open.reorder {
+                batch = batch.project(order).map_err(|e| DiskOsError::Decode {
+                    context: "ordering scanned columns".into(),
+                    message: e.to_string(),
+                })?;
+            }
+            if !self.send_capped(tx, slot, batch, &mut position)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// A partition file open for a scan: its reader, metadata, the projection, and the order the
+/// stream wants its columns in.
+struct OpenPartition {
+    file: adisk_storage::integrity::PartitionReader,
+    meta: parquet::arrow::arrow_reader::ArrowReaderMetadata,
+    mask: ProjectionMask,
+    reorder: Option<Vec<usize>>,
+    path: std::path::PathBuf,
 }
 
 impl TableScan {

@@ -2,7 +2,8 @@
 //! did this with one key's cross product larger than its output allowance) cannot hold a disk:
 //! DiskOS stops its job with `NoProgress`, frees its grant and counts it in `jobs_stalled`; a
 //! disklet that holds output back but emits some on every call runs to its end.
-use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::builder::JobBuilder;
+use adisk_core::protocol::{DiskletSpec, Sink, Source};
 use adisk_diskos::apps::{AppDisklets, AppStage};
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
 use adisk_diskos::stream::StreamRx;
@@ -91,13 +92,11 @@ async fn run(os: &Arc<DiskOs>, name: &str) -> (adisk_diskos::Result<()>, usize) 
         ports: 1,
     };
     let source = Source::Host { schema: schema() };
-    let spec = JobSpec::chain(
-        format!("job-{name}"),
-        "test",
-        source,
-        vec![stage],
-        Sink::Host,
-    );
+    let spec = JobBuilder::chain("test", source, vec![stage], Sink::Host)
+        .id(format!("job-{name}"))
+        .program("test")
+        .build()
+        .unwrap();
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let mut running = os.start_job(spec, Some(rx)).await.expect("admitted");
     let input = Int64Array::from(vec![1, 2, 3]);

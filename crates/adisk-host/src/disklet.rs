@@ -5,30 +5,16 @@
 use crate::cluster::Cluster;
 use crate::jobs::JobOutput;
 use crate::{HostError, Result};
+use adisk_core::builder::JobBuilder;
 use adisk_core::protocol::{
-    DiskletInfo, DiskletSpec, ExprBytes, FileInfo, GenerateImages, InstallDisklet, JobSpec, Output,
-    Port, Sink, Source, Stage, action,
+    DiskletInfo, DiskletSpec, ExprBytes, FileInfo, GenerateImages, InstallDisklet, JobSpec, Sink,
+    Source, action,
 };
 use adisk_core::stats::{DiskJobStats, JobStats};
 use arrow::array::RecordBatch;
 use futures::StreamExt;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
-
-static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
-
-fn job_id() -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "wasm-{}-{}-{nanos:x}",
-        std::process::id(),
-        NEXT_JOB.fetch_add(1, Ordering::Relaxed)
-    )
-}
 
 fn parse<T: serde::de::DeserializeOwned>(
     d: u32,
@@ -126,31 +112,17 @@ pub struct WasmRequest {
 }
 
 /// One stage running the disklet over `inputs` (in order), its port 0 to the host.
-fn spec(req: &WasmRequest, inputs: Vec<Source>) -> JobSpec {
+fn spec(req: &WasmRequest, inputs: Vec<Source>) -> Result<JobSpec> {
+    let mut job = JobBuilder::new("wasm").scratch_kib(req.scratch_kib);
+    let ports = inputs.into_iter().map(|s| job.input(s)).collect();
     let disklet = DiskletSpec::Wasm {
         name: req.name.clone(),
         params: req.params.clone(),
         fuel: req.fuel,
     };
-    let stage = Stage {
-        disklet,
-        inputs: (0..inputs.len() as u32).map(Port::Input).collect(),
-    };
-    let output = Output {
-        from: Port::Stage { stage: 0, port: 0 },
-        sink: Sink::Host,
-    };
-    JobSpec {
-        job_id: job_id(),
-        program: format!("host-{}", std::process::id()),
-        inputs,
-        stages: vec![stage],
-        outputs: vec![output],
-        scratch_kib: req.scratch_kib,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
-    }
+    let out = job.stage(disklet, ports);
+    job.output(out, Sink::Host);
+    Ok(job.build()?)
 }
 
 /// Notes on compile and instantiate time for the statistics.
@@ -233,10 +205,10 @@ pub async fn run_tables(
             });
         }
     }
-    let specs: Vec<(u32, JobSpec)> = sources
+    let specs = sources
         .into_iter()
-        .map(|(d, sources)| (d, spec(req, sources)))
-        .collect();
+        .map(|(d, sources)| Ok((d, spec(req, sources)?)))
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
     let disks = crate::jobs::run_phase(cluster, specs, |d, b| {
         per_disk.entry(d).or_default().push(b);
@@ -306,23 +278,17 @@ pub async fn run_files(cluster: &Cluster, req: &WasmRequest, prefix: &str) -> Re
             "no files under `{prefix}` on any disk"
         )));
     }
-    let specs: Vec<(u32, String, JobSpec)> = files
+    let specs = files
         .into_iter()
         .map(|(d, f)| {
-            (
-                d,
-                f.path.clone(),
-                spec(
-                    req,
-                    vec![Source::File {
-                        path: f.path,
-                        offset: 0,
-                        length: None,
-                    }],
-                ),
-            )
+            let file = Source::File {
+                path: f.path.clone(),
+                offset: 0,
+                length: None,
+            };
+            Ok((d, f.path, spec(req, vec![file])?))
         })
-        .collect();
+        .collect::<Result<Vec<(u32, String, JobSpec)>>>()?;
     let streams =
         futures::future::try_join_all(specs.iter().enumerate().map(|(i, (d, _, s))| async move {
             cluster.start(*d, s).await.map(|st| st.map(move |r| (i, r)))

@@ -7,7 +7,8 @@
 //! rows counted by the receivers must equal the rows read by the senders.
 use crate::cluster::Cluster;
 use crate::{HostError, Result};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Route, Sink, Source};
+use adisk_core::builder::{JobBuilder, exchange, table as table_input};
+use adisk_core::protocol::{DiskletSpec, Route, Sink, Source};
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{Int64Type, SchemaRef};
 use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
@@ -74,7 +75,7 @@ pub async fn run(
         Pattern::Pair { from, to } => (vec![from], vec![to]),
         Pattern::AllToAll => (holders, (0..cluster.disk_count()).collect()),
     };
-    let id = crate::jobs::new_id("exchange");
+    let id = adisk_core::builder::new_id("exchange");
     let targets: Vec<String> = receivers
         .iter()
         .map(|d| cluster.address(*d).to_string())
@@ -84,30 +85,12 @@ pub async fn run(
     };
     let mut jobs = Vec::new();
     for (i, d) in senders.iter().enumerate() {
-        let source = Source::Table {
-            table: table.to_string(),
-            columns: columns.to_vec(),
-            prune: None,
-            partitions: None,
-        };
-        let sink = Sink::Exchange {
-            exchange_id: id.clone(),
-            targets: targets.clone(),
-            sender: i as u32,
-            route: route.clone(),
-            relay: None,
-            target_relays: vec![],
-        };
-        jobs.push((
-            *d,
-            JobSpec::chain(
-                format!("{id}-send-{d}"),
-                crate::jobs::program_id(),
-                source,
-                vec![],
-                sink,
-            ),
-        ));
+        let source = table_input(table, columns.to_vec());
+        let sink = exchange(id.clone(), targets.clone(), i as u32, route.clone());
+        let spec = JobBuilder::chain("exchange", source, vec![], sink)
+            .id(format!("{id}-send-{d}"))
+            .build()?;
+        jobs.push((*d, spec));
     }
     let count = count_rows(&schema).await?;
     for d in &receivers {
@@ -116,16 +99,10 @@ pub async fn run(
             senders: senders.len() as u32,
             schema: schema.as_ref().clone(),
         };
-        jobs.push((
-            *d,
-            JobSpec::chain(
-                format!("{id}-recv-{d}"),
-                crate::jobs::program_id(),
-                source,
-                vec![count.clone()],
-                Sink::Host,
-            ),
-        ));
+        let spec = JobBuilder::chain("exchange", source, vec![count.clone()], Sink::Host)
+            .id(format!("{id}-recv-{d}"))
+            .build()?;
+        jobs.push((*d, spec));
     }
     let started = Instant::now();
     let mut rows = 0u64;
@@ -171,22 +148,18 @@ pub async fn scan_only(
     columns: &[String],
     d: u32,
 ) -> Result<(u64, u64)> {
-    let id = format!("{}-scan-{d}", crate::jobs::new_id("exchange"));
+    let id = format!("{}-scan-{d}", adisk_core::builder::new_id("exchange"));
     let catalog = cluster.catalog().await?;
     let schema = projected(&catalog.table(table)?.schema, columns)?;
-    let source = Source::Table {
-        table: table.to_string(),
-        columns: columns.to_vec(),
-        prune: None,
-        partitions: None,
-    };
-    let spec = JobSpec::chain(
-        id.clone(),
-        crate::jobs::program_id(),
+    let source = table_input(table, columns.to_vec());
+    let spec = JobBuilder::chain(
+        "exchange",
         source,
         vec![count_rows(&schema).await?],
         Sink::Host,
-    );
+    )
+    .id(id.clone())
+    .build()?;
     let started = Instant::now();
     crate::jobs::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
     let wall_ns = started.elapsed().as_nanos() as u64;

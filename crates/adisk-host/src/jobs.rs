@@ -1,12 +1,10 @@
-//! The one place disk jobs are built and run.
-//!
-//! Every request — SQL, `adisk run`, WebAssembly disklets, benchmarks — ends here: the
-//! planner decides *what* runs at each disk, [`chain`] and [`graph`] turn that into a
-//! [`JobSpec`] with an id, a program (the unit of fair sharing at the disks) and its sizes,
-//! and [`run_phase`] starts one job per disk and merges their result streams as they arrive.
+//! Disk jobs run: [`run_phase`] starts one job per disk and merges their result streams as
+//! they arrive. Jobs are made with [`adisk_core::builder::JobBuilder`] (ids, programs, wiring,
+//! sizes, the checked graph); here are what planners need beside it: expressions encoded for
+//! the disks ([`encode_expr`]), aggregation stages planned by DataFusion ([`aggregate_stage`]).
 use crate::cluster::Cluster;
 use crate::{HostError, Result};
-use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Sink, Source};
+use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec};
 use adisk_core::stats::{DiskJobStats, JobStats};
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -16,7 +14,6 @@ use datafusion::logical_expr::Expr;
 use datafusion_proto::bytes::Serializeable;
 use futures::StreamExt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// What a job produced at the host.
@@ -34,90 +31,6 @@ impl JobOutput {
     /// Rows in the result.
     pub fn rows(&self) -> usize {
         self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-}
-
-/// Memory and buffer sizes of a job (0: the disk's defaults).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Sizes {
-    /// Scratch per stage, KiB.
-    pub scratch_kib: u64,
-    /// Stream buffer size, KiB.
-    pub buffer_kib: u64,
-    /// Temporary disk space, KiB.
-    pub temp_kib: u64,
-}
-
-static NEXT_JOB: AtomicU64 = AtomicU64::new(0);
-
-/// A job id unique across host processes: `kind-pid-counter-nanos`.
-pub fn new_id(kind: &str) -> String {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "{kind}-{}-{}-{nanos:x}",
-        std::process::id(),
-        NEXT_JOB.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-/// The default program of this host process (every job of one `adisk` process shares it).
-pub fn program_id() -> String {
-    format!("host-{}", std::process::id())
-}
-
-/// A chain `source → stages… → sink` with a fresh id of `kind`.
-pub fn chain(
-    kind: &str,
-    program: &str,
-    source: Source,
-    stages: Vec<DiskletSpec>,
-    sink: Sink,
-    sizes: Sizes,
-) -> JobSpec {
-    sized(
-        JobSpec::chain(new_id(kind), program, source, stages, sink),
-        sizes,
-    )
-}
-
-/// The largest stream buffer, KiB, from `largest` down by halves to DiskOS's smallest
-/// ([`MIN_JOB_BUFFER_KIB`](adisk_diskos::job::MIN_JOB_BUFFER_KIB)), at which the streams of
-/// every job of `specs` — their buffers, inboxes and output allowances, as DiskOS counts them
-/// ([`grant_beyond_scratch`](adisk_diskos::job::grant_beyond_scratch)) — take at most half of a
-/// disk's `memory_bytes`, leaving the rest for scratch. Larger buffers cut the per-buffer cost
-/// of vectorized operators; a job on a small disk must still fit. Jobs that exchange rows take
-/// one size together (a pipe message may be at most two of the receiver's buffers). At the
-/// smallest size the disk decides: it refuses a job that does not fit, typed.
-pub fn fitted_buffer_kib<'a>(
-    specs: impl Iterator<Item = &'a JobSpec> + Clone,
-    largest: u64,
-    memory_bytes: u64,
-    buffers_per_stream: u32,
-) -> u64 {
-    let mut kib = largest;
-    while kib / 2 >= adisk_diskos::job::MIN_JOB_BUFFER_KIB {
-        let fits = specs.clone().all(|spec| {
-            adisk_diskos::job::grant_beyond_scratch_at(spec, kib * 1024, buffers_per_stream)
-                .map_or(true, |bytes| bytes <= memory_bytes / 2)
-        });
-        if fits {
-            break;
-        }
-        kib /= 2;
-    }
-    kib
-}
-
-/// `spec` with `sizes` applied.
-pub fn sized(spec: JobSpec, sizes: Sizes) -> JobSpec {
-    JobSpec {
-        scratch_kib: sizes.scratch_kib,
-        buffer_kib: sizes.buffer_kib,
-        temp_kib: sizes.temp_kib,
-        ..spec
     }
 }
 
@@ -187,8 +100,7 @@ async fn stream_phase(
     while let Some((d, item)) = merged.next().await {
         let batch = item?;
         if let Some(link) = cluster.host_link() {
-            link.acquire(adisk_diskos::disklets::batch_bytes(&batch))
-                .await;
+            link.acquire(adisk_core::stats::batch_bytes(&batch)).await;
         }
         on_batch(d, batch)?;
     }
@@ -287,19 +199,13 @@ pub async fn aggregate_stage(
     })
 }
 
-/// Arrow bytes of a batch (slice-aware).
-pub(crate) fn batch_bytes(batch: &RecordBatch) -> u64 {
-    adisk_diskos::disklets::batch_bytes(batch)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use datafusion::prelude::{col, lit};
 
     #[test]
-    fn ids_are_unique_and_expressions_lose_aliases_and_qualifiers() {
-        assert_ne!(new_id("x"), new_id("x"));
+    fn expressions_lose_aliases_and_qualifiers() {
         let qualified = Expr::Column(Column::new(Some("lineitem"), "l_quantity"));
         let a = encode_expr(&(qualified + lit(1)).alias("q")).unwrap();
         let b = encode_expr(&(col("l_quantity") + lit(1))).unwrap();

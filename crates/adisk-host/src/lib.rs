@@ -1,13 +1,16 @@
-//! The ActiveDisk host: knows the cluster and the catalog, plans every request — SQL text,
-//! `adisk run` parameters, WebAssembly disklet runs — through one planner into disk jobs, runs
-//! them on every disk holding a table, merges result streams as they arrive, and collects
-//! per-disk statistics.
+//! The ActiveDisk host: knows the cluster and the catalog, plans SQL text and `adisk run`
+//! parameters through one planner, makes every disk job — theirs, WebAssembly disklet runs,
+//! the applications', the benchmarks' — with the one job builder
+//! ([`adisk_core::builder::JobBuilder`]), runs them on every disk holding a table, merges result
+//! streams as they arrive, and collects per-disk statistics. It depends on no disk crate: what
+//! it shares with the disks (the job graph, the grant formula, byte counts) is in `adisk-core`.
 //!
 //! ```text
 //!   SQL text ─────────────┐
-//!   adisk run (params) ───┤─► sql (DataFusion plan + offload rules) ─► jobs (JobSpec per disk)
-//!                         │                                              │ DoGet (Flight)
-//!                         ▼                                              ▼
+//!   adisk run (params) ───┤─► sql (DataFusion plan + offload rules) ─┐
+//!   wasm disklet runs ────┼──────────────────────────────────────────┤─► JobBuilder (JobSpec
+//!   applications ─────────┘                                          │   per disk, checked)
+//!                                                                    ▼  DoGet (Flight)
 //!   combine (DataFusion operators at the host; merged streams) ◄── result batches
 //!        │                                                      ◄── job_stats (action)
 //!        ▼
@@ -15,7 +18,8 @@
 //! ```
 //!
 //! * [`cluster`]: connections, catalog, status, shutdown, running job specs.
-//! * [`jobs`]: the one job builder and runner (ids, programs, sizes, result streams).
+//! * [`jobs`]: running jobs (one per disk, merged result streams), expressions encoded for the
+//!   disks, aggregation stages planned by DataFusion.
 //! * [`sql`]: SQL over the disks (DataFusion + offload rules), EXPLAIN, TPC-H.
 //! * [`run`]: `adisk run DISKLET`: parameters → a DataFusion plan for [`sql`].
 //! * [`disklet`]: WebAssembly disklet jobs; [`exchange`]: the exchange benchmark's jobs.
@@ -129,9 +133,10 @@ pub enum HostError {
     /// Storage error at the host (reading input files).
     #[error(transparent)]
     Storage(#[from] adisk_storage::StorageError),
-    /// DiskOS error at the host (combining).
-    #[error(transparent)]
-    Combine(#[from] adisk_diskos::DiskOsError),
+    /// A job whose graph is malformed ([`adisk_core::graph::check`]): a planner's mistake,
+    /// caught before the job leaves the host.
+    #[error("malformed job: {0}")]
+    Job(#[from] adisk_core::graph::GraphError),
     /// I/O error reading input.
     #[error("{context}: {source}")]
     Io {

@@ -709,7 +709,7 @@ pub async fn load_generated(
                         for batch in generate(d as u32) {
                             let batch = batch?;
                             if let Some(link) = &link {
-                                let bytes = adisk_diskos::disklets::batch_bytes(&batch);
+                                let bytes = adisk_core::stats::batch_bytes(&batch);
                                 runtime.block_on(link.acquire(bytes * copies.len() as u64));
                             }
                             rows += batch.num_rows() as u64;

@@ -20,9 +20,10 @@
 //! from the physical plan the engine made (the scan bundle, the final aggregation), and the
 //! partial results move disk to disk by hash of the key.
 use crate::cluster::Cluster;
-use crate::jobs::{self, JobOutput, Sizes};
+use crate::jobs::{self, JobOutput};
 use crate::sql::{Offload, QueryOutput, SqlEngine, SqlOptions};
 use crate::{HostError, Result};
+use adisk_core::builder::{JobBuilder, Sizes, exchange, fitted_buffer_kib, new_id};
 use adisk_core::limits::{LimitExceeded, MAX_SQL_BYTES};
 use adisk_core::protocol::{DiskletSpec, ExprBytes, FragmentKind, JobSpec, Route, Sink, Source};
 use adisk_core::stats::JobStats;
@@ -576,7 +577,7 @@ fn senders(
     scan: &crate::sql::scan::DiskScanExec,
     exchange_id: &str,
     route: Route,
-) -> Result<Vec<(u32, JobSpec)>> {
+) -> Result<Vec<(u32, JobBuilder)>> {
     let (source, stages) = scan.disk_stages()?;
     let targets: Vec<String> = cluster
         .live_disks()
@@ -594,26 +595,13 @@ fn senders(
         .iter()
         .enumerate()
         .map(|(i, d)| {
-            let sink = Sink::Exchange {
-                exchange_id: exchange_id.to_string(),
-                targets: targets.clone(),
-                sender: i as u32,
-                route: route.clone(),
-                relay: None,
-                target_relays: vec![],
-            };
-            (
-                *d,
-                jobs::chain(
-                    "send",
-                    &settings.program,
-                    // Replicas: each sender reads only the partitions assigned to it.
-                    crate::sql::scan::reading_source(source.clone(), scan.partitions_at(*d)),
-                    stages.clone(),
-                    sink,
-                    sizes,
-                ),
-            )
+            let sink = exchange(exchange_id, targets.clone(), i as u32, route.clone());
+            // Replicas: each sender reads only the partitions assigned to it.
+            let job = JobBuilder::chain("send", source.clone(), stages.clone(), sink)
+                .program(&settings.program)
+                .sizes(sizes)
+                .reading(scan.partitions_at(*d));
+            (*d, job)
         })
         .collect())
 }
@@ -631,23 +619,24 @@ pub fn default_buffer_kib(req: &JobRequest) -> u64 {
     }
 }
 
-/// One buffer size for the jobs of an exchange (a pipe message may be at most two of the
-/// receiver's buffers): the largest at which each job's streams fit half of a disk's memory.
-fn fit_buffers(engine: &SqlEngine, specs: &mut [(u32, JobSpec)]) {
+/// The jobs of an exchange, built with one buffer size (a pipe message may be at most two of
+/// the receiver's buffers): the largest at which each job's streams fit half of a disk's
+/// memory.
+fn fitted(engine: &SqlEngine, jobs: Vec<(u32, JobBuilder)>) -> Result<Vec<(u32, JobSpec)>> {
     let largest = engine.settings().buffer_kib;
-    if largest == 0 {
-        return;
-    }
     let cost = &engine.settings().cost;
-    let kib = jobs::fitted_buffer_kib(
-        specs.iter().map(|(_, s)| s),
-        largest,
-        cost.disk_memory_bytes,
-        cost.buffers_per_stream,
-    );
-    for (_, s) in specs.iter_mut() {
-        s.buffer_kib = kib;
-    }
+    let kib = match largest {
+        0 => 0,
+        largest => fitted_buffer_kib(
+            jobs.iter().map(|(_, j)| j.spec()),
+            largest,
+            cost.disk_memory_bytes,
+            cost.buffers_per_stream,
+        ),
+    };
+    jobs.into_iter()
+        .map(|(d, j)| Ok((d, j.buffer_kib(kib).build()?)))
+        .collect()
 }
 
 /// One receiver job per disk: the senders' streams merged, then `fragment`.
@@ -658,7 +647,7 @@ fn receivers(
     senders: u32,
     schema: &Schema,
     stage: DiskletSpec,
-) -> Vec<(u32, JobSpec)> {
+) -> Vec<(u32, JobBuilder)> {
     let settings = engine.settings();
     let sizes = Sizes {
         scratch_kib: settings.scratch_kib,
@@ -674,17 +663,10 @@ fn receivers(
         .live_disks()
         .into_iter()
         .map(|d| {
-            (
-                d,
-                jobs::chain(
-                    "receive",
-                    &settings.program,
-                    source.clone(),
-                    vec![stage.clone()],
-                    Sink::Host,
-                    sizes,
-                ),
-            )
+            let job = JobBuilder::chain("receive", source.clone(), vec![stage.clone()], Sink::Host)
+                .program(&settings.program)
+                .sizes(sizes);
+            (d, job)
         })
         .collect()
 }
@@ -741,7 +723,7 @@ async fn exchange_groupby(
         .take(groups)
         .map(|f| jobs::encode_expr(&col(f.name())))
         .collect::<Result<Vec<_>>>()?;
-    let id = jobs::new_id("exchange");
+    let id = new_id("exchange");
     let mut specs = senders(cluster, engine, scan, &id, Route::Hash { keys })?;
     let input: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(partial.clone()));
     let bytes = fragment_over(&plan, input)?;
@@ -756,7 +738,7 @@ async fn exchange_groupby(
             plan: ExprBytes(bytes),
         },
     ));
-    fit_buffers(engine, &mut specs);
+    let specs = fitted(engine, specs)?;
     let mut batches = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |_, b| {
         batches.push(b);
@@ -802,7 +784,7 @@ async fn partition(
         })?;
     let key_schema = scan.schema();
     let keys = vec![jobs::encode_expr(&col(key_schema.field(0).name()))?];
-    let id = jobs::new_id("exchange");
+    let id = new_id("exchange");
     let mut specs = senders(cluster, engine, scan, &id, Route::Hash { keys })?;
     // Receivers count what arrived and its key range (the key column keeps the scan's name).
     let key = col(key_schema.field(0).name());
@@ -820,7 +802,7 @@ async fn partition(
         &key_schema,
         stage,
     ));
-    fit_buffers(engine, &mut specs);
+    let specs = fitted(engine, specs)?;
     let mut per_disk: Vec<(u32, RecordBatch)> = Vec::new();
     let disks = jobs::run_phase(cluster, specs, |d, b| {
         per_disk.push((d, b));

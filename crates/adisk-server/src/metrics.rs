@@ -6,13 +6,14 @@
 use adisk_core::protocol::DiskStatus;
 use adisk_host::Cluster;
 use adisk_host::sql::QueryOutput;
+use bytes::Bytes;
+use http_body_util::Full;
 use prometheus::{
     Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Largest HTTP request head the endpoint reads, bytes.
 const MAX_REQUEST_BYTES: usize = 8 * 1024;
@@ -81,6 +82,65 @@ fn disk_gauge(r: &Registry, name: &str, help: &str) -> IntGaugeVec {
     g
 }
 
+impl DiskGauges {
+    /// Each disk's gauges, registered in `r`.
+    fn registered(r: &Registry) -> Self {
+        DiskGauges {
+            up: disk_gauge(
+                r,
+                "adisk_disk_up",
+                "1 when the disk answered the scrape's status request",
+            ),
+            memory_total: disk_gauge(
+                r,
+                "adisk_disk_memory_bytes",
+                "The disk's DiskOS memory budget",
+            ),
+            memory_granted: disk_gauge(
+                r,
+                "adisk_disk_memory_granted_bytes",
+                "Memory granted to the disk's jobs",
+            ),
+            jobs_running: disk_gauge(r, "adisk_disk_jobs_running", "Jobs running at the disk"),
+            jobs_waiting: disk_gauge(
+                r,
+                "adisk_disk_jobs_waiting",
+                "Jobs waiting for admission at the disk",
+            ),
+            jobs_finished: disk_gauge(
+                r,
+                "adisk_disk_jobs_finished",
+                "Jobs finished at the disk since it started",
+            ),
+            jobs_failed: disk_gauge(
+                r,
+                "adisk_disk_jobs_failed",
+                "Jobs failed at the disk since it started",
+            ),
+            jobs_stalled: disk_gauge(
+                r,
+                "adisk_disk_jobs_stalled",
+                "Jobs stopped at the disk because a disklet made no progress",
+            ),
+            jobs_abandoned: disk_gauge(
+                r,
+                "adisk_disk_jobs_abandoned",
+                "Jobs cancelled at the disk because their host stopped waiting for them",
+            ),
+            temp_files: disk_gauge(
+                r,
+                "adisk_disk_temp_files_bytes",
+                "Temporary files of the disk's jobs",
+            ),
+            inboxes: disk_gauge(
+                r,
+                "adisk_disk_exchange_inboxes",
+                "Exchange inboxes open at the disk",
+            ),
+        }
+    }
+}
+
 impl Default for Metrics {
     fn default() -> Self {
         let r = Registry::new();
@@ -91,59 +151,7 @@ impl Default for Metrics {
         .expect("a valid metric");
         r.register(Box::new(latency.clone()))
             .expect("registered once");
-        let disk = DiskGauges {
-            up: disk_gauge(
-                &r,
-                "adisk_disk_up",
-                "1 when the disk answered the scrape's status request",
-            ),
-            memory_total: disk_gauge(
-                &r,
-                "adisk_disk_memory_bytes",
-                "The disk's DiskOS memory budget",
-            ),
-            memory_granted: disk_gauge(
-                &r,
-                "adisk_disk_memory_granted_bytes",
-                "Memory granted to the disk's jobs",
-            ),
-            jobs_running: disk_gauge(&r, "adisk_disk_jobs_running", "Jobs running at the disk"),
-            jobs_waiting: disk_gauge(
-                &r,
-                "adisk_disk_jobs_waiting",
-                "Jobs waiting for admission at the disk",
-            ),
-            jobs_finished: disk_gauge(
-                &r,
-                "adisk_disk_jobs_finished",
-                "Jobs finished at the disk since it started",
-            ),
-            jobs_failed: disk_gauge(
-                &r,
-                "adisk_disk_jobs_failed",
-                "Jobs failed at the disk since it started",
-            ),
-            jobs_stalled: disk_gauge(
-                &r,
-                "adisk_disk_jobs_stalled",
-                "Jobs stopped at the disk because a disklet made no progress",
-            ),
-            jobs_abandoned: disk_gauge(
-                &r,
-                "adisk_disk_jobs_abandoned",
-                "Jobs cancelled at the disk because their host stopped waiting for them",
-            ),
-            temp_files: disk_gauge(
-                &r,
-                "adisk_disk_temp_files_bytes",
-                "Temporary files of the disk's jobs",
-            ),
-            inboxes: disk_gauge(
-                &r,
-                "adisk_disk_exchange_inboxes",
-                "Exchange inboxes open at the disk",
-            ),
-        };
+        let disk = DiskGauges::registered(&r);
         Metrics {
             queries: counter_vec(&r, "adisk_queries_total", "Queries by outcome", "outcome"),
             errors: counter_vec(
@@ -375,8 +383,11 @@ pub fn render_disk(s: &DiskStatus) -> String {
     String::from_utf8(out).expect("the text format is UTF-8")
 }
 
-/// Answers `GET /metrics` on `listener` with what `render` makes at each request (HTTP/1.1,
-/// one request per connection) until the process ends; anything else is 404.
+/// Answers `GET /metrics` on `listener` with what `render` makes at each request (HTTP/1.1
+/// over hyper, one request per connection) until the process ends; anything else is 404. At
+/// most [`MAX_CONNECTIONS`] connections are served at once (past the cap a connection is
+/// closed at once: a scraper retries next interval); a request head larger than
+/// [`MAX_REQUEST_BYTES`] or slower than 5 s, or a connection open longer than 30 s, is dropped.
 pub async fn serve_text<F, Fut>(listener: tokio::net::TcpListener, render: F)
 where
     F: Fn() -> Fut + Send + Sync + 'static,
@@ -385,45 +396,90 @@ where
     let render = Arc::new(render);
     let open = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((mut socket, _)) = listener.accept().await else {
+        let Ok((socket, _)) = listener.accept().await else {
             continue;
         };
-        // Past the cap a connection is closed at once (a scraper retries next interval).
         let Ok(permit) = open.clone().try_acquire_owned() else {
             continue;
         };
         let render = render.clone();
         tokio::spawn(async move {
             let _permit = permit;
-            let head = tokio::time::timeout(Duration::from_secs(5), read_head(&mut socket)).await;
-            let Ok(Some(head)) = head else { return };
-            let response = if head.starts_with("GET /metrics ") || head.starts_with("GET /metrics?")
-            {
-                let body = render().await;
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/plain; version=0.0.4\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            } else {
-                "HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".into()
-            };
-            let _ = socket.write_all(response.as_bytes()).await;
-            let _ = socket.shutdown().await;
+            let service =
+                hyper::service::service_fn(move |request| answer(request, render.clone()));
+            let connection = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(Duration::from_secs(5))
+                .max_buf_size(MAX_REQUEST_BYTES)
+                .keep_alive(false)
+                .serve_connection(hyper_util::rt::TokioIo::new(socket), service);
+            let _ = tokio::time::timeout(Duration::from_secs(30), connection).await;
         });
     }
 }
 
-/// The request head (up to the blank line), or None when the client sends more than
-/// [`MAX_REQUEST_BYTES`] or closes first.
-async fn read_head(socket: &mut tokio::net::TcpStream) -> Option<String> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = socket.read(&mut chunk).await.ok()?;
-        if n == 0 || buf.len() + n > MAX_REQUEST_BYTES {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
+/// The answer to one request: the metrics for `GET /metrics`, else 404.
+async fn answer<F, Fut>(
+    request: hyper::Request<hyper::body::Incoming>,
+    render: Arc<F>,
+) -> Result<hyper::Response<Full<Bytes>>, std::convert::Infallible>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let response = if request.method() == hyper::Method::GET && request.uri().path() == "/metrics" {
+        hyper::Response::builder()
+            .header("content-type", "text/plain; version=0.0.4")
+            .body(Full::new(Bytes::from(render().await)))
+    } else {
+        hyper::Response::builder()
+            .status(hyper::StatusCode::NOT_FOUND)
+            .body(Full::new(Bytes::new()))
+    };
+    Ok(response.expect("a response of a status, a header and a body"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// What the endpoint at `address` answers to `request` (the whole response, as text).
+    async fn ask(address: std::net::SocketAddr, request: &[u8]) -> String {
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        let _ = socket.write_all(request).await;
+        let mut out = Vec::new();
+        let _ = socket.read_to_end(&mut out).await;
+        String::from_utf8_lossy(&out).into_owned()
     }
-    Some(String::from_utf8_lossy(&buf).into_owned())
+
+    #[tokio::test]
+    async fn metrics_are_served_other_paths_are_not_found_and_huge_heads_are_dropped() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(serve_text(listener, || async {
+            "adisk_up 1\n".to_string()
+        }));
+        let ok = ask(address, b"GET /metrics HTTP/1.1\r\nhost: a\r\n\r\n").await;
+        assert!(ok.starts_with("HTTP/1.1 200 OK"), "{ok}");
+        assert!(ok.contains("text/plain; version=0.0.4") && ok.ends_with("adisk_up 1\n"));
+        let scraped = ask(address, b"GET /metrics?x=1 HTTP/1.1\r\nhost: a\r\n\r\n").await;
+        assert!(scraped.starts_with("HTTP/1.1 200 OK"), "{scraped}");
+        let other = ask(address, b"GET /other HTTP/1.1\r\nhost: a\r\n\r\n").await;
+        assert!(other.starts_with("HTTP/1.1 404"), "{other}");
+        let post = ask(
+            address,
+            b"POST /metrics HTTP/1.1\r\nhost: a\r\ncontent-length: 0\r\n\r\n",
+        )
+        .await;
+        assert!(post.starts_with("HTTP/1.1 404"), "{post}");
+        let huge = format!(
+            "GET /metrics HTTP/1.1\r\nx: {}\r\n\r\n",
+            "a".repeat(64 * 1024)
+        );
+        let refused = ask(address, huge.as_bytes()).await;
+        assert!(!refused.contains("200 OK"), "{refused}");
+        let garbage = ask(address, b"\x00\x01 nonsense\r\n\r\n").await;
+        assert!(!garbage.contains("200 OK"), "{garbage}");
+    }
 }

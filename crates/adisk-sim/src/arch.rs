@@ -70,6 +70,40 @@ impl Ctx<'_> {
             .map_err(|r| (format!("devices.links.{n}"), r))?;
         Ok(l)
     }
+    /// `k`'s processor if the system sets one, else `default`.
+    fn cpu_or(
+        &self,
+        k: &str,
+        name: &Option<String>,
+        default: &CpuSpec,
+    ) -> Result<CpuSpec, KeyError> {
+        if name.is_some() {
+            self.cpu(k, name)
+        } else {
+            Ok(default.clone())
+        }
+    }
+    /// `k`'s link if the system sets one, else `default`.
+    fn link_or(
+        &self,
+        k: &str,
+        name: &Option<String>,
+        default: &LinkSpec,
+    ) -> Result<LinkSpec, KeyError> {
+        if name.is_some() {
+            self.link(k, name)
+        } else {
+            Ok(default.clone())
+        }
+    }
+    /// `k`'s memory if the system sets it, else `default` (bytes).
+    fn mem_or(&self, k: &str, v: &Option<f64>, default: f64) -> Result<f64, KeyError> {
+        if v.is_some() {
+            self.mem(k, v)
+        } else {
+            Ok(default)
+        }
+    }
     fn mem(&self, k: &str, v: &Option<f64>) -> Result<f64, KeyError> {
         let mb = *self.req(v, k)?;
         if !(mb.is_finite() && mb > 0.0) {
@@ -92,6 +126,7 @@ impl Ctx<'_> {
     }
 }
 
+#[derive(Default)]
 struct Builder {
     resources: Vec<Resource>,
     drives: Vec<Drive>,
@@ -204,6 +239,20 @@ pub fn build(
     seed: u64,
 ) -> Result<Topology, KeyError> {
     let ctx = Ctx { name, sys, dev };
+    check_counts(&ctx)?;
+    let mut rng = Rng::new(seed ^ 0x5EED_D15C);
+    match sys.kind {
+        ArchKind::SingleHost => single_host(&ctx, &mut rng),
+        ArchKind::Smp => smp(&ctx, &mut rng),
+        ArchKind::Cluster => cluster(&ctx, &mut rng),
+        ArchKind::ActiveDisks => active_disks(&ctx, &mut rng),
+        ArchKind::SmartDisks | ArchKind::SdGroups => smart_disks(&ctx, &mut rng),
+    }
+}
+
+/// The counts every architecture needs at least one of: disks, stream buffers, queue depth, loops.
+fn check_counts(ctx: &Ctx) -> Result<(), KeyError> {
+    let sys = ctx.sys;
     if sys.disks == 0 {
         return Err((ctx.key("disks"), "must be at least 1".into()));
     }
@@ -216,413 +265,430 @@ pub fn build(
     if sys.io_loops == 0 {
         return Err((ctx.key("io_loops"), "must be at least 1".into()));
     }
-    let mut rng = Rng::new(seed ^ 0x5EED_D15C);
-    let mut b = Builder {
-        resources: Vec::new(),
-        drives: Vec::new(),
-        nodes: Vec::new(),
+    Ok(())
+}
+
+/// A single host: its processors share every disk, reached over `io_loops` loops.
+fn single_host(ctx: &Ctx, rng: &mut Rng) -> Result<Topology, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
+    let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
+    let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
+    let io = ctx.link("io_link", &sys.io_link)?;
+    let mut b = Builder::default();
+    let host = b.node("host", &cpu, mem, os);
+    let loops = b.links("io-loop", "interconnect", &io, sys.io_loops);
+    fabric_drives(&mut b, ctx, rng, &[Hop::AnyOf(loops)])?;
+    let cpus = b.nodes[host].cpus.len();
+    let (volumes, vols) = split_volumes(n, sys.split_read_write, cpus);
+    let per_vol = volumes[0].drives.len() as u32;
+    let workers = shared_workers(&b.nodes, vols);
+    Ok(Topology {
+        resources: b.resources,
+        drives: b.drives,
+        nodes: b.nodes,
+        coord_vol: vols[1],
+        volumes,
+        workers,
+        coordinator: host,
+        net: Net::Local,
+        via_host: false,
+        buffers_per_worker: (sys.queue_depth * per_vol / cpus as u32).max(2),
+        message_window: 16,
+        groups: 1,
+        description: format!(
+            "single host {} MHz, {n} disks on {}×{} MB/s",
+            cpu.mhz, sys.io_loops, io.bandwidth_mbps
+        ),
+    })
+}
+
+/// An SMP: boards of `cpus_per_board` processors, each board behind its own link, sharing
+/// every disk over FC loops and XIO.
+fn smp(ctx: &Ctx, rng: &mut Rng) -> Result<Topology, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
+    let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
+    let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
+    let io = ctx.link("io_link", &sys.io_link)?;
+    let board_link = ctx.link("board_link", &sys.board_link)?;
+    let bte_link = ctx.link("bte_link", &sys.bte_link)?;
+    let xio_link = ctx.link("xio_link", &sys.xio_link)?;
+    if sys.cpus_per_board == 0 || sys.xio_nodes == 0 {
+        return Err((
+            ctx.key("cpus_per_board"),
+            "cpus_per_board and xio_nodes must be at least 1".into(),
+        ));
+    }
+    let boards = n.div_ceil(sys.cpus_per_board as usize).max(1);
+    let board_cpu = CpuSpec {
+        mhz: cpu.mhz,
+        count: sys.cpus_per_board,
     };
+    let mut b = Builder::default();
+    let mut bte = Vec::new();
+    let mut link_in = Vec::new();
+    for i in 0..boards {
+        let node = b.node(&format!("board{i}"), &board_cpu, mem, os.clone());
+        bte.push(b.res(
+            format!("board{i}.bte"),
+            format!("board{i}"),
+            ResKind::Link,
+            Some(bte_link.clone()),
+        ));
+        let li = b.res(
+            format!("board{i}.link"),
+            format!("board{i}"),
+            ResKind::Link,
+            Some(board_link.clone()),
+        );
+        link_in.push(li);
+        b.nodes[node].io_hops = vec![Hop::One(li)];
+    }
+    let loops = b.links("fc-loop", "interconnect", &io, sys.io_loops);
+    let xio = b.links("xio", "interconnect", &xio_link, sys.xio_nodes);
+    fabric_drives(&mut b, ctx, rng, &[Hop::AnyOf(loops), Hop::AnyOf(xio)])?;
+    let total_cpus: usize = b.nodes.iter().map(|x| x.cpus.len()).sum();
+    let (volumes, vols) = split_volumes(n, sys.split_read_write, total_cpus);
+    let workers = shared_workers(&b.nodes, vols);
+    let per_vol = volumes[0].drives.len() as u32;
+    Ok(Topology {
+        resources: b.resources,
+        drives: b.drives,
+        nodes: b.nodes,
+        coord_vol: vols[1],
+        volumes,
+        workers,
+        coordinator: 0,
+        net: Net::Smp { bte, link_in },
+        via_host: false,
+        buffers_per_worker: (sys.queue_depth * per_vol / total_cpus as u32).max(2),
+        message_window: 16,
+        groups: 1,
+        description: format!(
+            "SMP {boards} boards × {} CPUs at {} MHz, {n} disks",
+            sys.cpus_per_board, cpu.mhz
+        ),
+    })
+}
+
+/// A cluster: hosts with their own disks behind each host's bus, and a front-end, on a
+/// switched network.
+fn cluster(ctx: &Ctx, rng: &mut Rng) -> Result<Topology, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let hosts = cluster_hosts(ctx)?;
+    let per_host = n / hosts;
+    let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
+    let fe_cpu = ctx.cpu_or("frontend_cpu", &sys.frontend_cpu, &cpu)?;
+    let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
+    let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
+    let bus = ctx.link("host_bus", &sys.host_bus)?;
+    let net = ctx.link("net_link", &sys.net_link)?;
+    let fe_link = ctx.link_or("frontend_link", &sys.frontend_link, &net)?;
+    let mut b = Builder::default();
+    let mut buses = Vec::new();
+    for h in 0..hosts {
+        let node = b.node(&format!("host{h}"), &cpu, mem, os.clone());
+        let pci = b.res(
+            format!("host{h}.bus"),
+            format!("host{h}"),
+            ResKind::Link,
+            Some(bus.clone()),
+        );
+        buses.push(Some(pci));
+        for _ in 0..per_host {
+            let st = storage(ctx, rng)?;
+            let i = b.drives.len();
+            let r = b.res(format!("disk{i}"), format!("host{h}"), ResKind::Disk, None);
+            b.drives
+                .push(Drive::new(r, st, Some(node), vec![Hop::One(pci)]));
+        }
+    }
+    let fe_mem = ctx.mem_or("frontend_memory_mb", &sys.frontend_memory_mb, mem)?;
+    let fe = b.node("frontend", &fe_cpu, fe_mem, os.clone());
+    buses.push(None);
+    let net = switched(&mut b, ctx, hosts, &net, &fe_link, buses)?;
+    let mut volumes: Vec<Volume> = (0..hosts)
+        .map(|h| Volume {
+            drives: (h * per_host..(h + 1) * per_host).collect(),
+            sharers: cpu.count as usize,
+        })
+        .collect();
+    volumes.push(Volume {
+        drives: Vec::new(),
+        sharers: 0,
+    });
+    let workers = (0..hosts)
+        .flat_map(|h| {
+            b.nodes[h].cpus.iter().map(move |c| Worker {
+                node: h,
+                cpu: *c,
+                vols: [h, h],
+            })
+        })
+        .collect();
+    Ok(Topology {
+        resources: b.resources,
+        drives: b.drives,
+        nodes: b.nodes,
+        coord_vol: hosts,
+        volumes,
+        workers,
+        coordinator: fe,
+        net,
+        via_host: false,
+        buffers_per_worker: (sys.queue_depth * per_host as u32 / cpu.count).max(2),
+        message_window: 16,
+        groups: 1,
+        description: format!(
+            "cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each",
+            cpu.mhz
+        ),
+    })
+}
+
+/// Hosts of a cluster: `hosts`, else disks / `disks_per_host`, else one per disk; they must
+/// divide the disks evenly.
+fn cluster_hosts(ctx: &Ctx) -> Result<usize, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let hosts = match (sys.hosts, sys.disks_per_host) {
+        (Some(h), _) => h as usize,
+        (None, Some(0)) => {
+            return Err((ctx.key("disks_per_host"), "must be at least 1".into()));
+        }
+        (None, Some(d)) => (sys.disks / d) as usize,
+        (None, None) => sys.disks as usize,
+    };
+    if hosts == 0 || !n.is_multiple_of(hosts) {
+        return Err((
+            ctx.key("hosts"),
+            format!("must divide disks ({n}) evenly, got {hosts}"),
+        ));
+    }
+    Ok(hosts)
+}
+
+/// Active disks: every drive with its own processor, on FC loops with a host that
+/// coordinates.
+fn active_disks(ctx: &Ctx, rng: &mut Rng) -> Result<Topology, KeyError> {
+    let sys = ctx.sys;
     let n = sys.disks as usize;
     let via_host = sys.communication == Communication::ViaHost;
-    let topo = match sys.kind {
-        ArchKind::SingleHost => {
-            let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-            let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
-            let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
-            let io = ctx.link("io_link", &sys.io_link)?;
-            let host = b.node("host", &cpu, mem, os);
-            let loops = b.links("io-loop", "interconnect", &io, sys.io_loops);
-            for i in 0..n {
-                let st = storage(&ctx, &mut rng)?;
-                let r = b.res(format!("disk{i}"), format!("disk{i}"), ResKind::Disk, None);
-                b.drives
-                    .push(Drive::new(r, st, None, vec![Hop::AnyOf(loops.clone())]));
-            }
-            let cpus = b.nodes[host].cpus.clone();
-            let (volumes, vols) = split_volumes(n, sys.split_read_write, cpus.len());
-            let per_vol = volumes[0].drives.len() as u32;
-            let workers = cpus
-                .iter()
-                .map(|c| Worker {
-                    node: host,
-                    cpu: *c,
-                    vols,
-                })
-                .collect();
-            Topology {
-                resources: b.resources,
-                drives: b.drives,
-                nodes: b.nodes,
-                coord_vol: vols[1],
-                volumes,
-                workers,
-                coordinator: host,
-                net: Net::Local,
-                via_host: false,
-                buffers_per_worker: (sys.queue_depth * per_vol / cpus.len() as u32).max(2),
-                message_window: 16,
-                groups: 1,
-                description: format!(
-                    "single host {} MHz, {n} disks on {}×{} MB/s",
-                    cpu.mhz, sys.io_loops, io.bandwidth_mbps
-                ),
-            }
-        }
-        ArchKind::Smp => {
-            let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-            let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
-            let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
-            let io = ctx.link("io_link", &sys.io_link)?;
-            let board_link = ctx.link("board_link", &sys.board_link)?;
-            let bte_link = ctx.link("bte_link", &sys.bte_link)?;
-            let xio_link = ctx.link("xio_link", &sys.xio_link)?;
-            if sys.cpus_per_board == 0 || sys.xio_nodes == 0 {
-                return Err((
-                    ctx.key("cpus_per_board"),
-                    "cpus_per_board and xio_nodes must be at least 1".into(),
-                ));
-            }
-            let boards = n.div_ceil(sys.cpus_per_board as usize).max(1);
-            let board_cpu = CpuSpec {
-                mhz: cpu.mhz,
-                count: sys.cpus_per_board,
-            };
-            let mut bte = Vec::new();
-            let mut link_in = Vec::new();
-            for i in 0..boards {
-                let node = b.node(&format!("board{i}"), &board_cpu, mem, os.clone());
-                bte.push(b.res(
-                    format!("board{i}.bte"),
-                    format!("board{i}"),
-                    ResKind::Link,
-                    Some(bte_link.clone()),
-                ));
-                let li = b.res(
-                    format!("board{i}.link"),
-                    format!("board{i}"),
-                    ResKind::Link,
-                    Some(board_link.clone()),
-                );
-                link_in.push(li);
-                b.nodes[node].io_hops = vec![Hop::One(li)];
-            }
-            let loops = b.links("fc-loop", "interconnect", &io, sys.io_loops);
-            let xio = b.links("xio", "interconnect", &xio_link, sys.xio_nodes);
-            for i in 0..n {
-                let st = storage(&ctx, &mut rng)?;
-                let r = b.res(format!("disk{i}"), format!("disk{i}"), ResKind::Disk, None);
-                b.drives.push(Drive::new(
-                    r,
-                    st,
-                    None,
-                    vec![Hop::AnyOf(loops.clone()), Hop::AnyOf(xio.clone())],
-                ));
-            }
-            let mut workers = Vec::new();
-            let total_cpus: usize = b.nodes.iter().map(|x| x.cpus.len()).sum();
-            let (volumes, vols) = split_volumes(n, sys.split_read_write, total_cpus);
-            for (ni, node) in b.nodes.iter().enumerate() {
-                for c in &node.cpus {
-                    workers.push(Worker {
-                        node: ni,
-                        cpu: *c,
-                        vols,
-                    });
-                }
-            }
-            let per_vol = volumes[0].drives.len() as u32;
-            Topology {
-                resources: b.resources,
-                drives: b.drives,
-                nodes: b.nodes,
-                coord_vol: vols[1],
-                volumes,
-                workers,
-                coordinator: 0,
-                net: Net::Smp { bte, link_in },
-                via_host: false,
-                buffers_per_worker: (sys.queue_depth * per_vol / total_cpus as u32).max(2),
-                message_window: 16,
-                groups: 1,
-                description: format!(
-                    "SMP {boards} boards × {} CPUs at {} MHz, {n} disks",
-                    sys.cpus_per_board, cpu.mhz
-                ),
-            }
-        }
-        ArchKind::Cluster => {
-            let hosts = match (sys.hosts, sys.disks_per_host) {
-                (Some(h), _) => h as usize,
-                (None, Some(0)) => {
-                    return Err((ctx.key("disks_per_host"), "must be at least 1".into()));
-                }
-                (None, Some(d)) => (sys.disks / d) as usize,
-                (None, None) => sys.disks as usize,
-            };
-            if hosts == 0 || !n.is_multiple_of(hosts) {
-                return Err((
-                    ctx.key("hosts"),
-                    format!("must divide disks ({n}) evenly, got {hosts}"),
-                ));
-            }
-            let per_host = n / hosts;
-            let cpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-            let fe_cpu = if sys.frontend_cpu.is_some() {
-                ctx.cpu("frontend_cpu", &sys.frontend_cpu)?
-            } else {
-                cpu.clone()
-            };
-            let mem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
-            let os = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
-            let bus = ctx.link("host_bus", &sys.host_bus)?;
-            let net = ctx.link("net_link", &sys.net_link)?;
-            let fe_link = if sys.frontend_link.is_some() {
-                ctx.link("frontend_link", &sys.frontend_link)?
-            } else {
-                net.clone()
-            };
-            let mut buses = Vec::new();
-            for h in 0..hosts {
-                let node = b.node(&format!("host{h}"), &cpu, mem, os.clone());
-                let pci = b.res(
-                    format!("host{h}.bus"),
-                    format!("host{h}"),
-                    ResKind::Link,
-                    Some(bus.clone()),
-                );
-                buses.push(Some(pci));
-                for _ in 0..per_host {
-                    let st = storage(&ctx, &mut rng)?;
-                    let i = b.drives.len();
-                    let r = b.res(format!("disk{i}"), format!("host{h}"), ResKind::Disk, None);
-                    b.drives
-                        .push(Drive::new(r, st, Some(node), vec![Hop::One(pci)]));
-                }
-            }
-            let fe_mem = if sys.frontend_memory_mb.is_some() {
-                ctx.mem("frontend_memory_mb", &sys.frontend_memory_mb)?
-            } else {
-                mem
-            };
-            let fe = b.node("frontend", &fe_cpu, fe_mem, os.clone());
-            buses.push(None);
-            let net = switched(&mut b, &ctx, hosts, &net, &fe_link, buses)?;
-            let mut volumes: Vec<Volume> = (0..hosts)
-                .map(|h| Volume {
-                    drives: (h * per_host..(h + 1) * per_host).collect(),
-                    sharers: cpu.count as usize,
-                })
-                .collect();
-            volumes.push(Volume {
-                drives: Vec::new(),
-                sharers: 0,
-            });
-            let mut workers = Vec::new();
-            for h in 0..hosts {
-                for c in b.nodes[h].cpus.clone() {
-                    workers.push(Worker {
-                        node: h,
-                        cpu: c,
-                        vols: [h, h],
-                    });
-                }
-            }
-            Topology {
-                resources: b.resources,
-                drives: b.drives,
-                nodes: b.nodes,
-                coord_vol: hosts,
-                volumes,
-                workers,
-                coordinator: fe,
-                net,
-                via_host: false,
-                buffers_per_worker: (sys.queue_depth * per_host as u32 / cpu.count).max(2),
-                message_window: 16,
-                groups: 1,
-                description: format!(
-                    "cluster of {hosts} hosts at {} MHz with {per_host} disk(s) each",
-                    cpu.mhz
-                ),
-            }
-        }
-        ArchKind::ActiveDisks => {
-            let dcpu = ctx.cpu("disk_cpu", &sys.disk_cpu)?;
-            let dmem = ctx.mem("disk_memory_mb", &sys.disk_memory_mb)?;
-            let dos = ctx.os("disk_os", &sys.disk_os, OsCosts::diskos_default())?;
-            let hcpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-            let hmem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
-            let hos = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
-            let io = ctx.link("io_link", &sys.io_link)?;
-            for i in 0..n {
-                let node = b.node(&format!("disk{i}"), &dcpu, dmem, dos.clone());
-                let st = storage(&ctx, &mut rng)?;
-                let r = b.res(
-                    format!("disk{i}.media"),
-                    format!("disk{i}"),
-                    ResKind::Disk,
-                    None,
-                );
-                b.drives.push(Drive::new(r, st, Some(node), Vec::new()));
-            }
-            let host = b.node("host", &hcpu, hmem, hos);
-            let loops = b.links("fc-loop", "interconnect", &io, sys.io_loops);
-            let mut volumes: Vec<Volume> = (0..n)
-                .map(|i| Volume {
-                    drives: vec![i],
-                    sharers: 1,
-                })
-                .collect();
-            volumes.push(Volume {
-                drives: (0..n).collect(),
-                sharers: 0,
-            });
-            let workers = (0..n)
-                .map(|i| Worker {
-                    node: i,
-                    cpu: b.nodes[i].cpus[0],
-                    vols: [i, i],
-                })
-                .collect();
-            Topology {
-                resources: b.resources,
-                drives: b.drives,
-                nodes: b.nodes,
-                coord_vol: n,
-                volumes,
-                workers,
-                coordinator: host,
-                net: Net::Loops { loops },
-                via_host,
-                buffers_per_worker: sys.buffers_per_stream,
-                message_window: sys.buffers_per_stream,
-                groups: 1,
-                description: format!(
-                    "{n} active disks ({} MHz, {} MB) on {}×{} MB/s loops, {} communication",
-                    dcpu.mhz,
-                    dmem / 1e6,
-                    sys.io_loops,
-                    io.bandwidth_mbps,
-                    if via_host { "via-host" } else { "direct" }
-                ),
-            }
-        }
-        ArchKind::SmartDisks | ArchKind::SdGroups => {
-            let dcpu = ctx.cpu("disk_cpu", &sys.disk_cpu)?;
-            let dmem = ctx.mem("disk_memory_mb", &sys.disk_memory_mb)?;
-            let dos = ctx.os("disk_os", &sys.disk_os, OsCosts::diskos_default())?;
-            let net = ctx.link("net_link", &sys.net_link)?;
-            let port_mbps = net.bandwidth_mbps;
-            let smart = sys.kind == ArchKind::SmartDisks;
-            if smart && n < 2 {
-                return Err((
-                    ctx.key("disks"),
-                    "a smart-disk cluster needs a central unit and at least one worker disk".into(),
-                ));
-            }
-            for i in 0..n {
-                let node = b.node(&format!("sd{i}"), &dcpu, dmem, dos.clone());
-                let st = storage(&ctx, &mut rng)?;
-                let r = b.res(
-                    format!("sd{i}.media"),
-                    format!("sd{i}"),
-                    ResKind::Disk,
-                    None,
-                );
-                b.drives.push(Drive::new(r, st, Some(node), Vec::new()));
-            }
-            let (coordinator, worker_ids): (usize, Vec<usize>) = if smart {
-                (0, (1..n).collect())
-            } else {
-                let ccpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
-                let cmem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
-                let cos = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
-                (b.node("client", &ccpu, cmem, cos), (0..n).collect())
-            };
-            let buses = vec![None; b.nodes.len()];
-            let mut sys2 = sys.clone();
-            if !smart {
-                if sys.groups == 0 || !n.is_multiple_of(sys.groups as usize) {
-                    return Err((
-                        ctx.key("groups"),
-                        format!("must divide disks ({n}) evenly, got {}", sys.groups),
-                    ));
-                }
-                sys2.nodes_per_switch = (n / sys.groups as usize) as u32;
-            }
-            let ctx2 = Ctx {
-                name,
-                sys: &sys2,
-                dev,
-            };
-            let fe_link = if sys.frontend_link.is_some() {
-                ctx.link("frontend_link", &sys.frontend_link)?
-            } else {
-                net.clone()
-            };
-            let members = if smart { n - 1 } else { n };
-            let net = if smart {
-                // The central unit is sd0 itself: every node on one switch.
-                let mut s = switched(&mut b, &ctx2, n - 1, &net, &net, vec![None; n])?;
-                if let Net::Switched { switch_of, .. } = &mut s {
-                    for x in switch_of.iter_mut() {
-                        *x = 0;
-                    }
-                }
-                s
-            } else {
-                switched(&mut b, &ctx2, members, &net, &fe_link, buses)?
-            };
-            let mut volumes: Vec<Volume> = (0..n)
-                .map(|i| Volume {
-                    drives: vec![i],
-                    sharers: 1,
-                })
-                .collect();
-            volumes.push(Volume {
-                drives: Vec::new(),
-                sharers: 0,
-            });
-            let workers = worker_ids
-                .iter()
-                .map(|i| Worker {
-                    node: *i,
-                    cpu: b.nodes[*i].cpus[0],
-                    vols: [*i, *i],
-                })
-                .collect();
-            Topology {
-                resources: b.resources,
-                drives: b.drives,
-                nodes: b.nodes,
-                coord_vol: n,
-                volumes,
-                workers,
-                coordinator,
-                net,
-                via_host,
-                buffers_per_worker: sys.buffers_per_stream,
-                message_window: sys.buffers_per_stream,
-                groups: if smart { 1 } else { sys.groups },
-                description: if smart {
-                    format!(
-                        "{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports",
-                        dcpu.mhz,
-                        dmem / 1e6
-                    )
-                } else {
-                    format!(
-                        "{n} smart disks ({} MHz, {} MB) in {} group(s), {port_mbps} MB/s ports, {} distributed",
-                        dcpu.mhz,
-                        dmem / 1e6,
-                        sys.groups,
-                        if via_host { "partially" } else { "fully" }
-                    )
-                },
-            }
-        }
+    let dcpu = ctx.cpu("disk_cpu", &sys.disk_cpu)?;
+    let dmem = ctx.mem("disk_memory_mb", &sys.disk_memory_mb)?;
+    let dos = ctx.os("disk_os", &sys.disk_os, OsCosts::diskos_default())?;
+    let hcpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
+    let hmem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
+    let hos = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
+    let io = ctx.link("io_link", &sys.io_link)?;
+    let mut b = Builder::default();
+    disk_nodes(&mut b, ctx, rng, "disk", &dcpu, dmem, &dos)?;
+    let host = b.node("host", &hcpu, hmem, hos);
+    let loops = b.links("fc-loop", "interconnect", &io, sys.io_loops);
+    let volumes = own_volumes(n, (0..n).collect());
+    let workers = disk_workers(&b.nodes, 0..n);
+    Ok(Topology {
+        resources: b.resources,
+        drives: b.drives,
+        nodes: b.nodes,
+        coord_vol: n,
+        volumes,
+        workers,
+        coordinator: host,
+        net: Net::Loops { loops },
+        via_host,
+        buffers_per_worker: sys.buffers_per_stream,
+        message_window: sys.buffers_per_stream,
+        groups: 1,
+        description: format!(
+            "{n} active disks ({} MHz, {} MB) on {}×{} MB/s loops, {} communication",
+            dcpu.mhz,
+            dmem / 1e6,
+            sys.io_loops,
+            io.bandwidth_mbps,
+            if via_host { "via-host" } else { "direct" }
+        ),
+    })
+}
+
+/// Smart disks on a switched network: a cluster of them whose first (`sd0`) is the central
+/// unit (`smart_disks`), or groups of them under a client (`sd_groups`).
+fn smart_disks(ctx: &Ctx, rng: &mut Rng) -> Result<Topology, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let via_host = sys.communication == Communication::ViaHost;
+    let dcpu = ctx.cpu("disk_cpu", &sys.disk_cpu)?;
+    let dmem = ctx.mem("disk_memory_mb", &sys.disk_memory_mb)?;
+    let dos = ctx.os("disk_os", &sys.disk_os, OsCosts::diskos_default())?;
+    let port = ctx.link("net_link", &sys.net_link)?;
+    let port_mbps = port.bandwidth_mbps;
+    let smart = sys.kind == ArchKind::SmartDisks;
+    if smart && n < 2 {
+        return Err((
+            ctx.key("disks"),
+            "a smart-disk cluster needs a central unit and at least one worker disk".into(),
+        ));
+    }
+    let mut b = Builder::default();
+    disk_nodes(&mut b, ctx, rng, "sd", &dcpu, dmem, &dos)?;
+    let (coordinator, worker_ids) = if smart {
+        (0, 1..n)
+    } else {
+        let ccpu = ctx.cpu("host_cpu", &sys.host_cpu)?;
+        let cmem = ctx.mem("host_memory_mb", &sys.host_memory_mb)?;
+        let cos = ctx.os("host_os", &sys.host_os, OsCosts::host_default())?;
+        (b.node("client", &ccpu, cmem, cos), 0..n)
     };
-    Ok(topo)
+    let net = smart_disk_net(&mut b, ctx, &port)?;
+    let volumes = own_volumes(n, Vec::new());
+    let workers = disk_workers(&b.nodes, worker_ids);
+    Ok(Topology {
+        resources: b.resources,
+        drives: b.drives,
+        nodes: b.nodes,
+        coord_vol: n,
+        volumes,
+        workers,
+        coordinator,
+        net,
+        via_host,
+        buffers_per_worker: sys.buffers_per_stream,
+        message_window: sys.buffers_per_stream,
+        groups: if smart { 1 } else { sys.groups },
+        description: if smart {
+            format!(
+                "{n} smart disks ({} MHz, {} MB), sd0 central unit, {port_mbps} MB/s ports",
+                dcpu.mhz,
+                dmem / 1e6
+            )
+        } else {
+            format!(
+                "{n} smart disks ({} MHz, {} MB) in {} group(s), {port_mbps} MB/s ports, {} distributed",
+                dcpu.mhz,
+                dmem / 1e6,
+                sys.groups,
+                if via_host { "partially" } else { "fully" }
+            )
+        },
+    })
+}
+
+/// The smart disks' network: one switch holding every disk, `sd0` the central unit among
+/// them (`smart_disks`), or one switch per group with the client on the core (`sd_groups`).
+fn smart_disk_net(b: &mut Builder, ctx: &Ctx, port: &LinkSpec) -> Result<Net, KeyError> {
+    let sys = ctx.sys;
+    let n = sys.disks as usize;
+    let smart = sys.kind == ArchKind::SmartDisks;
+    let buses = vec![None; b.nodes.len()];
+    let mut grouped = sys.clone();
+    if !smart {
+        if sys.groups == 0 || !n.is_multiple_of(sys.groups as usize) {
+            return Err((
+                ctx.key("groups"),
+                format!("must divide disks ({n}) evenly, got {}", sys.groups),
+            ));
+        }
+        grouped.nodes_per_switch = (n / sys.groups as usize) as u32;
+    }
+    let grouped_ctx = Ctx {
+        name: ctx.name,
+        sys: &grouped,
+        dev: ctx.dev,
+    };
+    let fe_link = ctx.link_or("frontend_link", &sys.frontend_link, port)?;
+    if smart {
+        // The central unit is sd0 itself: every node on one switch.
+        let mut s = switched(b, &grouped_ctx, n - 1, port, port, vec![None; n])?;
+        if let Net::Switched { switch_of, .. } = &mut s {
+            for x in switch_of.iter_mut() {
+                *x = 0;
+            }
+        }
+        Ok(s)
+    } else {
+        switched(b, &grouped_ctx, n, port, &fe_link, buses)
+    }
+}
+
+/// The drives of a shared fabric: `disk0`… with no processor of their own, each reached
+/// through `hops`.
+fn fabric_drives(b: &mut Builder, ctx: &Ctx, rng: &mut Rng, hops: &[Hop]) -> Result<(), KeyError> {
+    for i in 0..ctx.sys.disks as usize {
+        let st = storage(ctx, rng)?;
+        let r = b.res(format!("disk{i}"), format!("disk{i}"), ResKind::Disk, None);
+        b.drives.push(Drive::new(r, st, None, hops.to_vec()));
+    }
+    Ok(())
+}
+
+/// Drives with a processor each (active and smart disks): node `{prefix}{i}` owns the
+/// medium `{prefix}{i}.media`.
+fn disk_nodes(
+    b: &mut Builder,
+    ctx: &Ctx,
+    rng: &mut Rng,
+    prefix: &str,
+    cpu: &CpuSpec,
+    mem: f64,
+    os: &OsCosts,
+) -> Result<(), KeyError> {
+    for i in 0..ctx.sys.disks as usize {
+        let node = b.node(&format!("{prefix}{i}"), cpu, mem, os.clone());
+        let st = storage(ctx, rng)?;
+        let r = b.res(
+            format!("{prefix}{i}.media"),
+            format!("{prefix}{i}"),
+            ResKind::Disk,
+            None,
+        );
+        b.drives.push(Drive::new(r, st, Some(node), Vec::new()));
+    }
+    Ok(())
+}
+
+/// A worker per processor of every node, each reading and writing the shared volumes `vols`.
+fn shared_workers(nodes: &[Node], vols: [usize; 2]) -> Vec<Worker> {
+    let mut workers = Vec::new();
+    for (ni, node) in nodes.iter().enumerate() {
+        for c in &node.cpus {
+            workers.push(Worker {
+                node: ni,
+                cpu: *c,
+                vols,
+            });
+        }
+    }
+    workers
+}
+
+/// One volume per drive (each used by its own processor), then the coordinator's volume
+/// over `coordinator_drives`.
+fn own_volumes(n: usize, coordinator_drives: Vec<usize>) -> Vec<Volume> {
+    let mut volumes: Vec<Volume> = (0..n)
+        .map(|i| Volume {
+            drives: vec![i],
+            sharers: 1,
+        })
+        .collect();
+    volumes.push(Volume {
+        drives: coordinator_drives,
+        sharers: 0,
+    });
+    volumes
+}
+
+/// A worker on the first processor of each disk node in `ids`, reading its own volume.
+fn disk_workers(nodes: &[Node], ids: std::ops::Range<usize>) -> Vec<Worker> {
+    ids.map(|i| Worker {
+        node: i,
+        cpu: nodes[i].cpus[0],
+        vols: [i, i],
+    })
+    .collect()
 }
 
 /// Volumes for shared-fabric architectures: one, or a read group and a write group.

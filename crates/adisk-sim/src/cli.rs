@@ -86,9 +86,6 @@ pub enum SimCommand {
     },
 }
 
-/// Paper keys.
-pub const PAPERS: [&str; 5] = ["acharya", "uysal", "memik", "riedel", "chiu"];
-
 /// Run a subcommand.
 pub fn run(cmd: SimCommand) -> Result<(), SimError> {
     match cmd {
@@ -97,54 +94,8 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             out,
             format,
             seed,
-        } => {
-            let l = experiment::load(&file)?;
-            let pts = experiment::points(&l, false)?;
-            let p = pts
-                .first()
-                .ok_or_else(|| SimError::Internal("no point".into()))?;
-            let r = experiment::run_point(&file, p, seed)?;
-            let text = match format.as_str() {
-                "table" => r.to_table(),
-                "json" => {
-                    serde_json::to_string_pretty(&r)
-                        .map_err(|e| SimError::Internal(e.to_string()))?
-                        + "\n"
-                }
-                "csv" => r.resources_csv(),
-                other => {
-                    return Err(SimError::Usage(format!(
-                        "--format must be table, json or csv, got `{other}`"
-                    )));
-                }
-            };
-            emit(out.as_deref(), &text)
-        }
-        SimCommand::Sweep { file, out, seed } => {
-            let l = experiment::load(&file)?;
-            let pts = experiment::points(&l, true)?;
-            let reports = experiment::run_points(&file, &pts, seed, true)?;
-            match out {
-                Some(dir) => {
-                    let table = experiment::write_outputs(&l, &reports, &dir)?;
-                    print!("{table}");
-                    Ok(())
-                }
-                None => {
-                    let ratios = experiment::baseline_ratios(&reports, &l.exp.report.baseline);
-                    print!(
-                        "{}",
-                        experiment::summary_table(
-                            &l.exp.experiment.name,
-                            &l.exp.experiment.recreates,
-                            &reports,
-                            &ratios
-                        )
-                    );
-                    Ok(())
-                }
-            }
-        }
+        } => run_file(&file, out.as_deref(), &format, seed),
+        SimCommand::Sweep { file, out, seed } => sweep_file(&file, out.as_deref(), seed),
         SimCommand::Reproduce {
             paper,
             out,
@@ -181,35 +132,94 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             )?;
             emit(out.as_deref(), &text)
         }
-        SimCommand::Bench { events } => {
-            let start = std::time::Instant::now();
-            let r = crate::des::bench_event_loop(events);
-            let secs = start.elapsed().as_secs_f64();
-            println!(
-                "event loop: {} events in {:.3} s = {:.2} M events/s (checksum {:016x})",
-                r.events,
-                secs,
-                r.events as f64 / secs / 1e6,
-                r.checksum
+        SimCommand::Bench { events } => bench(events),
+    }
+}
+
+/// `run`: the first point of `file`, reported as a table, JSON or CSV.
+fn run_file(
+    file: &Path,
+    out: Option<&Path>,
+    format: &str,
+    seed: Option<u64>,
+) -> Result<(), SimError> {
+    let l = experiment::load(file)?;
+    let pts = experiment::points(&l, false)?;
+    let p = pts
+        .first()
+        .ok_or_else(|| SimError::Internal("no point".into()))?;
+    let r = experiment::run_point(file, p, seed)?;
+    let text = match format {
+        "table" => r.to_table(),
+        "json" => {
+            serde_json::to_string_pretty(&r).map_err(|e| SimError::Internal(e.to_string()))? + "\n"
+        }
+        "csv" => r.resources_csv(),
+        other => {
+            return Err(SimError::Usage(format!(
+                "--format must be table, json or csv, got `{other}`"
+            )));
+        }
+    };
+    emit(out, &text)
+}
+
+/// `sweep`: every point of `file`; its outputs written to `out`, or its table printed.
+fn sweep_file(file: &Path, out: Option<&Path>, seed: Option<u64>) -> Result<(), SimError> {
+    let l = experiment::load(file)?;
+    let pts = experiment::points(&l, true)?;
+    let reports = experiment::run_points(file, &pts, seed, true)?;
+    match out {
+        Some(dir) => {
+            let table = experiment::write_outputs(&l, &reports, dir)?;
+            print!("{table}");
+            Ok(())
+        }
+        None => {
+            let ratios = experiment::baseline_ratios(&reports, &l.exp.report.baseline);
+            print!(
+                "{}",
+                experiment::summary_table(
+                    &l.exp.experiment.name,
+                    &l.exp.experiment.recreates,
+                    &reports,
+                    &ratios
+                )
             );
-            let dir = std::env::temp_dir().join(format!("adisk-sim-bench-{}", std::process::id()));
-            let start = std::time::Instant::now();
-            let t = reproduce("all", &dir, None, false)?;
-            let secs = start.elapsed().as_secs_f64();
-            println!(
-                "reproduce all: {} files, {} runs, {} simulated events in {:.2} s ({:.2} M events/s)",
-                t.files,
-                t.runs,
-                t.events,
-                secs,
-                t.events as f64 / secs / 1e6
-            );
-            let _ = std::fs::remove_dir_all(&dir);
             Ok(())
         }
     }
 }
 
+/// `bench`: the event loop's rate over `events` events, then the time of `reproduce all`.
+fn bench(events: u64) -> Result<(), SimError> {
+    let start = std::time::Instant::now();
+    let r = crate::des::bench_event_loop(events);
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "event loop: {} events in {:.3} s = {:.2} M events/s (checksum {:016x})",
+        r.events,
+        secs,
+        r.events as f64 / secs / 1e6,
+        r.checksum
+    );
+    let dir = std::env::temp_dir().join(format!("adisk-sim-bench-{}", std::process::id()));
+    let start = std::time::Instant::now();
+    let t = reproduce("all", &dir, None, false)?;
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "reproduce all: {} files, {} runs, {} simulated events in {:.2} s ({:.2} M events/s)",
+        t.files,
+        t.runs,
+        t.events,
+        secs,
+        t.events as f64 / secs / 1e6
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+/// Write `text` to `out`, or print it.
 fn emit(out: Option<&Path>, text: &str) -> Result<(), SimError> {
     match out {
         Some(p) => std::fs::write(p, text).map_err(|e| SimError::Io {
@@ -238,71 +248,6 @@ pub struct ReproduceTotals {
     pub conclusions_hold: usize,
 }
 
-/// Experiment files of `paper` (or all): from `dir`, ./experiments, the source tree, or the built-in copies.
-pub fn experiment_sources(
-    paper: &str,
-    dir: Option<&Path>,
-) -> Result<Vec<(PathBuf, String)>, SimError> {
-    let papers: Vec<&str> = if paper == "all" {
-        PAPERS.to_vec()
-    } else if PAPERS.contains(&paper) {
-        vec![paper]
-    } else {
-        return Err(SimError::Usage(format!(
-            "unknown paper `{paper}`: expected one of {} or all",
-            PAPERS.join(", ")
-        )));
-    };
-    let candidates: Vec<PathBuf> = match dir {
-        Some(d) => vec![d.to_path_buf()],
-        None => vec![
-            PathBuf::from("experiments"),
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments"),
-        ],
-    };
-    let root = candidates
-        .iter()
-        .find(|c| papers.iter().any(|p| c.join(p).is_dir()))
-        .cloned();
-    let mut out = Vec::new();
-    match root {
-        Some(root) => {
-            for p in &papers {
-                let d = root.join(p);
-                let Ok(rd) = std::fs::read_dir(&d) else {
-                    continue;
-                };
-                let mut files: Vec<PathBuf> = rd
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| p.extension().is_some_and(|x| x == "toml"))
-                    .collect();
-                files.sort();
-                for f in files {
-                    let text = std::fs::read_to_string(&f).map_err(|e| SimError::Io {
-                        path: f.display().to_string(),
-                        source: e,
-                    })?;
-                    out.push((f, text));
-                }
-            }
-        }
-        None => {
-            if let Some(d) = dir {
-                return Err(SimError::Usage(format!(
-                    "no <paper>/*.toml under {}",
-                    d.display()
-                )));
-            }
-            for (path, text) in crate::embedded::EXPERIMENTS {
-                if papers.iter().any(|p| path.starts_with(&format!("{p}/"))) {
-                    out.push((PathBuf::from("experiments").join(path), text.to_string()));
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
 /// Run every experiment file of `paper`, writing outputs to `out/<paper>/`.
 pub fn reproduce(
     paper: &str,
@@ -310,9 +255,9 @@ pub fn reproduce(
     dir: Option<&Path>,
     print: bool,
 ) -> Result<ReproduceTotals, SimError> {
-    let sources = experiment_sources(paper, dir)?;
+    let sources = experiment::sources(paper, dir)?;
     let mut totals = ReproduceTotals::default();
-    let mut runs = crate::conclusions::Runs::default();
+    let mut runs = crate::conclusions::check::Runs::default();
     for (path, text) in sources {
         let l: Loaded = experiment::load_str(&path, &text)?;
         let pts = experiment::points(&l, true)?;

@@ -80,6 +80,19 @@ impl Resource {
             link,
         }
     }
+
+    /// Serve `ns` of processing arriving at `now` (plus a context switch of `ctx_ns` if
+    /// the processor was idle); returns when it ends.
+    fn serve_cpu(&mut self, now: SimTime, ns: u64, ctx_ns: u64) -> SimTime {
+        let idle = self.next_free < now;
+        let service = ns.saturating_add(if idle { ctx_ns } else { 0 });
+        let start = now.max(self.next_free);
+        let end = start + SimDuration(service);
+        self.next_free = end;
+        self.busy_ns = self.busy_ns.saturating_add(service);
+        self.ops += 1;
+        end
+    }
 }
 
 /// One hop of a route: a given link, or whichever of several parallel links frees first.
@@ -271,6 +284,85 @@ pub struct Topology {
     pub groups: u32,
     /// One line describing the system.
     pub description: String,
+}
+
+impl Topology {
+    /// Serve a read of `len` bytes at `addr` on `drive` arriving at `now`; returns when it ends.
+    fn serve_read(&mut self, now: SimTime, drive: usize, addr: u64, len: u64) -> SimTime {
+        let d = &mut self.drives[drive];
+        let (_, e, busy) = d.storage.serve(now, DiskOp::Read, addr, len);
+        let r = &mut self.resources[d.res];
+        r.busy_ns = r.busy_ns.saturating_add(busy);
+        r.bytes_in += len;
+        r.ops += 1;
+        r.next_free = e;
+        e
+    }
+
+    /// Serve an append of `bytes` to `file` on `drive` arriving at `now` (after the file's
+    /// stored part); returns when it ends.
+    fn serve_write(&mut self, now: SimTime, drive: usize, file: u32, bytes: u64) -> SimTime {
+        let d = &mut self.drives[drive];
+        d.reserve(file, bytes);
+        let (start, len) = d.stored(file);
+        let addr = start + len;
+        if let Some(ext) = d.files.get_mut(&file) {
+            ext.1 += bytes;
+        }
+        let (_, e, busy) = d.storage.serve(now, DiskOp::Write, addr, bytes);
+        let r = &mut self.resources[d.res];
+        r.busy_ns = r.busy_ns.saturating_add(busy);
+        r.bytes_in += bytes;
+        r.ops += 1;
+        r.next_free = e;
+        e
+    }
+
+    /// Carry `bytes` over one leg: of each hop, the given link or the parallel link that
+    /// frees first (recorded in `chosen`), all occupied together from when the last is free;
+    /// returns when the slowest is done plus the links' latencies.
+    fn serve_leg(
+        &mut self,
+        now: SimTime,
+        hops: &[Hop],
+        chosen: &mut Vec<ResId>,
+        bytes: u64,
+    ) -> SimTime {
+        chosen.clear();
+        for h in hops.iter() {
+            let id = match h {
+                Hop::One(r) => *r,
+                Hop::AnyOf(rs) => {
+                    let mut best = rs[0];
+                    for r in rs {
+                        if self.resources[*r].next_free < self.resources[best].next_free {
+                            best = *r;
+                        }
+                    }
+                    best
+                }
+            };
+            chosen.push(id);
+        }
+        let mut start = now;
+        for r in chosen.iter() {
+            start = start.max(self.resources[*r].next_free);
+        }
+        let mut longest = 0u64;
+        let mut latency = 0u64;
+        for r in chosen.iter() {
+            let res = &mut self.resources[*r];
+            let spec = res.link.clone().unwrap_or_else(|| LinkSpec::new(1e9, 0.0));
+            let occ = spec.occupancy_ns(bytes).round() as u64;
+            res.next_free = start + SimDuration(occ);
+            res.busy_ns = res.busy_ns.saturating_add(occ);
+            res.bytes_in += bytes;
+            res.ops += 1;
+            longest = longest.max(occ);
+            latency = latency.saturating_add((spec.latency_us * 1e3).round() as u64);
+        }
+        start + SimDuration(longest.saturating_add(latency))
+    }
 }
 
 /// Where a flow's output goes.
@@ -742,14 +834,38 @@ impl<'p> Engine<'p> {
         if self.phase >= self.plan.phases.len() {
             return;
         }
-        let ph = &self.plan.phases[self.phase];
+        let plan = self.plan;
+        let ph = &plan.phases[self.phase];
         self.phase_start = now;
         self.outstanding = 0;
         self.ended_workers = 0;
         self.coord_end_started = false;
         self.coord_writes_issued = false;
         let nw = self.topo.workers.len();
-        // Reserve write regions.
+        self.reserve_write_regions(ph);
+        let total_input = self.open_cursors(ph);
+        self.size_messages(ph, total_input);
+        self.timings.push(PhaseTiming {
+            name: ph.name.clone(),
+            start_s: now.as_secs_f64(),
+            end_s: now.as_secs_f64(),
+            chunk_bytes: self.chunk_bytes,
+        });
+        if ph.command {
+            self.send_commands(ph);
+        } else {
+            for w in 0..nw {
+                self.fill(w);
+                self.check_worker_end(w);
+            }
+        }
+        if nw == 0 {
+            self.check_phase_end();
+        }
+    }
+
+    /// Reserve on every drive the phase writes to its share of each estimated output file.
+    fn reserve_write_regions(&mut self, ph: &Phase) {
         for (file, total) in &ph.write_estimates {
             let mut vols: Vec<usize> = self
                 .topo
@@ -769,11 +885,15 @@ impl<'p> Engine<'p> {
                 self.topo.drives[d].reserve(*file, per);
             }
         }
-        // Cursors: one per private volume / per worker, one shared per shared volume.
+    }
+
+    /// Open the phase's input cursors (one per private volume / per worker, one shared per
+    /// shared volume) and reset every worker; returns the phase's total input, bytes.
+    fn open_cursors(&mut self, ph: &Phase) -> f64 {
         self.cursors.clear();
         let mut shared: HashMap<usize, usize> = HashMap::new();
         let mut total_input = 0.0f64;
-        for w in 0..nw {
+        for w in 0..self.topo.workers.len() {
             let vol = self.topo.workers[w].vols[ph.read_vol];
             let sharers = self.topo.volumes[vol].sharers;
             let idx = match (&ph.input, sharers > 1) {
@@ -803,8 +923,14 @@ impl<'p> Engine<'p> {
                 ..WState::default()
             };
         }
-        // Messages: the stream-buffer size, coarsened (in whole buffers) when a phase would
-        // move more than `max_chunks_per_phase` of them; per-message costs stay per buffer.
+        total_input
+    }
+
+    /// Size the phase's messages and input chunks. Messages: the stream-buffer size,
+    /// coarsened (in whole buffers) when a phase would move more than `max_chunks_per_phase`
+    /// of them; per-message costs stay per buffer.
+    fn size_messages(&mut self, ph: &Phase, total_input: f64) {
+        let nw = self.topo.workers.len();
         let mut flow_bytes = 0.0f64;
         for fl in &ph.flows {
             let fan = match fl.dest {
@@ -838,41 +964,30 @@ impl<'p> Engine<'p> {
             cap,
             in_flight,
         );
-        self.timings.push(PhaseTiming {
-            name: ph.name.clone(),
-            start_s: now.as_secs_f64(),
-            end_s: now.as_secs_f64(),
-            chunk_bytes: self.chunk_bytes,
-        });
-        if ph.command {
-            let coord = self.topo.coordinator;
-            let bytes = self.gran.control_bytes + ph.broadcast_bytes.max(0.0) as u64;
-            for w in 0..nw {
-                let node = self.topo.workers[w].node;
-                let mut steps = self.take_steps();
-                let send_ns = self.os_ns(coord, |o| o.per_message_us());
-                steps.push(Step::Cpu {
-                    res: self.topo.nodes[coord].cpus[0],
-                    ns: send_ns,
-                    ctx_ns: 0,
-                });
-                self.push_route(&mut steps, coord, node, bytes);
-                let recv_ns = self.os_ns(node, |o| o.per_message_us());
-                steps.push(Step::Cpu {
-                    res: self.topo.workers[w].cpu,
-                    ns: recv_ns,
-                    ctx_ns: 0,
-                });
-                self.start_xfer(steps, bytes, Done::Command(w as u32));
-            }
-        } else {
-            for w in 0..nw {
-                self.fill(w);
-                self.check_worker_end(w);
-            }
-        }
-        if nw == 0 {
-            self.check_phase_end();
+    }
+
+    /// The coordinator dispatches the phase: a command (with the phase's broadcast) to every
+    /// worker.
+    fn send_commands(&mut self, ph: &Phase) {
+        let coord = self.topo.coordinator;
+        let bytes = self.gran.control_bytes + ph.broadcast_bytes.max(0.0) as u64;
+        for w in 0..self.topo.workers.len() {
+            let node = self.topo.workers[w].node;
+            let mut steps = self.take_steps();
+            let send_ns = self.os_ns(coord, |o| o.per_message_us());
+            steps.push(Step::Cpu {
+                res: self.topo.nodes[coord].cpus[0],
+                ns: send_ns,
+                ctx_ns: 0,
+            });
+            self.push_route(&mut steps, coord, node, bytes);
+            let recv_ns = self.os_ns(node, |o| o.per_message_us());
+            steps.push(Step::Cpu {
+                res: self.topo.workers[w].cpu,
+                ns: recv_ns,
+                ctx_ns: 0,
+            });
+            self.start_xfer(steps, bytes, Done::Command(w as u32));
         }
     }
 
@@ -1425,18 +1540,7 @@ impl<'p> Engine<'p> {
             return;
         };
         if x.pos >= x.steps.len() {
-            let done = x.done;
-            let mut steps = std::mem::take(&mut x.steps);
-            let mut chosen = std::mem::take(&mut x.chosen);
-            self.xfers[id as usize] = None;
-            self.free_xfers.push(id);
-            steps.clear();
-            chosen.clear();
-            if self.step_pool.len() < 4096 {
-                self.step_pool.push(steps);
-                self.chosen_pool.push(chosen);
-            }
-            self.finish(done);
+            self.retire_xfer(id);
             return;
         }
         let bytes = x.bytes;
@@ -1455,85 +1559,33 @@ impl<'p> Engine<'p> {
         }
         let finish = match &x.steps[x.pos] {
             Step::Release(_) | Step::SlotRelease(_) => unreachable!("handled above"),
-            Step::Cpu { res, ns, ctx_ns } => {
-                let r = &mut self.topo.resources[*res];
-                let idle = r.next_free < now;
-                let service = ns.saturating_add(if idle { *ctx_ns } else { 0 });
-                let start = now.max(r.next_free);
-                let end = start + SimDuration(service);
-                r.next_free = end;
-                r.busy_ns = r.busy_ns.saturating_add(service);
-                r.ops += 1;
-                end
-            }
-            Step::Read { drive, addr, len } => {
-                let d = &mut self.topo.drives[*drive];
-                let (_, e, busy) = d.storage.serve(now, DiskOp::Read, *addr, *len);
-                let r = &mut self.topo.resources[d.res];
-                r.busy_ns = r.busy_ns.saturating_add(busy);
-                r.bytes_in += *len;
-                r.ops += 1;
-                r.next_free = e;
-                e
-            }
-            Step::Write { drive, file } => {
-                let d = &mut self.topo.drives[*drive];
-                d.reserve(*file, bytes);
-                let (start, len) = d.stored(*file);
-                let addr = start + len;
-                if let Some(ext) = d.files.get_mut(file) {
-                    ext.1 += bytes;
-                }
-                let (_, e, busy) = d.storage.serve(now, DiskOp::Write, addr, bytes);
-                let r = &mut self.topo.resources[d.res];
-                r.busy_ns = r.busy_ns.saturating_add(busy);
-                r.bytes_in += bytes;
-                r.ops += 1;
-                r.next_free = e;
-                e
-            }
-            Step::Leg(hops) => {
-                let mut chosen = std::mem::take(&mut x.chosen);
-                chosen.clear();
-                for h in hops.iter() {
-                    let id = match h {
-                        Hop::One(r) => *r,
-                        Hop::AnyOf(rs) => {
-                            let mut best = rs[0];
-                            for r in rs {
-                                if self.topo.resources[*r].next_free
-                                    < self.topo.resources[best].next_free
-                                {
-                                    best = *r;
-                                }
-                            }
-                            best
-                        }
-                    };
-                    chosen.push(id);
-                }
-                let mut start = now;
-                for r in &chosen {
-                    start = start.max(self.topo.resources[*r].next_free);
-                }
-                let mut longest = 0u64;
-                let mut latency = 0u64;
-                for r in &chosen {
-                    let res = &mut self.topo.resources[*r];
-                    let spec = res.link.clone().unwrap_or_else(|| LinkSpec::new(1e9, 0.0));
-                    let occ = spec.occupancy_ns(bytes).round() as u64;
-                    res.next_free = start + SimDuration(occ);
-                    res.busy_ns = res.busy_ns.saturating_add(occ);
-                    res.bytes_in += bytes;
-                    res.ops += 1;
-                    longest = longest.max(occ);
-                    latency = latency.saturating_add((spec.latency_us * 1e3).round() as u64);
-                }
-                x.chosen = chosen;
-                start + SimDuration(longest.saturating_add(latency))
-            }
+            Step::Cpu { res, ns, ctx_ns } => self.topo.resources[*res].serve_cpu(now, *ns, *ctx_ns),
+            Step::Read { drive, addr, len } => self.topo.serve_read(now, *drive, *addr, *len),
+            Step::Write { drive, file } => self.topo.serve_write(now, *drive, *file, bytes),
+            Step::Leg(hops) => self.topo.serve_leg(now, hops, &mut x.chosen, bytes),
         };
         self.q.schedule_at(finish, id);
+    }
+
+    /// Transfer `id` has no steps left: recycle its slot and buffers, then act on its end.
+    fn retire_xfer(&mut self, id: u32) {
+        let Some(Xfer {
+            mut steps,
+            mut chosen,
+            done,
+            ..
+        }) = self.xfers[id as usize].take()
+        else {
+            return;
+        };
+        self.free_xfers.push(id);
+        steps.clear();
+        chosen.clear();
+        if self.step_pool.len() < 4096 {
+            self.step_pool.push(steps);
+            self.chosen_pool.push(chosen);
+        }
+        self.finish(done);
     }
 
     /// A step of `id` completed.

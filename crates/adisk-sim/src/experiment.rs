@@ -8,7 +8,7 @@ use crate::costs::Costs;
 use crate::engine::{Engine, Granularity};
 use crate::report::{RunReport, csv};
 use crate::svg;
-use crate::workload::{self, Wctx};
+use crate::workload::{self, context::Wctx};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -45,6 +45,71 @@ pub fn load_str(path: &Path, src: &str) -> Result<Loaded, SimError> {
         raw,
         exp,
     })
+}
+
+/// Paper keys.
+pub const PAPERS: [&str; 5] = ["acharya", "uysal", "memik", "riedel", "chiu"];
+
+/// Experiment files of `paper` (or all): from `dir`, ./experiments, the source tree, or the built-in copies.
+pub fn sources(paper: &str, dir: Option<&Path>) -> Result<Vec<(PathBuf, String)>, SimError> {
+    let papers: Vec<&str> = if paper == "all" {
+        PAPERS.to_vec()
+    } else if PAPERS.contains(&paper) {
+        vec![paper]
+    } else {
+        return Err(SimError::Usage(format!(
+            "unknown paper `{paper}`: expected one of {} or all",
+            PAPERS.join(", ")
+        )));
+    };
+    let candidates: Vec<PathBuf> = match dir {
+        Some(d) => vec![d.to_path_buf()],
+        None => vec![
+            PathBuf::from("experiments"),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../experiments"),
+        ],
+    };
+    let root = candidates
+        .iter()
+        .find(|c| papers.iter().any(|p| c.join(p).is_dir()))
+        .cloned();
+    let mut out = Vec::new();
+    match root {
+        Some(root) => {
+            for p in &papers {
+                let d = root.join(p);
+                let Ok(rd) = std::fs::read_dir(&d) else {
+                    continue;
+                };
+                let mut files: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.extension().is_some_and(|x| x == "toml"))
+                    .collect();
+                files.sort();
+                for f in files {
+                    let text = std::fs::read_to_string(&f).map_err(|e| SimError::Io {
+                        path: f.display().to_string(),
+                        source: e,
+                    })?;
+                    out.push((f, text));
+                }
+            }
+        }
+        None => {
+            if let Some(d) = dir {
+                return Err(SimError::Usage(format!(
+                    "no <paper>/*.toml under {}",
+                    d.display()
+                )));
+            }
+            for (path, text) in crate::embedded::EXPERIMENTS {
+                if papers.iter().any(|p| path.starts_with(&format!("{p}/"))) {
+                    out.push((PathBuf::from("experiments").join(path), text.to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// One point of a sweep.
@@ -242,10 +307,10 @@ fn keep_base_tables(w: &config::WorkloadConfig, sys: &config::SystemConfig, ctx:
     let buffers = sys
         .base_buffers_per_stream
         .unwrap_or(sys.buffers_per_stream) as f64;
-    let base = workload::algorithm_memory(
+    let base = workload::context::algorithm_memory(
         base_mb * 1e6,
         1,
-        workload::DISKOS_FOOTPRINT_BYTES,
+        workload::context::DISKOS_FOOTPRINT_BYTES,
         buffers * ctx.request_bytes,
     );
     ctx.mem_per_worker = base.min(ctx.mem_per_worker);
@@ -476,6 +541,8 @@ pub fn average_table(reports: &[RunReport], ratios: &[Option<f64>], axis: &str) 
     s
 }
 
+/// The label of each run's bar: its `report.series` value, then its other non-x values,
+/// else its system.
 fn series_labels(
     reports: &[RunReport],
     rep: &crate::config::ReportConfig,
@@ -527,6 +594,15 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
         table.push_str(&format!("averaged over {axis}:\n{avg}"));
     }
     write(format!("{name}.txt"), &table)?;
+    let chart = chart(l, reports, &ratios)?;
+    write(format!("{name}.svg"), &chart)?;
+    Ok(table)
+}
+
+/// The sweep's chart (`report.style`): a line per series over the x axis, or bars of the
+/// breakdown stacked per x value.
+fn chart(l: &Loaded, reports: &[RunReport], ratios: &[Option<f64>]) -> Result<String, SimError> {
+    let rep = &l.exp.report;
     let y = rep.y.clone().unwrap_or_else(|| {
         if rep.baseline.is_empty() {
             "total_s".into()
@@ -539,40 +615,49 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
         .clone()
         .or_else(|| reports.first().and_then(|r| r.point.keys().last().cloned()))
         .unwrap_or_default();
+    let title = format!("{} ({})", l.exp.experiment.name, l.exp.experiment.recreates);
+    match rep.style.as_deref() {
+        None | Some("lines") => {
+            let series = line_series(reports, ratios, rep, &x_axis, &y);
+            Ok(svg::line_chart(&title, &x_axis, &y, &series, rep.log_y))
+        }
+        Some("stacked") => {
+            let groups = bar_groups(reports, ratios, rep, &x_axis, &y);
+            Ok(svg::stacked_bars(
+                &title,
+                &y,
+                &["computation", "I/O", "communication"],
+                &groups,
+            ))
+        }
+        Some(other) => Err(SimError::Config {
+            file: l.path.display().to_string(),
+            key: "report.style".into(),
+            reason: format!("must be lines or stacked, got `{other}`"),
+        }),
+    }
+}
+
+/// A run's x value: its value of `x_axis`, else its system.
+fn x_value(r: &RunReport, x_axis: &str) -> String {
+    r.point
+        .get(x_axis)
+        .cloned()
+        .unwrap_or_else(|| r.system.clone())
+}
+
+/// The line series of the runs: one per series name, a point per x value.
+fn line_series(
+    reports: &[RunReport],
+    ratios: &[Option<f64>],
+    rep: &crate::config::ReportConfig,
+    x_axis: &str,
+    y: &str,
+) -> Vec<svg::Series> {
     let mut series: Vec<svg::Series> = Vec::new();
-    for (r, ratio) in reports.iter().zip(&ratios) {
-        let sname = match &rep.series {
-            Some(sk) => r.point.get(sk).cloned().unwrap_or_default(),
-            None => {
-                let others: Vec<String> = r
-                    .point
-                    .iter()
-                    .filter(|(k, _)| **k != x_axis)
-                    .map(|(_, v)| v.clone())
-                    .collect();
-                if others.is_empty() {
-                    r.system.clone()
-                } else {
-                    others.join(" ")
-                }
-            }
-        };
-        let sname = if rep.series.is_some() {
-            let rest: Vec<String> = r
-                .point
-                .iter()
-                .filter(|(k, _)| Some(*k) != rep.series.as_ref() && **k != x_axis)
-                .map(|(_, v)| v.clone())
-                .collect();
-            if rest.is_empty() {
-                sname
-            } else {
-                format!("{sname} {}", rest.join(" "))
-            }
-        } else {
-            sname
-        };
-        let yv = match y.as_str() {
+    for (r, ratio) in reports.iter().zip(ratios) {
+        let sname = series_name(r, rep, x_axis);
+        let yv = match y {
             "normalized" => ratio.unwrap_or(f64::NAN),
             "speedup" => ratio
                 .map(|x| if x > 0.0 { 1.0 / x } else { f64::NAN })
@@ -580,11 +665,7 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
             "throughput_mbps" => r.throughput_mbps,
             _ => r.total_s,
         };
-        let xv = r
-            .point
-            .get(&x_axis)
-            .cloned()
-            .unwrap_or_else(|| r.system.clone());
+        let xv = x_value(r, x_axis);
         match series.iter_mut().find(|s| s.label == sname) {
             Some(s) => s.points.push((xv, yv)),
             None => series.push(svg::Series {
@@ -593,52 +674,76 @@ pub fn write_outputs(l: &Loaded, reports: &[RunReport], out: &Path) -> Result<St
             }),
         }
     }
-    let title = format!("{name} ({})", l.exp.experiment.recreates);
-    let chart = match rep.style.as_deref() {
-        None | Some("lines") => svg::line_chart(&title, &x_axis, &y, &series, rep.log_y),
-        Some("stacked") => {
-            let mut groups: Vec<(String, Vec<svg::Bar>)> = Vec::new();
-            for ((r, ratio), ser) in reports
+    series
+}
+
+/// The line a run belongs to: its `report.series` value followed by its other non-x values,
+/// or (without `report.series`) its non-x values, else its system.
+fn series_name(r: &RunReport, rep: &crate::config::ReportConfig, x_axis: &str) -> String {
+    let sname = match &rep.series {
+        Some(sk) => r.point.get(sk).cloned().unwrap_or_default(),
+        None => {
+            let others: Vec<String> = r
+                .point
                 .iter()
-                .zip(&ratios)
-                .zip(series_labels(reports, rep, &x_axis))
-            {
-                let scale = match y.as_str() {
-                    "normalized" => ratio
-                        .map(|x| if r.total_s > 0.0 { x / r.total_s } else { 0.0 })
-                        .unwrap_or(f64::NAN),
-                    _ => 1.0,
-                };
-                let b = &r.breakdown;
-                let bar = svg::Bar {
-                    label: ser,
-                    segments: vec![b.compute_s * scale, b.io_s * scale, b.comm_s * scale],
-                };
-                let xv = r
-                    .point
-                    .get(&x_axis)
-                    .cloned()
-                    .unwrap_or_else(|| r.system.clone());
-                match groups.iter_mut().find(|g| g.0 == xv) {
-                    Some(g) => g.1.push(bar),
-                    None => groups.push((xv, vec![bar])),
-                }
+                .filter(|(k, _)| **k != x_axis)
+                .map(|(_, v)| v.clone())
+                .collect();
+            if others.is_empty() {
+                r.system.clone()
+            } else {
+                others.join(" ")
             }
-            svg::stacked_bars(
-                &title,
-                &y,
-                &["computation", "I/O", "communication"],
-                &groups,
-            )
-        }
-        Some(other) => {
-            return Err(SimError::Config {
-                file: l.path.display().to_string(),
-                key: "report.style".into(),
-                reason: format!("must be lines or stacked, got `{other}`"),
-            });
         }
     };
-    write(format!("{name}.svg"), &chart)?;
-    Ok(table)
+    if rep.series.is_some() {
+        let rest: Vec<String> = r
+            .point
+            .iter()
+            .filter(|(k, _)| Some(*k) != rep.series.as_ref() && **k != x_axis)
+            .map(|(_, v)| v.clone())
+            .collect();
+        if rest.is_empty() {
+            sname
+        } else {
+            format!("{sname} {}", rest.join(" "))
+        }
+    } else {
+        sname
+    }
+}
+
+/// The stacked bars of the runs, grouped by x value: computation, I/O and communication of
+/// each run (scaled to its normalized time when `y` is `normalized`).
+fn bar_groups(
+    reports: &[RunReport],
+    ratios: &[Option<f64>],
+    rep: &crate::config::ReportConfig,
+    x_axis: &str,
+    y: &str,
+) -> Vec<(String, Vec<svg::Bar>)> {
+    let mut groups: Vec<(String, Vec<svg::Bar>)> = Vec::new();
+    for ((r, ratio), ser) in reports
+        .iter()
+        .zip(ratios)
+        .zip(series_labels(reports, rep, x_axis))
+    {
+        let scale = match y {
+            "normalized" => ratio
+                .map(|x| if r.total_s > 0.0 { x / r.total_s } else { 0.0 })
+                .unwrap_or(f64::NAN),
+            _ => 1.0,
+        };
+        let b = &r.breakdown;
+        let bar = svg::Bar {
+            label: ser,
+            segments: vec![b.compute_s * scale, b.io_s * scale, b.comm_s * scale],
+        };
+        let xv = x_value(r, x_axis);
+        match groups.iter_mut().find(|g| g.0 == xv) {
+            Some(g) => g.1.push(bar),
+            None => groups.push((xv, vec![bar])),
+        }
+    }
+    groups
 }

@@ -198,6 +198,17 @@ impl RunReport {
     /// Human-readable table.
     pub fn to_table(&self) -> String {
         let mut s = String::new();
+        self.write_summary(&mut s);
+        self.write_components(&mut s);
+        self.write_resources(&mut s);
+        for w in &self.warnings {
+            let _ = writeln!(s, "warning: {w}");
+        }
+        s
+    }
+
+    /// The table's head: experiment, point, total, bottleneck, breakdown, phases and notes.
+    fn write_summary(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "experiment {}  system {} — {}",
@@ -234,6 +245,10 @@ impl RunReport {
                 let _ = writeln!(s, "  {k}: {v}");
             }
         }
+    }
+
+    /// The components' times (the first 40).
+    fn write_components(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "{:<16} {:>10} {:>10} {:>10} {:>10}",
@@ -253,12 +268,16 @@ impl RunReport {
                 self.components.len() - 40
             );
         }
+    }
+
+    /// Every link that carried data (bytes over every link), then the busiest other
+    /// resources (40 of them).
+    fn write_resources(&self, s: &mut String) {
         let _ = writeln!(
             s,
             "{:<24} {:>5} {:>10} {:>6} {:>14} {:>14}",
             "resource", "kind", "busy_s", "util", "bytes_in", "bytes_out"
         );
-        // Every link that carried data (bytes over every link), then the busiest other resources.
         let mut links: Vec<&ResourceReport> = self
             .resources
             .iter()
@@ -300,10 +319,6 @@ impl RunReport {
                 "… {hidden} less busy processors/drives (use --format json or csv)"
             );
         }
-        for w in &self.warnings {
-            let _ = writeln!(s, "warning: {w}");
-        }
-        s
     }
 
     /// CSV of every resource of this run.

@@ -25,7 +25,8 @@
 //! conclusion, the scalings that change its verdict (issue 38).
 
 use crate::SimError;
-use crate::conclusions::{self, Runs};
+use crate::conclusions;
+use crate::conclusions::check::{Conclusion, Runs};
 use crate::config;
 use crate::costs::COSTS;
 use crate::experiment::{self, Loaded};
@@ -278,7 +279,7 @@ fn ranges(l: &Loaded, reports: &[RunReport], series: &str) -> BTreeMap<String, (
     out
 }
 
-fn own_conclusions(file: &str) -> Vec<&'static conclusions::Conclusion> {
+fn own_conclusions(file: &str) -> Vec<&'static Conclusion> {
     conclusions::CONCLUSIONS
         .iter()
         .filter(|c| c.needs.iter().all(|n| n.file == file))
@@ -426,7 +427,7 @@ pub fn conclusions_run(
             "--factor must be a number > 1, got {factor}"
         )));
     }
-    let wanted = |c: &conclusions::Conclusion| conclusion.is_none_or(|t| c.id.contains(t));
+    let wanted = |c: &Conclusion| conclusion.is_none_or(|t| c.id.contains(t));
     let base = conclusions::run_needed_adjusted(dir, &wanted, &|_, _| Ok(()))?;
     let base_holds = holds_by_id(&conclusions::evaluate(&base), &wanted);
     let keys = needed_assumption_keys(dir, &wanted, only)?;
@@ -476,7 +477,7 @@ type KeyFiles = Vec<(AssumptionKey, BTreeSet<String>)>;
 /// assumption), then the assumed costs (an empty set: every file).
 fn needed_assumption_keys(
     dir: Option<&Path>,
-    wanted: &dyn Fn(&conclusions::Conclusion) -> bool,
+    wanted: &dyn Fn(&Conclusion) -> bool,
     only: Option<&str>,
 ) -> Result<KeyFiles, SimError> {
     let files: BTreeSet<&str> = conclusions::CONCLUSIONS
@@ -486,7 +487,7 @@ fn needed_assumption_keys(
         .collect();
     let mut by_path: BTreeMap<String, (AssumptionKey, BTreeSet<String>)> = BTreeMap::new();
     let mut costs: Vec<AssumptionKey> = Vec::new();
-    for (path, text) in crate::cli::experiment_sources("all", dir)? {
+    for (path, text) in experiment::sources("all", dir)? {
         let file = conclusions::file_key(&path);
         if !files.contains(file.as_str()) {
             continue;
@@ -513,7 +514,7 @@ fn needed_assumption_keys(
 
 fn holds_by_id(
     verdicts: &[conclusions::Verdict],
-    wanted: &dyn Fn(&conclusions::Conclusion) -> bool,
+    wanted: &dyn Fn(&Conclusion) -> bool,
 ) -> BTreeMap<&'static str, Option<bool>> {
     verdicts
         .iter()

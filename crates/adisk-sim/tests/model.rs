@@ -457,7 +457,7 @@ fn bad_configs_are_rejected_with_file_key_and_reason() {
 
 #[test]
 fn every_experiment_file_parses_expands_and_runs_its_first_point() {
-    let sources = adisk_sim::cli::experiment_sources("all", Some(&root())).unwrap();
+    let sources = adisk_sim::experiment::sources("all", Some(&root())).unwrap();
     assert!(
         sources.len() >= 30,
         "only {} experiment files",
@@ -482,7 +482,7 @@ fn every_experiment_file_parses_expands_and_runs_its_first_point() {
 
 #[test]
 fn embedded_experiments_match_the_experiments_directory() {
-    let on_disk = adisk_sim::cli::experiment_sources("all", Some(&root())).unwrap();
+    let on_disk = adisk_sim::experiment::sources("all", Some(&root())).unwrap();
     assert_eq!(
         on_disk.len(),
         adisk_sim::embedded::EXPERIMENTS.len(),
@@ -537,7 +537,7 @@ fn reproduce_riedel_writes_csv_svg_and_tables() {
 #[test]
 fn unknown_paper_is_a_usage_error() {
     assert!(matches!(
-        adisk_sim::cli::experiment_sources("gray", None),
+        adisk_sim::experiment::sources("gray", None),
         Err(SimError::Usage(_))
     ));
 }

@@ -9,7 +9,7 @@ fn experiments_root() -> PathBuf {
 }
 
 fn experiment_files() -> Vec<(PathBuf, String)> {
-    let files = adisk_sim::cli::experiment_sources("all", Some(&experiments_root()))
+    let files = adisk_sim::experiment::sources("all", Some(&experiments_root()))
         .unwrap_or_else(|e| panic!("reading experiments/: {e}"));
     assert!(!files.is_empty(), "no experiment files found");
     files

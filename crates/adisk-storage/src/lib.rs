@@ -33,6 +33,7 @@ pub mod images;
 pub mod integrity;
 pub mod reader;
 pub mod replica;
+pub mod staged;
 pub mod staging;
 pub mod store;
 pub mod tpch;

@@ -270,7 +270,7 @@ impl DiskStore {
 fn generation_dir(table: &str, load_id: &str) -> String {
     format!(
         "tables/{table}/{}{load_id}",
-        crate::staging::GENERATION_PREFIX
+        crate::staged::GENERATION_PREFIX
     )
 }
 

@@ -18,36 +18,11 @@ use crate::writer::PartitionWriter;
 use crate::{Result, StorageError, io_err};
 use adisk_core::protocol::{CommitTable, LoadStamp, PartitionInfo, TableInfo};
 use arrow::datatypes::SchemaRef;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-/// Directory (under the disk's) of staged loads.
-pub const STAGING_DIR: &str = "staging";
-/// Prefix of a committed load's directory under `tables/<table>/`.
-pub const GENERATION_PREFIX: &str = "g-";
-/// Aborted load ids remembered (so that late partitions of an aborted load remove themselves).
-pub const MAX_ABORTED_LOADS: usize = 1024;
-
-/// Partitions staged on this disk, per (load, table), and the loads aborted lately.
-#[derive(Default)]
-pub struct Staging {
-    staged: BTreeMap<(String, String), StagedTable>,
-    aborted: VecDeque<String>,
-}
-
-struct StagedTable {
-    schema: SchemaRef,
-    partitions: BTreeMap<u32, PartitionInfo>,
-}
-
-impl Staging {
-    fn check_live(&self, load_id: &str) -> Result<()> {
-        if self.aborted.iter().any(|a| a == load_id) {
-            return Err(StorageError::Invalid(format!("load {load_id} was aborted")));
-        }
-        Ok(())
-    }
-}
+pub use crate::staged::{GENERATION_PREFIX, MAX_ABORTED_LOADS, STAGING_DIR};
+use crate::staged::{StagedTable, Staging};
 
 /// Checks a load id: 1–64 characters of `[a-z0-9-]` (it names directories).
 pub fn validate_load_id(id: &str) -> Result<()> {

@@ -29,7 +29,7 @@ pub struct DiskStore {
     /// Files whose whole-file CRC-32 this process verified: path → (len, mtime).
     verified: Mutex<HashMap<PathBuf, (u64, SystemTime)>>,
     /// Partitions staged by loads not yet committed (see [`crate::staging`]).
-    pub(crate) staging: Mutex<crate::staging::Staging>,
+    pub(crate) staging: Mutex<crate::staged::Staging>,
     /// Codec of the pages this store writes (reads take whatever each file says).
     compression: Compression,
     /// Counts the manifest's changes since this process opened the store (see
@@ -126,7 +126,7 @@ impl DiskStore {
     /// (`tables/<t>/g-<load>/`) the manifest does not list: what interrupted writes, loads and
     /// commits leave.
     fn remove_temporaries(&self) -> Result<()> {
-        let staging = self.dir.join(crate::staging::STAGING_DIR);
+        let staging = self.dir.join(crate::staged::STAGING_DIR);
         if staging.exists() {
             tracing::warn!(dir = %staging.display(), "removing partitions of loads that were never committed");
             std::fs::remove_dir_all(&staging)
@@ -153,7 +153,7 @@ impl DiskStore {
                 let generation = f
                     .file_name()
                     .to_string_lossy()
-                    .starts_with(crate::staging::GENERATION_PREFIX)
+                    .starts_with(crate::staged::GENERATION_PREFIX)
                     && path.is_dir();
                 if generation && !listed.contains(&path) {
                     tracing::warn!(dir = %path.display(), "removing a generation no manifest lists (interrupted commit)");
@@ -316,7 +316,7 @@ impl DiskStore {
             if let Some(parent) = path.parent().filter(|d| {
                 d.file_name().is_some_and(|n| {
                     n.to_string_lossy()
-                        .starts_with(crate::staging::GENERATION_PREFIX)
+                        .starts_with(crate::staged::GENERATION_PREFIX)
                 })
             }) {
                 let _ = std::fs::remove_dir(parent);

@@ -338,111 +338,7 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
         let data = at;
         put_u32(out, desc + 4, data as u32);
         let c = c.slice(start, len);
-        match c.data_type() {
-            DataType::Int8 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Int8Type>(),
-                0,
-                len,
-                |v: i8| v as i32
-            ),
-            DataType::Int16 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Int16Type>(),
-                0,
-                len,
-                |v: i16| v as i32
-            ),
-            DataType::Int32 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Int32Type>(),
-                0,
-                len,
-                |v: i32| v
-            ),
-            DataType::UInt8 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::UInt8Type>(),
-                0,
-                len,
-                |v: u8| v as i32
-            ),
-            DataType::UInt16 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::UInt16Type>(),
-                0,
-                len,
-                |v: u16| v as i32
-            ),
-            DataType::Int64 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Int64Type>(),
-                0,
-                len,
-                |v: i64| v
-            ),
-            DataType::UInt32 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::UInt32Type>(),
-                0,
-                len,
-                |v: u32| v as i64
-            ),
-            DataType::UInt64 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::UInt64Type>(),
-                0,
-                len,
-                |v: u64| v as i64
-            ),
-            DataType::Float32 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Float32Type>(),
-                0,
-                len,
-                |v: f32| v as f64
-            ),
-            DataType::Float64 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Float64Type>(),
-                0,
-                len,
-                |v: f64| v
-            ),
-            DataType::Decimal128(..) => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Decimal128Type>(),
-                0,
-                len,
-                |v: i128| v as i64
-            ),
-            DataType::Date32 => fixed!(
-                out,
-                data,
-                c.as_primitive::<arrow::datatypes::Date32Type>(),
-                0,
-                len,
-                |v: i32| v
-            ),
-            DataType::Boolean => {
-                let b = c.as_boolean();
-                for r in 0..len {
-                    out[data + r] = u8::from(b.value(r));
-                }
-            }
-            _ => {}
-        }
+        put_values(out, data, &c, len);
         let rows = if matches!(code, types::UTF8 | types::BINARY) {
             len + 1
         } else {
@@ -450,46 +346,10 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
         };
         at = data + rows * width(code);
         if c.null_count() > 0 {
-            at = align8(at);
-            put_u32(out, desc + 8, at as u32);
-            for r in 0..len {
-                out[at + r] = u8::from(c.is_valid(r));
-            }
-            at += len;
+            at = put_validity(out, desc, align8(at), &c);
         }
         if matches!(code, types::UTF8 | types::BINARY) {
-            at = align8(at);
-            put_u32(out, desc + 12, at as u32);
-            let values: Vec<&[u8]> = match c.data_type() {
-                DataType::Utf8 => c
-                    .as_string::<i32>()
-                    .iter()
-                    .map(|v| v.unwrap_or("").as_bytes())
-                    .collect(),
-                DataType::LargeUtf8 => c
-                    .as_string::<i64>()
-                    .iter()
-                    .map(|v| v.unwrap_or("").as_bytes())
-                    .collect(),
-                DataType::Binary => c
-                    .as_binary::<i32>()
-                    .iter()
-                    .map(|v| v.unwrap_or(&[]))
-                    .collect(),
-                _ => c
-                    .as_binary::<i64>()
-                    .iter()
-                    .map(|v| v.unwrap_or(&[]))
-                    .collect(),
-            };
-            let mut off = 0u32;
-            put_u32(out, data, 0);
-            for (r, v) in values.iter().enumerate() {
-                out[at + off as usize..at + off as usize + v.len()].copy_from_slice(v);
-                off += v.len() as u32;
-                put_u32(out, data + 4 * (r + 1), off);
-            }
-            at += off as usize;
+            at = put_bytes(out, (desc, data), align8(at), &c);
         }
     }
     debug_assert!(
@@ -497,6 +357,177 @@ pub fn encode(batch: &RecordBatch, start: usize, len: usize, out: &mut Vec<u8>) 
         "ADT1 encoding overran its computed length"
     );
     Ok(())
+}
+
+/// Writes the fixed-width values of the `len` rows of column `c` at `data` (strings' offsets
+/// are written by [`put_bytes`]).
+fn put_values(out: &mut [u8], data: usize, c: &ArrayRef, len: usize) {
+    match c.data_type() {
+        DataType::Int8
+        | DataType::Int16
+        | DataType::Int32
+        | DataType::UInt8
+        | DataType::UInt16
+        | DataType::Int64
+        | DataType::UInt32
+        | DataType::UInt64 => put_integers(out, data, c, len),
+        DataType::Float32 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Float32Type>(),
+            0,
+            len,
+            |v: f32| v as f64
+        ),
+        DataType::Float64 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Float64Type>(),
+            0,
+            len,
+            |v: f64| v
+        ),
+        DataType::Decimal128(..) => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Decimal128Type>(),
+            0,
+            len,
+            |v: i128| v as i64
+        ),
+        DataType::Date32 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Date32Type>(),
+            0,
+            len,
+            |v: i32| v
+        ),
+        DataType::Boolean => {
+            let b = c.as_boolean();
+            for r in 0..len {
+                out[data + r] = u8::from(b.value(r));
+            }
+        }
+        _ => {}
+    }
+}
+
+/// [`put_values`] of an integer column (as INT32 or INT64).
+fn put_integers(out: &mut [u8], data: usize, c: &ArrayRef, len: usize) {
+    match c.data_type() {
+        DataType::Int8 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Int8Type>(),
+            0,
+            len,
+            |v: i8| v as i32
+        ),
+        DataType::Int16 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Int16Type>(),
+            0,
+            len,
+            |v: i16| v as i32
+        ),
+        DataType::Int32 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Int32Type>(),
+            0,
+            len,
+            |v: i32| v
+        ),
+        DataType::UInt8 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::UInt8Type>(),
+            0,
+            len,
+            |v: u8| v as i32
+        ),
+        DataType::UInt16 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::UInt16Type>(),
+            0,
+            len,
+            |v: u16| v as i32
+        ),
+        DataType::Int64 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::Int64Type>(),
+            0,
+            len,
+            |v: i64| v
+        ),
+        DataType::UInt32 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::UInt32Type>(),
+            0,
+            len,
+            |v: u32| v as i64
+        ),
+        DataType::UInt64 => fixed!(
+            out,
+            data,
+            c.as_primitive::<arrow::datatypes::UInt64Type>(),
+            0,
+            len,
+            |v: u64| v as i64
+        ),
+        _ => {}
+    }
+}
+
+/// Writes column `c`'s validity bytes at `at` (its descriptor at `desc` points to them); the
+/// end.
+fn put_validity(out: &mut [u8], desc: usize, at: usize, c: &ArrayRef) -> usize {
+    put_u32(out, desc + 8, at as u32);
+    for r in 0..c.len() {
+        out[at + r] = u8::from(c.is_valid(r));
+    }
+    at + c.len()
+}
+
+/// Writes string or binary column `c`'s bytes at `at` and their offsets at `data` (its
+/// descriptor at `desc` points to the bytes); the end.
+fn put_bytes(out: &mut [u8], (desc, data): (usize, usize), at: usize, c: &ArrayRef) -> usize {
+    put_u32(out, desc + 12, at as u32);
+    let values: Vec<&[u8]> = match c.data_type() {
+        DataType::Utf8 => c
+            .as_string::<i32>()
+            .iter()
+            .map(|v| v.unwrap_or("").as_bytes())
+            .collect(),
+        DataType::LargeUtf8 => c
+            .as_string::<i64>()
+            .iter()
+            .map(|v| v.unwrap_or("").as_bytes())
+            .collect(),
+        DataType::Binary => c
+            .as_binary::<i32>()
+            .iter()
+            .map(|v| v.unwrap_or(&[]))
+            .collect(),
+        _ => c
+            .as_binary::<i64>()
+            .iter()
+            .map(|v| v.unwrap_or(&[]))
+            .collect(),
+    };
+    let mut off = 0u32;
+    put_u32(out, data, 0);
+    for (r, v) in values.iter().enumerate() {
+        out[at + off as usize..at + off as usize + v.len()].copy_from_slice(v);
+        off += v.len() as u32;
+        put_u32(out, data + 4 * (r + 1), off);
+    }
+    at + off as usize
 }
 
 /// Parses a `declare_output` text: `name:type[,name:type…]`, types `int32`, `int64`,
@@ -572,115 +603,148 @@ pub fn decode(buf: &[u8], schema: &SchemaRef) -> Result<RecordBatch, String> {
             schema.fields().len()
         ));
     }
-    let mut arrays: Vec<ArrayRef> = Vec::with_capacity(cols);
-    for (i, f) in schema.fields().iter().enumerate() {
-        let desc = HEADER_BYTES + COLUMN_BYTES * i;
-        let code = *buf.get(desc).ok_or("descriptor outside the buffer")?;
-        let data = get_u32(buf, desc + 4)? as usize;
-        let validity = get_u32(buf, desc + 8)? as usize;
-        let aux = get_u32(buf, desc + 12)? as usize;
-        let expected = ty_code(f.data_type()).map(|t| t.0).unwrap_or(0);
-        if code != expected {
-            return Err(format!(
-                "column {i} `{}` has type code {code}, declared {expected}",
-                f.name()
-            ));
-        }
-        let valid: Option<Vec<bool>> = if validity == 0 {
-            None
-        } else {
-            Some(
-                slice(buf, validity, rows)?
-                    .iter()
-                    .map(|b| *b != 0)
-                    .collect(),
-            )
-        };
-        let w = width(code);
-        let n = if matches!(code, types::UTF8 | types::BINARY) {
-            rows + 1
-        } else {
-            rows
-        };
-        let raw = slice(buf, data, n.checked_mul(w).ok_or("row count overflows")?)?;
-        let pick = |r: usize| valid.as_ref().is_none_or(|v| v[r]);
-        let array: ArrayRef = match code {
-            types::INT32 => Arc::new(Int32Array::from_iter((0..rows).map(|r| {
-                pick(r)
-                    .then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))
-            }))),
-            types::DATE32 => Arc::new(Date32Array::from_iter((0..rows).map(|r| {
-                pick(r)
-                    .then(|| i32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes")))
-            }))),
-            types::INT64 => Arc::new(Int64Array::from_iter((0..rows).map(|r| {
-                pick(r)
-                    .then(|| i64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))
-            }))),
-            types::DECIMAL64 => {
-                let DataType::Decimal128(precision, scale) = f.data_type() else {
-                    return Err(format!("column {i}: not a decimal"));
-                };
-                if buf[desc + 1] as i8 != *scale {
-                    return Err(format!(
-                        "column {i} `{}` has scale {}, declared {scale}",
-                        f.name(),
-                        buf[desc + 1] as i8
-                    ));
-                }
-                let values = Decimal128Array::from_iter((0..rows).map(|r| {
-                    pick(r).then(|| {
-                        i128::from(i64::from_le_bytes(
-                            raw[8 * r..8 * r + 8].try_into().expect("8 bytes"),
-                        ))
-                    })
-                }));
-                Arc::new(
-                    values
-                        .with_precision_and_scale(*precision, *scale)
-                        .map_err(|e| format!("column {i}: {e}"))?,
-                )
-            }
-            types::FLOAT64 => Arc::new(Float64Array::from_iter((0..rows).map(|r| {
-                pick(r)
-                    .then(|| f64::from_le_bytes(raw[8 * r..8 * r + 8].try_into().expect("8 bytes")))
-            }))),
-            types::BOOL => Arc::new(BooleanArray::from_iter(
-                (0..rows).map(|r| pick(r).then(|| raw[r] != 0)),
-            )),
-            types::UTF8 | types::BINARY => {
-                let offsets: Vec<usize> = (0..=rows)
-                    .map(|r| {
-                        u32::from_le_bytes(raw[4 * r..4 * r + 4].try_into().expect("4 bytes"))
-                            as usize
-                    })
-                    .collect();
-                let end = *offsets.last().unwrap_or(&0);
-                let bytes = slice(buf, aux, end)?;
-                let mut values = Vec::with_capacity(rows);
-                for r in 0..rows {
-                    let (a, b) = (offsets[r], offsets[r + 1]);
-                    if a > b || b > end {
-                        return Err(format!("column {i}: offsets not increasing at row {r}"));
-                    }
-                    values.push(pick(r).then(|| &bytes[a..b]));
-                }
-                if code == types::UTF8 {
-                    let strings: Vec<Option<&str>> = values
-                        .into_iter()
-                        .map(|v| v.map(std::str::from_utf8).transpose())
-                        .collect::<Result<_, _>>()
-                        .map_err(|e| format!("column {i}: {e}"))?;
-                    Arc::new(StringArray::from(strings))
-                } else {
-                    Arc::new(BinaryArray::from(values))
-                }
-            }
-            other => return Err(format!("column {i}: unknown type code {other}")),
-        };
-        arrays.push(array);
-    }
+    let arrays = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| decode_column(buf, i, f, rows))
+        .collect::<Result<Vec<ArrayRef>, String>>()?;
     RecordBatch::try_new(schema.clone(), arrays).map_err(|e| e.to_string())
+}
+
+/// One column of an ADT1 table, as it lies in the buffer.
+struct RawColumn<'a> {
+    /// Column number.
+    i: usize,
+    /// Its type code.
+    code: u8,
+    /// Its fixed-width values (for strings: the offsets).
+    raw: &'a [u8],
+    /// Which rows are valid (None: all).
+    valid: Option<Vec<bool>>,
+    rows: usize,
+}
+
+impl RawColumn<'_> {
+    /// Is row `r` valid?
+    fn valid(&self, r: usize) -> bool {
+        self.valid.as_ref().is_none_or(|v| v[r])
+    }
+
+    /// The `W` bytes of row `r`'s fixed-width value.
+    fn bytes<const W: usize>(&self, r: usize) -> [u8; W] {
+        self.raw[W * r..W * r + W].try_into().expect("W bytes")
+    }
+}
+
+/// Decodes column `i` (declared as `f`) of `rows` rows of the ADT1 table in `buf`.
+fn decode_column(buf: &[u8], i: usize, f: &Field, rows: usize) -> Result<ArrayRef, String> {
+    let desc = HEADER_BYTES + COLUMN_BYTES * i;
+    let code = *buf.get(desc).ok_or("descriptor outside the buffer")?;
+    let data = get_u32(buf, desc + 4)? as usize;
+    let validity = get_u32(buf, desc + 8)? as usize;
+    let aux = get_u32(buf, desc + 12)? as usize;
+    let expected = ty_code(f.data_type()).map(|t| t.0).unwrap_or(0);
+    if code != expected {
+        return Err(format!(
+            "column {i} `{}` has type code {code}, declared {expected}",
+            f.name()
+        ));
+    }
+    let valid: Option<Vec<bool>> = if validity == 0 {
+        None
+    } else {
+        Some(
+            slice(buf, validity, rows)?
+                .iter()
+                .map(|b| *b != 0)
+                .collect(),
+        )
+    };
+    let n = if matches!(code, types::UTF8 | types::BINARY) {
+        rows + 1
+    } else {
+        rows
+    };
+    let len = n.checked_mul(width(code)).ok_or("row count overflows")?;
+    let c = RawColumn {
+        i,
+        code,
+        raw: slice(buf, data, len)?,
+        valid,
+        rows,
+    };
+    let rows = 0..rows;
+    Ok(match code {
+        types::INT32 => Arc::new(Int32Array::from_iter(
+            rows.map(|r| c.valid(r).then(|| i32::from_le_bytes(c.bytes(r)))),
+        )),
+        types::DATE32 => Arc::new(Date32Array::from_iter(
+            rows.map(|r| c.valid(r).then(|| i32::from_le_bytes(c.bytes(r)))),
+        )),
+        types::INT64 => Arc::new(Int64Array::from_iter(
+            rows.map(|r| c.valid(r).then(|| i64::from_le_bytes(c.bytes(r)))),
+        )),
+        types::DECIMAL64 => decode_decimal(&c, f, buf[desc + 1] as i8)?,
+        types::FLOAT64 => Arc::new(Float64Array::from_iter(
+            rows.map(|r| c.valid(r).then(|| f64::from_le_bytes(c.bytes(r)))),
+        )),
+        types::BOOL => Arc::new(BooleanArray::from_iter(
+            rows.map(|r| c.valid(r).then(|| c.raw[r] != 0)),
+        )),
+        types::UTF8 | types::BINARY => decode_bytes(&c, buf, aux)?,
+        other => return Err(format!("column {i}: unknown type code {other}")),
+    })
+}
+
+/// A DECIMAL64 column of scale `scale` (as written), declared as `f`.
+fn decode_decimal(c: &RawColumn<'_>, f: &Field, scale: i8) -> Result<ArrayRef, String> {
+    let i = c.i;
+    let DataType::Decimal128(precision, declared) = f.data_type() else {
+        return Err(format!("column {i}: not a decimal"));
+    };
+    if scale != *declared {
+        return Err(format!(
+            "column {i} `{}` has scale {scale}, declared {declared}",
+            f.name()
+        ));
+    }
+    let values = Decimal128Array::from_iter((0..c.rows).map(|r| {
+        c.valid(r)
+            .then(|| i128::from(i64::from_le_bytes(c.bytes(r))))
+    }));
+    Ok(Arc::new(
+        values
+            .with_precision_and_scale(*precision, *declared)
+            .map_err(|e| format!("column {i}: {e}"))?,
+    ))
+}
+
+/// A UTF8 or BINARY column: its offsets in `c`, its bytes at `aux` in `buf`.
+fn decode_bytes(c: &RawColumn<'_>, buf: &[u8], aux: usize) -> Result<ArrayRef, String> {
+    let (i, rows) = (c.i, c.rows);
+    let offsets: Vec<usize> = (0..=rows)
+        .map(|r| u32::from_le_bytes(c.bytes(r)) as usize)
+        .collect();
+    let end = *offsets.last().unwrap_or(&0);
+    let bytes = slice(buf, aux, end)?;
+    let mut values = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let (a, b) = (offsets[r], offsets[r + 1]);
+        if a > b || b > end {
+            return Err(format!("column {i}: offsets not increasing at row {r}"));
+        }
+        values.push(c.valid(r).then(|| &bytes[a..b]));
+    }
+    if c.code != types::UTF8 {
+        return Ok(Arc::new(BinaryArray::from(values)));
+    }
+    let strings: Vec<Option<&str>> = values
+        .into_iter()
+        .map(|v| v.map(std::str::from_utf8).transpose())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("column {i}: {e}"))?;
+    Ok(Arc::new(StringArray::from(strings)))
 }
 
 #[cfg(test)]

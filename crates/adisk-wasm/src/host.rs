@@ -3,7 +3,7 @@
 //! the per-store state they act on, with the memory grant as a [`ResourceLimiter`].
 use crate::abi::{self, codes, v2};
 use crate::error::WasmError;
-use crate::runtime::WasmLimits;
+use crate::limits::WasmLimits;
 use arrow::array::{BinaryArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::ops::Range;

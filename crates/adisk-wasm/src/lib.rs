@@ -12,6 +12,7 @@
 //! ```
 //!
 //! * [`abi`]: ABI constants (v1, v2), shapes, and the ADT1 table layout (`docs/disklet-abi.md`).
+//! * [`limits`]: the limits every user disklet of a disk runs under ([`WasmLimits`]).
 //! * [`validate`]: install-time validation of a compiled module.
 //! * [`runtime`]: the engine and [`runtime::WasmDisklet`].
 //! * [`registry`]: installed modules on a disk and the compiled-module cache.
@@ -21,6 +22,7 @@ pub mod abi;
 pub mod error;
 mod host;
 mod input;
+pub mod limits;
 pub mod registry;
 pub mod runtime;
 pub mod validate;

@@ -6,7 +6,7 @@
 //! exactly as before v2 existed).
 use crate::abi::{self, Shape, v2};
 use crate::error::{Result, WasmError};
-use crate::runtime::WasmLimits;
+use crate::limits::WasmLimits;
 use wasmtime::{ExternType, Module, ValType};
 
 /// What install-time validation found out about a module.

@@ -3,7 +3,7 @@
 //! input it asks for (`adisk_next_input`) even while another input's buffer is only partly
 //! handed over, each input in its own area, and emits on the port the guest names; guest
 //! mistakes (bad port, bad input index, overlapping areas, wrong input count) are typed errors.
-//! (The C SDK examples run in job graphs in crates/adisk-host/tests/wasm_graphs.rs.)
+//! (The C SDK examples run in job graphs in crates/adisk/tests/wasm_graphs.rs.)
 use adisk_diskos::disklet::{Emitter, NextInput};
 use adisk_wasm::{DiskletRegistry, WasmDisklet, WasmError, WasmLimits, WasmRuntime};
 use arrow::array::{AsArray, Int64Array, RecordBatch};

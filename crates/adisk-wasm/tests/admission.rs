@@ -1,7 +1,8 @@
 //! Admission comes before any stage code runs (issue 10): a job refused for memory never
 //! instantiates its user disklet — the guest's `init`, which would have emitted, never runs —
 //! while the same job on a disk with room does run it.
-use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::builder::JobBuilder;
+use adisk_core::protocol::{DiskletSpec, Sink, Source};
 use adisk_diskos::stream::StreamRx;
 use adisk_diskos::{DiskOs, DiskOsConfig, DiskOsError};
 use adisk_storage::store::DiskStore;
@@ -55,14 +56,14 @@ fn disk(dir: &std::path::Path, memory_bytes: u64, registry: Arc<DiskletRegistry>
     os
 }
 
-fn job(schema: &Schema) -> JobSpec {
+/// A user disklet over a host stream (to be built).
+fn job(schema: &Schema) -> JobBuilder {
     let stages = vec![DiskletSpec::Wasm {
         name: "emits_at_init".into(),
         params: Default::default(),
         fuel: None,
     }];
-    JobSpec::chain(
-        "guest",
+    JobBuilder::chain(
         "test",
         Source::Host {
             schema: schema.clone(),
@@ -70,6 +71,8 @@ fn job(schema: &Schema) -> JobSpec {
         stages,
         Sink::Host,
     )
+    .id("guest")
+    .program("test")
 }
 
 fn instances(registry: &DiskletRegistry) -> u64 {
@@ -93,7 +96,9 @@ async fn refused_job_never_runs_guest_init() {
 
     let small = disk(&tmp.path().join("small"), 4 << 20, registry.clone());
     let (_tx, rx) = tokio::sync::mpsc::channel(1);
-    let refused = small.start_job(job(&schema), Some(rx)).await;
+    let refused = small
+        .start_job(job(&schema).build().unwrap(), Some(rx))
+        .await;
     assert!(
         matches!(refused, Err(DiskOsError::GrantTooLarge { .. })),
         "refused for memory: {:?}",
@@ -111,7 +116,7 @@ async fn refused_job_never_runs_guest_init() {
     let large = disk(&tmp.path().join("large"), 64 << 20, registry.clone());
     let (tx, rx) = tokio::sync::mpsc::channel(1);
     let mut running = large
-        .start_job(job(&schema), Some(rx))
+        .start_job(job(&schema).build().unwrap(), Some(rx))
         .await
         .expect("admitted");
     assert_eq!(instances(&registry), 1);

@@ -143,9 +143,9 @@ pub struct Common {
     /// `active` (the disks compute) or `conventional` (the host reads the raw input).
     #[arg(long, default_value = "active")]
     pub mode: String,
-    /// Output format: table or json.
-    #[arg(long, default_value = "table")]
-    pub format: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = crate::output::Format::Table)]
+    pub format: crate::output::Format,
 }
 
 /// `adisk app sort`.
@@ -428,9 +428,9 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
         AppCommand::Fft(a) => fft(&cluster, a).await?,
         AppCommand::Join(a) => join(&cluster, a).await?,
     };
-    match format.as_str() {
-        "json" => println!("{}", report.to_json()),
-        _ => print!("{}", report.to_text()),
+    match format {
+        crate::output::Format::Json => println!("{}", report.to_json()),
+        crate::output::Format::Table => print!("{}", report.to_text()),
     }
     if report.result.get("valid") == Some(&serde_json::Value::Bool(false)) {
         return Err(CliError::Other(format!(
@@ -442,7 +442,7 @@ pub async fn run(dir: &Path, command: AppCommand) -> Result<(), CliError> {
 }
 
 /// A report and the format to print it in.
-type Ran = (adisk_apps::report::Report, String);
+type Ran = (adisk_apps::report::Report, crate::output::Format);
 
 /// `--run-kib 0` (sort, join): a run of no bytes holds no record.
 fn positive_run_kib(run_kib: Option<u64>) -> Result<(), CliError> {
@@ -736,87 +736,9 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
             bar.finish_and_clear();
             println!("loaded {records} sensor records over {days} days into `{table}`");
         }
-        AppLoad::Cluster {
-            points,
-            dims,
-            clusters,
-            max_cluster_dims,
-            noise,
-            min_width,
-            max_width,
-            table,
-            seed,
-        } => {
-            let g = adisk_apps::cluster::kernel::GenParams {
-                points,
-                dims,
-                clusters,
-                max_cluster_dims,
-                noise,
-                min_width,
-                max_width,
-                seed,
-            };
-            let bar = progress(points, &format!("generating {table}"));
-            let b = bar.clone();
-            adisk_apps::cluster::load(&cluster, &table, g, move |n| b.set_position(n))
-                .await
-                .map_err(app_err)?;
-            bar.finish_and_clear();
-            record_points(dir, &table, &g)?;
-            println!(
-                "loaded {points} points in {dims} dimensions ({clusters} planted clusters) into `{table}`"
-            );
-        }
-        AppLoad::Datacube {
-            rows,
-            cards,
-            zipf,
-            table,
-            seed,
-        } => {
-            let cardinalities = parse_cards(&cards)?;
-            let bar = progress(rows, &format!("generating {table}"));
-            let b = bar.clone();
-            let params = adisk_apps::datacube::generator::GenParams {
-                rows,
-                cardinalities,
-                zipf,
-                seed,
-            };
-            let bytes =
-                adisk_apps::datacube::load(&cluster, &table, params, move |n| b.set_position(n))
-                    .await
-                    .map_err(app_err)?;
-            bar.finish_and_clear();
-            println!("loaded {rows} rows ({bytes} bytes) into `{table}`");
-        }
-        AppLoad::Dmine {
-            transactions,
-            avg_len,
-            pattern_len,
-            patterns,
-            items,
-            table,
-            seed,
-        } => {
-            let params = adisk_apps::dmine::generator::GenParams {
-                transactions,
-                avg_transaction_len: avg_len,
-                avg_pattern_len: pattern_len,
-                patterns,
-                items,
-                seed,
-            };
-            let bar = progress(transactions, &format!("generating {table}"));
-            let b = bar.clone();
-            let stored =
-                adisk_apps::dmine::load(&cluster, &table, &params, move |n| b.set_position(n))
-                    .await
-                    .map_err(app_err)?;
-            bar.finish_and_clear();
-            println!("loaded {transactions} transactions ({stored} items) into `{table}`");
-        }
+        cluster_load @ AppLoad::Cluster { .. } => load_points(dir, &cluster, cluster_load).await?,
+        cube_load @ AppLoad::Datacube { .. } => load_cube_rows(&cluster, cube_load).await?,
+        dmine_load @ AppLoad::Dmine { .. } => load_transactions(&cluster, dmine_load).await?,
         AppLoad::Fft {
             rows,
             cols,
@@ -856,6 +778,107 @@ pub async fn load(dir: &Path, what: AppLoad) -> Result<(), CliError> {
             );
         }
     }
+    Ok(())
+}
+
+/// `adisk load app cluster`: planted clusters' points, generated at the host, loaded and
+/// recorded for the run that checks them.
+async fn load_points(dir: &Path, cluster: &Cluster, what: AppLoad) -> Result<(), CliError> {
+    let AppLoad::Cluster {
+        points,
+        dims,
+        clusters,
+        max_cluster_dims,
+        noise,
+        min_width,
+        max_width,
+        table,
+        seed,
+    } = what
+    else {
+        unreachable!("called for AppLoad::Cluster")
+    };
+    let g = adisk_apps::cluster::kernel::GenParams {
+        points,
+        dims,
+        clusters,
+        max_cluster_dims,
+        noise,
+        min_width,
+        max_width,
+        seed,
+    };
+    let bar = progress(points, &format!("generating {table}"));
+    let b = bar.clone();
+    adisk_apps::cluster::load(cluster, &table, g, move |n| b.set_position(n))
+        .await
+        .map_err(app_err)?;
+    bar.finish_and_clear();
+    record_points(dir, &table, &g)?;
+    println!(
+        "loaded {points} points in {dims} dimensions ({clusters} planted clusters) into `{table}`"
+    );
+    Ok(())
+}
+
+/// `adisk load app datacube`: rows of skewed dimensions for the cube.
+async fn load_cube_rows(cluster: &Cluster, what: AppLoad) -> Result<(), CliError> {
+    let AppLoad::Datacube {
+        rows,
+        cards,
+        zipf,
+        table,
+        seed,
+    } = what
+    else {
+        unreachable!("called for AppLoad::Datacube")
+    };
+    let cardinalities = parse_cards(&cards)?;
+    let bar = progress(rows, &format!("generating {table}"));
+    let b = bar.clone();
+    let params = adisk_apps::datacube::generator::GenParams {
+        rows,
+        cardinalities,
+        zipf,
+        seed,
+    };
+    let bytes = adisk_apps::datacube::load(cluster, &table, params, move |n| b.set_position(n))
+        .await
+        .map_err(app_err)?;
+    bar.finish_and_clear();
+    println!("loaded {rows} rows ({bytes} bytes) into `{table}`");
+    Ok(())
+}
+
+/// `adisk load app dmine`: synthetic market-basket transactions.
+async fn load_transactions(cluster: &Cluster, what: AppLoad) -> Result<(), CliError> {
+    let AppLoad::Dmine {
+        transactions,
+        avg_len,
+        pattern_len,
+        patterns,
+        items,
+        table,
+        seed,
+    } = what
+    else {
+        unreachable!("called for AppLoad::Dmine")
+    };
+    let params = adisk_apps::dmine::generator::GenParams {
+        transactions,
+        avg_transaction_len: avg_len,
+        avg_pattern_len: pattern_len,
+        patterns,
+        items,
+        seed,
+    };
+    let bar = progress(transactions, &format!("generating {table}"));
+    let b = bar.clone();
+    let stored = adisk_apps::dmine::load(cluster, &table, &params, move |n| b.set_position(n))
+        .await
+        .map_err(app_err)?;
+    bar.finish_and_clear();
+    println!("loaded {transactions} transactions ({stored} items) into `{table}`");
     Ok(())
 }
 

@@ -65,6 +65,73 @@ fn duckdb_seconds(python: &str, dir: &Path, repeats: usize, sql: &str) -> Result
         .map_err(|e| CliError::Other(format!("bad DuckDB timing output: {e}")))
 }
 
+/// The two queries of `bench scan`: a Q6-like aggregate and a Q1-like group-by over
+/// `lineitem`, as `adisk run` requests and as SQL for DuckDB.
+fn scan_queries() -> [(&'static str, JobRequest, String); 2] {
+    [
+    (
+        "Q6-like",
+        JobRequest {
+            disklet: "aggregate".into(),
+            table: "lineitem".into(),
+            params: [("predicate".to_string(), Q6_PREDICATE.to_string()), ("aggs".to_string(), "sum(l_extendedprice * l_discount) AS revenue".to_string())].into_iter().collect(),
+            ..Default::default()
+        },
+        format!("SELECT sum(l_extendedprice * l_discount) FROM lineitem WHERE {Q6_PREDICATE}"),
+    ),
+    (
+        "Q1-like",
+        JobRequest {
+            disklet: "groupby".into(),
+            table: "lineitem".into(),
+            params: [
+                ("predicate".to_string(), "l_shipdate <= DATE '1998-09-02'".to_string()),
+                ("group_by".to_string(), "l_returnflag, l_linestatus".to_string()),
+                ("aggs".to_string(), "sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*)".to_string()),
+            ]
+            .into_iter()
+            .collect(),
+            ..Default::default()
+        },
+        "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2".to_string(),
+    ),
+]
+}
+
+/// Loads `lineitem` at `sf` into the cluster of `cdir` unless it holds it already, written with
+/// `args`' codec.
+async fn ensure_lineitem(cdir: &Path, sf: f64, args: &UpArgs) -> Result<(), CliError> {
+    let cluster = crate::connect(cdir).await?;
+    let rows = cluster
+        .catalog()
+        .await?
+        .tables
+        .get("lineitem")
+        .map(|t| t.rows())
+        .unwrap_or(0);
+    if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100
+        || !crate::output::loaded_with(cdir, args.compression)
+    {
+        let _ = cluster.drop_table("lineitem").await;
+        crate::output::load_tpch(
+            &cluster,
+            &adisk_host::load::TpchLoad {
+                sf,
+                partitions_per_disk: 1,
+                row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
+                tables: vec!["lineitem".into()],
+                replicas: 1,
+                disks: vec![],
+            },
+        )
+        .await?;
+        crate::output::mark_loaded(cdir, args.compression)?;
+    }
+    Ok(())
+}
+
+/// `adisk bench scan`: the Q6-like and Q1-like queries on 1..N disks against DuckDB on the
+/// same files; wall, disk and per-byte CPU figures, memory peaks.
 pub async fn scan(
     dir: &Path,
     sf: f64,
@@ -73,34 +140,7 @@ pub async fn scan(
     python: &str,
 ) -> Result<(), CliError> {
     let hz = cpu_hz();
-    let queries: [(&str, JobRequest, String); 2] = [
-        (
-            "Q6-like",
-            JobRequest {
-                disklet: "aggregate".into(),
-                table: "lineitem".into(),
-                params: [("predicate".to_string(), Q6_PREDICATE.to_string()), ("aggs".to_string(), "sum(l_extendedprice * l_discount) AS revenue".to_string())].into_iter().collect(),
-                ..Default::default()
-            },
-            format!("SELECT sum(l_extendedprice * l_discount) FROM lineitem WHERE {Q6_PREDICATE}"),
-        ),
-        (
-            "Q1-like",
-            JobRequest {
-                disklet: "groupby".into(),
-                table: "lineitem".into(),
-                params: [
-                    ("predicate".to_string(), "l_shipdate <= DATE '1998-09-02'".to_string()),
-                    ("group_by".to_string(), "l_returnflag, l_linestatus".to_string()),
-                    ("aggs".to_string(), "sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*)".to_string()),
-                ]
-                .into_iter()
-                .collect(),
-                ..Default::default()
-            },
-            "SELECT l_returnflag, l_linestatus, sum(l_quantity), sum(l_extendedprice), sum(l_extendedprice * (1 - l_discount)), sum(l_extendedprice * (1 - l_discount) * (1 + l_tax)), avg(l_quantity), avg(l_extendedprice), avg(l_discount), count(*) FROM lineitem WHERE l_shipdate <= DATE '1998-09-02' GROUP BY 1, 2".to_string(),
-        ),
-    ];
+    let queries = scan_queries();
     println!(
         "adisk bench scan: TPC-H SF {sf} lineitem, median of {repeats}, clock {:.2} GHz",
         hz / 1e9
@@ -129,36 +169,7 @@ pub async fn scan(
         let args = UpArgs { ..UpArgs::local(n) };
         up(&cdir, &args).await?;
         // Load (or reuse) the data, then restart the disks so peak RSS reflects serving queries.
-        let loaded = async {
-            let cluster = crate::connect(&cdir).await?;
-            let rows = cluster
-                .catalog()
-                .await?
-                .tables
-                .get("lineitem")
-                .map(|t| t.rows())
-                .unwrap_or(0);
-            if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100
-                || !crate::output::loaded_with(&cdir, args.compression)
-            {
-                let _ = cluster.drop_table("lineitem").await;
-                crate::output::load_tpch(
-                    &cluster,
-                    &adisk_host::load::TpchLoad {
-                        sf,
-                        partitions_per_disk: 1,
-                        row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS,
-                        tables: vec!["lineitem".into()],
-                        replicas: 1,
-                        disks: vec![],
-                    },
-                )
-                .await?;
-                crate::output::mark_loaded(&cdir, args.compression)?;
-            }
-            Ok::<(), CliError>(())
-        }
-        .await;
+        let loaded = ensure_lineitem(&cdir, sf, &args).await;
         down(&cdir).await?;
         loaded?;
         let config = up(&cdir, &args).await?;

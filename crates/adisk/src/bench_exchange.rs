@@ -78,13 +78,15 @@ async fn loopback_mb_s(
         prune: None,
         partitions: None,
     };
-    let spec = adisk_core::protocol::JobSpec::chain(
-        format!("bench-exchange-fetch-{}", std::process::id()),
-        "bench",
+    let spec = adisk_core::builder::JobBuilder::chain(
+        "bench-exchange-fetch",
         source,
         vec![],
         adisk_core::protocol::Sink::Host,
-    );
+    )
+    .program("bench")
+    .build()
+    .map_err(adisk_host::HostError::from)?;
     let mut stream = cluster.start(0, &spec).await?;
     let mut batches = Vec::new();
     while let Some(b) = stream.next().await {

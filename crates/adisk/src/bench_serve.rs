@@ -133,79 +133,112 @@ async fn bench(
         let sql: &'static str = tpch::query(*q)?;
         for &n in &a.clients {
             let deadline = Duration::from_secs(a.seconds);
-            let (url2, pw, tls2) = (url.clone(), password.clone(), tls.clone());
-            let flight = measure(n, move |_| {
-                let (url, pw, tls) = (url2.clone(), pw.clone(), tls2.clone());
-                async move {
-                    let mut c = Client::connect(&url, "admin", &pw, &tls)
-                        .await
-                        .map_err(|e| CliError::Other(e.to_string()))?;
-                    let (start, mut lat) = (Instant::now(), Vec::new());
-                    while lat.is_empty() || start.elapsed() < deadline {
-                        let t = Instant::now();
-                        c.query(sql)
-                            .await
-                            .map_err(|e| CliError::Other(e.to_string()))?;
-                        lat.push(t.elapsed().as_secs_f64());
-                    }
-                    Ok(lat)
-                }
-            })
-            .await?;
-            let cl = cluster.clone();
-            let local = measure(n, move |_| {
-                let cl = cl.clone();
-                async move {
-                    let engine = SqlEngine::new(cl, SqlOptions::default()).await?;
-                    let (start, mut lat) = (Instant::now(), Vec::new());
-                    while lat.is_empty() || start.elapsed() < deadline {
-                        let t = Instant::now();
-                        engine.query(sql).await?;
-                        lat.push(t.elapsed().as_secs_f64());
-                    }
-                    Ok(lat)
-                }
-            })
-            .await?;
-            let cl = cluster.clone();
-            let fresh = measure(n, move |_| {
-                let cl = cl.clone();
-                async move {
-                    let (start, mut lat) = (Instant::now(), Vec::new());
-                    while lat.is_empty() || start.elapsed() < deadline {
-                        let t = Instant::now();
-                        let engine = SqlEngine::new(cl.clone(), SqlOptions::default()).await?;
-                        engine.query(sql).await?;
-                        lat.push(t.elapsed().as_secs_f64());
-                    }
-                    Ok(lat)
-                }
-            })
-            .await?;
-            for (path, r) in [
-                ("flight sql", &flight),
-                ("in process", &local),
-                ("in-proc/new", &fresh),
-            ] {
-                println!(
-                    "Q{:<5} {:>7} {:>11} {:>9.2} {:>9.1} {:>9.1} {:>15}",
-                    q,
-                    n,
-                    path,
-                    r.qps(),
-                    r.quantile(0.5) * 1e3,
-                    r.quantile(0.99) * 1e3,
-                    if path == "flight sql" {
-                        format!("{:.3}", flight.quantile(0.5) / local.quantile(0.5))
-                    } else {
-                        String::new()
-                    }
-                );
-            }
+            let row =
+                PathsRow::measure(&cluster, (&url, &tls), &password, sql, (n, deadline)).await?;
+            row.print(*q, n);
         }
         interleaved(&cluster, (&url, &tls), &password, sql, *q, a.seconds).await?;
     }
     transfer(&cluster).await
+}
+
+/// One query at `n` clients on the three paths: through the Flight SQL service, in process
+/// with an engine per client, in process with an engine per query.
+struct PathsRow {
+    flight: Run,
+    local: Run,
+    fresh: Run,
+}
+
+impl PathsRow {
+    /// Runs `sql` at `n` clients for `deadline` on each path in turn.
+    async fn measure(
+        cluster: &Arc<Cluster>,
+        (url, tls): (&str, &ClientTls),
+        password: &str,
+        sql: &'static str,
+        (n, deadline): (usize, Duration),
+    ) -> Result<PathsRow, CliError> {
+        let (url2, pw, tls2) = (url.to_string(), password.to_string(), tls.clone());
+        let flight = measure(n, move |_| {
+            let (url, pw, tls) = (url2.clone(), pw.clone(), tls2.clone());
+            async move {
+                let mut c = Client::connect(&url, "admin", &pw, &tls)
+                    .await
+                    .map_err(|e| CliError::Other(e.to_string()))?;
+                let (start, mut lat) = (Instant::now(), Vec::new());
+                while lat.is_empty() || start.elapsed() < deadline {
+                    let t = Instant::now();
+                    c.query(sql)
+                        .await
+                        .map_err(|e| CliError::Other(e.to_string()))?;
+                    lat.push(t.elapsed().as_secs_f64());
+                }
+                Ok(lat)
+            }
+        })
+        .await?;
+        let cl = cluster.clone();
+        let local = measure(n, move |_| {
+            let cl = cl.clone();
+            async move {
+                let engine = SqlEngine::new(cl, SqlOptions::default()).await?;
+                let (start, mut lat) = (Instant::now(), Vec::new());
+                while lat.is_empty() || start.elapsed() < deadline {
+                    let t = Instant::now();
+                    engine.query(sql).await?;
+                    lat.push(t.elapsed().as_secs_f64());
+                }
+                Ok(lat)
+            }
+        })
+        .await?;
+        let cl = cluster.clone();
+        let fresh = measure(n, move |_| {
+            let cl = cl.clone();
+            async move {
+                let (start, mut lat) = (Instant::now(), Vec::new());
+                while lat.is_empty() || start.elapsed() < deadline {
+                    let t = Instant::now();
+                    let engine = SqlEngine::new(cl.clone(), SqlOptions::default()).await?;
+                    engine.query(sql).await?;
+                    lat.push(t.elapsed().as_secs_f64());
+                }
+                Ok(lat)
+            }
+        })
+        .await?;
+        Ok(PathsRow {
+            flight,
+            local,
+            fresh,
+        })
+    }
+
+    /// The three lines of query `q` at `n` clients.
+    fn print(&self, q: u32, n: usize) {
+        let (flight, local, fresh) = (&self.flight, &self.local, &self.fresh);
+        for (path, r) in [
+            ("flight sql", &flight),
+            ("in process", &local),
+            ("in-proc/new", &fresh),
+        ] {
+            println!(
+                "Q{:<5} {:>7} {:>11} {:>9.2} {:>9.1} {:>9.1} {:>15}",
+                q,
+                n,
+                path,
+                r.qps(),
+                r.quantile(0.5) * 1e3,
+                r.quantile(0.99) * 1e3,
+                if path == "flight sql" {
+                    format!("{:.3}", flight.quantile(0.5) / local.quantile(0.5))
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
 }
 
 /// One client of each path taking turns query by query for `seconds`, so that both see the

@@ -197,7 +197,6 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     if a.netns && a.netns_disks.is_none() {
         return in_namespaces(&a);
     }
-    let repeats = a.repeats.max(1);
     let queries: Vec<u32> = if a.queries.is_empty() {
         (1..=22).collect()
     } else {
@@ -228,92 +227,243 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         if !a.levels.is_empty() {
             return levels_table(&cluster, &a, &queries, &texts).await;
         }
-        let mut duck = if a.no_duckdb {
-            None
-        } else {
-            eprintln!("starting DuckDB ({} threads) on the same files …", a.duckdb_threads);
-            Some(DuckDb::start(&a.python, &cdir, a.duckdb_threads)?)
-        };
-        let auto = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::Auto, buffer_kib: a.buffer_kib, ..Default::default() }).await?;
-        let none = SqlEngine::new(cluster.clone(), SqlOptions { offload: Offload::None, buffer_kib: a.buffer_kib, ..Default::default() }).await?;
-        println!(
-            "adisk bench tpch: SF {} on {} disks, host link {}, disk read {}, median of {repeats}",
-            a.sf,
-            a.disks,
-            if a.host_link_mbps > 0 { format!("{} Mbit/s", a.host_link_mbps) } else { "unthrottled".into() },
-            if a.disk_read_mbps > 0 { format!("{} Mbit/s", a.disk_read_mbps) } else { "unthrottled".into() }
-        );
-        println!(
-            "{:<5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
-            "query", "auto_ms", "none_ms", "duck_ms", "none/auto", "duck/auto", "read", "ship_auto", "ship_none", "reduction"
-        );
-        let (mut t_auto, mut t_none, mut t_duck, mut faster) = (0.0, 0.0, 0.0, 0);
-        // A number, or a dash for a mode that did not run (NaN).
-        let opt = |v: f64, digits: usize| if v.is_nan() { "–".to_string() } else { format!("{v:.digits$}") };
-        for (i, n) in queries.iter().enumerate() {
-            eprintln!("Q{n:02} …");
-            let sql = texts[i];
-            // One warm-up of each engine, then the repeats interleaved: DuckDB, auto, none.
-            if !a.no_warmup {
-                if let Some(d) = &mut duck {
-                    d.time(sql)?;
-                }
-                auto.query(sql).await?;
-                if !a.no_conventional {
-                    none.query(sql).await?;
-                }
-            }
-            let (mut x, mut y, mut dt) = (Samples::default(), Samples::default(), Vec::new());
-            for _ in 0..repeats {
-                if let Some(d) = &mut duck {
-                    dt.push(d.time(sql)?);
-                }
-                x.add(&auto.query(sql).await?);
-                if !a.no_conventional {
-                    y.add(&none.query(sql).await?);
-                }
-            }
-            let xs = median(x.times);
-            let ys = if a.no_conventional { f64::NAN } else { median(y.times) };
-            t_auto += xs;
-            t_none += ys;
-            if xs < ys {
-                faster += 1;
-            }
-            let d = (!dt.is_empty()).then(|| median(dt));
-            t_duck += d.unwrap_or(0.0);
-            println!(
-                "Q{n:02}   {:>10.1} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
-                xs * 1e3,
-                opt(ys * 1e3, 1),
-                d.map(|d| format!("{:.1}", d * 1e3)).unwrap_or_else(|| "–".into()),
-                opt(ys / xs, 2),
-                d.map(|d| format!("{:.2}", d / xs)).unwrap_or_else(|| "–".into()),
-                human_bytes(x.read),
-                human_bytes(x.shipped),
-                if a.no_conventional { "–".into() } else { human_bytes(y.shipped) },
-                if a.no_conventional { "–".into() } else { format!("{:.1}x", y.shipped as f64 / x.shipped.max(1) as f64) }
-            );
-        }
-        println!(
-            "total {:>10.1} {:>10} {:>10} {:>9} {:>9}",
-            t_auto * 1e3,
-            opt(t_none * 1e3, 1),
-            if a.no_duckdb { "–".into() } else { format!("{:.1}", t_duck * 1e3) },
-            opt(t_none / t_auto, 2),
-            if a.no_duckdb { "–".into() } else { format!("{:.2}", t_duck / t_auto) }
-        );
-        if !a.no_conventional {
-            println!("auto faster than none on {faster} of {} queries", queries.len());
-        }
-        println!("auto total ÷ DuckDB total = {}", if a.no_duckdb { "–".into() } else { format!("{:.2}", t_auto / t_duck) });
-        println!("none/auto, duck/auto above 1: auto faster. reduction: bytes shipped by none ÷ by auto. read: storage bytes read at the disks (auto).");
-        println!("Runs were interleaved per query (DuckDB, auto, none, repeated), each engine warmed up once first.");
-        Ok::<(), CliError>(())
+        auto_against_none(&cluster, &cdir, &a, &queries, &texts).await
     }
     .await;
     down(&cdir).await?;
     result
+}
+
+/// The default table: each query at `auto` and at `none` (and in DuckDB on the same files
+/// unless `--no-duckdb`), interleaved after a warm-up; medians, bytes read and shipped.
+async fn auto_against_none(
+    cluster: &Arc<adisk_host::Cluster>,
+    cdir: &Path,
+    a: &TpchBenchArgs,
+    queries: &[u32],
+    texts: &[&str],
+) -> Result<(), CliError> {
+    let mut duck = if a.no_duckdb {
+        None
+    } else {
+        eprintln!(
+            "starting DuckDB ({} threads) on the same files …",
+            a.duckdb_threads
+        );
+        Some(DuckDb::start(&a.python, &cdir, a.duckdb_threads)?)
+    };
+    let auto = SqlEngine::new(
+        cluster.clone(),
+        SqlOptions {
+            offload: Offload::Auto,
+            buffer_kib: a.buffer_kib,
+            ..Default::default()
+        },
+    )
+    .await?;
+    let none = SqlEngine::new(
+        cluster.clone(),
+        SqlOptions {
+            offload: Offload::None,
+            buffer_kib: a.buffer_kib,
+            ..Default::default()
+        },
+    )
+    .await?;
+    print_header(a);
+    let mut totals = Totals::default();
+    for (i, n) in queries.iter().enumerate() {
+        eprintln!("Q{n:02} …");
+        let row = QueryRow::measure(texts[i], a, (&auto, &none), duck.as_mut()).await?;
+        row.print(*n, a);
+        totals.add(&row);
+    }
+    let (t_auto, t_none, t_duck, faster) = (totals.auto, totals.none, totals.duck, totals.faster);
+    println!(
+        "total {:>10.1} {:>10} {:>10} {:>9} {:>9}",
+        t_auto * 1e3,
+        opt(t_none * 1e3, 1),
+        if a.no_duckdb {
+            "–".into()
+        } else {
+            format!("{:.1}", t_duck * 1e3)
+        },
+        opt(t_none / t_auto, 2),
+        if a.no_duckdb {
+            "–".into()
+        } else {
+            format!("{:.2}", t_duck / t_auto)
+        }
+    );
+    if !a.no_conventional {
+        println!(
+            "auto faster than none on {faster} of {} queries",
+            queries.len()
+        );
+    }
+    println!(
+        "auto total ÷ DuckDB total = {}",
+        if a.no_duckdb {
+            "–".into()
+        } else {
+            format!("{:.2}", t_auto / t_duck)
+        }
+    );
+    println!(
+        "none/auto, duck/auto above 1: auto faster. reduction: bytes shipped by none ÷ by auto. read: storage bytes read at the disks (auto)."
+    );
+    println!(
+        "Runs were interleaved per query (DuckDB, auto, none, repeated), each engine warmed up once first."
+    );
+    Ok(())
+}
+
+/// The default table's title and column names.
+fn print_header(a: &TpchBenchArgs) {
+    let repeats = a.repeats.max(1);
+    println!(
+        "adisk bench tpch: SF {} on {} disks, host link {}, disk read {}, median of {repeats}",
+        a.sf,
+        a.disks,
+        if a.host_link_mbps > 0 {
+            format!("{} Mbit/s", a.host_link_mbps)
+        } else {
+            "unthrottled".into()
+        },
+        if a.disk_read_mbps > 0 {
+            format!("{} Mbit/s", a.disk_read_mbps)
+        } else {
+            "unthrottled".into()
+        }
+    );
+    println!(
+        "{:<5} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
+        "query",
+        "auto_ms",
+        "none_ms",
+        "duck_ms",
+        "none/auto",
+        "duck/auto",
+        "read",
+        "ship_auto",
+        "ship_none",
+        "reduction"
+    );
+}
+
+/// A number, or a dash for a mode that did not run (NaN).
+fn opt(v: f64, digits: usize) -> String {
+    if v.is_nan() {
+        "–".to_string()
+    } else {
+        format!("{v:.digits$}")
+    }
+}
+
+/// One query of the default table, measured.
+struct QueryRow {
+    /// Median at `auto`, s.
+    auto: f64,
+    /// Median at `none`, s (NaN: not run).
+    none: f64,
+    /// Median in DuckDB, s.
+    duck: Option<f64>,
+    /// What `auto` read and shipped.
+    auto_samples: Samples,
+    /// What `none` shipped.
+    none_shipped: u64,
+}
+
+impl QueryRow {
+    /// Runs `sql`: one warm-up of each engine, then the repeats interleaved (DuckDB, auto,
+    /// none).
+    async fn measure(
+        sql: &str,
+        a: &TpchBenchArgs,
+        (auto, none): (&SqlEngine, &SqlEngine),
+        mut duck: Option<&mut DuckDb>,
+    ) -> Result<QueryRow, CliError> {
+        if !a.no_warmup {
+            if let Some(d) = duck.as_deref_mut() {
+                d.time(sql)?;
+            }
+            auto.query(sql).await?;
+            if !a.no_conventional {
+                none.query(sql).await?;
+            }
+        }
+        let (mut x, mut y, mut dt) = (Samples::default(), Samples::default(), Vec::new());
+        for _ in 0..a.repeats.max(1) {
+            if let Some(d) = duck.as_deref_mut() {
+                dt.push(d.time(sql)?);
+            }
+            x.add(&auto.query(sql).await?);
+            if !a.no_conventional {
+                y.add(&none.query(sql).await?);
+            }
+        }
+        Ok(QueryRow {
+            auto: median(x.times.clone()),
+            none: if a.no_conventional {
+                f64::NAN
+            } else {
+                median(y.times)
+            },
+            duck: (!dt.is_empty()).then(|| median(dt)),
+            auto_samples: x,
+            none_shipped: y.shipped,
+        })
+    }
+
+    /// The row of query `n`.
+    fn print(&self, n: u32, a: &TpchBenchArgs) {
+        let (xs, ys, x) = (self.auto, self.none, &self.auto_samples);
+        println!(
+            "Q{n:02}   {:>10.1} {:>10} {:>10} {:>9} {:>9} {:>10} {:>12} {:>12} {:>9}",
+            xs * 1e3,
+            opt(ys * 1e3, 1),
+            self.duck
+                .map(|d| format!("{:.1}", d * 1e3))
+                .unwrap_or_else(|| "–".into()),
+            opt(ys / xs, 2),
+            self.duck
+                .map(|d| format!("{:.2}", d / xs))
+                .unwrap_or_else(|| "–".into()),
+            human_bytes(x.read),
+            human_bytes(x.shipped),
+            if a.no_conventional {
+                "–".into()
+            } else {
+                human_bytes(self.none_shipped)
+            },
+            if a.no_conventional {
+                "–".into()
+            } else {
+                format!("{:.1}x", self.none_shipped as f64 / x.shipped.max(1) as f64)
+            }
+        );
+    }
+}
+
+/// The default table's totals.
+#[derive(Default)]
+struct Totals {
+    auto: f64,
+    none: f64,
+    duck: f64,
+    /// Queries where `auto` beat `none`.
+    faster: usize,
+}
+
+impl Totals {
+    fn add(&mut self, row: &QueryRow) {
+        self.auto += row.auto;
+        self.none += row.none;
+        if row.auto < row.none {
+            self.faster += 1;
+        }
+        self.duck += row.duck.unwrap_or(0.0);
+    }
 }
 
 /// Loads TPC-H at `sf` (one partition per disk) into the cluster of `cdir`, unless it holds
@@ -367,100 +517,26 @@ async fn levels_table(
     queries: &[u32],
     texts: &[&str],
 ) -> Result<(), CliError> {
-    let parsed = a
-        .levels
-        .iter()
-        .map(|l| level_with_bundling(l))
-        .collect::<Result<Vec<_>, _>>()?;
     let levels: Vec<&String> = a.levels.iter().collect();
-    let mut engines = Vec::with_capacity(levels.len());
-    for (l, bundling) in &parsed {
-        engines.push(
-            SqlEngine::new(
-                cluster.clone(),
-                SqlOptions {
-                    offload: *l,
-                    bundling: *bundling,
-                    buffer_kib: a.buffer_kib,
-                    central_unit: a
-                        .central_unit
-                        .filter(|_| matches!(l, Offload::Disks | Offload::Auto)),
-                    ..Default::default()
-                },
-            )
-            .await?,
-        );
-    }
-    let link = if a.host_link_mbps > 0 {
-        format!("{} Mbit/s", a.host_link_mbps)
-    } else {
-        "not throttled".into()
-    };
-    println!(
-        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, TLS {:?}, exchange {}{}, median of {}",
-        a.sf,
-        a.disks,
-        a.tls,
-        a.exchange,
-        a.central_unit
-            .map(|c| format!(", central unit disk {c}"))
-            .unwrap_or_default(),
-        a.repeats.max(1)
-    );
-    let mut header = format!("{:<5}", "query");
-    for l in &levels {
-        header += &format!(
-            " {:>12} {:>11} {:>11}",
-            format!("{l}_ms"),
-            format!("{l}_host"),
-            format!("{l}_d2d")
-        );
-    }
-    for l in levels.iter().skip(1) {
-        header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
-    }
+    let engines = level_engines(cluster, a).await?;
     let auto = (levels.len() > 1)
         .then(|| levels.iter().position(|l| l.as_str() == "auto"))
         .flatten();
-    if auto.is_some() {
-        header += &format!(" {:>10}", "auto/best");
-        println!(
-            "auto plans with: {}",
-            cluster.link_figures().await.describe()
-        );
-    }
-    println!("{header}");
+    print_levels_header(cluster, a, &levels, auto.is_some()).await;
     let mut totals = vec![0.0; levels.len()];
     let mut auto_ratios = Vec::new();
     let mut estimates = Vec::with_capacity(queries.len());
     for (n, sql) in queries.iter().zip(texts) {
         eprintln!("Q{n:02} …");
-        let mut samples: Vec<(Vec<f64>, report::Links)> =
-            vec![(Vec::new(), report::Links::default()); levels.len()];
-        let mut est = vec![None; levels.len()];
-        if !a.no_warmup {
-            for e in &engines {
-                e.query(sql).await?;
-            }
-        }
-        for _ in 0..a.repeats.max(1) {
-            for (i, e) in engines.iter().enumerate() {
-                let out = e.query(sql).await?;
-                samples[i].0.push(out.wall.as_secs_f64());
-                samples[i].1 = report::links(&out);
-                est[i] = out.estimate;
-            }
-        }
-        estimates.push((*n, est, samples.iter().map(|s| s.1).collect()));
-        let medians: Vec<f64> = samples.iter().map(|(t, _)| median(t.clone())).collect();
+        let (medians, links, est) = measure_levels(&engines, sql, a).await?;
         let mut line = format!("Q{n:02}  ");
-        for (i, (_, links)) in samples.iter().enumerate() {
+        for (i, l) in links.iter().enumerate() {
             totals[i] += medians[i];
             line += &format!(
                 " {:>12.1} {:>11} {:>11}",
                 medians[i] * 1e3,
-                human_bytes(links.to_host),
-                human_bytes(links.disk_to_disk)
+                human_bytes(l.to_host),
+                human_bytes(l.disk_to_disk)
             );
         }
         for m in medians.iter().skip(1) {
@@ -476,6 +552,7 @@ async fn levels_table(
             line += &format!(" {ratio:>10.2}");
         }
         println!("{line}");
+        estimates.push((*n, est, links));
     }
     let mut line = format!("{:<5}", "total");
     for t in &totals {
@@ -499,6 +576,101 @@ async fn levels_table(
         );
     }
     Ok(())
+}
+
+/// A SQL engine per `--levels` entry.
+async fn level_engines(
+    cluster: &Arc<adisk_host::Cluster>,
+    a: &TpchBenchArgs,
+) -> Result<Vec<SqlEngine>, CliError> {
+    let mut engines = Vec::with_capacity(a.levels.len());
+    for level in &a.levels {
+        let (l, bundling) = level_with_bundling(level)?;
+        let options = SqlOptions {
+            offload: l,
+            bundling,
+            buffer_kib: a.buffer_kib,
+            central_unit: a
+                .central_unit
+                .filter(|_| matches!(l, Offload::Disks | Offload::Auto)),
+            ..Default::default()
+        };
+        engines.push(SqlEngine::new(cluster.clone(), options).await?);
+    }
+    Ok(engines)
+}
+
+/// The `--levels` table's title and column names (with `auto/best` and the link figures
+/// `auto` plans with when `auto` is compared).
+async fn print_levels_header(
+    cluster: &Arc<adisk_host::Cluster>,
+    a: &TpchBenchArgs,
+    levels: &[&String],
+    auto: bool,
+) {
+    let link = if a.host_link_mbps > 0 {
+        format!("{} Mbit/s", a.host_link_mbps)
+    } else {
+        "not throttled".into()
+    };
+    println!(
+        "adisk bench tpch --levels: SF {} on {} disks, host link {link}, TLS {:?}, exchange {}{}, median of {}",
+        a.sf,
+        a.disks,
+        a.tls,
+        a.exchange,
+        a.central_unit
+            .map(|c| format!(", central unit disk {c}"))
+            .unwrap_or_default(),
+        a.repeats.max(1)
+    );
+    let mut header = format!("{:<5}", "query");
+    for l in levels {
+        header += &format!(
+            " {:>12} {:>11} {:>11}",
+            format!("{l}_ms"),
+            format!("{l}_host"),
+            format!("{l}_d2d")
+        );
+    }
+    for l in levels.iter().skip(1) {
+        header += &format!(" {:>10}", format!("{}/{l}", levels[0]));
+    }
+    if auto {
+        header += &format!(" {:>10}", "auto/best");
+        println!(
+            "auto plans with: {}",
+            cluster.link_figures().await.describe()
+        );
+    }
+    println!("{header}");
+}
+
+/// One query at every level: a warm-up each, then the repeats interleaved level by level;
+/// per level the median time, the links of the last run and its cost model's estimate.
+async fn measure_levels(
+    engines: &[SqlEngine],
+    sql: &str,
+    a: &TpchBenchArgs,
+) -> Result<(Vec<f64>, Vec<report::Links>, Vec<Option<Estimate>>), CliError> {
+    let mut times = vec![Vec::new(); engines.len()];
+    let mut links = vec![report::Links::default(); engines.len()];
+    let mut est = vec![None; engines.len()];
+    if !a.no_warmup {
+        for e in engines {
+            e.query(sql).await?;
+        }
+    }
+    for _ in 0..a.repeats.max(1) {
+        for (i, e) in engines.iter().enumerate() {
+            let out = e.query(sql).await?;
+            times[i].push(out.wall.as_secs_f64());
+            links[i] = report::links(&out);
+            est[i] = out.estimate;
+        }
+    }
+    let medians = times.into_iter().map(median).collect();
+    Ok((medians, links, est))
 }
 
 /// One query's cost-model estimates per level beside the links its last run measured.

@@ -26,9 +26,9 @@ pub enum DiskletCommand {
     },
     /// The installed disklets of every disk.
     List {
-        /// Output format: table or json.
-        #[arg(long, default_value = "table")]
-        format: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = crate::output::Format::Table)]
+        format: crate::output::Format,
     },
     /// Run an installed disklet on a table or on files, on every disk that holds them.
     Run(RunArgs),
@@ -60,9 +60,9 @@ pub struct RunArgs {
     /// CPU budget per job, fuel units (≈ WebAssembly instructions; default: the disks').
     #[arg(long)]
     fuel: Option<u64>,
-    /// Output format: table or json.
-    #[arg(long, default_value = "table")]
-    format: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = crate::output::Format::Table)]
+    format: crate::output::Format,
     /// Rows to print in table format.
     #[arg(long, default_value_t = 20)]
     max_rows: usize,
@@ -140,7 +140,7 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
         }
         DiskletCommand::List { format } => {
             let all = disklet::list(&cluster).await?;
-            if format == "json" {
+            if format == crate::output::Format::Json {
                 println!("{}", serde_json::to_string_pretty(&all).expect("json"));
                 return Ok(());
             }
@@ -186,7 +186,7 @@ async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
     if !a.table.is_empty() {
         let tables = table_inputs(&a.table, &a.columns);
         let out = disklet::run_tables(cluster, &req, &tables).await?;
-        return crate::output::print_job(&out, &a.format, a.max_rows);
+        return crate::output::print_job(&out, a.format, a.max_rows);
     }
     let prefix = a.file.unwrap_or_default();
     let out = disklet::run_files(cluster, &req, &prefix).await?;
@@ -215,7 +215,7 @@ async fn run_disklet(cluster: &Cluster, a: RunArgs) -> Result<(), CliError> {
         }
         rows.push(serde_json::json!({ "disk": d, "file": path, "output_bytes": bytes.len(), "output_rows": batches.iter().map(|b| b.num_rows()).sum::<usize>() }));
     }
-    if a.format == "json" {
+    if a.format == crate::output::Format::Json {
         let doc =
             serde_json::json!({ "files": rows, "stats": out.stats, "totals": out.stats.totals() });
         println!("{}", serde_json::to_string_pretty(&doc).expect("json"));

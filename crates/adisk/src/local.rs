@@ -302,18 +302,7 @@ pub(crate) fn reap(pid: u32) {
 
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
 pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
-    if args.groups == 0 || args.groups > args.disks {
-        return Err(CliError::Other(format!(
-            "--groups {} for {} disks: each group needs at least one disk",
-            args.groups, args.disks
-        )));
-    }
-    if args.disks == 0 || args.disks > 256 {
-        return Err(CliError::Other(format!(
-            "--disks {} outside 1..=256",
-            args.disks
-        )));
-    }
+    check_counts(args)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
     let dir = std::fs::canonicalize(dir)
@@ -352,38 +341,15 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     };
     let mut children = Vec::new();
     for id in 0..args.disks {
-        let place = args.netns.as_ref().and_then(|n| n.of(id));
-        if args.netns.is_some() && place.is_none() {
-            return Err(kill_all(
-                &mut children,
-                CliError::Other(format!("no network namespace for disk {id}")),
-            ));
-        }
-        let disk = DiskConfig {
-            id,
-            address: place.map_or("127.0.0.1:0", |p| p.1).into(),
-            dir: None,
-            memory_mib: args.memory_mib,
-            buffer_kib: args.buffer_kib,
-            buffers_per_stream: args.buffers_per_stream,
-            read_mbps: args.disk_read_mbps,
-            compression: args.compression,
-            pid: None,
-            group: None,
-            metrics_address: None,
-        };
-        let namespace = place.map(|p| p.0);
-        let tls = disk_tls(&dir, tls_files.as_ref(), id);
-        match spawn_disk(
+        let spawned = spawn_local_disk(
             &exe,
             &dir,
-            &disk,
-            key_file.as_deref(),
-            true,
-            namespace,
-            tls.as_ref(),
-        ) {
-            Ok((child, port_file, disk_dir)) => children.push((id, child, port_file, disk_dir)),
+            args,
+            id,
+            (key_file.as_deref(), tls_files.as_ref()),
+        );
+        match spawned {
+            Ok(child) => children.push(child),
             Err(e) => return Err(kill_all(&mut children, e)),
         }
     }
@@ -423,6 +389,58 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
         config.save(&config_path)?;
     }
     Ok(config)
+}
+
+/// `--disks` within 1..=256 and `--groups` of at least one disk each.
+fn check_counts(args: &UpArgs) -> Result<(), CliError> {
+    if args.groups == 0 || args.groups > args.disks {
+        return Err(CliError::Other(format!(
+            "--groups {} for {} disks: each group needs at least one disk",
+            args.groups, args.disks
+        )));
+    }
+    if args.disks == 0 || args.disks > 256 {
+        return Err(CliError::Other(format!(
+            "--disks {} outside 1..=256",
+            args.disks
+        )));
+    }
+    Ok(())
+}
+
+/// Starts disk `id` of a local cluster (in its network namespace if `args` names them): the
+/// child, its port file and its directory.
+fn spawn_local_disk(
+    exe: &Path,
+    dir: &Path,
+    args: &UpArgs,
+    id: u32,
+    (key_file, tls_files): (Option<&Path>, Option<&TlsFiles>),
+) -> Result<(u32, std::process::Child, PathBuf, PathBuf), CliError> {
+    let place = args.netns.as_ref().and_then(|n| n.of(id));
+    if args.netns.is_some() && place.is_none() {
+        return Err(CliError::Other(format!(
+            "no network namespace for disk {id}"
+        )));
+    }
+    let disk = DiskConfig {
+        id,
+        address: place.map_or("127.0.0.1:0", |p| p.1).into(),
+        dir: None,
+        memory_mib: args.memory_mib,
+        buffer_kib: args.buffer_kib,
+        buffers_per_stream: args.buffers_per_stream,
+        read_mbps: args.disk_read_mbps,
+        compression: args.compression,
+        pid: None,
+        group: None,
+        metrics_address: None,
+    };
+    let namespace = place.map(|p| p.0);
+    let tls = disk_tls(dir, tls_files, id);
+    let (child, port_file, disk_dir) =
+        spawn_disk(exe, dir, &disk, key_file, true, namespace, tls.as_ref())?;
+    Ok((id, child, port_file, disk_dir))
 }
 
 /// Stops the disks a failed `up` started (nothing is left running after it); returns `e`.
@@ -1010,7 +1028,11 @@ async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
         println!("offload {offload:<4}: {}", crate::sql_cmd::moved(&out));
         shipped.push(adisk_host::sql::report::totals(&out).2);
         if offload == adisk_host::sql::Offload::Auto {
-            crate::sql_cmd::print_batches(&out.batches, &out.schema, "table")?;
+            crate::sql_cmd::print_batches(
+                &out.batches,
+                &out.schema,
+                crate::sql_cmd::ResultFormat::Table,
+            )?;
         }
     }
     println!(
@@ -1028,7 +1050,7 @@ async fn demo_job(
     job: &adisk_host::JobRequest,
 ) -> Result<(), CliError> {
     let out = adisk_host::run::run(cluster, job).await?;
-    crate::output::print_job(&out, "table", 20)?;
+    crate::output::print_job(&out, crate::output::Format::Table, 20)?;
     let totals = out.stats.totals();
     println!(
         "→ the disks read {} and shipped {} to the host: {:.0}x less than they read.",

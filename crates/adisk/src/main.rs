@@ -88,9 +88,9 @@ enum Command {
     Cert(cert_cmd::CertCommand),
     /// Disks, memory, jobs and tables of the cluster.
     Status {
-        /// Output format: table or json.
-        #[arg(long, default_value = "table")]
-        format: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
         /// Ask a running Flight SQL service instead of the disks directly.
         #[command(flatten)]
         remote: sql_cmd::ConnectArgs,
@@ -99,9 +99,9 @@ enum Command {
     /// CRC-32), lists the corrupt ones and refetches each from a good copy on another disk;
     /// fails if a corrupt copy is left.
     Scrub {
-        /// Output format: table or json (one line per disk).
-        #[arg(long, default_value = "table")]
-        format: String,
+        /// Output format (json: one line per disk).
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
         /// Only report: do not refetch corrupt copies.
         #[arg(long)]
         no_repair: bool,
@@ -116,9 +116,9 @@ enum Command {
         /// Also read every copy whole and refetch those that fail their check.
         #[arg(long)]
         verify: bool,
-        /// Output format: table or json (one line per disk).
-        #[arg(long, default_value = "table")]
-        format: String,
+        /// Output format (json: one line per disk).
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
     },
     /// Restart a disk of the local cluster that stopped (killed, crashed), on its old address.
     Restart {
@@ -260,9 +260,9 @@ struct RunArgs {
     /// for `sort` and exchanges).
     #[arg(long)]
     buffer_kib: Option<u64>,
-    /// Output format: table or json.
-    #[arg(long, default_value = "table")]
-    format: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = output::Format::Table)]
+    format: output::Format,
     /// Rows to print in table format.
     #[arg(long, default_value_t = 20)]
     max_rows: usize,
@@ -398,36 +398,68 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Cert(command) => cert_cmd::run(&command),
         Command::Status { format, remote } => match remote.client(&dir).await? {
             Some(mut client) => {
-                output::check_format(&format)?;
                 let report = client
                     .status()
                     .await
                     .map_err(|e| CliError::Other(e.to_string()))?;
-                output::print_status(&report, &format)
+                output::print_status(&report, format)
             }
-            None => output::status(&connect_lazy(&dir)?, &format).await,
+            None => output::status(&connect_lazy(&dir)?, format).await,
         },
         Command::Scrub { format, no_repair } => {
-            repair_cmd::scrub(&connect_lazy(&dir)?, &format, no_repair).await
+            repair_cmd::scrub(&connect_lazy(&dir)?, format, no_repair).await
         }
         Command::Repair {
             disks,
             verify,
             format,
-        } => repair_cmd::repair(&connect_lazy(&dir)?, &disks, verify, &format).await,
+        } => repair_cmd::repair(&connect_lazy(&dir)?, &disks, verify, format).await,
         Command::Restart {
             disk,
             no_auto_repair,
         } => local::restart(&dir, disk, !no_auto_repair).await,
-        Command::Load(LoadCommand::Tpch {
+        Command::Run(a) => {
+            let cluster = std::sync::Arc::new(connect(&dir).await?);
+            let req = JobRequest {
+                disklet: a.disklet,
+                table: a.table,
+                columns: a.columns,
+                params: a.params.into_iter().collect(),
+                scratch_kib: a.scratch_kib,
+                temp_kib: a.temp_kib,
+                buffer_kib: a.buffer_kib,
+            };
+            let out = adisk_host::run::run(&cluster, &req).await?;
+            output::print_job(&out, a.format, a.max_rows)
+        }
+        Command::Sql(a) => sql_cmd::sql(&dir, a).await,
+        Command::Explain(a) => sql_cmd::explain(&dir, a).await,
+        Command::Slt(a) => sql_cmd::slt(&dir, a).await,
+        Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
+        Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
+        Command::Serve(args) => serve_cmd::serve(&dir, args).await,
+        Command::User(command) => serve_cmd::user(&dir, command),
+        Command::Bench(b) => output::bench(&dir, b).await,
+        Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
+        Command::App(a) => app_cmd::run(&dir, a).await,
+        Command::Load(what) => load(&dir, what).await,
+        Command::Sim(_) => unreachable!("handled before the runtime starts"),
+    }
+}
+
+/// `adisk load …`: TPC-H generated at the disks, Parquet or CSV files declustered, an
+/// application's input, the convolution example's images.
+async fn load(dir: &std::path::Path, what: LoadCommand) -> Result<(), CliError> {
+    match what {
+        LoadCommand::Tpch {
             sf,
             partitions_per_disk,
             row_group_rows,
             tables,
             replicas,
             group,
-        }) => {
-            let cluster = connect(&dir).await?;
+        } => {
+            let cluster = connect(dir).await?;
             let disks = match group {
                 None => vec![],
                 Some(g) => group_disks(cluster.config(), g)?,
@@ -445,9 +477,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             )
             .await
         }
-        Command::Load(LoadCommand::Parquet(a)) => {
+        LoadCommand::Parquet(a) => {
             output::load_files(
-                &connect(&dir).await?,
+                &connect(dir).await?,
                 &a.table,
                 FileFormat::Parquet,
                 &a.files,
@@ -456,9 +488,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             )
             .await
         }
-        Command::Load(LoadCommand::Csv(a)) => {
+        LoadCommand::Csv(a) => {
             output::load_files(
-                &connect(&dir).await?,
+                &connect(dir).await?,
                 &a.table,
                 FileFormat::Csv,
                 &a.files,
@@ -467,35 +499,8 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             )
             .await
         }
-        Command::Run(a) => {
-            let cluster = std::sync::Arc::new(connect(&dir).await?);
-            let req = JobRequest {
-                disklet: a.disklet,
-                table: a.table,
-                columns: a.columns,
-                params: a.params.into_iter().collect(),
-                scratch_kib: a.scratch_kib,
-                temp_kib: a.temp_kib,
-                buffer_kib: a.buffer_kib,
-            };
-            let out = adisk_host::run::run(&cluster, &req).await?;
-            output::print_job(&out, &a.format, a.max_rows)
-        }
-        Command::Sql(a) => sql_cmd::sql(&dir, a).await,
-        Command::Explain(a) => sql_cmd::explain(&dir, a).await,
-        Command::Slt(a) => sql_cmd::slt(&dir, a).await,
-        Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
-        Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
-        Command::Serve(args) => serve_cmd::serve(&dir, args).await,
-        Command::User(command) => serve_cmd::user(&dir, command),
-        Command::Bench(b) => output::bench(&dir, b).await,
-        Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
-        Command::Load(LoadCommand::App(what)) => app_cmd::load(&dir, what).await,
-        Command::App(a) => app_cmd::run(&dir, a).await,
-        Command::Load(LoadCommand::Images { count, side }) => {
-            disklet_cmd::load_images(&dir, count, side).await
-        }
-        Command::Sim(_) => unreachable!("handled before the runtime starts"),
+        LoadCommand::App(what) => app_cmd::load(dir, what).await,
+        LoadCommand::Images { count, side } => disklet_cmd::load_images(dir, count, side).await,
     }
 }
 

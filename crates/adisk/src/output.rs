@@ -65,17 +65,16 @@ pub enum BenchCommand {
     },
 }
 
-pub async fn status(cluster: &Cluster, format: &str) -> Result<(), CliError> {
-    check_format(format)?;
+pub async fn status(cluster: &Cluster, format: Format) -> Result<(), CliError> {
     print_status(&adisk_server::status::report(cluster).await, format)
 }
 
 /// Prints a status report ([`adisk_server::status::report`], made here or by the service) as
 /// JSON or as tables; an error (and a failing exit) when some disk did not answer.
-pub fn print_status(report: &serde_json::Value, format: &str) -> Result<(), CliError> {
+pub fn print_status(report: &serde_json::Value, format: Format) -> Result<(), CliError> {
     let empty = vec![];
     let disks = report["disks"].as_array().unwrap_or(&empty);
-    if format == "json" {
+    if format == Format::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(report).map_err(|e| CliError::Other(e.to_string()))?
@@ -206,13 +205,13 @@ fn print_tables(report: &serde_json::Value) {
     }
 }
 
-pub(crate) fn check_format(format: &str) -> Result<(), CliError> {
-    match format {
-        "table" | "json" => Ok(()),
-        other => Err(CliError::Other(format!(
-            "unknown format `{other}` (table or json)"
-        ))),
-    }
+/// How a command prints what it did: a table for people, JSON for programs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// A table (or lines) for people.
+    Table,
+    /// JSON for programs.
+    Json,
 }
 
 fn bar(total: u64, label: &str) -> indicatif::ProgressBar {
@@ -307,9 +306,8 @@ pub async fn load_files(
     Ok(())
 }
 
-pub fn print_job(out: &JobOutput, format: &str, max_rows: usize) -> Result<(), CliError> {
-    check_format(format)?;
-    if format == "json" {
+pub fn print_job(out: &JobOutput, format: Format, max_rows: usize) -> Result<(), CliError> {
+    if format == Format::Json {
         let mut writer = arrow::json::ArrayWriter::new(Vec::new());
         for b in &out.batches {
             writer

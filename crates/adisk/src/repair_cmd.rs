@@ -1,7 +1,7 @@
 //! `adisk repair`, `adisk scrub` and `adisk restart`: bringing disks back to what their
 //! tables' load stamps say they hold.
 use crate::CliError;
-use crate::output::check_format;
+use crate::output::Format;
 use adisk_core::protocol::{RepairReport, RepairRequest, ScrubReport};
 use adisk_host::cluster::Cluster;
 use std::collections::BTreeMap;
@@ -12,9 +12,8 @@ pub async fn repair(
     cluster: &Cluster,
     disks: &[u32],
     verify: bool,
-    format: &str,
+    format: Format,
 ) -> Result<(), CliError> {
-    check_format(format)?;
     if let Some(d) = disks.iter().find(|d| **d >= cluster.disk_count()) {
         return Err(CliError::Other(format!(
             "--disk {d}: the cluster has disks 0..{}",
@@ -37,11 +36,11 @@ pub async fn repair(
     let mut problems = Vec::new();
     for (d, r) in &reports {
         match r {
-            Ok(r) if format == "json" => {
+            Ok(r) if format == Format::Json => {
                 println!("{}", serde_json::to_string(r).expect("report serializes"))
             }
             Ok(r) => print_report(r),
-            Err(e) if format == "json" => println!(
+            Err(e) if format == Format::Json => println!(
                 "{}",
                 serde_json::json!({ "disk_id": d, "error": e.to_string() })
             ),
@@ -126,8 +125,7 @@ fn print_report(r: &RepairReport) {
 /// `adisk scrub`: every disk reads all its partitions against its manifest; unless
 /// `no_repair`, each disk with corrupt copies then refetches them from a good copy on a peer.
 /// Fails when a corrupt copy stays corrupt or a disk did not answer.
-pub async fn scrub(cluster: &Cluster, format: &str, no_repair: bool) -> Result<(), CliError> {
-    check_format(format)?;
+pub async fn scrub(cluster: &Cluster, format: Format, no_repair: bool) -> Result<(), CliError> {
     let t = std::time::Instant::now();
     let spinner = waiting("scrubbing: every disk reads all its partitions");
     let reports = cluster.scrub().await;
@@ -180,17 +178,17 @@ fn print_scrub(
     d: u32,
     r: &adisk_host::Result<ScrubReport>,
     repair: Option<&adisk_host::Result<RepairReport>>,
-    format: &str,
+    format: Format,
 ) -> usize {
     let r = match r {
         Ok(r) => r,
         Err(e) => {
             match format {
-                "json" => println!(
+                Format::Json => println!(
                     "{}",
                     serde_json::json!({ "disk_id": d, "error": e.to_string() })
                 ),
-                _ => println!("disk {d}: {e}"),
+                Format::Table => println!("disk {d}: {e}"),
             }
             return 0;
         }
@@ -207,7 +205,7 @@ fn print_scrub(
         .iter()
         .filter(|c| repaired(&c.table, c.partition).is_none())
         .count();
-    if format == "json" {
+    if format == Format::Json {
         let repair = repair.map(|x| match x {
             Ok(x) => serde_json::to_value(x).expect("report serializes"),
             Err(e) => serde_json::json!({ "error": e.to_string() }),

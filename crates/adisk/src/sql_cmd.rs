@@ -84,9 +84,9 @@ pub struct SqlArgs {
     /// Read the query from a file.
     #[arg(long, conflicts_with = "query")]
     pub file: Option<PathBuf>,
-    /// Output format: table | csv | json | arrow (Arrow IPC stream on standard output).
-    #[arg(long, default_value = "table")]
-    pub format: String,
+    /// Output format (arrow: an Arrow IPC stream on standard output).
+    #[arg(long, value_enum, default_value_t = ResultFormat::Table)]
+    pub format: ResultFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
     /// Print what the query moved (bytes read, shipped, rows, time) on standard error.
@@ -200,7 +200,7 @@ impl Runner {
     }
 
     /// Runs `q` and prints its result (and, with `stats`, what it moved, when known).
-    async fn run(&mut self, q: &str, format: &str, stats: bool) -> Result<(), CliError> {
+    async fn run(&mut self, q: &str, format: ResultFormat, stats: bool) -> Result<(), CliError> {
         match self {
             Runner::Local(eng) => {
                 let out = eng.query(q).await?;
@@ -224,9 +224,9 @@ pub struct ExplainArgs {
     /// `analyze` (optional) and the query.
     #[arg(required = true, num_args = 1..=2)]
     pub words: Vec<String>,
-    /// Output format: text or json.
-    #[arg(long, default_value = "text")]
-    pub format: String,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ExplainFormat::Text)]
+    pub format: ExplainFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
     #[command(flatten)]
@@ -243,9 +243,9 @@ pub enum TpchCommand {
         /// Also compare with the official answer for this scale factor (0.01, 0.1, 1).
         #[arg(long)]
         sf: Option<f64>,
-        /// Output format: table | csv | json | arrow.
-        #[arg(long, default_value = "table")]
-        format: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = ResultFormat::Table)]
+        format: ResultFormat,
         /// Print EXPLAIN ANALYZE instead of the rows.
         #[arg(long)]
         analyze: bool,
@@ -290,22 +290,44 @@ async fn engine(dir: &Path, opts: SqlOptions) -> Result<SqlEngine, CliError> {
     Ok(SqlEngine::new(cluster, opts).await?)
 }
 
+/// How a query's rows are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResultFormat {
+    /// A table for people.
+    Table,
+    /// CSV with a header line.
+    Csv,
+    /// One JSON array of row objects.
+    Json,
+    /// An Arrow IPC stream.
+    Arrow,
+}
+
+/// How EXPLAIN prints a plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExplainFormat {
+    /// The annotated plan for people.
+    Text,
+    /// Operators, stages and statistics as JSON.
+    Json,
+}
+
 /// Prints result batches in `format`.
 pub fn print_batches(
     batches: &[RecordBatch],
     schema: &arrow::datatypes::SchemaRef,
-    format: &str,
+    format: ResultFormat,
 ) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
     let io = |e: std::io::Error| CliError::Other(format!("writing the result: {e}"));
     let arrow_err =
         |e: arrow::error::ArrowError| CliError::Other(format!("formatting the result: {e}"));
     match format {
-        "table" => {
+        ResultFormat::Table => {
             let text = arrow::util::pretty::pretty_format_batches(batches).map_err(arrow_err)?;
             writeln!(out, "{text}").map_err(io)?;
         }
-        "csv" => {
+        ResultFormat::Csv => {
             let mut w = arrow::csv::WriterBuilder::new()
                 .with_header(true)
                 .build(&mut out);
@@ -319,7 +341,7 @@ pub fn print_batches(
                 w.write(b).map_err(arrow_err)?;
             }
         }
-        "json" => {
+        ResultFormat::Json => {
             let mut w = arrow::json::ArrayWriter::new(&mut out);
             for b in batches {
                 w.write(b).map_err(arrow_err)?;
@@ -327,18 +349,13 @@ pub fn print_batches(
             w.finish().map_err(arrow_err)?;
             writeln!(out).map_err(io)?;
         }
-        "arrow" => {
+        ResultFormat::Arrow => {
             let mut w =
                 arrow::ipc::writer::StreamWriter::try_new(&mut out, schema).map_err(arrow_err)?;
             for b in batches {
                 w.write(b).map_err(arrow_err)?;
             }
             w.finish().map_err(arrow_err)?;
-        }
-        other => {
-            return Err(CliError::Other(format!(
-                "unknown format `{other}` (table, csv, json, arrow)"
-            )));
         }
     }
     Ok(())
@@ -369,7 +386,7 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         (None, None) => None,
     };
     if let Some(q) = text {
-        return runner.run(&q, &a.format, a.stats).await;
+        return runner.run(&q, a.format, a.stats).await;
     }
     // Prompt: statements end with `;`, `\q` or end of input quits. Errors do not end it.
     let stdin = std::io::stdin();
@@ -388,7 +405,7 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         buf.push('\n');
         if line.trim_end().ends_with(';') {
             let q = std::mem::take(&mut buf);
-            if let Err(e) = runner.run(&q, &a.format, true).await {
+            if let Err(e) = runner.run(&q, a.format, true).await {
                 eprintln!("error: {e}");
             }
         }
@@ -408,15 +425,7 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
             ));
         }
     };
-    let json = match a.format.as_str() {
-        "text" => false,
-        "json" => true,
-        other => {
-            return Err(CliError::Other(format!(
-                "unknown format `{other}` (text, json)"
-            )));
-        }
-    };
+    let json = a.format == ExplainFormat::Json;
     if let Some(mut client) = a.remote.client(dir).await? {
         if json || a.engine.bundling.is_some() {
             return Err(CliError::Other(
@@ -533,7 +542,7 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
         } => {
             let text = tpch::query(n)?;
             if let Some(mut client) = remote.client(dir).await? {
-                return tpch_query_remote(dir, &mut client, n, sf, &format, analyze).await;
+                return tpch_query_remote(dir, &mut client, n, sf, format, analyze).await;
             }
             let eng = engine(dir, e.options(e.offload()?)).await?;
             let out = if analyze {
@@ -542,137 +551,160 @@ pub async fn tpch_cmd(dir: &Path, cmd: TpchCommand) -> Result<(), CliError> {
                 out
             } else {
                 let out = eng.query(text).await?;
-                print_batches(&out.batches, &out.schema, &format)?;
+                print_batches(&out.batches, &out.schema, format)?;
                 eprintln!("{}", moved(&out));
                 out
             };
             if let Some(sf) = sf {
-                check_sf(dir, sf).await?;
-                let answers = tpch::official_answers(sf)?;
-                let answer = answers.get(&n).ok_or_else(|| {
-                    CliError::Other(format!("no official answer for Q{n} at SF {sf}"))
-                })?;
-                if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
-                    eprintln!(
-                        "Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)"
-                    );
-                } else {
-                    match oracle::compare(&out, answer, tpch::generator_text_column) {
-                        Ok(()) => eprintln!(
-                            "Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"
-                        ),
-                        Err(d) => {
-                            return Err(CliError::Other(format!(
-                                "Q{n:02} differs from the official answer for SF {sf}: {d}"
-                            )));
-                        }
-                    }
-                }
+                check_official(dir, n, sf, &out).await?;
             }
             Ok(())
         }
-        TpchCommand::Check {
-            sf,
-            offload,
-            bloom_kib,
-            queries,
-            central_unit,
-            spill_joins,
-            bundling,
-            remote,
-        } => {
-            let bundling = bundling
-                .as_deref()
-                .map(str::parse::<adisk_host::sql::bundling::Bundling>)
-                .transpose()?;
-            check_sf(dir, sf).await?;
-            let answers = tpch::official_answers(sf)?;
-            let queries: Vec<u32> = if queries.is_empty() {
-                (1..=22).collect()
-            } else {
-                queries
-            };
-            let cluster = crate::connect(dir).await?;
-            let catalog = cluster.catalog().await?;
-            let texts = queries
-                .iter()
-                .map(|n| tpch::query(*n))
-                .collect::<Result<Vec<_>, _>>()?;
-            let same_data = oracle::duckdb_same_data(&cluster, &catalog, &texts)?;
-            println!(
-                "oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)"
-            );
-            let (mut passed, mut failed) = (0, 0);
-            if let Some(mut client) = remote.client(dir).await? {
-                for (i, &n) in queries.iter().enumerate() {
-                    let verdict = match remote_query(&mut client, texts[i]).await {
-                        Ok((schema, batches)) => {
-                            check_remote(n, &schema, &batches, &answers, &same_data[i])
-                                .map(|rows| format!("{rows} rows"))
-                        }
-                        Err(e) => Err(e.to_string()),
-                    };
-                    tally(
-                        n,
-                        "through the service:",
-                        verdict,
-                        (&mut passed, &mut failed),
-                    );
-                }
+        check @ TpchCommand::Check { .. } => tpch_check(dir, check).await,
+    }
+}
+
+/// The official answer of TPC-H query `n` at `sf` checked against `out` (columns of
+/// generator text excepted; queries whose answer depends on that text told to use `check`).
+async fn check_official(dir: &Path, n: u32, sf: f64, out: &QueryOutput) -> Result<(), CliError> {
+    check_sf(dir, sf).await?;
+    let answers = tpch::official_answers(sf)?;
+    let answer = answers
+        .get(&n)
+        .ok_or_else(|| CliError::Other(format!("no official answer for Q{n} at SF {sf}")))?;
+    if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+        eprintln!(
+            "Q{n:02}'s official answer depends on generator text; use `adisk tpch check` (DuckDB on the same files)"
+        );
+    } else {
+        match oracle::compare(out, answer, tpch::generator_text_column) {
+            Ok(()) => eprintln!(
+                "Q{n:02} matches the official answer for SF {sf} (address/comment columns not compared)"
+            ),
+            Err(d) => {
+                return Err(CliError::Other(format!(
+                    "Q{n:02} differs from the official answer for SF {sf}: {d}"
+                )));
             }
-            let local_levels = match remote.connect {
-                Some(_) => vec![],
-                None => levels(&offload)?,
-            };
-            for level in local_levels {
-                let eng = engine(
-                    dir,
-                    SqlOptions {
-                        offload: level,
-                        bloom_kib,
-                        // The central unit applies where the host would combine.
-                        central_unit: central_unit
-                            .filter(|_| matches!(level, Offload::Disks | Offload::Auto)),
-                        spill_joins,
-                        bundling,
-                        ..Default::default()
-                    },
-                )
-                .await?;
-                for (i, &n) in queries.iter().enumerate() {
-                    let verdict = match eng.query(texts[i]).await {
-                        Ok(out) => {
-                            let official = if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
-                                Ok(())
-                            } else {
-                                match answers.get(&n) {
-                                    Some(a) => {
-                                        oracle::compare(&out, a, tpch::generator_text_column)
-                                            .map_err(|d| format!("official answer: {d}"))
-                                    }
-                                    None => Err(format!("no official answer for Q{n}")),
-                                }
-                            };
-                            let same = match &same_data[i] {
-                                Ok(a) => oracle::compare(&out, a, |_| false)
-                                    .map_err(|d| format!("DuckDB on the same files: {d}")),
-                                Err(e) => Err(format!("DuckDB on the same files failed: {e}")),
-                            };
-                            official.and(same).map(|()| moved(&out))
-                        }
-                        Err(e) => Err(e.to_string()),
-                    };
-                    let at = format!("offload={level:<9}");
-                    tally(n, &at, verdict, (&mut passed, &mut failed));
-                }
-            }
-            println!("{passed} passed, {failed} failed");
-            if failed > 0 {
-                return Err(CliError::Other(format!("{failed} TPC-H checks failed")));
-            }
-            Ok(())
         }
     }
+    Ok(())
+}
+
+/// `adisk tpch check`: the queries at each level (or through the service) against DuckDB's
+/// official answers and DuckDB on the same files; one line per query and level.
+async fn tpch_check(dir: &Path, check: TpchCommand) -> Result<(), CliError> {
+    let TpchCommand::Check {
+        sf,
+        offload,
+        bloom_kib,
+        queries,
+        central_unit,
+        spill_joins,
+        bundling,
+        remote,
+    } = check
+    else {
+        unreachable!("tpch_check is called for `tpch check`")
+    };
+    let bundling = bundling
+        .as_deref()
+        .map(str::parse::<adisk_host::sql::bundling::Bundling>)
+        .transpose()?;
+    check_sf(dir, sf).await?;
+    let answers = tpch::official_answers(sf)?;
+    let queries: Vec<u32> = if queries.is_empty() {
+        (1..=22).collect()
+    } else {
+        queries
+    };
+    let cluster = crate::connect(dir).await?;
+    let catalog = cluster.catalog().await?;
+    let texts = queries
+        .iter()
+        .map(|n| tpch::query(*n))
+        .collect::<Result<Vec<_>, _>>()?;
+    let same_data = oracle::duckdb_same_data(&cluster, &catalog, &texts)?;
+    println!(
+        "oracles: DuckDB's official answers for SF {sf} (address/comment columns and Q13 excepted: tpchgen draws that text differently from dbgen) and DuckDB 1.5.5 on the same Parquet files (every column)"
+    );
+    let (mut passed, mut failed) = (0, 0);
+    if let Some(mut client) = remote.client(dir).await? {
+        for (i, &n) in queries.iter().enumerate() {
+            let verdict = match remote_query(&mut client, texts[i]).await {
+                Ok((schema, batches)) => {
+                    check_remote(n, &schema, &batches, &answers, &same_data[i])
+                        .map(|rows| format!("{rows} rows"))
+                }
+                Err(e) => Err(e.to_string()),
+            };
+            tally(
+                n,
+                "through the service:",
+                verdict,
+                (&mut passed, &mut failed),
+            );
+        }
+    }
+    let local_levels = match remote.connect {
+        Some(_) => vec![],
+        None => levels(&offload)?,
+    };
+    for level in local_levels {
+        let eng = engine(
+            dir,
+            SqlOptions {
+                offload: level,
+                bloom_kib,
+                // The central unit applies where the host would combine.
+                central_unit: central_unit
+                    .filter(|_| matches!(level, Offload::Disks | Offload::Auto)),
+                spill_joins,
+                bundling,
+                ..Default::default()
+            },
+        )
+        .await?;
+        for (i, &n) in queries.iter().enumerate() {
+            let verdict = match eng.query(texts[i]).await {
+                Ok(out) => local_verdict(n, &out, &answers, &same_data[i]),
+                Err(e) => Err(e.to_string()),
+            };
+            let at = format!("offload={level:<9}");
+            tally(n, &at, verdict, (&mut passed, &mut failed));
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        return Err(CliError::Other(format!("{failed} TPC-H checks failed")));
+    }
+    Ok(())
+}
+
+/// One query's verdict at a level: against its official answer (unless it depends on
+/// generator text) and against DuckDB on the same files; what it moved if both agree.
+fn local_verdict(
+    n: u32,
+    out: &QueryOutput,
+    answers: &std::collections::BTreeMap<u32, String>,
+    same: &Result<String, String>,
+) -> Result<String, String> {
+    let official = if tpch::TEXT_DEPENDENT_QUERIES.contains(&n) {
+        Ok(())
+    } else {
+        match answers.get(&n) {
+            Some(a) => oracle::compare(out, a, tpch::generator_text_column)
+                .map_err(|d| format!("official answer: {d}")),
+            None => Err(format!("no official answer for Q{n}")),
+        }
+    };
+    let same = match same {
+        Ok(a) => {
+            oracle::compare(out, a, |_| false).map_err(|d| format!("DuckDB on the same files: {d}"))
+        }
+        Err(e) => Err(format!("DuckDB on the same files failed: {e}")),
+    };
+    official.and(same).map(|()| moved(out))
 }
 
 /// Prints the service's EXPLAIN result: one line of the report per row of its `plan` column.
@@ -697,7 +729,7 @@ async fn tpch_query_remote(
     client: &mut adisk_server::client::Client,
     n: u32,
     sf: Option<f64>,
-    format: &str,
+    format: ResultFormat,
     analyze: bool,
 ) -> Result<(), CliError> {
     let text = tpch::query(n)?;

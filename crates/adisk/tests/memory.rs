@@ -8,7 +8,8 @@
 mod common;
 
 use adisk_core::auth::{ClusterKey, HEADER};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::builder::JobBuilder;
+use adisk_core::protocol::{DiskletSpec, Sink, Source};
 use arrow_flight::{FlightClient, Ticket};
 use common::{adisk, ok};
 use std::path::Path;
@@ -102,9 +103,8 @@ async fn a_job_spec_too_large_for_the_budget_is_refused() {
     // 64 MiB / 16 = 4 MiB: a spec carrying a 5 MB expression is refused before the expression
     // is decoded.
     let predicate = adisk_core::protocol::ExprBytes(vec![7u8; 5_000_000]);
-    let spec = JobSpec::chain(
-        "big",
-        "p",
+    let spec = JobBuilder::chain(
+        "test",
         Source::Table {
             table: "t".into(),
             columns: vec![],
@@ -117,7 +117,11 @@ async fn a_job_spec_too_large_for_the_budget_is_refused() {
             limit: None,
         }],
         Sink::Host,
-    );
+    )
+    .id("big")
+    .program("p")
+    .build()
+    .unwrap();
     let err = client
         .do_get(Ticket::new(spec.to_bytes()))
         .await

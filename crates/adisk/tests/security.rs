@@ -8,6 +8,7 @@
 mod common;
 
 use adisk_core::auth::{ClusterKey, HEADER};
+use adisk_core::builder::JobBuilder;
 use adisk_core::protocol::{DiskletSpec, JobSpec, PutCommand, Route, Sink, Source, action};
 use arrow::array::{Int32Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -79,10 +80,10 @@ async fn action_code(
     code(r)
 }
 
-fn scan(table: &str, sink: Sink) -> JobSpec {
-    JobSpec::chain(
-        "stranger",
-        "stranger",
+/// A scan of `table` by a stranger's program (its checked graph).
+fn scan(table: &str, sink: Sink) -> JobBuilder {
+    JobBuilder::chain(
+        "test",
         Source::Table {
             table: table.into(),
             columns: vec![],
@@ -96,6 +97,8 @@ fn scan(table: &str, sink: Sink) -> JobSpec {
         }],
         sink,
     )
+    .id("stranger")
+    .program("stranger")
 }
 
 async fn get_code(address: &Disk, token: Option<String>, spec: &JobSpec) -> tonic::Code {
@@ -193,7 +196,12 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         unauth
     );
     assert_eq!(
-        get_code(&address, None, &scan("customer", Sink::Host)).await,
+        get_code(
+            &address,
+            None,
+            &scan("customer", Sink::Host).build().unwrap()
+        )
+        .await,
         unauth
     );
     assert_eq!(forged_load(&address, None).await, unauth);
@@ -204,7 +212,7 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         get_code(
             &address,
             Some(stranger.header()),
-            &scan("customer", Sink::Host)
+            &scan("customer", Sink::Host).build().unwrap()
         )
         .await,
         unauth
@@ -239,7 +247,12 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         relay: None,
         target_relays: vec![],
     };
-    let refused = get_code(&address, Some(key.header()), &scan("nation", sink)).await;
+    let refused = get_code(
+        &address,
+        Some(key.header()),
+        &scan("nation", sink).build().unwrap(),
+    )
+    .await;
     assert_ne!(refused, tonic::Code::Ok);
     let accepted = tokio::time::timeout(std::time::Duration::from_millis(500), trap.accept()).await;
     assert!(
@@ -256,7 +269,12 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
         target_relays: vec![],
     };
     assert_ne!(
-        get_code(&address, Some(key.header()), &scan("nation", relay)).await,
+        get_code(
+            &address,
+            Some(key.header()),
+            &scan("nation", relay).build().unwrap()
+        )
+        .await,
         tonic::Code::Ok
     );
 
@@ -271,7 +289,9 @@ async fn a_stranger_can_do_nothing_and_jobs_reach_only_members() {
     );
     let mut stream = client(&address, Some(key.header()))
         .await
-        .do_get(Ticket::new(scan("nation", Sink::Host).to_bytes()))
+        .do_get(Ticket::new(
+            scan("nation", Sink::Host).build().unwrap().to_bytes(),
+        ))
         .await
         .unwrap();
     let mut rows = 0;

@@ -13,12 +13,13 @@ pub mod kernel;
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
 use crate::report::Report;
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::builder::{self, JobBuilder, Sizes};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Sink};
 use adisk_core::stats::DiskJobStats;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, chain, run_phase};
+use adisk_host::jobs::run_phase;
 use arrow::array::{Array, ArrayRef, BinaryArray, Float32Array, RecordBatch, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use kernel::{
@@ -302,33 +303,26 @@ async fn pass(
     stage: DiskletSpec,
     scratch: u64,
 ) -> Result<(u64, Vec<u64>, Vec<DiskJobStats>)> {
-    let specs: Vec<(u32, JobSpec)> = disks
+    let sizes = Sizes {
+        scratch_kib: scratch.div_ceil(1024),
+        buffer_kib: 256,
+        temp_kib: 0,
+    };
+    let specs = disks
         .iter()
         .map(|d| {
-            let source = Source::Table {
-                table: table.into(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            };
-            let sizes = Sizes {
-                scratch_kib: scratch.div_ceil(1024),
-                buffer_kib: 256,
-                temp_kib: 0,
-            };
-            (
-                *d,
-                chain(
-                    "cluster",
-                    PROGRAM,
-                    source,
-                    vec![stage.clone()],
-                    Sink::Host,
-                    sizes,
-                ),
+            let spec = JobBuilder::chain(
+                "cluster",
+                builder::table(table, vec![]),
+                vec![stage.clone()],
+                Sink::Host,
             )
+            .program(PROGRAM)
+            .sizes(sizes)
+            .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let (mut rows, mut sum): (u64, Vec<u64>) = (0, Vec::new());
     let mut malformed = false;
     let stats = run_phase(cluster, specs, |_, b| {
@@ -511,25 +505,13 @@ async fn read_points(
     let specs = disks
         .iter()
         .map(|d| {
-            let source = Source::Table {
-                table: table.into(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            };
-            (
-                *d,
-                chain(
-                    "cluster-read",
-                    PROGRAM,
-                    source,
-                    vec![],
-                    Sink::Host,
-                    Sizes::default(),
-                ),
-            )
+            let source = builder::table(table, vec![]);
+            let spec = JobBuilder::chain("cluster-read", source, vec![], Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut cols: Vec<Vec<f32>> = vec![Vec::new(); dims];
     let stats = run_phase(cluster, specs, |_, b| {
         if let Some(c) = columns_of(&b) {

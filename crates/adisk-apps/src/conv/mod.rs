@@ -13,10 +13,11 @@ pub mod kernel;
 
 use crate::report::{Phase, Report};
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Output, Port, Sink, Source, Stage, StoredStream};
+use adisk_core::builder::{JobBuilder, Sizes, store_result, table};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
 use adisk_core::stats::DiskJobStats;
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, new_id, run_phase, sized};
+use adisk_host::jobs::run_phase;
 use arrow::array::{Array, BinaryArray, RecordBatch, UInt32Array, UInt64Array};
 use kernel::Kernel;
 use std::collections::BTreeMap;
@@ -115,47 +116,40 @@ fn waves(
 }
 
 /// A job reading `files` (each input buffer one whole image) into `conv.convolve`; its output to `sink`.
-fn convolve_job(params: &ConvParams, files: &[(u32, String)], apply: bool, sink: Sink) -> JobSpec {
+fn convolve_job(
+    params: &ConvParams,
+    files: &[(u32, String)],
+    apply: bool,
+    sink: Sink,
+) -> Result<JobSpec> {
     let images: Vec<u32> = files.iter().map(|(n, _)| *n).collect();
     let image_bytes = u64::from(params.side) * u64::from(params.side);
-    let spec = JobSpec {
-        job_id: new_id("conv"),
-        program: PROGRAM.into(),
-        inputs: files
-            .iter()
-            .map(|(_, p)| Source::File {
+    let mut job = JobBuilder::new("conv").program(PROGRAM);
+    let inputs = files
+        .iter()
+        .map(|(_, p)| {
+            job.input(Source::File {
                 path: p.clone(),
                 offset: 0,
                 length: None,
             })
-            .collect(),
-        stages: vec![Stage {
-            disklet: DiskletSpec::App {
-                app: "conv".into(),
-                name: "convolve".into(),
-                params: stage_params(params, &images, apply),
-                inputs: files.len() as u32,
-                ports: 1,
-            },
-            inputs: (0..files.len() as u32).map(Port::Input).collect(),
-        }],
-        outputs: vec![Output {
-            from: Port::Stage { stage: 0, port: 0 },
-            sink,
-        }],
-        scratch_kib: 0,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
+        })
+        .collect();
+    let convolve = DiskletSpec::App {
+        app: "conv".into(),
+        name: "convolve".into(),
+        params: stage_params(params, &images, apply),
+        inputs: files.len() as u32,
+        ports: 1,
     };
-    sized(
-        spec,
-        Sizes {
-            scratch_kib: image_bytes.div_ceil(1024),
-            buffer_kib: image_bytes / 1024,
-            temp_kib: 0,
-        },
-    )
+    let convolved = job.stage(convolve, inputs);
+    job.output(convolved, sink);
+    let sizes = Sizes {
+        scratch_kib: image_bytes.div_ceil(1024),
+        buffer_kib: image_bytes / 1024,
+        temp_kib: 0,
+    };
+    Ok(job.sizes(sizes).build()?)
 }
 
 /// Images per job: as many as a quarter of the smallest disk's memory holds at four buffers
@@ -232,15 +226,10 @@ async fn active(
         let specs = wave
             .iter()
             .map(|(d, files)| {
-                let sink = Sink::Store {
-                    stream: StoredStream::Result {
-                        name: params.output.clone(),
-                        partition: d * 65_536 + w as u32,
-                    },
-                };
-                (*d, convolve_job(params, files, true, sink))
+                let sink = store_result(params.output.clone(), d * 65_536 + w as u32);
+                Ok((*d, convolve_job(params, files, true, sink)?))
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         stats.extend(run_phase(cluster, specs, |_, _| Ok(())).await?);
     }
     report.phase("convolve at the disks", t.elapsed(), merge_by_disk(stats));
@@ -293,8 +282,8 @@ async fn conventional(
         let t = Instant::now();
         let specs = wave
             .iter()
-            .map(|(d, files)| (*d, convolve_job(params, files, false, Sink::Host)))
-            .collect();
+            .map(|(d, files)| Ok((*d, convolve_job(params, files, false, Sink::Host)?)))
+            .collect::<Result<Vec<_>>>()?;
         let mut raw: Vec<(u32, RecordBatch)> = Vec::new();
         stats.extend(
             run_phase(cluster, specs, |d, b| {
@@ -397,22 +386,11 @@ async fn check(cluster: &Cluster, params: &ConvParams) -> Result<(u64, u64)> {
                 inputs: 1,
                 ports: 1,
             };
-            let source = Source::Table {
-                table: t.name.clone(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            };
-            specs.push((
-                d,
-                JobSpec::chain(
-                    new_id("conv-check"),
-                    PROGRAM,
-                    source,
-                    vec![stage],
-                    Sink::Host,
-                ),
-            ));
+            let source = table(t.name.clone(), vec![]);
+            let spec = JobBuilder::chain("conv-check", source, vec![stage], Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            specs.push((d, spec));
         }
     }
     let (mut images, mut mismatched) = (0u64, 0u64);

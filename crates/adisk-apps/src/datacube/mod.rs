@@ -24,11 +24,11 @@ pub mod kernel;
 
 use crate::report::{Phase, Report};
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::StoredStream;
-use adisk_core::protocol::{DiskletSpec, JobSpec, Output, Port, Route, Sink, Source, Stage};
+use adisk_core::builder::{JobBuilder, Sizes, exchange, new_id, store_result, table};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Route, Sink, Source};
 use adisk_core::stats::DiskJobStats;
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use adisk_host::jobs::{encode_expr, run_phase};
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, UInt64Array};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{col, lit};
@@ -234,21 +234,15 @@ async fn sample(
         .assignment
         .iter()
         .map(|(d, parts)| {
-            let spec = JobSpec::chain(
-                new_id("cube-sample"),
-                PROGRAM,
-                Source::Table {
-                    table: params.input.clone(),
-                    columns: (0..input.d).map(dim_name).collect(),
-                    prune: None,
-                    partitions: parts.clone(),
-                },
-                vec![app("sample", serde_json::json!({ "every": every }), 1)],
-                Sink::Host,
-            );
-            (*d, spec)
+            let source = table(params.input.clone(), (0..input.d).map(dim_name).collect());
+            let stages = vec![app("sample", serde_json::json!({ "every": every }), 1)];
+            let spec = JobBuilder::chain("cube-sample", source, stages, Sink::Host)
+                .program(PROGRAM)
+                .reading(parts.clone())
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let mut rows = Vec::new();
     let stats = run_phase(cluster, specs, |_, b| {
         rows.extend(fact_rows(&b, input.d, false).map_err(host_err)?);
@@ -337,7 +331,7 @@ impl Budget {
         // The inbox queues its messages plus one of up to 2 buffers per sender; each stored
         // group-by holds its row group in progress (DiskOS's STORE_BUFFERS).
         let inbox = (self.buffers_per_stream + 2 * self.disks as u64) * b;
-        let stored = adisk_diskos::job::STORE_BUFFERS * b * k as u64;
+        let stored = adisk_core::builder::grant::STORE_BUFFERS * b * k as u64;
         streams * slots * b + outputs + inbox + stored
     }
 
@@ -566,17 +560,11 @@ fn pipeline_jobs(
             .collect(),
         Some(root) => (0..n)
             .map(|d| {
-                let source = Source::Table {
-                    table: result_table(&params.output, root),
-                    columns: vec![],
-                    prune: None,
-                    partitions: None,
-                };
+                let source = table(result_table(&params.output, root), vec![]);
                 (d, source)
             })
             .collect(),
     };
-    let exchange_id = new_id("cube-x");
     let targets: Vec<String> = (0..n).map(|d| cluster.address(d).to_string()).collect();
     let route = Route::Range {
         key: encode_expr(&col("dest"))?,
@@ -584,87 +572,78 @@ fn pipeline_jobs(
             .map(|b| encode_expr(&lit(ScalarValue::UInt32(Some(b)))))
             .collect::<adisk_host::Result<_>>()?,
     };
-    let masks: Vec<Mask> = pipe.group_bys.iter().map(|g| g.mask).collect();
-    let k = masks.len() as u32;
-    let pipeline_params = serde_json::json!({
-        "d": input.d,
-        "pipeline": pipe,
-        "bounds": ranges.bounds(),
-        "disks": n,
-    });
-    let mut specs = Vec::new();
-    for d in 0..n {
-        let mut inputs = vec![Source::Pipe {
-            exchange_id: exchange_id.clone(),
-            senders: sources.len() as u32,
-            schema: partial_schema(input.d).as_ref().clone(),
-        }];
-        let mut stages = vec![Stage {
-            disklet: app(
-                "merge",
-                serde_json::json!({"d": input.d, "masks": masks}),
-                k + 1,
-            ),
-            inputs: vec![Port::Input(0)],
-        }];
-        let mut outputs: Vec<Output> = masks
-            .iter()
-            .enumerate()
-            .map(|(p, m)| Output {
-                from: Port::Stage {
-                    stage: 0,
-                    port: p as u32,
-                },
-                sink: Sink::Store {
-                    stream: StoredStream::Result {
-                        name: result_table(&params.output, *m),
-                        partition: d,
-                    },
-                },
-            })
-            .collect();
-        outputs.push(Output {
-            from: Port::Stage { stage: 0, port: k },
-            sink: Sink::Host,
-        });
-        let sender = sources.keys().position(|s| *s == d);
-        if let (Some(sender), Some(source)) = (sender, sources.get(&d)) {
-            inputs.push(source.clone());
-            stages.push(Stage {
-                disklet: app("pipeline", pipeline_params.clone(), 1),
-                inputs: vec![Port::Input(1)],
-            });
-            outputs.push(Output {
-                from: Port::Stage { stage: 1, port: 0 },
-                sink: Sink::Exchange {
-                    exchange_id: exchange_id.clone(),
-                    targets: targets.clone(),
-                    sender: sender as u32,
-                    route: route.clone(),
-                    relay: None,
-                    target_relays: vec![],
-                },
-            });
-        }
-        let spec = JobSpec {
-            job_id: new_id("cube-pipeline"),
-            program: PROGRAM.into(),
-            inputs,
-            stages,
-            outputs,
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
-        };
-        let sizes = Sizes {
+    let wiring = PipelineWiring {
+        exchange_id: new_id("cube-x"),
+        targets,
+        route,
+        sources,
+        masks: pipe.group_bys.iter().map(|g| g.mask).collect(),
+        pipeline_params: serde_json::json!({
+            "d": input.d,
+            "pipeline": pipe,
+            "bounds": ranges.bounds(),
+            "disks": n,
+        }),
+        output: &params.output,
+        dims: input.d,
+        sizes: Sizes {
             scratch_kib: scratch.div_ceil(1024),
             buffer_kib: budget.buffer / 1024,
             temp_kib: 0,
-        };
-        specs.push((d, sized(spec, sizes)));
+        },
+    };
+    (0..n).map(|d| Ok((d, pipeline_job(&wiring, d)?))).collect()
+}
+
+/// What the pipeline jobs of every disk share: the exchange of partials to the merges.
+struct PipelineWiring<'a> {
+    exchange_id: String,
+    /// Every disk's address, by disk.
+    targets: Vec<String>,
+    /// Partials by key range to the disk merging it.
+    route: Route,
+    /// The root data each sending disk reads.
+    sources: BTreeMap<u32, Source>,
+    /// The group-bys, in the merge's port order.
+    masks: Vec<Mask>,
+    pipeline_params: serde_json::Value,
+    /// The output table's name.
+    output: &'a str,
+    /// Dimensions of the fact table.
+    dims: usize,
+    sizes: Sizes,
+}
+
+/// Disk `d`'s pipeline job: the merge of its key range, each group-by stored and a summary
+/// to the host; if `d` holds root data, the pipeline disklet sending its partials.
+fn pipeline_job(w: &PipelineWiring<'_>, d: u32) -> Result<JobSpec> {
+    let k = w.masks.len() as u32;
+    let mut job = JobBuilder::new("cube-pipeline").program(PROGRAM);
+    let partials = job.input(Source::Pipe {
+        exchange_id: w.exchange_id.clone(),
+        senders: w.sources.len() as u32,
+        schema: partial_schema(w.dims).as_ref().clone(),
+    });
+    let merge_params = serde_json::json!({"d": w.dims, "masks": w.masks});
+    let merged = job.stage(app("merge", merge_params, k + 1), vec![partials]);
+    for (p, m) in w.masks.iter().enumerate() {
+        let sink = store_result(result_table(w.output, *m), d);
+        job.output(merged.port(p as u32), sink);
     }
-    Ok(specs)
+    job.output(merged.port(k), Sink::Host);
+    let sender = w.sources.keys().position(|s| *s == d);
+    if let (Some(sender), Some(source)) = (sender, w.sources.get(&d)) {
+        let rows = job.input(source.clone());
+        let sent = job.stage(app("pipeline", w.pipeline_params.clone(), 1), vec![rows]);
+        let sink = exchange(
+            w.exchange_id.clone(),
+            w.targets.clone(),
+            sender as u32,
+            w.route.clone(),
+        );
+        job.output(sent, sink);
+    }
+    Ok(job.sizes(w.sizes).build()?)
 }
 
 /// Conventional: the host reads every row, computes the cube with the same kernel (one
@@ -694,21 +673,14 @@ async fn conventional(
         .assignment
         .iter()
         .map(|(d, parts)| {
-            let spec = JobSpec::chain(
-                new_id("cube-read"),
-                PROGRAM,
-                Source::Table {
-                    table: params.input.clone(),
-                    columns: dims_and_measure(input.d),
-                    prune: None,
-                    partitions: parts.clone(),
-                },
-                vec![],
-                Sink::Host,
-            );
-            (*d, spec)
+            let source = table(params.input.clone(), dims_and_measure(input.d));
+            let spec = JobBuilder::chain("cube-read", source, vec![], Sink::Host)
+                .program(PROGRAM)
+                .reading(parts.clone())
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let stats = run_phase(cluster, specs, |_, b| {
         let rows = fact_rows(&b, input.d, true).map_err(host_err)?;
         exec.feed_rows(&rows).map_err(|e| host_err(cube_err(e)))

@@ -25,10 +25,11 @@ pub mod rows;
 
 use crate::report::Report;
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Output, Port, Route, Sink, Source, Stage};
+use adisk_core::builder::{self, JobBuilder, Sizes, exchange, new_id};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Route, Sink, Source};
 use adisk_core::stats::DiskJobStats;
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use adisk_host::jobs::{encode_expr, run_phase};
 use arrow::array::{Array, Float64Array, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::ScalarValue;
@@ -156,12 +157,10 @@ struct Plan<'a> {
 
 impl Plan<'_> {
     fn source(&self) -> Source {
-        Source::Table {
-            table: self.params.input.clone(),
-            columns: vec!["tid".into(), "items".into()],
-            prune: None,
-            partitions: None,
-        }
+        builder::table(
+            self.params.input.clone(),
+            vec!["tid".into(), "items".into()],
+        )
     }
 
     fn sizes(&self) -> Sizes {
@@ -172,20 +171,19 @@ impl Plan<'_> {
         }
     }
 
+    /// A job of `kind`: scan ─► `stages` ─► host.
+    fn scan_job(&self, kind: &str, stages: Vec<DiskletSpec>) -> Result<JobSpec> {
+        Ok(JobBuilder::chain(kind, self.source(), stages, Sink::Host)
+            .program(PROGRAM)
+            .sizes(self.sizes())
+            .build()?)
+    }
+
     /// A job per input disk: scan ─► `disklet` ─► host.
-    fn scan_jobs(&self, kind: &str, disklet: &DiskletSpec) -> Vec<(u32, JobSpec)> {
+    fn scan_jobs(&self, kind: &str, disklet: &DiskletSpec) -> Result<Vec<(u32, JobSpec)>> {
         self.disks
             .iter()
-            .map(|d| {
-                let spec = JobSpec::chain(
-                    new_id(kind),
-                    PROGRAM,
-                    self.source(),
-                    vec![disklet.clone()],
-                    Sink::Host,
-                );
-                (*d, sized(spec, self.sizes()))
-            })
+            .map(|d| Ok((*d, self.scan_job(kind, vec![disklet.clone()])?)))
             .collect()
     }
 }
@@ -425,7 +423,7 @@ async fn collect<T>(
 
 /// Pass 1: the frequent items.
 async fn pass_items(plan: &Plan<'_>) -> Result<(Vec<(u32, u64)>, Vec<DiskJobStats>)> {
-    let specs = plan.scan_jobs("dmine-items", &app("items", serde_json::json!({})));
+    let specs = plan.scan_jobs("dmine-items", &app("items", serde_json::json!({})))?;
     let (parts, stats) = collect(plan, specs, |b| rows::read_keyed_counts(b, "item")).await?;
     let parts: Vec<_> = parts.into_values().collect();
     Ok((
@@ -447,7 +445,7 @@ async fn pass_pairs(
         "pairs",
         serde_json::json!({ "items": items, "table": table }),
     );
-    let specs = plan.scan_jobs("dmine-pairs", &disklet);
+    let specs = plan.scan_jobs("dmine-pairs", &disklet)?;
     let (parts, stats) = collect(plan, specs, rows::read_pair_counts).await?;
     let parts: Vec<_> = parts.into_values().collect();
     Ok((
@@ -474,7 +472,7 @@ async fn pass_count(
         "candidates",
         serde_json::json!({ "candidates": candidates }),
     );
-    let specs = plan.scan_jobs("dmine-count", &disklet);
+    let specs = plan.scan_jobs("dmine-count", &disklet)?;
     let (parts, stats) = collect(plan, specs, |b| rows::read_keyed_counts(b, "index")).await?;
     let mut sum = vec![0u64; candidates.len()];
     for (index, count) in parts.into_values().flatten() {
@@ -543,21 +541,15 @@ async fn pass_hybrid(
             serde_json::json!({ "candidates": parts[section] }),
         );
         let spec = if s == 1 {
-            JobSpec::chain(
-                new_id("dmine-hybrid"),
-                PROGRAM,
-                plan.source(),
-                vec![disklet],
-                Sink::Host,
-            )
+            plan.scan_job("dmine-hybrid", vec![disklet])?
         } else {
             let row = i / s;
             let targets = (row * s..row * s + s)
                 .map(|p| plan.cluster.address(plan.disks[p]).to_string())
                 .collect();
-            row_job(plan, disklet, &exchanges[row], targets, (i % s) as u32)
+            row_job(plan, disklet, &exchanges[row], targets, (i % s) as u32)?
         };
-        specs.push((*d, sized(spec, plan.sizes())));
+        specs.push((*d, spec));
     }
     let (counts, stats) = collect(plan, specs, |b| rows::read_keyed_counts(b, "index")).await?;
     let counts = sum_sections(plan, &grid, &parts, &counts, k)?;
@@ -601,44 +593,21 @@ fn row_job(
     exchange_id: &str,
     targets: Vec<String>,
     sender: u32,
-) -> JobSpec {
-    JobSpec {
-        job_id: new_id("dmine-hybrid"),
-        program: PROGRAM.into(),
-        inputs: vec![
-            Source::Pipe {
-                exchange_id: exchange_id.into(),
-                senders: targets.len() as u32,
-                schema: plan.schema.as_ref().clone(),
-            },
-            plan.source(),
-        ],
-        stages: vec![Stage {
-            disklet,
-            inputs: vec![Port::Input(0)],
-        }],
-        outputs: vec![
-            Output {
-                from: Port::Stage { stage: 0, port: 0 },
-                sink: Sink::Host,
-            },
-            Output {
-                from: Port::Input(1),
-                sink: Sink::Exchange {
-                    exchange_id: exchange_id.into(),
-                    targets,
-                    sender,
-                    route: Route::Broadcast,
-                    relay: None,
-                    target_relays: vec![],
-                },
-            },
-        ],
-        scratch_kib: 0,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
-    }
+) -> Result<JobSpec> {
+    let mut job = JobBuilder::new("dmine-hybrid").program(PROGRAM);
+    let row = job.input(Source::Pipe {
+        exchange_id: exchange_id.into(),
+        senders: targets.len() as u32,
+        schema: plan.schema.as_ref().clone(),
+    });
+    let own = job.input(plan.source());
+    let counted = job.stage(disklet, vec![row]);
+    job.output(counted, Sink::Host);
+    job.output(
+        own,
+        exchange(exchange_id, targets, sender, Route::Broadcast),
+    );
+    Ok(job.sizes(plan.sizes()).build()?)
 }
 
 /// Eclat's third pass in rounds: each round maps some classes (by first item) to the disk
@@ -713,7 +682,9 @@ async fn pass_eclat(
         ),
         receiver: app("eclat", serde_json::json!({ "min_count": plan.min_count })),
     };
-    let specs = (0..n).map(|d| (d, eclat_job(plan, d, &wiring))).collect();
+    let specs = (0..n)
+        .map(|d| Ok((d, eclat_job(plan, d, &wiring)?)))
+        .collect::<Result<Vec<_>>>()?;
     let (found, stats) = collect(plan, specs, rows::read_itemsets).await?;
     Ok((found.into_values().flatten().collect(), stats))
 }
@@ -742,47 +713,27 @@ struct EclatWiring {
 
 /// Disk `d`'s eclat job: its classes' tid-lists from every sender (pipe ─► `eclat` ─► host)
 /// and, where it holds transactions, its own tid-lists out (scan ─► `tid_lists` ─► exchange).
-fn eclat_job(plan: &Plan<'_>, d: u32, w: &EclatWiring) -> JobSpec {
-    let mut spec = JobSpec {
-        job_id: new_id("dmine-eclat"),
-        program: PROGRAM.into(),
-        inputs: vec![Source::Pipe {
-            exchange_id: w.exchange_id.clone(),
-            senders: plan.disks.len() as u32,
-            schema: rows::tid_lists_schema().as_ref().clone(),
-        }],
-        stages: vec![Stage {
-            disklet: w.receiver.clone(),
-            inputs: vec![Port::Input(0)],
-        }],
-        outputs: vec![Output {
-            from: Port::Stage { stage: 0, port: 0 },
-            sink: Sink::Host,
-        }],
-        scratch_kib: 0,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
-    };
+fn eclat_job(plan: &Plan<'_>, d: u32, w: &EclatWiring) -> Result<JobSpec> {
+    let mut job = JobBuilder::new("dmine-eclat").program(PROGRAM);
+    let tid_lists = job.input(Source::Pipe {
+        exchange_id: w.exchange_id.clone(),
+        senders: plan.disks.len() as u32,
+        schema: rows::tid_lists_schema().as_ref().clone(),
+    });
+    let mined = job.stage(w.receiver.clone(), vec![tid_lists]);
+    job.output(mined, Sink::Host);
     if let Some(position) = plan.disks.iter().position(|x| *x == d) {
-        spec.inputs.push(plan.source());
-        spec.stages.push(Stage {
-            disklet: w.sender.clone(),
-            inputs: vec![Port::Input(1)],
-        });
-        spec.outputs.push(Output {
-            from: Port::Stage { stage: 1, port: 0 },
-            sink: Sink::Exchange {
-                exchange_id: w.exchange_id.clone(),
-                targets: w.addresses.clone(),
-                sender: position as u32,
-                route: w.route.clone(),
-                relay: None,
-                target_relays: vec![],
-            },
-        });
+        let transactions = job.input(plan.source());
+        let built = job.stage(w.sender.clone(), vec![transactions]);
+        let sink = exchange(
+            w.exchange_id.clone(),
+            w.addresses.clone(),
+            position as u32,
+            w.route.clone(),
+        );
+        job.output(built, sink);
     }
-    sized(spec, plan.sizes())
+    Ok(job.sizes(plan.sizes()).build()?)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -794,17 +745,8 @@ async fn conventional(plan: &Plan<'_>, report: &mut Report) -> Result<(Found, se
     let specs = plan
         .disks
         .iter()
-        .map(|d| {
-            let spec = JobSpec::chain(
-                new_id("dmine-read"),
-                PROGRAM,
-                plan.source(),
-                vec![],
-                Sink::Host,
-            );
-            (*d, sized(spec, plan.sizes()))
-        })
-        .collect();
+        .map(|d| Ok((*d, plan.scan_job("dmine-read", vec![])?)))
+        .collect::<Result<Vec<_>>>()?;
     let (parts, stats) = collect(plan, specs, |b| {
         let t = rows::Transactions::new(b)?;
         Ok((0..t.len())
@@ -976,18 +918,14 @@ async fn read_gen(cluster: &Cluster, input: &str) -> Result<Option<GenParams>> {
     else {
         return Ok(None);
     };
-    let spec = JobSpec::chain(
-        new_id("dmine-gen"),
-        PROGRAM,
-        Source::Table {
-            table,
-            columns: vec![],
-            prune: None,
-            partitions: None,
-        },
+    let spec = JobBuilder::chain(
+        "dmine-gen",
+        builder::table(table, vec![]),
         vec![],
         Sink::Host,
-    );
+    )
+    .program(PROGRAM)
+    .build()?;
     let mut got = None;
     run_phase(cluster, vec![(d, spec)], |_, b| {
         if got.is_none() && b.num_rows() > 0 {

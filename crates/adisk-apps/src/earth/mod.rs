@@ -12,11 +12,12 @@ pub mod kernel;
 use crate::disklet_util::{Params, invalid};
 use crate::report::Report;
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
+use adisk_core::builder::{JobBuilder, Sizes, table};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Sink};
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, chain, run_phase};
+use adisk_host::jobs::run_phase;
 use arrow::array::{Array, ArrayRef, Float32Array, Int16Array, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use kernel::{Canvas, GenParams, Generator, Grid, Record, ShippedTile, SubGrid};
@@ -317,26 +318,22 @@ pub async fn run(cluster: &Cluster, params: &EarthParams) -> Result<Report> {
         ),
         Mode::Conventional => ("records to host, composed there", vec![]),
     };
+    let sizes = Sizes {
+        scratch_kib: window.div_ceil(1024),
+        buffer_kib: 256,
+        temp_kib: 0,
+    };
     let specs = disks
         .iter()
         .map(|d| {
-            let source = Source::Table {
-                table: params.table.clone(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            };
-            let sizes = Sizes {
-                scratch_kib: window.div_ceil(1024),
-                buffer_kib: 256,
-                temp_kib: 0,
-            };
-            (
-                *d,
-                chain("earth", PROGRAM, source, stages.clone(), Sink::Host, sizes),
-            )
+            let source = table(params.table.clone(), vec![]);
+            let spec = JobBuilder::chain("earth", source, stages.clone(), Sink::Host)
+                .program(PROGRAM)
+                .sizes(sizes)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect::<Vec<(u32, JobSpec)>>();
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut failure: Option<String> = None;
     let stats = run_phase(cluster, specs, |_, b| {
         let composed = match params.mode {

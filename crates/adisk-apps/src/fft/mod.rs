@@ -19,11 +19,10 @@ pub mod layout;
 
 use crate::report::{Phase, Report};
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{
-    DiskletSpec, JobSpec, Output, Port, Route, Sink, Source, Stage, StoredStream,
-};
+use adisk_core::builder::{self, JobBuilder, Sizes, exchange, new_id};
+use adisk_core::protocol::{DiskletSpec, Route, Sink, Source, StoredStream};
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use adisk_host::jobs::{encode_expr, run_phase};
 use arrow::array::{Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::Schema;
 use datafusion::common::ScalarValue;
@@ -424,67 +423,39 @@ async fn pass_one(
     let mut specs = Vec::new();
     for d in 0..plan.disks as u32 {
         let disklet_params = plan.params(input, d as usize);
-        let mut inputs = vec![Source::Pipe {
+        let mut job = JobBuilder::new("fft-pass1").program(PROGRAM);
+        let pieces = job.input(Source::Pipe {
             exchange_id: exchange_id.clone(),
             senders: input.disks.len() as u32,
             schema: layout::pieces_schema().as_ref().clone(),
-        }];
-        let mut stages = vec![Stage {
-            disklet: app("runs", disklet_params.clone()),
-            inputs: vec![Port::Input(0)],
-        }];
-        let mut outputs = vec![Output {
-            from: Port::Stage { stage: 0, port: 0 },
-            sink: Sink::Store {
-                stream: StoredStream::Split {
-                    name: runs_table(&params.output),
-                    first_partition: d * max,
-                    by: "run".into(),
-                    max_partitions: max,
-                },
-            },
-        }];
-        if let Some(sender) = input.disks.iter().position(|x| *x == d) {
-            inputs.push(Source::Table {
-                table: params.input.clone(),
-                columns: ["row", "col", "re", "im"].map(String::from).to_vec(),
-                prune: None,
-                partitions: None,
-            });
-            stages.push(Stage {
-                disklet: app("rows", disklet_params),
-                inputs: vec![Port::Input(1)],
-            });
-            outputs.push(Output {
-                from: Port::Stage { stage: 1, port: 0 },
-                sink: Sink::Exchange {
-                    exchange_id: exchange_id.clone(),
-                    targets: targets.clone(),
-                    sender: sender as u32,
-                    route: route.clone(),
-                    relay: None,
-                    target_relays: vec![],
-                },
-            });
-        }
-        let scratch_kib = scratch_kib + plan.inbox_pad(input.disks.len(), stages.len());
-        let spec = JobSpec {
-            job_id: new_id("fft-pass1"),
-            program: PROGRAM.into(),
-            inputs,
-            stages,
-            outputs,
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
+        });
+        let runs = job.stage(app("runs", disklet_params.clone()), vec![pieces]);
+        let split = StoredStream::Split {
+            name: runs_table(&params.output),
+            first_partition: d * max,
+            by: "run".into(),
+            max_partitions: max,
         };
+        job.output(runs, Sink::Store { stream: split });
+        if let Some(sender) = input.disks.iter().position(|x| *x == d) {
+            let columns = ["row", "col", "re", "im"].map(String::from).to_vec();
+            let rows = job.input(builder::table(params.input.clone(), columns));
+            let blocks = job.stage(app("rows", disklet_params), vec![rows]);
+            let sink = exchange(
+                exchange_id.clone(),
+                targets.clone(),
+                sender as u32,
+                route.clone(),
+            );
+            job.output(blocks, sink);
+        }
+        let stages = job.spec().stages.len();
         let sizes = Sizes {
-            scratch_kib,
+            scratch_kib: scratch_kib + plan.inbox_pad(input.disks.len(), stages),
             buffer_kib: plan.buffer_bytes / 1024,
             temp_kib: 0,
         };
-        specs.push((d, sized(spec, sizes)));
+        specs.push((d, job.sizes(sizes).build()?));
     }
     Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
 }
@@ -522,50 +493,39 @@ async fn pass_two(
         }
         let mut disklet_params = plan.params(input, d);
         disklet_params["cap_bytes"] = plan.merge_cap(input, k).into();
-        let spec = JobSpec {
-            job_id: new_id("fft-pass2"),
-            program: PROGRAM.into(),
-            inputs: parts
-                .iter()
-                .map(|p| Source::Table {
+        let mut job = JobBuilder::new("fft-pass2").program(PROGRAM);
+        let runs = parts
+            .iter()
+            .map(|p| {
+                job.input(Source::Table {
                     table: runs_name.clone(),
                     columns: vec![],
                     prune: None,
                     partitions: Some(vec![*p]),
                 })
-                .collect(),
-            stages: vec![Stage {
-                disklet: DiskletSpec::App {
-                    app: "fft".into(),
-                    name: "columns".into(),
-                    params: disklet_params,
-                    inputs: k as u32,
-                    ports: 1,
-                },
-                inputs: (0..k as u32).map(Port::Input).collect(),
-            }],
-            outputs: vec![Output {
-                from: Port::Stage { stage: 0, port: 0 },
-                sink: Sink::Store {
-                    stream: StoredStream::Split {
-                        name: params.output.clone(),
-                        first_partition: d as u32,
-                        by: "part".into(),
-                        max_partitions: 1,
-                    },
-                },
-            }],
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
+            })
+            .collect();
+        let merge = DiskletSpec::App {
+            app: "fft".into(),
+            name: "columns".into(),
+            params: disklet_params,
+            inputs: k as u32,
+            ports: 1,
         };
+        let columns = job.stage(merge, runs);
+        let split = StoredStream::Split {
+            name: params.output.clone(),
+            first_partition: d as u32,
+            by: "part".into(),
+            max_partitions: 1,
+        };
+        job.output(columns, Sink::Store { stream: split });
         let sizes = Sizes {
             scratch_kib: plan.pass_two_scratch(input, k).div_ceil(1024),
             buffer_kib: plan.buffer_bytes / 1024,
             temp_kib: 0,
         };
-        specs.push((d as u32, sized(spec, sizes)));
+        specs.push((d as u32, job.sizes(sizes).build()?));
     }
     let stats = run_phase(cluster, specs, |_, _| Ok(())).await?;
     Ok((stats, per_disk.iter().map(Vec::len).collect()))
@@ -587,21 +547,14 @@ async fn read_matrix(
     let specs = disks
         .iter()
         .map(|d| {
-            let spec = JobSpec::chain(
-                new_id("fft-read"),
-                PROGRAM,
-                Source::Table {
-                    table: table.into(),
-                    columns: ["row", "col", "re", "im"].map(String::from).to_vec(),
-                    prune: None,
-                    partitions: None,
-                },
-                vec![],
-                Sink::Host,
-            );
-            (*d, spec)
+            let columns = ["row", "col", "re", "im"].map(String::from).to_vec();
+            let source = builder::table(table, columns);
+            let spec = JobBuilder::chain("fft-read", source, vec![], Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let mut matrix = vec![vec![Complex64::default(); cols as usize]; rows as usize];
     let mut seen = 0u64;
     let stats = run_phase(cluster, specs, |_, b| {

@@ -15,12 +15,11 @@ pub mod disklets;
 use crate::report::{Phase, Report};
 use crate::sort::{Relation, form_runs, sample_splitters};
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{
-    DiskletSpec, JobSpec, Output, Port, Sink, SortKey, Source, Stage, StoredStream,
-};
+use adisk_core::builder::{self, JobBuilder, Sizes, store_result};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Port, Sink, SortKey, Source};
 use adisk_core::stats::DiskJobStats;
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use adisk_host::jobs::{encode_expr, run_phase};
 use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::prelude::col;
@@ -279,23 +278,25 @@ async fn merge_join(
                 "disk {d} holds {k} runs, too many to merge in one pass within its memory of {memory} bytes: use larger runs (--run-kib)"
             )));
         }
-        let spec = merge_join_job(*d, params, runs, (l, r))?;
         let sizes = Sizes {
             scratch_kib: (k * buffer * 2).div_ceil(1024).max(memory / 8 / 1024),
             buffer_kib: buffer / 1024,
             temp_kib: 0,
         };
-        specs.push((*d, sized(spec, sizes)));
+        let job = merge_join_job(*d, params, runs, (l, r))?;
+        specs.push((*d, job.sizes(sizes).build()?));
     }
     Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
 }
 
+/// Disk `d`'s pass-3 job, to be sized: its runs of each relation (`l`, `r`) merged, the two
+/// merged streams joined into partition `d` of the output.
 fn merge_join_job(
     d: u32,
     params: &JoinParams,
     runs: &[String; 2],
     (l, r): (&[u32], &[u32]),
-) -> Result<JobSpec> {
+) -> Result<JobBuilder> {
     let key = vec![SortKey {
         expr: encode_expr(&col("key"))?,
         descending: false,
@@ -307,50 +308,21 @@ fn merge_join_job(
         prune: None,
         partitions: Some(vec![p]),
     };
-    let mut inputs: Vec<Source> = l.iter().map(|p| input(&runs[0], *p)).collect();
-    inputs.extend(r.iter().map(|p| input(&runs[1], *p)));
-    let ports = |range: std::ops::Range<usize>| range.map(|i| Port::Input(i as u32)).collect();
-    Ok(JobSpec {
-        job_id: new_id("join-pass3"),
-        program: PROGRAM.into(),
-        inputs,
-        stages: vec![
-            Stage {
-                disklet: DiskletSpec::Merge { keys: key.clone() },
-                inputs: ports(0..l.len()),
-            },
-            Stage {
-                disklet: DiskletSpec::Merge { keys: key },
-                inputs: ports(l.len()..l.len() + r.len()),
-            },
-            Stage {
-                disklet: DiskletSpec::App {
-                    app: "join".into(),
-                    name: "merge_join".into(),
-                    params: serde_json::Value::Null,
-                    inputs: 2,
-                    ports: 1,
-                },
-                inputs: vec![
-                    Port::Stage { stage: 0, port: 0 },
-                    Port::Stage { stage: 1, port: 0 },
-                ],
-            },
-        ],
-        outputs: vec![Output {
-            from: Port::Stage { stage: 2, port: 0 },
-            sink: Sink::Store {
-                stream: StoredStream::Result {
-                    name: params.output.clone(),
-                    partition: d,
-                },
-            },
-        }],
-        scratch_kib: 0,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
-    })
+    let mut job = JobBuilder::new("join-pass3").program(PROGRAM);
+    let left: Vec<Port> = l.iter().map(|p| job.input(input(&runs[0], *p))).collect();
+    let right: Vec<Port> = r.iter().map(|p| job.input(input(&runs[1], *p))).collect();
+    let left = job.stage(DiskletSpec::Merge { keys: key.clone() }, left);
+    let right = job.stage(DiskletSpec::Merge { keys: key }, right);
+    let join = DiskletSpec::App {
+        app: "join".into(),
+        name: "merge_join".into(),
+        params: serde_json::Value::Null,
+        inputs: 2,
+        ports: 1,
+    };
+    let joined = job.stage(join, vec![left, right]);
+    job.output(joined, store_result(params.output.clone(), d));
+    Ok(job)
 }
 
 /// Conventional: the host reads both projected relations, hash-joins them and writes the
@@ -427,18 +399,13 @@ async fn read_at_host(
     let specs = disks
         .iter()
         .map(|d| {
-            let source = Source::Table {
-                table: table.into(),
-                columns: projected(),
-                prune: None,
-                partitions: None,
-            };
-            (
-                *d,
-                JobSpec::chain(new_id("join-read"), PROGRAM, source, vec![], Sink::Host),
-            )
+            let source = builder::table(table, projected());
+            let spec = JobBuilder::chain("join-read", source, vec![], Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut batches = Vec::new();
     let stats = run_phase(cluster, specs, |_, b| {
         batches.push(b);

@@ -17,11 +17,10 @@ pub mod records;
 
 use crate::report::{Phase, Report};
 use crate::{AppError, Mode, Result};
-use adisk_core::protocol::{
-    DiskletSpec, JobSpec, Output, Port, Route, Sink, SortKey, Source, Stage, StoredStream,
-};
+use adisk_core::builder::{self, JobBuilder, Sizes, exchange, new_id, store_result, table};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Route, Sink, SortKey, Source, StoredStream};
 use adisk_host::Cluster;
-use adisk_host::jobs::{Sizes, encode_expr, new_id, run_phase, sized};
+use adisk_host::jobs::{encode_expr, run_phase};
 use arrow::array::{Array, FixedSizeBinaryArray, RecordBatch};
 use datafusion::common::ScalarValue;
 use datafusion::prelude::{col, lit};
@@ -243,21 +242,14 @@ pub async fn sample_splitters(
     let specs = disks
         .iter()
         .map(|d| {
-            let spec = JobSpec::chain(
-                new_id("sort-sample"),
-                PROGRAM,
-                Source::Table {
-                    table: relation.table.clone(),
-                    columns: vec![relation.key.clone()],
-                    prune: None,
-                    partitions: None,
-                },
-                vec![app("sample", params.clone())],
-                Sink::Host,
-            );
-            (*d, spec)
+            let source = table(relation.table.clone(), vec![relation.key.clone()]);
+            let stages = vec![app("sample", params.clone())];
+            let spec = JobBuilder::chain("sort-sample", source, stages, Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let mut keys: Vec<ScalarValue> = Vec::new();
     let stats = run_phase(cluster, specs, |_, batch| {
         for i in 0..batch.num_rows() {
@@ -310,6 +302,11 @@ pub async fn form_runs(
     };
     let exchange_id = new_id("sort-x");
     let runs_params = serde_json::json!({ "run_bytes": run_bytes, "key": relation.key });
+    let sizes = Sizes {
+        scratch_kib: (run_bytes * 2).div_ceil(1024),
+        buffer_kib: 64,
+        temp_kib: 0,
+    };
     let specs = (0..cluster.disk_count())
         .map(|d| {
             let sender = disks.iter().position(|x| *x == d).map(|s| Sender {
@@ -319,7 +316,7 @@ pub async fn form_runs(
                 targets: &targets,
                 route: &route,
             });
-            let spec = runs_job(
+            let job = runs_job(
                 d,
                 relation,
                 disks.len() as u32,
@@ -328,14 +325,9 @@ pub async fn form_runs(
                 runs,
                 &runs_params,
             );
-            let sizes = Sizes {
-                scratch_kib: (run_bytes * 2).div_ceil(1024),
-                buffer_kib: 64,
-                temp_kib: 0,
-            };
-            (d, sized(spec, sizes))
+            Ok((d, job.sizes(sizes).build()?))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
 }
 
@@ -348,8 +340,8 @@ struct Sender<'a> {
     route: &'a Route,
 }
 
-/// Disk d's pass-1 job: receive its key range from every sender into sorted runs; and, if
-/// it holds the relation, send its rows.
+/// Disk d's pass-1 job, to be sized: receive its key range from every sender into sorted
+/// runs; and, if it holds the relation, send its rows.
 fn runs_job(
     d: u32,
     relation: &Relation,
@@ -358,57 +350,28 @@ fn runs_job(
     sender: Option<Sender<'_>>,
     runs: &str,
     runs_params: &serde_json::Value,
-) -> JobSpec {
+) -> JobBuilder {
     let max = adisk_core::graph::MAX_SPLIT_PARTITIONS;
-    let mut inputs = vec![Source::Pipe {
+    let mut job = JobBuilder::new("sort-pass1").program(PROGRAM);
+    let received = job.input(Source::Pipe {
         exchange_id: exchange_id.into(),
         senders,
         schema: relation.schema.as_ref().clone(),
-    }];
-    let mut outputs = vec![Output {
-        from: Port::Stage { stage: 0, port: 0 },
-        sink: Sink::Store {
-            stream: StoredStream::Split {
-                name: runs.into(),
-                first_partition: d * max,
-                by: "run".into(),
-                max_partitions: max,
-            },
-        },
-    }];
+    });
+    let sorted = job.stage(app("runs", runs_params.clone()), vec![received]);
+    let split = StoredStream::Split {
+        name: runs.into(),
+        first_partition: d * max,
+        by: "run".into(),
+        max_partitions: max,
+    };
+    job.output(sorted, Sink::Store { stream: split });
     if let Some(s) = sender {
-        inputs.push(Source::Table {
-            table: s.relation.table.clone(),
-            columns: s.relation.columns.clone(),
-            prune: None,
-            partitions: None,
-        });
-        outputs.push(Output {
-            from: Port::Input(1),
-            sink: Sink::Exchange {
-                exchange_id: s.exchange_id.into(),
-                targets: s.targets.to_vec(),
-                sender: s.number,
-                route: s.route.clone(),
-                relay: None,
-                target_relays: vec![],
-            },
-        });
+        let rows = job.input(table(s.relation.table.clone(), s.relation.columns.clone()));
+        let sink = exchange(s.exchange_id, s.targets.to_vec(), s.number, s.route.clone());
+        job.output(rows, sink);
     }
-    JobSpec {
-        job_id: new_id("sort-pass1"),
-        program: PROGRAM.into(),
-        inputs,
-        stages: vec![Stage {
-            disklet: app("runs", runs_params.clone()),
-            inputs: vec![Port::Input(0)],
-        }],
-        outputs,
-        scratch_kib: 0,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
-    }
+    job
 }
 
 /// Pass 2: every disk merges its runs into partition d of the output.
@@ -440,42 +403,26 @@ async fn pass_two(
                 "disk {d} holds {k} runs, too many to merge in one pass within its memory of {memory} bytes: use larger runs (--run-kib)"
             )));
         }
-        let spec = JobSpec {
-            job_id: new_id("sort-pass2"),
-            program: PROGRAM.into(),
-            inputs: parts
-                .iter()
-                .map(|p| Source::Table {
+        let mut job = JobBuilder::new("sort-pass2").program(PROGRAM);
+        let inputs = parts
+            .iter()
+            .map(|p| {
+                job.input(Source::Table {
                     table: runs.name.clone(),
                     columns: vec![],
                     prune: None,
                     partitions: Some(vec![*p]),
                 })
-                .collect(),
-            stages: vec![Stage {
-                disklet: DiskletSpec::Merge { keys: key.clone() },
-                inputs: (0..parts.len() as u32).map(Port::Input).collect(),
-            }],
-            outputs: vec![Output {
-                from: Port::Stage { stage: 0, port: 0 },
-                sink: Sink::Store {
-                    stream: StoredStream::Result {
-                        name: params.output.clone(),
-                        partition: d,
-                    },
-                },
-            }],
-            scratch_kib: 0,
-            buffer_kib: 0,
-            temp_kib: 0,
-            stage_scratch_kib: vec![],
-        };
+            })
+            .collect();
+        let merged = job.stage(DiskletSpec::Merge { keys: key.clone() }, inputs);
+        job.output(merged, store_result(params.output.clone(), d));
         let sizes = Sizes {
             scratch_kib: (k * buffer * 2).div_ceil(1024),
             buffer_kib: buffer / 1024,
             temp_kib: 0,
         };
-        specs.push((d, sized(spec, sizes)));
+        specs.push((d, job.sizes(sizes).build()?));
     }
     Ok(run_phase(cluster, specs, |_, _| Ok(())).await?)
 }
@@ -492,21 +439,13 @@ async fn conventional(
     let specs = disks
         .iter()
         .map(|d| {
-            let spec = JobSpec::chain(
-                new_id("sort-read"),
-                PROGRAM,
-                Source::Table {
-                    table: params.input.clone(),
-                    columns: vec![],
-                    prune: None,
-                    partitions: None,
-                },
-                vec![],
-                Sink::Host,
-            );
-            (*d, spec)
+            let source = table(params.input.clone(), vec![]);
+            let spec = JobBuilder::chain("sort-read", source, vec![], Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((*d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let mut batches = Vec::new();
     let stats = run_phase(cluster, specs, |_, b| {
         batches.push(b);
@@ -577,25 +516,18 @@ pub async fn summarize(cluster: &Cluster, table: &str) -> Result<Summary> {
     let Some(entry) = catalog.tables.get(table) else {
         return Ok(Summary::default());
     };
-    let specs: Vec<(u32, JobSpec)> = entry
+    let specs = entry
         .disks()
         .into_iter()
         .map(|d| {
-            let spec = JobSpec::chain(
-                new_id("sort-check"),
-                PROGRAM,
-                Source::Table {
-                    table: table.into(),
-                    columns: vec![],
-                    prune: None,
-                    partitions: None,
-                },
-                vec![app("check", serde_json::json!({}))],
-                Sink::Host,
-            );
-            (d, spec)
+            let source = builder::table(table, vec![]);
+            let stages = vec![app("check", serde_json::json!({}))];
+            let spec = JobBuilder::chain("sort-check", source, stages, Sink::Host)
+                .program(PROGRAM)
+                .build()?;
+            Ok((d, spec))
         })
-        .collect();
+        .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut got: Vec<(u32, Summary)> = Vec::new();
     run_phase(cluster, specs, |d, b| {
         let s = Summary::from_batch(&b).map_err(adisk_host::HostError::Invalid)?;

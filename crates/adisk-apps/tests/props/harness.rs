@@ -1,7 +1,8 @@
 //! The suite's machinery: in-process clusters (one per shape, reused by every case), the
 //! proptest runner with its case counts and seeds, and reading a table back at the host.
+use adisk_core::builder::{self, JobBuilder};
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig, ExchangeMode};
-use adisk_core::protocol::{JobSpec, Sink, Source};
+use adisk_core::protocol::Sink;
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
 use adisk_host::Cluster;
@@ -295,28 +296,26 @@ pub async fn read_table(
     let Some(entry) = catalog.tables.get(table) else {
         return Ok(Vec::new());
     };
-    let reads = entry.placements.iter().map(|(d, p)| {
-        let spec = JobSpec::chain(
-            adisk_host::jobs::new_id("props-read"),
-            "props",
-            Source::Table {
-                table: table.into(),
-                columns: vec![],
-                prune: None,
-                partitions: Some(vec![p.partition]),
-            },
-            vec![],
-            Sink::Host,
-        );
-        async move {
-            let mut stream = cluster.start(*d, &spec).await.map_err(|e| e.to_string())?;
-            let mut batches = Vec::new();
-            while let Some(b) = stream.next().await {
-                batches.push(b.map_err(|e| format!("reading {table}: {e}"))?);
-            }
-            Ok::<_, String>((p.partition, *d, batches))
-        }
-    });
+    let reads = entry
+        .placements
+        .iter()
+        .map(|(d, p)| {
+            let source = builder::table(table, vec![]);
+            let spec = JobBuilder::chain("props-read", source, vec![], Sink::Host)
+                .program("props")
+                .reading(Some(vec![p.partition]))
+                .build()
+                .map_err(|e| format!("reading {table}: {e}"))?;
+            Ok(async move {
+                let mut stream = cluster.start(*d, &spec).await.map_err(|e| e.to_string())?;
+                let mut batches = Vec::new();
+                while let Some(b) = stream.next().await {
+                    batches.push(b.map_err(|e| format!("reading {table}: {e}"))?);
+                }
+                Ok::<_, String>((p.partition, *d, batches))
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let mut parts = futures::future::try_join_all(reads).await?;
     parts.sort_by_key(|(p, _, _)| *p);
     Ok(parts)

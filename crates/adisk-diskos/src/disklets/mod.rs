@@ -111,35 +111,7 @@ pub(crate) fn evaluate_all(
         .collect()
 }
 
-/// Bytes of a batch's rows (slice-aware).
-pub fn batch_bytes(batch: &RecordBatch) -> u64 {
-    batch
-        .columns()
-        .iter()
-        .map(|c| array_bytes(&c.to_data()))
-        .sum()
-}
-
-/// Bytes of the rows an array covers. Arrow's `get_slice_memory_size` counts the whole child
-/// of a sliced list (a one-row slice of a batch of lists weighed as the batch), which made
-/// every cut of a batch with a list column fail: lists count only their rows' values here.
-fn array_bytes(data: &arrow::array::ArrayData) -> u64 {
-    use arrow::datatypes::DataType;
-    let (first, last, width) = match data.data_type() {
-        DataType::List(_) if data.len() > 0 => {
-            let o = &data.buffer::<i32>(0)[data.offset()..=data.offset() + data.len()];
-            (o[0] as usize, o[data.len()] as usize, 4)
-        }
-        DataType::LargeList(_) if data.len() > 0 => {
-            let o = &data.buffer::<i64>(0)[data.offset()..=data.offset() + data.len()];
-            (o[0] as usize, o[data.len()] as usize, 8)
-        }
-        _ => return data.get_slice_memory_size().unwrap_or(0) as u64,
-    };
-    let values = data.child_data()[0].slice(first, last.saturating_sub(first));
-    let nulls = data.nulls().map_or(0, |_| data.len().div_ceil(8));
-    ((data.len() + 1) * width + nulls) as u64 + array_bytes(&values)
-}
+pub use adisk_core::stats::batch_bytes;
 
 /// Copies string/binary view columns whose data buffers are mostly unreferenced (after a
 /// filter or a limit, views keep pointing into the whole input buffers) into compact buffers,

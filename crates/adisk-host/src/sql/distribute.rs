@@ -28,9 +28,9 @@ use super::{QueryMetrics, ScanReport, SqlSettings};
 use crate::cluster::Cluster;
 use crate::jobs;
 use crate::{HostError, Result};
+use adisk_core::builder::{JobBuilder, fitted_buffer_kib, grant::grant_beyond_scratch};
 use adisk_core::protocol::{
-    DiskletSpec, ExprBytes, FragmentKind, JobSpec, Output, Port, Route, Sink, Source,
-    Stage as JobStage,
+    DiskletSpec, ExprBytes, FragmentKind, JobSpec, Port, Route, Sink, Source,
 };
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -950,16 +950,15 @@ impl DisksExec {
     /// Appends stage `s`'s partition `p` to `job` (the query's job at that partition's disk):
     /// its inputs, its scans' stages, its fragment, and its output (to the host for the top
     /// stage, else to the exchange of the stage that reads it).
-    fn add_stage(&self, job: &mut DiskJob, s: usize, p: usize, ids: &[String]) -> Result<()> {
+    fn add_stage(&self, job: &mut DraftJob, s: usize, p: usize, ids: &[String]) -> Result<()> {
         let stage = &self.stages[s];
         let mut ports = Vec::new();
         for inp in &stage.inputs {
-            let input = Port::Input(job.spec.inputs.len() as u32);
             match inp {
                 Input::Scan(scan) => {
                     let (source, chain) = scan.disk_stages()?;
                     // Replicas: this disk reads only the partitions assigned to it.
-                    job.spec.inputs.push(super::scan::reading_source(
+                    let input = job.job.input(super::scan::reading_source(
                         source,
                         scan.partitions_at(stage.disks[p]),
                     ));
@@ -972,12 +971,11 @@ impl DisksExec {
                 }
                 Input::Pipe(q) => {
                     let sender = &self.stages[*q];
-                    job.spec.inputs.push(Source::Pipe {
+                    ports.push(job.job.input(Source::Pipe {
                         exchange_id: ids[*q].clone(),
                         senders: sender.disks.len() as u32,
                         schema: sender.plan.schema().as_ref().clone(),
-                    });
-                    ports.push(input);
+                    }));
                 }
             }
         }
@@ -986,13 +984,13 @@ impl DisksExec {
         if matches!(sink, Sink::Host) {
             job.root_partition = Some(p);
         }
-        job.spec.outputs.push(Output { from, sink });
+        job.job.output(from, sink);
         Ok(())
     }
 
     /// Appends the pieces of stage `s` (its bundles) reading the stage's input `ports`; the
     /// last one's output port.
-    fn add_pieces(job: &mut DiskJob, s: usize, pieces: &[StagePiece], ports: &[Port]) -> Port {
+    fn add_pieces(job: &mut DraftJob, s: usize, pieces: &[StagePiece], ports: &[Port]) -> Port {
         let mut outs: Vec<Port> = Vec::with_capacity(pieces.len());
         for piece in pieces {
             let inputs = piece
@@ -1050,19 +1048,19 @@ impl DisksExec {
     /// grant (so a query never holds part of a disk's memory while waiting for the rest) and
     /// sent in one message.
     fn disk_jobs(&self, order: &[usize], ids: &[String]) -> Result<Vec<DiskJob>> {
-        let query = jobs::new_id("query");
-        let mut by_disk = std::collections::BTreeMap::<u32, DiskJob>::new();
+        let query = adisk_core::builder::new_id("query");
+        let mut by_disk = std::collections::BTreeMap::<u32, DraftJob>::new();
         for &s in order {
             for (p, &d) in self.stages[s].disks.iter().enumerate() {
                 let job = by_disk
                     .entry(d)
-                    .or_insert_with(|| DiskJob::new(d, &query, &self.settings.program));
+                    .or_insert_with(|| DraftJob::new(d, &query, &self.settings.program));
                 self.add_stage(job, s, p, ids)?;
             }
         }
         let cost = &self.settings.cost;
-        let kib = jobs::fitted_buffer_kib(
-            by_disk.values().map(|j| &j.spec),
+        let kib = fitted_buffer_kib(
+            by_disk.values().map(|j| j.job.spec()),
             self.settings
                 .buffer_kib
                 .min(cost.disk_memory_bytes / BUFFERS_PER_DISK_MEMORY / 1024)
@@ -1070,10 +1068,8 @@ impl DisksExec {
             cost.disk_memory_bytes,
             cost.buffers_per_stream,
         );
-        for job in by_disk.values_mut() {
-            job.spec.buffer_kib = kib;
-        }
         let budget = Budget {
+            buffer_kib: kib,
             memory_bytes: cost.disk_memory_bytes,
             buffers_per_stream: cost.buffers_per_stream,
             scratch_kib: self.settings.scratch_kib,
@@ -1089,7 +1085,7 @@ impl DisksExec {
     async fn start(&self) -> Result<Arc<Run>> {
         let order = self.reachable();
         let ids: Vec<String> = (0..self.stages.len())
-            .map(|i| jobs::new_id(&format!("stage{i}")))
+            .map(|i| adisk_core::builder::new_id(&format!("stage{i}")))
             .collect();
         let jobs = self.disk_jobs(&order, &ids)?;
         let specs: Vec<(u32, &JobSpec)> = jobs.iter().map(|j| (j.disk, &j.spec)).collect();
@@ -1172,9 +1168,9 @@ fn drain(
     });
 }
 
-/// One disk's part of a query, being built: one job.
-struct DiskJob {
-    spec: JobSpec,
+/// One disk's part of a query, being built.
+struct DraftJob {
+    job: JobBuilder,
     disk: u32,
     /// The top stage's partition this disk runs, if any (its output goes to the host).
     root_partition: Option<usize>,
@@ -1185,8 +1181,20 @@ struct DiskJob {
     weights: Vec<u64>,
 }
 
+/// One disk's part of a query: one job.
+struct DiskJob {
+    spec: JobSpec,
+    disk: u32,
+    /// The top stage's partition this disk runs, if any (its output goes to the host).
+    root_partition: Option<usize>,
+    /// The query stage each of the job's stages belongs to.
+    stage_of: Vec<usize>,
+}
+
 /// What a query may take of each disk.
 struct Budget {
+    /// The stream buffer size of the query's jobs, KiB.
+    buffer_kib: u64,
     /// The smallest disk's memory budget, bytes.
     memory_bytes: u64,
     buffers_per_stream: u32,
@@ -1196,20 +1204,14 @@ struct Budget {
     temp_kib: u64,
 }
 
-impl DiskJob {
+impl DraftJob {
     fn new(disk: u32, query: &str, program: &str) -> Self {
-        DiskJob {
-            spec: JobSpec {
-                job_id: format!("{query}-d{disk}"),
-                program: program.to_string(),
-                inputs: vec![],
-                stages: vec![],
-                outputs: vec![],
-                scratch_kib: MIN_STAGE_SCRATCH_KIB,
-                buffer_kib: STAGE_BUFFER_KIB,
-                temp_kib: 0,
-                stage_scratch_kib: vec![],
-            },
+        DraftJob {
+            job: JobBuilder::new("query")
+                .id(format!("{query}-d{disk}"))
+                .program(program)
+                .scratch_kib(MIN_STAGE_SCRATCH_KIB)
+                .buffer_kib(STAGE_BUFFER_KIB),
             disk,
             root_partition: None,
             stage_of: vec![],
@@ -1220,17 +1222,13 @@ impl DiskJob {
     /// Appends a stage of query stage `s` reading `inputs`, of scratch weight `w`; its output
     /// port.
     fn push(&mut self, s: usize, disklet: DiskletSpec, inputs: Vec<Port>, w: u64) -> Port {
-        self.spec.stages.push(JobStage { disklet, inputs });
         self.stage_of.push(s);
         self.weights.push(w);
-        Port::Stage {
-            stage: self.spec.stages.len() as u32 - 1,
-            port: 0,
-        }
+        self.job.stage(disklet, inputs)
     }
 
     /// The finished job, sized to fit the disk in one grant. Its stream buffers (their size
-    /// chosen for the whole query by [`jobs::fitted_buffer_kib`]), inboxes and output
+    /// chosen for the whole query by [`fitted_buffer_kib`]), inboxes and output
     /// allowances come first (DiskOS's own count, [`grant_beyond_scratch`]); what is
     /// left of the disk's memory, less a sixteenth, is the stages' scratch, divided by weight
     /// (a hash join's build side, a sort or an aggregation needs room, a stage that only
@@ -1238,15 +1236,16 @@ impl DiskJob {
     /// streams alone do not fit is refused by the disk, typed. Temporary space is the
     /// query's own request (`--temp-kib`, for the whole query at this disk) or
     /// [`STAGE_TEMP_KIB`] per stage that can spill, at most [`MAX_QUERY_TEMP_KIB`].
-    ///
-    /// [`grant_beyond_scratch`]: adisk_diskos::job::grant_beyond_scratch
-    fn finish(mut self, budget: &Budget) -> Result<Self> {
-        let streams = adisk_diskos::job::grant_beyond_scratch(
-            &self.spec,
+    fn finish(self, budget: &Budget) -> Result<DiskJob> {
+        let disk = self.disk;
+        let invalid = |e| HostError::Invalid(format!("the query's job at disk {disk}: {e}"));
+        let job = self.job.buffer_kib(budget.buffer_kib);
+        let streams = grant_beyond_scratch(
+            job.spec(),
             STAGE_BUFFER_KIB * 1024,
             budget.buffers_per_stream,
         )
-        .map_err(|e| HostError::Invalid(format!("the query's job at disk {}: {e}", self.disk)))?;
+        .map_err(invalid)?;
         let left = budget.memory_bytes.saturating_sub(streams);
         let left = left - left / 16;
         let unit = left / self.weights.iter().sum::<u64>().max(1);
@@ -1254,19 +1253,31 @@ impl DiskJob {
             0 => u64::MAX,
             kib => kib * 1024,
         };
-        self.spec.stage_scratch_kib = self
+        let scratch = self
             .weights
             .iter()
             .map(|w| ((unit * w).min(cap) / 1024).max(MIN_STAGE_SCRATCH_KIB))
             .collect();
         let spilling = self.weights.iter().filter(|w| **w > 1).count() as u64;
-        self.spec.temp_kib = match budget.temp_kib {
+        let temp_kib = match budget.temp_kib {
             0 => (spilling * STAGE_TEMP_KIB).min(MAX_QUERY_TEMP_KIB),
             kib => kib,
         };
-        Ok(self)
+        let spec = job
+            .stage_scratch_kib(scratch)
+            .temp_kib(temp_kib)
+            .build()
+            .map_err(invalid)?;
+        Ok(DiskJob {
+            spec,
+            disk,
+            root_partition: self.root_partition,
+            stage_of: self.stage_of,
+        })
     }
+}
 
+impl DiskJob {
     fn reporter(&self, exec: &DisksExec) -> Reporter {
         Reporter {
             cluster: exec.cluster.clone(),
@@ -1355,7 +1366,7 @@ impl Drop for Cancel {
 /// Stream buffer of a query's jobs at the least to start fitting from, KiB: they start from
 /// the SQL jobs' size (`--buffer-kib`, 1 MiB), at most 1/[`BUFFERS_PER_DISK_MEMORY`] of the
 /// smallest disk's memory, and halve it until their streams take at most half of it
-/// ([`jobs::fitted_buffer_kib`]).
+/// ([`fitted_buffer_kib`]).
 const STAGE_BUFFER_KIB: u64 = 64;
 
 /// A query's buffers at `disks` start from at most this fraction of a disk's memory (1 MiB on
@@ -1497,7 +1508,7 @@ fn watched(
             };
             match item {
                 Some(Ok(b)) => {
-                    let n = jobs::batch_bytes(&b);
+                    let n = adisk_core::stats::batch_bytes(&b);
                     if let Some(l) = &link {
                         l.acquire(n).await;
                     }

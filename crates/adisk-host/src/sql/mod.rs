@@ -723,7 +723,10 @@ impl SqlEngine {
             .values()
             .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
             .collect();
-        let program = opts.program.clone().unwrap_or_else(crate::jobs::program_id);
+        let program = opts
+            .program
+            .clone()
+            .unwrap_or_else(adisk_core::builder::program_id);
         let (scratch_kib, temp_kib, buffer_kib, central_unit, spill_joins, bundling) = (
             opts.scratch_kib,
             opts.temp_kib,

@@ -322,100 +322,131 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     }
     let mut grand = Row::default();
     for reports in by_scan.values() {
-        let first = reports[0];
-        let _ = writeln!(text, "\nscan of {} on {} disks", first.table, reports.len());
-        for s in &first.stages {
-            let _ = writeln!(text, "  ↳ {s}");
-        }
-        let _ = writeln!(
-            text,
-            "  {:<6} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>11} {:>12} {:>8} {:>8}",
-            "disk",
-            "read",
-            "skipped",
-            "col. elim.",
-            "qualified",
-            "semi-join",
-            "aggregated",
-            "shipped",
-            "rows read",
-            "rows shipped",
-            "cpu ms",
-            "wall ms"
-        );
-        let mut total = Row::default();
-        let mut sorted = reports.clone();
-        sorted.sort_by_key(|r| r.disk);
-        for r in &sorted {
-            let row = Row::of(r);
-            let _ = writeln!(text, "{}", row.line(&r.disk.to_string()));
-            total.add(&row);
-        }
-        let _ = writeln!(text, "{}", total.line("total"));
-        if total.rows_dropped > 0 {
-            let _ = writeln!(
-                text,
-                "  late materialization: {} rows dropped while decoding by the joins' filters \
-                 (their other columns not decoded)",
-                total.rows_dropped
-            );
-        }
-        if let Some(line) = expected_line(first.expected, &total) {
-            let _ = writeln!(text, "{line}");
-        }
-        grand.add(&total);
-        // Per stage, summed over the disks.
-        let stages = stage_totals(&sorted);
-        if !stages.is_empty() {
-            let _ = writeln!(
-                text,
-                "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9} {:>13}",
-                "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms", "active ms"
-            );
-            for s in &stages {
-                let _ = writeln!(
-                    text,
-                    "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9.1} {:>13}",
-                    s.name,
-                    s.rows_in,
-                    s.rows_out,
-                    human_bytes(s.bytes_in),
-                    human_bytes(s.bytes_out),
-                    s.cpu_ns as f64 / 1e6,
-                    s.active()
-                );
-            }
-        }
-        if let Some(bytes) = first.bloom_bytes {
-            let keys = first.bloom_keys.unwrap_or(0);
-            let (rows_in, rows_out) = stages
-                .iter()
-                .find(|s| s.name == "bloom_probe")
-                .map(|s| (s.rows_in, s.rows_out))
-                .unwrap_or((0, 0));
-            let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
-            let fpr = truth.map(|t| {
-                let negatives = rows_in.saturating_sub(t);
-                if negatives == 0 {
-                    0.0
-                } else {
-                    rows_out.saturating_sub(t) as f64 / negatives as f64
-                }
-            });
-            let _ = writeln!(
-                text,
-                "  bloom filter: {} with {keys} build keys · {rows_in} rows probed, {} dropped at the disks · false-positive rate measured {}",
-                human_bytes(bytes),
-                rows_in.saturating_sub(rows_out),
-                fpr.map(|f| format!("{:.2}%", f * 100.0))
-                    .unwrap_or_else(|| "n/a".into())
-            );
-        }
+        grand.add(&scan_section(&mut text, reports));
     }
     if by_scan.len() > 1 {
         let _ = writeln!(text, "\nall scans");
         let _ = writeln!(text, "{}", grand.line("total"));
     }
+    links_section(&mut text, out);
+    text
+}
+
+/// One scan's part of EXPLAIN ANALYZE: its stages, a line per disk and the total, what it
+/// was expected to move, per stage, its Bloom filter; its total.
+fn scan_section(text: &mut String, reports: &[&ScanReport]) -> Row {
+    let first = reports[0];
+    let _ = writeln!(text, "\nscan of {} on {} disks", first.table, reports.len());
+    for s in &first.stages {
+        let _ = writeln!(text, "  ↳ {s}");
+    }
+    let _ = writeln!(
+        text,
+        "  {:<6} {:>10} {:>10} {:>12} {:>12} {:>12} {:>12} {:>10} {:>11} {:>12} {:>8} {:>8}",
+        "disk",
+        "read",
+        "skipped",
+        "col. elim.",
+        "qualified",
+        "semi-join",
+        "aggregated",
+        "shipped",
+        "rows read",
+        "rows shipped",
+        "cpu ms",
+        "wall ms"
+    );
+    let mut total = Row::default();
+    let mut sorted = reports.to_vec();
+    sorted.sort_by_key(|r| r.disk);
+    for r in &sorted {
+        let row = Row::of(r);
+        let _ = writeln!(text, "{}", row.line(&r.disk.to_string()));
+        total.add(&row);
+    }
+    let _ = writeln!(text, "{}", total.line("total"));
+    if total.rows_dropped > 0 {
+        let _ = writeln!(
+            text,
+            "  late materialization: {} rows dropped while decoding by the joins' filters \
+             (their other columns not decoded)",
+            total.rows_dropped
+        );
+    }
+    if let Some(line) = expected_line(first.expected, &total) {
+        let _ = writeln!(text, "{line}");
+    }
+    // Per stage, summed over the disks.
+    let stages = stage_totals(&sorted);
+    stage_lines(text, &stages);
+    if let Some(bytes) = first.bloom_bytes {
+        bloom_line(text, first, &sorted, &stages, bytes);
+    }
+    total
+}
+
+/// Per stage, summed over the disks: rows and bytes in and out, CPU and active time.
+fn stage_lines(text: &mut String, stages: &[StageTotal]) {
+    if stages.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        text,
+        "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9} {:>13}",
+        "stage", "rows in", "rows out", "bytes in", "bytes out", "cpu ms", "active ms"
+    );
+    for s in stages {
+        let _ = writeln!(
+            text,
+            "  {:<14} {:>12} {:>12} {:>10} {:>10} {:>9.1} {:>13}",
+            s.name,
+            s.rows_in,
+            s.rows_out,
+            human_bytes(s.bytes_in),
+            human_bytes(s.bytes_out),
+            s.cpu_ns as f64 / 1e6,
+            s.active()
+        );
+    }
+}
+
+/// The Bloom filter of a scan: its size and keys, the rows it dropped at the disks, its
+/// false-positive rate measured.
+fn bloom_line(
+    text: &mut String,
+    first: &ScanReport,
+    sorted: &[&ScanReport],
+    stages: &[StageTotal],
+    bytes: u64,
+) {
+    let keys = first.bloom_keys.unwrap_or(0);
+    let (rows_in, rows_out) = stages
+        .iter()
+        .find(|s| s.name == "bloom_probe")
+        .map(|s| (s.rows_in, s.rows_out))
+        .unwrap_or((0, 0));
+    let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
+    let fpr = truth.map(|t| {
+        let negatives = rows_in.saturating_sub(t);
+        if negatives == 0 {
+            0.0
+        } else {
+            rows_out.saturating_sub(t) as f64 / negatives as f64
+        }
+    });
+    let _ = writeln!(
+        text,
+        "  bloom filter: {} with {keys} build keys · {rows_in} rows probed, {} dropped at the disks · false-positive rate measured {}",
+        human_bytes(bytes),
+        rows_in.saturating_sub(rows_out),
+        fpr.map(|f| format!("{:.2}%", f * 100.0))
+            .unwrap_or_else(|| "n/a".into())
+    );
+}
+
+/// The links, the host link's use, the partitions read, failovers, the disks and the host
+/// plan with its metrics.
+fn links_section(text: &mut String, out: &QueryOutput) {
     let links = links(out);
     let _ = writeln!(
         text,
@@ -464,7 +495,6 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
         "{}",
         DisplayableExecutionPlan::with_metrics(out.plan.as_ref()).indent(true)
     );
-    text
 }
 
 /// What crossed each link during a query.

@@ -17,6 +17,7 @@ use crate::cluster::{Cluster, TableEntry};
 use crate::jobs::encode_expr;
 use crate::{HostError, Result};
 use adisk_core::bloom::BloomFilter;
+use adisk_core::builder::{JobBuilder, Sizes, fitted_buffer_kib};
 use adisk_core::hash::hash_columns;
 use adisk_core::protocol::{
     DiskletSpec, ExprBytes, FragmentKind, JobSpec, NamedExpr, Sink, Source,
@@ -588,36 +589,39 @@ impl DiskScanExec {
         (!parts.is_empty()).then(|| format!("{}: {}", self.entry.name, parts.join(", ")))
     }
 
-    /// The job shipped to each disk, given the Bloom filter (if any).
+    /// The job shipped to a disk reading `partitions` of the table (None: all it holds), given
+    /// the Bloom filter (if any).
     fn job(
         &self,
         bloom: Option<&BuiltBloom>,
         extras: &[(Vec<String>, Arc<BuiltBloom>)],
+        partitions: Option<Vec<u32>>,
     ) -> Result<JobSpec> {
         let (source, stages) = self.stages(bloom, extras)?;
-        let sizes = crate::jobs::Sizes {
+        let sizes = Sizes {
             scratch_kib: self.settings.scratch_kib,
             buffer_kib: self.settings.buffer_kib,
             temp_kib: self.settings.temp_kib,
         };
-        let mut spec = crate::jobs::chain(
-            "sql",
-            &self.settings.program,
-            source,
-            stages,
-            Sink::Host,
-            sizes,
-        );
-        if spec.buffer_kib > 0 {
-            let cost = &self.settings.cost;
-            spec.buffer_kib = crate::jobs::fitted_buffer_kib(
-                std::iter::once(&spec),
-                spec.buffer_kib,
-                cost.disk_memory_bytes,
-                cost.buffers_per_stream,
-            );
-        }
-        Ok(spec)
+        let job = JobBuilder::chain("sql", source, stages, Sink::Host)
+            .program(&self.settings.program)
+            .sizes(sizes);
+        let buffer_kib = match sizes.buffer_kib {
+            0 => 0,
+            largest => {
+                let cost = &self.settings.cost;
+                fitted_buffer_kib(
+                    std::iter::once(job.spec()),
+                    largest,
+                    cost.disk_memory_bytes,
+                    cost.buffers_per_stream,
+                )
+            }
+        };
+        job.buffer_kib(buffer_kib)
+            .reading(partitions)
+            .build()
+            .map_err(|e| HostError::Invalid(format!("a scan's job: {e}")))
     }
 
     /// The source and stages of a bundle without Bloom filters, for job graphs that route its
@@ -777,16 +781,6 @@ impl DisplayAs for DiskScanExec {
     }
 }
 
-/// `spec` with its table inputs reading only `partitions` (None: unchanged).
-pub(crate) fn reading(mut spec: JobSpec, partitions: Option<Vec<u32>>) -> JobSpec {
-    for input in &mut spec.inputs {
-        if let Source::Table { partitions: p, .. } = input {
-            *p = partitions.clone();
-        }
-    }
-    spec
-}
-
 /// `source` reading only `partitions` when it is a table.
 pub(crate) fn reading_source(mut source: Source, partitions: Option<Vec<u32>>) -> Source {
     if let Source::Table { partitions: p, .. } = &mut source {
@@ -944,7 +938,7 @@ impl ExecutionPlan for DiskScanExec {
             let plan = self.plan.clone();
             let scan = self.with_plan(plan);
             move |b: Option<&BuiltBloom>, extras: &[(Vec<String>, Arc<BuiltBloom>)]| {
-                scan.job(b, extras).map(|spec| reading(spec, reads))
+                scan.job(b, extras, reads.clone())
             }
         };
         let stream = async_stream(
@@ -1027,6 +1021,59 @@ struct JobStream {
 }
 
 impl JobStream {
+    /// The next batch from the disk, through the host link's throttle and conformed to the
+    /// scan's schema, and the stream to go on with (None once it ended or failed; at its
+    /// end, what it received is reported).
+    async fn next_batch(
+        mut self,
+        link: Option<Arc<crate::throttle::TokenBucket>>,
+        schema: &SchemaRef,
+        host_projection: Option<Vec<usize>>,
+    ) -> Option<(datafusion::error::Result<RecordBatch>, Option<JobStream>)> {
+        match self.inner.next().await {
+            Some(Ok(batch)) => {
+                let bytes = adisk_core::stats::batch_bytes(&batch);
+                if let Some(l) = &link {
+                    l.acquire(bytes).await;
+                }
+                self.rows += batch.num_rows() as u64;
+                self.bytes += bytes;
+                self.count_true_matches(&batch);
+                let batch = conform(batch, schema, host_projection.as_deref());
+                Some((batch, Some(self)))
+            }
+            Some(Err(e)) => Some((Err(to_df(e)), None)),
+            None => {
+                let received = self.received();
+                if let Some(r) = self.reporter.take() {
+                    r.report(received).await;
+                }
+                None
+            }
+        }
+    }
+
+    /// Under EXPLAIN ANALYZE, counts the rows of `batch` whose key the Bloom filter's build
+    /// side really holds (its false-positive rate is measured from them).
+    fn count_true_matches(&mut self, batch: &RecordBatch) {
+        if self.analyze
+            && let Some(b) = &self.bloom
+            && let Some(exact) = &b.exact
+            && !self.key_idx.is_empty()
+        {
+            let cols: Option<Vec<_>> = self
+                .key_idx
+                .iter()
+                .map(|i| batch.columns().get(*i).cloned())
+                .collect();
+            if let Some(cols) = cols
+                && let Ok(h) = hash_columns(&cols, batch.num_rows())
+            {
+                self.true_matches += h.iter().filter(|x| exact.contains(x)).count() as u64;
+            }
+        }
+    }
+
     fn received(&self) -> Received {
         Received {
             started: self.started,
@@ -1097,21 +1144,12 @@ fn async_stream(
             }
         }
         let job = job_for(bloom.as_deref(), &extras).map_err(to_df)?;
-        // The false-positive rate is measured for a scan with a single filter.
-        let key_idx = match (&bloom_spec, &bloom) {
-            (Some(spec), Some(_))
-                if extras.is_empty()
-                    && !job
-                        .disklets()
-                        .any(|s| matches!(s, DiskletSpec::Fragment { .. })) =>
-            {
-                spec.keys
-                    .iter()
-                    .map(|k| schema_index(&job, k))
-                    .collect::<Vec<_>>()
-            }
-            _ => vec![],
-        };
+        let key_idx = measured_keys(
+            bloom_spec.as_ref(),
+            bloom.is_some(),
+            extras.is_empty(),
+            &job,
+        );
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
         metrics.started();
         let reporter = Reporter {
@@ -1144,49 +1182,31 @@ fn async_stream(
                 let link = link.clone();
                 let schema = schema.clone();
                 let host_projection = host_projection.clone();
-                async move {
-                    let mut s = state?;
-                    match s.inner.next().await {
-                        Some(Ok(batch)) => {
-                            let bytes = crate::jobs::batch_bytes(&batch);
-                            if let Some(l) = &link {
-                                l.acquire(bytes).await;
-                            }
-                            s.rows += batch.num_rows() as u64;
-                            s.bytes += bytes;
-                            if s.analyze
-                                && let Some(b) = &s.bloom
-                                && let Some(exact) = &b.exact
-                                && !s.key_idx.is_empty()
-                            {
-                                let cols: Option<Vec<_>> = s
-                                    .key_idx
-                                    .iter()
-                                    .map(|i| batch.columns().get(*i).cloned())
-                                    .collect();
-                                if let Some(cols) = cols
-                                    && let Ok(h) = hash_columns(&cols, batch.num_rows())
-                                {
-                                    s.true_matches +=
-                                        h.iter().filter(|x| exact.contains(x)).count() as u64;
-                                }
-                            }
-                            Some((conform(batch, &schema, host_projection.as_deref()), Some(s)))
-                        }
-                        Some(Err(e)) => Some((Err(to_df(e)), None)),
-                        None => {
-                            let received = s.received();
-                            if let Some(r) = s.reporter.take() {
-                                r.report(received).await;
-                            }
-                            None
-                        }
-                    }
-                }
+                async move { state?.next_batch(link, &schema, host_projection).await }
             })
             .boxed(),
         }
     })
+}
+
+/// The columns of `job`'s output holding its Bloom filter's keys, where its false-positive
+/// rate is measured: for a scan with a single filter (`spec`, `built`, no `extras`) and no
+/// fragment; else none.
+fn measured_keys(
+    spec: Option<&BloomProbeSpec>,
+    built: bool,
+    no_extras: bool,
+    job: &JobSpec,
+) -> Vec<usize> {
+    let fragment = job
+        .disklets()
+        .any(|s| matches!(s, DiskletSpec::Fragment { .. }));
+    match spec {
+        Some(spec) if built && no_extras && !fragment => {
+            spec.keys.iter().map(|k| schema_index(job, k)).collect()
+        }
+        _ => vec![],
+    }
 }
 
 /// Index of column `name` in the output of `job`'s last stage before any fragment (the
@@ -1338,6 +1358,6 @@ pub(crate) fn endpoint_jobs(plan: &Arc<dyn ExecutionPlan>) -> Option<Vec<(u32, J
     scan.disks
         .iter()
         .zip(&scan.reads)
-        .map(|(d, reads)| Some((*d, reading(scan.job(None, &[]).ok()?, reads.clone()))))
+        .map(|(d, reads)| Some((*d, scan.job(None, &[], reads.clone()).ok()?)))
         .collect()
 }

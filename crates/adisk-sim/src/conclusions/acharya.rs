@@ -1,6 +1,6 @@
 //! acharya-…: Active Disks: programming model, algorithms and evaluation.
 
-use super::{Conclusion, Need, Outcome, Runs, mean_drive_utilization, outcome};
+use super::check::{Conclusion, Need, Outcome, Runs, mean_drive_utilization, outcome};
 
 const PAPER: &str = "acharya-active-disks-programming-model.txt";
 

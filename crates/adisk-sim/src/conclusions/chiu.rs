@@ -1,7 +1,7 @@
 //! chiu-…: distributed smart disks. Its own results are withheld; its text states one
 //! result of memik-… and the routing of its fully distributed design.
 
-use super::{Conclusion, Need, Outcome, Runs, outcome, port_bytes_received};
+use super::check::{Conclusion, Need, Outcome, Runs, outcome, port_bytes_received};
 
 const PAPER: &str = "chiu-distributed-smart-disks.txt";
 

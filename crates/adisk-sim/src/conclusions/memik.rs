@@ -1,6 +1,6 @@
 //! memik-…: smart disk cluster for DSS workloads (single host, two clusters, smart disks).
 
-use super::{Conclusion, Need, Outcome, Runs, outcome};
+use super::check::{Conclusion, Need, Outcome, Runs, outcome};
 
 const PAPER: &str = "memik-smart-disk-cluster-dss.txt";
 const QUERIES: [&str; 6] = ["Q1", "Q3", "Q6", "Q12", "Q13", "Q16"];

@@ -1,6 +1,6 @@
 //! riedel-…: Active Disk architecture for databases (server vs Active Disks, 1-10 disks).
 
-use super::{
+use super::check::{
     Conclusion, Need, Outcome, Runs, cpu_ns_per_input_byte, interconnect_bytes, outcome,
     port_bytes_received,
 };

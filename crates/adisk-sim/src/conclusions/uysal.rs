@@ -1,7 +1,9 @@
 //! uysal-…: active disks, clusters, SMPs. Per-application characterisations (§5) are
 //! measured on the 16-host cluster, where every byte a node sends crosses its switch port.
 
-use super::{Conclusion, Need, Outcome, Runs, cpu_ns_per_input_byte, network_bytes_sent, outcome};
+use super::check::{
+    Conclusion, Need, Outcome, Runs, cpu_ns_per_input_byte, network_bytes_sent, outcome,
+};
 
 const PAPER: &str = "uysal-active-disks-clusters-smps.txt";
 const AT: &[(&str, &str)] = &[("run.system", "cluster"), ("run.disks", "16")];

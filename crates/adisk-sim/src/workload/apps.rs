@@ -2,7 +2,7 @@
 //! sort (two-pass NOW-sort), sort-merge project-join, datacube (PipeHash), frequent itemsets
 //! (count distribution then eclat), image convolution, satellite composite.
 
-use super::{KeyError, Wctx, frac, pos, req};
+use super::context::{KeyError, Wctx, frac, pos, req};
 use crate::config::{ArchKind, WorkloadConfig};
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 use crate::model::memory::{expected_distinct, hash_aggregate, sort_plan};
@@ -390,18 +390,7 @@ fn cube_attributes(cfg: &WorkloadConfig) -> Result<CubeAttributes, KeyError> {
 pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let d = pos(cfg.dataset_bytes, "dataset_bytes", "datacube")?;
     let t = pos(cfg.tuple_bytes, "tuple_bytes", "datacube")?;
-    let cards = cfg.cardinalities.clone().ok_or_else(|| {
-        (
-            "workload.cardinalities".to_string(),
-            "required for kind datacube".to_string(),
-        )
-    })?;
-    if cards.is_empty() || cards.len() > 8 || cards.iter().any(|c| !(c.is_finite() && *c >= 1.0)) {
-        return Err((
-            "workload.cardinalities".into(),
-            "need 1 to 8 values, each >= 1".into(),
-        ));
-    }
+    let cards = cube_cardinalities(cfg)?;
     let tuples = d / t;
     let nodes = cube_lattice(tuples, &cards, cube_attributes(cfg)?);
     let pipes = cube_pipelines(&nodes);
@@ -413,18 +402,11 @@ pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         "pipelines",
         pipes
             .iter()
-            .map(|p| {
-                p.iter()
-                    .map(|m| mask_name(*m))
-                    .collect::<Vec<_>>()
-                    .join(">")
-            })
+            .map(|p| chain_name(p.iter().copied()))
             .collect::<Vec<_>>()
             .join(" | "),
     );
-    let at_host = ctx.via_host;
     let node_of = |m: u32| nodes.iter().find(|n| n.mask == m).cloned();
-    let merge_per_entry = ctx.c("merge_partial_cycles_per_entry");
     let mut total_flushes = 0.0;
     for (pi, pipe) in pipes.iter().enumerate() {
         let Some(head) = node_of(pipe[0]) else {
@@ -443,94 +425,154 @@ pub fn datacube(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
         let name = format!(
             "datacube: pipeline {} ({})",
             pi + 1,
-            members
-                .iter()
-                .map(|m| mask_name(m.mask))
-                .collect::<Vec<_>>()
-                .join(">")
+            chain_name(members.iter().map(|m| m.mask))
         );
         let mut ph = Phase::new(name);
         ph.input = Input::File(input);
         ph.cycles_per_byte = ctx.c("select_cycles_per_byte")
             + ctx.c("hash_group_cycles_per_tuple") * members.len() as f64 / in_bytes_per;
-        if ctx.single_node {
-            if total_size > ctx.mem_per_worker {
-                // Partition the input so each partition's tables fit.
-                let part = plan.file(&format!("cube_part{pi}"));
-                let mut pp =
-                    Phase::new(format!("datacube: partition input of pipeline {}", pi + 1));
-                pp.input = Input::File(input);
-                pp.cycles_per_byte = ctx.c("partition_cycles_per_tuple") / in_bytes_per;
-                pp.flows
-                    .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
-                pp.write_estimates.push((part, in_tuples * in_bytes_per));
-                plan.phases.push(pp);
-                ph.input = Input::File(part);
-                plan.note(
-                    format!("pipeline{}_partitions", pi + 1),
-                    (total_size / ctx.mem_per_worker).ceil(),
-                );
-            }
-            for m in &members {
-                let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
-                ph.flows.push(flow(
-                    Dest::Local,
-                    Amount::Bytes(m.groups * m.entry_bytes),
-                    0.0,
-                    Some(f),
-                ));
-                ph.write_estimates.push((f, m.groups * m.entry_bytes));
-            }
-            plan.phases.push(ph);
-            continue;
-        }
-        let n_local = in_tuples / ctx.n as f64;
-        let dest = if at_host {
-            Dest::Coordinator
-        } else {
-            Dest::Shuffle
+        let pipeline = Pipeline {
+            index: pi,
+            input,
+            in_tuples,
+            in_bytes_per,
+            members,
+            total_size,
         };
-        for m in &members {
-            let share = if total_size > 0.0 {
-                m.groups * m.entry_bytes / total_size
-            } else {
-                1.0
-            };
-            let mem = ctx.mem_per_worker * share;
-            let o = hash_aggregate(n_local, m.groups, m.entry_bytes, mem);
-            total_flushes += o.flushes;
-            let cap = (mem / m.entry_bytes).floor();
-            let flushed = o.flushes * cap * m.entry_bytes;
-            let final_b = (o.output_entries - o.flushes * cap).max(0.0) * m.entry_bytes;
-            let recv = merge_per_entry / m.entry_bytes;
-            if flushed > 0.0 {
-                ph.flows.push(flow(
-                    dest,
-                    Amount::Ratio(flushed / (n_local * in_bytes_per)),
-                    recv,
-                    None,
-                ));
-            }
-            ph.flows
-                .push(flow(dest, Amount::Bytes(final_b), recv, None));
-            let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
-            let result = m.groups * m.entry_bytes;
-            if at_host {
-                ph.coord_writes.push((f, result));
-            } else {
-                ph.flows.push(flow(
-                    Dest::Local,
-                    Amount::Bytes(result / ctx.n as f64),
-                    0.0,
-                    Some(f),
-                ));
-                ph.write_estimates.push((f, result));
-            }
+        if ctx.single_node {
+            single_host_pipeline(&mut plan, ctx, &pipeline, ph);
+        } else {
+            distributed_pipeline(&mut plan, ctx, &pipeline, ph, &mut total_flushes);
         }
-        plan.phases.push(ctx.protocol(ph));
     }
     plan.note("flushes_per_worker_total", format!("{total_flushes:.1}"));
     Ok(plan)
+}
+
+/// The datacube's `workload.cardinalities`: 1 to 8 values, each at least 1.
+fn cube_cardinalities(cfg: &WorkloadConfig) -> Result<Vec<f64>, KeyError> {
+    let cards = cfg.cardinalities.clone().ok_or_else(|| {
+        (
+            "workload.cardinalities".to_string(),
+            "required for kind datacube".to_string(),
+        )
+    })?;
+    if cards.is_empty() || cards.len() > 8 || cards.iter().any(|c| !(c.is_finite() && *c >= 1.0)) {
+        return Err((
+            "workload.cardinalities".into(),
+            "need 1 to 8 values, each >= 1".into(),
+        ));
+    }
+    Ok(cards)
+}
+
+/// `AB>A`: the group-bys of a pipeline, joined by `>`.
+fn chain_name(masks: impl Iterator<Item = u32>) -> String {
+    masks.map(mask_name).collect::<Vec<_>>().join(">")
+}
+
+/// One PipeHash pipeline: its index, what it reads and the group-bys it computes.
+struct Pipeline {
+    index: usize,
+    /// The file it reads (the relation or its parent group-by).
+    input: u32,
+    in_tuples: f64,
+    in_bytes_per: f64,
+    members: Vec<CubeNode>,
+    /// Bytes of all its members' tables.
+    total_size: f64,
+}
+
+/// A pipeline on a single host: its input partitioned first if its tables do not fit, every
+/// group-by written locally.
+fn single_host_pipeline(plan: &mut Plan, ctx: &Wctx, p: &Pipeline, mut ph: Phase) {
+    let pi = p.index;
+    if p.total_size > ctx.mem_per_worker {
+        // Partition the input so each partition's tables fit.
+        let part = plan.file(&format!("cube_part{pi}"));
+        let mut pp = Phase::new(format!("datacube: partition input of pipeline {}", pi + 1));
+        pp.input = Input::File(p.input);
+        pp.cycles_per_byte = ctx.c("partition_cycles_per_tuple") / p.in_bytes_per;
+        pp.flows
+            .push(flow(Dest::Local, Amount::Ratio(1.0), 0.0, Some(part)));
+        pp.write_estimates
+            .push((part, p.in_tuples * p.in_bytes_per));
+        plan.phases.push(pp);
+        ph.input = Input::File(part);
+        plan.note(
+            format!("pipeline{}_partitions", pi + 1),
+            (p.total_size / ctx.mem_per_worker).ceil(),
+        );
+    }
+    for m in &p.members {
+        let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
+        ph.flows.push(flow(
+            Dest::Local,
+            Amount::Bytes(m.groups * m.entry_bytes),
+            0.0,
+            Some(f),
+        ));
+        ph.write_estimates.push((f, m.groups * m.entry_bytes));
+    }
+    plan.phases.push(ph);
+}
+
+/// A pipeline over several workers: each member's hash table, sized by its share of memory,
+/// flushes partial groups to be merged at the host or at their owning worker, which writes
+/// the group-by. Adds the members' flushes per worker to `flushes`.
+fn distributed_pipeline(
+    plan: &mut Plan,
+    ctx: &Wctx,
+    p: &Pipeline,
+    mut ph: Phase,
+    flushes: &mut f64,
+) {
+    let at_host = ctx.via_host;
+    let merge_per_entry = ctx.c("merge_partial_cycles_per_entry");
+    let n_local = p.in_tuples / ctx.n as f64;
+    let dest = if at_host {
+        Dest::Coordinator
+    } else {
+        Dest::Shuffle
+    };
+    for m in &p.members {
+        let share = if p.total_size > 0.0 {
+            m.groups * m.entry_bytes / p.total_size
+        } else {
+            1.0
+        };
+        let mem = ctx.mem_per_worker * share;
+        let o = hash_aggregate(n_local, m.groups, m.entry_bytes, mem);
+        *flushes += o.flushes;
+        let cap = (mem / m.entry_bytes).floor();
+        let flushed = o.flushes * cap * m.entry_bytes;
+        let final_b = (o.output_entries - o.flushes * cap).max(0.0) * m.entry_bytes;
+        let recv = merge_per_entry / m.entry_bytes;
+        if flushed > 0.0 {
+            ph.flows.push(flow(
+                dest,
+                Amount::Ratio(flushed / (n_local * p.in_bytes_per)),
+                recv,
+                None,
+            ));
+        }
+        ph.flows
+            .push(flow(dest, Amount::Bytes(final_b), recv, None));
+        let f = plan.file(&format!("gb_{}", mask_name(m.mask)));
+        let result = m.groups * m.entry_bytes;
+        if at_host {
+            ph.coord_writes.push((f, result));
+        } else {
+            ph.flows.push(flow(
+                Dest::Local,
+                Amount::Bytes(result / ctx.n as f64),
+                0.0,
+                Some(f),
+            ));
+            ph.write_estimates.push((f, result));
+        }
+    }
+    plan.phases.push(ctx.protocol(ph));
 }
 
 /// Frequent itemsets: two count-distribution passes, then eclat's repartition and local pass.
@@ -688,7 +730,7 @@ pub fn earth(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
 mod tests {
     use super::*;
     use crate::costs::Costs;
-    use crate::workload::test_ctx;
+    use crate::workload::context::test_ctx;
 
     fn earth_flow(n: usize, mem_per_worker: f64) -> Amount {
         let costs = Costs::new(&Default::default()).expect("default costs");

@@ -2,8 +2,8 @@
 //! primitives, frequent-set counting (count vs hybrid distribution), pMAFIA-style subspace
 //! clustering and an out-of-core 2-D FFT.
 
+use super::context::{KeyError, Wctx, pos};
 use super::tpc::{Mode, build_query, compile_query, find_bundles, relation};
-use super::{KeyError, Wctx, pos};
 use crate::config::{Bundling, WorkloadConfig};
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 
@@ -105,19 +105,10 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let cand_mem =
         (ctx.mem_per_worker - if data_fits { data } else { 0.0 }).max(ctx.mem_per_worker * 0.1);
     let cost = ctx.c("fsc_cycles_per_subset");
-    let choose = |n: f64, k: f64| -> f64 {
-        let mut r = 1.0;
-        let mut i = 0.0;
-        while i < k {
-            r *= (n - i) / (i + 1.0);
-            i += 1.0;
-        }
-        r.max(0.0)
-    };
     plan.note("data_fits_in_memory", data_fits);
     for (k, &ck) in cands.iter().enumerate() {
         let kf = (k + 1) as f64;
-        let subsets = choose(items, kf).min(ck.max(1.0) * 4.0);
+        let subsets = binomial(items, kf).min(ck.max(1.0) * 4.0);
         let cand_bytes = ck * entry;
         let input = if k == 0 || !data_fits {
             Input::File(f)
@@ -138,19 +129,7 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
                     Input::File(f)
                 };
                 ph.cycles_per_byte = subsets * cost / scans as f64 / bpt;
-                // All-reduce of the counts: reduce-scatter + all-gather among the disks.
-                ph.flows.push(flow(
-                    Dest::Shuffle,
-                    Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0),
-                    ctx.c("merge_partial_cycles_per_entry") / 4.0,
-                    None,
-                ));
-                ph.flows.push(flow(
-                    Dest::AllPeers,
-                    Amount::Bytes(cand_bytes / scans as f64 / entry * 4.0 / n),
-                    0.0,
-                    None,
-                ));
+                all_reduce_counts(&mut ph, ctx, cand_bytes / scans as f64 / entry * 4.0);
                 plan.phases.push(ph);
             }
         } else {
@@ -172,23 +151,40 @@ pub fn fsc(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
                     None,
                 ));
             }
-            ph.flows.push(flow(
-                Dest::Shuffle,
-                Amount::Bytes(cand_bytes / g / entry * 4.0),
-                ctx.c("merge_partial_cycles_per_entry") / 4.0,
-                None,
-            ));
-            ph.flows.push(flow(
-                Dest::AllPeers,
-                Amount::Bytes(cand_bytes / g / entry * 4.0 / n),
-                0.0,
-                None,
-            ));
+            all_reduce_counts(&mut ph, ctx, cand_bytes / g / entry * 4.0);
             plan.phases.push(ph);
         }
     }
     chiu_protocol(&mut plan, ctx);
     Ok(plan)
+}
+
+/// `n` choose `k` (`k` whole), never negative.
+fn binomial(n: f64, k: f64) -> f64 {
+    let mut r = 1.0;
+    let mut i = 0.0;
+    while i < k {
+        r *= (n - i) / (i + 1.0);
+        i += 1.0;
+    }
+    r.max(0.0)
+}
+
+/// All-reduce of the candidates' counts, `count_bytes` per disk: reduce-scatter + all-gather
+/// among the disks.
+fn all_reduce_counts(ph: &mut Phase, ctx: &Wctx, count_bytes: f64) {
+    ph.flows.push(flow(
+        Dest::Shuffle,
+        Amount::Bytes(count_bytes),
+        ctx.c("merge_partial_cycles_per_entry") / 4.0,
+        None,
+    ));
+    ph.flows.push(flow(
+        Dest::AllPeers,
+        Amount::Bytes(count_bytes / ctx.n as f64),
+        0.0,
+        None,
+    ));
 }
 
 /// pMAFIA-style subspace clustering (chiu-… §4.3, §5.3).

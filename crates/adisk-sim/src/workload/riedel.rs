@@ -8,7 +8,7 @@
 //! not cumulative: the reduction of steps done together at the drives is their product.
 //! On the server (a single host) the same cycles per byte are spent by the host processor.
 
-use super::{KeyError, Wctx, pos};
+use super::context::{KeyError, Wctx, pos};
 use crate::config::WorkloadConfig;
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 
@@ -41,6 +41,16 @@ fn flow(dest: Dest, amount: Amount, recv: f64) -> Flow {
     }
 }
 
+/// Bytes per lineitem tuple (TPC-D, assumption for the validation data set).
+const LINEITEM_TUPLE_BYTES: f64 = 125.0;
+
+/// The tables' sizes, bytes.
+struct Tables {
+    lineitem: f64,
+    orders: f64,
+    part: f64,
+}
+
 /// Compile a riedel-… workload.
 pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     let kind = cfg.kind.as_str();
@@ -53,156 +63,17 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
             format!("must be > 0, got {sf}"),
         ));
     }
-    let lineitem = cfg.dataset_bytes.unwrap_or(750e6 * sf);
-    let orders = 170e6 * sf;
-    let part = 31e6 * sf;
-    let lt = 125.0;
+    let tables = Tables {
+        lineitem: cfg.dataset_bytes.unwrap_or(750e6 * sf),
+        orders: 170e6 * sf,
+        part: 31e6 * sf,
+    };
     let mut plan = Plan::default();
     let li = plan.file("lineitem");
-    let c = |k: &str| ctx.c(k);
-    // Work done where the data are read: at the drives (Active Disks) or at the server.
-    let w = |k: &str| ctx.cw(k);
-    let active = !ctx.single_node;
-    let copy = c("copy_cycles_per_byte");
     match kind {
-        "riedel_select" | "riedel_aggregate" => {
-            let (cpb, factor) = if kind == "riedel_select" {
-                (w("select_cycles_per_byte"), 52.0) // Table 7
-            } else {
-                (w("sort_aggregate_cycles_per_byte"), 31.9) // Table 7
-            };
-            plan.base_files.push((li, lineitem));
-            let mut ph = Phase::new(kind.trim_start_matches("riedel_"));
-            ph.input = Input::File(li);
-            ph.cycles_per_byte = cpb;
-            if active {
-                ph.flows
-                    .push(flow(Dest::Coordinator, Amount::Ratio(1.0 / factor), copy));
-            }
-            plan.phases.push(ctx.protocol(ph));
-        }
-        "riedel_join" => {
-            // Simplified Q9 (§5.3): part ⋈ lineitem with p_name like '%green%' (10% of parts).
-            let bloom = cfg.bloom_bytes.unwrap_or(1e6);
-            let pf = plan.file("part");
-            plan.base_files.push((li, lineitem));
-            plan.base_files.push((pf, part));
-            let mut p1 = Phase::new("join: scan part, build Bloom filter");
-            p1.input = Input::File(pf);
-            p1.cycles_per_byte = w("select_cycles_per_byte");
-            let keys = part / 155.0 * 0.1 * 4.0;
-            if active {
-                p1.flows.push(flow(
-                    Dest::Coordinator,
-                    Amount::Ratio(keys / part),
-                    c("hash_build_cycles_per_tuple") / 4.0,
-                ));
-            } else {
-                p1.end_cycles = keys / 4.0 / ctx.n as f64 * c("hash_build_cycles_per_tuple");
-            }
-            plan.phases.push(ctx.protocol(p1));
-            let mut p2 = Phase::new("join: semi-join lineitem with the Bloom filter");
-            p2.input = Input::File(li);
-            p2.cycles_per_byte = w("bloom_probe_cycles_per_byte");
-            if active {
-                p2.broadcast_bytes = bloom;
-                p2.flows.push(flow(
-                    Dest::Coordinator,
-                    Amount::Ratio(1.0 / 4.3),
-                    c("hash_probe_cycles_per_tuple") / lt,
-                ));
-            } else {
-                p2.cycles_per_byte += c("hash_probe_cycles_per_tuple") / lt / 4.3;
-            }
-            plan.phases.push(ctx.protocol(p2));
-            plan.note("bloom_filter_bytes", bloom);
-        }
-        "riedel_join5" | "riedel_query" => {
-            let qn = if kind == "riedel_join5" {
-                "Q9".to_string()
-            } else {
-                cfg.query.clone().unwrap_or_default()
-            };
-            let Some(&(_, li_scan, or_scan, scan_f, qual_f, joins, _join_f, semi_f, agg_f)) =
-                TABLE5.iter().find(|r| r.0 == qn)
-            else {
-                return Err((
-                    "workload.query".into(),
-                    format!("`{qn}` is not in riedel-… Table 5 (Q1 Q3 Q4 Q5 Q6 Q9 Q10 Q13 Q17)"),
-                ));
-            };
-            let of = plan.file("orders");
-            // Tables read by scan stream through the drives; index-accessed tables are read
-            // (their qualifying part) by the host in both systems.
-            let mut scanned = 0.0;
-            if li_scan {
-                plan.base_files.push((li, lineitem));
-                scanned += lineitem;
-            }
-            if or_scan {
-                plan.base_files.push((of, orders));
-                scanned += orders;
-            }
-            let ix = plan.file("indexed");
-            let indexed = if !li_scan { lineitem / qual_f } else { 0.0 };
-            // Reduction at the drives: scan × qualification × (semi-join if joins, else aggregation).
-            let at_disk = scan_f * qual_f * if joins > 0 { semi_f } else { agg_f };
-            let disk_cpb = w("select_cycles_per_byte")
-                + if joins > 0 {
-                    w("bloom_probe_cycles_per_byte")
-                } else {
-                    w("sort_aggregate_cycles_per_byte") / (scan_f * qual_f)
-                };
-            // Host work per byte that reaches it: joins (hash probes per tuple) and aggregation.
-            let host_per_byte_after = joins as f64 * c("hash_probe_cycles_per_tuple") / lt
-                + if joins > 0 {
-                    c("sort_aggregate_cycles_per_byte")
-                } else {
-                    0.0
-                };
-            for (f, bytes, name) in [(li, lineitem, "lineitem"), (of, orders, "orders")] {
-                let is_scanned = (f == li && li_scan) || (f == of && or_scan);
-                if !is_scanned {
-                    continue;
-                }
-                let mut ph = Phase::new(format!(
-                    "{qn}: {name} scan at the {}",
-                    if active { "drives" } else { "host" }
-                ));
-                ph.input = Input::File(f);
-                if active {
-                    ph.cycles_per_byte = disk_cpb;
-                    if joins > 0 {
-                        ph.broadcast_bytes = cfg.bloom_bytes.unwrap_or(1e6);
-                    }
-                    ph.flows.push(flow(
-                        Dest::Coordinator,
-                        Amount::Ratio(1.0 / at_disk),
-                        host_per_byte_after + copy,
-                    ));
-                } else {
-                    ph.cycles_per_byte = disk_cpb + host_per_byte_after / at_disk;
-                }
-                plan.phases.push(ctx.protocol(ph));
-                let _ = bytes;
-            }
-            if indexed > 0.0 {
-                plan.base_files.push((ix, indexed));
-                let mut ph = Phase::new(format!("{qn}: index scan of lineitem (host)"));
-                ph.input = Input::File(ix);
-                let host_cpb = c("select_cycles_per_byte") + host_per_byte_after;
-                if active {
-                    ph.cycles_per_byte = 0.0;
-                    ph.flows
-                        .push(flow(Dest::Coordinator, Amount::Ratio(1.0), host_cpb));
-                } else {
-                    ph.cycles_per_byte = host_cpb;
-                }
-                plan.phases.push(ctx.protocol(ph));
-            }
-            plan.note("scanned_bytes", format!("{scanned:.0}"));
-            plan.note("reduction_at_drives", format!("{at_disk:.1}"));
-        }
+        "riedel_select" | "riedel_aggregate" => scan(&mut plan, ctx, kind, li, tables.lineitem),
+        "riedel_join" => bloom_join(&mut plan, cfg, ctx, li, &tables),
+        "riedel_join5" | "riedel_query" => table5_query(&mut plan, cfg, ctx, li, &tables)?,
         other => {
             return Err((
                 "workload.kind".into(),
@@ -212,4 +83,191 @@ pub fn compile(cfg: &WorkloadConfig, ctx: &Wctx) -> Result<Plan, KeyError> {
     }
     let _ = pos;
     Ok(plan)
+}
+
+/// Select or aggregate over lineitem (Table 7's costs and selectivity factors).
+fn scan(plan: &mut Plan, ctx: &Wctx, kind: &str, li: u32, lineitem: f64) {
+    // Work done where the data are read: at the drives (Active Disks) or at the server.
+    let (cpb, factor) = if kind == "riedel_select" {
+        (ctx.cw("select_cycles_per_byte"), 52.0) // Table 7
+    } else {
+        (ctx.cw("sort_aggregate_cycles_per_byte"), 31.9) // Table 7
+    };
+    plan.base_files.push((li, lineitem));
+    let mut ph = Phase::new(kind.trim_start_matches("riedel_"));
+    ph.input = Input::File(li);
+    ph.cycles_per_byte = cpb;
+    if !ctx.single_node {
+        ph.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Ratio(1.0 / factor),
+            ctx.c("copy_cycles_per_byte"),
+        ));
+    }
+    plan.phases.push(ctx.protocol(ph));
+}
+
+/// Simplified Q9 (§5.3): part ⋈ lineitem with p_name like '%green%' (10% of parts), a
+/// semi-join through a Bloom filter of part's keys.
+fn bloom_join(plan: &mut Plan, cfg: &WorkloadConfig, ctx: &Wctx, li: u32, tables: &Tables) {
+    let c = |k: &str| ctx.c(k);
+    // Work done where the data are read: at the drives (Active Disks) or at the server.
+    let w = |k: &str| ctx.cw(k);
+    let active = !ctx.single_node;
+    let lt = LINEITEM_TUPLE_BYTES;
+    let part = tables.part;
+    let bloom = cfg.bloom_bytes.unwrap_or(1e6);
+    let pf = plan.file("part");
+    plan.base_files.push((li, tables.lineitem));
+    plan.base_files.push((pf, part));
+    let mut p1 = Phase::new("join: scan part, build Bloom filter");
+    p1.input = Input::File(pf);
+    p1.cycles_per_byte = w("select_cycles_per_byte");
+    let keys = part / 155.0 * 0.1 * 4.0;
+    if active {
+        p1.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Ratio(keys / part),
+            c("hash_build_cycles_per_tuple") / 4.0,
+        ));
+    } else {
+        p1.end_cycles = keys / 4.0 / ctx.n as f64 * c("hash_build_cycles_per_tuple");
+    }
+    plan.phases.push(ctx.protocol(p1));
+    let mut p2 = Phase::new("join: semi-join lineitem with the Bloom filter");
+    p2.input = Input::File(li);
+    p2.cycles_per_byte = w("bloom_probe_cycles_per_byte");
+    if active {
+        p2.broadcast_bytes = bloom;
+        p2.flows.push(flow(
+            Dest::Coordinator,
+            Amount::Ratio(1.0 / 4.3),
+            c("hash_probe_cycles_per_tuple") / lt,
+        ));
+    } else {
+        p2.cycles_per_byte += c("hash_probe_cycles_per_tuple") / lt / 4.3;
+    }
+    plan.phases.push(ctx.protocol(p2));
+    plan.note("bloom_filter_bytes", bloom);
+}
+
+/// What a Table 5 row means for the work: the reduction at the drives, the cycles per byte
+/// there, and the host's cycles per byte that reaches it.
+struct Reduction {
+    /// Reduction at the drives: scan × qualification × (semi-join if joins, else
+    /// aggregation).
+    at_disk: f64,
+    /// Cycles per byte where the data are read.
+    disk_cpb: f64,
+    /// Host work per byte that reaches it: joins (hash probes per tuple) and aggregation.
+    host_per_byte_after: f64,
+}
+
+impl Reduction {
+    /// The reduction of `row` on the system of `ctx`.
+    fn of(row: &Table5Row, ctx: &Wctx) -> Reduction {
+        let &(_, _, _, scan_f, qual_f, joins, _join_f, semi_f, agg_f) = row;
+        let w = |k: &str| ctx.cw(k);
+        let at_disk = scan_f * qual_f * if joins > 0 { semi_f } else { agg_f };
+        let disk_cpb = w("select_cycles_per_byte")
+            + if joins > 0 {
+                w("bloom_probe_cycles_per_byte")
+            } else {
+                w("sort_aggregate_cycles_per_byte") / (scan_f * qual_f)
+            };
+        let host_per_byte_after = joins as f64 * ctx.c("hash_probe_cycles_per_tuple")
+            / LINEITEM_TUPLE_BYTES
+            + if joins > 0 {
+                ctx.c("sort_aggregate_cycles_per_byte")
+            } else {
+                0.0
+            };
+        Reduction {
+            at_disk,
+            disk_cpb,
+            host_per_byte_after,
+        }
+    }
+}
+
+/// A TPC-D query by its Table 5 row (`riedel_join5`: Q9): the scanned tables streamed
+/// through the drives, then the index-accessed part read by the host.
+fn table5_query(
+    plan: &mut Plan,
+    cfg: &WorkloadConfig,
+    ctx: &Wctx,
+    li: u32,
+    tables: &Tables,
+) -> Result<(), KeyError> {
+    let qn = if cfg.kind == "riedel_join5" {
+        "Q9".to_string()
+    } else {
+        cfg.query.clone().unwrap_or_default()
+    };
+    let Some(row) = TABLE5.iter().find(|r| r.0 == qn) else {
+        return Err((
+            "workload.query".into(),
+            format!("`{qn}` is not in riedel-… Table 5 (Q1 Q3 Q4 Q5 Q6 Q9 Q10 Q13 Q17)"),
+        ));
+    };
+    let &(_, li_scan, or_scan, _, qual_f, joins, ..) = row;
+    let active = !ctx.single_node;
+    let (lineitem, orders) = (tables.lineitem, tables.orders);
+    let of = plan.file("orders");
+    // Tables read by scan stream through the drives; index-accessed tables are read
+    // (their qualifying part) by the host in both systems.
+    let mut scanned = 0.0;
+    if li_scan {
+        plan.base_files.push((li, lineitem));
+        scanned += lineitem;
+    }
+    if or_scan {
+        plan.base_files.push((of, orders));
+        scanned += orders;
+    }
+    let ix = plan.file("indexed");
+    let indexed = if !li_scan { lineitem / qual_f } else { 0.0 };
+    let r = Reduction::of(row, ctx);
+    for (f, name) in [(li, "lineitem"), (of, "orders")] {
+        let is_scanned = (f == li && li_scan) || (f == of && or_scan);
+        if !is_scanned {
+            continue;
+        }
+        let mut ph = Phase::new(format!(
+            "{qn}: {name} scan at the {}",
+            if active { "drives" } else { "host" }
+        ));
+        ph.input = Input::File(f);
+        if active {
+            ph.cycles_per_byte = r.disk_cpb;
+            if joins > 0 {
+                ph.broadcast_bytes = cfg.bloom_bytes.unwrap_or(1e6);
+            }
+            ph.flows.push(flow(
+                Dest::Coordinator,
+                Amount::Ratio(1.0 / r.at_disk),
+                r.host_per_byte_after + ctx.c("copy_cycles_per_byte"),
+            ));
+        } else {
+            ph.cycles_per_byte = r.disk_cpb + r.host_per_byte_after / r.at_disk;
+        }
+        plan.phases.push(ctx.protocol(ph));
+    }
+    if indexed > 0.0 {
+        plan.base_files.push((ix, indexed));
+        let mut ph = Phase::new(format!("{qn}: index scan of lineitem (host)"));
+        ph.input = Input::File(ix);
+        let host_cpb = ctx.c("select_cycles_per_byte") + r.host_per_byte_after;
+        if active {
+            ph.cycles_per_byte = 0.0;
+            ph.flows
+                .push(flow(Dest::Coordinator, Amount::Ratio(1.0), host_cpb));
+        } else {
+            ph.cycles_per_byte = host_cpb;
+        }
+        plan.phases.push(ctx.protocol(ph));
+    }
+    plan.note("scanned_bytes", format!("{scanned:.0}"));
+    plan.note("reduction_at_drives", format!("{:.1}", r.at_disk));
+    Ok(())
 }

@@ -6,7 +6,7 @@
 //! §4.2.2 (the Q12 walk-through) and the standard TPC-D plans; sizes come from memik-…
 //! Tables 5–7 (chiu-…: TPC-H scale factors). Assumptions are listed in docs/simulator.md.
 
-use super::{KeyError, Wctx};
+use super::context::{KeyError, Wctx};
 use crate::config::{Bundling, WorkloadConfig};
 use crate::engine::{Amount, Dest, Flow, Input, Phase, Plan};
 
@@ -149,8 +149,29 @@ fn memik_size(q: &str) -> Option<f64> {
 /// `sel` is the main selectivity.
 pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Query> {
     let mut b = B { nodes: Vec::new() };
+    let (tables, groups) =
+        memik_plan(&mut b, q, scale, sel).or_else(|| more_tpcd_plan(&mut b, q, scale, sel))?;
+    let total_tuples: f64 = tables.iter().map(|t| t.1).sum();
+    Some(Query {
+        name: q.to_string(),
+        tables: tables
+            .into_iter()
+            .map(|(n, t)| (n.to_string(), t))
+            .collect(),
+        tuple_bytes: total_bytes / total_tuples,
+        nodes: b.nodes,
+        groups,
+    })
+}
+
+/// A query's tables (name, tuples) and the distinct groups of its group-by.
+type Shape = (Vec<(&'static str, f64)>, f64);
+
+/// The plan of one of memik-… Table 1's six queries (Q1, Q3, Q6, Q12, Q13, Q16) added to `b`,
+/// or `None` (nothing added) for another query.
+fn memik_plan(b: &mut B, q: &str, scale: f64, sel: f64) -> Option<Shape> {
     let m = 1e6 * scale;
-    let (tables, groups): (Vec<(&str, f64)>, f64) = match q {
+    Some(match q {
         // Q1: SS lineitem → group (returnflag, linestatus) → aggregate → sort.
         "Q1" => {
             let s = b.add(Op::SeqScan, Some(0), sel, vec![]);
@@ -225,6 +246,15 @@ pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Qu
                 18_000.0 * scale.min(1.0),
             )
         }
+        _ => return None,
+    })
+}
+
+/// The plan of a TPC-D query beyond memik-…'s six (Q5, Q9, Q10, Q17) added to `b`, or `None`
+/// (nothing added) for another query.
+fn more_tpcd_plan(b: &mut B, q: &str, scale: f64, sel: f64) -> Option<Shape> {
+    let m = 1e6 * scale;
+    Some(match q {
         // Beyond memik-…'s six (standard TPC-D plans, assumption; counts at memik's medium
         // size ≈ TPC-D SF 10): hash joins of scans, then group → aggregate → sort.
         // Q5: lineitem ⋈ (orders, one year ≈ 1/7 ⋈ customer) ⋈ supplier (one region ≈ 1/5).
@@ -306,17 +336,6 @@ pub fn build_query(q: &str, scale: f64, total_bytes: f64, sel: f64) -> Option<Qu
             )
         }
         _ => return None,
-    };
-    let total_tuples: f64 = tables.iter().map(|t| t.1).sum();
-    Some(Query {
-        name: q.to_string(),
-        tables: tables
-            .into_iter()
-            .map(|(n, t)| (n.to_string(), t))
-            .collect(),
-        tuple_bytes: total_bytes / total_tuples,
-        nodes: b.nodes,
-        groups,
     })
 }
 
@@ -481,70 +500,225 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
     // A join's build side that is a sub-plan (not a scan) inside the same bundle is computed
     // first, as its own bundle, so that it can be replicated or hashed.
     let bundles = &split_build_subplans(q, &est, bundles);
-    let n = ctx.n as f64;
     let mut plan = Plan::default();
     let files: Vec<u32> = q.tables.iter().map(|(name, _)| plan.file(name)).collect();
     for (i, (_, t)) in q.tables.iter().enumerate() {
         plan.base_files.push((files[i], t * q.tuple_bytes));
     }
-    let c = |k: &str| ctx.c(k);
-    let log2 = |x: f64| x.max(2.0).log2();
-    // Where each node's output lives after its bundle: in memory, on disk (file), or at the coordinator.
-    let mut loc: Vec<Option<LocView>> = vec![None; q.nodes.len()];
-    let copy = c("copy_cycles_per_byte");
+    let mut qc = QueryCompiler {
+        q,
+        est,
+        ctx,
+        mode,
+        files,
+        n: ctx.n as f64,
+        copy: ctx.c("copy_cycles_per_byte"),
+        loc: vec![None; q.nodes.len()],
+    };
     let nb = bundles.len();
     for (bi, bundle) in bundles.iter().enumerate() {
-        let last = bi + 1 == nb;
-        // Operations of this bundle in plan order (children first).
-        let mut ops: Vec<usize> = bundle.clone();
-        ops.sort_unstable();
-        // Top of the bundle: the op whose parent is outside.
-        let top = *ops.iter().max().unwrap_or(&0);
-        // If the bundle's data already sits at the coordinator (after a group/agg), it runs there.
-        let feeds_from_coord = ops.iter().all(|&i| {
-            q.nodes[i]
-                .children
-                .iter()
-                .all(|ch| bundle.contains(ch) || loc[*ch] == Some(LocView::Coord))
-                && !q.nodes[i].op.is_scan()
-        }) && ops.iter().any(|&i| {
-            q.nodes[i]
-                .children
-                .iter()
-                .any(|ch| loc[*ch] == Some(LocView::Coord))
-        });
-        if feeds_from_coord {
-            let mut ph = Phase::new(format!(
-                "{} bundle {} [{}] at coordinator",
-                q.name,
-                bi + 1,
-                names(q, &ops)
-            ));
-            let t = est[top].tuples;
-            ph.coord_end_cycles = ops
-                .iter()
-                .map(|&i| match q.nodes[i].op {
-                    Op::Sort => t * log2(t) * c("sort_compare_cycles"),
-                    Op::Group => t * c("hash_group_cycles_per_tuple"),
-                    _ => t * c("agg_cycles_per_tuple"),
-                })
-                .sum();
-            if mode == Mode::Memik && !ctx.single_node {
-                ph.command = bi == 0;
-            }
-            plan.phases.push(ph);
-            loc[top] = Some(LocView::Coord);
+        let at = BundleAt::new(bi, bundle, bi + 1 == nb);
+        if qc.feeds_from_coord(&at) {
+            plan.phases.push(qc.coordinator_phase(&at));
+            qc.loc[at.top] = Some(LocView::Coord);
             continue;
         }
-        // Build sides of joins inside this bundle (the smaller input is replicated / hashed).
+        let phases = qc.worker_phases(&mut plan, &at);
+        plan.phases.extend(phases);
+    }
+    if mode == Mode::Chiu && !ctx.single_node {
+        if let Some(p) = plan.phases.first_mut() {
+            p.command = true;
+        }
+        if let Some(p) = plan.phases.last_mut() {
+            p.sync = true;
+        }
+    }
+    plan.note("bundles", nb);
+    plan.note("ops", q.nodes.len());
+    plan.note(
+        "bundle_list",
+        bundles
+            .iter()
+            .map(|b| names(q, b))
+            .collect::<Vec<_>>()
+            .join(" | "),
+    );
+    plan
+}
+
+/// `log2` of at least 2 (the depth of a sort or a merge of `x`).
+fn log2(x: f64) -> f64 {
+    x.max(2.0).log2()
+}
+
+/// What compiling a query's bundles shares: the query, its estimates, the system, the mode,
+/// the tables' files and where each node's output lives after its bundle.
+struct QueryCompiler<'a> {
+    q: &'a Query,
+    est: Vec<Est>,
+    ctx: &'a Wctx<'a>,
+    mode: Mode,
+    /// The file of each table.
+    files: Vec<u32>,
+    /// Workers.
+    n: f64,
+    /// Cycles per byte copied.
+    copy: f64,
+    /// Where each node's output lives after its bundle: in memory, on disk (file), or at the
+    /// coordinator.
+    loc: Vec<Option<LocView>>,
+}
+
+/// One bundle being compiled: its index, its operations in plan order (children first), its
+/// top (the operation whose parent is outside) and whether it is the last.
+struct BundleAt<'b> {
+    bi: usize,
+    bundle: &'b [usize],
+    ops: Vec<usize>,
+    top: usize,
+    last: bool,
+}
+
+impl<'b> BundleAt<'b> {
+    /// Bundle `bi`.
+    fn new(bi: usize, bundle: &'b [usize], last: bool) -> BundleAt<'b> {
+        let mut ops: Vec<usize> = bundle.to_vec();
+        ops.sort_unstable();
+        let top = *ops.iter().max().unwrap_or(&0);
+        BundleAt {
+            bi,
+            bundle,
+            ops,
+            top,
+            last,
+        }
+    }
+
+    /// `Q12 bundle 2 [Sort+M]`: how its phases are named.
+    fn label(&self, q: &Query) -> String {
+        format!(
+            "{} bundle {} [{}]",
+            q.name,
+            self.bi + 1,
+            names(q, &self.ops)
+        )
+    }
+}
+
+/// A bundle's probe path, walked from its top along the larger input of each join: the phases
+/// that first build the joins' other inputs, and what the path reads.
+struct Probe {
+    /// Nodes from the top down.
+    path: Vec<usize>,
+    /// Phases computing the build sides, before the bundle's own phase.
+    pre_phases: Vec<Phase>,
+    /// Bytes the coordinator broadcasts to the workers (gathered build sides).
+    broadcast: f64,
+    /// Cycles building the joins' hash tables.
+    build_cycles: f64,
+    /// The path's input.
+    input: Input,
+    /// Its bytes per worker.
+    bytes_per_worker: f64,
+}
+
+impl QueryCompiler<'_> {
+    /// The bundle's data already sits at the coordinator (after a group/agg): it runs there.
+    fn feeds_from_coord(&self, at: &BundleAt) -> bool {
+        let q = self.q;
+        at.ops.iter().all(|&i| {
+            q.nodes[i]
+                .children
+                .iter()
+                .all(|ch| at.bundle.contains(ch) || self.loc[*ch] == Some(LocView::Coord))
+                && !q.nodes[i].op.is_scan()
+        }) && at.ops.iter().any(|&i| {
+            q.nodes[i]
+                .children
+                .iter()
+                .any(|ch| self.loc[*ch] == Some(LocView::Coord))
+        })
+    }
+
+    /// The phase of a bundle run at the coordinator.
+    fn coordinator_phase(&self, at: &BundleAt) -> Phase {
+        let q = self.q;
+        let c = |k: &str| self.ctx.c(k);
+        let mut ph = Phase::new(format!("{} at coordinator", at.label(q)));
+        let t = self.est[at.top].tuples;
+        ph.coord_end_cycles = at
+            .ops
+            .iter()
+            .map(|&i| match q.nodes[i].op {
+                Op::Sort => t * log2(t) * c("sort_compare_cycles"),
+                Op::Group => t * c("hash_group_cycles_per_tuple"),
+                _ => t * c("agg_cycles_per_tuple"),
+            })
+            .sum();
+        if self.mode == Mode::Memik && !self.ctx.single_node {
+            ph.command = at.bi == 0;
+        }
+        ph
+    }
+
+    /// The phases of a bundle run at the workers: its build sides, then the bundle itself.
+    fn worker_phases(&mut self, plan: &mut Plan, at: &BundleAt) -> Vec<Phase> {
+        let probe = self.probe(at);
+        let (cycles, extra_io) = self.path_cycles(at, &probe);
+        let Probe {
+            pre_phases,
+            broadcast,
+            build_cycles,
+            input,
+            bytes_per_worker,
+            ..
+        } = probe;
+        let mut ph = Phase::new(at.label(self.q));
+        ph.input = input;
+        ph.cycles_per_byte = if bytes_per_worker > 0.0 {
+            cycles / bytes_per_worker
+        } else {
+            0.0
+        };
+        if bytes_per_worker <= 0.0 {
+            ph.end_cycles = cycles;
+        }
+        // Replicated build sides are built in full at every worker; redistributed ones in part.
+        ph.end_cycles += if self.mode == Mode::Chiu && !self.ctx.single_node {
+            build_cycles / self.n
+        } else {
+            build_cycles
+        };
+        ph.broadcast_bytes = broadcast;
+        if extra_io > 0.0 {
+            self.spill(plan, at, &mut ph, extra_io);
+        }
+        self.route_output(plan, at, &mut ph);
+        self.chiu_redistribution(at, &mut ph);
+        // Protocol.
+        let mut all: Vec<Phase> = pre_phases;
+        all.push(ph);
+        if !self.ctx.single_node && self.mode == Mode::Memik {
+            for p in all.iter_mut() {
+                p.command = true;
+                p.sync = true;
+            }
+        }
+        all
+    }
+
+    /// Walk the probe path from the bundle's top, following the larger child of each join;
+    /// each join's other (build) side gets its phase.
+    fn probe(&self, at: &BundleAt) -> Probe {
+        let (q, est, n) = (self.q, &self.est, self.n);
         let mut pre_phases: Vec<Phase> = Vec::new();
         let mut broadcast = 0.0;
         let mut build_cycles = 0.0;
-        // The probe path: start from the top, follow the larger child.
         let mut path: Vec<usize> = Vec::new();
-        let mut cur = top;
-        let main_input: Input;
-        let main_bytes_per_worker: f64;
+        let mut cur = at.top;
+        let input: Input;
+        let bytes_per_worker: f64;
         loop {
             path.push(cur);
             let node = &q.nodes[cur];
@@ -555,8 +729,8 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 } else {
                     1.0
                 };
-                main_input = Input::FilePart(files[node.table.unwrap_or(0)], frac);
-                main_bytes_per_worker = tb * frac / n;
+                input = Input::FilePart(self.files[node.table.unwrap_or(0)], frac);
+                bytes_per_worker = tb * frac / n;
                 break;
             }
             let kids = &node.children;
@@ -571,96 +745,98 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 (kids[0], None)
             };
             if let Some(bd) = build {
-                let bytes = est[bd].tuples * est[bd].bytes_per;
-                let tuples = est[bd].tuples;
-                let mut ph = Phase::new(format!(
-                    "{} bundle {} [{}]: build/replicate {}",
-                    q.name,
-                    bi + 1,
-                    names(q, &ops),
-                    q.nodes[bd].op.short()
-                ));
-                let (inp, per) = input_of(q, &est, bd, &loc, &files, n, bundle);
-                ph.input = inp;
-                ph.cycles_per_byte = scan_cycles(q, bd, ctx) + if per > 0.0 { copy } else { 0.0 };
-                let out_ratio = if per > 0.0 { bytes / n / per } else { 0.0 };
-                let replicate =
-                    !ctx.single_node && (mode == Mode::Memik || q.nodes[cur].op != Op::NestedLoop);
-                if replicate {
-                    match (mode, q.nodes[cur].op) {
-                        (Mode::Chiu, _) => {
-                            // Hash-redistribute the build side (and later the probe side).
-                            ph.flows.push(flow_of(
-                                Dest::Shuffle,
-                                out_ratio,
-                                per,
-                                bytes / n,
-                                c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
-                            ));
-                        }
-                        (Mode::Memik, Op::HashJoin) => {
-                            ph.flows.push(flow_of(
-                                Dest::AllPeers,
-                                out_ratio,
-                                per,
-                                bytes / n,
-                                c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
-                            ));
-                        }
-                        (Mode::Memik, Op::MergeJoin) => {
-                            // memik-… §3: "The merge (M) join starts by sorting one of the
-                            // tables globally and replicating this sorted table in all the
-                            // processing elements"; §4.2.2: "smart disks first replicate the
-                            // filtered `lineitem` table by communicating each other". Each
-                            // worker sends its sorted part to every other worker, which merges
-                            // the n sorted parts; the central unit is not involved.
-                            ph.flows.push(flow_of(
-                                Dest::AllPeers,
-                                out_ratio,
-                                per,
-                                bytes / n,
-                                log2(n) * c("sort_compare_cycles") / est[bd].bytes_per,
-                            ));
-                        }
-                        (Mode::Memik, _) => {
-                            if ctx.worker_disks {
-                                // memik-… §3, nested loop: "The selection for this table is
-                                // done by the central unit in smart disk system": the central
-                                // unit gathers the inner, then broadcasts it.
-                                ph.flows.push(flow_of(
-                                    Dest::Coordinator,
-                                    out_ratio,
-                                    per,
-                                    bytes / n,
-                                    copy,
-                                ));
-                                broadcast += bytes;
-                            } else {
-                                ph.flows.push(flow_of(
-                                    Dest::AllPeers,
-                                    out_ratio,
-                                    per,
-                                    bytes / n,
-                                    copy,
-                                ));
-                            }
-                        }
-                    }
+                let (ph, gathered) = self.build_phase(at, cur, bd);
+                if let Some(bytes) = gathered {
+                    broadcast += bytes;
                 }
-                build_cycles += tuples * c("hash_build_cycles_per_tuple");
+                build_cycles += est[bd].tuples * self.ctx.c("hash_build_cycles_per_tuple");
                 pre_phases.push(ph);
             }
-            if !bundle.contains(&probe) {
-                let (inp, per) = input_of(q, &est, probe, &loc, &files, n, bundle);
-                main_input = inp;
-                main_bytes_per_worker = per;
+            if !at.bundle.contains(&probe) {
+                (input, bytes_per_worker) =
+                    input_of(q, est, probe, &self.loc, &self.files, n, at.bundle);
                 break;
             }
             cur = probe;
         }
-        // CPU per main-input byte along the probe path.
-        let leaf = *path.last().unwrap_or(&top);
-        let in_tuples_total = if q.nodes[leaf].op.is_scan() && bundle.contains(&leaf) {
+        Probe {
+            path,
+            pre_phases,
+            broadcast,
+            build_cycles,
+            input,
+            bytes_per_worker,
+        }
+    }
+
+    /// The phase computing build side `bd` of `join` (the smaller input is replicated or
+    /// hashed), with the bytes the coordinator gathers to broadcast, if it does.
+    fn build_phase(&self, at: &BundleAt, join: usize, bd: usize) -> (Phase, Option<f64>) {
+        let (q, est, n, ctx, copy) = (self.q, &self.est, self.n, self.ctx, self.copy);
+        let c = |k: &str| ctx.c(k);
+        let bytes = est[bd].tuples * est[bd].bytes_per;
+        let mut ph = Phase::new(format!(
+            "{}: build/replicate {}",
+            at.label(q),
+            q.nodes[bd].op.short()
+        ));
+        let (inp, per) = input_of(q, est, bd, &self.loc, &self.files, n, at.bundle);
+        ph.input = inp;
+        ph.cycles_per_byte = scan_cycles(q, bd, ctx) + if per > 0.0 { copy } else { 0.0 };
+        let out_ratio = if per > 0.0 { bytes / n / per } else { 0.0 };
+        let replicate =
+            !ctx.single_node && (self.mode == Mode::Memik || q.nodes[join].op != Op::NestedLoop);
+        if !replicate {
+            return (ph, None);
+        }
+        let flow = |dest: Dest, recv: f64| flow_of(dest, out_ratio, per, bytes / n, recv);
+        match (self.mode, q.nodes[join].op) {
+            (Mode::Chiu, _) => {
+                // Hash-redistribute the build side (and later the probe side).
+                ph.flows.push(flow(
+                    Dest::Shuffle,
+                    c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
+                ));
+            }
+            (Mode::Memik, Op::HashJoin) => {
+                ph.flows.push(flow(
+                    Dest::AllPeers,
+                    c("hash_build_cycles_per_tuple") / est[bd].bytes_per,
+                ));
+            }
+            (Mode::Memik, Op::MergeJoin) => {
+                // memik-… §3: "The merge (M) join starts by sorting one of the
+                // tables globally and replicating this sorted table in all the
+                // processing elements"; §4.2.2: "smart disks first replicate the
+                // filtered `lineitem` table by communicating each other". Each
+                // worker sends its sorted part to every other worker, which merges
+                // the n sorted parts; the central unit is not involved.
+                ph.flows.push(flow(
+                    Dest::AllPeers,
+                    log2(n) * c("sort_compare_cycles") / est[bd].bytes_per,
+                ));
+            }
+            (Mode::Memik, _) => {
+                if ctx.worker_disks {
+                    // memik-… §3, nested loop: "The selection for this table is
+                    // done by the central unit in smart disk system": the central
+                    // unit gathers the inner, then broadcasts it.
+                    ph.flows.push(flow(Dest::Coordinator, copy));
+                    return (ph, Some(bytes));
+                }
+                ph.flows.push(flow(Dest::AllPeers, copy));
+            }
+        }
+        (ph, None)
+    }
+
+    /// CPU cycles per worker along the probe path, and the bytes per worker its sorts spill
+    /// (written and read back) when they outgrow memory.
+    fn path_cycles(&self, at: &BundleAt, probe: &Probe) -> (f64, f64) {
+        let (q, est, n, ctx) = (self.q, &self.est, self.n, self.ctx);
+        let c = |k: &str| ctx.c(k);
+        let leaf = *probe.path.last().unwrap_or(&at.top);
+        let in_tuples_total = if q.nodes[leaf].op.is_scan() && at.bundle.contains(&leaf) {
             q.tables[q.nodes[leaf].table.unwrap_or(0)].1
                 * if q.nodes[leaf].op == Op::IndexScan {
                     q.nodes[leaf].selectivity
@@ -672,10 +848,10 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 .tuples
                 .max(est[leaf].tuples)
         };
-        let in_bytes_total = main_bytes_per_worker * n;
+        let in_bytes_total = probe.bytes_per_worker * n;
         let mut cycles = 0.0;
         let mut extra_io = 0.0; // bytes per worker written and read back (spills)
-        for &i in path.iter().rev() {
+        for &i in probe.path.iter().rev() {
             let node = &q.nodes[i];
             let tin = node
                 .children
@@ -704,45 +880,43 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 Op::Agg => tin * c("agg_cycles_per_tuple"),
             };
         }
-        let mut ph = Phase::new(format!("{} bundle {} [{}]", q.name, bi + 1, names(q, &ops)));
-        ph.input = main_input;
-        ph.cycles_per_byte = if main_bytes_per_worker > 0.0 {
-            cycles / main_bytes_per_worker
-        } else {
-            0.0
-        };
-        if main_bytes_per_worker <= 0.0 {
-            ph.end_cycles = cycles;
-        }
-        // Replicated build sides are built in full at every worker; redistributed ones in part.
-        ph.end_cycles += if mode == Mode::Chiu && !ctx.single_node {
-            build_cycles / n
-        } else {
-            build_cycles
-        };
-        ph.broadcast_bytes = broadcast;
-        let out_bytes_per_worker = est[top].tuples * est[top].bytes_per / n;
-        let has_group = ops
+        (cycles, extra_io)
+    }
+
+    /// External sort spill: runs of `extra_io` bytes per worker written and read back once.
+    fn spill(&self, plan: &mut Plan, at: &BundleAt, ph: &mut Phase, extra_io: f64) {
+        let f = plan.file(&format!("{}_spill{}", self.q.name, at.bi));
+        ph.flows.push(Flow {
+            dest: Dest::Local,
+            amount: Amount::Bytes(extra_io),
+            recv_cycles_per_byte: 0.0,
+            write: Some(f),
+        });
+        ph.write_estimates.push((f, extra_io * self.n));
+        plan.note(
+            format!("bundle{}_sort_spill_bytes_per_worker", at.bi + 1),
+            format!("{extra_io:.0}"),
+        );
+    }
+
+    /// The bundle's output bytes per worker.
+    fn out_bytes_per_worker(&self, at: &BundleAt) -> f64 {
+        self.est[at.top].tuples * self.est[at.top].bytes_per / self.n
+    }
+
+    /// Where the bundle's output goes: to the coordinator (the last bundle, or one that
+    /// groups), to a file when it outgrows a worker's memory, else it stays in memory.
+    fn route_output(&mut self, plan: &mut Plan, at: &BundleAt, ph: &mut Phase) {
+        let (q, n, ctx) = (self.q, self.n, self.ctx);
+        let c = |k: &str| ctx.c(k);
+        let out_bytes_per_worker = self.out_bytes_per_worker(at);
+        let has_group = at
+            .ops
             .iter()
             .any(|&i| matches!(q.nodes[i].op, Op::Group | Op::Agg));
-        let to_coord = last || has_group;
-        if extra_io > 0.0 {
-            // External sort spill: runs written and read back once.
-            let f = plan.file(&format!("{}_spill{}", q.name, bi));
-            ph.flows.push(Flow {
-                dest: Dest::Local,
-                amount: Amount::Bytes(extra_io),
-                recv_cycles_per_byte: 0.0,
-                write: Some(f),
-            });
-            ph.write_estimates.push((f, extra_io * n));
-            plan.note(
-                format!("bundle{}_sort_spill_bytes_per_worker", bi + 1),
-                format!("{extra_io:.0}"),
-            );
-        }
+        let to_coord = at.last || has_group;
         if to_coord && !ctx.single_node {
-            let dest = if mode == Mode::Chiu && has_group && !last {
+            let dest = if self.mode == Mode::Chiu && has_group && !at.last {
                 Dest::Shuffle
             } else {
                 Dest::Coordinator
@@ -750,7 +924,7 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
             let recv = if has_group {
                 c("merge_partial_cycles_per_entry") / 32.0
             } else {
-                copy
+                self.copy
             };
             ph.flows.push(Flow {
                 dest,
@@ -758,13 +932,13 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 recv_cycles_per_byte: recv,
                 write: None,
             });
-            if q.nodes[top].op == Op::Sort {
-                let t = est[top].tuples;
+            if q.nodes[at.top].op == Op::Sort {
+                let t = self.est[at.top].tuples;
                 ph.coord_end_cycles += t * log2(n) * c("sort_compare_cycles");
             }
-            loc[top] = Some(LocView::Coord);
-        } else if out_bytes_per_worker > ctx.mem_per_worker && !last {
-            let f = plan.file(&format!("{}_b{}", q.name, bi));
+            self.loc[at.top] = Some(LocView::Coord);
+        } else if out_bytes_per_worker > ctx.mem_per_worker && !at.last {
+            let f = plan.file(&format!("{}_b{}", q.name, at.bi));
             ph.flows.push(Flow {
                 dest: Dest::Local,
                 amount: Amount::Bytes(out_bytes_per_worker),
@@ -772,63 +946,38 @@ pub fn compile_query(q: &Query, bundles: &[Vec<usize>], ctx: &Wctx, mode: Mode) 
                 write: Some(f),
             });
             ph.write_estimates.push((f, out_bytes_per_worker * n));
-            loc[top] = Some(LocView::Disk(f));
+            self.loc[at.top] = Some(LocView::Disk(f));
         } else {
-            loc[top] = Some(LocView::Memory);
+            self.loc[at.top] = Some(LocView::Memory);
         }
-        if mode == Mode::Chiu && q.nodes[top].op == Op::Sort && !last && !ctx.single_node {
+    }
+
+    /// chiu-…'s redistributions among the disks: a sort's output by key range (parallel
+    /// bucket sort), a join's probe side by the join key.
+    fn chiu_redistribution(&self, at: &BundleAt, ph: &mut Phase) {
+        let q = self.q;
+        if self.mode != Mode::Chiu || self.ctx.single_node {
+            return;
+        }
+        if q.nodes[at.top].op == Op::Sort && !at.last {
             // Parallel bucket sort: redistribute by key range.
             ph.flows.push(Flow {
                 dest: Dest::Shuffle,
-                amount: Amount::Bytes(out_bytes_per_worker),
-                recv_cycles_per_byte: copy,
+                amount: Amount::Bytes(self.out_bytes_per_worker(at)),
+                recv_cycles_per_byte: self.copy,
                 write: None,
             });
         }
-        if mode == Mode::Chiu && ops.iter().any(|&i| q.nodes[i].op.is_join()) && !ctx.single_node {
+        if at.ops.iter().any(|&i| q.nodes[i].op.is_join()) {
             // Redistribute the probe side by the join key.
             ph.flows.push(Flow {
                 dest: Dest::Shuffle,
                 amount: Amount::Ratio(1.0),
-                recv_cycles_per_byte: copy,
+                recv_cycles_per_byte: self.copy,
                 write: None,
             });
         }
-        // Protocol.
-        let mut all: Vec<Phase> = pre_phases;
-        all.push(ph);
-        if !ctx.single_node {
-            for p in all.iter_mut() {
-                match mode {
-                    Mode::Memik => {
-                        p.command = true;
-                        p.sync = true;
-                    }
-                    Mode::Chiu => {}
-                }
-            }
-        }
-        plan.phases.extend(all);
     }
-    if mode == Mode::Chiu && !ctx.single_node {
-        if let Some(p) = plan.phases.first_mut() {
-            p.command = true;
-        }
-        if let Some(p) = plan.phases.last_mut() {
-            p.sync = true;
-        }
-    }
-    plan.note("bundles", nb);
-    plan.note("ops", q.nodes.len());
-    plan.note(
-        "bundle_list",
-        bundles
-            .iter()
-            .map(|b| names(q, b))
-            .collect::<Vec<_>>()
-            .join(" | "),
-    );
-    plan
 }
 
 /// The input a join builds from: the smaller of its two children by estimated bytes.
@@ -1051,7 +1200,7 @@ fn all_pairs() -> Vec<(Op, Op)> {
 mod tests {
     use super::*;
     use crate::costs::Costs;
-    use crate::workload::test_ctx;
+    use crate::workload::context::test_ctx;
 
     fn smart_disk_plan(query: &str) -> Plan {
         let costs = Costs::new(&Default::default()).expect("default costs");

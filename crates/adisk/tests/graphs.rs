@@ -7,6 +7,7 @@
 //!   SQL read;
 //! * a temporary stream written and read back in one job, removed when it ends; a job past
 //!   its temporary-space grant fails, typed, and leaves no file.
+use adisk_core::builder::JobBuilder;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig, ExchangeMode};
 use adisk_core::protocol::{
     DiskletSpec, ExprBytes, JobSpec, Output, Port, Route, Sink, SortKey, Source, Stage,
@@ -178,18 +179,22 @@ fn table(name: &str) -> Source {
     }
 }
 
-fn graph(id: &str, inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobSpec {
-    JobSpec {
-        job_id: id.into(),
-        program: "graphs".into(),
-        inputs,
-        stages,
-        outputs,
-        scratch_kib: 8 * 1024,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
+/// A job of the given inputs, stages and outputs (to be built).
+fn graph(id: &str, inputs: Vec<Source>, stages: Vec<Stage>, outputs: Vec<Output>) -> JobBuilder {
+    let mut job = JobBuilder::new("graphs")
+        .id(id)
+        .program("graphs")
+        .scratch_kib(8 * 1024);
+    for source in inputs {
+        job.input(source);
     }
+    for s in stages {
+        job.stage(s.disklet, s.inputs);
+    }
+    for o in outputs {
+        job.output(o.from, o.sink);
+    }
+    job
 }
 
 fn stage(disklet: DiskletSpec, inputs: &[Port]) -> Stage {
@@ -281,7 +286,9 @@ async fn two_input_stages_on_one_disk() {
         vec![table("a"), table("b")],
         vec![stage(merge("x"), &[Port::Input(0), Port::Input(1)])],
         vec![output(S0, Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let out = disks.run(vec![(0, merged)]).await.unwrap();
     let mut expected = [a, b].concat();
     expected.sort();
@@ -296,7 +303,9 @@ async fn two_input_stages_on_one_disk() {
         vec![table("dim"), table("fact")],
         vec![stage(join("k", "fk"), &[Port::Input(0), Port::Input(1)])],
         vec![output(S0, Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let out = disks.run(vec![(0, joined_job)]).await.unwrap();
     assert_eq!(joined(&out[&0]), nested_loop(&dim, &fact));
     disks.stop().await;
@@ -354,7 +363,9 @@ async fn hash_join_across_disks_after_hash_exchange() {
                 vec![table(name)],
                 vec![],
                 vec![output(Port::Input(0), sink)],
-            ),
+            )
+            .build()
+            .unwrap(),
         )
     };
     let pipe = |id: &str, names: &[&str]| Source::Pipe {
@@ -371,7 +382,9 @@ async fn hash_join_across_disks_after_hash_exchange() {
             vec![pipe("g-dim", &["k"]), pipe("g-fact", &["fk", "v"])],
             vec![stage(join("k", "fk"), &[Port::Input(0), Port::Input(1)])],
             vec![output(S0, Sink::Host)],
-        );
+        )
+        .build()
+        .unwrap();
         jobs.push((d, receive));
     }
     let out = disks.run(jobs).await.unwrap();
@@ -476,7 +489,9 @@ async fn exchange_rows(
                 vec![table("t")],
                 vec![],
                 vec![output(Port::Input(0), sink)],
-            ),
+            )
+            .build()
+            .unwrap(),
         ));
         let receive = Source::Pipe {
             exchange_id: id.to_string(),
@@ -490,7 +505,9 @@ async fn exchange_rows(
                 vec![receive],
                 vec![],
                 vec![output(Port::Input(0), Sink::Host)],
-            ),
+            )
+            .build()
+            .unwrap(),
         ));
     }
     let out = disks.run(jobs).await.unwrap();
@@ -582,7 +599,9 @@ async fn several_output_ports_to_named_results_read_by_jobs_and_sql() {
             output(S0, result("t_even")),
             output(Port::Stage { stage: 0, port: 1 }, result("t_odd")),
         ],
-    );
+    )
+    .build()
+    .unwrap();
     let out = disks.run(vec![(0, job)]).await.unwrap();
     assert!(
         out[&0].iter().all(|b| b.num_rows() == 0),
@@ -595,6 +614,8 @@ async fn several_output_ports_to_named_results_read_by_jobs_and_sql() {
             vec![],
             vec![output(Port::Input(0), Sink::Host)],
         )
+        .build()
+        .unwrap()
     };
     let even = column(
         &disks.run(vec![(0, read("t_even"))]).await.unwrap()[&0],
@@ -635,7 +656,7 @@ async fn several_output_ports_to_named_results_read_by_jobs_and_sql() {
     disks.stop().await;
 }
 
-fn spill_job(id: &str, temp_kib: u64) -> JobSpec {
+fn spill_job(id: &str, temp_kib: u64) -> JobBuilder {
     let keep = DiskletSpec::Select {
         predicate: Some(e(col("x").gt_eq(lit(0i64)))),
         projection: vec![],
@@ -656,20 +677,18 @@ fn spill_job(id: &str, temp_kib: u64) -> JobSpec {
         ),
         output(Port::Stage { stage: 1, port: 0 }, Sink::Host),
     ];
-    JobSpec {
-        temp_kib,
-        ..graph(
-            id,
-            vec![
-                table("t"),
-                Source::Temp {
-                    name: "spill".into(),
-                },
-            ],
-            stages,
-            outputs,
-        )
-    }
+    graph(
+        id,
+        vec![
+            table("t"),
+            Source::Temp {
+                name: "spill".into(),
+            },
+        ],
+        stages,
+        outputs,
+    )
+    .temp_kib(temp_kib)
 }
 
 /// Every disk's grants and temporary files are released within 10 s (a job whose query
@@ -713,7 +732,7 @@ async fn temporary_stream_written_read_back_and_removed() {
     write_table(dir.path(), 0, "t", 0, &[("x", x.clone())]);
     let disks = Disks::start(&[dir.path().to_path_buf()]).await;
     let out = disks
-        .run(vec![(0, spill_job("spill", 64 * 1024))])
+        .run(vec![(0, spill_job("spill", 64 * 1024).build().unwrap())])
         .await
         .unwrap();
     assert_eq!(column(&out[&0], "x"), x, "read back in the order written");
@@ -726,7 +745,7 @@ async fn temporary_stream_written_read_back_and_removed() {
     temp_released(&disks).await;
     // Past its temporary-space grant (16 KiB for 400 KB of rows): a typed error, no file left.
     let err = disks
-        .run(vec![(0, spill_job("too-small", 16))])
+        .run(vec![(0, spill_job("too-small", 16).build().unwrap())])
         .await
         .unwrap_err();
     assert!(err.contains("temporary space exceeded"), "{err}");
@@ -874,7 +893,9 @@ async fn a_sender_failing_part_way_fails_its_receivers_instead_of_ending_their_s
             vec![table("t")],
             vec![stage(failing, &[Port::Input(0)])],
             vec![output(S0, sink)],
-        );
+        )
+        .build()
+        .unwrap();
         let receive = |d: usize| {
             let pipe = Source::Pipe {
                 exchange_id: id.clone(),
@@ -886,7 +907,9 @@ async fn a_sender_failing_part_way_fails_its_receivers_instead_of_ending_their_s
                 vec![pipe],
                 vec![],
                 vec![output(Port::Input(0), Sink::Host)],
-            );
+            )
+            .build()
+            .unwrap();
             (d, spec)
         };
         let runs = [(0, send), receive(0), receive(1)].map(|(d, spec)| {
@@ -946,7 +969,9 @@ async fn a_pipe_stream_ending_without_its_mark_is_a_lost_link_naming_the_sender(
         }],
         vec![],
         vec![output(Port::Input(0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let receiving = {
         let cluster = disks.cluster.clone();
         tokio::spawn(async move {

@@ -8,8 +8,9 @@
 //! * an ABI v1 module (`histogram`) runs unchanged next to them;
 //! * stages wired with the wrong number of inputs or ports are refused before the disklet is
 //!   instantiated, and a malformed v2 module is refused at install, both with typed errors.
+use adisk_core::builder::JobBuilder;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
-use adisk_core::protocol::{DiskletSpec, JobSpec, Output, Port, Sink, Source, Stage, StoredStream};
+use adisk_core::protocol::{DiskletSpec, JobSpec, Port, Sink, Source, StoredStream};
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
 use adisk_host::disklet::{self, WasmRequest};
@@ -216,31 +217,27 @@ fn port(stage: u32, port: u32) -> Port {
     Port::Stage { stage, port }
 }
 
+/// A job of the given inputs, stages and outputs (to be built).
 fn graph(
     id: &str,
     inputs: Vec<Source>,
     stages: Vec<(DiskletSpec, Vec<Port>)>,
     outputs: Vec<(Port, Sink)>,
-) -> JobSpec {
-    let stages = stages
-        .into_iter()
-        .map(|(disklet, inputs)| Stage { disklet, inputs })
-        .collect();
-    let outputs = outputs
-        .into_iter()
-        .map(|(from, sink)| Output { from, sink })
-        .collect();
-    JobSpec {
-        job_id: id.into(),
-        program: "wasm-graphs".into(),
-        inputs,
-        stages,
-        outputs,
-        scratch_kib: 8 * 1024,
-        buffer_kib: 0,
-        temp_kib: 0,
-        stage_scratch_kib: vec![],
+) -> JobBuilder {
+    let mut job = JobBuilder::new("wasm-graphs")
+        .id(id)
+        .program("wasm-graphs")
+        .scratch_kib(8 * 1024);
+    for source in inputs {
+        job.input(source);
     }
+    for (disklet, inputs) in stages {
+        job.stage(disklet, inputs);
+    }
+    for (from, sink) in outputs {
+        job.output(from, sink);
+    }
+    job
 }
 
 fn temp(name: &str) -> Sink {
@@ -283,7 +280,9 @@ async fn merge2_of_two_sorted_tables_matches_a_sort_of_both() {
             vec![Port::Input(0), Port::Input(1)],
         )],
         vec![(port(0, 0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let out = disk.run(&job).await.unwrap();
     assert_eq!(
         out[0]
@@ -344,7 +343,9 @@ async fn split_ports_match_the_reference_and_merge_back_through_temp_streams() {
         vec![table("a")],
         vec![(split(), vec![Port::Input(0)])],
         vec![(port(0, 0), Sink::Host), (port(0, 1), odd_result)],
-    );
+    )
+    .build()
+    .unwrap();
     assert!(
         read_rows(&disk.run(&job).await.unwrap()) == even,
         "port 0 carries the even keys in input order"
@@ -354,7 +355,9 @@ async fn split_ports_match_the_reference_and_merge_back_through_temp_streams() {
         vec![table("a_odd")],
         vec![],
         vec![(Port::Input(0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     assert!(
         read_rows(&disk.run(&read).await.unwrap()) == odd,
         "port 1 carries the odd keys in input order"
@@ -380,10 +383,10 @@ async fn split_ports_match_the_reference_and_merge_back_through_temp_streams() {
         (port(0, 1), temp("odd")),
         (port(1, 0), Sink::Host),
     ];
-    let round_trip = JobSpec {
-        temp_kib: 64 * 1024,
-        ..graph("round-trip", inputs, stages, outputs)
-    };
+    let round_trip = graph("round-trip", inputs, stages, outputs)
+        .temp_kib(64 * 1024)
+        .build()
+        .unwrap();
     assert!(
         read_rows(&disk.run(&round_trip).await.unwrap()) == merged(&even, &odd),
         "split then merge2"
@@ -436,7 +439,9 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
         vec![table("a")],
         vec![(wasm("histogram", &params), vec![Port::Input(0)])],
         vec![(port(0, 0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let out = disk.run(&job).await.unwrap();
     let got: Vec<(i64, i64)> = out
         .iter()
@@ -463,7 +468,9 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
         vec![table("a")],
         vec![(wasm("merge2", &[("key", "k")]), vec![Port::Input(0)])],
         vec![(port(0, 0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let message = refused(disk.run(&one_input).await, "merge2 on one input");
     assert!(
         message.contains("takes 2 input(s)") && message.contains("wires 1 input(s)"),
@@ -474,7 +481,9 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
         vec![table("a")],
         vec![(wasm("split", &[("key", "k")]), vec![Port::Input(0)])],
         vec![(port(0, 0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let message = refused(disk.run(&one_port).await, "split with one port read");
     assert!(
         message.contains("writes 2 output port(s)") && message.contains("reads 1 port(s)"),
@@ -488,7 +497,9 @@ async fn v1_runs_unchanged_and_wrong_shapes_are_refused_before_they_run() {
             vec![Port::Input(0), Port::Input(1)],
         )],
         vec![(port(0, 0), Sink::Host)],
-    );
+    )
+    .build()
+    .unwrap();
     let message = refused(disk.run(&v1_two).await, "a v1 module on two inputs");
     assert!(
         message.contains("ABI v1") && message.contains("takes 1 input(s)"),

@@ -1,5 +1,6 @@
 //! In-process: a disk node on 127.0.0.1, a host-resident input stream over DoExchange, checked
 //! against a plain Rust filter of the same rows.
+use adisk_core::builder::JobBuilder;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
 use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Sink, Source};
 use adisk_disk::{DiskNode, DiskNodeConfig};
@@ -96,8 +97,7 @@ async fn host_resident_stream_through_a_disklet() {
             .unwrap()
             .to_vec(),
     );
-    let spec = JobSpec::chain(
-        "host-stream-test",
+    let spec = JobBuilder::chain(
         "test",
         Source::Host {
             schema: schema.as_ref().clone(),
@@ -108,7 +108,11 @@ async fn host_resident_stream_through_a_disklet() {
             limit: None,
         }],
         Sink::Host,
-    );
+    )
+    .id("host-stream-test")
+    .program("test")
+    .build()
+    .unwrap();
     let input = futures::stream::iter(batches.clone()).boxed();
     let mut out = cluster
         .exchange(0, &spec, schema.clone(), input)
@@ -132,8 +136,7 @@ async fn host_resident_stream_through_a_disklet() {
     assert_eq!(stats.rows_shipped, expected.len() as u64);
     assert!(stats.bytes_shipped_host > 0);
     // A job naming an unknown table is refused with a typed error, and the disk goes on serving.
-    let bad = JobSpec::chain(
-        "bad",
+    let bad = JobBuilder::chain(
         "test",
         Source::Table {
             table: "nosuch".into(),
@@ -143,7 +146,11 @@ async fn host_resident_stream_through_a_disklet() {
         },
         vec![],
         Sink::Host,
-    );
+    )
+    .id("bad")
+    .program("test")
+    .build()
+    .unwrap();
     let err = match cluster.start(0, &bad).await {
         Err(e) => e.to_string(),
         Ok(mut s) => s.next().await.unwrap().unwrap_err().to_string(),
@@ -197,24 +204,24 @@ async fn concurrent_jobs_share_the_disk() {
     )
     .await
     .unwrap();
-    let long = JobSpec {
-        scratch_kib: 8 * 1024,
-        ..JobSpec::chain(
-            "long",
-            "program-a",
-            Source::Table {
-                table: "big".into(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            },
-            vec![group],
-            Sink::Host,
-        )
-    };
-    let short = JobSpec::chain(
-        "short",
-        "program-b",
+    let long = JobBuilder::chain(
+        "test",
+        Source::Table {
+            table: "big".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![group],
+        Sink::Host,
+    )
+    .id("long")
+    .program("program-a")
+    .scratch_kib(8 * 1024)
+    .build()
+    .unwrap();
+    let short = JobBuilder::chain(
+        "test",
         Source::Table {
             table: "small".into(),
             columns: vec![],
@@ -227,7 +234,11 @@ async fn concurrent_jobs_share_the_disk() {
             limit: None,
         }],
         Sink::Host,
-    );
+    )
+    .id("short")
+    .program("program-b")
+    .build()
+    .unwrap();
     let drain = |cluster: Arc<Cluster>, spec: JobSpec| async move {
         let mut s = cluster.start(0, &spec).await.unwrap();
         let mut rows = 0;
@@ -276,8 +287,7 @@ async fn abandoned_pipe_job_is_cancelled() {
     let (cluster, stop_tx, server) =
         one_disk(dir.path(), DiskOsConfig::new(0, 16 << 20, 64 << 10, 2)).await;
     let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
-    let spec = JobSpec::chain(
-        "waits-forever",
+    let spec = JobBuilder::chain(
         "test",
         Source::Pipe {
             exchange_id: "nobody-sends".into(),
@@ -286,7 +296,11 @@ async fn abandoned_pipe_job_is_cancelled() {
         },
         vec![],
         Sink::Host,
-    );
+    )
+    .id("waits-forever")
+    .program("test")
+    .build()
+    .unwrap();
     let stream = cluster.start(0, &spec).await.unwrap();
     let granted = |s: &Vec<adisk_host::Result<adisk_core::protocol::DiskStatus>>| {
         s[0].as_ref().unwrap().memory_granted_bytes
@@ -338,10 +352,8 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
     }
     let (cluster, stop_tx, server) =
         one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = |id: &str, buffer_kib: u64| JobSpec {
-        buffer_kib,
-        ..JobSpec::chain(
-            id,
+    let spec = |id: &str, buffer_kib: u64| {
+        JobBuilder::chain(
             "test",
             Source::Table {
                 table: "t".into(),
@@ -352,6 +364,11 @@ async fn table_columns_in_requested_order_and_job_buffer_size() {
             vec![],
             Sink::Host,
         )
+        .id(id)
+        .program("test")
+        .buffer_kib(buffer_kib)
+        .build()
+        .unwrap()
     };
     let mut counts = Vec::new();
     for (id, kib) in [("disk-buffers", 0), ("own-buffers", 1024)] {
@@ -418,7 +435,10 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
     for i in 0..CROWD_JOBS {
         crowd.push(tokio::spawn(drain_groups(
             cluster.clone(),
-            group_by_job(&format!("crowd-{i}"), "program-a").await,
+            group_by_job(&format!("crowd-{i}"), "program-a")
+                .await
+                .build()
+                .unwrap(),
         )));
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
@@ -447,7 +467,11 @@ async fn a_single_job_gets_its_programs_share_against_eight() {
         rows
     };
     let before = crowd_rows(cluster.clone()).await;
-    drain_groups(cluster.clone(), group_by_job("single", "program-b").await).await;
+    drain_groups(
+        cluster.clone(),
+        group_by_job("single", "program-b").await.build().unwrap(),
+    )
+    .await;
     let after = crowd_rows(cluster.clone()).await;
     let crowd_running = crowd.iter().filter(|t| !t.is_finished()).count();
     let share = (after - before) as f64 / ROWS as f64;
@@ -505,7 +529,7 @@ fn write_wide_table(dir: &std::path::Path, table: &str, rows: i64) {
 }
 
 /// A scan of `t` with a partial group-by into 1024 groups (little output, all work at the disk).
-async fn group_by_job(job_id: &str, program: &str) -> JobSpec {
+async fn group_by_job(job_id: &str, program: &str) -> JobBuilder {
     let schema = Arc::new(Schema::new(vec![
         Field::new("x", DataType::Int64, false),
         Field::new("y", DataType::Int64, false),
@@ -519,21 +543,20 @@ async fn group_by_job(job_id: &str, program: &str) -> JobSpec {
     )
     .await
     .unwrap();
-    JobSpec {
-        scratch_kib: 4 * 1024,
-        ..JobSpec::chain(
-            job_id,
-            program,
-            Source::Table {
-                table: "t".into(),
-                columns: vec![],
-                prune: None,
-                partitions: None,
-            },
-            vec![aggregate],
-            Sink::Host,
-        )
-    }
+    JobBuilder::chain(
+        "test",
+        Source::Table {
+            table: "t".into(),
+            columns: vec![],
+            prune: None,
+            partitions: None,
+        },
+        vec![aggregate],
+        Sink::Host,
+    )
+    .id(job_id)
+    .program(program)
+    .scratch_kib(4 * 1024)
 }
 
 /// Runs `spec` to its end and checks it made one row per group.
@@ -579,8 +602,7 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
     }
     let (cluster, stop_tx, server) =
         one_disk(dir.path(), DiskOsConfig::new(0, 64 << 20, 64 << 10, 2)).await;
-    let spec = JobSpec::chain(
-        "wide-scan",
+    let spec = JobBuilder::chain(
         "test",
         Source::Table {
             table: "wide".into(),
@@ -590,7 +612,11 @@ async fn a_scan_over_row_groups_wider_than_the_buffer_stays_within_its_grant() {
         },
         vec![],
         Sink::Host,
-    );
+    )
+    .id("wide-scan")
+    .program("test")
+    .build()
+    .unwrap();
     let mut out = cluster.start(0, &spec).await.unwrap();
     let mut got = Vec::new();
     while let Some(b) = out.next().await {
@@ -1056,7 +1082,7 @@ async fn fused_chains_give_the_same_rows_as_threads() {
         let x = y.wrapping_mul(2_654_435_761) % 1_000_003;
         *expected.entry(x % 1024).or_default() += x * y;
     }
-    let grouped = group_by_job("g", "p").await;
+    let grouped = group_by_job("g", "p").await.build().unwrap();
     let mut group_spec = grouped.clone();
     group_spec.stages.insert(
         0,
@@ -1079,9 +1105,11 @@ async fn fused_chains_give_the_same_rows_as_threads() {
         os.fuse_stages = fuse;
         os.apart_cpu_ns = apart_cpu_ns;
         let (cluster, stop_tx, server) = one_disk(dir.path(), os).await;
-        let job = |spec: &JobSpec, id: &str| JobSpec {
-            job_id: format!("{id}-{mode}"),
-            ..spec.clone()
+        let job = |spec: &JobSpec, id: &str| {
+            JobBuilder::from_spec(spec.clone())
+                .id(format!("{id}-{mode}"))
+                .build()
+                .unwrap()
         };
         let mut got = std::collections::BTreeMap::<i64, i64>::new();
         let spec = job(&group_spec, "group");

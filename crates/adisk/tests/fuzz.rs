@@ -8,9 +8,10 @@
 //! TPC-H queries, valid files) mutated by flips, deletions, insertions and splices.
 //!
 //! CI runs each target for `PROPTEST_CASES` cases (default 32) from a fixed seed. By hand:
-//! `ADISK_FUZZ_SECS=600 ADISK_FUZZ_SEED=7 cargo test --release --test fuzz -- --nocapture`
+//! `ADISK_FUZZ_SECS=600 ADISK_FUZZ_SEED=7 cargo test -p adisk --release --test fuzz -- --nocapture`
 //! runs each target in rounds until the time is up, printing the cases run; a failing case is
 //! printed with its seed, and the same seed reproduces it.
+use adisk_core::builder::JobBuilder;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
 use adisk_core::protocol::{DiskletSpec, JobSpec, Sink, Source};
 use adisk_disk::{DiskNode, DiskNodeConfig};
@@ -107,9 +108,8 @@ fn mutations() -> impl Strategy<Value = (usize, Vec<Edit>)> {
 
 fn spec_corpus() -> Vec<Vec<u8>> {
     let scan = |sink| {
-        JobSpec::chain(
-            "j",
-            "p",
+        JobBuilder::chain(
+            "test",
             Source::Table {
                 table: "lineitem".into(),
                 columns: vec!["l_quantity".into()],
@@ -123,6 +123,10 @@ fn spec_corpus() -> Vec<Vec<u8>> {
             }],
             sink,
         )
+        .id("j")
+        .program("p")
+        .build()
+        .unwrap()
     };
     vec![
         scan(Sink::Host).to_bytes(),

@@ -4,8 +4,9 @@
 //!   `MAX_EXPR_DEPTH`, and the same disk then answers a normal query;
 //! * SQL whose `WHERE` is a 2 000-term `+` chain is refused by the host with a typed error
 //!   naming `MAX_SQL_EXPR_DEPTH` before DataFusion plans it.
+use adisk_core::builder::JobBuilder;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig};
-use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec, Sink, Source};
+use adisk_core::protocol::{DiskletSpec, ExprBytes, Sink, Source};
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
 use adisk_host::sql::{SqlEngine, SqlOptions};
@@ -102,8 +103,7 @@ fn deep_sum_bytes(terms: usize) -> ExprBytes {
 }
 
 async fn run(cluster: &Cluster, predicate: ExprBytes) -> Result<u64, HostError> {
-    let spec = JobSpec::chain(
-        "limits-test",
+    let spec = JobBuilder::chain(
         "test",
         Source::Table {
             table: "t".into(),
@@ -117,7 +117,11 @@ async fn run(cluster: &Cluster, predicate: ExprBytes) -> Result<u64, HostError> 
             limit: None,
         }],
         Sink::Host,
-    );
+    )
+    .id("limits-test")
+    .program("test")
+    .build()
+    .unwrap();
     let mut stream = cluster.start(0, &spec).await?;
     let mut rows = 0;
     while let Some(b) = stream.next().await {
