@@ -21,6 +21,7 @@ mod output;
 mod py_server;
 mod repair_cmd;
 mod serve_cmd;
+mod slt;
 mod sql_cmd;
 
 use adisk_core::config::ClusterConfig;
@@ -144,9 +145,10 @@ enum Command {
     /// Print a query's plan with each operator marked disk or host (`explain analyze "…"` runs
     /// it and prints the bytes at every stage, per disk).
     Explain(sql_cmd::ExplainArgs),
-    /// Run `.slt` files of queries at the given offload levels, each compared with DuckDB on
-    /// the same Parquet files; one line per query, then `N passed, N failed`.
-    Slt(sql_cmd::SltArgs),
+    /// Run `.slt` files (sqllogictest format, expected rows checked in) at the given offload
+    /// levels; one line per record, then `N passed, N failed`. `--complete` writes the expected
+    /// rows from DuckDB on the same Parquet files.
+    Slt(slt::SltArgs),
     /// TPC-H queries and the check against the official answers.
     #[command(subcommand)]
     Tpch(sql_cmd::TpchCommand),
@@ -434,7 +436,9 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         }
         Command::Sql(a) => sql_cmd::sql(&dir, a).await,
         Command::Explain(a) => sql_cmd::explain(&dir, a).await,
-        Command::Slt(a) => sql_cmd::slt(&dir, a).await,
+        Command::Slt(a) => slt::slt(connect(&dir).await?, a)
+            .await
+            .map_err(|e| CliError::Other(e.to_string())),
         Command::Tpch(c) => sql_cmd::tpch_cmd(&dir, c).await,
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Serve(args) => serve_cmd::serve(&dir, args).await,

@@ -2,7 +2,8 @@
 //!
 //! * `adisk tpch check` at SF 0.01 and 0.1 under every offload level — oracles: DuckDB's
 //!   official answers and DuckDB run on the same Parquet files;
-//! * the ad-hoc `.slt` queries (tests/sql/*.slt) at every offload level against DuckDB;
+//! * the ad-hoc `.slt` queries (tests/sql/adhoc.slt, sqllogictest format, expected rows from
+//!   DuckDB checked in) at every offload level; a wrong expected row and a malformed file fail;
 //! * EXPLAIN / EXPLAIN ANALYZE on Q1, Q3, Q6, Q12, Q14: where each operator ran, shipped ≤ read;
 //! * bad input: syntax, unknown column, type error, a Bloom filter larger than the grant, a
 //!   disk killed mid-query — each a clear error, and the cluster serves the next query.
@@ -203,15 +204,70 @@ fn host_ops(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// The data of `tests/sql/adhoc.slt`: TPC-H SF 0.01 and a small table with NULLs, from CSV.
+/// Its expected rows were written by `adisk slt --complete` (DuckDB) on this data.
+fn adhoc_cluster() -> Cluster {
+    let c = Cluster::start("0.01");
+    let csv = c.dir().join("t_nulls.csv");
+    std::fs::write(&csv, "id,a,b,s\n1,1,1.5,alpha\n2,,2.5,beta\n3,3,,\n4,,,gamma\n5,2,0.5,alpha\n6,7,3.25,\n7,,4.0,beta\n").unwrap();
+    ok(c.dir(), &["load", "csv", "t_nulls", csv.to_str().unwrap()]);
+    c
+}
+
+fn adhoc_slt() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sql/adhoc.slt")
+}
+
+/// The checked-in expected rows are what `adisk slt` checks: one count off by one in a copy of
+/// `adhoc.slt` fails that record (named by file and line) and only it; a malformed file is a
+/// parse error naming its file and line.
+#[test]
+fn slt_wrong_expected_row_and_malformed_file_fail() {
+    let c = adhoc_cluster();
+    let dir = c.dir();
+    let text = std::fs::read_to_string(adhoc_slt()).unwrap();
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let sql = lines
+        .iter()
+        .position(|l| l.contains("l_shipdate BETWEEN DATE '1995-01-01'"))
+        .expect("the shipdate count in adhoc.slt");
+    assert!(lines[sql - 1].starts_with("query") && lines[sql + 1] == "----");
+    let count: u64 = lines[sql + 2].parse().expect("a count");
+    lines[sql + 2] = (count + 1).to_string();
+    let wrong = dir.join("adhoc_wrong.slt");
+    std::fs::write(&wrong, lines.join("\n") + "\n").unwrap();
+    let out = adisk(dir, &["slt", wrong.to_str().unwrap(), "--offload", "auto"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "a wrong expected row passed:\n{stdout}"
+    );
+    let at = format!("adhoc_wrong.slt:{sql}  ");
+    let failed: Vec<&str> = stdout.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        failed.len() == 1 && failed[0].contains(&at),
+        "one failure, at {at}:\n{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("-   {}", count + 1)) && stdout.contains(&format!("+   {count}")),
+        "the diff shows the expected and the actual count:\n{stdout}"
+    );
+    assert!(stdout.contains("40 passed, 1 failed"), "{stdout}");
+
+    let bad = dir.join("malformed.slt");
+    std::fs::write(&bad, "query I\nSELECT 1\n----\n1\n\nselect 2\n").unwrap();
+    let err = fails(dir, &["slt", bad.to_str().unwrap()]);
+    assert!(
+        err.contains("parse error") && err.contains("malformed.slt:6"),
+        "{err}"
+    );
+}
+
 #[test]
 fn adhoc_sql_explain_and_bad_input() {
-    let c = Cluster::start("0.01");
+    let c = adhoc_cluster();
     let dir = c.dir();
-    // A small table with NULLs, from CSV.
-    let csv = dir.join("t_nulls.csv");
-    std::fs::write(&csv, "id,a,b,s\n1,1,1.5,alpha\n2,,2.5,beta\n3,3,,\n4,,,gamma\n5,2,0.5,alpha\n6,7,3.25,\n7,,4.0,beta\n").unwrap();
-    ok(dir, &["load", "csv", "t_nulls", csv.to_str().unwrap()]);
-    let slt = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/sql/adhoc.slt");
+    let slt = adhoc_slt();
     let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "all"]);
     assert!(
         out.contains(&format!("{} passed, 0 failed", 41 * LEVELS)),
@@ -763,10 +819,10 @@ fn disks_level_colocated_and_spilling_joins() {
     let text: String = ranged
         .iter()
         .chain(&[reduced_left, top_k])
-        .map(|q| format!("query\n{q};\n\n"))
+        .map(|q| format!("query\n{q}\n\n"))
         .collect();
     std::fs::write(&slt, text).unwrap();
-    let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "disks"]);
+    let out = complete_and_run(dir, &slt, "disks");
     assert!(out.contains("4 passed, 0 failed"), "{out}");
 
     // A self-join of lineitem on its key: the build side (150 000 rows per disk with their
@@ -779,8 +835,8 @@ fn disks_level_colocated_and_spilling_joins() {
     assert!(stages.contains("SortMergeJoinExec"), "{stages}");
     assert!(spilled(&v) > 0, "the sort-merge join spilled nothing:\n{v}");
     let slt = dir.join("big_join.slt");
-    std::fs::write(&slt, format!("query\n{big};\n")).unwrap();
-    let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "disks"]);
+    std::fs::write(&slt, format!("query\n{big}\n")).unwrap();
+    let out = complete_and_run(dir, &slt, "disks");
     assert!(out.contains("1 passed, 0 failed"), "{out}");
 
     // Past a 256 KiB disk-space grant: a typed error, and nothing left at the disks.
@@ -813,6 +869,16 @@ fn disks_level_colocated_and_spilling_joins() {
             .unwrap_or_default();
         assert!(left.is_empty(), "disk {d} left {left:?}");
     }
+}
+
+/// Writes the expected rows of a generated `.slt` file from DuckDB on the cluster's files
+/// (`adisk slt --complete`), then runs it at `offload`; its output.
+fn complete_and_run(dir: &Path, slt: &Path, offload: &str) -> String {
+    let slt = slt.to_str().unwrap();
+    ok(dir, &["slt", "--complete", slt]);
+    let text = std::fs::read_to_string(slt).unwrap();
+    assert!(text.contains("----"), "no expected rows written:\n{text}");
+    ok(dir, &["slt", slt, "--offload", offload])
 }
 
 /// chiu's disk groups behind a router: 4 disks in 2 groups; at `disks` every stream from one
