@@ -78,6 +78,24 @@ pub enum SimCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Replay a trace recorded on the real engine (format `adisk-trace` v1) on another
+    /// configuration, or on the recorded one to compare with the measured time
+    Replay {
+        /// Trace file (JSON).
+        trace: PathBuf,
+        /// Replay configuration (TOML); absent = the configuration the trace was recorded on.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Flags overriding the configuration file.
+        #[command(flatten)]
+        overrides: crate::replay::config::ReplayOverrides,
+        /// table|json
+        #[arg(long, default_value = "table")]
+        format: String,
+        /// Write the report here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Benchmark the event loop (events/s) and the time of `reproduce all`
     Bench {
         /// Events to process.
@@ -132,6 +150,19 @@ pub fn run(cmd: SimCommand) -> Result<(), SimError> {
             )?;
             emit(out.as_deref(), &text)
         }
+        SimCommand::Replay {
+            trace,
+            config,
+            overrides,
+            format,
+            out,
+        } => replay(
+            &trace,
+            config.as_deref(),
+            &overrides,
+            &format,
+            out.as_deref(),
+        ),
         SimCommand::Bench { events } => bench(events),
     }
 }
@@ -189,6 +220,28 @@ fn sweep_file(file: &Path, out: Option<&Path>, seed: Option<u64>) -> Result<(), 
             Ok(())
         }
     }
+}
+
+/// `replay`: a trace on a configuration, reported as a table or JSON.
+fn replay(
+    trace: &Path,
+    config: Option<&Path>,
+    overrides: &crate::replay::config::ReplayOverrides,
+    format: &str,
+    out: Option<&Path>,
+) -> Result<(), SimError> {
+    if format != "table" && format != "json" {
+        return Err(SimError::Usage(format!(
+            "--format must be table or json, got `{format}`"
+        )));
+    }
+    let report = crate::replay::replay_files(trace, config, overrides)?;
+    let text = if format == "json" {
+        report.to_json()
+    } else {
+        report.to_table()
+    };
+    emit(out, &text)
 }
 
 /// `bench`: the event loop's rate over `events` events, then the time of `reproduce all`.

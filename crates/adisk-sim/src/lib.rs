@@ -25,6 +25,10 @@
 //!                  report::RunReport ──► experiment (CSV, SVG, tables) ──► cli (`adisk sim`)
 //! ```
 //!
+//! `replay` takes the other direction: a trace recorded on the real engine (`adisk-trace` v1:
+//! per job and disk, bytes read, CPU, bytes shipped) is rebuilt as a per-disk pipeline over
+//! the same component models and simulated on another configuration (`adisk sim replay`).
+//!
 //! ```no_run
 //! use adisk_sim::cli::{run, SimCommand};
 //! run(SimCommand::Run { file: "experiments/acharya/core-select.toml".into(), out: None,
@@ -43,6 +47,7 @@ pub mod embedded;
 pub mod engine;
 pub mod experiment;
 pub mod model;
+pub mod replay;
 pub mod report;
 pub mod rng;
 pub mod sensitivity;
@@ -76,6 +81,54 @@ pub enum SimError {
     /// Bad command-line usage.
     #[error("{0}")]
     Usage(String),
+    /// A trace file is not JSON, or a field has the wrong type.
+    #[error("{path}: not an adisk trace (JSON): {reason}")]
+    TraceNotJson {
+        /// Trace file.
+        path: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// A trace's `format` field is not `adisk-trace`.
+    #[error("{path}: format: expected \"adisk-trace\", found {found}")]
+    TraceFormat {
+        /// Trace file.
+        path: String,
+        /// What the field held (`<missing>` when absent).
+        found: String,
+    },
+    /// A trace's `version` is not one this simulator reads.
+    #[error("{path}: version: unsupported trace version {found} (this simulator reads version 1)")]
+    TraceVersion {
+        /// Trace file.
+        path: String,
+        /// What the field held (`<missing>` when absent).
+        found: String,
+    },
+    /// A trace's `recorded.disks` is 0.
+    #[error("{path}: recorded.disks: a trace needs at least one disk, got 0")]
+    TraceNoDisks {
+        /// Trace file.
+        path: String,
+    },
+    /// A job of a trace lists no disk.
+    #[error("{path}: jobs[{job}].disks: a job needs at least one disk entry, the array is empty")]
+    TraceEmptyJob {
+        /// Trace file.
+        path: String,
+        /// Index of the job in `jobs`.
+        job: usize,
+    },
+    /// A trace field holds a value no model can use.
+    #[error("{path}: {key}: {reason}")]
+    TraceInvalid {
+        /// Trace file.
+        path: String,
+        /// Dotted key.
+        key: String,
+        /// Reason.
+        reason: String,
+    },
     /// An internal invariant failed.
     #[error("internal error: {0}")]
     Internal(String),

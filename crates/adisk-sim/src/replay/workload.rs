@@ -1,0 +1,183 @@
+//! A trace job's work rebuilt per replayed disk: the recorded per-disk volumes and CPU times,
+//! spread over the replayed disks (see [`SkewMode`]).
+
+use super::config::{ReplayConfig, SkewMode};
+use super::trace::{DiskJobStats, JobStats};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// The work of one disk in one job, in the recording's units (bytes; CPU ns at the recorded
+/// disk CPU speed).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DiskWork {
+    /// Bytes read from storage.
+    pub bytes_read: f64,
+    /// Bytes written to storage.
+    pub bytes_written: f64,
+    /// Disk CPU (reading, decoding, stages), ns.
+    pub cpu_ns: f64,
+    /// Of which reading and decoding (outside every stage), ns.
+    pub decode_cpu_ns: f64,
+    /// Bytes shipped to the host.
+    pub bytes_shipped_host: f64,
+    /// Bytes shipped to other disks.
+    pub bytes_shipped_disks: f64,
+    /// Wait for the memory grant before the job started, ns (a time: averaged, not summed,
+    /// when disks are merged or split).
+    pub admission_wait_ns: f64,
+}
+
+impl DiskWork {
+    fn from_stats(d: &DiskJobStats) -> DiskWork {
+        DiskWork {
+            bytes_read: d.bytes_read as f64,
+            bytes_written: d.bytes_written as f64,
+            cpu_ns: d.cpu_ns as f64,
+            decode_cpu_ns: d.decode_cpu_ns() as f64,
+            bytes_shipped_host: d.bytes_shipped_host as f64,
+            bytes_shipped_disks: d.bytes_shipped_disks as f64,
+            admission_wait_ns: d.admission_wait_ns as f64,
+        }
+    }
+    /// `self + w · other` for the volumes; the admission wait is left to the caller.
+    fn add_scaled(&mut self, other: &DiskWork, w: f64) {
+        self.bytes_read += w * other.bytes_read;
+        self.bytes_written += w * other.bytes_written;
+        self.cpu_ns += w * other.cpu_ns;
+        self.decode_cpu_ns += w * other.decode_cpu_ns;
+        self.bytes_shipped_host += w * other.bytes_shipped_host;
+        self.bytes_shipped_disks += w * other.bytes_shipped_disks;
+    }
+}
+
+/// A job's work on the replayed disks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobWork {
+    /// One entry per replayed disk.
+    pub disks: Vec<DiskWork>,
+    /// Distinct disks the job ran on when recorded.
+    pub recorded_disks: u32,
+    /// Totals over the recorded disks.
+    pub totals: DiskWork,
+    /// Host CPU combining the job's results, ns at the recorded host speed.
+    pub host_combine_ns: f64,
+    /// Recorded max/mean of per-disk CPU (1 when even or zero).
+    pub skew_cpu: f64,
+    /// Recorded max/mean of per-disk bytes read (1 when even or zero).
+    pub skew_bytes_read: f64,
+}
+
+/// Rebuild `job`'s work on the replayed disks. A disk listed several times (one entry per
+/// phase) is summed. The job runs on `cfg.disks × (its disks / recorded_disks)` replayed disks
+/// (at least 1, at most `cfg.disks`): a job that used every recorded disk uses every replayed one.
+pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobWork {
+    let mut by_disk: BTreeMap<u32, DiskWork> = BTreeMap::new();
+    for d in &job.disks {
+        let w = DiskWork::from_stats(d);
+        let slot = by_disk.entry(d.disk_id).or_default();
+        slot.add_scaled(&w, 1.0);
+        slot.admission_wait_ns = slot.admission_wait_ns.max(w.admission_wait_ns);
+    }
+    let recorded: Vec<DiskWork> = by_disk.into_values().collect();
+    let r = recorded.len() as u32;
+    let share = r as f64 / recorded_disks.max(1) as f64;
+    let n = ((cfg.disks as f64 * share).round() as u32).clamp(1, cfg.disks);
+    let mut totals = DiskWork::default();
+    for w in &recorded {
+        totals.add_scaled(w, 1.0);
+        totals.admission_wait_ns += w.admission_wait_ns / r as f64;
+    }
+    let disks = match cfg.skew {
+        SkewMode::Mean => vec![mean_of(&totals, n); n as usize],
+        SkewMode::Recorded => spread(&recorded, n),
+    };
+    JobWork {
+        disks,
+        recorded_disks: r,
+        host_combine_ns: job.host_combine_ns as f64,
+        skew_cpu: max_over_mean(recorded.iter().map(|w| w.cpu_ns)),
+        skew_bytes_read: max_over_mean(recorded.iter().map(|w| w.bytes_read)),
+        totals,
+    }
+}
+
+fn mean_of(totals: &DiskWork, n: u32) -> DiskWork {
+    let mut w = DiskWork::default();
+    w.add_scaled(totals, 1.0 / n as f64);
+    w.admission_wait_ns = totals.admission_wait_ns;
+    w
+}
+
+/// Lay the recorded disks' data end to end (disk `i` covers `[i, i+1)`) and give replayed disk
+/// `k` the run `[k·r/n, (k+1)·r/n)`: totals are kept exactly, the same count replays each
+/// disk as recorded, more disks split each one evenly.
+fn spread(recorded: &[DiskWork], n: u32) -> Vec<DiskWork> {
+    let r = recorded.len() as f64;
+    let width = r / n as f64;
+    (0..n)
+        .map(|k| {
+            let (lo, hi) = (k as f64 * width, (k + 1) as f64 * width);
+            let mut w = DiskWork::default();
+            let mut wait = 0.0;
+            let first = lo.floor() as usize;
+            let last = (hi.ceil() as usize).min(recorded.len());
+            for (i, rec) in recorded.iter().enumerate().take(last).skip(first) {
+                let overlap = (hi.min(i as f64 + 1.0) - lo.max(i as f64)).max(0.0);
+                w.add_scaled(rec, overlap);
+                wait += overlap * rec.admission_wait_ns;
+            }
+            w.admission_wait_ns = wait / width;
+            w
+        })
+        .collect()
+}
+
+/// max/mean of `values`; 1 when they are all zero.
+fn max_over_mean(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut max, mut sum, mut count) = (0.0f64, 0.0, 0usize);
+    for v in values {
+        max = max.max(v);
+        sum += v;
+        count += 1;
+    }
+    if sum <= 0.0 || count == 0 {
+        1.0
+    } else {
+        max / (sum / count as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn work(cpu: f64) -> DiskWork {
+        DiskWork {
+            cpu_ns: cpu,
+            bytes_read: 2.0 * cpu,
+            ..DiskWork::default()
+        }
+    }
+
+    #[test]
+    fn spreading_keeps_totals_and_splits_or_merges_disks() {
+        let rec = vec![work(100.0), work(300.0)];
+        let same = spread(&rec, 2);
+        assert_eq!(same, rec);
+        let more = spread(&rec, 4);
+        let cpus: Vec<f64> = more.iter().map(|w| w.cpu_ns).collect();
+        assert_eq!(cpus, vec![50.0, 50.0, 150.0, 150.0]);
+        let fewer = spread(&rec, 1);
+        assert_eq!(fewer[0].cpu_ns, 400.0);
+        let odd = spread(&rec, 3);
+        let total: f64 = odd.iter().map(|w| w.cpu_ns).sum();
+        assert!((total - 400.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn skew_is_max_over_mean_and_one_for_zeros() {
+        assert_eq!(max_over_mean([1.0, 3.0].into_iter()), 1.5);
+        assert_eq!(max_over_mean([0.0, 0.0].into_iter()), 1.0);
+        assert_eq!(max_over_mean(std::iter::empty()), 1.0);
+    }
+}
