@@ -321,6 +321,12 @@ skew = "mean"
     assert!(e.to_string().contains("host_link_bytes_per_s"), "{e}");
     let bad = config::parse("c.toml", "disks = 0").unwrap();
     assert!(bad.resolve("c.toml", &t.recorded).is_err());
+    // Chunks are bounded per job: the default shrinks for very many disks, an explicit value is refused.
+    let many = config::parse("c.toml", "disks = 100000").unwrap();
+    assert_eq!(resolve(&t, many).chunks_per_disk, 10);
+    let too_many = config::parse("c.toml", "disks = 100000\nchunks_per_disk = 32").unwrap();
+    let e = too_many.resolve("c.toml", &t.recorded).unwrap_err();
+    assert!(e.to_string().contains("chunks_per_disk"), "{e}");
     // Giving the recorded values explicitly is still the recorded configuration.
     let same = config::parse("c.toml", "disks = 4\nrtt_ns = 200000").unwrap();
     assert_eq!(resolve(&t, same), resolve(&t, ReplayFile::default()));

@@ -11,12 +11,19 @@ use serde::{Deserialize, Serialize};
 pub const MAX_DISKS: u32 = 100_000;
 /// Largest number of chunks each disk's data is cut into.
 pub const MAX_CHUNKS_PER_DISK: u32 = 4096;
-/// Largest `disks × chunks_per_disk` (bounds the events of one job).
-pub const MAX_CHUNKS_PER_JOB: u64 = 4_000_000;
+/// Largest `disks × chunks_per_disk`: bounds the events of one job (about six per chunk) and
+/// its event list (every chunk's read is queued at the job's start, 32 bytes each).
+pub const MAX_CHUNKS_PER_JOB: u64 = 1_000_000;
 /// Largest number of cores of a disk or of the host.
 pub const MAX_CPUS: f64 = 1024.0;
-/// Chunks per disk when not given.
+/// Chunks per disk when not given (fewer when `disks × 32` would pass [`MAX_CHUNKS_PER_JOB`]).
 pub const DEFAULT_CHUNKS_PER_DISK: u32 = 32;
+
+/// The default chunks per disk for `disks` disks.
+pub fn default_chunks_per_disk(disks: u32) -> u32 {
+    let fit = MAX_CHUNKS_PER_JOB / disks.max(1) as u64;
+    fit.clamp(1, DEFAULT_CHUNKS_PER_DISK as u64) as u32
+}
 
 /// What serves a disk's reads.
 #[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
@@ -93,7 +100,7 @@ pub struct ReplayFile {
     pub storage: Option<StorageKind>,
     /// Host↔disk round trip, ns.
     pub rtt_ns: Option<u64>,
-    /// Chunks each disk's data is cut into (default 32).
+    /// Chunks each disk's data is cut into (default 32, fewer beyond 31,250 disks).
     pub chunks_per_disk: Option<u32>,
     /// `recorded` or `mean`.
     pub skew: Option<SkewMode>,
@@ -286,8 +293,9 @@ impl ReplayFile {
             1.0
         };
         let storage = self.storage.unwrap_or_default();
+        let disks = self.disks.unwrap_or(rec.disks);
         let c = ReplayConfig {
-            disks: self.disks.unwrap_or(rec.disks),
+            disks,
             disk_cpu_speed: self.disk_cpu_speed.unwrap_or(1.0),
             disk_cpus: self.disk_cpus.unwrap_or(recorded_cpus),
             host_cpu_speed: self.host_cpu_speed.unwrap_or(1.0),
@@ -318,7 +326,9 @@ impl ReplayFile {
             )?,
             storage,
             rtt_ns: self.rtt_ns.unwrap_or(rec.rtt_ns),
-            chunks_per_disk: self.chunks_per_disk.unwrap_or(DEFAULT_CHUNKS_PER_DISK),
+            chunks_per_disk: self
+                .chunks_per_disk
+                .unwrap_or_else(|| default_chunks_per_disk(disks)),
             skew: self.skew.unwrap_or_default(),
             hdd: (storage == StorageKind::Hdd)
                 .then(|| self.hdd.clone().unwrap_or_else(default_hdd)),

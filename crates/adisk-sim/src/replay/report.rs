@@ -79,6 +79,9 @@ pub struct JobPrediction {
     pub recorded_totals: DiskWork,
     /// Recorded host combine CPU, ns.
     pub host_combine_ns: u64,
+    /// The longest recorded per-disk `wall_ns` of the job (beside the predicted time it shows
+    /// how much of a disk's time the model leaves unexplained, e.g. I/O waits not in `cpu_ns`).
+    pub recorded_disk_wall_ns_max: u64,
     /// Events simulated.
     pub events: u64,
 }
@@ -126,6 +129,7 @@ impl JobPrediction {
             skew_bytes_read_max_over_mean: round4(work.skew_bytes_read),
             recorded_totals: work.totals.clone(),
             host_combine_ns: job.host_combine_ns,
+            recorded_disk_wall_ns_max: job.disks.iter().map(|d| d.wall_ns).max().unwrap_or(0),
             events: run.events,
         }
     }
