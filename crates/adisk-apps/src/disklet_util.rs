@@ -122,7 +122,7 @@ impl Gather {
         if batch.num_rows() == 0 {
             return Ok(());
         }
-        self.bytes += adisk_diskos::disklets::batch_bytes(&batch);
+        self.bytes += adisk_core::stats::batch_bytes(&batch);
         self.held.push(batch);
         if self.bytes >= Self::FLUSH_BYTES {
             self.flush(port, out)?;

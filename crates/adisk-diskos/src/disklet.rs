@@ -110,7 +110,7 @@ impl Emitter {
         if batch.num_rows() == 0 || self.overflow.is_some() {
             return;
         }
-        let bytes = crate::disklets::batch_bytes(&batch);
+        let bytes = adisk_core::stats::batch_bytes(&batch);
         let total = self.held_bytes.saturating_add(bytes);
         if total > self.cap_bytes {
             self.overflow = Some(total);

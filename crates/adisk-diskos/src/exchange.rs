@@ -77,7 +77,7 @@ impl InboxSender {
     /// # Errors
     /// The batch is over [`MAX_MESSAGE_BUFFERS`] buffers, a row is over one, or the receiver is gone.
     pub async fn send_batch(&self, batch: RecordBatch, terms: &InboxTerms) -> Result<(), String> {
-        let bytes = crate::disklets::batch_bytes(&batch);
+        let bytes = adisk_core::stats::batch_bytes(&batch);
         let cap = terms.buffer_bytes.saturating_mul(MAX_MESSAGE_BUFFERS);
         if bytes > cap {
             return Err(format!(
@@ -88,7 +88,7 @@ impl InboxSender {
         for piece in
             cut(&batch, crate::stream::buffer_cap(terms.buffer_bytes)).map_err(|e| e.to_string())?
         {
-            held.release(crate::disklets::batch_bytes(&piece));
+            held.release(adisk_core::stats::batch_bytes(&piece));
             let buffer = Buffer::new(piece, 0, &terms.account);
             self.tx
                 .send(PipeMessage::Batch(buffer))

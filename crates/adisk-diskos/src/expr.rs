@@ -14,6 +14,7 @@ use adisk_core::limits::{
     self, LimitExceeded, MAX_EXPR_DEPTH, MAX_EXPR_NODES, MAX_PLAN_DEPTH, MAX_PLAN_NODES, TreeShape,
 };
 use adisk_core::protocol::ExprBytes;
+use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DFSchema, ScalarValue};
@@ -210,4 +211,22 @@ pub fn check_plan(plan: &dyn ExecutionPlan) -> std::result::Result<(), LimitExce
         operators.extend(p.children().into_iter().map(|c| c.as_ref()));
     }
     Ok(())
+}
+
+/// Evaluates expressions into arrays of the batch's length.
+pub(crate) fn evaluate_all(
+    exprs: &[Arc<dyn PhysicalExpr>],
+    batch: &RecordBatch,
+) -> Result<Vec<ArrayRef>> {
+    exprs
+        .iter()
+        .map(|e| {
+            e.evaluate(batch)
+                .and_then(|v| v.into_array(batch.num_rows()))
+                .map_err(|source| DiskOsError::DataFusion {
+                    context: format!("evaluating `{e}`"),
+                    source,
+                })
+        })
+        .collect()
 }

@@ -1,27 +1,12 @@
 //! User disklets (installed by users, e.g. WebAssembly modules): DiskOS only knows them through
 //! [`UserDisklets`], which the disk node provides (`adisk-wasm`'s registry). They run behind
 //! the same [`crate::disklet::Disklet`] interface, streams and grants as the built-ins.
+pub use crate::error::UserDiskletFailure;
+
 use crate::Result;
 use crate::disklet::Disklet;
 use arrow::datatypes::SchemaRef;
 use std::collections::BTreeMap;
-
-/// Why a user disklet was refused or failed; each maps to one Flight status code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum UserDiskletFailure {
-    /// No disklet of that name is installed.
-    NotInstalled,
-    /// The module or the job is invalid (malformed module, forbidden import, bad input type).
-    Invalid,
-    /// The CPU budget (fuel) of the job ran out.
-    BudgetExceeded,
-    /// Memory grant, output limit or module size exceeded.
-    ResourceExceeded,
-    /// The disklet trapped (out-of-bounds access, unreachable, …).
-    Trap,
-    /// The disklet returned an error code, or the registry failed.
-    Failed,
-}
 
 /// What an installed user disklet declares: its ABI version, inputs and output ports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +44,6 @@ pub trait UserDisklets: Send + Sync + 'static {
         params: &BTreeMap<String, String>,
         fuel: Option<u64>,
         inputs: &[SchemaRef],
-        cancel: crate::job::CancelFlag,
+        cancel: crate::cancel::CancelFlag,
     ) -> Result<Box<dyn Disklet>>;
 }

@@ -13,8 +13,8 @@
 //! A router's per-target streams are counted in the job's grant too. Temporary streams are
 //! Arrow IPC files in a directory of the job's own, written through a cap of the job's
 //! temporary-space grant, and removed when the job ends however it ends.
-use crate::disklets::evaluate_all;
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::memory::Account;
 use crate::stream::{ReadCounters, StreamRx, StreamTx};
 use crate::{DiskOsError, Result};

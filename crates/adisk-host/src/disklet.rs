@@ -2,8 +2,8 @@
 //! run one on a table, on several tables (ABI v2: table `i` is input `i`), or on plain files
 //! (each file is one job on the disk holding it); and the deterministic images the convolution
 //! example reads.
-use crate::cluster::Cluster;
-use crate::jobs::JobOutput;
+use crate::client::cluster::Cluster;
+use crate::client::jobs::JobOutput;
 use crate::{HostError, Result};
 use adisk_core::builder::JobBuilder;
 use adisk_core::protocol::{
@@ -210,7 +210,7 @@ pub async fn run_tables(
         .map(|(d, sources)| Ok((d, spec(req, sources)?)))
         .collect::<Result<Vec<(u32, JobSpec)>>>()?;
     let mut per_disk: BTreeMap<u32, Vec<RecordBatch>> = BTreeMap::new();
-    let disks = crate::jobs::run_phase(cluster, specs, |d, b| {
+    let disks = crate::client::jobs::run_phase(cluster, specs, |d, b| {
         per_disk.entry(d).or_default().push(b);
         Ok(())
     })
@@ -219,7 +219,7 @@ pub async fn run_tables(
     let schema = batches
         .first()
         .map(|b| b.schema())
-        .unwrap_or_else(crate::cluster::empty_schema);
+        .unwrap_or_else(crate::client::cluster::empty_schema);
     let names: Vec<&str> = tables.iter().map(|(t, _)| t.as_str()).collect();
     let mut stats = JobStats {
         description: format!("wasm disklet `{}` on {}", req.name, names.join(", ")),

@@ -5,7 +5,7 @@
 //! routed by hash of the first column to the receivers, or to one receiver for a pair) and one
 //! job per receiving disk (the pipe, counted at the disk: only the count reaches the host). The
 //! rows counted by the receivers must equal the rows read by the senders.
-use crate::cluster::Cluster;
+use crate::client::cluster::Cluster;
 use crate::{HostError, Result};
 use adisk_core::builder::{JobBuilder, exchange, table as table_input};
 use adisk_core::protocol::{DiskletSpec, Route, Sink, Source};
@@ -81,7 +81,9 @@ pub async fn run(
         .map(|d| cluster.address(*d).to_string())
         .collect();
     let route = Route::Hash {
-        keys: vec![crate::jobs::encode_expr(&col(schema.field(0).name()))?],
+        keys: vec![crate::client::jobs::encode_expr(&col(schema
+            .field(0)
+            .name()))?],
     };
     let mut jobs = Vec::new();
     for (i, d) in senders.iter().enumerate() {
@@ -106,7 +108,7 @@ pub async fn run(
     }
     let started = Instant::now();
     let mut rows = 0u64;
-    crate::jobs::run_phase(cluster, jobs, |_, batch| {
+    crate::client::jobs::run_phase(cluster, jobs, |_, batch| {
         rows += counted(&batch);
         Ok(())
     })
@@ -134,7 +136,7 @@ pub async fn run(
 /// A stage counting its input rows (one row out).
 async fn count_rows(schema: &SchemaRef) -> Result<DiskletSpec> {
     let count = datafusion::functions_aggregate::expr_fn::count(lit(1));
-    crate::jobs::aggregate_stage(schema, vec![], vec![count.alias("rows")], false).await
+    crate::client::jobs::aggregate_stage(schema, vec![], vec![count.alias("rows")], false).await
 }
 
 /// The same columns scanned and counted at disk `d`, nothing exchanged: what the senders'
@@ -161,7 +163,7 @@ pub async fn scan_only(
     .id(id.clone())
     .build()?;
     let started = Instant::now();
-    crate::jobs::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
+    crate::client::jobs::run_phase(cluster, vec![(d, spec)], |_, _| Ok(())).await?;
     let wall_ns = started.elapsed().as_nanos() as u64;
     Ok((cluster.job_stats(d, &id).await?.bytes_scanned, wall_ns))
 }

@@ -27,19 +27,16 @@
 //! * [`throttle`]: the host link's token bucket (`host_link_mbps`).
 #![warn(missing_docs)]
 
-pub mod cluster;
+pub mod client;
 pub mod disklet;
 pub mod exchange;
-pub mod jobs;
-pub mod links;
-pub mod load;
-pub mod relay;
 pub mod run;
 pub mod sql;
-pub mod throttle;
 
-pub use cluster::{Catalog, Cluster, TableEntry};
-pub use jobs::JobOutput;
+pub use client::{cluster, jobs, links, load, relay, throttle};
+
+pub use client::cluster::{Catalog, Cluster, TableEntry};
+pub use client::jobs::JobOutput;
 pub use run::JobRequest;
 
 /// Errors seen by the host.

@@ -19,8 +19,8 @@
 //! `groupby` with `exchange=true` and `partition` are job graphs: their disk stages are cut
 //! from the physical plan the engine made (the scan bundle, the final aggregation), and the
 //! partial results move disk to disk by hash of the key.
-use crate::cluster::Cluster;
-use crate::jobs::{self, JobOutput};
+use crate::client::cluster::Cluster;
+use crate::client::jobs::{self, JobOutput};
 use crate::sql::{Offload, QueryOutput, SqlEngine, SqlOptions};
 use crate::{HostError, Result};
 use adisk_core::builder::{JobBuilder, Sizes, exchange, fitted_buffer_kib, new_id};
@@ -674,8 +674,8 @@ fn receivers(
 /// `plan` with its one leaf chain replaced by an `EmptyExec` of `input`'s schema, encoded.
 fn fragment_over(plan: &Arc<dyn ExecutionPlan>, input: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
     let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(input.schema()));
-    let frag = crate::sql::rules::rewire(plan.clone(), vec![leaf])
-        .map_err(df_err("cutting a fragment"))?;
+    let frag =
+        crate::sql::tree::rewire(plan.clone(), vec![leaf]).map_err(df_err("cutting a fragment"))?;
     Ok(datafusion_proto::bytes::physical_plan_to_bytes(frag)
         .map_err(df_err("encoding a fragment"))?
         .to_vec())
@@ -817,7 +817,7 @@ async fn partition(
     let schema = batches
         .first()
         .map(|b| b.schema())
-        .unwrap_or_else(crate::cluster::empty_schema);
+        .unwrap_or_else(crate::client::cluster::empty_schema);
     let key_text = req.require("key")?;
     let stats = JobStats {
         description: format!(

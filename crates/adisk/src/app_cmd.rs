@@ -1,6 +1,6 @@
 //! `adisk app NAME` (the papers' applications on the cluster) and `adisk load NAME` (their
 //! deterministic inputs, written at the disks).
-use crate::{CliError, connect};
+use crate::common::{CliError, connect};
 use adisk_apps::Mode;
 use adisk_host::Cluster;
 use clap::{Args, Subcommand};

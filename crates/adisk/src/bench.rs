@@ -6,7 +6,7 @@
 //! summed over disks, ÷ median wall time), storage bytes read, CPU cycles per scanned byte
 //! (CPU time × clock ÷ bytes), bytes shipped, peak RSS of the disk processes, and DuckDB with
 //! one thread on the same files, as a throughput ratio measured in the same run.
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_host::JobRequest;
 use std::path::Path;
@@ -101,7 +101,7 @@ fn scan_queries() -> [(&'static str, JobRequest, String); 2] {
 /// Loads `lineitem` at `sf` into the cluster of `cdir` unless it holds it already, written with
 /// `args`' codec.
 async fn ensure_lineitem(cdir: &Path, sf: f64, args: &UpArgs) -> Result<(), CliError> {
-    let cluster = crate::connect(cdir).await?;
+    let cluster = crate::common::connect(cdir).await?;
     let rows = cluster
         .catalog()
         .await?
@@ -174,7 +174,7 @@ pub async fn scan(
         loaded?;
         let config = up(&cdir, &args).await?;
         let result = async {
-            let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
+            let cluster = std::sync::Arc::new(crate::common::connect(&cdir).await?);
             for (name, req, sql) in &queries {
                 // The same job with the disks' own buffer size, interleaved with it.
                 let small = JobRequest {

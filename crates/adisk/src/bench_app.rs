@@ -2,7 +2,7 @@
 //! throttled to 1/8 of the disks' aggregate read rate (the papers' I/O-bound regime) and
 //! unthrottled, side by side in one run: medians of repeats, bytes over each link, and the
 //! active ÷ conventional speed-up.
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_apps::Mode;
 use adisk_apps::report::Report;
@@ -114,7 +114,7 @@ async fn bench_one(
     a: &AppBenchArgs,
     link: u64,
 ) -> Result<(), CliError> {
-    let loader = crate::connect(cdir).await?;
+    let loader = crate::common::connect(cdir).await?;
     eprintln!("{app}: loading {} MB …", a.size_mb);
     load(&loader, app, a.size_mb * 1_000_000).await?;
     for mbps in [link, 0] {

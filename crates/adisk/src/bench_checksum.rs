@@ -2,7 +2,7 @@
 //! to a scratch store, then every column of it is decoded with verification (footer + page
 //! index and every column chunk checked against the manifest's CRC-32s as they are read) and
 //! without, alternating, medians of the repeats; the cost is reported per GB read.
-use crate::CliError;
+use crate::common::CliError;
 use adisk_storage::store::DiskStore;
 use std::path::Path;
 use std::sync::Arc;

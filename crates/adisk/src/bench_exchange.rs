@@ -13,7 +13,7 @@
 //! * each of the two straight between disks and through the host's relay (`via-host`).
 //!
 //! MB/s is Arrow IPC bytes shipped by the senders ÷ wall time at the host (10^6 bytes).
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{OnOff, UpArgs, down, up};
 use adisk_core::config::ExchangeMode;
 use adisk_host::Cluster;
@@ -135,7 +135,7 @@ pub async fn run(dir: &Path, a: ExchangeBenchArgs) -> Result<(), CliError> {
 }
 
 async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
-    let cluster = crate::connect(cdir).await?;
+    let cluster = crate::common::connect(cdir).await?;
     let rows = cluster
         .catalog()
         .await?

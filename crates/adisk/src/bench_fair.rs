@@ -10,7 +10,7 @@
 //!
 //! Reported: each time and its ratio to the time alone. Fair sharing per program puts the
 //! second near 2× (two programs share the disk); sharing per job, near `crowd + 1`×.
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_host::Cluster;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions};
@@ -165,7 +165,7 @@ pub async fn run(dir: &Path, a: FairBenchArgs) -> Result<(), CliError> {
     };
     up(&cdir, &args).await?;
     let result = async {
-        let cluster = Arc::new(crate::connect(&cdir).await?);
+        let cluster = Arc::new(crate::common::connect(&cdir).await?);
         let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
         if rows < adisk_storage::tpch::approx_rows("lineitem", a.sf) * 99 / 100 {
             let load = adisk_host::load::TpchLoad { sf: a.sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1, disks: vec![] };

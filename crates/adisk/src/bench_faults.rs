@@ -6,7 +6,7 @@
 //! their normal time, on fresh connections each, the killed disk restarted between runs.
 //! Every answer is checked against DuckDB's official one (Q13 is checked for row count only,
 //! as its comments depend on the generator).
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{UpArgs, down, restart_disk, up};
 use adisk_core::config::ClusterConfig;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, oracle, tpch};
@@ -81,7 +81,7 @@ pub async fn run(dir: &Path, a: FaultsBenchArgs) -> Result<(), CliError> {
 
 /// A connection and an `auto` engine to the cluster in `cdir`.
 async fn engine(cdir: &Path) -> Result<SqlEngine, CliError> {
-    let cluster = Arc::new(crate::connect(cdir).await?);
+    let cluster = Arc::new(crate::common::connect(cdir).await?);
     Ok(SqlEngine::new(
         cluster,
         SqlOptions {
@@ -95,7 +95,7 @@ async fn engine(cdir: &Path) -> Result<SqlEngine, CliError> {
 /// Loads TPC-H into each cluster unless it holds it already at this scale.
 async fn load(dirs: &[PathBuf], a: &FaultsBenchArgs) -> Result<(), CliError> {
     for (cdir, (name, _, replicas)) in dirs.iter().zip(SETUPS) {
-        let cluster = crate::connect(cdir).await?;
+        let cluster = crate::common::connect(cdir).await?;
         let catalog = cluster.catalog().await?;
         let orders = catalog.tables.get("orders");
         if orders.is_some_and(|t| {

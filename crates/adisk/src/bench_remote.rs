@@ -13,8 +13,8 @@
 //! by engine (one warm-up each, then the repeats), every result's fingerprint is compared
 //! across engines, and the bytes the host's link received are counted per run. At the end: a
 //! summary per rate and one SVG plot of total time against link rate, a line per engine.
-use crate::CliError;
 use crate::bench_remote_peers::{Engine, Fingerprint, Peer};
+use crate::common::CliError;
 use crate::netns::Net;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -271,7 +271,7 @@ async fn inner(dir: &Path, a: &RemoteBenchArgs, rate: u64) -> Result<(), CliErro
     };
     let config = up(&cdir, &args).await?;
     let result = async {
-        let cluster = crate::connect(&cdir).await?;
+        let cluster = crate::common::connect(&cdir).await?;
         crate::bench_tpch::ensure_tpch(&cluster, &cdir, a.sf, Default::default()).await?;
         let layout = crate::bench_remote_peers::Layout::read(&cdir, &places.addresses, FILES_PORT)?;
         layout.make_snappy_copies(&cdir)?;
@@ -281,7 +281,7 @@ async fn inner(dir: &Path, a: &RemoteBenchArgs, rate: u64) -> Result<(), CliErro
             .ok_or_else(|| CliError::Other("adisk up started no Flight SQL service".into()))?;
         let mut peers = Vec::new();
         for e in &a.engines {
-            peers.push(Peer::start(*e, a, serve, &layout, &cdir).await?);
+            peers.push(Peer::start(*e, &a.python, a.peer_threads, serve, &layout, &cdir).await?);
         }
         let results = run_queries(a, rate, &places.host_interface, &mut peers).await?;
         let path = a

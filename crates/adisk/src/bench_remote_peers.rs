@@ -2,8 +2,7 @@
 //! DuckDB with httpfs, each a Python child answering one query per request
 //! (`bench_remote_peers.py`), and DataFusion with its HTTP object store in this process; where
 //! the disks' files are and their Snappy copies; result fingerprints compared across engines.
-use crate::CliError;
-use crate::bench_remote::RemoteBenchArgs;
+use crate::common::CliError;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
 use std::collections::BTreeMap;
@@ -227,15 +226,17 @@ enum Kind {
 }
 
 impl Peer {
-    /// Starts `engine`: the Python child, or DataFusion with every table registered.
+    /// Starts `engine`: the Python child (run by `python`), or DataFusion with every table
+    /// registered; peers use `peer_threads` threads.
     pub async fn start(
         engine: Engine,
-        a: &RemoteBenchArgs,
+        python: &str,
+        peer_threads: u32,
         serve: &adisk_core::config::ServeSection,
         layout: &Layout,
         cdir: &Path,
     ) -> Result<Peer, CliError> {
-        let threads = a.peer_threads.max(1).to_string();
+        let threads = peer_threads.max(1).to_string();
         let kind = match engine {
             Engine::Adisk => {
                 let ca = serve
@@ -245,10 +246,7 @@ impl Peer {
                 let pw = serve.admin_password_file.as_ref();
                 let pw = pw.map_or("-".into(), |p| p.display().to_string());
                 let uri = adisk_server::client::served_url(serve);
-                Kind::Python(PyChild::start(
-                    &a.python,
-                    &["adbc", &uri, &ca, "admin", &pw],
-                )?)
+                Kind::Python(PyChild::start(python, &["adbc", &uri, &ca, "admin", &pw])?)
             }
             Engine::DuckdbSnappy | Engine::DuckdbOwn => {
                 let snappy = engine == Engine::DuckdbSnappy;
@@ -257,10 +255,10 @@ impl Peer {
                 std::fs::write(&path, urls)
                     .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
                 let path = path.display().to_string();
-                Kind::Python(PyChild::start(&a.python, &["duckdb", &threads, &path])?)
+                Kind::Python(PyChild::start(python, &["duckdb", &threads, &path])?)
             }
             Engine::DatafusionHttp => {
-                Kind::DataFusion(datafusion_peer(layout, a.peer_threads).await?)
+                Kind::DataFusion(datafusion_peer(layout, peer_threads).await?)
             }
         };
         Ok(Peer { engine, kind })

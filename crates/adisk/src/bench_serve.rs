@@ -9,7 +9,7 @@
 //! drift between measurements). Then one large result
 //! (`SELECT * FROM lineitem`, every column) fetched through one endpoint, from per-disk
 //! endpoints and in process: Arrow MB/s.
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_core::tls::ClientTls;
 use adisk_host::Cluster;
@@ -107,7 +107,7 @@ async fn bench(
         .map_err(|e| CliError::Other(e.to_string()))?
         .trim()
         .to_string();
-    let cluster = Arc::new(crate::connect(cdir).await?);
+    let cluster = Arc::new(crate::common::connect(cdir).await?);
     eprintln!("loading TPC-H SF {} …", a.sf);
     crate::output::load_tpch(
         &cluster,
@@ -348,7 +348,7 @@ async fn transfer(cluster: &Arc<Cluster>) -> Result<(), CliError> {
 fn arrow_bytes(batches: &[arrow::array::RecordBatch]) -> u64 {
     batches
         .iter()
-        .map(adisk_diskos::disklets::batch_bytes)
+        .map(adisk_core::stats::batch_bytes)
         .sum::<u64>()
 }
 

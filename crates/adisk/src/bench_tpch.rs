@@ -2,7 +2,7 @@
 //! local cluster, and DuckDB with 2 threads on the same Parquet files, in one run; medians of
 //! `repeats` runs after one warm-up each, the three engines' runs interleaved query by query.
 //! Reports per-query times, ratios and data reduction.
-use crate::CliError;
+use crate::common::CliError;
 use crate::local::{NetnsDisks, OnOff, UpArgs, down, up};
 use crate::netns::Net;
 use adisk_core::stats::human_bytes;
@@ -222,7 +222,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
     };
     up(&cdir, &args).await?;
     let result = async {
-        let cluster = Arc::new(crate::connect(&cdir).await?);
+        let cluster = Arc::new(crate::common::connect(&cdir).await?);
         ensure_tpch(&cluster, &cdir, a.sf, a.compression).await?;
         if !a.levels.is_empty() {
             return levels_table(&cluster, &a, &queries, &texts).await;

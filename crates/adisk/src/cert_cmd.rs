@@ -1,7 +1,7 @@
 //! `adisk cert`: the cluster's certificate authority and its members' certificates, for
 //! clusters of several machines (see docs/deploy.md). Keys are written readable by their owner
 //! only; nothing is overwritten.
-use crate::CliError;
+use crate::common::CliError;
 use adisk_core::tls::{self, Pem};
 use std::path::{Path, PathBuf};
 

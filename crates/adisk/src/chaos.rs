@@ -16,7 +16,7 @@
 //! error that is not typed (a panic, an internal error); a query that does not end within
 //! [`QUERY_DEADLINE`]. While a fault is active, a clear error is the expected outcome — without
 //! replicas, a query over a dead disk's partitions cannot answer.
-use crate::CliError;
+use crate::common::CliError;
 use crate::linkfault::{LinkMode, LinkProxy};
 use crate::local::{self, NetnsDisks, UpArgs};
 use crate::netns::Net;

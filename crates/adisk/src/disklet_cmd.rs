@@ -1,6 +1,6 @@
 //! `adisk disklet …` (user disklets in WebAssembly), `adisk load images` and
 //! `adisk bench disklet`.
-use crate::CliError;
+use crate::common::CliError;
 use adisk_host::cluster::Cluster;
 use adisk_host::disklet::{self, WasmRequest};
 use std::path::{Path, PathBuf};
@@ -55,7 +55,7 @@ pub struct RunArgs {
     #[arg(long)]
     file: Option<String>,
     /// Parameter KEY=VALUE for the disklet's init, repeatable.
-    #[arg(long = "param", value_parser = crate::parse_param)]
+    #[arg(long = "param", value_parser = crate::common::parse_param)]
     params: Vec<(String, String)>,
     /// CPU budget per job, fuel units (≈ WebAssembly instructions; default: the disks').
     #[arg(long)]
@@ -125,7 +125,7 @@ pub async fn run(dir: &Path, cmd: DiskletCommand) -> Result<(), CliError> {
     {
         return install_remote(dir, cmd).await;
     }
-    let cluster = crate::connect(dir).await?;
+    let cluster = crate::common::connect(dir).await?;
     match cmd {
         DiskletCommand::Install {
             file,
@@ -254,7 +254,7 @@ fn table_inputs(tables: &[String], columns: &[String]) -> Vec<(String, Vec<Strin
 }
 
 pub async fn load_images(dir: &Path, count: u32, side: u32) -> Result<(), CliError> {
-    let cluster = crate::connect(dir).await?;
+    let cluster = crate::common::connect(dir).await?;
     let started = std::time::Instant::now();
     disklet::load_images(&cluster, count, side).await?;
     eprintln!(
@@ -307,7 +307,7 @@ pub async fn bench(dir: &Path, sf: f64, repeats: usize, sdk: &Path) -> Result<()
     };
     crate::local::up(&cdir, &args).await?;
     let result = async {
-        let cluster = std::sync::Arc::new(crate::connect(&cdir).await?);
+        let cluster = std::sync::Arc::new(crate::common::connect(&cdir).await?);
         let rows = cluster.catalog().await?.tables.get("lineitem").map(|t| t.rows()).unwrap_or(0);
         if rows < adisk_storage::tpch::approx_rows("lineitem", sf) * 99 / 100 {
             crate::output::load_tpch(&cluster, &adisk_host::load::TpchLoad { sf, partitions_per_disk: 1, row_group_rows: adisk_storage::writer::DEFAULT_ROW_GROUP_ROWS, tables: vec!["lineitem".into()], replicas: 1, disks: vec![] }).await?;

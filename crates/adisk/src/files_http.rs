@@ -3,7 +3,7 @@
 //! the Parquet files of a directory, so that DuckDB's httpfs and DataFusion's HTTP object
 //! store read a disk's files from the disk's own machine. Only `*.parquet` paths are served
 //! (a cluster directory also holds keys and certificates); everything else is 404.
-use crate::CliError;
+use crate::common::CliError;
 use std::path::Path;
 
 /// Serves `root`'s Parquet files on `listen` until killed.

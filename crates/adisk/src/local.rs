@@ -1,5 +1,5 @@
 //! Local clusters: `adisk disk`, `adisk up`, `adisk down`, `adisk demo`.
-use crate::CliError;
+use crate::common::CliError;
 use adisk_core::config::{ClusterConfig, ClusterSection, DiskConfig, TlsFiles};
 use adisk_disk::{DiskNode, DiskNodeConfig};
 use adisk_diskos::DiskOsConfig;
@@ -285,19 +285,6 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     node.serve(stop).await?;
     eprintln!("disk {} stopped", a.id);
     Ok(())
-}
-
-pub(crate) fn alive(pid: u32) -> bool {
-    // SAFETY: kill with signal 0 only checks for existence and permission.
-    unsafe { libc::kill(pid as libc::pid_t, 0) == 0 }
-}
-
-pub(crate) fn reap(pid: u32) {
-    let mut status = 0;
-    // SAFETY: non-blocking wait on a pid; harmless if it is not our child.
-    unsafe {
-        libc::waitpid(pid as libc::pid_t, &mut status, libc::WNOHANG);
-    }
 }
 
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
@@ -681,7 +668,7 @@ pub async fn restart(dir: &Path, d: u32, auto_repair: bool) -> Result<(), CliErr
     })?;
     if let Some(pid) = disk
         .pid
-        .filter(|p| alive(*p) && holds_lock(*p, disk.dir.as_deref()))
+        .filter(|p| crate::common::alive(*p) && holds_lock(*p, disk.dir.as_deref()))
     {
         return Err(CliError::Other(format!(
             "disk {d} is running (pid {pid}); only a disk that stopped can be restarted"
@@ -895,8 +882,12 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut signalled = false;
     loop {
-        pids.iter().for_each(|p| reap(*p));
-        let left: Vec<u32> = pids.iter().copied().filter(|p| alive(*p)).collect();
+        pids.iter().for_each(|p| crate::common::reap(*p));
+        let left: Vec<u32> = pids
+            .iter()
+            .copied()
+            .filter(|p| crate::common::alive(*p))
+            .collect();
         if left.is_empty() {
             break;
         }
@@ -941,24 +932,7 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
 /// and the lock file names it). Without a known directory, trusts the pid.
 fn holds_lock(pid: u32, data: Option<&Path>) -> bool {
     let Some(data) = data else { return true };
-    lock_names(&data.join(adisk_disk::LOCK_FILE), pid).unwrap_or(true)
-}
-
-/// Whether the lock file at `path` is held and names `pid`: `Some(false)` when it is missing,
-/// not held or names another process; `None` when it cannot be checked.
-pub(crate) fn lock_names(path: &Path, pid: u32) -> Option<bool> {
-    use std::io::Read;
-    let Ok(mut file) = std::fs::File::open(path) else {
-        return Some(false);
-    };
-    match file.try_lock_shared() {
-        Ok(()) => Some(false), // nobody holds it: the process is gone
-        Err(std::fs::TryLockError::WouldBlock) => {
-            let mut holder = String::new();
-            Some(file.read_to_string(&mut holder).is_ok() && holder.trim() == pid.to_string())
-        }
-        Err(std::fs::TryLockError::Error(_)) => None,
-    }
+    crate::common::lock_names(&data.join(adisk_disk::LOCK_FILE), pid).unwrap_or(true)
 }
 
 /// The embedded demo.
@@ -985,7 +959,7 @@ their ratio, the data reduction, is what computing where the data lives saves.";
 
 async fn demo_body(dir: &Path, sf: f64) -> Result<(), CliError> {
     println!("{DEMO_INTRO}\n");
-    let cluster = std::sync::Arc::new(crate::connect(dir).await?);
+    let cluster = std::sync::Arc::new(crate::common::connect(dir).await?);
     let tables = adisk_storage::tpch::TABLES.map(String::from).to_vec();
     crate::output::load_tpch(
         &cluster,

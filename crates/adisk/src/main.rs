@@ -3,6 +3,7 @@ mod app_cmd;
 mod bench;
 mod bench_app;
 mod bench_checksum;
+mod bench_cmd;
 mod bench_exchange;
 mod bench_fair;
 mod bench_faults;
@@ -12,6 +13,7 @@ mod bench_serve;
 mod bench_tpch;
 mod cert_cmd;
 mod chaos;
+mod common;
 mod disklet_cmd;
 mod files_http;
 mod linkfault;
@@ -24,11 +26,10 @@ mod serve_cmd;
 mod slt;
 mod sql_cmd;
 
-use adisk_core::config::ClusterConfig;
 use adisk_host::JobRequest;
-use adisk_host::cluster::Cluster;
 use adisk_host::load::{FileFormat, TpchLoad};
 use clap::{Parser, Subcommand};
+use common::{CliError, connect, connect_lazy, parse_param};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -169,7 +170,7 @@ enum Command {
     User(serve_cmd::UserCommand),
     /// Benchmarks.
     #[command(subcommand)]
-    Bench(output::BenchCommand),
+    Bench(bench_cmd::BenchCommand),
     /// User disklets in WebAssembly: install, list, run, remove.
     #[command(subcommand)]
     Disklet(disklet_cmd::DiskletCommand),
@@ -270,35 +271,6 @@ struct RunArgs {
     max_rows: usize,
 }
 
-fn parse_param(s: &str) -> Result<(String, String), String> {
-    s.split_once('=')
-        .map(|(k, v)| (k.trim().to_string(), v.to_string()))
-        .ok_or_else(|| format!("`{s}` is not KEY=VALUE"))
-}
-
-/// Every failure the command reports, with its exit code.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// Host-side error.
-    #[error(transparent)]
-    Host(#[from] adisk_host::HostError),
-    /// Config error.
-    #[error(transparent)]
-    Config(#[from] adisk_core::config::ConfigError),
-    /// Disk node error.
-    #[error(transparent)]
-    Disk(#[from] adisk_disk::DiskNodeError),
-    /// Storage error.
-    #[error(transparent)]
-    Storage(#[from] adisk_storage::StorageError),
-    /// Simulator error.
-    #[error(transparent)]
-    Sim(#[from] adisk_sim::SimError),
-    /// Anything else, with a message.
-    #[error("{0}")]
-    Other(String),
-}
-
 /// Blocks SIGPIPE in the calling thread.
 fn block_sigpipe() {
     // SAFETY: sigset operations on a local set; pthread_sigmask on the calling thread only.
@@ -354,32 +326,6 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
-}
-
-/// Reads `DIR/cluster.toml` and connects.
-pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
-    let path = dir.join("cluster.toml");
-    if !path.exists() {
-        return Err(CliError::Other(format!(
-            "no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)",
-            dir.display()
-        )));
-    }
-    let config = ClusterConfig::load(&path)?;
-    Ok(Cluster::connect(config).await?)
-}
-
-/// The cluster in `dir`, each disk connected to only when first asked (see
-/// [`Cluster::connect_lazy`]).
-fn connect_lazy(dir: &std::path::Path) -> Result<Cluster, CliError> {
-    let path = dir.join("cluster.toml");
-    if !path.exists() {
-        return Err(CliError::Other(format!(
-            "no cluster at {} (run `adisk up` first, or set --dir / ADISK_HOME)",
-            dir.display()
-        )));
-    }
-    Ok(Cluster::connect_lazy(ClusterConfig::load(&path)?)?)
 }
 
 async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
@@ -443,7 +389,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Demo { sf, disks } => local::demo(&dir, sf, disks).await,
         Command::Serve(args) => serve_cmd::serve(&dir, args).await,
         Command::User(command) => serve_cmd::user(&dir, command),
-        Command::Bench(b) => output::bench(&dir, b).await,
+        Command::Bench(b) => bench_cmd::bench(&dir, b).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
         Command::App(a) => app_cmd::run(&dir, a).await,
         Command::Load(what) => load(&dir, what).await,

@@ -2,7 +2,7 @@
 //! out — so that a benchmark can interleave another engine's runs with ours query by query
 //! (machine noise that drifts over minutes then hits both sides alike): DuckDB in `bench tpch`,
 //! the peer engines of `bench remote`. Its standard error is the benchmark's.
-use crate::CliError;
+use crate::common::CliError;
 
 /// The running child, killed when dropped.
 pub struct PyServer {

@@ -1,6 +1,6 @@
 //! `adisk repair`, `adisk scrub` and `adisk restart`: bringing disks back to what their
 //! tables' load stamps say they hold.
-use crate::CliError;
+use crate::common::CliError;
 use crate::output::Format;
 use adisk_core::protocol::{RepairReport, RepairRequest, ScrubReport};
 use adisk_host::cluster::Cluster;

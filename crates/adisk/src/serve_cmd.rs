@@ -1,5 +1,5 @@
 //! `adisk serve` (the host as a Flight SQL service) and `adisk user add`.
-use crate::CliError;
+use crate::common::CliError;
 use crate::sql_cmd::EngineArgs;
 use adisk_host::sql::SqlOptions;
 use adisk_server::auth::{Users, random_secret, write_private};
@@ -196,7 +196,7 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
             )));
         }
     };
-    let cluster = Arc::new(crate::connect(dir).await?);
+    let cluster = Arc::new(crate::common::connect(dir).await?);
     let tls = service_tls(&a, &cluster)?;
     let options = SqlOptions {
         result_cap_bytes: Some(a.max_result_mib.max(1) << 20),
@@ -333,7 +333,7 @@ fn take_lock(dir: &Path) -> Result<std::fs::File, CliError> {
 /// Whether `pid` is the server holding `DIR/serve.lock` (when unsure: not, so it is not
 /// signalled).
 fn holds_lock(dir: &Path, pid: u32) -> bool {
-    crate::local::lock_names(&dir.join(LOCK_FILE), pid).unwrap_or(false)
+    crate::common::lock_names(&dir.join(LOCK_FILE), pid).unwrap_or(false)
 }
 
 /// Starts `adisk serve --managed` over the cluster in `dir` (logging to `DIR/serve.log`) and
@@ -421,8 +421,8 @@ pub async fn stop_managed(dir: &Path, serve: &adisk_core::config::ServeSection) 
     // SAFETY: signalling the server process this cluster's `up` started (it holds the lock).
     unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
     loop {
-        crate::local::reap(pid);
-        if !crate::local::alive(pid) {
+        crate::common::reap(pid);
+        if !crate::common::alive(pid) {
             return;
         }
         if std::time::Instant::now() > deadline {

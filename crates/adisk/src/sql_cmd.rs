@@ -1,5 +1,5 @@
 //! `adisk sql`, `adisk explain [analyze]`, `adisk tpch query|check`.
-use crate::CliError;
+use crate::common::CliError;
 use adisk_core::stats::human_bytes;
 use adisk_host::sql::{Offload, QueryOutput, SqlEngine, SqlOptions, oracle, report, tpch};
 use arrow::array::RecordBatch;
@@ -286,7 +286,7 @@ pub enum TpchCommand {
 }
 
 async fn engine(dir: &Path, opts: SqlOptions) -> Result<SqlEngine, CliError> {
-    let cluster = Arc::new(crate::connect(dir).await?);
+    let cluster = Arc::new(crate::common::connect(dir).await?);
     Ok(SqlEngine::new(cluster, opts).await?)
 }
 
@@ -513,7 +513,7 @@ pub fn levels(spec: &str) -> Result<Vec<Offload>, CliError> {
 }
 
 async fn check_sf(eng_dir: &Path, sf: f64) -> Result<(), CliError> {
-    let cluster = crate::connect(eng_dir).await?;
+    let cluster = crate::common::connect(eng_dir).await?;
     let catalog = cluster.catalog().await?;
     let rows = catalog.tables.get("orders").map(|t| t.rows()).unwrap_or(0);
     if rows != tpch::orders_rows(sf) {
@@ -613,7 +613,7 @@ async fn tpch_check(dir: &Path, check: TpchCommand) -> Result<(), CliError> {
     } else {
         queries
     };
-    let cluster = crate::connect(dir).await?;
+    let cluster = crate::common::connect(dir).await?;
     let catalog = cluster.catalog().await?;
     let texts = queries
         .iter()

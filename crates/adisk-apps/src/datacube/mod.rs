@@ -747,7 +747,7 @@ async fn write_back(
         };
         sent += batches
             .iter()
-            .map(adisk_diskos::disklets::batch_bytes)
+            .map(adisk_core::stats::batch_bytes)
             .sum::<u64>();
         generators.push(Box::new(move |_| {
             Box::new(batches.into_iter().map(Ok))

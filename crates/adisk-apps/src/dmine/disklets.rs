@@ -22,7 +22,7 @@ use crate::disklet_util::{Params, invalid, scratch_exceeded};
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
-use adisk_diskos::disklets::batch_bytes;
+use adisk_core::stats::batch_bytes;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use std::collections::{BTreeMap, HashMap};

@@ -333,8 +333,8 @@ mod tests {
     fn list_slices_weigh_their_own_rows_so_batches_cut() {
         let txs: Vec<Vec<u32>> = (0..4000).map(|i| (i..i + 10).collect()).collect();
         let b = transactions_batch(0, &txs);
-        let whole = adisk_diskos::disklets::batch_bytes(&b);
-        let one = adisk_diskos::disklets::batch_bytes(&b.slice(100, 1));
+        let whole = adisk_core::stats::batch_bytes(&b);
+        let one = adisk_core::stats::batch_bytes(&b.slice(100, 1));
         assert!(one < 64 && whole > 4000 * 48, "{one} {whole}");
         let pieces = adisk_diskos::stream::cut(&b, 8192).unwrap();
         assert!(pieces.len() >= whole as usize / 8192, "{}", pieces.len());

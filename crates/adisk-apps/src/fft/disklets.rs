@@ -16,7 +16,7 @@ use crate::disklet_util::{Params, invalid, scratch_exceeded};
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer, NextInput};
-use adisk_diskos::disklets::batch_bytes;
+use adisk_core::stats::batch_bytes;
 use arrow::array::{Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use rustfft::num_complex::Complex64;

@@ -347,7 +347,7 @@ async fn conventional(
     drop(sides);
     report.phase("join at host", t.elapsed(), Vec::new());
     let t = Instant::now();
-    let sent = joined.iter().map(adisk_diskos::disklets::batch_bytes).sum();
+    let sent = joined.iter().map(adisk_core::stats::batch_bytes).sum();
     let n = cluster.disk_count() as usize;
     let mut per_disk: Vec<Vec<RecordBatch>> = vec![Vec::new(); n];
     for (i, b) in joined.into_iter().enumerate() {

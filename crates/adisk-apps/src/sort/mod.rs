@@ -460,7 +460,7 @@ async fn conventional(
     let t = Instant::now();
     let n = cluster.disk_count() as usize;
     let rows = sorted.num_rows();
-    let sent: u64 = adisk_diskos::disklets::batch_bytes(&sorted);
+    let sent: u64 = adisk_core::stats::batch_bytes(&sorted);
     let generators: Vec<adisk_host::load::DiskGenerator> = (0..n)
         .map(|d| {
             let part = sorted.slice(d * rows / n, (d + 1) * rows / n - d * rows / n);

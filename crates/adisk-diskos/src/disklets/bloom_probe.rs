@@ -1,7 +1,7 @@
 //! `bloom_probe`: the probe side of a Bloom-filter semi-join.
 use crate::disklet::{Disklet, Emitter, InputBuffer};
-use crate::disklets::evaluate_all;
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::{DiskOsError, Result};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::hash::hash_columns;

@@ -606,7 +606,7 @@ impl Fragment {
             let polled = Stream::poll_next(self.stream.as_mut(), &mut cx);
             match polled {
                 Poll::Ready(Some(Ok(b))) => {
-                    self.pending_bytes += crate::disklets::batch_bytes(&b);
+                    self.pending_bytes += adisk_core::stats::batch_bytes(&b);
                     self.pending.push_back(b);
                     (spins, since) = (0, std::time::Instant::now());
                 }
@@ -655,7 +655,7 @@ impl Fragment {
     /// Emits held-back output while the emitter has room, cutting a batch that does not fit.
     fn flush_pending(&mut self, out: &mut Emitter) {
         while let Some(b) = self.pending.pop_front() {
-            let (bytes, room) = (crate::disklets::batch_bytes(&b), out.room());
+            let (bytes, room) = (adisk_core::stats::batch_bytes(&b), out.room());
             let rows = if bytes <= room {
                 b.num_rows()
             } else {
@@ -667,7 +667,7 @@ impl Fragment {
             }
             let (now, later) = (b.slice(0, rows), b.slice(rows, b.num_rows() - rows));
             self.pending_bytes =
-                self.pending_bytes.saturating_sub(bytes) + crate::disklets::batch_bytes(&later);
+                self.pending_bytes.saturating_sub(bytes) + adisk_core::stats::batch_bytes(&later);
             self.emitted += 1;
             out.emit(0, now);
             if later.num_rows() > 0 {

@@ -6,10 +6,11 @@
 //! build input until it ends ([`NextInput::Input`]). Rows with a NULL key never match (SQL's
 //! `=`). Output: the build columns, then the probe columns; names must not repeat.
 use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
-use crate::disklets::{batch_bytes, evaluate_all};
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::ExprBytes;
+use adisk_core::stats::batch_bytes;
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::compute::{concat_batches, take};
 use arrow::datatypes::{Field, Schema, SchemaRef};

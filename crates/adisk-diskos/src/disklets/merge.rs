@@ -7,10 +7,11 @@
 //! row still to come. Keys are compared in Arrow's row format (byte-comparable, any key types,
 //! with each key's order and NULL placement).
 use crate::disklet::{Disklet, Emitter, InputBuffer, NextInput};
-use crate::disklets::{batch_bytes, evaluate_all};
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::{DiskOsError, Result};
 use adisk_core::protocol::SortKey;
+use adisk_core::stats::batch_bytes;
 use arrow::array::RecordBatch;
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;

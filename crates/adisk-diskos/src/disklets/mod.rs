@@ -12,7 +12,6 @@ use crate::{DiskOsError, Result};
 use adisk_core::protocol::DiskletSpec;
 use arrow::array::{ArrayRef, RecordBatch};
 use arrow::datatypes::SchemaRef;
-use datafusion::physical_expr::PhysicalExpr;
 use std::sync::Arc;
 
 /// Instantiates a disklet ("init"): parameters from `spec`, the schemas of its inputs,
@@ -92,26 +91,6 @@ pub fn build(
         }
     })
 }
-
-/// Evaluates expressions into arrays of the batch's length.
-pub(crate) fn evaluate_all(
-    exprs: &[Arc<dyn PhysicalExpr>],
-    batch: &RecordBatch,
-) -> Result<Vec<ArrayRef>> {
-    exprs
-        .iter()
-        .map(|e| {
-            e.evaluate(batch)
-                .and_then(|v| v.into_array(batch.num_rows()))
-                .map_err(|source| DiskOsError::DataFusion {
-                    context: format!("evaluating `{e}`"),
-                    source,
-                })
-        })
-        .collect()
-}
-
-pub use adisk_core::stats::batch_bytes;
 
 /// Copies string/binary view columns whose data buffers are mostly unreferenced (after a
 /// filter or a limit, views keep pointing into the whole input buffers) into compact buffers,

@@ -1,7 +1,7 @@
 //! `partition`: route rows to N output streams by a stable hash of a key.
 use crate::disklet::{Disklet, Emitter, InputBuffer};
-use crate::disklets::evaluate_all;
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::{DiskOsError, Result};
 use adisk_core::hash::hash_columns;
 use adisk_core::protocol::ExprBytes;

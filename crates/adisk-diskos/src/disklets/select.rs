@@ -6,8 +6,8 @@
 //! fraction of rows they drop, so cheap, selective tests run first (the rank ordering of
 //! predicate-migration optimizers, measured instead of estimated).
 use crate::disklet::{Disklet, Emitter, InputBuffer};
-use crate::disklets::evaluate_all;
 use crate::expr::ExprPlanner;
+use crate::expr::evaluate_all;
 use crate::{DiskOsError, Result, df_err};
 use adisk_core::protocol::{ExprBytes, NamedExpr};
 use arrow::array::{Array, AsArray, RecordBatch};

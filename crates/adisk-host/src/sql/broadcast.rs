@@ -2,7 +2,7 @@
 //! level, a partitioned join whose build side is small turns into a collect-left join whose
 //! build side is copied to every disk while the probe side stays where it was read.
 //!
-//! DataFusion chooses between the two with fixed thresholds ([`super::BROADCAST_BYTES`]).
+//! DataFusion chooses between the two with fixed thresholds ([`BROADCAST_BYTES`]).
 //! Here the choice compares what each moves: `n` copies of the build side against what the
 //! partitioned join sends — both sides, or only one when the other is range-declustered on
 //! the key ([`super::colocate::range_join`]), or nothing when both are co-partitioned. The
@@ -42,7 +42,7 @@ pub(super) fn small_builds(
             return Ok(Transformed::no(node));
         };
         match turned(&child, disks, budget) {
-            Some(new) => Ok(Transformed::yes(super::rules::rewire(node, vec![new])?)),
+            Some(new) => Ok(Transformed::yes(super::tree::rewire(node, vec![new])?)),
             None => Ok(Transformed::no(node)),
         }
     })
@@ -61,7 +61,7 @@ fn turned(
         || a.downcast_ref::<CooperativeExec>().is_some();
     if passes {
         let child = turned(plan.children().first()?, disks, budget)?;
-        return super::rules::rewire(plan.clone(), vec![child]).ok();
+        return super::tree::rewire(plan.clone(), vec![child]).ok();
     }
     let j = a.downcast_ref::<HashJoinExec>()?;
     let (build, probe) = cheaper_as_broadcast(j, disks, budget)?;
@@ -101,3 +101,9 @@ fn cheaper_as_broadcast(
     };
     (build_bytes <= budget && build_bytes.saturating_mul(disks) < moved).then_some((build, probe))
 }
+
+/// Largest build side the `disks` level broadcasts to every disk of the probe side, bytes and
+/// rows (DataFusion's estimates); larger ones are hashed disk to disk with the probe side.
+pub const BROADCAST_BYTES: usize = 4 << 20;
+/// See [`BROADCAST_BYTES`].
+pub const BROADCAST_ROWS: usize = 128 << 10;

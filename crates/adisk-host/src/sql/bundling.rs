@@ -309,7 +309,7 @@ fn cut_pieces(
             inputs.extend(child_inputs);
         }
     }
-    Ok((super::rules::rewire(node.clone(), kids)?, inputs))
+    Ok((super::tree::rewire(node.clone(), kids)?, inputs))
 }
 
 /// The operation a physical node is, as its inputs see it and as its reader sees it (a grouped

@@ -9,7 +9,7 @@
 //! union (the streams arrive interleaved), a coalesce disappears (one stream is already
 //! there). Anything else at the host (a join of two `DisksExec`s, say) keeps the query at the
 //! host, unchanged.
-use super::distribute::DisksExec;
+use super::disks_exec::DisksExec;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -57,6 +57,6 @@ pub(super) fn gather(plan: &Arc<dyn ExecutionPlan>) -> Option<(Arc<dyn Execution
     if !chain {
         return None;
     }
-    let rewired = super::rules::rewire(plan.clone(), vec![below]).ok()?;
+    let rewired = super::tree::rewire(plan.clone(), vec![below]).ok()?;
     Some((rewired, root))
 }

@@ -12,8 +12,10 @@
 //! 0.2 when nothing better is known), `L` host link, `h` host cores, `c` processing rates.
 //! Relations smaller than [`CostModel::small_table_bytes`] come back whole: their filters cost
 //! a disk job either way and save nothing measurable.
-use super::scan::DEFAULT_SELECTIVITY;
-use crate::cluster::{Cluster, TableEntry};
+use crate::client::cluster::{Cluster, TableEntry};
+
+/// Default selectivity of one filter (DataFusion's own default), used by the cost model.
+pub const DEFAULT_SELECTIVITY: f64 = 0.2;
 
 /// Parameters of the `auto` decisions.
 #[derive(Debug, Clone)]
@@ -27,7 +29,7 @@ pub struct CostModel {
     /// Host link, bytes/s (`host_link_mbps`, or loopback-class when unlimited).
     pub link: f64,
     /// Each disk's own link to the others, bytes/s (measured by a ring of probes, see
-    /// [`crate::links::DiskLinks`]; loopback-class when not measured).
+    /// [`crate::client::links::DiskLinks`]; loopback-class when not measured).
     pub disk_link: f64,
     /// Host cores.
     pub host_cores: f64,
@@ -48,7 +50,7 @@ pub struct CostModel {
     pub shared_cores: bool,
     /// Disk-to-disk streams pass through the host (`exchange = via-host`).
     pub via_host: bool,
-    /// Where `link` came from, for EXPLAIN ([`crate::links::LinkFigures::describe`]).
+    /// Where `link` came from, for EXPLAIN ([`crate::client::links::LinkFigures::describe`]).
     pub links: String,
 }
 
@@ -113,7 +115,7 @@ impl CostModel {
     /// its throttle); `min_memory` is the smallest disk memory budget.
     pub fn from_cluster(
         cluster: &Cluster,
-        links: &crate::links::LinkFigures,
+        links: &crate::client::links::LinkFigures,
         min_memory: u64,
     ) -> Self {
         let cfg = cluster.config();

@@ -17,272 +17,43 @@ pub mod bundling;
 mod central;
 mod colocate;
 pub mod cost;
+pub mod disks_exec;
 pub mod distribute;
+mod error;
 pub mod joinorder;
 pub mod limits;
+pub mod metrics;
+pub mod offload;
 pub mod oracle;
+pub mod output;
 pub mod placeholders;
 mod reduce;
 pub mod report;
 pub mod rules;
 pub mod scan;
+pub mod settings;
 mod sortmerge;
 pub mod tpch;
+pub(crate) mod tree;
 
-use crate::cluster::{Cluster, TableEntry};
-use crate::throttle::TokenBucket;
+pub use broadcast::{BROADCAST_BYTES, BROADCAST_ROWS};
+pub use metrics::{QueryMetrics, ScanReport};
+pub use offload::Offload;
+pub use output::QueryOutput;
+pub use settings::SqlSettings;
+
+use crate::client::cluster::{Cluster, TableEntry};
 use crate::{HostError, Result};
 use adisk_core::protocol::JobSpec;
-use adisk_core::stats::DiskJobStats;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::ScalarValue;
 use datafusion::execution::SessionStateBuilder;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::{DataFrame, SessionConfig, SessionContext};
+use error::{corrupt_partition, plan_err};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// How much of a query may run at the disks.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Offload {
-    /// Conventional: the disks serve whole rows; the host does everything.
-    None,
-    /// + column elimination.
-    Project,
-    /// + qualification (filters).
-    Select,
-    /// + partial aggregation and group-by.
-    Aggregate,
-    /// + Bloom-filter semi-joins.
-    Semijoin,
-    /// Whole query stages at the disks: joins (build sides broadcast or both sides hashed
-    /// disk to disk), final aggregations and sorts; the host receives the last stage's rows.
-    Disks,
-    /// Decided per scan and operator by the cost model.
-    Auto,
-}
-
-impl Offload {
-    /// All levels, in order.
-    pub const ALL: [Offload; 7] = [
-        Offload::None,
-        Offload::Project,
-        Offload::Select,
-        Offload::Aggregate,
-        Offload::Semijoin,
-        Offload::Disks,
-        Offload::Auto,
-    ];
-}
-
-impl std::fmt::Display for Offload {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Offload::None => "none",
-            Offload::Project => "project",
-            Offload::Select => "select",
-            Offload::Aggregate => "aggregate",
-            Offload::Semijoin => "semijoin",
-            Offload::Disks => "disks",
-            Offload::Auto => "auto",
-        })
-    }
-}
-
-impl std::str::FromStr for Offload {
-    type Err = HostError;
-    fn from_str(s: &str) -> Result<Self> {
-        Offload::ALL
-            .into_iter()
-            .find(|o| o.to_string() == s)
-            .ok_or_else(|| HostError::Invalid(format!("unknown offload level `{s}` (none, project, select, aggregate, semijoin, disks, auto)")))
-    }
-}
-
-/// Settings of one SQL engine.
-#[derive(Debug)]
-pub struct SqlSettings {
-    /// Offload level.
-    pub offload: Offload,
-    /// Bloom filter size in bytes.
-    pub bloom_bytes: usize,
-    /// Scratch per disk stage, KiB (0: the disk's default).
-    pub scratch_kib: u64,
-    /// Temporary disk space per disk job, KiB (0: none; sorts and aggregations past their
-    /// scratch then fail instead of spilling).
-    pub temp_kib: u64,
-    /// Stream buffer size of the disk jobs, KiB (0: the disk's default).
-    pub buffer_kib: u64,
-    /// Collect exact-match counts to measure Bloom false positives.
-    pub analyze: bool,
-    /// The host link limiter, if the cluster has one.
-    pub host_link: Option<Arc<TokenBucket>>,
-    /// The cost model (used by `auto`).
-    pub cost: cost::CostModel,
-    /// The host program the disk jobs belong to: the unit of fair sharing at the disks.
-    pub program: String,
-    /// At `disks`: the disk that does the host's combining work (memik's central unit).
-    pub central_unit: Option<u32>,
-    /// At `disks`: every partitioned join without a join filter as a sort-merge join (its
-    /// sorts spill), and only tiny build sides broadcast — the plan a query falls back to when
-    /// a disk ran out of memory.
-    pub spill_joins: bool,
-    /// At `disks`: run each stage's fragment as memik's bundles under this relation, each
-    /// bundle a DiskOS stage of its own (None: one fragment per stage, every operation between
-    /// two exchanges bundled).
-    pub bundling: Option<bundling::Bundling>,
-}
-
-impl SqlSettings {
-    /// Whether filters on `table` run at the disks.
-    pub fn filters_at_disks(&self, table: &TableEntry) -> bool {
-        match self.offload {
-            Offload::None | Offload::Project => false,
-            Offload::Auto => self.cost.push_filters(table),
-            _ => true,
-        }
-    }
-}
-
-/// What one disk did for one scan of a query.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ScanReport {
-    /// Scan number in the plan.
-    pub scan_id: usize,
-    /// Table.
-    pub table: String,
-    /// The bundle's stages, described.
-    pub stages: Vec<String>,
-    /// Disk.
-    pub disk: u32,
-    /// The disk's job statistics (None if they could not be fetched).
-    pub stats: Option<DiskJobStats>,
-    /// Rows received at the host.
-    pub rows_received: u64,
-    /// Bytes received at the host.
-    pub bytes_received: u64,
-    /// Wall time of the job seen from the host.
-    pub wall_ns: u64,
-    /// Bloom: keys in the filter.
-    pub bloom_keys: Option<u64>,
-    /// Bloom: filter size.
-    pub bloom_bytes: Option<u64>,
-    /// Bloom: rows shipped whose key is really in the build side (analyze only).
-    pub bloom_true_matches: Option<u64>,
-    /// Control bytes of the job: its spec (the ticket that starts it), the statistics request
-    /// and the statistics answer.
-    pub control_bytes: u64,
-    /// Rows and bytes the cost model expected the whole scan (all its disks) to ship; None
-    /// where it had no estimate (and for the jobs of `disks` stages).
-    pub expected: Option<(u64, u64)>,
-}
-
-/// Control bytes of one job: its spec going out, the statistics request and answer coming
-/// back (JSON, as the action carries them).
-fn control_bytes(spec_bytes: usize, job_id: &str, stats: Option<&DiskJobStats>) -> u64 {
-    let answer = stats.map_or(0, |s| serde_json::to_vec(s).map_or(0, |v| v.len()));
-    (spec_bytes + job_id.len() + answer) as u64
-}
-
-/// Scan reports of the query being run.
-#[derive(Debug, Default)]
-pub struct QueryMetrics {
-    scans: Mutex<Vec<ScanReport>>,
-    pending: std::sync::atomic::AtomicUsize,
-    settled: tokio::sync::Notify,
-}
-
-impl QueryMetrics {
-    fn started(&self) {
-        self.pending
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-    }
-    fn record(&self, r: ScanReport) {
-        self.scans.lock().expect("metrics lock").push(r);
-        let before = self.pending.fetch_update(
-            std::sync::atomic::Ordering::SeqCst,
-            std::sync::atomic::Ordering::SeqCst,
-            |p| Some(p.saturating_sub(1)),
-        );
-        if before.unwrap_or(0) <= 1 {
-            self.settled.notify_waiters();
-        }
-    }
-    /// Waits (at most `limit`) until every started job has reported.
-    async fn settle(&self, limit: Duration) {
-        let deadline = tokio::time::Instant::now() + limit;
-        while self.pending.load(std::sync::atomic::Ordering::SeqCst) > 0 {
-            let wait = self.settled.notified();
-            if self.pending.load(std::sync::atomic::Ordering::SeqCst) == 0 {
-                break;
-            }
-            if tokio::time::timeout_at(deadline, wait).await.is_err() {
-                break;
-            }
-        }
-    }
-    fn take(&self) -> Vec<ScanReport> {
-        self.pending.store(0, std::sync::atomic::Ordering::SeqCst);
-        std::mem::take(&mut *self.scans.lock().expect("metrics lock"))
-    }
-}
-
-/// A query's result and what it moved.
-#[derive(Debug)]
-pub struct QueryOutput {
-    /// Result schema.
-    pub schema: SchemaRef,
-    /// Rows.
-    pub batches: Vec<RecordBatch>,
-    /// Per scan and disk.
-    pub scans: Vec<ScanReport>,
-    /// Wall time.
-    pub wall: Duration,
-    /// The executed plan (with DataFusion's metrics).
-    pub plan: Arc<dyn ExecutionPlan>,
-    /// Host-link busy time during the query.
-    pub link_busy: Option<Duration>,
-    /// Failovers: each rerun of the query, e.g. `rerun without disk 2 (…)`.
-    pub failover: Vec<String>,
-    /// Which disks the query used, and why each other one was not ([`Cluster::usage`]).
-    pub disks: Vec<String>,
-    /// At `auto`: which plan the cost model chose, with its estimates.
-    pub choice: Option<String>,
-    /// At `auto`: what the cost model expected of the plan that ran (EXPLAIN ANALYZE sets it
-    /// beside what the plan really moved and took).
-    pub estimate: Option<cost::Estimate>,
-    /// With disk groups: bytes the router between groups forwarded during the query (the
-    /// router is the cluster's, so a concurrent query's streams count too).
-    pub inter_group_bytes: Option<u64>,
-}
-
-impl QueryOutput {
-    /// An output that is only rows made at the host (a report as a table): no scans.
-    pub fn of_rows(schema: SchemaRef, batches: Vec<RecordBatch>) -> Self {
-        let plan = Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
-            schema.clone(),
-        ));
-        QueryOutput {
-            schema,
-            batches,
-            scans: vec![],
-            wall: Duration::ZERO,
-            plan,
-            link_busy: None,
-            failover: vec![],
-            disks: vec![],
-            choice: None,
-            estimate: None,
-            inter_group_bytes: None,
-        }
-    }
-
-    /// Result rows.
-    pub fn rows(&self) -> usize {
-        self.batches.iter().map(|b| b.num_rows()).sum()
-    }
-}
 
 /// Options of [`SqlEngine::new`].
 #[derive(Debug, Clone)]
@@ -375,11 +146,6 @@ fn disks_config(config: &mut SessionConfig, disks: u32) {
         .enable_aggregate_dynamic_filter_pushdown = false;
 }
 
-/// Largest build side the `disks` level broadcasts to every disk of the probe side, bytes and
-/// rows (DataFusion's estimates); larger ones are hashed disk to disk with the probe side.
-pub const BROADCAST_BYTES: usize = 4 << 20;
-/// See [`BROADCAST_BYTES`].
-pub const BROADCAST_ROWS: usize = 128 << 10;
 /// The same limits in the plan a query falls back to when a disk ran out of memory
 /// ([`SqlOptions::spill_joins`]).
 pub const SPILL_BROADCAST_BYTES: usize = 64 << 10;
@@ -430,11 +196,11 @@ type Session = (SessionContext, Arc<QueryMetrics>);
 /// its live disks, as fetched at one moment ([`ClusterView::fetch`]).
 #[derive(Clone, Debug)]
 pub struct ClusterView {
-    catalog: crate::cluster::Catalog,
+    catalog: crate::client::cluster::Catalog,
     min_memory: u64,
     /// Every live disk runs on the host's machine (the same kernel): they share its cores.
     same_machine: bool,
-    links: crate::links::LinkFigures,
+    links: crate::client::links::LinkFigures,
     fetched: Instant,
 }
 
@@ -466,7 +232,7 @@ impl ClusterView {
             same_machine,
             links: match links {
                 true => cluster.link_figures().await,
-                false => crate::links::LinkFigures::unmeasured(cluster),
+                false => crate::client::links::LinkFigures::unmeasured(cluster),
             },
             fetched: Instant::now(),
         })
@@ -589,51 +355,6 @@ async fn collect_capped(
         batches.push(batch);
     }
     Ok(batches)
-}
-
-/// The table and partition of a disk's `corrupt partition …/tables/<table>/[g-<load>/]part-NNNNN.parquet: …`.
-fn corrupt_partition(message: &str) -> Option<(String, u32)> {
-    let path = message
-        .split("corrupt partition ")
-        .nth(1)?
-        .split(": ")
-        .next()?;
-    let mut parts = path.rsplit('/');
-    let file = parts.next()?;
-    let partition = file
-        .strip_prefix("part-")?
-        .strip_suffix(".parquet")?
-        .parse()
-        .ok()?;
-    let table = parts.find(|p| !p.starts_with(adisk_storage::staging::GENERATION_PREFIX))?;
-    Some((table.to_string(), partition))
-}
-
-/// The first [`HostError`] in `e`'s chain of sources.
-fn host_error_in<'a>(e: &'a (dyn std::error::Error + 'static)) -> Option<&'a HostError> {
-    let mut next = Some(e);
-    while let Some(e) = next {
-        if let Some(h) = e.downcast_ref::<HostError>() {
-            return Some(h);
-        }
-        next = e.source();
-    }
-    None
-}
-
-fn plan_err(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> HostError + '_ {
-    move |source| {
-        // A disk error travels through DataFusion as an external error, perhaps wrapped again
-        // (shared by a repartition, with context, as an Arrow error): give it back as is, so
-        // failover sees an unreachable disk as one.
-        if let Some(h) = host_error_in(&source) {
-            return h.retyped();
-        }
-        HostError::Plan {
-            context: context.to_string(),
-            source,
-        }
-    }
 }
 
 impl SqlEngine {
@@ -957,7 +678,7 @@ impl SqlEngine {
             note: Some(format!("auto: host-centric ({reason})")),
             ..host.clone()
         };
-        let Some(h) = distribute::plan_traffic(&host.plan) else {
+        let Some(h) = disks_exec::plan_traffic(&host.plan) else {
             return Ok(why("no estimate of what the host-centric plan moves"));
         };
         let cost = &self.settings.cost;
@@ -972,18 +693,18 @@ impl SqlEngine {
             Err(e) => return Ok(why(&format!("the disks level cannot plan it: {e}"))),
         };
         let distributed = datafusion::common::tree_node::TreeNode::exists(&disks, |n| {
-            Ok(n.downcast_ref::<distribute::DisksExec>().is_some())
+            Ok(n.downcast_ref::<disks_exec::DisksExec>().is_some())
         })
         .unwrap_or(false);
         if !distributed {
             return Ok(why("the disks level runs no stage of it at the disks"));
         }
-        let Some(d) = distribute::plan_traffic(&disks) else {
+        let Some(d) = disks_exec::plan_traffic(&disks) else {
             return Ok(why("no estimate of what the disks plan moves"));
         };
         // The disks plan's joins and aggregations take in whole scans (no Bloom filter prunes
         // them first); the host-centric plan's, what it ships.
-        let work = distribute::plan_work(&disks).unwrap_or(h.to_host);
+        let work = disks_exec::plan_work(&disks).unwrap_or(h.to_host);
         let td = cost.traffic_time(d, work, true);
         let note = Some(format!(
             "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {})",
@@ -1014,10 +735,10 @@ impl SqlEngine {
     /// The cost model's estimate of a plan of this engine's level (not `auto`): the `disks`
     /// level's plans run stages at the disks, every other level's are host-centric.
     fn estimate_of(&self, plan: &Arc<dyn ExecutionPlan>) -> Option<cost::Estimate> {
-        let t = distribute::plan_traffic(plan)?;
+        let t = disks_exec::plan_traffic(plan)?;
         let cost = &self.settings.cost;
         Some(if self.settings.offload == Offload::Disks {
-            let work = distribute::plan_work(plan).unwrap_or(t.to_host);
+            let work = disks_exec::plan_work(plan).unwrap_or(t.to_host);
             cost::Estimate::of("disks", cost.traffic_time(t, work, true), t)
         } else {
             cost::Estimate::of("host-centric", cost.traffic_time(t, t.to_host, false), t)
@@ -1369,10 +1090,10 @@ mod tests {
         ];
         for e in wrapped {
             let text = e.to_string();
-            let h = super::plan_err("running the query")(e);
+            let h = super::error::plan_err("running the query")(e);
             assert!(h.is_unreachable(), "{text} became {h}");
         }
-        let plain = super::plan_err("planning")(E::Plan("no such column".into()));
+        let plain = super::error::plan_err("planning")(E::Plan("no such column".into()));
         assert!(!plain.is_unreachable());
     }
 

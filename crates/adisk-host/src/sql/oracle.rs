@@ -1,7 +1,7 @@
 //! Oracles: compare a result with an answer text, and DuckDB run on the very Parquet files
 //! the disks hold.
 use super::QueryOutput;
-use crate::cluster::{Catalog, Cluster};
+use crate::client::cluster::{Catalog, Cluster};
 use crate::{HostError, Result};
 use arrow::array::RecordBatch;
 use arrow::datatypes::DataType;

@@ -98,7 +98,7 @@ pub async fn plan(ctx: &SessionContext, sql: &str, values: Option<usize>) -> Res
     let dialect = state.config().options().sql_parser.dialect;
     let mut statement = state
         .sql_to_statement(sql, &dialect)
-        .map_err(super::plan_err("planning the query"))?;
+        .map_err(super::error::plan_err("planning the query"))?;
     let parameters = number(&mut statement)?;
     if let Some(bound) = values {
         parameters.check(bound)?;
@@ -106,10 +106,10 @@ pub async fn plan(ctx: &SessionContext, sql: &str, values: Option<usize>) -> Res
     let plan = state
         .statement_to_plan(statement)
         .await
-        .map_err(super::plan_err("planning the query"))?;
+        .map_err(super::error::plan_err("planning the query"))?;
     ctx.execute_logical_plan(plan)
         .await
-        .map_err(super::plan_err("planning the query"))
+        .map_err(super::error::plan_err("planning the query"))
 }
 
 /// Rewrites every `?` of `statement` to `$k`, k its rank in the text (1 first), and returns

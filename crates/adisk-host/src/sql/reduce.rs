@@ -58,7 +58,7 @@ pub(super) fn reduced(
             return Ok(Transformed::no(node));
         };
         match reduce_join(j) {
-            Some(children) => Ok(Transformed::yes(super::rules::rewire(node, children)?)),
+            Some(children) => Ok(Transformed::yes(super::tree::rewire(node, children)?)),
             None => Ok(Transformed::no(node)),
         }
     })

@@ -36,7 +36,7 @@ fn walk(plan: &Arc<dyn ExecutionPlan>, depth: usize, out: &mut String, scans: &m
         scans.push(expected(scan));
         return;
     }
-    if let Some(disks) = plan.downcast_ref::<super::distribute::DisksExec>() {
+    if let Some(disks) = plan.downcast_ref::<super::disks_exec::DisksExec>() {
         let _ = writeln!(
             out,
             "disks {pad}DisksExec: {} stages across the disks",
@@ -226,7 +226,7 @@ pub fn partition_reads(plan: &Arc<dyn ExecutionPlan>) -> Vec<String> {
     if let Some(scan) = plan.downcast_ref::<DiskScanExec>() {
         out.extend(scan.describe_reads());
     }
-    if let Some(d) = plan.downcast_ref::<super::distribute::DisksExec>() {
+    if let Some(d) = plan.downcast_ref::<super::disks_exec::DisksExec>() {
         out.extend(d.scan_reads());
     }
     for c in plan.children() {
@@ -544,7 +544,7 @@ fn operators(plan: &Arc<dyn ExecutionPlan>, out: &mut Vec<serde_json::Value>) {
         out.push(serde_json::json!({ "where": "disk", "operator": "DiskScanExec", "table": scan.table(), "stages": scan.describe_stages() }));
         return;
     }
-    if let Some(disks) = plan.downcast_ref::<super::distribute::DisksExec>() {
+    if let Some(disks) = plan.downcast_ref::<super::disks_exec::DisksExec>() {
         out.push(serde_json::json!({ "where": "disks", "operator": "DisksExec", "stages": disks.describe() }));
         return;
     }

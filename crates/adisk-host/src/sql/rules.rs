@@ -11,6 +11,7 @@
 //!   filter while the join collects them; the probe scan waits for the filter and ships it to
 //!   the disks in a `bloom_probe` stage, which drops rows that cannot join before they travel.
 use super::scan::{BloomProbeSpec, BloomState, BuiltBloom, DiskScanExec, ScanFragment};
+use super::tree::rewire;
 use super::{Offload, SqlSettings};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::hash::hash_columns;
@@ -27,7 +28,6 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::empty::EmptyExec;
-use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::projection::ProjectionExec;
@@ -43,17 +43,6 @@ use futures::StreamExt;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
-
-/// Replaces the children of `plan` (its properties are recomputed).
-pub(crate) fn rewire(
-    plan: Arc<dyn ExecutionPlan>,
-    children: Vec<Arc<dyn ExecutionPlan>>,
-) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
-    plan.replace_children(
-        children,
-        ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
-    )
-}
 
 /// The rule; see the module documentation.
 #[derive(Debug)]

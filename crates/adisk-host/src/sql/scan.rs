@@ -13,8 +13,8 @@
 //!   → host
 //! ```
 use super::{Offload, QueryMetrics, ScanReport, SqlSettings};
-use crate::cluster::{Cluster, TableEntry};
-use crate::jobs::encode_expr;
+use crate::client::cluster::{Cluster, TableEntry};
+use crate::client::jobs::encode_expr;
 use crate::{HostError, Result};
 use adisk_core::bloom::BloomFilter;
 use adisk_core::builder::{JobBuilder, Sizes, fitted_buffer_kib};
@@ -46,9 +46,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// Default selectivity of one filter (DataFusion's own default), used by the cost model.
-pub const DEFAULT_SELECTIVITY: f64 = 0.2;
 
 /// Selectivity assumed per top-level conjunct that is not an equality-type test on a column
 /// with known distinct values (ranges, LIKE, expressions), and the floor of their product:
@@ -182,7 +179,7 @@ pub struct IncompleteTable {
     /// Schema (as one of its disks holds it).
     pub schema: SchemaRef,
     /// Why it is incomplete.
-    pub why: crate::cluster::Incomplete,
+    pub why: crate::client::cluster::Incomplete,
 }
 
 #[async_trait]
@@ -201,7 +198,7 @@ impl TableProvider for IncompleteTable {
         _limit: Option<usize>,
     ) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
         Err(DataFusionError::External(Box::new(
-            crate::cluster::incomplete_error(&self.name, &self.why),
+            crate::client::cluster::incomplete_error(&self.name, &self.why),
         )))
     }
 }
@@ -977,7 +974,8 @@ struct Reporter {
 impl Reporter {
     async fn report(self, received: Received) {
         let stats = self.cluster.job_stats(self.disk, &self.job_id).await.ok();
-        let control_bytes = super::control_bytes(self.spec_bytes, &self.job_id, stats.as_ref());
+        let control_bytes =
+            super::metrics::control_bytes(self.spec_bytes, &self.job_id, stats.as_ref());
         self.metrics.record(ScanReport {
             control_bytes,
             scan_id: self.ident.id,
@@ -1026,7 +1024,7 @@ impl JobStream {
     /// end, what it received is reported).
     async fn next_batch(
         mut self,
-        link: Option<Arc<crate::throttle::TokenBucket>>,
+        link: Option<Arc<crate::client::throttle::TokenBucket>>,
         schema: &SchemaRef,
         host_projection: Option<Vec<usize>>,
     ) -> Option<(datafusion::error::Result<RecordBatch>, Option<JobStream>)> {

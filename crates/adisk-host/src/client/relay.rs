@@ -10,7 +10,7 @@
 //! Failures travel both ways: a target that refuses or fails fails the sender's call; a sender
 //! that fails or disappears mid-stream makes the relay *reset* its call to the target (never
 //! end it cleanly), so the receiving job sees a failed sender, not a short stream.
-use crate::throttle::TokenBucket;
+use crate::client::throttle::TokenBucket;
 use adisk_core::auth::Verifier;
 use adisk_core::protocol::PutCommand;
 use arrow_flight::flight_service_client::FlightServiceClient;

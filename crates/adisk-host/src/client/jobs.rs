@@ -2,7 +2,7 @@
 //! they arrive. Jobs are made with [`adisk_core::builder::JobBuilder`] (ids, programs, wiring,
 //! sizes, the checked graph); here are what planners need beside it: expressions encoded for
 //! the disks ([`encode_expr`]), aggregation stages planned by DataFusion ([`aggregate_stage`]).
-use crate::cluster::Cluster;
+use crate::client::cluster::Cluster;
 use crate::{HostError, Result};
 use adisk_core::protocol::{DiskletSpec, ExprBytes, JobSpec};
 use adisk_core::stats::{DiskJobStats, JobStats};

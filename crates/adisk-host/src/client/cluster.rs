@@ -573,11 +573,11 @@ pub struct Cluster {
     tls: Option<TlsMaterial>,
     channels: Vec<tonic::transport::Channel>,
     exchange: std::sync::atomic::AtomicU8,
-    host_link: Option<Arc<crate::throttle::TokenBucket>>,
-    relay: tokio::sync::OnceCell<crate::relay::Relay>,
+    host_link: Option<Arc<crate::client::throttle::TokenBucket>>,
+    relay: tokio::sync::OnceCell<crate::client::relay::Relay>,
     /// The router between disk groups (chiu): a relay every stream from one group to another
     /// passes through, paying `router_mbps`; started on first use.
-    router: tokio::sync::OnceCell<crate::relay::Relay>,
+    router: tokio::sync::OnceCell<crate::client::relay::Relay>,
     /// The cluster's secret: every request carries a fresh token made with it.
     auth: Option<Arc<adisk_core::auth::Verifier>>,
     /// Disks taken as dead (unreachable at connect, or failed since): never given work again
@@ -591,7 +591,7 @@ pub struct Cluster {
     /// host (its catalog lists them as missing, for `adisk scrub` / `adisk repair`).
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
     /// The host link's measured figures (`auto` plans with them).
-    links: crate::links::Links,
+    links: crate::client::links::Links,
     /// Each disk's catalog as last fetched, fetched again only when its version changed.
     catalogs: std::sync::Mutex<BTreeMap<u32, Arc<DiskCatalog>>>,
     /// The last merged catalog, whose [`Catalog::key`] is set: merged again only when its key
@@ -888,7 +888,7 @@ impl Cluster {
         let auth = config.verifier()?.map(Arc::new);
         let host_link = match config.cluster.host_link_mbps {
             0 => None,
-            mbps => Some(Arc::new(crate::throttle::TokenBucket::new(mbps))),
+            mbps => Some(Arc::new(crate::client::throttle::TokenBucket::new(mbps))),
         };
         let exchange = std::sync::atomic::AtomicU8::new(exchange_code(config.cluster.exchange));
         Ok(Cluster {
@@ -909,20 +909,20 @@ impl Cluster {
         })
     }
 
-    /// The host link's figures, measured when missing or stale ([`crate::links`]).
-    pub async fn link_figures(&self) -> crate::links::LinkFigures {
+    /// The host link's figures, measured when missing or stale ([`crate::client::links`]).
+    pub async fn link_figures(&self) -> crate::client::links::LinkFigures {
         self.links.current(self).await
     }
 
     /// A query received `bytes` from the disks in `elapsed`: a lower bound of the host link's
-    /// rate, which raises the measured figure if it is above it ([`crate::links`]).
+    /// rate, which raises the measured figure if it is above it ([`crate::client::links`]).
     pub fn observe_transfer(&self, bytes: u64, elapsed: std::time::Duration) {
         self.links.observe(bytes, elapsed);
     }
 
     /// The host link's token bucket (`host_link_mbps`), shared by every stream to the host and
     /// every stream the host relays; None: unthrottled.
-    pub fn host_link(&self) -> Option<&Arc<crate::throttle::TokenBucket>> {
+    pub fn host_link(&self) -> Option<&Arc<crate::client::throttle::TokenBucket>> {
         self.host_link.as_ref()
     }
 
@@ -942,12 +942,12 @@ impl Cluster {
     }
 
     /// What the host's exchange relay moved (zero when no stream went via the host).
-    pub fn relay_stats(&self) -> crate::relay::RelayStats {
+    pub fn relay_stats(&self) -> crate::client::relay::RelayStats {
         self.relay.get().map(|r| r.stats()).unwrap_or_default()
     }
 
     /// What the router between disk groups moved (zero when no stream crossed groups).
-    pub fn router_stats(&self) -> crate::relay::RelayStats {
+    pub fn router_stats(&self) -> crate::client::relay::RelayStats {
         self.router.get().map(|r| r.stats()).unwrap_or_default()
     }
 
@@ -961,7 +961,7 @@ impl Cluster {
     async fn router_address(&self) -> Result<String> {
         let limit = match self.config.cluster.router_mbps {
             0 => None,
-            mbps => Some(Arc::new(crate::throttle::TokenBucket::new(mbps))),
+            mbps => Some(Arc::new(crate::client::throttle::TokenBucket::new(mbps))),
         };
         self.relay_of(&self.router, limit, "router between disk groups")
             .await
@@ -969,8 +969,8 @@ impl Cluster {
 
     async fn relay_of(
         &self,
-        cell: &tokio::sync::OnceCell<crate::relay::Relay>,
-        limit: Option<Arc<crate::throttle::TokenBucket>>,
+        cell: &tokio::sync::OnceCell<crate::client::relay::Relay>,
+        limit: Option<Arc<crate::client::throttle::TokenBucket>>,
         what: &str,
     ) -> Result<String> {
         let addresses: Vec<String> = self
@@ -982,7 +982,7 @@ impl Cluster {
         let listen = relay_listen(&addresses);
         let relay = cell
             .get_or_try_init(|| {
-                crate::relay::Relay::start(
+                crate::client::relay::Relay::start(
                     &listen,
                     limit,
                     self.auth.clone(),

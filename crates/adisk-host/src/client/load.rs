@@ -17,7 +17,7 @@
 //! 3. **Abort**: on any failure before the commit the host sends `load_abort` to every disk.
 //!    A host killed before it could leaves staged files that the disk removes when it starts
 //!    or when the next load of the table starts.
-use crate::cluster::{Cluster, flight_err};
+use crate::client::cluster::{Cluster, flight_err};
 use crate::{HostError, Result};
 use adisk_core::protocol::{
     CommitTable, GenerateTpch, LoadCommit, LoadProgress, PartitionCopies, PartitionInfo,
