@@ -104,9 +104,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("--width 300")
-                && err.contains("--width 256")
-                && err.contains("`earth`"),
+            err.contains("--width 300") && err.contains("--width 256") && err.contains("`earth`"),
             "{err}"
         );
     }

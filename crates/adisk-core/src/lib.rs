@@ -35,6 +35,7 @@ pub mod protocol;
 pub mod sketch;
 pub mod stats;
 pub mod tls;
+pub mod trace;
 
 /// Bytes in a KiB.
 pub const KIB: u64 = 1024;

@@ -93,6 +93,8 @@ pub struct SqlArgs {
     #[arg(long)]
     pub stats: bool,
     #[command(flatten)]
+    pub trace: TraceArgs,
+    #[command(flatten)]
     pub remote: ConnectArgs,
 }
 
@@ -200,7 +202,13 @@ impl Runner {
     }
 
     /// Runs `q` and prints its result (and, with `stats`, what it moved, when known).
-    async fn run(&mut self, q: &str, format: ResultFormat, stats: bool) -> Result<(), CliError> {
+    async fn run(
+        &mut self,
+        q: &str,
+        format: ResultFormat,
+        stats: bool,
+        trace: &TraceArgs,
+    ) -> Result<(), CliError> {
         match self {
             Runner::Local(eng) => {
                 let out = eng.query(q).await?;
@@ -208,6 +216,7 @@ impl Runner {
                 if stats {
                     eprintln!("{}", moved(&out));
                 }
+                trace.write(eng, &out, q).await?;
             }
             Runner::Remote(client) => {
                 let (schema, batches) = remote_query(client, q).await?;
@@ -229,8 +238,73 @@ pub struct ExplainArgs {
     pub format: ExplainFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// With `analyze`: the query's trace.
+    #[command(flatten)]
+    pub trace: TraceArgs,
     #[command(flatten)]
     pub remote: ConnectArgs,
+}
+
+/// Where a query's trace goes (`adisk sql`, `adisk explain analyze`; the local engine only).
+#[derive(clap::Args, Debug, Default)]
+pub struct TraceArgs {
+    /// Write the query's trace to FILE: per disk and stage what it read, processed and
+    /// shipped, its CPU and wall time (the `adisk-trace` format, which `adisk sim replay`
+    /// reads; docs/simulator.md). In the prompt, each query overwrites it.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Write the query's timeline in Chrome's trace-event format to FILE: a process per disk,
+    /// a track per job and stage (open it in https://ui.perfetto.dev or chrome://tracing).
+    #[arg(long, value_name = "FILE")]
+    pub chrome_trace: Option<PathBuf>,
+}
+
+impl TraceArgs {
+    fn wanted(&self) -> bool {
+        self.trace.is_some() || self.chrome_trace.is_some()
+    }
+
+    /// Refuses a trace where the query does not run in this process.
+    fn local_only(&self, remote: bool, why: &str) -> Result<(), CliError> {
+        if self.wanted() && remote {
+            return Err(CliError::Other(format!(
+                "--trace/--chrome-trace: {why} (the trace is made from the local engine's statistics)"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `out`'s trace where asked.
+    async fn write(&self, eng: &SqlEngine, out: &QueryOutput, text: &str) -> Result<(), CliError> {
+        if !self.wanted() {
+            return Ok(());
+        }
+        let trace = eng.trace(out, text).await;
+        let write = |path: &Path, value: serde_json::Value| {
+            let bytes = serde_json::to_vec_pretty(&value)
+                .map_err(|e| CliError::Other(format!("encoding the trace: {e}")))?;
+            std::fs::write(path, bytes).map_err(|e| {
+                CliError::Other(format!("writing the trace to {}: {e}", path.display()))
+            })
+        };
+        if let Some(path) = &self.trace {
+            let value = serde_json::to_value(&trace)
+                .map_err(|e| CliError::Other(format!("encoding the trace: {e}")))?;
+            write(path, value)?;
+        }
+        if let Some(path) = &self.chrome_trace {
+            write(path, trace.to_chrome())?;
+        }
+        let totals = trace.totals();
+        eprintln!(
+            "trace: {} jobs, {} disk jobs, read {}, shipped {}",
+            trace.jobs.len(),
+            totals.disk_jobs,
+            human_bytes(totals.bytes_read),
+            human_bytes(totals.bytes_shipped_host)
+        );
+        Ok(())
+    }
 }
 
 /// `adisk tpch` subcommands.
@@ -377,6 +451,8 @@ pub fn moved(out: &QueryOutput) -> String {
 
 pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
     let mut runner = Runner::new(dir, &a).await?;
+    a.trace
+        .local_only(matches!(runner, Runner::Remote(_)), "not with --connect")?;
     let text = match (&a.query, &a.file) {
         (Some(q), _) => Some(q.clone()),
         (None, Some(f)) => Some(
@@ -386,7 +462,7 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         (None, None) => None,
     };
     if let Some(q) = text {
-        return runner.run(&q, a.format, a.stats).await;
+        return runner.run(&q, a.format, a.stats, &a.trace).await;
     }
     // Prompt: statements end with `;`, `\q` or end of input quits. Errors do not end it.
     let stdin = std::io::stdin();
@@ -405,7 +481,7 @@ pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
         buf.push('\n');
         if line.trim_end().ends_with(';') {
             let q = std::mem::take(&mut buf);
-            if let Err(e) = runner.run(&q, a.format, true).await {
+            if let Err(e) = runner.run(&q, a.format, true, &a.trace).await {
                 eprintln!("error: {e}");
             }
         }
@@ -426,7 +502,10 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
         }
     };
     let json = a.format == ExplainFormat::Json;
+    a.trace
+        .local_only(!analyze, "only with EXPLAIN ANALYZE (the query must run)")?;
     if let Some(mut client) = a.remote.client(dir).await? {
+        a.trace.local_only(true, "not with --connect")?;
         if json || a.engine.bundling.is_some() {
             return Err(CliError::Other(
                 "--connect: the service's EXPLAIN is text (no --format json, no --bundling)".into(),
@@ -448,11 +527,14 @@ pub async fn explain(dir: &Path, a: ExplainArgs) -> Result<(), CliError> {
     };
     let mut v = match (analyze, json) {
         (true, false) => {
-            print!("{}", eng.explain_analyze(&query).await?.0);
+            let (text, out) = eng.explain_analyze(&query).await?;
+            print!("{text}");
+            a.trace.write(&eng, &out, &query).await?;
             None
         }
         (true, true) => {
             let out = eng.query_analyzed(&query).await?;
+            a.trace.write(&eng, &out, &query).await?;
             Some(report::explain_analyze_json(&out, eng.settings()))
         }
         (false, false) => {

@@ -8,10 +8,10 @@ use super::kernel::{
     PipelineExec, Row, full_mask, key_values,
 };
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
+use adisk_core::stats::batch_bytes;
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
-use adisk_core::stats::batch_bytes;
 use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::collections::VecDeque;

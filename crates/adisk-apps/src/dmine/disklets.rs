@@ -19,10 +19,10 @@ use super::kernel::{
 };
 use super::rows::{self, TID_CHUNK, Transactions};
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
+use adisk_core::stats::batch_bytes;
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
-use adisk_core::stats::batch_bytes;
 use arrow::array::RecordBatch;
 use arrow::datatypes::{DataType, Schema, SchemaRef};
 use std::collections::{BTreeMap, HashMap};

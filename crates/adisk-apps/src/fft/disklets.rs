@@ -13,10 +13,10 @@
 use super::kernel::{ColumnMerger, FftError, PieceBuffer, RowFft, RunCursor, Step, TransposePlan};
 use super::layout::{self, ElementRows, ListRows};
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
+use adisk_core::stats::batch_bytes;
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer, NextInput};
-use adisk_core::stats::batch_bytes;
 use arrow::array::{Float64Array, RecordBatch, UInt32Array};
 use arrow::datatypes::SchemaRef;
 use rustfft::num_complex::Complex64;

@@ -3,10 +3,10 @@
 //! relation"); the disklet steps through both with a pair of loops, holding only the current
 //! buffer of each side plus the right side's rows of the current key (in scratch).
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
+use adisk_core::stats::batch_bytes;
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer, NextInput};
-use adisk_core::stats::batch_bytes;
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::collections::VecDeque;

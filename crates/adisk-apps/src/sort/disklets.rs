@@ -3,10 +3,10 @@
 //! is DiskOS's built-in `merge`.
 use super::records::{KEY_BYTES, Summary};
 use crate::disklet_util::{Params, invalid, scratch_exceeded};
+use adisk_core::stats::batch_bytes;
 use adisk_diskos::Result;
 use adisk_diskos::apps::AppStage;
 use adisk_diskos::disklet::{Disklet, Emitter, InputBuffer};
-use adisk_core::stats::batch_bytes;
 use arrow::array::{RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use std::sync::Arc;

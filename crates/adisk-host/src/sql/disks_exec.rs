@@ -670,6 +670,7 @@ impl Reporter {
             rows_received: rows,
             bytes_received: bytes,
             wall_ns: started.elapsed().as_nanos() as u64,
+            started_ns: self.metrics.since_origin_ns(started),
             bloom_keys: None,
             bloom_bytes: None,
             bloom_true_matches: None,

@@ -24,6 +24,8 @@ pub struct ScanReport {
     pub bytes_received: u64,
     /// Wall time of the job seen from the host.
     pub wall_ns: u64,
+    /// When the host started the job, ns after the query began (its metrics were made).
+    pub started_ns: u64,
     /// Bloom: keys in the filter.
     pub bloom_keys: Option<u64>,
     /// Bloom: filter size.
@@ -46,14 +48,32 @@ pub(crate) fn control_bytes(spec_bytes: usize, job_id: &str, stats: Option<&Disk
 }
 
 /// Scan reports of the query being run.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct QueryMetrics {
+    /// When the query's metrics were made: the origin of [`ScanReport::started_ns`].
+    origin: std::time::Instant,
     scans: Mutex<Vec<ScanReport>>,
     pending: std::sync::atomic::AtomicUsize,
     settled: tokio::sync::Notify,
 }
 
+impl Default for QueryMetrics {
+    fn default() -> Self {
+        QueryMetrics {
+            origin: std::time::Instant::now(),
+            scans: Mutex::default(),
+            pending: std::sync::atomic::AtomicUsize::default(),
+            settled: tokio::sync::Notify::default(),
+        }
+    }
+}
+
 impl QueryMetrics {
+    /// `at` in ns after the query's metrics were made (0 when before).
+    pub(crate) fn since_origin_ns(&self, at: std::time::Instant) -> u64 {
+        at.saturating_duration_since(self.origin).as_nanos() as u64
+    }
+
     pub(crate) fn started(&self) {
         self.pending
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);

@@ -34,6 +34,7 @@ pub mod scan;
 pub mod settings;
 mod sortmerge;
 pub mod tpch;
+pub mod trace;
 pub(crate) mod tree;
 
 pub use broadcast::{BROADCAST_BYTES, BROADCAST_ROWS};
@@ -630,6 +631,11 @@ impl SqlEngine {
     /// The settings.
     pub fn settings(&self) -> &SqlSettings {
         &self.settings
+    }
+
+    /// The trace of `out`, this engine's answer to `text` ([`trace::trace`]).
+    pub async fn trace(&self, out: &QueryOutput, text: &str) -> adisk_core::trace::Trace {
+        trace::trace(out, text, &self.cluster).await
     }
 
     /// Table names.

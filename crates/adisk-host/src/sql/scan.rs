@@ -986,6 +986,7 @@ impl Reporter {
             rows_received: received.rows,
             bytes_received: received.bytes,
             wall_ns: received.started.elapsed().as_nanos() as u64,
+            started_ns: self.metrics.since_origin_ns(received.started),
             bloom_keys: received.bloom.as_ref().map(|b| b.keys),
             bloom_bytes: received
                 .bloom

@@ -1,0 +1,99 @@
+//! A query's trace ([`adisk_core::trace::Trace`], the `adisk-trace` format `adisk sim replay`
+//! reads) made from what its disk jobs reported: the same statistics EXPLAIN ANALYZE prints,
+//! a job per scan (or per `disks` stage) with each disk's part and when it started, and the
+//! configuration the query ran on.
+
+use super::metrics::ScanReport;
+use super::output::QueryOutput;
+use crate::client::cluster::Cluster;
+use crate::client::links::{DiskLinks, LinkSource};
+use adisk_core::trace::{Recorded, TRACE_FORMAT, TRACE_VERSION, Trace, TraceDisk, TraceJob};
+use std::collections::BTreeMap;
+
+/// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are the
+/// host's current ones (measured when missing or stale, as `auto` would).
+pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
+    let jobs = jobs(&out.scans);
+    let disks = jobs
+        .iter()
+        .flat_map(|j| j.disks.iter().map(|d| d.stats.disk_id))
+        .collect::<std::collections::BTreeSet<u32>>()
+        .len() as u32;
+    Trace {
+        format: TRACE_FORMAT.into(),
+        version: TRACE_VERSION,
+        what: "sql".into(),
+        text: text.into(),
+        recorded: recorded(cluster, disks.max(1)).await,
+        wall_ns: out.wall.as_nanos() as u64,
+        host_ns: 0,
+        jobs,
+    }
+}
+
+/// A job per scan (or stage), in the order their first disk started; a disk whose statistics
+/// could not be fetched is left out (EXPLAIN ANALYZE counts nothing for it either).
+fn jobs(scans: &[ScanReport]) -> Vec<TraceJob> {
+    let mut by_scan: BTreeMap<usize, Vec<&ScanReport>> = BTreeMap::new();
+    for r in scans {
+        by_scan.entry(r.scan_id).or_default().push(r);
+    }
+    let mut jobs: Vec<(u64, TraceJob)> = by_scan
+        .into_values()
+        .map(|reports| {
+            let start = reports.iter().map(|r| r.started_ns).min().unwrap_or(0);
+            let end = reports
+                .iter()
+                .map(|r| r.started_ns + r.wall_ns)
+                .max()
+                .unwrap_or(0);
+            let mut disks: Vec<TraceDisk> = reports
+                .iter()
+                .filter_map(|r| {
+                    r.stats.clone().map(|stats| TraceDisk {
+                        stats,
+                        started_ns: r.started_ns,
+                        host_wall_ns: r.wall_ns,
+                    })
+                })
+                .collect();
+            disks.sort_by_key(|d| (d.started_ns, d.stats.disk_id));
+            let job = TraceJob {
+                description: reports[0].table.clone(),
+                result_rows: reports.iter().map(|r| r.rows_received).sum(),
+                host_combine_ns: 0,
+                wall_ns: end - start,
+                disks,
+            };
+            (start, job)
+        })
+        .collect();
+    jobs.sort_by_key(|(start, _)| *start);
+    jobs.into_iter().map(|(_, job)| job).collect()
+}
+
+/// What the trace says the query ran on: the measured links (none where only assumed), the
+/// disks' read throttle, the host's cores. Disk cores are not known at the host: 1.
+async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
+    let figures = cluster.link_figures().await;
+    let host_measured = !matches!(figures.source, LinkSource::Assumed | LinkSource::Unmeasured);
+    let read_mbps = cluster
+        .config()
+        .disks
+        .iter()
+        .map(|d| d.read_mbps)
+        .max()
+        .unwrap_or(0);
+    Recorded {
+        disks,
+        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
+        disk_cpus: 1.0,
+        host_link_bytes_per_s: host_measured.then_some(figures.host_bytes_per_sec),
+        disk_link_bytes_per_s: match figures.disks {
+            DiskLinks::Measured { bytes_per_sec, .. } => Some(bytes_per_sec),
+            DiskLinks::ThroughHost | DiskLinks::Assumed => None,
+        },
+        disk_read_bytes_per_s: (read_mbps > 0).then(|| read_mbps as f64 * 1e6 / 8.0),
+        rtt_ns: figures.rtt.map_or(0, |rtt| rtt.as_nanos() as u64),
+    }
+}

@@ -1,0 +1,180 @@
+//! Query traces, end to end: 4 real disk processes, TPC-H SF 0.01, `adisk explain analyze
+//! --trace --chrome-trace` on Q1 and Q3 at two offload levels. Oracles: the EXPLAIN ANALYZE
+//! JSON of the same run (the trace's totals are its totals), the Chrome trace-event format's
+//! rules (complete events with times, a named process per disk, one track per job and stage),
+//! and `adisk sim replay`, which must read the trace the runtime wrote.
+mod common;
+use common::{TpchCluster, fails, json, ok};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+fn tpch_text(n: u32) -> String {
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../adisk-host/src/sql/tpch/q{n:02}.sql"));
+    std::fs::read_to_string(p).expect("query text")
+}
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+fn sum(trace: &Value, field: &str) -> u64 {
+    trace["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["disks"].as_array().unwrap())
+        .map(|d| d[field].as_u64().unwrap())
+        .sum()
+}
+
+/// The trace's totals are EXPLAIN ANALYZE's, disk job by disk job.
+fn check_totals(q: u32, level: &str, trace: &Value, explain: &Value) {
+    let what = format!("Q{q} at {level}");
+    assert_eq!(trace["format"], "adisk-trace", "{what}");
+    assert_eq!(trace["version"], 1, "{what}");
+    assert!(trace["recorded"]["disks"].as_u64().unwrap() >= 1, "{what}");
+    assert!(trace["wall_ns"].as_u64().unwrap() > 0, "{what}");
+    for (t, e) in [
+        ("bytes_read", "bytes_read"),
+        ("bytes_scanned", "bytes_scanned"),
+        ("bytes_shipped_host", "bytes_shipped"),
+        ("bytes_shipped_disks", "bytes_disk_to_disk"),
+    ] {
+        assert_eq!(
+            sum(trace, t),
+            explain[e].as_u64().unwrap(),
+            "{what}: {t} against EXPLAIN ANALYZE's {e}"
+        );
+    }
+    let reported = explain["scans"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| !s["stats"].is_null())
+        .count();
+    let traced: usize = trace["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["disks"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(traced, reported, "{what}: disk jobs");
+    assert!(reported > 0, "{what}: no disk job");
+}
+
+/// The Chrome export: complete events with times, every pid named, one track per event.
+fn check_chrome(q: u32, level: &str, trace: &Value, chrome: &Value) {
+    let what = format!("Q{q} at {level}");
+    let events = chrome["traceEvents"].as_array().expect("traceEvents");
+    let complete: Vec<&Value> = events.iter().filter(|e| e["ph"] == "X").collect();
+    for e in &complete {
+        assert!(e["ts"].as_f64().unwrap() >= 0.0, "{what}: {e}");
+        assert!(e["dur"].as_f64().unwrap() >= 0.0, "{what}: {e}");
+        assert!(e["name"].is_string(), "{what}: {e}");
+    }
+    let tracks: BTreeSet<(u64, u64)> = complete
+        .iter()
+        .map(|e| (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        tracks.len(),
+        complete.len(),
+        "{what}: one track per job and stage"
+    );
+    let disk_jobs: Vec<&Value> = trace["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["disks"].as_array().unwrap())
+        .collect();
+    let stages: usize = disk_jobs
+        .iter()
+        .map(|d| d["stages"].as_array().unwrap().len())
+        .sum();
+    assert_eq!(
+        complete.len(),
+        1 + disk_jobs.len() + stages,
+        "{what}: the request, each disk job and each stage"
+    );
+    let named: BTreeSet<u64> = events
+        .iter()
+        .filter(|e| e["ph"] == "M" && e["name"] == "process_name")
+        .map(|e| e["pid"].as_u64().unwrap())
+        .collect();
+    let disks: BTreeSet<u64> = disk_jobs
+        .iter()
+        .map(|d| d["disk_id"].as_u64().unwrap() + 1)
+        .collect();
+    assert!(
+        disks.is_subset(&named),
+        "{what}: every disk a named process"
+    );
+    assert!(named.contains(&0), "{what}: the host");
+}
+
+#[test]
+fn traces_of_q1_and_q3_total_what_explain_analyze_says_and_open_as_timelines() {
+    let cluster = TpchCluster::start("0.01", 1);
+    let dir = cluster.dir();
+    let out = tempfile::tempdir().unwrap();
+    for level in ["semijoin", "disks"] {
+        for q in [1, 3] {
+            let trace_path = out.path().join(format!("q{q}-{level}.json"));
+            let chrome_path = out.path().join(format!("q{q}-{level}.chrome.json"));
+            let text = tpch_text(q);
+            let explain = json(&ok(
+                dir,
+                &[
+                    "explain",
+                    "--format",
+                    "json",
+                    "--offload",
+                    level,
+                    "--trace",
+                    trace_path.to_str().unwrap(),
+                    "--chrome-trace",
+                    chrome_path.to_str().unwrap(),
+                    "analyze",
+                    &text,
+                ],
+            ));
+            let trace = read_json(&trace_path);
+            check_totals(q, level, &trace, &explain);
+            check_chrome(q, level, &trace, &read_json(&chrome_path));
+            // The simulator reads what the runtime wrote.
+            let replay = json(&ok(
+                dir,
+                &[
+                    "sim",
+                    "replay",
+                    trace_path.to_str().unwrap(),
+                    "--format",
+                    "json",
+                ],
+            ));
+            assert!(replay.is_object(), "Q{q} at {level}: {replay}");
+        }
+    }
+    // `adisk sql --trace` writes the same format.
+    let path = out.path().join("q6.json");
+    ok(
+        dir,
+        &["sql", "--trace", path.to_str().unwrap(), &tpch_text(6)],
+    );
+    assert_eq!(read_json(&path)["format"], "adisk-trace");
+    // A trace needs the query to run here, and a place to go.
+    let err = fails(dir, &["explain", "--trace", "t.json", "select 1"]);
+    assert!(err.contains("only with EXPLAIN ANALYZE"), "{err}");
+    let nowhere = out.path().join("missing/dir/t.json");
+    let err = fails(
+        dir,
+        &["sql", "--trace", nowhere.to_str().unwrap(), "select 1"],
+    );
+    assert!(
+        err.contains("writing the trace") && err.contains("missing/dir"),
+        "{err}"
+    );
+}
