@@ -285,6 +285,14 @@ pub struct DiskConfig {
     /// `host:port` of the disk's Prometheus endpoint (`GET /metrics`), when it serves one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metrics_address: Option<String>,
+    /// CPU limit of the disk process, in cores' worth of time (`adisk disk --cpus`: a cgroup
+    /// quota, to emulate a slower disk CPU); None: unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<f64>,
+    /// Emulated CPU speed of the disk, relative to the machine's cores (`adisk disk
+    /// --cpu-speed`: DiskOS pauses after each compute step); None: the machine's speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_speed: Option<f64>,
 }
 
 fn default_memory_mib() -> u64 {

@@ -34,6 +34,9 @@ pub struct Trace {
     /// Host CPU time of its final work beyond the jobs' `host_combine_ns`, ns (0: not
     /// measured).
     pub host_ns: u64,
+    /// CPU time of the host process (every thread) while the plan ran, ns (0: not measured).
+    #[serde(default)]
+    pub host_cpu_ns: u64,
     /// The disk jobs, a job per scan or stage of the plan, in the order they started.
     pub jobs: Vec<TraceJob>,
 }
@@ -55,6 +58,10 @@ pub struct Recorded {
     pub disk_read_bytes_per_s: Option<f64>,
     /// Host ↔ disk round trip, ns (0: not measured).
     pub rtt_ns: u64,
+    /// Cores of the one machine the host and every disk ran on (a local cluster: they
+    /// share them); None: each disk on a machine of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_cpus: Option<f64>,
 }
 
 /// One job of a trace: its disks' statistics.
@@ -251,6 +258,7 @@ mod tests {
             },
             wall_ns: 20_000,
             host_ns: 0,
+            host_cpu_ns: 0,
             jobs: vec![TraceJob {
                 description: "scan of t".into(),
                 disks: vec![disk(0, 100), disk(1, 200)],

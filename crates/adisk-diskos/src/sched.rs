@@ -218,13 +218,29 @@ impl<W> FairQueue<W> {
 /// The compute slots of one disk, handed to blocking threads by a [`FairQueue`].
 pub struct FairScheduler {
     queue: Mutex<FairQueue<oneshot::Sender<SlotPermit>>>,
+    /// `1/speed − 1`: the pause after a step, per ns of its CPU time (0: none).
+    stretch: f64,
 }
 
 impl FairScheduler {
     /// A scheduler of `slots` slots (at least 1) for which at most `max_waiters` steps wait.
     pub fn new(slots: u32, max_waiters: u32) -> Arc<Self> {
+        Self::with_speed(slots, max_waiters, 1.0)
+    }
+
+    /// As [`FairScheduler::new`] on an emulated processor `speed` times as fast as this
+    /// machine's cores (0 < speed ≤ 1; anything else is 1): each step pauses for its CPU time
+    /// × (1/speed − 1) before it returns its slot, so the slots do `speed` of the work they
+    /// would, while the real core is free for other processes (other emulated disks).
+    pub fn with_speed(slots: u32, max_waiters: u32, speed: f64) -> Arc<Self> {
+        let stretch = if speed.is_finite() && speed > 0.0 && speed < 1.0 {
+            1.0 / speed - 1.0
+        } else {
+            0.0
+        };
         Arc::new(FairScheduler {
             queue: Mutex::new(FairQueue::new(slots, max_waiters)),
+            stretch,
         })
     }
 
@@ -343,6 +359,13 @@ impl Slot {
     fn charge(&mut self) -> u64 {
         self.permit.cpu_ns = crate::thread_cpu_ns().saturating_sub(self.cpu_start_ns);
         self.charged = true;
+        let stretch = self.permit.scheduler.stretch;
+        if stretch > 0.0 {
+            // An emulated slower processor: the slot stays taken for the rest of the time
+            // the step would have needed (this is a blocking thread).
+            let pause = (self.permit.cpu_ns as f64 * stretch) as u64;
+            std::thread::sleep(std::time::Duration::from_nanos(pause));
+        }
         self.permit.cpu_ns
     }
 }
@@ -408,6 +431,7 @@ impl JobCompute {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn name(s: &str) -> ProgramName {
         Arc::from(s)
@@ -600,5 +624,35 @@ mod tests {
         assert_eq!(scheduler.load(), (0, 0));
         drop(permit);
         assert_eq!(scheduler.load(), (1, 0));
+    }
+
+    /// Spins `ms` of thread CPU under a slot of `scheduler`; the step's wall time.
+    fn step(scheduler: &Arc<FairScheduler>, ms: u64) -> Duration {
+        let (_tx, cancel) = watch::channel(false);
+        let compute = JobCompute::new(scheduler.clone(), "a", cancel, Default::default());
+        let t = Instant::now();
+        compute
+            .run(|| {
+                let start = crate::thread_cpu_ns();
+                let mut x = 1u64;
+                while crate::thread_cpu_ns() - start < ms * 1_000_000 {
+                    x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                }
+                x
+            })
+            .unwrap();
+        t.elapsed()
+    }
+
+    #[test]
+    fn a_slower_emulated_processor_holds_the_slot_for_the_rest_of_the_step() {
+        let half = FairScheduler::with_speed(1, 8, 0.5);
+        let took = step(&half, 20);
+        // 20 ms of CPU and 20 ms of pause (more if the machine is busy, never less).
+        assert!(took >= Duration::from_millis(40), "{took:?}");
+        assert_eq!(half.load(), (1, 0), "the slot is back");
+        for bad in [0.0, -1.0, f64::NAN, 1.0, 2.0] {
+            assert_eq!(FairScheduler::with_speed(1, 8, bad).stretch, 0.0, "{bad}");
+        }
     }
 }

@@ -413,3 +413,113 @@ fn cli_rejects_a_bad_format_and_a_missing_trace() {
         .is_ok()
     );
 }
+
+/// A timed two-job trace on `disks` disks: each job `cpu_ns` per disk, started at
+/// `starts[j]` and seen by the host for `walls[j]`; the request took `wall_ns`.
+fn timed_two_jobs(
+    disks: u32,
+    cpu_ns: u64,
+    starts: [u64; 2],
+    walls: [u64; 2],
+    wall_ns: u64,
+) -> Value {
+    let job = |j: usize| {
+        let entries: Vec<Value> = (0..disks)
+            .map(|i| {
+                let mut d = disk(i, cpu_ns, 1_000_000, 4_000, 0);
+                d["started_ns"] = json!(starts[j]);
+                d["host_wall_ns"] = json!(walls[j]);
+                d
+            })
+            .collect();
+        json!({ "description": format!("scan {j}"), "disks": entries })
+    };
+    json!({
+        "format": "adisk-trace", "version": 1, "what": "sql", "text": "select 2",
+        "recorded": { "disks": disks, "host_cpus": 2, "disk_cpus": 1, "rtt_ns": 0 },
+        "wall_ns": wall_ns, "host_ns": 0, "jobs": [job(0), job(1)]
+    })
+}
+
+#[test]
+fn jobs_that_overlapped_replay_side_by_side_and_the_host_gaps_are_kept() {
+    // Both jobs from 1 ms, each 100 ms of CPU on its disks' own cores; 5 ms after them.
+    let t = parse(&timed_two_jobs(
+        2,
+        100 * MS,
+        [MS, MS],
+        [100 * MS, 100 * MS],
+        106 * MS,
+    ));
+    let r = replay_with(&t, ReplayFile::default());
+    assert!(r.timed);
+    assert!(r.jobs.iter().all(|j| j.after.is_empty()));
+    assert_eq!(r.jobs[1].predicted_start_ns, MS);
+    // Side by side on one core per disk: the two jobs share it, 200 ms of CPU in all.
+    let e = r.error_percent.unwrap();
+    assert_eq!(r.host_final_ns, 5 * MS);
+    assert!(
+        r.predicted_ns > 195 * MS && r.predicted_ns < 210 * MS,
+        "{}",
+        r.to_table()
+    );
+    assert!(
+        e > 80.0,
+        "the recording overlapped less than the model: {e}"
+    );
+    // The second job started 10 ms after the first ended: it waited for it.
+    let t = parse(&timed_two_jobs(
+        2,
+        100 * MS,
+        [MS, 111 * MS],
+        [100 * MS, 100 * MS],
+        212 * MS,
+    ));
+    let r = replay_with(&t, ReplayFile::default());
+    assert_eq!(r.jobs[1].after, [0]);
+    let second = r.jobs[1].predicted_start_ns;
+    assert_eq!(
+        second,
+        r.jobs[0].predicted_start_ns + r.jobs[0].predicted_ns + 10 * MS
+    );
+    let e = r.error_percent.unwrap();
+    assert!(e.abs() < 2.0, "error {e} %: {}", r.to_table());
+    // A host twice as fast halves the gaps.
+    let fast = replay_with(
+        &t,
+        ReplayFile {
+            host_cpu_speed: Some(2.0),
+            ..Default::default()
+        },
+    );
+    assert_eq!(fast.jobs[1].predicted_start_ns, second - 5 * MS - MS / 2);
+}
+
+#[test]
+fn disks_sharing_a_machine_share_its_cores() {
+    // Four disks of 100 ms CPU each, one job.
+    let mut v = timed_two_jobs(4, 100 * MS, [0, 0], [0, 0], 0);
+    v["jobs"].as_array_mut().unwrap().truncate(1);
+    v["recorded"]["shared_cpus"] = json!(4.0);
+    let own = replay_with(&parse(&v), ReplayFile::default());
+    v["recorded"]["shared_cpus"] = json!(2.0);
+    let t = parse(&v);
+    let shared = replay_with(&t, ReplayFile::default());
+    let r = ratio(shared.predicted_ns, own.predicted_ns);
+    assert!((r - 2.0).abs() < 0.05, "4 disks on 2 shared cores: ×{r}");
+    // `--shared-cpus 0`: separate machines again.
+    let apart = replay_with(
+        &t,
+        ReplayFile {
+            shared_cpus: Some(0.0),
+            ..Default::default()
+        },
+    );
+    let r = ratio(apart.predicted_ns, own.predicted_ns);
+    assert!((r - 1.0).abs() < 0.01, "separate machines: ×{r}");
+    let bad = ReplayFile {
+        shared_cpus: Some(-1.0),
+        ..Default::default()
+    };
+    assert!(bad.resolve("t", &t.recorded).is_err());
+}

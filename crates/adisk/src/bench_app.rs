@@ -34,7 +34,7 @@ pub struct AppBenchArgs {
 }
 
 /// The applications this benchmark runs.
-const APPS: &[&str] = &[
+pub(crate) const APPS: &[&str] = &[
     "sort", "join", "conv", "earth", "cluster", "datacube", "dmine", "fft",
 ];
 
@@ -47,7 +47,7 @@ struct Sample {
     bytes_read: u64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
 }
@@ -171,7 +171,7 @@ fn err(e: adisk_apps::AppError) -> CliError {
 }
 
 /// Loads `bytes` of the application's input (replacing what is there).
-async fn load(cluster: &Cluster, app: &str, bytes: u64) -> Result<(), CliError> {
+pub(crate) async fn load(cluster: &Cluster, app: &str, bytes: u64) -> Result<(), CliError> {
     match app {
         "sort" => adisk_apps::sort::load(cluster, "sort", bytes / 100, 1, |_| {})
             .await
@@ -249,7 +249,7 @@ fn cluster_data(bytes: u64) -> adisk_apps::cluster::kernel::GenParams {
 }
 
 /// One run of `app` in `mode` (no oracle checks beyond the applications' own).
-async fn run_app(cluster: &Cluster, app: &str, mode: Mode) -> Result<Report, CliError> {
+pub(crate) async fn run_app(cluster: &Cluster, app: &str, mode: Mode) -> Result<Report, CliError> {
     match app {
         "sort" => {
             let p = adisk_apps::sort::SortParams {

@@ -31,6 +31,12 @@ pub enum BenchCommand {
     /// The papers' applications in both modes, host link throttled to 1/8 of the disks'
     /// aggregate read rate and unthrottled: medians, bytes per link, active ÷ conventional.
     App(crate::bench_app::AppBenchArgs),
+    /// CPU emulation: one disk runs a CPU-bound application under each `--cpus` limit (a
+    /// cgroup quota); its slowdown against the ratio of the limits. Needs root.
+    Cpu(crate::bench_cpu::CpuBenchArgs),
+    /// The simulator against the runtime: TPC-H queries at offload levels, each run's trace
+    /// replayed on its recorded configuration; measured and predicted medians, the error.
+    Replay(crate::bench_replay::ReplayBenchArgs),
     /// The Flight SQL service: queries per second and p50/p99 latency of Q6 and Q1 at 1, 4
     /// and 16 concurrent clients, against the same queries in process; a large result's MB/s.
     Serve(crate::bench_serve::ServeBenchArgs),
@@ -76,6 +82,8 @@ pub async fn bench(dir: &Path, cmd: BenchCommand) -> Result<(), CliError> {
         BenchCommand::Remote(a) => crate::bench_remote::run(dir, a).await,
         BenchCommand::Serve(a) => crate::bench_serve::run(dir, a).await,
         BenchCommand::App(a) => crate::bench_app::run(dir, a).await,
+        BenchCommand::Cpu(a) => crate::bench_cpu::run(dir, a).await,
+        BenchCommand::Replay(a) => crate::bench_replay::run(dir, a).await,
         BenchCommand::Checksum(a) => crate::bench_checksum::run(dir, a).await,
         BenchCommand::Faults(a) => crate::bench_faults::run(dir, a).await,
         BenchCommand::Disklet { sf, repeats, sdk } => {

@@ -30,6 +30,17 @@ pub struct DiskArgs {
     /// Storage read rate limit, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     read_mbps: u64,
+    /// Limit this disk to this many cores' worth of CPU time (e.g. 0.5: a CPU at half the
+    /// speed of one of this machine's cores): a cgroup quota, to emulate a slower disk CPU.
+    /// Needs root (or a delegated cgroup). Default: unlimited.
+    #[arg(long)]
+    cpus: Option<f64>,
+    /// Emulate a processor this many times as fast as this machine's cores (0 < F < 1):
+    /// DiskOS pauses after every compute step (decoding, disklets) for its CPU time ×
+    /// (1/F − 1), holding its compute slot. Needs no privilege; the transport's CPU is not
+    /// slowed. Default: the machine's speed.
+    #[arg(long)]
+    cpu_speed: Option<f64>,
     /// Codec of the Parquet pages this disk writes: `none` (dictionary and run-length
     /// encodings only), `lz4` or `snappy`.
     #[arg(long, default_value_t = adisk_core::config::Compression::None)]
@@ -96,6 +107,14 @@ pub struct UpArgs {
     /// Storage read rate limit of each disk, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub disk_read_mbps: u64,
+    /// Limit each disk to this many cores' worth of CPU time (`adisk disk --cpus`: emulates
+    /// slower disk CPUs; needs root). Default: unlimited.
+    #[arg(long)]
+    pub disk_cpus: Option<f64>,
+    /// Emulate each disk's processor at this fraction of this machine's cores' speed
+    /// (`adisk disk --cpu-speed`). Default: the machine's speed.
+    #[arg(long)]
+    pub disk_cpu_speed: Option<f64>,
     /// Codec of the Parquet pages the disks write: `none` (dictionary and run-length
     /// encodings only: the least decoding work per row), `lz4` or `snappy` (fewer bytes to
     /// read when the storage medium is the bottleneck).
@@ -175,6 +194,8 @@ impl UpArgs {
             buffers_per_stream: 2,
             host_link_mbps: 0,
             disk_read_mbps: 0,
+            disk_cpus: None,
+            disk_cpu_speed: None,
             compression: Default::default(),
             exchange: Default::default(),
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
@@ -190,16 +211,17 @@ impl UpArgs {
 }
 
 pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
-    let mut os = DiskOsConfig::new(
-        a.id,
-        a.memory_mib * adisk_core::MIB,
-        a.buffer_kib * adisk_core::KIB,
-        a.buffers_per_stream,
-    );
-    if let Some(c) = a.compute_slots {
-        os.compute_slots = c.max(1);
-    }
-    os.read_bytes_per_sec = a.read_mbps * 1_000_000 / 8;
+    // Before any work: every thread of the process runs under the limit (kept to the end).
+    let cpu_limit = match a.cpus {
+        Some(cores) => {
+            let limit = crate::cpu_limit::CpuLimit::apply(cores)
+                .map_err(|e| CliError::Other(e.to_string()))?;
+            eprintln!("disk {}: {}", a.id, limit.describe());
+            Some(limit)
+        }
+        None => None,
+    };
+    let os = disk_os_config(&a, cpu_limit.as_ref())?;
     let probe = ClusterConfig {
         cluster: ClusterSection {
             name: "check".into(),
@@ -222,6 +244,8 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             pid: None,
             group: None,
             metrics_address: None,
+            cpus: None,
+            cpu_speed: None,
         }],
         serve: None,
     };
@@ -285,6 +309,35 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
     node.serve(stop).await?;
     eprintln!("disk {} stopped", a.id);
     Ok(())
+}
+
+/// The DiskOS settings `adisk disk`'s arguments ask for.
+fn disk_os_config(
+    a: &DiskArgs,
+    cpu_limit: Option<&crate::cpu_limit::CpuLimit>,
+) -> Result<DiskOsConfig, CliError> {
+    let mut os = DiskOsConfig::new(
+        a.id,
+        a.memory_mib * adisk_core::MIB,
+        a.buffer_kib * adisk_core::KIB,
+        a.buffers_per_stream,
+    );
+    match (a.compute_slots, cpu_limit) {
+        (Some(c), _) => os.compute_slots = c.max(1),
+        // As many buffers at once as the cores the limit is worth.
+        (None, Some(l)) => os.compute_slots = (l.cores().ceil() as usize).max(1),
+        (None, None) => {}
+    }
+    os.read_bytes_per_sec = a.read_mbps * 1_000_000 / 8;
+    if let Some(speed) = a.cpu_speed {
+        check_speed("--cpu-speed", speed)?;
+        os.cpu_speed = speed;
+        eprintln!(
+            "disk {}: an emulated processor at {speed} of this machine's speed",
+            a.id
+        );
+    }
+    Ok(os)
 }
 
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
@@ -392,7 +445,28 @@ fn check_counts(args: &UpArgs) -> Result<(), CliError> {
             args.disks
         )));
     }
+    if let Some(s) = args.disk_cpu_speed {
+        check_speed("--disk-cpu-speed", s)?;
+    }
+    if let Some(c) = args.disk_cpus {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if !(c.is_finite() && c >= 0.01 && c <= cores as f64) {
+            return Err(CliError::Other(format!(
+                "--disk-cpus {c}: give a number of cores above 0.01 and at most {cores} (this machine's cores)"
+            )));
+        }
+    }
     Ok(())
+}
+
+/// An emulated CPU speed must be in (0, 1].
+fn check_speed(flag: &str, speed: f64) -> Result<(), CliError> {
+    if speed.is_finite() && (0.01..=1.0).contains(&speed) {
+        return Ok(());
+    }
+    Err(CliError::Other(format!(
+        "{flag} {speed}: give a fraction of this machine's speed from 0.01 to 1"
+    )))
 }
 
 /// Starts disk `id` of a local cluster (in its network namespace if `args` names them): the
@@ -422,6 +496,8 @@ fn spawn_local_disk(
         pid: None,
         group: None,
         metrics_address: None,
+        cpus: args.disk_cpus,
+        cpu_speed: args.disk_cpu_speed,
     };
     let namespace = place.map(|p| p.0);
     let tls = disk_tls(dir, tls_files, id);
@@ -488,6 +564,8 @@ async fn wait_started(
                     metrics_address: std::fs::read_to_string(disk_dir.join(METRICS_ADDRESS_FILE))
                         .ok()
                         .map(|a| a.trim().to_string()),
+                    cpus: args.disk_cpus,
+                    cpu_speed: args.disk_cpu_speed,
                 });
                 break;
             }
@@ -588,6 +666,14 @@ fn spawn_disk(
         .args(["--buffers-per-stream", &disk.buffers_per_stream.to_string()])
         .args(["--read-mbps", &disk.read_mbps.to_string()])
         .args(["--compression", &disk.compression.to_string()])
+        .args(
+            disk.cpus
+                .map_or_else(Vec::new, |c| vec!["--cpus".into(), c.to_string()]),
+        )
+        .args(
+            disk.cpu_speed
+                .map_or_else(Vec::new, |c| vec!["--cpu-speed".into(), c.to_string()]),
+        )
         .arg("--port-file")
         .arg(&port_file)
         .args([

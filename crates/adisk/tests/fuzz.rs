@@ -297,6 +297,8 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             pid: None,
             group: None,
             metrics_address: None,
+            cpus: None,
+            cpu_speed: None,
         }],
         serve: None,
     };

@@ -54,6 +54,8 @@ impl Disks {
                 pid: None,
                 group: None,
                 metrics_address: None,
+                cpus: None,
+                cpu_speed: None,
             });
             let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
             servers.push(tokio::spawn(node.serve(async move {

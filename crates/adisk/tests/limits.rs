@@ -78,6 +78,8 @@ async fn one_disk(
             pid: None,
             group: None,
             metrics_address: None,
+            cpus: None,
+            cpu_speed: None,
         }],
         serve: None,
     };

@@ -55,6 +55,8 @@ fn cluster_config(addresses: &[String]) -> ClusterConfig {
                 pid: None,
                 group: None,
                 metrics_address: None,
+                cpus: None,
+                cpu_speed: None,
             })
             .collect(),
         serve: None,

@@ -63,6 +63,23 @@ fn check_totals(q: u32, level: &str, trace: &Value, explain: &Value) {
         .sum();
     assert_eq!(traced, reported, "{what}: disk jobs");
     assert!(reported > 0, "{what}: no disk job");
+    // Every disk job ran inside the request: started after it began, ended before it ended.
+    let wall = trace["wall_ns"].as_u64().unwrap();
+    for d in trace["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|j| j["disks"].as_array().unwrap())
+    {
+        let (start, took) = (
+            d["started_ns"].as_u64().unwrap(),
+            d["host_wall_ns"].as_u64().unwrap(),
+        );
+        assert!(
+            took > 0 && start + took <= wall,
+            "{what}: a disk job from {start} ns for {took} ns in a request of {wall} ns"
+        );
+    }
 }
 
 /// The Chrome export: complete events with times, every pid named, one track per event.

@@ -50,6 +50,8 @@ impl Disk {
             pid: None,
             group: None,
             metrics_address: None,
+            cpus: None,
+            cpu_speed: None,
         };
         let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(node.serve(async move {

@@ -254,6 +254,7 @@ fn merge_by_disk(stats: Vec<DiskJobStats>) -> Vec<DiskJobStats> {
         t.bytes_shipped_disks += s.bytes_shipped_disks;
         t.bytes_written += s.bytes_written;
         t.cpu_ns += s.cpu_ns;
+        t.process_cpu_ns += s.process_cpu_ns;
         t.wall_ns += s.wall_ns;
         t.memory_granted_bytes = t.memory_granted_bytes.max(s.memory_granted_bytes);
         t.memory_peak_bytes = t.memory_peak_bytes.max(s.memory_peak_bytes);

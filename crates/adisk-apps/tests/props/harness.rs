@@ -148,6 +148,8 @@ async fn start(shape: Shape) -> Disks {
             pid: None,
             group: None,
             metrics_address: None,
+            cpus: None,
+            cpu_speed: None,
         });
         tokio::spawn(node.serve(std::future::pending::<()>()));
         dirs.push(dir);

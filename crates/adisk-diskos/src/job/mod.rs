@@ -59,6 +59,10 @@ pub struct DiskOsConfig {
     pub finished_jobs_kept: usize,
     /// Storage read rate limit in bytes per second, shared by all jobs (0: unthrottled).
     pub read_bytes_per_sec: u64,
+    /// Emulated processor speed relative to this machine's cores, in (0, 1]: every compute
+    /// step is followed by a pause of its CPU time × (1/speed − 1), holding its slot
+    /// ([`FairScheduler::with_speed`]). 1: no emulation.
+    pub cpu_speed: f64,
     /// Temporary disk space (spill files, temporary streams) the disk grants jobs in all.
     pub temp_bytes: u64,
     /// Run a stage whose only input is the only output of the stage before it on that
@@ -91,6 +95,7 @@ impl DiskOsConfig {
             default_scratch_bytes: (memory_bytes / 4).max(buffer_bytes),
             finished_jobs_kept: 1024,
             read_bytes_per_sec: 0,
+            cpu_speed: 1.0,
             temp_bytes: DEFAULT_TEMP_BYTES,
             fuse_stages: true,
             apart_cpu_ns: crate::stage::APART_CPU_NS,
@@ -181,9 +186,10 @@ impl DiskOs {
                 config.max_waiting_jobs,
                 config.admission_timeout,
             )),
-            compute: FairScheduler::new(
+            compute: FairScheduler::with_speed(
                 u32::try_from(config.compute_slots).unwrap_or(u32::MAX),
                 config.max_compute_waiters,
+                config.cpu_speed,
             ),
             read_limiter: (config.read_bytes_per_sec > 0)
                 .then(|| Arc::new(crate::stream::ReadLimiter::new(config.read_bytes_per_sec))),

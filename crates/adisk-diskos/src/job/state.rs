@@ -49,6 +49,9 @@ pub struct JobState {
     pub(crate) temp_granted: AtomicU64,
     pub(crate) temp_written: Mutex<Option<Arc<AtomicU64>>>,
     pub(crate) wall_ns: AtomicU64,
+    /// The process's CPU time when the job was made, and its growth until the job ended.
+    process_cpu_start: u64,
+    process_cpu_ns: AtomicU64,
     pub(crate) failed: AtomicBool,
     /// Set the moment any part of the job fails, before that part's output streams close.
     pub(crate) broken: Mutex<Option<String>>,
@@ -114,6 +117,8 @@ impl JobState {
             temp_granted: AtomicU64::new(0),
             temp_written: Mutex::new(None),
             wall_ns: AtomicU64::new(0),
+            process_cpu_start: adisk_core::stats::process_cpu_ns(),
+            process_cpu_ns: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             broken: Mutex::new(None),
             error: Mutex::new(None),
@@ -162,6 +167,12 @@ impl JobState {
     pub fn finish_wall(&self) {
         self.wall_ns
             .store(self.started.elapsed().as_nanos() as u64, Ordering::SeqCst);
+        self.process_cpu_ns
+            .store(self.process_cpu_so_far(), Ordering::SeqCst);
+    }
+
+    fn process_cpu_so_far(&self) -> u64 {
+        adisk_core::stats::process_cpu_ns().saturating_sub(self.process_cpu_start)
     }
 
     /// Statistics now.
@@ -211,6 +222,10 @@ impl JobState {
                 + stages.iter().map(|s| s.cpu_ns).sum::<u64>()
                 + l(&self.encode_cpu_ns),
             wall_ns: wall,
+            process_cpu_ns: match l(&self.process_cpu_ns) {
+                0 => self.process_cpu_so_far(),
+                c => c,
+            },
             admission_wait_ns: l(&self.admission_wait_ns),
             schedule_wait_ns: l(&self.schedule_wait_ns),
             memory_granted_bytes: l(&self.granted_bytes),

@@ -350,6 +350,9 @@ impl DisksExec {
             .collect();
         let jobs = self.disk_jobs(&order, &ids)?;
         let specs: Vec<(u32, &JobSpec)> = jobs.iter().map(|j| (j.disk, &j.spec)).collect();
+        // The jobs' time counts from their submission: a disk admits and builds its job
+        // while the others are being started.
+        let submitted = Instant::now();
         let started = self.cluster.start_together(&specs).await?;
         let (fail_tx, fail_rx) = tokio::sync::watch::channel(None::<Arc<HostError>>);
         let fail_tx = Arc::new(fail_tx);
@@ -371,14 +374,14 @@ impl DisksExec {
                     outputs[p] = Some(watched(
                         stream,
                         fail_rx.clone(),
-                        reporter,
+                        (reporter, submitted),
                         self.settings.host_link.clone(),
                         cancel.clone(),
                     ))
                 }
                 None => drain(
                     stream,
-                    reporter,
+                    (reporter, submitted),
                     (fail_tx.clone(), cancel.others.clone()),
                     cancel.stop.subscribe(),
                 ),
@@ -396,12 +399,11 @@ impl DisksExec {
 /// the query's readers stop.
 pub(super) fn drain(
     mut stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
-    reporter: Reporter,
+    (reporter, started): (Reporter, Instant),
     (fail, others): (Arc<Failure>, Arc<tokio::sync::watch::Sender<usize>>),
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
     tokio::spawn(async move {
-        let started = Instant::now();
         loop {
             let item = tokio::select! {
                 item = stream.next() => item,
@@ -747,7 +749,7 @@ pub(super) async fn others_ended(
 pub(super) fn watched(
     stream: futures::stream::BoxStream<'static, Result<RecordBatch>>,
     failure: tokio::sync::watch::Receiver<Option<Arc<HostError>>>,
-    reporter: Reporter,
+    (reporter, started): (Reporter, Instant),
     link: Option<Arc<crate::client::throttle::TokenBucket>>,
     cancel: Arc<Cancel>,
 ) -> futures::stream::BoxStream<'static, Result<RecordBatch>> {
@@ -755,7 +757,7 @@ pub(super) fn watched(
         reporter: Some(reporter),
         rows: 0,
         bytes: 0,
-        started: Instant::now(),
+        started,
     };
     let failed = Box::pin(first_failure(failure));
     let state = (stream, failed, guard, link, false, cancel);

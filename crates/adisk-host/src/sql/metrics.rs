@@ -50,8 +50,9 @@ pub(crate) fn control_bytes(spec_bytes: usize, job_id: &str, stats: Option<&Disk
 /// Scan reports of the query being run.
 #[derive(Debug)]
 pub struct QueryMetrics {
-    /// When the query's metrics were made: the origin of [`ScanReport::started_ns`].
-    origin: std::time::Instant,
+    /// When the query being run started (set by [`QueryMetrics::begin`]; until then, when
+    /// the metrics were made): the origin of [`ScanReport::started_ns`].
+    origin: Mutex<std::time::Instant>,
     scans: Mutex<Vec<ScanReport>>,
     pending: std::sync::atomic::AtomicUsize,
     settled: tokio::sync::Notify,
@@ -60,7 +61,7 @@ pub struct QueryMetrics {
 impl Default for QueryMetrics {
     fn default() -> Self {
         QueryMetrics {
-            origin: std::time::Instant::now(),
+            origin: Mutex::new(std::time::Instant::now()),
             scans: Mutex::default(),
             pending: std::sync::atomic::AtomicUsize::default(),
             settled: tokio::sync::Notify::default(),
@@ -69,9 +70,16 @@ impl Default for QueryMetrics {
 }
 
 impl QueryMetrics {
-    /// `at` in ns after the query's metrics were made (0 when before).
+    /// `at` in ns after the query began (0 when before).
     pub(crate) fn since_origin_ns(&self, at: std::time::Instant) -> u64 {
-        at.saturating_duration_since(self.origin).as_nanos() as u64
+        let origin = *self.origin.lock().unwrap_or_else(|p| p.into_inner());
+        at.saturating_duration_since(origin).as_nanos() as u64
+    }
+
+    /// A query that began at `started` runs on these metrics (a session's metrics serve
+    /// each of its queries in turn).
+    pub(crate) fn begin(&self, started: std::time::Instant) {
+        *self.origin.lock().unwrap_or_else(|p| p.into_inner()) = started;
     }
 
     pub(crate) fn started(&self) {

@@ -1000,6 +1000,8 @@ impl SqlEngine {
         let busy0 = self.settings.host_link.as_ref().map(|l| l.busy());
         let routed0 = self.cluster.router_stats().bytes;
         metrics.take();
+        metrics.begin(started);
+        let cpu0 = adisk_core::stats::process_cpu_ns();
         let batches =
             collect_capped(plan.clone(), ctx.task_ctx(), self.opts.result_cap_bytes).await;
         // A failed run's statistics are dropped with it: do not wait for streams of a dead disk
@@ -1023,6 +1025,7 @@ impl SqlEngine {
             batches,
             scans,
             wall: started.elapsed(),
+            host_cpu_ns: adisk_core::stats::process_cpu_ns().saturating_sub(cpu0),
             plan,
             link_busy,
             failover: vec![],

@@ -19,6 +19,10 @@ pub struct QueryOutput {
     pub scans: Vec<ScanReport>,
     /// Wall time.
     pub wall: Duration,
+    /// CPU time of the host process (every thread) while the plan ran, ns: DataFusion's
+    /// operators, decoding what the disks sent, the transport (a concurrent query's work
+    /// counts too).
+    pub host_cpu_ns: u64,
     /// The executed plan (with DataFusion's metrics).
     pub plan: Arc<dyn ExecutionPlan>,
     /// Host-link busy time during the query.
@@ -48,6 +52,7 @@ impl QueryOutput {
             batches,
             scans: vec![],
             wall: Duration::ZERO,
+            host_cpu_ns: 0,
             plan,
             link_busy: None,
             failover: vec![],

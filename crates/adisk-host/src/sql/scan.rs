@@ -1149,6 +1149,8 @@ fn async_stream(
             extras.is_empty(),
             &job,
         );
+        // The job's time counts from its submission (the disk admits and builds it then).
+        let submitted = Instant::now();
         let inner = cluster.start(disk, &job).await.map_err(to_df)?;
         metrics.started();
         let reporter = Reporter {
@@ -1162,7 +1164,7 @@ fn async_stream(
         Ok::<_, DataFusionError>(JobStream {
             inner,
             reporter: Some(reporter),
-            started: Instant::now(),
+            started: submitted,
             bloom,
             key_idx,
             true_matches: 0,

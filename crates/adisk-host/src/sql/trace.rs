@@ -27,6 +27,7 @@ pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
         recorded: recorded(cluster, disks.max(1)).await,
         wall_ns: out.wall.as_nanos() as u64,
         host_ns: 0,
+        host_cpu_ns: out.host_cpu_ns,
         jobs,
     }
 }
@@ -73,21 +74,27 @@ fn jobs(scans: &[ScanReport]) -> Vec<TraceJob> {
 }
 
 /// What the trace says the query ran on: the measured links (none where only assumed), the
-/// disks' read throttle, the host's cores. Disk cores are not known at the host: 1.
+/// disks' read throttle, the host's cores; the disks' cores: their CPU limit where every disk
+/// has one (`adisk disk --cpus`), all of this machine's for disks started on it, else 1. When
+/// every disk was started on this machine (a local cluster: `cluster.toml` knows their
+/// processes) they and the host share its cores.
 async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
     let figures = cluster.link_figures().await;
     let host_measured = !matches!(figures.source, LinkSource::Assumed | LinkSource::Unmeasured);
-    let read_mbps = cluster
-        .config()
-        .disks
-        .iter()
-        .map(|d| d.read_mbps)
-        .max()
-        .unwrap_or(0);
+    let config = cluster.config();
+    let read_mbps = config.disks.iter().map(|d| d.read_mbps).max().unwrap_or(0);
+    let machine = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+    let local = !config.disks.is_empty() && config.disks.iter().all(|d| d.pid.is_some());
+    let limits: Option<Vec<f64>> = config.disks.iter().map(|d| d.cpus).collect();
+    let disk_cpus = match limits {
+        Some(l) if !l.is_empty() => l.into_iter().fold(f64::INFINITY, f64::min),
+        _ if local => f64::from(machine),
+        _ => 1.0,
+    };
     Recorded {
         disks,
-        host_cpus: std::thread::available_parallelism().map_or(1, |n| n.get() as u32),
-        disk_cpus: 1.0,
+        host_cpus: machine,
+        disk_cpus,
         host_link_bytes_per_s: host_measured.then_some(figures.host_bytes_per_sec),
         disk_link_bytes_per_s: match figures.disks {
             DiskLinks::Measured { bytes_per_sec, .. } => Some(bytes_per_sec),
@@ -95,5 +102,6 @@ async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
         },
         disk_read_bytes_per_s: (read_mbps > 0).then(|| read_mbps as f64 * 1e6 / 8.0),
         rtt_ns: figures.rtt.map_or(0, |rtt| rtt.as_nanos() as u64),
+        shared_cpus: local.then_some(f64::from(machine)),
     }
 }

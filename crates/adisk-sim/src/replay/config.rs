@@ -88,6 +88,9 @@ pub struct ReplayFile {
     pub host_cpu_speed: Option<f64>,
     /// Host cores.
     pub host_cpus: Option<u32>,
+    /// Cores of one machine the host and every disk share (a local cluster); 0: each on its
+    /// own machine.
+    pub shared_cpus: Option<f64>,
     /// Per-disk link to the host, bytes/s or `"unlimited"`.
     pub host_link_bytes_per_s: Option<RateValue>,
     /// The host's shared ingress limit, bytes/s or `"unlimited"` (default unlimited).
@@ -128,6 +131,9 @@ pub struct ReplayOverrides {
     /// Host cores.
     #[arg(long)]
     pub host_cpus: Option<u32>,
+    /// Cores of one machine the host and every disk share (0: each on its own machine).
+    #[arg(long)]
+    pub shared_cpus: Option<f64>,
     /// Per-disk host link, bytes/s or `unlimited`.
     #[arg(long)]
     pub host_link_bytes_per_s: Option<RateValue>,
@@ -167,6 +173,8 @@ pub struct ReplayConfig {
     pub host_cpu_speed: f64,
     /// Host cores.
     pub host_cpus: u32,
+    /// Cores of the one machine the host and every disk share (`None`: separate machines).
+    pub shared_cpus: Option<f64>,
     /// Per-disk host link, bytes/s (`None` = unlimited).
     pub host_link_bytes_per_s: Option<f64>,
     /// Host's shared ingress, bytes/s (`None` = unlimited).
@@ -265,6 +273,7 @@ impl ReplayFile {
         put(&mut self.disk_cpus, &o.disk_cpus);
         put(&mut self.host_cpu_speed, &o.host_cpu_speed);
         put(&mut self.host_cpus, &o.host_cpus);
+        put(&mut self.shared_cpus, &o.shared_cpus);
         put(&mut self.host_link_bytes_per_s, &o.host_link_bytes_per_s);
         put(&mut self.host_nic_bytes_per_s, &o.host_nic_bytes_per_s);
         put(&mut self.disk_link_bytes_per_s, &o.disk_link_bytes_per_s);
@@ -300,6 +309,7 @@ impl ReplayFile {
             disk_cpus: self.disk_cpus.unwrap_or(recorded_cpus),
             host_cpu_speed: self.host_cpu_speed.unwrap_or(1.0),
             host_cpus: self.host_cpus.unwrap_or(rec.host_cpus.max(1)),
+            shared_cpus: self.shared_cpus.or(rec.shared_cpus).filter(|c| *c != 0.0),
             host_link_bytes_per_s: rate(
                 &bad,
                 "host_link_bytes_per_s",
@@ -376,6 +386,12 @@ impl ReplayConfig {
             if !(v.is_finite() && v > 0.0 && v <= MAX_CPUS) {
                 return Err(bad(key, format!("must be > 0 and <= {MAX_CPUS}, got {v}")));
             }
+        }
+        if let Some(v) = self.shared_cpus
+            && !(v.is_finite() && v > 0.0 && v <= MAX_CPUS)
+        {
+            let reason = format!("must be 0 (none) or > 0 and <= {MAX_CPUS}, got {v}");
+            return Err(bad("shared_cpus", reason));
         }
         if self.host_cpus == 0 || self.host_cpus as f64 > MAX_CPUS {
             return Err(bad(

@@ -4,27 +4,32 @@
 //! an HDD or an SSD — or on the recorded one, to check the model against the measured time.
 //!
 //! ```text
-//!  trace.json ─► trace::parse ─► workload::job_work (per replayed disk, per job)
+//!  trace.json ─► trace::parse ─► schedule::schedule (per job: workload::job_work on the
+//!                                replayed disks, the jobs it waited for, the host's gaps)
 //!  config.toml + flags ─► config::ReplayFile::resolve (left out = as recorded)
-//!           └──► pipeline::run_job (des::EventQueue; model::{disk,ssd,cpu,link}) per job,
-//!                jobs one after another ─► report::ReplayReport (table | JSON)
+//!           └──► pipeline::run_request (des::EventQueue; model::{disk,ssd,cpu,link}): jobs
+//!                that overlapped when recorded run side by side on the same stations
+//!                ─► report::ReplayReport (table | JSON)
 //! ```
 //!
 //! Assumptions (also in `docs/simulator.md`): a job's data spreads evenly over the replayed
 //! disks (per-disk volumes and CPU scale by recorded/replayed disks); CPU time scales by
-//! 1/speed and is divisible over a disk's cores chunk by chunk; the decode CPU measured on
-//! the recording stays when storage becomes an HDD or SSD (their device time is added);
-//! host combining streams (per arriving chunk) over the host's cores; the host's final work
-//! (`host_ns`) runs after the last job on one core; one round trip per job.
+//! 1/speed and is divisible over a disk's cores chunk by chunk; when the host and the disks
+//! shared one machine (`shared_cpus`), their CPU work also queues for its cores; the decode
+//! CPU measured on the recording stays when storage becomes an HDD or SSD (their device time
+//! is added); host combining streams (per arriving chunk) over the host's cores; the host's
+//! time before, between and after the jobs is the recorded gaps scaled by its CPU speed; one
+//! round trip per job.
 
 pub mod config;
 pub mod pipeline;
 pub mod report;
+pub mod schedule;
 pub mod trace;
 pub mod workload;
 
 use crate::SimError;
-use crate::time::{SimDuration, SimTime};
+use crate::time::SimDuration;
 use config::ReplayConfig;
 use report::{JobPrediction, ReplayReport};
 use trace::Trace;
@@ -40,34 +45,26 @@ pub fn replay(
     cfg: &ReplayConfig,
     recorded_configuration: bool,
 ) -> Result<ReplayReport, SimError> {
-    let mut now = SimTime::ZERO;
-    let mut jobs = Vec::with_capacity(trace.jobs.len());
-    for (index, job) in trace.jobs.iter().enumerate() {
-        let work = workload::job_work(job, trace.recorded.disks, cfg);
-        let run = pipeline::run_job(&work, cfg, now).map_err(|reason| SimError::Config {
-            file: "replay configuration".into(),
-            key: format!("{:?}", cfg.storage).to_lowercase(),
-            reason,
-        })?;
-        let duration = run.end.since(now);
-        jobs.push(JobPrediction::new(
-            index,
-            job,
-            &work,
-            &run,
-            duration,
-            recorded_configuration,
-        ));
-        now = run.end;
-    }
-    let host_final = SimDuration::from_secs_f64(trace.host_ns as f64 * 1e-9 / cfg.host_cpu_speed);
-    let total = now + host_final;
+    let plan = schedule::schedule(trace, cfg);
+    let run = pipeline::run_request(&plan.jobs, cfg).map_err(|reason| SimError::Config {
+        file: "replay configuration".into(),
+        key: format!("{:?}", cfg.storage).to_lowercase(),
+        reason,
+    })?;
+    let jobs = (0..plan.jobs.len())
+        .map(|i| {
+            let (job, p, r) = (&trace.jobs[i], &plan.jobs[i], &run.jobs[i]);
+            JobPrediction::new(i, job, p, r, recorded_configuration)
+        })
+        .collect();
+    let host_final = SimDuration::from_secs_f64(plan.tail_ns as f64 * 1e-9 / cfg.host_cpu_speed);
+    let total = run.end + host_final;
     Ok(ReplayReport::new(
         trace,
         cfg.clone(),
         recorded_configuration,
         jobs,
-        host_final.0,
+        (host_final.0, plan.timed, run.events),
         total.0,
     ))
 }

@@ -13,7 +13,8 @@
 //! chunk has been combined, written and delivered.
 
 use super::config::{ReplayConfig, StorageKind};
-use super::workload::{DiskWork, JobWork};
+use super::schedule::JobPlan;
+use super::workload::JobWork;
 use crate::des::EventQueue;
 use crate::model::cpu::CpuSpec;
 use crate::model::disk::{DiskModel, DiskOp};
@@ -41,12 +42,12 @@ pub struct JobBusy {
 /// A simulated job.
 #[derive(Clone, Debug, PartialEq)]
 pub struct JobRun {
+    /// When the job started.
+    pub start: SimTime,
     /// When the job ended.
     pub end: SimTime,
     /// Busy times.
     pub busy: JobBusy,
-    /// Events processed.
-    pub events: u64,
 }
 
 /// Where a chunk is going next.
@@ -61,11 +62,22 @@ enum Step {
     Combine,
 }
 
+/// One chunk of one disk's part of a job.
 #[derive(Clone, Copy, Debug)]
-struct Event {
+struct Chunk {
+    job: u32,
     disk: u32,
     chunk: u32,
-    step: Step,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Event {
+    /// A job starts (its dependencies ended and the host's gap passed).
+    Start(usize),
+    /// A chunk reaches a station.
+    Chunk(Chunk, Step),
+    /// A job's last chunk is done.
+    End(usize),
 }
 
 /// A FIFO link: `model::link` occupancy when it has a rate, nothing when unlimited; delivery
@@ -136,10 +148,6 @@ impl Cores {
         self.busy_ns += d.0;
         self.free[best]
     }
-    /// Busy time per core, ns.
-    fn busy_per_core_ns(&self) -> u64 {
-        self.busy_ns / self.spec.count as u64
-    }
 }
 
 /// What serves a disk's reads and writes.
@@ -197,9 +205,8 @@ impl Storage {
     }
 }
 
-/// One replayed disk: its work and its stations.
+/// One replayed disk's stations.
 struct Disk {
-    work: DiskWork,
     storage: Storage,
     cpu: Cores,
     host_link: Link,
@@ -253,148 +260,323 @@ fn part(total: f64, c: u32, chunks: u32) -> u64 {
     ((c + 1) * t / n - c * t / n) as u64
 }
 
-/// The stations of a job and its event list.
-struct JobSim {
+/// The stations of a request's jobs (a replayed disk's stations serve every job on it, and
+/// the host's every job) and its event list.
+struct RequestSim<'a> {
     queue: EventQueue<Event>,
+    plans: &'a [JobPlan],
+    jobs: Vec<JobState>,
     disks: Vec<Disk>,
     nic: Link,
     host: Cores,
+    /// The cores of the one machine the host and all disks share, when they do.
+    machine: Option<Cores>,
     chunks: u32,
-    combine_ns: f64,
-    end: SimTime,
+    half_rtt: u64,
+    rtt: u64,
+    host_speed: f64,
 }
 
-impl JobSim {
-    fn new(job: &JobWork, cfg: &ReplayConfig, start: SimTime) -> Result<JobSim, String> {
+/// A job's progress.
+#[derive(Clone, Debug, Default)]
+struct JobState {
+    /// Dependencies that have not ended yet.
+    waiting_for: usize,
+    start: SimTime,
+    end: SimTime,
+    /// Chunk paths still under way (a chunk forks into write, exchange and host paths).
+    pending: u64,
+    /// Host combining CPU per chunk, recorded ns.
+    combine_ns: f64,
+    busy: JobBusy,
+    /// Per replayed disk: CPU, storage, host link, disk link busy time, ns.
+    disk_busy: Vec<[u64; 4]>,
+    done: bool,
+}
+
+impl<'a> RequestSim<'a> {
+    fn new(plans: &'a [JobPlan], cfg: &ReplayConfig) -> Result<RequestSim<'a>, String> {
         let proto = StorageProto::new(cfg)?;
         let half_rtt = cfg.rtt_ns / 2;
-        let disks: Vec<Disk> = job
-            .disks
-            .iter()
-            .map(|w| Disk {
-                work: w.clone(),
+        let width = plans.iter().map(|p| p.work.disks.len()).max().unwrap_or(0);
+        let disks = (0..width)
+            .map(|_| Disk {
                 storage: proto.instance(),
                 cpu: Cores::new(cfg.disk_cpus, cfg.disk_cpu_speed),
                 host_link: Link::new(cfg.host_link_bytes_per_s, cfg.rtt_ns - half_rtt),
                 disk_link: Link::new(cfg.disk_link_bytes_per_s, 0),
             })
             .collect();
-        let mut queue = EventQueue::new();
-        for (d, disk) in disks.iter().enumerate() {
-            let at = start
-                + SimDuration(half_rtt)
-                + SimDuration(disk.work.admission_wait_ns.round() as u64);
-            for chunk in 0..cfg.chunks_per_disk {
-                let step = Step::Read;
-                queue.schedule_at(
-                    at,
-                    Event {
-                        disk: d as u32,
-                        chunk,
-                        step,
-                    },
-                );
-            }
-        }
-        let total_chunks = (disks.len() as f64 * cfg.chunks_per_disk as f64).max(1.0);
-        Ok(JobSim {
-            queue,
+        let jobs = plans
+            .iter()
+            .map(|p| {
+                let chunks = p.work.disks.len() as f64 * cfg.chunks_per_disk as f64;
+                JobState {
+                    waiting_for: p.deps.len(),
+                    combine_ns: p.work.host_combine_ns / chunks.max(1.0),
+                    disk_busy: vec![[0; 4]; p.work.disks.len()],
+                    ..JobState::default()
+                }
+            })
+            .collect();
+        Ok(RequestSim {
+            queue: EventQueue::new(),
+            plans,
+            jobs,
             disks,
             nic: Link::new(cfg.host_nic_bytes_per_s, 0),
             host: Cores::new(cfg.host_cpus as f64, cfg.host_cpu_speed),
+            machine: cfg.shared_cpus.map(|c| Cores::new(c, 1.0)),
             chunks: cfg.chunks_per_disk,
-            combine_ns: job.host_combine_ns / total_chunks,
-            end: start + SimDuration(cfg.rtt_ns),
+            half_rtt,
+            rtt: cfg.rtt_ns,
+            host_speed: cfg.host_cpu_speed,
         })
     }
 
-    fn then(&mut self, at: SimTime, e: Event, step: Step) {
-        self.queue.schedule_at(at, Event { step, ..e });
+    /// The host's gap before job `j`, at the replayed host speed.
+    fn gap(&self, j: usize) -> SimDuration {
+        SimDuration::from_secs_f64(self.plans[j].gap_ns as f64 * 1e-9 / self.host_speed)
     }
 
-    fn handle(&mut self, now: SimTime, e: Event) {
-        let chunks = self.chunks;
-        let disk = &mut self.disks[e.disk as usize];
-        let amount = |v: f64| part(v, e.chunk, chunks);
-        match e.step {
-            Step::Read => {
-                let f = disk
-                    .storage
-                    .serve(now, DiskOp::Read, amount(disk.work.bytes_read));
-                self.then(f, e, Step::Compute);
+    /// Job `j` starts at `now`: every chunk's read is queued after half a round trip and the
+    /// disk's wait for its grant.
+    fn start(&mut self, now: SimTime, j: usize) {
+        let work = &self.plans[j].work;
+        let state = &mut self.jobs[j];
+        state.start = now;
+        state.end = now + SimDuration(self.rtt);
+        state.pending = work.disks.len() as u64 * self.chunks as u64;
+        for (d, w) in work.disks.iter().enumerate() {
+            let offset = w.start_offset_ns / self.host_speed;
+            let at = now
+                + SimDuration(self.half_rtt)
+                + SimDuration(w.admission_wait_ns as u64)
+                + SimDuration(offset as u64);
+            for chunk in 0..self.chunks {
+                let e = Chunk {
+                    job: j as u32,
+                    disk: d as u32,
+                    chunk,
+                };
+                self.queue.schedule_at(at, Event::Chunk(e, Step::Read));
             }
-            Step::Compute => {
-                let f = disk.cpu.run(now, amount(disk.work.cpu_ns));
-                let (written, exchanged) = (
-                    amount(disk.work.bytes_written),
-                    amount(disk.work.bytes_shipped_disks),
-                );
-                if written > 0 {
-                    self.then(f, e, Step::Write);
+        }
+        if self.jobs[j].pending == 0 {
+            let end = self.jobs[j].end;
+            self.queue.schedule_at(end, Event::End(j));
+        }
+    }
+
+    /// Job `j` ended: the jobs waiting only for it start after their gaps.
+    fn end(&mut self, j: usize) {
+        self.jobs[j].done = true;
+        let end = self.jobs[j].end;
+        for k in 0..self.plans.len() {
+            if self.plans[k].deps.contains(&j) {
+                self.jobs[k].waiting_for -= 1;
+                if self.jobs[k].waiting_for == 0 {
+                    let at = end + self.gap(k);
+                    self.queue.schedule_at(at, Event::Start(k));
                 }
-                if exchanged > 0 {
-                    self.then(f, e, Step::Exchange);
-                }
-                self.then(f, e, Step::HostLink);
-            }
-            Step::Write => {
-                let f = disk
-                    .storage
-                    .serve(now, DiskOp::Write, amount(disk.work.bytes_written));
-                self.end = self.end.max(f);
-            }
-            Step::Exchange => {
-                let f = disk
-                    .disk_link
-                    .send(now, amount(disk.work.bytes_shipped_disks));
-                self.end = self.end.max(f);
-            }
-            Step::HostLink => {
-                let f = disk
-                    .host_link
-                    .send(now, amount(disk.work.bytes_shipped_host));
-                self.then(f, e, Step::Nic);
-            }
-            Step::Nic => {
-                let f = self.nic.send(now, amount(disk.work.bytes_shipped_host));
-                self.then(f, e, Step::Combine);
-            }
-            Step::Combine => {
-                let f = self
-                    .host
-                    .run(now, part(self.combine_ns * chunks as f64, e.chunk, chunks));
-                self.end = self.end.max(f);
             }
         }
     }
 
-    fn busy(&self) -> JobBusy {
-        let max = |f: &dyn Fn(&Disk) -> u64| self.disks.iter().map(f).max().unwrap_or(0);
+    /// One path of a chunk of job `c.job` finished at `at`.
+    fn finish_path(&mut self, c: Chunk, at: SimTime) {
+        let job = &mut self.jobs[c.job as usize];
+        job.end = job.end.max(at);
+        job.pending -= 1;
+        if job.pending == 0 {
+            let end = job.end;
+            self.queue.schedule_at(end, Event::End(c.job as usize));
+        }
+    }
+
+    fn then(&mut self, at: SimTime, c: Chunk, step: Step) {
+        self.queue.schedule_at(at, Event::Chunk(c, step));
+    }
+
+    /// Run `work_ns` of disk `d`'s CPU work: on the disk's own cores, and when the disks share
+    /// one machine on its cores too (the later finish counts).
+    fn disk_cpu(&mut self, now: SimTime, d: usize, work_ns: u64) -> (SimTime, u64) {
+        let cores = &mut self.disks[d].cpu;
+        let before = cores.busy_ns;
+        let mut f = cores.run(now, work_ns);
+        let busy = cores.busy_ns - before;
+        if let Some(m) = &mut self.machine {
+            f = f.max(m.run(now, work_ns));
+        }
+        (f, busy)
+    }
+
+    /// The host's combining work, on its cores (and the shared machine's).
+    fn host_cpu(&mut self, now: SimTime, work_ns: u64) -> (SimTime, u64) {
+        let before = self.host.busy_ns;
+        let mut f = self.host.run(now, work_ns);
+        let busy = self.host.busy_ns - before;
+        if let Some(m) = &mut self.machine {
+            let scaled = (work_ns as f64 / self.host_speed) as u64;
+            f = f.max(m.run(now, scaled));
+        }
+        (f, busy)
+    }
+
+    fn handle(&mut self, now: SimTime, event: Event) {
+        match event {
+            Event::Start(j) => self.start(now, j),
+            Event::End(j) => self.end(j),
+            Event::Chunk(c, step) => self.step(now, c, step),
+        }
+    }
+
+    fn step(&mut self, now: SimTime, c: Chunk, step: Step) {
+        let chunks = self.chunks;
+        let (j, d) = (c.job as usize, c.disk as usize);
+        let w = &self.plans[j].work.disks[d];
+        let amount = |v: f64| part(v, c.chunk, chunks);
+        let (read, cpu, written, exchanged, shipped) = (
+            amount(w.bytes_read),
+            amount(w.cpu_ns),
+            amount(w.bytes_written),
+            amount(w.bytes_shipped_disks),
+            amount(w.bytes_shipped_host),
+        );
+        let disk = &mut self.disks[d];
+        match step {
+            Step::Read => {
+                let before = disk.storage.busy_ns();
+                let f = disk.storage.serve(now, DiskOp::Read, read);
+                self.jobs[j].disk_busy[d][1] += disk.storage.busy_ns() - before;
+                self.then(f, c, Step::Compute);
+            }
+            Step::Compute => {
+                let (f, busy) = self.disk_cpu(now, d, cpu);
+                self.jobs[j].disk_busy[d][0] += busy;
+                let forks = u64::from(written > 0) + u64::from(exchanged > 0);
+                self.jobs[j].pending += forks;
+                if written > 0 {
+                    self.then(f, c, Step::Write);
+                }
+                if exchanged > 0 {
+                    self.then(f, c, Step::Exchange);
+                }
+                self.then(f, c, Step::HostLink);
+            }
+            Step::Write => {
+                let before = disk.storage.busy_ns();
+                let f = disk.storage.serve(now, DiskOp::Write, written);
+                self.jobs[j].disk_busy[d][1] += disk.storage.busy_ns() - before;
+                self.finish_path(c, f);
+            }
+            Step::Exchange => {
+                let before = disk.disk_link.busy_ns;
+                let f = disk.disk_link.send(now, exchanged);
+                self.jobs[j].disk_busy[d][3] += disk.disk_link.busy_ns - before;
+                self.finish_path(c, f);
+            }
+            Step::HostLink => {
+                let before = disk.host_link.busy_ns;
+                let f = disk.host_link.send(now, shipped);
+                self.jobs[j].disk_busy[d][2] += disk.host_link.busy_ns - before;
+                self.then(f, c, Step::Nic);
+            }
+            Step::Nic => {
+                let before = self.nic.busy_ns;
+                let f = self.nic.send(now, shipped);
+                self.jobs[j].busy.host_nic_ns += self.nic.busy_ns - before;
+                self.then(f, c, Step::Combine);
+            }
+            Step::Combine => {
+                let total = self.jobs[j].combine_ns * chunks as f64;
+                let (f, busy) = self.host_cpu(now, part(total, c.chunk, chunks));
+                self.jobs[j].busy.host_cpu_ns += busy;
+                self.finish_path(c, f);
+            }
+        }
+    }
+
+    /// Job `j`'s busy times: the busiest disk's per resource, per core where it has several.
+    fn busy(&self, j: usize) -> JobBusy {
+        let s = &self.jobs[j];
+        let max = |k: usize| s.disk_busy.iter().map(|b| b[k]).max().unwrap_or(0);
+        let disk_cores = self.disks.first().map_or(1, |d| d.cpu.spec.count as u64);
         JobBusy {
-            disk_cpu_ns: max(&|d| d.cpu.busy_per_core_ns()),
-            storage_ns: max(&|d| d.storage.busy_ns()),
-            host_link_ns: max(&|d| d.host_link.busy_ns),
-            disk_link_ns: max(&|d| d.disk_link.busy_ns),
-            host_nic_ns: self.nic.busy_ns,
-            host_cpu_ns: self.host.busy_per_core_ns(),
+            disk_cpu_ns: max(0) / disk_cores,
+            storage_ns: max(1),
+            host_link_ns: max(2),
+            disk_link_ns: max(3),
+            host_nic_ns: s.busy.host_nic_ns,
+            host_cpu_ns: s.busy.host_cpu_ns / self.host.spec.count as u64,
         }
     }
 }
 
-/// Simulate `job` starting at `start` on `cfg`.
+/// A simulated request: its jobs, and when its last job ended.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRun {
+    /// Per job, in the plans' order.
+    pub jobs: Vec<JobRun>,
+    /// When the last job ended.
+    pub end: SimTime,
+    /// Events processed.
+    pub events: u64,
+}
+
+/// Simulate the jobs of `plans` on `cfg`: those without dependencies start after their gaps
+/// from time 0, the others their gaps after the last of their dependencies ended.
 ///
 /// # Errors
 ///
 /// The storage model's message when its spec is not valid.
-pub fn run_job(job: &JobWork, cfg: &ReplayConfig, start: SimTime) -> Result<JobRun, String> {
-    let mut sim = JobSim::new(job, cfg, start)?;
+pub fn run_request(plans: &[JobPlan], cfg: &ReplayConfig) -> Result<RequestRun, String> {
+    let mut sim = RequestSim::new(plans, cfg)?;
+    for (j, p) in plans.iter().enumerate() {
+        if p.deps.is_empty() {
+            let at = SimTime::ZERO + sim.gap(j);
+            sim.queue.schedule_at(at, Event::Start(j));
+        }
+    }
     while let Some((now, e)) = sim.queue.pop() {
         sim.handle(now, e);
     }
-    Ok(JobRun {
-        end: sim.end,
-        busy: sim.busy(),
+    if let Some(j) = sim.jobs.iter().position(|s| !s.done) {
+        return Err(format!(
+            "job {j} never started: its dependencies form a cycle"
+        ));
+    }
+    let jobs: Vec<JobRun> = (0..plans.len())
+        .map(|j| JobRun {
+            start: sim.jobs[j].start,
+            end: sim.jobs[j].end,
+            busy: sim.busy(j),
+        })
+        .collect();
+    Ok(RequestRun {
+        end: jobs.iter().map(|r| r.end).max().unwrap_or(SimTime::ZERO),
+        jobs,
         events: sim.queue.processed(),
+    })
+}
+
+/// Simulate one job alone, starting at `start`.
+///
+/// # Errors
+///
+/// As [`run_request`].
+pub fn run_job(job: &JobWork, cfg: &ReplayConfig, start: SimTime) -> Result<JobRun, String> {
+    let plan = JobPlan {
+        work: job.clone(),
+        deps: vec![],
+        gap_ns: 0,
+    };
+    let run = run_request(std::slice::from_ref(&plan), cfg)?;
+    let r = &run.jobs[0];
+    Ok(JobRun {
+        start: r.start + SimDuration(start.0),
+        end: r.end + SimDuration(start.0),
+        busy: r.busy.clone(),
     })
 }
 

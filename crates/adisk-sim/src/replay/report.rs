@@ -4,8 +4,9 @@
 
 use super::config::{ReplayConfig, StorageKind};
 use super::pipeline::JobRun;
+use super::schedule::JobPlan;
 use super::trace::{JobStats, Recorded, Trace};
-use super::workload::{DiskWork, JobWork};
+use super::workload::DiskWork;
 use crate::time::SimDuration;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -63,6 +64,10 @@ pub struct JobPrediction {
     pub recorded_disks: u32,
     /// Disks it runs on in the replay.
     pub replayed_disks: u32,
+    /// Predicted start, ns after the request began.
+    pub predicted_start_ns: u64,
+    /// Jobs it waited for (they ended before it started when recorded).
+    pub after: Vec<usize>,
     /// Predicted duration, ns (one round trip included).
     pub predicted_ns: u64,
     /// Measured `wall_ns` of the job, on the recorded configuration when the trace has it.
@@ -82,8 +87,6 @@ pub struct JobPrediction {
     /// The longest recorded per-disk `wall_ns` of the job (beside the predicted time it shows
     /// how much of a disk's time the model leaves unexplained, e.g. I/O waits not in `cpu_ns`).
     pub recorded_disk_wall_ns_max: u64,
-    /// Events simulated.
-    pub events: u64,
 }
 
 fn share(busy_ns: u64, duration: SimDuration) -> f64 {
@@ -102,11 +105,12 @@ impl JobPrediction {
     pub fn new(
         index: usize,
         job: &JobStats,
-        work: &JobWork,
+        plan: &JobPlan,
         run: &JobRun,
-        duration: SimDuration,
         recorded_configuration: bool,
     ) -> JobPrediction {
+        let work = &plan.work;
+        let duration = run.end.since(run.start);
         let b = &run.busy;
         let shares = Shares {
             disk_cpu: share(b.disk_cpu_ns, duration),
@@ -121,6 +125,8 @@ impl JobPrediction {
             description: job.description.clone(),
             recorded_disks: work.recorded_disks,
             replayed_disks: work.disks.len() as u32,
+            predicted_start_ns: run.start.0,
+            after: plan.deps.clone(),
             predicted_ns: duration.0,
             measured_ns: (recorded_configuration && job.wall_ns > 0).then_some(job.wall_ns),
             bottleneck: shares.bottleneck().into(),
@@ -130,7 +136,6 @@ impl JobPrediction {
             recorded_totals: work.totals.clone(),
             host_combine_ns: job.host_combine_ns,
             recorded_disk_wall_ns_max: job.disks.iter().map(|d| d.wall_ns).max().unwrap_or(0),
-            events: run.events,
         }
     }
 }
@@ -152,6 +157,11 @@ pub struct ReplayReport {
     pub jobs: Vec<JobPrediction>,
     /// The host's final work after the last job, ns.
     pub host_final_ns: u64,
+    /// Whether the trace had start times (jobs overlap as recorded, host gaps kept) or its
+    /// jobs ran one after another.
+    pub timed: bool,
+    /// Events simulated.
+    pub events: u64,
     /// Predicted end-to-end time, ns.
     pub predicted_ns: u64,
     /// Measured end-to-end time (on the recorded configuration).
@@ -167,7 +177,7 @@ impl ReplayReport {
         config: ReplayConfig,
         recorded_configuration: bool,
         jobs: Vec<JobPrediction>,
-        host_final_ns: u64,
+        (host_final_ns, timed, events): (u64, bool, u64),
         predicted_ns: u64,
     ) -> ReplayReport {
         let measured_ns = (recorded_configuration && trace.wall_ns > 0).then_some(trace.wall_ns);
@@ -183,6 +193,8 @@ impl ReplayReport {
             recorded_configuration,
             jobs,
             host_final_ns,
+            timed,
+            events,
             predicted_ns,
             measured_ns,
             error_percent,
@@ -212,9 +224,10 @@ impl ReplayReport {
         }
         let _ = writeln!(
             s,
-            "{:>3} {:>9} {:>12} {:>12} {:<11} {:>8} {:>7} {:>9} {:>8} {:>10} {:>8} {:>9}",
+            "{:>3} {:>9} {:>10} {:>12} {:>12} {:<11} {:>8} {:>7} {:>9} {:>8} {:>10} {:>8} {:>9}",
             "job",
             "disks",
+            "starts",
             "predicted",
             "measured",
             "bottleneck",
@@ -230,9 +243,10 @@ impl ReplayReport {
             let sh = &j.shares;
             let _ = writeln!(
                 s,
-                "{:>3} {:>9} {:>12} {:>12} {:<11} {:>8.2} {:>7.2} {:>9.2} {:>8.2} {:>10.2} {:>8.2} {:>9.2}",
+                "{:>3} {:>9} {:>10} {:>12} {:>12} {:<11} {:>8.2} {:>7.2} {:>9.2} {:>8.2} {:>10.2} {:>8.2} {:>9.2}",
                 j.index,
                 format!("{}→{}", j.recorded_disks, j.replayed_disks),
+                ms(j.predicted_start_ns),
                 ms(j.predicted_ns),
                 j.measured_ns.map_or("-".into(), ms),
                 j.bottleneck,
@@ -243,6 +257,12 @@ impl ReplayReport {
                 sh.disk_links,
                 sh.host_cpu,
                 j.skew_cpu_max_over_mean
+            );
+        }
+        if !self.timed {
+            let _ = writeln!(
+                s,
+                "(no start times in the trace: jobs replayed one after another)"
             );
         }
         let _ = writeln!(s, "host final work: {}", ms(self.host_final_ns));

@@ -31,6 +31,8 @@ pub struct Trace {
     pub wall_ns: u64,
     /// Host CPU time of the final work after the last job's combine, ns.
     pub host_ns: u64,
+    /// CPU time of the host process while the plan ran, ns (0: not measured).
+    pub host_cpu_ns: u64,
     /// Disk job rounds, in the order they ran (one after another).
     pub jobs: Vec<JobStats>,
 }
@@ -53,6 +55,9 @@ pub struct Recorded {
     pub disk_read_bytes_per_s: Option<f64>,
     /// Measured host↔disk round trip, ns.
     pub rtt_ns: u64,
+    /// Cores of the one machine the host and every disk ran on (a local cluster); `None`:
+    /// each disk on a machine of its own.
+    pub shared_cpus: Option<f64>,
 }
 
 /// One disk job round on the cluster.
@@ -95,12 +100,19 @@ pub struct DiskJobStats {
     pub bytes_shipped_disks: u64,
     /// CPU time of the whole job at this disk (reading, decoding, stages), ns.
     pub cpu_ns: u64,
+    /// CPU time of the whole disk process while the job ran, ns (0: not measured).
+    pub process_cpu_ns: u64,
     /// Wall time of the job at this disk, ns.
     pub wall_ns: u64,
     /// Time waiting for the memory grant before the job started, ns.
     pub admission_wait_ns: u64,
     /// Bytes written to the disk's storage.
     pub bytes_written: u64,
+    /// When the host started the job on this disk, ns after the request began (0: not
+    /// recorded).
+    pub started_ns: u64,
+    /// Wall time of the job as the host saw it, ns (0: not recorded).
+    pub host_wall_ns: u64,
     /// Stages.
     pub stages: Vec<StageStats>,
 }
@@ -206,6 +218,14 @@ fn validate(path: &str, trace: &Trace) -> Result<(), SimError> {
         return Err(invalid(
             "recorded.disk_cpus",
             format!("must be >= 0, got {}", r.disk_cpus),
+        ));
+    }
+    if let Some(v) = r.shared_cpus
+        && !(v.is_finite() && v >= 0.0)
+    {
+        return Err(invalid(
+            "recorded.shared_cpus",
+            format!("must be >= 0, got {v}"),
         ));
     }
     for (key, rate) in [

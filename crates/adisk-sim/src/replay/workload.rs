@@ -25,18 +25,25 @@ pub struct DiskWork {
     /// Wait for the memory grant before the job started, ns (a time: averaged, not summed,
     /// when disks are merged or split).
     pub admission_wait_ns: f64,
+    /// When the host started the job on this disk after it started the job's first disk, ns
+    /// (a time, like `admission_wait_ns`).
+    pub start_offset_ns: f64,
 }
 
 impl DiskWork {
-    fn from_stats(d: &DiskJobStats) -> DiskWork {
+    /// `d`'s work; its CPU is the larger of the job's own and the disk process's while the
+    /// job ran (which adds the transport's and the runtime's). `job_start`: when the host
+    /// started the job's first disk.
+    fn from_stats(d: &DiskJobStats, job_start: u64) -> DiskWork {
         DiskWork {
             bytes_read: d.bytes_read as f64,
             bytes_written: d.bytes_written as f64,
-            cpu_ns: d.cpu_ns as f64,
+            cpu_ns: d.cpu_ns.max(d.process_cpu_ns) as f64,
             decode_cpu_ns: d.decode_cpu_ns() as f64,
             bytes_shipped_host: d.bytes_shipped_host as f64,
             bytes_shipped_disks: d.bytes_shipped_disks as f64,
             admission_wait_ns: d.admission_wait_ns as f64,
+            start_offset_ns: d.started_ns.saturating_sub(job_start) as f64,
         }
     }
     /// `self + w · other` for the volumes; the admission wait is left to the caller.
@@ -72,11 +79,16 @@ pub struct JobWork {
 /// (at least 1, at most `cfg.disks`): a job that used every recorded disk uses every replayed one.
 pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobWork {
     let mut by_disk: BTreeMap<u32, DiskWork> = BTreeMap::new();
+    let job_start = job.disks.iter().map(|d| d.started_ns).min().unwrap_or(0);
     for d in &job.disks {
-        let w = DiskWork::from_stats(d);
+        let w = DiskWork::from_stats(d, job_start);
+        let fresh = !by_disk.contains_key(&d.disk_id);
         let slot = by_disk.entry(d.disk_id).or_default();
         slot.add_scaled(&w, 1.0);
         slot.admission_wait_ns = slot.admission_wait_ns.max(w.admission_wait_ns);
+        if fresh || w.start_offset_ns < slot.start_offset_ns {
+            slot.start_offset_ns = w.start_offset_ns;
+        }
     }
     let recorded: Vec<DiskWork> = by_disk.into_values().collect();
     let r = recorded.len() as u32;
@@ -86,6 +98,7 @@ pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobW
     for w in &recorded {
         totals.add_scaled(w, 1.0);
         totals.admission_wait_ns += w.admission_wait_ns / r as f64;
+        totals.start_offset_ns += w.start_offset_ns / r as f64;
     }
     let disks = match cfg.skew {
         SkewMode::Mean => vec![mean_of(&totals, n); n as usize],
@@ -105,6 +118,7 @@ fn mean_of(totals: &DiskWork, n: u32) -> DiskWork {
     let mut w = DiskWork::default();
     w.add_scaled(totals, 1.0 / n as f64);
     w.admission_wait_ns = totals.admission_wait_ns;
+    w.start_offset_ns = totals.start_offset_ns;
     w
 }
 
@@ -118,15 +132,17 @@ fn spread(recorded: &[DiskWork], n: u32) -> Vec<DiskWork> {
         .map(|k| {
             let (lo, hi) = (k as f64 * width, (k + 1) as f64 * width);
             let mut w = DiskWork::default();
-            let mut wait = 0.0;
+            let (mut wait, mut offset) = (0.0, 0.0);
             let first = lo.floor() as usize;
             let last = (hi.ceil() as usize).min(recorded.len());
             for (i, rec) in recorded.iter().enumerate().take(last).skip(first) {
                 let overlap = (hi.min(i as f64 + 1.0) - lo.max(i as f64)).max(0.0);
                 w.add_scaled(rec, overlap);
                 wait += overlap * rec.admission_wait_ns;
+                offset += overlap * rec.start_offset_ns;
             }
             w.admission_wait_ns = wait / width;
+            w.start_offset_ns = offset / width;
             w
         })
         .collect()
