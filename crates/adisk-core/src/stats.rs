@@ -112,13 +112,22 @@ pub struct DiskJobStats {
 
 /// CPU time of this process, every thread, in ns (0 when the clock cannot be read).
 pub fn process_cpu_ns() -> u64 {
+    cpu_clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time of the calling thread, in ns (0 when the clock cannot be read).
+pub fn thread_cpu_ns() -> u64 {
+    cpu_clock_ns(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn cpu_clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_PROCESS_CPUTIME_ID is
-    // always valid on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    // SAFETY: clock_gettime writes into the timespec we pass; the process and thread CPU
+    // clocks are always valid on Linux.
+    let rc = unsafe { libc::clock_gettime(clock, &mut ts) };
     if rc != 0 {
         return 0;
     }

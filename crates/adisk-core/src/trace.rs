@@ -62,6 +62,10 @@ pub struct Recorded {
     /// share them); None: each disk on a machine of its own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shared_cpus: Option<f64>,
+    /// The disks' emulated processor speed (`adisk disk --cpu-speed`: their CPU figures are
+    /// this machine's, their steps took 1/speed as long); None: the machine's speed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk_cpu_speed: Option<f64>,
 }
 
 /// One job of a trace: its disks' statistics.

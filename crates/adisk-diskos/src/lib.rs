@@ -47,16 +47,4 @@ pub(crate) use error::df_err;
 pub use error::{DiskOsError, Result};
 pub use job::{DiskOs, DiskOsConfig};
 
-/// CPU time of the calling thread, in ns.
-pub fn thread_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we pass; CLOCK_THREAD_CPUTIME_ID is always valid on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    if rc != 0 {
-        return 0;
-    }
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub use adisk_core::stats::thread_cpu_ns;

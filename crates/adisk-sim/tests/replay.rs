@@ -523,3 +523,16 @@ fn disks_sharing_a_machine_share_its_cores() {
     };
     assert!(bad.resolve("t", &t.recorded).is_err());
 }
+
+#[test]
+fn a_recording_at_an_emulated_speed_replays_its_slower_disks() {
+    let mut v = trace_json(2, 200 * MS, 1_000_000, 4_000, 410 * MS);
+    let full = replay_with(&parse(&v), ReplayFile::default());
+    v["recorded"]["disk_cpu_speed"] = json!(0.5);
+    let half = replay_with(&parse(&v), ReplayFile::default());
+    let r = ratio(half.jobs[0].predicted_ns, full.jobs[0].predicted_ns);
+    assert!((r - 2.0).abs() < 0.1, "disks at half speed: ×{r}");
+    v["recorded"]["disk_cpu_speed"] = json!(1.5);
+    let e = trace::parse("t.json", &v.to_string()).unwrap_err();
+    assert!(e.to_string().contains("disk_cpu_speed"), "{e}");
+}

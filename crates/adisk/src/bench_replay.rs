@@ -33,6 +33,9 @@ pub struct ReplayBenchArgs {
     /// Each disk's CPU limit, cores' worth (`adisk up --disk-cpus`; needs root).
     #[arg(long)]
     pub disk_cpus: Option<f64>,
+    /// Each disk's emulated processor speed (`adisk up --disk-cpu-speed`).
+    #[arg(long)]
+    pub disk_cpu_speed: Option<f64>,
     /// Each disk's read-rate limit, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub disk_read_mbps: u64,
@@ -79,6 +82,7 @@ pub async fn run(dir: &Path, a: ReplayBenchArgs) -> Result<(), CliError> {
         memory_mib: a.memory_mib,
         disk_read_mbps: a.disk_read_mbps,
         disk_cpus: a.disk_cpus,
+        disk_cpu_speed: a.disk_cpu_speed,
         ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;
@@ -148,7 +152,10 @@ fn print(a: &ReplayBenchArgs, points: &[Point]) {
         a.sf,
         a.disks,
         a.disk_cpus
-            .map_or(String::new(), |c| format!(" limited to {c} cores each")),
+            .map_or(String::new(), |c| format!(" limited to {c} cores each"))
+            + &a.disk_cpu_speed.map_or(String::new(), |s| format!(
+                " at {s} of this machine's speed"
+            )),
         a.repeats.max(1)
     );
     println!(

@@ -103,5 +103,11 @@ async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
         disk_read_bytes_per_s: (read_mbps > 0).then(|| read_mbps as f64 * 1e6 / 8.0),
         rtt_ns: figures.rtt.map_or(0, |rtt| rtt.as_nanos() as u64),
         shared_cpus: local.then_some(f64::from(machine)),
+        disk_cpu_speed: config
+            .disks
+            .iter()
+            .map(|d| d.cpu_speed)
+            .collect::<Option<Vec<f64>>>()
+            .and_then(|s| s.into_iter().reduce(f64::min)),
     }
 }

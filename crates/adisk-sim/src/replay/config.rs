@@ -169,6 +169,9 @@ pub struct ReplayConfig {
     pub disk_cpu_speed: f64,
     /// Cores per disk.
     pub disk_cpus: f64,
+    /// The recording's emulated disk processor speed (1: the machine's): `disk_cpu_speed` is
+    /// relative to it.
+    pub recorded_disk_cpu_speed: f64,
     /// Host CPU speed relative to the recording's.
     pub host_cpu_speed: f64,
     /// Host cores.
@@ -307,6 +310,7 @@ impl ReplayFile {
             disks,
             disk_cpu_speed: self.disk_cpu_speed.unwrap_or(1.0),
             disk_cpus: self.disk_cpus.unwrap_or(recorded_cpus),
+            recorded_disk_cpu_speed: rec.disk_cpu_speed.unwrap_or(1.0),
             host_cpu_speed: self.host_cpu_speed.unwrap_or(1.0),
             host_cpus: self.host_cpus.unwrap_or(rec.host_cpus.max(1)),
             shared_cpus: self.shared_cpus.or(rec.shared_cpus).filter(|c| *c != 0.0),

@@ -302,7 +302,11 @@ impl<'a> RequestSim<'a> {
         let disks = (0..width)
             .map(|_| Disk {
                 storage: proto.instance(),
-                cpu: Cores::new(cfg.disk_cpus, cfg.disk_cpu_speed),
+                // A recorded emulated speed slows the disk's own cores, not the machine's.
+                cpu: Cores::new(
+                    cfg.disk_cpus,
+                    cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed,
+                ),
                 host_link: Link::new(cfg.host_link_bytes_per_s, cfg.rtt_ns - half_rtt),
                 disk_link: Link::new(cfg.disk_link_bytes_per_s, 0),
             })

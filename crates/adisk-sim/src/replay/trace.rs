@@ -58,6 +58,9 @@ pub struct Recorded {
     /// Cores of the one machine the host and every disk ran on (a local cluster); `None`:
     /// each disk on a machine of its own.
     pub shared_cpus: Option<f64>,
+    /// The disks' emulated processor speed (their CPU figures are the machine's; each step
+    /// took 1/speed as long); `None`: the machine's speed.
+    pub disk_cpu_speed: Option<f64>,
 }
 
 /// One disk job round on the cluster.
@@ -218,6 +221,14 @@ fn validate(path: &str, trace: &Trace) -> Result<(), SimError> {
         return Err(invalid(
             "recorded.disk_cpus",
             format!("must be >= 0, got {}", r.disk_cpus),
+        ));
+    }
+    if let Some(v) = r.disk_cpu_speed
+        && !(v.is_finite() && v > 0.0 && v <= 1.0)
+    {
+        return Err(invalid(
+            "recorded.disk_cpu_speed",
+            format!("must be > 0 and <= 1, got {v}"),
         ));
     }
     if let Some(v) = r.shared_cpus
