@@ -302,8 +302,16 @@ pub fn describe(c: &ReplayConfig) -> String {
         StorageKind::Hdd => "hdd (model::disk)".into(),
         StorageKind::Ssd => "ssd (model::ssd)".into(),
     };
+    let shared = c.shared_cpus.map_or(String::new(), |n| {
+        format!(" · disks and host on one machine of {n} core(s)")
+    });
+    let emulated = if c.recorded_disk_cpu_speed == 1.0 {
+        String::new()
+    } else {
+        format!(" (recorded at an emulated ×{})", c.recorded_disk_cpu_speed)
+    };
     format!(
-        "{} disks · disk CPU ×{} on {} core(s) · host CPU ×{} on {} core(s) · host link {} per disk · host NIC {} · disk links {} · storage {} · rtt {:.3} ms · {} chunks/disk · skew {:?}",
+        "{} disks · disk CPU ×{}{emulated} on {} core(s){shared} · host CPU ×{} on {} core(s) · host link {} per disk · host NIC {} · disk links {} · storage {} · rtt {:.3} ms · {} chunks/disk · skew {:?}",
         c.disks,
         c.disk_cpu_speed,
         c.disk_cpus,
