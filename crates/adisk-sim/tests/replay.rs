@@ -536,3 +536,12 @@ fn a_recording_at_an_emulated_speed_replays_its_slower_disks() {
     let e = trace::parse("t.json", &v.to_string()).unwrap_err();
     assert!(e.to_string().contains("disk_cpu_speed"), "{e}");
 }
+
+#[test]
+fn a_trace_with_too_many_jobs_is_refused() {
+    let mut v = trace_json(1, MS, 1_000, 10, 2 * MS);
+    let job = v["jobs"][0].clone();
+    v["jobs"] = json!(vec![job; trace::MAX_JOBS + 1]);
+    let e = trace::parse("t.json", &v.to_string()).unwrap_err();
+    assert!(e.to_string().contains("at most"), "{e}");
+}

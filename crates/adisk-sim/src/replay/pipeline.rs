@@ -266,6 +266,8 @@ struct RequestSim<'a> {
     queue: EventQueue<Event>,
     plans: &'a [JobPlan],
     jobs: Vec<JobState>,
+    /// Per job, the jobs that wait for it.
+    dependents: Vec<Vec<usize>>,
     disks: Vec<Disk>,
     nic: Link,
     host: Cores,
@@ -323,10 +325,19 @@ impl<'a> RequestSim<'a> {
                 }
             })
             .collect();
+        let mut dependents = vec![Vec::new(); plans.len()];
+        for (k, p) in plans.iter().enumerate() {
+            for &d in &p.deps {
+                if let Some(list) = dependents.get_mut(d) {
+                    list.push(k);
+                }
+            }
+        }
         Ok(RequestSim {
             queue: EventQueue::new(),
             plans,
             jobs,
+            dependents,
             disks,
             nic: Link::new(cfg.host_nic_bytes_per_s, 0),
             host: Cores::new(cfg.host_cpus as f64, cfg.host_cpu_speed),
@@ -376,13 +387,12 @@ impl<'a> RequestSim<'a> {
     fn end(&mut self, j: usize) {
         self.jobs[j].done = true;
         let end = self.jobs[j].end;
-        for k in 0..self.plans.len() {
-            if self.plans[k].deps.contains(&j) {
-                self.jobs[k].waiting_for -= 1;
-                if self.jobs[k].waiting_for == 0 {
-                    let at = end + self.gap(k);
-                    self.queue.schedule_at(at, Event::Start(k));
-                }
+        for i in 0..self.dependents[j].len() {
+            let k = self.dependents[j][i];
+            self.jobs[k].waiting_for -= 1;
+            if self.jobs[k].waiting_for == 0 {
+                let at = end + self.gap(k);
+                self.queue.schedule_at(at, Event::Start(k));
             }
         }
     }

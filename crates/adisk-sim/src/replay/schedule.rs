@@ -79,8 +79,15 @@ pub fn schedule(trace: &Trace, cfg: &ReplayConfig) -> Schedule {
         .iter()
         .zip(&spans)
         .map(|(j, &(start, _))| {
-            let deps: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].1 <= start).collect();
-            let ready = deps.iter().map(|&i| spans[i].1).max().unwrap_or(0);
+            let ended: Vec<usize> = (0..spans.len()).filter(|&i| spans[i].1 <= start).collect();
+            let ready = ended.iter().map(|&i| spans[i].1).max().unwrap_or(0);
+            // Only the jobs not already waited for through another: one that ended before
+            // the last of them started is implied (the replay keeps that order too).
+            let last_start = ended.iter().map(|&i| spans[i].0).max().unwrap_or(0);
+            let deps = ended
+                .into_iter()
+                .filter(|&i| spans[i].1 > last_start)
+                .collect();
             JobPlan {
                 work: work(j),
                 deps,
@@ -187,6 +194,14 @@ mod tests {
         // A trace that has the jobs' own combining keeps it.
         t.jobs[1].host_combine_ns = 3;
         assert_eq!(plan(&t).jobs[1].work.host_combine_ns, 3.0);
+    }
+
+    #[test]
+    fn a_job_waits_only_for_those_not_waited_for_through_another() {
+        // A chain: 1 after 0, 2 after 1 (and so after 0).
+        let t = trace(vec![job(0, 10), job(12, 10), job(25, 10)], 40);
+        let deps: Vec<Vec<usize>> = plan(&t).jobs.into_iter().map(|j| j.deps).collect();
+        assert_eq!(deps, [vec![], vec![0], vec![1]]);
     }
 
     #[test]

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 pub const TRACE_FORMAT: &str = "adisk-trace";
 /// The trace version this simulator reads.
 pub const TRACE_VERSION: u64 = 1;
+/// Most jobs a trace may hold (finding which jobs wait for which is quadratic in them).
+pub const MAX_JOBS: usize = 10_000;
 
 /// A whole trace.
 #[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq)]
@@ -209,6 +211,12 @@ fn validate(path: &str, trace: &Trace) -> Result<(), SimError> {
     };
     if trace.recorded.disks == 0 {
         return Err(SimError::TraceNoDisks { path: path.into() });
+    }
+    if trace.jobs.len() > MAX_JOBS {
+        return Err(invalid(
+            "jobs",
+            format!("at most {MAX_JOBS} jobs, got {}", trace.jobs.len()),
+        ));
     }
     if let Some(job) = trace.jobs.iter().position(|j| j.disks.is_empty()) {
         return Err(SimError::TraceEmptyJob {
