@@ -7,6 +7,8 @@
 //! key_file = "cluster.key"    # the cluster's secret (made by `adisk up`; see auth)
 //! disk_timeout_ms = 10000     # a disk silent this long is unreachable
 //!
+//! costs = "costs.toml"        # `auto`'s measured costs (`adisk calibrate`; absent: built-in)
+//!
 //! [cluster.tls]               # TLS on every link (absent: plaintext; see crate::tls)
 //! ca = "tls/ca.pem"           # the cluster's CA (`adisk cert ca`)
 //! cert = "tls/host.pem"       # the host's certificate and key (`adisk cert issue`)
@@ -94,6 +96,10 @@ pub struct ClusterSection {
     /// own certificate and key. Absent: plaintext links.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsFiles>,
+    /// The cost file `auto` prices plans with (`adisk calibrate`, [`crate::calibration`]);
+    /// relative paths are read from the directory of `cluster.toml`. Absent: built-in rates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub costs: Option<PathBuf>,
 }
 
 /// A member's TLS files (PEM): `[cluster.tls]` for the host, `adisk disk --tls-*` for a
@@ -364,6 +370,11 @@ impl ClusterConfig {
         }
         if let (Some(tls), Some(dir)) = (&mut config.cluster.tls, path.parent()) {
             tls.resolve(dir);
+        }
+        if let (Some(costs), Some(dir)) = (&config.cluster.costs, path.parent())
+            && costs.is_relative()
+        {
+            config.cluster.costs = Some(dir.join(costs));
         }
         Ok(config)
     }

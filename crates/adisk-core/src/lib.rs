@@ -13,6 +13,8 @@
 //! * [`stats`]: per-job, per-stage statistics (bytes read / skipped / shipped, rows, CPU, memory).
 //! * [`hash`]: a stable, platform-independent hash of Arrow columns, shared by `partition`
 //!   and `bloom_probe` at the disks and the Bloom-filter build at the host.
+//! * [`calibration`]: `costs.toml`, the per-operator costs `adisk calibrate` measures, read by
+//!   `auto` and the simulator.
 //! * [`auth`]: the cluster secret and the per-request tokens every member checks.
 //! * [`endpoint`]: tickets a host seals for a client to read one disk's part of a result.
 //! * [`bloom`]: the Bloom filter the host builds and the disks probe.
@@ -25,6 +27,7 @@
 pub mod auth;
 pub mod bloom;
 pub mod builder;
+pub mod calibration;
 pub mod config;
 pub mod endpoint;
 pub mod graph;

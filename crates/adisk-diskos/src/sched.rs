@@ -25,7 +25,7 @@ use crate::{DiskOsError, Result};
 use futures::future::{Either, select};
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::{oneshot, watch};
@@ -220,7 +220,15 @@ pub struct FairScheduler {
     queue: Mutex<FairQueue<oneshot::Sender<SlotPermit>>>,
     /// `1/speed − 1`: the pause after a step, per ns of its CPU time (0: none).
     stretch: f64,
+    /// Emulated time owed by the steps so far and not yet paused for, ns (negative: a sleep
+    /// overshot, and the next pauses are shorter by as much).
+    owed_ns: AtomicI64,
 }
+
+/// The shortest pause of an emulated slower processor. A sleep overshoots by tens of µs,
+/// which would double a 50 µs step's stretch: small debts add up until they reach this, and
+/// each pause's overshoot is taken off the next, so the long-run rate is exact.
+const MIN_PAUSE_NS: i64 = 2_000_000;
 
 impl FairScheduler {
     /// A scheduler of `slots` slots (at least 1) for which at most `max_waiters` steps wait.
@@ -229,9 +237,10 @@ impl FairScheduler {
     }
 
     /// As [`FairScheduler::new`] on an emulated processor `speed` times as fast as this
-    /// machine's cores (0 < speed ≤ 1; anything else is 1): each step pauses for its CPU time
-    /// × (1/speed − 1) before it returns its slot, so the slots do `speed` of the work they
-    /// would, while the real core is free for other processes (other emulated disks).
+    /// machine's cores (0 < speed ≤ 1; anything else is 1): each step owes its CPU time
+    /// × (1/speed − 1), paid as a pause before a step returns its slot (in pauses of at least
+    /// [`MIN_PAUSE_NS`]), so the slots do `speed` of the work they would, while the real core
+    /// is free for other processes (other emulated disks).
     pub fn with_speed(slots: u32, max_waiters: u32, speed: f64) -> Arc<Self> {
         let stretch = if speed.is_finite() && speed > 0.0 && speed < 1.0 {
             1.0 / speed - 1.0
@@ -241,7 +250,30 @@ impl FairScheduler {
         Arc::new(FairScheduler {
             queue: Mutex::new(FairQueue::new(slots, max_waiters)),
             stretch,
+            owed_ns: AtomicI64::new(0),
         })
+    }
+
+    /// Adds a step of `cpu_ns` to the emulated time owed, and pauses the calling (blocking)
+    /// thread for all of it once it reaches [`MIN_PAUSE_NS`].
+    fn stretch_step(&self, cpu_ns: u64) {
+        if self.stretch <= 0.0 {
+            return;
+        }
+        let step = (cpu_ns as f64 * self.stretch) as i64;
+        if self.owed_ns.fetch_add(step, Ordering::SeqCst) + step < MIN_PAUSE_NS {
+            return;
+        }
+        let claimed = self.owed_ns.swap(0, Ordering::SeqCst);
+        if claimed < MIN_PAUSE_NS {
+            // Another step claimed it first.
+            self.owed_ns.fetch_add(claimed, Ordering::SeqCst);
+            return;
+        }
+        let t = Instant::now();
+        std::thread::sleep(std::time::Duration::from_nanos(claimed as u64));
+        let slept = t.elapsed().as_nanos().min(i64::MAX as u128) as i64;
+        self.owed_ns.fetch_add(claimed - slept, Ordering::SeqCst);
     }
 
     /// Slots nobody holds, and steps waiting for one.
@@ -359,13 +391,9 @@ impl Slot {
     fn charge(&mut self) -> u64 {
         self.permit.cpu_ns = crate::thread_cpu_ns().saturating_sub(self.cpu_start_ns);
         self.charged = true;
-        let stretch = self.permit.scheduler.stretch;
-        if stretch > 0.0 {
-            // An emulated slower processor: the slot stays taken for the rest of the time
-            // the step would have needed (this is a blocking thread).
-            let pause = (self.permit.cpu_ns as f64 * stretch) as u64;
-            std::thread::sleep(std::time::Duration::from_nanos(pause));
-        }
+        // An emulated slower processor: the slot stays taken for the rest of the time the
+        // step would have needed (this is a blocking thread).
+        self.permit.scheduler.stretch_step(self.permit.cpu_ns);
         self.permit.cpu_ns
     }
 }
@@ -654,5 +682,22 @@ mod tests {
         for bad in [0.0, -1.0, f64::NAN, 1.0, 2.0] {
             assert_eq!(FairScheduler::with_speed(1, 8, bad).stretch, 0.0, "{bad}");
         }
+    }
+
+    #[test]
+    fn small_steps_owe_their_pause_until_it_is_worth_a_sleep_and_overshoot_is_paid_back() {
+        let half = FairScheduler::with_speed(1, 8, 0.5);
+        let t = Instant::now();
+        half.stretch_step(1_000_000);
+        assert_eq!(
+            half.owed_ns.load(Ordering::SeqCst),
+            1_000_000,
+            "owed, not slept"
+        );
+        half.stretch_step(1_500_000);
+        let took = t.elapsed();
+        assert!(took >= Duration::from_micros(2_500), "{took:?}");
+        // The sleep never ends early, so what is left is its overshoot, owed back.
+        assert!(half.owed_ns.load(Ordering::SeqCst) <= 0);
     }
 }

@@ -364,6 +364,11 @@ pub struct WorkloadConfig {
     /// Override named cost parameters (see [`crate::costs`]); unknown names are rejected.
     #[serde(default)]
     pub cost_overrides: BTreeMap<String, f64>,
+    /// A cost file measured by `adisk calibrate` (relative to the experiment file): its
+    /// `[sim]` costs, in cycles of the machine it measured, replace the defaults it names;
+    /// `cost_overrides` still apply on top.
+    #[serde(default)]
+    pub calibration: Option<std::path::PathBuf>,
 }
 
 /// Which system runs and at what granularity.

@@ -253,8 +253,14 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
             reason: r,
         }
     };
-    let costs = Costs::new(&exp.workload.cost_overrides).map_err(cost_err)?;
-    let mut merged = exp.workload.cost_overrides.clone();
+    let mut named = calibrated(path, &exp.workload).map_err(|reason| SimError::Config {
+        file: file.clone(),
+        key: "workload.calibration".into(),
+        reason,
+    })?;
+    named.extend(exp.workload.cost_overrides.clone());
+    let costs = Costs::new(&named).map_err(cost_err)?;
+    let mut merged = named;
     merged.extend(sys.worker_cost_overrides.clone());
     let worker_costs = Costs::new(&merged).map_err(|r| {
         let r = r.replace(
@@ -298,6 +304,43 @@ pub fn run_point(path: &Path, p: &Point, seed: Option<u64>) -> Result<RunReport,
 /// increased from two to four and eight respectively"; §3: only "Sort, Join and Datacube"
 /// were traced "for multiple memory sizes". A workload that does not take the memory as a
 /// parameter keeps the base configuration's tables; the added memory holds the added buffers.
+/// The `[sim]` costs of the experiment's `workload.calibration` file (`adisk calibrate`),
+/// its path relative to the experiment file's directory; none without one.
+fn calibrated(
+    experiment: &Path,
+    w: &config::WorkloadConfig,
+) -> Result<std::collections::BTreeMap<String, f64>, String> {
+    let Some(file) = &w.calibration else {
+        return Ok(Default::default());
+    };
+    let path = match experiment.parent() {
+        Some(dir) if file.is_relative() => dir.join(file),
+        _ => file.clone(),
+    };
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read cost file {}: {e}", path.display()))?;
+    let value: toml::Value = toml::from_str(&text)
+        .map_err(|e| format!("cost file {} is malformed: {e}", path.display()))?;
+    let Some(sim) = value.get("sim").and_then(toml::Value::as_table) else {
+        return Err(format!(
+            "cost file {} has no [sim] table (write it with `adisk calibrate`)",
+            path.display()
+        ));
+    };
+    sim.iter()
+        .map(|(k, v)| {
+            let v = v.as_float().or_else(|| v.as_integer().map(|i| i as f64));
+            match v {
+                Some(v) if v.is_finite() && v >= 0.0 => Ok((k.clone(), v)),
+                _ => Err(format!(
+                    "cost file {}: sim.{k} must be a number >= 0",
+                    path.display()
+                )),
+            }
+        })
+        .collect()
+}
+
 fn keep_base_tables(w: &config::WorkloadConfig, sys: &config::SystemConfig, ctx: &mut Wctx) {
     let (Some(false), Some(base_mb), ArchKind::ActiveDisks) =
         (w.memory_parametrised, sys.base_disk_memory_mb, sys.kind)

@@ -766,3 +766,62 @@ fn group_by_keeps_the_base_table_when_the_disk_memory_grows() {
     assert_eq!(note("ad_64mb"), base);
     assert_eq!(note("ad_128mb"), base);
 }
+
+/// Runs `text` as an experiment file in `dir`.
+fn run_in(dir: &Path, text: &str) -> Result<RunReport, SimError> {
+    let path = dir.join("exp.toml");
+    let l = experiment::load_str(&path, text)?;
+    let pts = experiment::points(&l, false)?;
+    experiment::run_point(&path, &pts[0], None)
+}
+
+#[test]
+fn a_calibration_files_sim_costs_replace_the_defaults_and_overrides_still_win() {
+    let good = std::fs::read_to_string(root().join("acharya/core-select.toml")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let with = |extra: &str| {
+        good.replacen(
+            "selectivity = 0.01",
+            &format!("selectivity = 0.01\n{extra}"),
+            1,
+        )
+    };
+    let base = run_in(dir.path(), &good).unwrap().total_s;
+    // A select this much dearer per byte at the disks is CPU-bound and takes far longer.
+    std::fs::write(
+        dir.path().join("costs.toml"),
+        "[machine]\ncpu = \"x\"\n[sim]\nselect_cycles_per_byte = 650.0\n",
+    )
+    .unwrap();
+    let slow = run_in(dir.path(), &with("calibration = \"costs.toml\"")).unwrap();
+    assert!(slow.total_s > 5.0 * base, "{} vs {base}", slow.total_s);
+    // cost_overrides apply on top of the file.
+    let back = with(
+        "calibration = \"costs.toml\"\n[workload.cost_overrides]\nselect_cycles_per_byte = 6.5",
+    );
+    let back = run_in(dir.path(), &back).unwrap().total_s;
+    assert!((back - base).abs() <= 1e-9 * base, "{back} vs {base}");
+
+    let bad = |text: &str, reason: &str| match run_in(dir.path(), text) {
+        Err(SimError::Config { key, reason: r, .. }) => {
+            assert!(key.contains("calibration"), "{key}: {r}");
+            assert!(r.contains(reason), "{r}");
+        }
+        other => panic!(
+            "expected a config error, got {:?}",
+            other.map(|r| r.total_s)
+        ),
+    };
+    bad(
+        &with("calibration = \"none.toml\""),
+        "cannot read cost file",
+    );
+    std::fs::write(dir.path().join("nosim.toml"), "[machine]\n").unwrap();
+    bad(&with("calibration = \"nosim.toml\""), "no [sim] table");
+    std::fs::write(
+        dir.path().join("neg.toml"),
+        "[sim]\nselect_cycles_per_byte = -1.0\n",
+    )
+    .unwrap();
+    bad(&with("calibration = \"neg.toml\""), "must be a number >= 0");
+}

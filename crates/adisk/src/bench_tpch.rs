@@ -86,6 +86,9 @@ pub struct TpchBenchArgs {
     /// TLS on the cluster's links (`on`, as `adisk up`), or `off` to measure what it costs.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tls: OnOff,
+    /// The cost file `auto` prices plans with (`adisk calibrate`); default: the built-in rates.
+    #[arg(long)]
+    pub costs: Option<std::path::PathBuf>,
     /// Set by `--netns` for the run inside the host's namespace: the disks' namespaces and
     /// addresses (JSON).
     #[arg(long, hide = true)]
@@ -218,6 +221,7 @@ pub async fn run(dir: &Path, a: TpchBenchArgs) -> Result<(), CliError> {
         exchange: a.exchange,
         netns: a.netns_disks.as_deref().map(netns_disks).transpose()?,
         tls: a.tls,
+        costs: a.costs.clone(),
         ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;

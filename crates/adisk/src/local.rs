@@ -139,6 +139,10 @@ pub struct UpArgs {
     /// Limit on the router between disk groups, Mbit/s (0: unthrottled).
     #[arg(long, default_value_t = 0)]
     pub router_mbps: u64,
+    /// The cost file `auto` prices plans with (`adisk calibrate`); default: DIR/costs.toml
+    /// when there is one, else the built-in rates.
+    #[arg(long)]
+    pub costs: Option<PathBuf>,
     /// Do not start the host's Flight SQL service (`adisk serve`) beside the disks.
     #[arg(long)]
     pub no_serve: bool,
@@ -202,6 +206,7 @@ impl UpArgs {
             insecure: false,
             groups: 1,
             router_mbps: 0,
+            costs: None,
             no_serve: true,
             serve_auth: "users".into(),
             tls: OnOff::On,
@@ -230,6 +235,7 @@ pub async fn run_disk(data: &Path, a: DiskArgs) -> Result<(), CliError> {
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            costs: None,
             tls: None,
         },
         disks: vec![DiskConfig {
@@ -341,12 +347,26 @@ fn disk_os_config(
 }
 
 /// Starts `args.disks` disk processes under `dir` and writes `dir/cluster.toml`.
+/// The cost file a new cluster's `auto` reads: `--costs` (checked now, made absolute), else
+/// one `adisk calibrate` left in the cluster's directory.
+fn costs_file(dir: &Path, given: Option<&Path>) -> Result<Option<PathBuf>, CliError> {
+    let Some(path) = given else {
+        return Ok(Some(dir.join(crate::calibrate::COSTS_FILE)).filter(|p| p.exists()));
+    };
+    adisk_core::calibration::Calibration::load(path)
+        .map_err(|e| CliError::Other(format!("--costs: {e}")))?;
+    Ok(Some(std::path::absolute(path).map_err(|e| {
+        CliError::Other(format!("--costs {}: {e}", path.display()))
+    })?))
+}
+
 pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
     check_counts(args)?;
     std::fs::create_dir_all(dir)
         .map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
     let dir = std::fs::canonicalize(dir)
         .map_err(|e| CliError::Other(format!("{}: {e}", dir.display())))?;
+    let costs = costs_file(&dir, args.costs.as_deref())?;
     // One `up` at a time per directory: the check for a running cluster and the start of
     // its disks happen under this lock (released when `up` returns, however it returns).
     let _up = up_lock(&dir)?;
@@ -410,6 +430,7 @@ pub async fn up(dir: &Path, args: &UpArgs) -> Result<ClusterConfig, CliError> {
             key_file,
             disk_timeout_ms: args.disk_timeout_ms,
             router_mbps: args.router_mbps,
+            costs,
             tls: tls_files.clone(),
         },
         disks,

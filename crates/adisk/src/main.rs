@@ -13,6 +13,7 @@ mod bench_remote_peers;
 mod bench_replay;
 mod bench_serve;
 mod bench_tpch;
+mod calibrate;
 mod cert_cmd;
 mod chaos;
 mod common;
@@ -177,6 +178,10 @@ enum Command {
     /// User disklets in WebAssembly: install, list, run, remove.
     #[command(subcommand)]
     Disklet(disklet_cmd::DiskletCommand),
+    /// Measure what one core of this machine costs per unit of each operator (scan, IPC,
+    /// joins, groups, sorts, Bloom probes, partitioning) and write the cost file `auto` and
+    /// the simulator read (DIR/costs.toml).
+    Calibrate(calibrate::CalibrateArgs),
     /// The architecture simulator.
     #[command(subcommand)]
     Sim(adisk_sim::cli::SimCommand),
@@ -393,6 +398,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::Serve(args) => serve_cmd::serve(&dir, args).await,
         Command::User(command) => serve_cmd::user(&dir, command),
         Command::Bench(b) => bench_cmd::bench(&dir, b).await,
+        Command::Calibrate(a) => calibrate::run(&dir, a).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
         Command::App(a) => app_cmd::run(&dir, a).await,
         Command::Load(what) => load(&dir, what).await,

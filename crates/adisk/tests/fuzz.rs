@@ -283,6 +283,7 @@ async fn one_disk(dir: &Path) -> (Arc<Cluster>, String, tokio::sync::oneshot::Se
             key_file: Some(key_path),
             disk_timeout_ms: 10_000,
             router_mbps: 0,
+            costs: None,
             tls: None,
         },
         disks: vec![DiskConfig {

@@ -71,6 +71,7 @@ impl Disks {
                 key_file: None,
                 disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
                 router_mbps: 0,
+                costs: None,
                 tls: None,
             },
             disks: configs,

@@ -38,6 +38,7 @@ fn cluster_config(addresses: &[String]) -> ClusterConfig {
             key_file: None,
             disk_timeout_ms: 2_000,
             router_mbps: 0,
+            costs: None,
             tls: None,
         },
         disks: addresses

@@ -65,6 +65,7 @@ impl Disk {
                 key_file: None,
                 disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
                 router_mbps: 0,
+                costs: None,
                 tls: None,
             },
             disks: vec![disk],

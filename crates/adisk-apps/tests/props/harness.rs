@@ -162,6 +162,7 @@ async fn start(shape: Shape) -> Disks {
             key_file: None,
             disk_timeout_ms: adisk_core::config::DEFAULT_DISK_TIMEOUT_MS,
             router_mbps: 0,
+            costs: None,
             tls: None,
         },
         disks: configs,

@@ -24,8 +24,11 @@ pub struct CostModel {
     pub disks: f64,
     /// Storage read rate per disk, bytes/s (`disk_read_mbps`, or a local NVMe-class default).
     pub disk_read: f64,
-    /// Filter/aggregate processing rate of one disk, bytes/s.
-    pub disk_cpu: f64,
+    /// What processing costs ([`Rates`]: measured by `adisk calibrate`, or built in).
+    pub rates: Rates,
+    /// The slowest disk's processor against the host's cores (an emulated speed times a CPU
+    /// limit below one core; 1: as fast).
+    pub disk_speed: f64,
     /// Host link, bytes/s (`host_link_mbps`, or loopback-class when unlimited).
     pub link: f64,
     /// Each disk's own link to the others, bytes/s (measured by a ring of probes, see
@@ -33,8 +36,6 @@ pub struct CostModel {
     pub disk_link: f64,
     /// Host cores.
     pub host_cores: f64,
-    /// Processing rate of one host core, bytes/s.
-    pub host_cpu: f64,
     /// Tables below this size are not filtered at the disks.
     pub small_table_bytes: u64,
     /// The largest scratch a stage can be granted next to its stream buffers.
@@ -54,13 +55,78 @@ pub struct CostModel {
     pub links: String,
 }
 
-/// What a plan is expected to move, bytes: to the host, and from disk to disk.
+/// What a plan is expected to move, bytes: to the host, and from disk to disk; and the disk
+/// jobs it runs on each disk.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Traffic {
     /// Bytes the host receives.
     pub to_host: u64,
     /// Bytes sent from disk to disk.
     pub disk_to_disk: u64,
+    /// Disk jobs (scans, stages) per disk.
+    pub jobs: u32,
+}
+
+/// What processing costs, ns on one of the host's cores: per byte scanned, moved (encoded at
+/// the sender, decoded at the receiver) and taken in by joins and aggregations, and per disk
+/// job at each end.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rates {
+    /// Decoding stored pages and qualifying rows, per byte scanned.
+    pub scan_ns: f64,
+    /// Sending, per byte moved (the transport's, measured on the cluster; else Arrow IPC
+    /// encoding's).
+    pub encode_ns: f64,
+    /// Receiving, per byte moved (the transport's, else Arrow IPC decoding's).
+    pub decode_ns: f64,
+    /// Joins and aggregations, per byte of their input.
+    pub work_ns: f64,
+    /// One disk job at its disk, beyond its data.
+    pub disk_job_ns: f64,
+    /// One disk job at the host, beyond its data.
+    pub host_job_ns: f64,
+    /// Where the figures came from, for EXPLAIN.
+    pub source: String,
+}
+
+/// The built-in rate of every byte's processing (`adisk bench scan`'s select over lineitem on
+/// this class of machine: ~1.5 GB/s per core), where no cost file was measured.
+const BUILTIN_NS_PER_BYTE: f64 = 1.0 / 1.5;
+
+impl Rates {
+    /// One rate for every byte, nothing per job: the model before `adisk calibrate`.
+    pub fn builtin() -> Self {
+        Rates {
+            scan_ns: BUILTIN_NS_PER_BYTE,
+            encode_ns: BUILTIN_NS_PER_BYTE,
+            decode_ns: BUILTIN_NS_PER_BYTE,
+            work_ns: BUILTIN_NS_PER_BYTE,
+            disk_job_ns: 0.0,
+            host_job_ns: 0.0,
+            source: "built-in rates".into(),
+        }
+    }
+
+    /// The figures of a cost file (`adisk calibrate`); one it lacks keeps its built-in value.
+    pub fn from_calibration(c: &adisk_core::calibration::Calibration, path: &str) -> Self {
+        use adisk_core::calibration as cal;
+        let b = Rates::builtin();
+        Rates {
+            scan_ns: c.ns(cal::SCAN).unwrap_or(b.scan_ns),
+            encode_ns: c
+                .ns(cal::SEND)
+                .or(c.ns(cal::IPC_ENCODE))
+                .unwrap_or(b.encode_ns),
+            decode_ns: c
+                .ns(cal::RECEIVE)
+                .or(c.ns(cal::IPC_DECODE))
+                .unwrap_or(b.decode_ns),
+            work_ns: c.ns(cal::JOIN).unwrap_or(b.work_ns),
+            disk_job_ns: c.ns(cal::STAGE).unwrap_or(0.0),
+            host_job_ns: c.ns(cal::JOB_HOST).unwrap_or(0.0),
+            source: format!("costs measured {} ({path})", c.machine.measured),
+        }
+    }
 }
 
 /// What `auto` expected of the plan it chose: the level, the seconds its cost model gave it
@@ -112,17 +178,25 @@ impl Estimate {
 
 impl CostModel {
     /// The model of a connected cluster with its host link's figures `links` (measured, or
-    /// its throttle); `min_memory` is the smallest disk memory budget.
+    /// its throttle); `min_memory` is the smallest disk memory budget. Its rates are the
+    /// cluster's cost file's (`[cluster] costs`), or built in.
+    ///
+    /// # Errors
+    /// A cost file that cannot be read or is malformed.
     pub fn from_cluster(
         cluster: &Cluster,
         links: &crate::client::links::LinkFigures,
         min_memory: u64,
-    ) -> Self {
+    ) -> crate::Result<Self> {
         let cfg = cluster.config();
-        let disks = cfg.disks.len().max(1) as f64;
-        // Per-core processing rate measured by `adisk bench scan` on this class of machine
-        // (select over lineitem: ~1.8 GB/s); disks and host run the same code.
-        let cpu = 1.5e9;
+        let rates = match &cfg.cluster.costs {
+            Some(path) => {
+                let c = adisk_core::calibration::Calibration::load(path)
+                    .map_err(|e| crate::HostError::Invalid(e.to_string()))?;
+                Rates::from_calibration(&c, &path.display().to_string())
+            }
+            None => Rates::builtin(),
+        };
         let read = cfg
             .disks
             .iter()
@@ -134,23 +208,22 @@ impl CostModel {
                 }
             })
             .fold(f64::MAX, f64::min);
-        let link = links.host_bytes_per_sec;
         let buffers: u64 = cfg
             .disks
             .iter()
             .map(|d| 4 * (d.buffers_per_stream as u64 + 2) * d.buffer_kib * 1024)
             .max()
             .unwrap_or(0);
-        CostModel {
-            disks,
+        Ok(CostModel {
+            disks: cfg.disks.len().max(1) as f64,
             disk_read: read,
-            disk_cpu: cpu,
-            link,
+            rates,
+            disk_speed: cfg.disks.iter().map(disk_speed).fold(1.0, f64::min),
+            link: links.host_bytes_per_sec,
             disk_link: links.disks.bytes_per_sec(),
             host_cores: std::thread::available_parallelism()
                 .map(|n| n.get() as f64)
                 .unwrap_or(1.0),
-            host_cpu: cpu,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: min_memory.saturating_sub(buffers),
             disk_memory_bytes: min_memory,
@@ -163,7 +236,7 @@ impl CostModel {
             shared_cores: cfg.disks.iter().all(|d| is_loopback(&d.address)),
             via_host: cfg.cluster.exchange == adisk_core::config::ExchangeMode::ViaHost,
             links: links.describe(),
-        }
+        })
     }
 
     /// Seconds a plan moving `t` spends beyond the scans every level shares (reading, decoding
@@ -201,30 +274,53 @@ impl CostModel {
         } else {
             between / (self.disks * self.disk_link)
         };
-        let (host_cpu, disk_cpu) = if at_disks {
-            (2.0 * to_host, 2.0 * between + work + to_host)
-        } else {
-            (to_host + work, to_host)
-        };
-        let cpu = if self.shared_cores {
-            (host_cpu + disk_cpu) / (self.host_cores * self.host_cpu)
-        } else {
-            (host_cpu / (self.host_cores * self.host_cpu))
-                .max(disk_cpu / (self.disks * self.disk_cpu))
-        };
+        let cpu = self.cpu_secs(t, work, at_disks);
         (link, disk_links, cpu)
+    }
+
+    /// Seconds of processing a plan moving `t` needs beyond the scans: every byte moved is
+    /// encoded at its sender and decoded at its receiver; joins and aggregations take in
+    /// `work` bytes at the host (host-centric) or at the disks, which send the host a result
+    /// it combines; every disk job costs both ends its fixed share. Disks and host compete for
+    /// the same cores when they share a machine.
+    fn cpu_secs(&self, t: Traffic, work: f64, at_disks: bool) -> f64 {
+        let r = &self.rates;
+        let (to_host, between) = (t.to_host as f64, t.disk_to_disk as f64);
+        let jobs = t.jobs as f64 * self.disks;
+        let (host_ns, disk_ns) = if at_disks {
+            (
+                to_host * (r.decode_ns + r.work_ns) + jobs * r.host_job_ns,
+                between * (r.encode_ns + r.decode_ns)
+                    + work * r.work_ns
+                    + to_host * r.encode_ns
+                    + jobs * r.disk_job_ns,
+            )
+        } else {
+            (
+                to_host * r.decode_ns + work * r.work_ns + jobs * r.host_job_ns,
+                to_host * r.encode_ns + jobs * r.disk_job_ns,
+            )
+        };
+        let disk_ns = disk_ns / self.disk_speed;
+        let ns = if self.shared_cores {
+            (host_ns + disk_ns) / self.host_cores
+        } else {
+            (host_ns / self.host_cores).max(disk_ns / self.disks)
+        };
+        ns * 1e-9
     }
 
     /// Seconds to scan `bytes` with selectivity `s`, filtering at the disks or at the host.
     pub fn scan_time(&self, bytes: f64, s: f64, at_disks: bool) -> f64 {
         let read = bytes / (self.disks * self.disk_read);
+        let host = self.host_cores * 1e9 / self.rates.scan_ns;
+        let disks = self.disks * self.disk_speed * 1e9 / self.rates.scan_ns;
         if at_disks {
-            read.max(bytes / (self.disks * self.disk_cpu))
+            read.max(bytes / disks)
                 .max(s * bytes / self.link)
-                .max(s * bytes / (self.host_cores * self.host_cpu))
+                .max(s * bytes / host)
         } else {
-            read.max(bytes / self.link)
-                .max(bytes / (self.host_cores * self.host_cpu))
+            read.max(bytes / self.link).max(bytes / host)
         }
     }
 
@@ -257,6 +353,14 @@ impl CostModel {
     }
 }
 
+/// A disk's processor against the host's cores: its emulated speed times its CPU limit where
+/// that is below one core.
+fn disk_speed(d: &adisk_core::config::DiskConfig) -> f64 {
+    let speed = d.cpu_speed.filter(|s| *s > 0.0 && *s <= 1.0).unwrap_or(1.0);
+    let cpus = d.cpus.filter(|c| *c > 0.0).unwrap_or(1.0).min(1.0);
+    speed * cpus
+}
+
 /// Whether a `host:port` address is on this machine's loopback.
 fn is_loopback(address: &str) -> bool {
     let host = address.rsplit_once(':').map(|(h, _)| h).unwrap_or(address);
@@ -276,11 +380,11 @@ mod tests {
         CostModel {
             disks: 4.0,
             disk_read: 2.0e9,
-            disk_cpu: 1.5e9,
+            rates: Rates::builtin(),
+            disk_speed: 1.0,
             link: link_mbps.map_or(4.0e9, |m| m * 1e6 / 8.0),
             disk_link: 4.0e9,
             host_cores: 2.0,
-            host_cpu: 1.5e9,
             small_table_bytes: 1 << 20,
             max_scratch_bytes: 64 << 20,
             disk_memory_bytes: 68 << 20,
@@ -299,10 +403,12 @@ mod tests {
         let host = Traffic {
             to_host: 200 * MB,
             disk_to_disk: 0,
+            jobs: 0,
         };
         let disks = Traffic {
             to_host: MB,
             disk_to_disk: 150 * MB,
+            jobs: 0,
         };
         (
             m.traffic_time(host, host.to_host, false),
@@ -328,6 +434,7 @@ mod tests {
         let more = Traffic {
             to_host: MB,
             disk_to_disk: 250 * MB,
+            jobs: 0,
         };
         assert!(m.traffic_time(more, 200 * MB, true) > host);
     }
@@ -337,6 +444,7 @@ mod tests {
         let shipped = Traffic {
             to_host: 200 * MB,
             disk_to_disk: 0,
+            jobs: 0,
         };
         assert!(model(Some(100.0), true, false).link_bound(shipped, 200 * MB));
         assert!(!model(None, true, false).link_bound(shipped, 200 * MB));
@@ -359,6 +467,7 @@ mod tests {
             Traffic {
                 to_host: 2 * MB,
                 disk_to_disk: 0,
+                jobs: 0,
             },
         );
         let line = e.against(3 * MB, 0, std::time::Duration::from_millis(1500));

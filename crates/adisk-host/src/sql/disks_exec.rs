@@ -896,11 +896,13 @@ pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost:
     let mut t = super::cost::Traffic {
         to_host: 0,
         disk_to_disk: 0,
+        jobs: 0,
     };
     let mut known = true;
     let _ = plan.apply(|node| {
         let n: &dyn ExecutionPlan = node.as_ref();
         if let Some(d) = n.downcast_ref::<DisksExec>() {
+            t.jobs = t.jobs.saturating_add(d.reachable().len() as u32);
             match d.estimated_traffic() {
                 Some((host, between)) => {
                     t.to_host = t.to_host.saturating_add(host);
@@ -911,6 +913,7 @@ pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost:
             return Ok(TreeNodeRecursion::Jump);
         }
         if n.downcast_ref::<DiskScanExec>().is_some() {
+            t.jobs = t.jobs.saturating_add(1);
             match super::sortmerge::estimated_bytes(node) {
                 Some(b) => t.to_host = t.to_host.saturating_add(b),
                 None => known = false,

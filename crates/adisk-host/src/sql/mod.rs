@@ -403,7 +403,7 @@ impl SqlEngine {
         let dead = cluster.dead_disks();
         let bloom_bytes = (opts.bloom_kib * 1024) as usize;
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
-        let mut cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory);
+        let mut cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory)?;
         cost.shared_cores |= view.same_machine;
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
@@ -713,12 +713,13 @@ impl SqlEngine {
         let work = disks_exec::plan_work(&disks).unwrap_or(h.to_host);
         let td = cost.traffic_time(d, work, true);
         let note = Some(format!(
-            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {})",
+            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {}; {})",
             if td < th { "disks" } else { "host-centric" },
             adisk_core::stats::human_bytes(h.to_host),
             adisk_core::stats::human_bytes(d.to_host),
             adisk_core::stats::human_bytes(d.disk_to_disk),
             cost.links,
+            cost.rates.source,
         ));
         Ok(if td < th {
             let estimate = Some(cost::Estimate::of("disks", td, d));
