@@ -49,6 +49,9 @@ pub const AGGREGATE: &str = "aggregate_ns_per_row";
 pub const SORT_COMPARE: &str = "sort_compare_ns";
 /// Probing a Bloom filter with one key column, per row.
 pub const BLOOM_PROBE: &str = "bloom_probe_ns_per_row";
+/// Shipping a Bloom filter in a job spec: encoding it at the host and decoding it at a disk,
+/// per byte of filter.
+pub const FILTER_SHIP: &str = "filter_ship_ns_per_byte";
 /// Hash-partitioning rows on one key column into 4 parts, per row.
 pub const PARTITION: &str = "partition_ns_per_row";
 /// A memory-to-memory copy, per byte.
@@ -61,6 +64,12 @@ pub const STAGE: &str = "stage_ns";
 pub const SEND: &str = "send_ns_per_byte";
 /// Receiving a byte of a stream through the cluster's transport, at the receiver, per byte.
 pub const RECEIVE: &str = "receive_ns_per_byte";
+/// A host-centric plan's host, per byte it receives: receiving, joining and aggregating it
+/// (measured end to end on a cluster).
+pub const HOST_BYTE: &str = "host_ns_per_byte_received";
+/// A `disks` plan's disks, per byte exchanged between them: sending, receiving and joining it
+/// (measured end to end on a cluster).
+pub const EXCHANGE_BYTE: &str = "exchange_ns_per_byte";
 /// The host's side of one disk job: planning its share, submitting it, reading its stream
 /// and statistics (CPU of the host's process).
 pub const JOB_HOST: &str = "job_host_ns";

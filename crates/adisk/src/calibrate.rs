@@ -532,7 +532,109 @@ async fn cluster_costs(
         "byte received, at the host",
         how,
     );
+    join_costs(
+        &cluster,
+        &catalog_tables(&cluster).await?,
+        runs,
+        (stage, job_host),
+        put,
+    )
+    .await
+}
+
+/// What a join costs end to end on the cluster, beyond scanning, when it holds TPC-H's
+/// `lineitem`, `orders` and `part` (`adisk load tpch`): at the host of a host-centric plan per
+/// byte it receives ([`cal::HOST_BYTE`]: receiving, joining, aggregating), and at the disks
+/// of a `disks` plan per byte exchanged between them ([`cal::EXCHANGE_BYTE`]: sending,
+/// receiving, joining), each net of the same scans counted alone.
+async fn join_costs(
+    cluster: &Arc<adisk_host::Cluster>,
+    tables: &[String],
+    runs: usize,
+    (stage, job_host): (f64, f64),
+    put: &mut Put<'_>,
+) -> Result<(), CliError> {
+    use adisk_host::sql::{Offload, SqlEngine, SqlOptions};
+    if !["lineitem", "orders", "part"]
+        .iter()
+        .all(|t| tables.iter().any(|n| n == t))
+    {
+        println!(
+            "  (no TPC-H lineitem, orders and part: the joins' end-to-end costs are not measured)"
+        );
+        return Ok(());
+    }
+    let engine = |offload| {
+        let options = SqlOptions {
+            offload,
+            ..Default::default()
+        };
+        SqlEngine::new(cluster.clone(), options)
+    };
+    let (semi, disks) = (
+        engine(Offload::Semijoin).await?,
+        engine(Offload::Disks).await?,
+    );
+    let stats = |o: &adisk_host::sql::QueryOutput| -> (f64, f64, f64, f64, f64) {
+        let st: Vec<_> = o.scans.iter().filter_map(|s| s.stats.as_ref()).collect();
+        let cpu = st.iter().map(|s| s.process_cpu_ns as f64).sum::<f64>();
+        let d2d = st.iter().map(|s| s.bytes_shipped_disks as f64).sum::<f64>();
+        let got = o.scans.iter().map(|s| s.bytes_received as f64).sum::<f64>();
+        (cpu, d2d, got, o.host_cpu_ns as f64, st.len() as f64)
+    };
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    };
+    // Scans alone: what either plan reads and qualifies.
+    let alone = "SELECT count(*) FROM lineitem WHERE l_quantity < 25 UNION ALL SELECT count(*) FROM orders UNION ALL SELECT count(*) FROM part";
+    let base = median(
+        runs_of(&disks, alone, runs)
+            .await?
+            .iter()
+            .map(|o| stats(o).0)
+            .collect(),
+    );
+    let host_join = "SELECT o_orderpriority, count(*), sum(l_extendedprice) FROM lineitem JOIN orders ON l_orderkey = o_orderkey WHERE l_quantity < 25 GROUP BY o_orderpriority";
+    let mut host = Vec::new();
+    for o in runs_of(&semi, host_join, runs).await? {
+        let (_, _, got, hcpu, jobs) = stats(&o);
+        if got > 0.0 {
+            host.push((hcpu - jobs * job_host) / got);
+        }
+    }
+    let exchanged = "SELECT p_brand, count(*), sum(l_extendedprice) FROM lineitem JOIN part ON l_partkey = p_partkey WHERE l_quantity < 25 GROUP BY p_brand";
+    let mut exchange = Vec::new();
+    for o in runs_of(&disks, exchanged, runs).await? {
+        let (cpu, d2d, _, _, jobs) = stats(&o);
+        if d2d > 0.0 {
+            exchange.push((cpu - base - jobs * stage).max(0.0) / d2d);
+        }
+    }
+    if !host.is_empty() {
+        let how = format!("`{host_join}` at semijoin, net of the jobs' share");
+        put(
+            cal::HOST_BYTE,
+            median(host).max(1e-3),
+            "byte received, at the host",
+            how,
+        );
+    }
+    if !exchange.is_empty() {
+        let how = format!("`{exchanged}` at disks, net of the scans alone and the jobs' share");
+        put(
+            cal::EXCHANGE_BYTE,
+            median(exchange).max(1e-3),
+            "byte exchanged, at the disks",
+            how,
+        );
+    }
     Ok(())
+}
+
+/// The names of the cluster's tables.
+async fn catalog_tables(cluster: &adisk_host::Cluster) -> Result<Vec<String>, CliError> {
+    Ok(cluster.catalog().await?.tables.keys().cloned().collect())
 }
 
 /// Rows of the largest table the transport is measured with.
@@ -592,9 +694,22 @@ fn hash_costs(d: &Data, put: &mut Put) -> Result<(), CliError> {
             .map_err(|e| CliError::Other(e.to_string()))?;
         hashes.iter().step_by(8).for_each(|h| filter.insert(*h));
     }
+    // A scan ships a few of its columns: the probe filters those.
+    let projected: Vec<RecordBatch> = d
+        .lineitem
+        .iter()
+        .filter_map(|b| {
+            let names = ["l_orderkey", "l_extendedprice", "l_discount", "l_shipdate"];
+            let idx: Vec<usize> = names
+                .iter()
+                .filter_map(|n| b.schema().index_of(n).ok())
+                .collect();
+            b.project(&idx).ok()
+        })
+        .collect();
     let bloom = cpu_ns(d.repeats, || {
         let mut kept = 0;
-        for (k, b) in keys.iter().zip(&d.lineitem) {
+        for (k, b) in keys.iter().zip(&projected) {
             let Ok(h) = hash_columns(std::slice::from_ref(k), k.len()) else {
                 continue;
             };
@@ -607,8 +722,9 @@ fn hash_costs(d: &Data, put: &mut Put) -> Result<(), CliError> {
         cal::BLOOM_PROBE,
         bloom / rows,
         "row",
-        "hash l_orderkey, probe a 64 KiB filter, keep the rows that pass".into(),
+        "hash l_orderkey, probe a 64 KiB filter, keep the rows that pass (4 columns)".into(),
     );
+    filter_ship_cost(&filter, d.repeats, put)?;
     let part = cpu_ns(d.repeats, || {
         let mut moved = 0;
         for (k, b) in keys.iter().zip(&d.lineitem) {
@@ -631,6 +747,35 @@ fn hash_costs(d: &Data, put: &mut Put) -> Result<(), CliError> {
         part / rows,
         "row",
         "hash l_orderkey and split lineitem's rows 4 ways".into(),
+    );
+    Ok(())
+}
+
+/// Shipping a 1 MiB Bloom filter (at semijoin's default size) in a job spec: its JSON made at
+/// the host, parsed at a disk, per byte of filter.
+fn filter_ship_cost(
+    filter: &adisk_core::bloom::BloomFilter,
+    repeats: usize,
+    put: &mut Put,
+) -> Result<(), CliError> {
+    let mut big = adisk_core::bloom::BloomFilter::with_size(1 << 20, 0);
+    for (i, w) in filter.words.iter().enumerate() {
+        big.insert(w.wrapping_mul(i as u64 | 1));
+    }
+    let bytes = big.size_bytes() as f64;
+    let err = |e: serde_json::Error| CliError::Other(format!("calibrate filter: {e}"));
+    let json = serde_json::to_vec(&big).map_err(err)?;
+    let encode = cpu_ns(repeats, || {
+        serde_json::to_vec(&big.clone()).map(|v| v.len())
+    });
+    let decode = cpu_ns(repeats, || {
+        serde_json::from_slice::<adisk_core::bloom::BloomFilter>(&json).map(|f| f.words.len())
+    });
+    put(
+        cal::FILTER_SHIP,
+        (encode + decode) / bytes,
+        "byte of filter shipped",
+        "a 1 MiB filter's JSON written and read".into(),
     );
     Ok(())
 }

@@ -36,6 +36,7 @@ fn calibrating_beside_a_cluster_measures_every_cost_and_auto_then_prices_with_th
         cal::AGGREGATE,
         cal::SORT_COMPARE,
         cal::BLOOM_PROBE,
+        cal::FILTER_SHIP,
         cal::PARTITION,
         cal::COPY,
         cal::STAGE,

@@ -57,7 +57,7 @@ pub struct CostModel {
 
 /// What a plan is expected to move, bytes: to the host, and from disk to disk; and the disk
 /// jobs it runs on each disk.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Traffic {
     /// Bytes the host receives.
     pub to_host: u64,
@@ -65,6 +65,10 @@ pub struct Traffic {
     pub disk_to_disk: u64,
     /// Disk jobs (scans, stages) per disk.
     pub jobs: u32,
+    /// Rows the disks probe Bloom filters with (all disks, every filter).
+    pub probe_rows: u64,
+    /// Bytes of Bloom filters shipped to the disks (each disk its copy).
+    pub filter_bytes: u64,
 }
 
 /// What processing costs, ns on one of the host's cores: per byte scanned, moved (encoded at
@@ -81,6 +85,16 @@ pub struct Rates {
     pub decode_ns: f64,
     /// Joins and aggregations, per byte of their input.
     pub work_ns: f64,
+    /// A host-centric plan's host per byte received, receiving and joining it (measured end
+    /// to end; else receiving plus joining).
+    pub host_byte_ns: f64,
+    /// A `disks` plan's disks per byte exchanged, sending, receiving and joining it (measured
+    /// end to end; else sending plus receiving).
+    pub exchange_ns: f64,
+    /// Probing a Bloom filter at a disk, per row.
+    pub bloom_ns: f64,
+    /// Shipping a Bloom filter (encoded at the host, decoded at the disk), per byte.
+    pub filter_ns: f64,
     /// One disk job at its disk, beyond its data.
     pub disk_job_ns: f64,
     /// One disk job at the host, beyond its data.
@@ -94,13 +108,18 @@ pub struct Rates {
 const BUILTIN_NS_PER_BYTE: f64 = 1.0 / 1.5;
 
 impl Rates {
-    /// One rate for every byte, nothing per job: the model before `adisk calibrate`.
+    /// One rate for every byte, nothing per job, row probed or filter shipped: the model
+    /// before `adisk calibrate`.
     pub fn builtin() -> Self {
         Rates {
             scan_ns: BUILTIN_NS_PER_BYTE,
             encode_ns: BUILTIN_NS_PER_BYTE,
             decode_ns: BUILTIN_NS_PER_BYTE,
             work_ns: BUILTIN_NS_PER_BYTE,
+            host_byte_ns: 2.0 * BUILTIN_NS_PER_BYTE,
+            exchange_ns: 2.0 * BUILTIN_NS_PER_BYTE,
+            bloom_ns: 0.0,
+            filter_ns: 0.0,
             disk_job_ns: 0.0,
             host_job_ns: 0.0,
             source: "built-in rates".into(),
@@ -111,17 +130,24 @@ impl Rates {
     pub fn from_calibration(c: &adisk_core::calibration::Calibration, path: &str) -> Self {
         use adisk_core::calibration as cal;
         let b = Rates::builtin();
+        let encode_ns = c
+            .ns(cal::SEND)
+            .or(c.ns(cal::IPC_ENCODE))
+            .unwrap_or(b.encode_ns);
+        let decode_ns = c
+            .ns(cal::RECEIVE)
+            .or(c.ns(cal::IPC_DECODE))
+            .unwrap_or(b.decode_ns);
+        let work_ns = c.ns(cal::JOIN).unwrap_or(b.work_ns);
         Rates {
             scan_ns: c.ns(cal::SCAN).unwrap_or(b.scan_ns),
-            encode_ns: c
-                .ns(cal::SEND)
-                .or(c.ns(cal::IPC_ENCODE))
-                .unwrap_or(b.encode_ns),
-            decode_ns: c
-                .ns(cal::RECEIVE)
-                .or(c.ns(cal::IPC_DECODE))
-                .unwrap_or(b.decode_ns),
-            work_ns: c.ns(cal::JOIN).unwrap_or(b.work_ns),
+            encode_ns,
+            decode_ns,
+            work_ns,
+            host_byte_ns: c.ns(cal::HOST_BYTE).unwrap_or(decode_ns + work_ns),
+            exchange_ns: c.ns(cal::EXCHANGE_BYTE).unwrap_or(encode_ns + decode_ns),
+            bloom_ns: c.ns(cal::BLOOM_PROBE).unwrap_or(b.bloom_ns),
+            filter_ns: c.ns(cal::FILTER_SHIP).unwrap_or(b.filter_ns),
             disk_job_ns: c.ns(cal::STAGE).unwrap_or(0.0),
             host_job_ns: c.ns(cal::JOB_HOST).unwrap_or(0.0),
             source: format!("costs measured {} ({path})", c.machine.measured),
@@ -281,24 +307,30 @@ impl CostModel {
     /// Seconds of processing a plan moving `t` needs beyond the scans: every byte moved is
     /// encoded at its sender and decoded at its receiver; joins and aggregations take in
     /// `work` bytes at the host (host-centric) or at the disks, which send the host a result
-    /// it combines; every disk job costs both ends its fixed share. Disks and host compete for
-    /// the same cores when they share a machine.
+    /// it combines; every disk job costs both ends its fixed share; Bloom filters cost their
+    /// shipping and every row probed. Disks and host compete for the same cores when they
+    /// share a machine.
     fn cpu_secs(&self, t: Traffic, work: f64, at_disks: bool) -> f64 {
         let r = &self.rates;
         let (to_host, between) = (t.to_host as f64, t.disk_to_disk as f64);
         let jobs = t.jobs as f64 * self.disks;
+        let blooms = t.probe_rows as f64 * r.bloom_ns + t.filter_bytes as f64 * r.filter_ns;
         let (host_ns, disk_ns) = if at_disks {
             (
-                to_host * (r.decode_ns + r.work_ns) + jobs * r.host_job_ns,
-                between * (r.encode_ns + r.decode_ns)
+                to_host * r.host_byte_ns + jobs * r.host_job_ns,
+                between * r.exchange_ns
                     + work * r.work_ns
                     + to_host * r.encode_ns
-                    + jobs * r.disk_job_ns,
+                    + jobs * r.disk_job_ns
+                    + blooms,
             )
         } else {
+            // The host joins what it receives (`host_byte_ns`), and any work beyond it.
             (
-                to_host * r.decode_ns + work * r.work_ns + jobs * r.host_job_ns,
-                to_host * r.encode_ns + jobs * r.disk_job_ns,
+                to_host * r.host_byte_ns
+                    + (work - to_host).max(0.0) * r.work_ns
+                    + jobs * r.host_job_ns,
+                to_host * r.encode_ns + jobs * r.disk_job_ns + blooms,
             )
         };
         let disk_ns = disk_ns / self.disk_speed;
@@ -403,12 +435,12 @@ mod tests {
         let host = Traffic {
             to_host: 200 * MB,
             disk_to_disk: 0,
-            jobs: 0,
+            ..Default::default()
         };
         let disks = Traffic {
             to_host: MB,
             disk_to_disk: 150 * MB,
-            jobs: 0,
+            ..Default::default()
         };
         (
             m.traffic_time(host, host.to_host, false),
@@ -434,7 +466,7 @@ mod tests {
         let more = Traffic {
             to_host: MB,
             disk_to_disk: 250 * MB,
-            jobs: 0,
+            ..Default::default()
         };
         assert!(m.traffic_time(more, 200 * MB, true) > host);
     }
@@ -444,7 +476,7 @@ mod tests {
         let shipped = Traffic {
             to_host: 200 * MB,
             disk_to_disk: 0,
-            jobs: 0,
+            ..Default::default()
         };
         assert!(model(Some(100.0), true, false).link_bound(shipped, 200 * MB));
         assert!(!model(None, true, false).link_bound(shipped, 200 * MB));
@@ -467,7 +499,7 @@ mod tests {
             Traffic {
                 to_host: 2 * MB,
                 disk_to_disk: 0,
-                jobs: 0,
+                ..Default::default()
             },
         );
         let line = e.against(3 * MB, 0, std::time::Duration::from_millis(1500));

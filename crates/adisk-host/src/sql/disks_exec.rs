@@ -893,11 +893,7 @@ pub(super) fn plan_work(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
 /// What `plan` is expected to move: the estimated output of every disk scan and `DisksExec`
 /// the host reads, and the exchanges between disks. None where an estimate is missing.
 pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost::Traffic> {
-    let mut t = super::cost::Traffic {
-        to_host: 0,
-        disk_to_disk: 0,
-        jobs: 0,
-    };
+    let mut t = super::cost::Traffic::default();
     let mut known = true;
     let _ = plan.apply(|node| {
         let n: &dyn ExecutionPlan = node.as_ref();
@@ -912,8 +908,11 @@ pub(super) fn plan_traffic(plan: &Arc<dyn ExecutionPlan>) -> Option<super::cost:
             }
             return Ok(TreeNodeRecursion::Jump);
         }
-        if n.downcast_ref::<DiskScanExec>().is_some() {
+        if let Some(scan) = n.downcast_ref::<DiskScanExec>() {
             t.jobs = t.jobs.saturating_add(1);
+            let (rows, bytes) = scan.bloom_work();
+            t.probe_rows = t.probe_rows.saturating_add(rows as u64);
+            t.filter_bytes = t.filter_bytes.saturating_add(bytes);
             match super::sortmerge::estimated_bytes(node) {
                 Some(b) => t.to_host = t.to_host.saturating_add(b),
                 None => known = false,

@@ -433,6 +433,19 @@ impl DiskScanExec {
             .chain(&self.plan.extra_blooms)
     }
 
+    /// What the scan's Bloom semi-joins cost the disks: the rows probed (the selection's rows
+    /// by the first filter, what it passes by the next, …) and the filters' bytes shipped to
+    /// its disks.
+    pub(crate) fn bloom_work(&self) -> (f64, u64) {
+        let (mut rows, mut probed, mut bytes) = (self.plan.est_rows, 0.0, 0u64);
+        for b in self.blooms() {
+            probed += rows;
+            rows *= b.est_pass.unwrap_or(1.0);
+            bytes = bytes.saturating_add(b.bytes as u64 * self.disks.len() as u64);
+        }
+        (probed, bytes)
+    }
+
     /// The share of column `name`'s distinct values a Bloom semi-join on it alone passes (1
     /// without one).
     fn thinning(&self, name: &str) -> f64 {
