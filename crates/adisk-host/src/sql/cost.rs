@@ -513,6 +513,49 @@ mod tests {
     }
 
     #[test]
+    fn a_cost_files_figures_price_the_plans_and_missing_ones_fall_back() {
+        use adisk_core::calibration::{self as cal, Calibration, Cost, Machine};
+        let cost = |ns| Cost {
+            ns,
+            per: String::new(),
+            how: String::new(),
+        };
+        let costs = [
+            (cal::RECEIVE.to_string(), cost(2.0)),
+            (cal::JOIN.to_string(), cost(1.0)),
+            (cal::BLOOM_PROBE.to_string(), cost(10.0)),
+        ];
+        let c = Calibration {
+            machine: Machine {
+                cpu: "test".into(),
+                cores: 2,
+                clock_ghz: 3.0,
+                measured: "today".into(),
+                adisk: "0".into(),
+            },
+            costs: costs.into_iter().collect(),
+            sim: Default::default(),
+        };
+        let r = Rates::from_calibration(&c, "x.toml");
+        // Not measured end to end: receiving plus joining; sending plus receiving.
+        assert_eq!(r.host_byte_ns, 3.0);
+        assert_eq!(r.exchange_ns, BUILTIN_NS_PER_BYTE + 2.0);
+        assert!(r.source.contains("today") && r.source.contains("x.toml"));
+        // 10 million rows probed at 10 ns on each of 4 disks' own processors: 25 ms.
+        let mut m = model(None, false, false);
+        m.rates = r;
+        let probed = Traffic {
+            probe_rows: 10_000_000,
+            ..Default::default()
+        };
+        let secs = m.traffic_time(probed, 0, false);
+        assert!((secs - 0.025).abs() < 1e-9, "{secs}");
+        // A disk at half speed takes twice as long.
+        m.disk_speed = 0.5;
+        assert!((m.traffic_time(probed, 0, false) - 0.05).abs() < 1e-9);
+    }
+
+    #[test]
     fn loopback_addresses_share_the_hosts_cores() {
         assert!(is_loopback("127.0.0.1:50051"));
         assert!(is_loopback("localhost:1"));
