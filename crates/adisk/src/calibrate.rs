@@ -546,7 +546,7 @@ async fn cluster_costs(
 /// `lineitem`, `orders` and `part` (`adisk load tpch`): at the host of a host-centric plan per
 /// byte it receives ([`cal::HOST_BYTE`]: receiving, joining, aggregating), and at the disks
 /// of a `disks` plan per byte exchanged between them ([`cal::EXCHANGE_BYTE`]: sending,
-/// receiving, joining), each net of the same scans counted alone.
+/// receiving, aggregating what arrives; net of scanning and summing the same columns).
 async fn join_costs(
     cluster: &Arc<adisk_host::Cluster>,
     tables: &[String],
@@ -586,8 +586,10 @@ async fn join_costs(
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     };
-    // Scans alone: what either plan reads and qualifies.
-    let alone = "SELECT count(*) FROM lineitem WHERE l_quantity < 25 UNION ALL SELECT count(*) FROM orders UNION ALL SELECT count(*) FROM part";
+    // The exchange: a group-by whose partial aggregation hardly reduces the rows (each part
+    // and supplier pair is a few line items) repartitions them between the disks; net of the
+    // same columns scanned and summed where they lie.
+    let alone = "SELECT sum(l_partkey), sum(l_suppkey), sum(l_quantity) FROM lineitem";
     let base = median(
         runs_of(&disks, alone, runs)
             .await?
@@ -603,7 +605,7 @@ async fn join_costs(
             host.push((hcpu - jobs * job_host) / got);
         }
     }
-    let exchanged = "SELECT p_brand, count(*), sum(l_extendedprice) FROM lineitem JOIN part ON l_partkey = p_partkey WHERE l_quantity < 25 GROUP BY p_brand";
+    let exchanged = "SELECT l_partkey, l_suppkey, count(*), sum(l_quantity) FROM lineitem GROUP BY l_partkey, l_suppkey";
     let mut exchange = Vec::new();
     for o in runs_of(&disks, exchanged, runs).await? {
         let (cpu, d2d, _, _, jobs) = stats(&o);
@@ -621,7 +623,7 @@ async fn join_costs(
         );
     }
     if !exchange.is_empty() {
-        let how = format!("`{exchanged}` at disks, net of the scans alone and the jobs' share");
+        let how = format!("`{exchanged}` at disks, net of `{alone}` and the jobs' share");
         put(
             cal::EXCHANGE_BYTE,
             median(exchange).max(1e-3),
