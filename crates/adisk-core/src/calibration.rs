@@ -74,6 +74,9 @@ pub const EXCHANGE_BYTE: &str = "exchange_ns_per_byte";
 /// and statistics (CPU of the host's process).
 pub const JOB_HOST: &str = "job_host_ns";
 
+/// The largest cost file read (they are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
 /// The machine a calibration was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -142,14 +145,20 @@ impl Calibration {
     /// # Errors
     /// [`CalibrationError`] naming the file and what is wrong.
     pub fn load(path: &Path) -> Result<Self, CalibrationError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CalibrationError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
         let invalid = |reason: String| CalibrationError::Invalid {
             path: path.to_path_buf(),
             reason,
         };
+        let io = |source| CalibrationError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if std::fs::metadata(path).map_err(io)?.len() > MAX_FILE_BYTES {
+            return Err(invalid(format!(
+                "larger than {MAX_FILE_BYTES} bytes (a cost file is a few KiB)"
+            )));
+        }
+        let text = std::fs::read_to_string(path).map_err(io)?;
         let c: Calibration = toml::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         c.check().map_err(invalid)?;
         Ok(c)
@@ -245,6 +254,9 @@ mod tests {
         std::fs::write(&path, "[machine]\ncpu = 1\n").unwrap();
         let e = Calibration::load(&path).unwrap_err().to_string();
         assert!(e.contains("malformed"), "{e}");
+        std::fs::write(&path, vec![b'#'; MAX_FILE_BYTES as usize + 1]).unwrap();
+        let e = Calibration::load(&path).unwrap_err().to_string();
+        assert!(e.contains("larger than"), "{e}");
         let e = Calibration::load(&dir.path().join("none.toml")).unwrap_err();
         assert!(matches!(e, CalibrationError::Io { .. }), "{e}");
     }

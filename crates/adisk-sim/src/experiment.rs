@@ -317,6 +317,12 @@ fn calibrated(
         Some(dir) if file.is_relative() => dir.join(file),
         _ => file.clone(),
     };
+    let len = std::fs::metadata(&path)
+        .map_err(|e| format!("cannot read cost file {}: {e}", path.display()))?
+        .len();
+    if len > 1 << 20 {
+        return Err(format!("cost file {} is larger than 1 MiB", path.display()));
+    }
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read cost file {}: {e}", path.display()))?;
     let value: toml::Value = toml::from_str(&text)

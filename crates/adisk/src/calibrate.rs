@@ -19,6 +19,10 @@ use std::sync::Arc;
 /// The cost file's name in a cluster's directory (`adisk up` points `cluster.toml` at it).
 pub const COSTS_FILE: &str = "costs.toml";
 
+/// The largest scale factor of the in-memory data (lineitem, orders, and a copy of lineitem's
+/// size for the copy benchmark).
+const MAX_SF: f64 = 1.0;
+
 /// Options of `adisk calibrate`.
 #[derive(clap::Args, Debug)]
 pub struct CalibrateArgs {
@@ -56,16 +60,23 @@ impl Data {
 }
 
 pub async fn run(dir: &Path, a: CalibrateArgs) -> Result<(), CliError> {
-    if !(a.sf > 0.0 && a.sf <= 10.0) {
+    if !(a.sf > 0.0 && a.sf <= MAX_SF) {
         return Err(CliError::Other(format!(
-            "--sf {}: between 0 and 10 (the data is held in memory)",
+            "--sf {}: between 0 and {MAX_SF} (the data is held in memory, about 1.5 GB at SF 1)",
             a.sf
         )));
     }
     if a.repeats == 0 || a.repeats > 100 {
         return Err(CliError::Other("--repeats: 1 to 100".into()));
     }
-    let out = a.out.clone().unwrap_or_else(|| dir.join(COSTS_FILE));
+    let out = match &a.out {
+        Some(out) => out.clone(),
+        None => {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| CliError::Other(format!("creating {}: {e}", dir.display())))?;
+            dir.join(COSTS_FILE)
+        }
+    };
     println!(
         "adisk calibrate: TPC-H SF {} in memory, median of {} per figure (process CPU time)",
         a.sf, a.repeats
