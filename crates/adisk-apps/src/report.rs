@@ -1,6 +1,7 @@
 //! What an application run reports: its phases, each with every disk's job statistics, the
 //! bytes over each link, and the application's own result summary; printed as a table or JSON.
 use adisk_core::stats::DiskJobStats;
+use adisk_core::trace::{Recorded, TRACE_FORMAT, TRACE_VERSION, Trace, TraceDisk, TraceJob};
 use serde::Serialize;
 use std::time::Duration;
 
@@ -72,6 +73,46 @@ impl Report {
             disks,
             host_sent_bytes: 0,
         });
+    }
+
+    /// This run as an `adisk-trace` (what `adisk sim replay` reads): a job per phase of disk
+    /// jobs, each disk starting when its phase did (phases run one after another); the host's
+    /// phases and the time around the disks' jobs become the gaps between jobs. `recorded` is
+    /// the configuration it ran on and `host_cpu_ns` the host's CPU during the run.
+    pub fn to_trace(&self, recorded: Recorded, host_cpu_ns: u64) -> Trace {
+        let mut offset = 0u64;
+        let mut jobs = Vec::new();
+        for p in &self.phases {
+            let ns = (p.seconds * 1e9) as u64;
+            if !p.disks.is_empty() {
+                let disks = (p.disks.iter())
+                    .map(|s| TraceDisk {
+                        stats: s.clone(),
+                        started_ns: offset,
+                        host_wall_ns: ns,
+                    })
+                    .collect();
+                jobs.push(TraceJob {
+                    description: format!("{} {}: {}", self.app, self.mode, p.name),
+                    result_rows: p.disks.iter().map(|s| s.rows_shipped).sum(),
+                    host_combine_ns: 0,
+                    wall_ns: ns,
+                    disks,
+                });
+            }
+            offset += ns;
+        }
+        Trace {
+            format: TRACE_FORMAT.into(),
+            version: TRACE_VERSION,
+            what: "app".into(),
+            text: format!("{} ({})", self.app, self.mode),
+            recorded,
+            wall_ns: (self.seconds * 1e9) as u64,
+            host_ns: 0,
+            host_cpu_ns,
+            jobs,
+        }
     }
 
     /// Per-disk totals over every phase.

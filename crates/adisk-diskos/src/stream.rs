@@ -416,6 +416,9 @@ pub struct TableScan {
     pub filters: crate::late::RowFilters,
 }
 
+/// Seconds of its rate a [`ReadLimiter`] lets pass at once.
+pub const READ_BURST_S: f64 = 0.02;
+
 /// A storage read-rate limit shared by every job of a disk (`--read-mbps`): readers pay for
 /// the bytes they read and sleep off any debt, so the disk as a whole reads at most the rate.
 #[derive(Debug)]
@@ -437,7 +440,7 @@ impl ReadLimiter {
         let wait = {
             let mut s = self.state.lock().expect("limiter lock");
             let now = std::time::Instant::now();
-            let burst = self.bytes_per_sec / 50.0;
+            let burst = self.bytes_per_sec * READ_BURST_S;
             s.0 = (s.0 + now.duration_since(s.1).as_secs_f64() * self.bytes_per_sec).min(burst);
             s.1 = now;
             s.0 -= bytes as f64;

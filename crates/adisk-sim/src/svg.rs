@@ -353,3 +353,86 @@ fn bar_group(s: &mut String, f: &Frame, ymax: f64, gw: f64, gi: usize, gx: &str,
         esc(gx)
     );
 }
+
+/// A log-log scatter of (measured, predicted) pairs, one colour per series, with the line
+/// predicted = measured and the ±25 % band around it (what `adisk validate` draws).
+pub fn scatter(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(String, Vec<(f64, f64)>)],
+) -> String {
+    let f = Frame::new((820.0, 560.0), (80.0, 200.0, 40.0, 60.0));
+    let values = series
+        .iter()
+        .flat_map(|(_, p)| p.iter().flat_map(|(x, y)| [*x, *y]))
+        .filter(|v| v.is_finite() && *v > 0.0);
+    let (lo, hi) = values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| {
+        (lo.min(v.log10()), hi.max(v.log10()))
+    });
+    let (lo, hi) = if lo.is_finite() && hi > lo {
+        (lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    } else {
+        (lo.min(0.0) - 1.0, lo.max(0.0) + 1.0)
+    };
+    let pos = |v: f64, len: f64| (v.max(1e-12).log10() - lo) / (hi - lo) * len;
+    let (px, py) = (
+        |v: f64| f.ml + pos(v, f.pw),
+        |v: f64| f.mt + f.ph - pos(v, f.ph),
+    );
+    let mut s = String::new();
+    f.open(&mut s, 12, 14, title);
+    f.grid(&mut s, |k| {
+        format!("{:.3}", 10f64.powf(lo + (hi - lo) * k as f64 / 5.0))
+    });
+    for k in 0..=5 {
+        let v = 10f64.powf(lo + (hi - lo) * k as f64 / 5.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{:.1}" y="{}" text-anchor="middle">{v:.3}</text>"#,
+            px(v),
+            f.mt + f.ph + 18.0
+        );
+    }
+    let (a, b) = (10f64.powf(lo), 10f64.powf(hi));
+    for (k, dash) in [(1.0, ""), (1.25, "4 4"), (0.75, "4 4")] {
+        let _ = writeln!(
+            s,
+            r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#888" stroke-dasharray="{dash}"/>"##,
+            px(a),
+            py(a * k),
+            px(b),
+            py(b * k)
+        );
+    }
+    let _ = writeln!(
+        s,
+        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+        f.ml + f.pw / 2.0,
+        f.h - 15.0,
+        esc(x_label)
+    );
+    f.y_label(&mut s, 20, y_label);
+    for (si, (label, points)) in series.iter().enumerate() {
+        let color = COLORS[si % COLORS.len()];
+        for (x, y) in points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0) {
+            let _ = writeln!(
+                s,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3.5" fill="{color}" fill-opacity="0.8"/>"#,
+                px(*x),
+                py(*y)
+            );
+        }
+        let ly = f.mt + 14.0 * si as f64;
+        let _ = writeln!(
+            s,
+            r#"<rect x="{}" y="{ly}" width="10" height="10" fill="{color}"/><text x="{}" y="{}">{}</text>"#,
+            f.ml + f.pw + 10.0,
+            f.ml + f.pw + 25.0,
+            ly + 9.0,
+            esc(label)
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}

@@ -545,3 +545,95 @@ fn a_trace_with_too_many_jobs_is_refused() {
     let e = trace::parse("t.json", &v.to_string()).unwrap_err();
     assert!(e.to_string().contains("at most"), "{e}");
 }
+
+/// One disk of `cpu_ns` CPU over `wall_ns`, reading `bytes_read`, on a 2-core machine.
+fn one_disk(cpu_ns: u64, wall_ns: u64, bytes_read: u64) -> Value {
+    let mut v = trace_json(1, cpu_ns, bytes_read, 4_000, wall_ns + MS);
+    v["recorded"]["disk_cpus"] = json!(2.0);
+    v["jobs"][0]["disks"][0]["wall_ns"] = json!(wall_ns);
+    v
+}
+
+#[test]
+fn a_disk_runs_its_part_of_a_job_on_as_many_cores_as_it_kept_busy() {
+    // 100 ms of CPU over 100 ms: one core, though the disk has two.
+    let serial = replay_with(
+        &parse(&one_disk(100 * MS, 100 * MS, 0)),
+        ReplayFile::default(),
+    );
+    let r = ratio(serial.predicted_ns, 100 * MS);
+    assert!((r - 1.0).abs() < 0.1, "one core busy: ×{r}");
+    // The same CPU over 50 ms: both cores.
+    let parallel = replay_with(
+        &parse(&one_disk(100 * MS, 50 * MS, 0)),
+        ReplayFile::default(),
+    );
+    let r = ratio(parallel.predicted_ns, 50 * MS);
+    assert!((r - 1.0).abs() < 0.15, "two cores busy: ×{r}");
+    // Given twice the cores, the one-core job uses two.
+    let more = replay_with(
+        &parse(&one_disk(100 * MS, 100 * MS, 0)),
+        ReplayFile {
+            disk_cpus: Some(4.0),
+            ..Default::default()
+        },
+    );
+    let r = ratio(serial.predicted_ns, more.predicted_ns);
+    assert!((r - 2.0).abs() < 0.15, "twice the cores: ×{r}");
+}
+
+#[test]
+fn reads_through_the_throttle_wait_for_decoding_and_its_bucket_passes_a_burst() {
+    // 10 MB at 100 MB/s (100 ms) and 100 ms of decoding, one core: one after the other.
+    let t = parse(&one_disk(100 * MS, 100 * MS, 10_000_000));
+    let throttled = |burst_s: Option<f64>| {
+        replay_with(
+            &t,
+            ReplayFile {
+                disk_read_bytes_per_s: Some(config::RateValue::BytesPerSecond(1e8)),
+                disk_read_burst_s: burst_s,
+                ..Default::default()
+            },
+        )
+    };
+    let plain = throttled(None);
+    let r = ratio(plain.predicted_ns, 200 * MS);
+    assert!((r - 1.0).abs() < 0.1, "read then decode: ×{r}");
+    // A bucket of 0.05 s lets 5 MB pass at once, and refills while a chunk decodes.
+    let bucket = throttled(Some(0.05));
+    assert!(
+        bucket.predicted_ns < plain.predicted_ns - 40 * MS,
+        "{} against {}",
+        bucket.predicted_ns,
+        plain.predicted_ns
+    );
+    let bad = ReplayFile {
+        disk_read_burst_s: Some(-1.0),
+        ..Default::default()
+    };
+    assert!(bad.resolve("t", &t.recorded).is_err());
+}
+
+#[test]
+fn a_host_link_bucket_lets_its_burst_pass_at_once() {
+    // 4 MB to the host through a 1 MB/s shared ingress: 4 s, or 3.5 s with half a second's
+    // burst.
+    let v = trace_json(1, MS, 0, 4_000_000, 5 * MS);
+    let t = parse(&v);
+    let at = |burst_s| {
+        replay_with(
+            &t,
+            ReplayFile {
+                host_link_bytes_per_s: Some(config::RateValue::Word("unlimited".into())),
+                host_nic_bytes_per_s: Some(config::RateValue::BytesPerSecond(1e6)),
+                host_nic_burst_s: Some(burst_s),
+                ..Default::default()
+            },
+        )
+        .predicted_ns as f64
+            * 1e-9
+    };
+    let (plain, bucket) = (at(0.0), at(0.5));
+    assert!((plain - 4.0).abs() < 0.1, "{plain} s");
+    assert!((plain - bucket - 0.5).abs() < 0.05, "{bucket} s");
+}

@@ -29,6 +29,7 @@ mod repair_cmd;
 mod serve_cmd;
 mod slt;
 mod sql_cmd;
+mod validate;
 
 use adisk_host::JobRequest;
 use adisk_host::load::{FileFormat, TpchLoad};
@@ -182,6 +183,10 @@ enum Command {
     /// joins, groups, sorts, Bloom probes, partitioning) and write the cost file `auto` and
     /// the simulator read (DIR/costs.toml).
     Calibrate(calibrate::CalibrateArgs),
+    /// Validate the simulator against the runtime: workloads measured on local clusters of
+    /// 1–8 disks under emulated configurations beside the simulator's prediction for each
+    /// (a reference trace replayed on it); errors, a JSON report and a scatter plot.
+    Validate(validate::ValidateArgs),
     /// The architecture simulator.
     #[command(subcommand)]
     Sim(adisk_sim::cli::SimCommand),
@@ -399,6 +404,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         Command::User(command) => serve_cmd::user(&dir, command),
         Command::Bench(b) => bench_cmd::bench(&dir, b).await,
         Command::Calibrate(a) => calibrate::run(&dir, a).await,
+        Command::Validate(a) => validate::run(&dir, a).await,
         Command::Disklet(cmd) => disklet_cmd::run(&dir, cmd).await,
         Command::App(a) => app_cmd::run(&dir, a).await,
         Command::Load(what) => load(&dir, what).await,

@@ -8,6 +8,9 @@
 
 use std::time::{Duration, Instant};
 
+/// Seconds of its rate a [`TokenBucket`] lets pass at once (at least 64 KiB).
+pub const BURST_S: f64 = 0.05;
+
 /// A token bucket shared by every stream from the disks to the host (`host_link_mbps`).
 #[derive(Debug)]
 pub struct TokenBucket {
@@ -24,7 +27,7 @@ impl TokenBucket {
         TokenBucket {
             bytes_per_sec,
             state: tokio::sync::Mutex::new((0.0, Instant::now())),
-            burst: (bytes_per_sec / 20.0).max(64.0 * 1024.0),
+            burst: (bytes_per_sec * BURST_S).max(64.0 * 1024.0),
             busy_ns: Default::default(),
         }
     }

@@ -78,7 +78,7 @@ fn jobs(scans: &[ScanReport]) -> Vec<TraceJob> {
 /// has one (`adisk disk --cpus`), all of this machine's for disks started on it, else 1. When
 /// every disk was started on this machine (a local cluster: `cluster.toml` knows their
 /// processes) they and the host share its cores.
-async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
+pub async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
     let figures = cluster.link_figures().await;
     let host_measured = !matches!(figures.source, LinkSource::Assumed | LinkSource::Unmeasured);
     let config = cluster.config();

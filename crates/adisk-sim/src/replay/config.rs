@@ -95,10 +95,17 @@ pub struct ReplayFile {
     pub host_link_bytes_per_s: Option<RateValue>,
     /// The host's shared ingress limit, bytes/s or `"unlimited"` (default unlimited).
     pub host_nic_bytes_per_s: Option<RateValue>,
+    /// The ingress limit as a token bucket: seconds of its rate that may pass at once, the
+    /// bucket full when the request starts (default 0: a plain rate). The runtime's host-link
+    /// throttle holds 0.05 s.
+    pub host_nic_burst_s: Option<f64>,
     /// Per-disk link to other disks, bytes/s or `"unlimited"`.
     pub disk_link_bytes_per_s: Option<RateValue>,
     /// Read-rate throttle with `storage = "recorded"`, bytes/s or `"unlimited"`.
     pub disk_read_bytes_per_s: Option<RateValue>,
+    /// The read throttle as a token bucket, seconds of its rate (default 0; the runtime's
+    /// `--disk-read-mbps` holds 0.02 s).
+    pub disk_read_burst_s: Option<f64>,
     /// `recorded`, `hdd` or `ssd`.
     pub storage: Option<StorageKind>,
     /// Host↔disk round trip, ns.
@@ -140,12 +147,18 @@ pub struct ReplayOverrides {
     /// Host's shared ingress, bytes/s or `unlimited`.
     #[arg(long)]
     pub host_nic_bytes_per_s: Option<RateValue>,
+    /// The ingress limit's token bucket, seconds of its rate (0: a plain rate).
+    #[arg(long)]
+    pub host_nic_burst_s: Option<f64>,
     /// Per-disk disk-to-disk link, bytes/s or `unlimited`.
     #[arg(long)]
     pub disk_link_bytes_per_s: Option<RateValue>,
     /// Read throttle with `--storage recorded`, bytes/s or `unlimited`.
     #[arg(long)]
     pub disk_read_bytes_per_s: Option<RateValue>,
+    /// The read throttle's token bucket, seconds of its rate (0: a plain rate).
+    #[arg(long)]
+    pub disk_read_burst_s: Option<f64>,
     /// recorded|hdd|ssd
     #[arg(long, value_enum)]
     pub storage: Option<StorageKind>,
@@ -169,6 +182,9 @@ pub struct ReplayConfig {
     pub disk_cpu_speed: f64,
     /// Cores per disk.
     pub disk_cpus: f64,
+    /// The recording's cores per disk: a job's recorded parallelism grows with
+    /// `disk_cpus / recorded_disk_cpus`.
+    pub recorded_disk_cpus: f64,
     /// The recording's emulated disk processor speed (1: the machine's): `disk_cpu_speed` is
     /// relative to it.
     pub recorded_disk_cpu_speed: f64,
@@ -182,10 +198,14 @@ pub struct ReplayConfig {
     pub host_link_bytes_per_s: Option<f64>,
     /// Host's shared ingress, bytes/s (`None` = unlimited).
     pub host_nic_bytes_per_s: Option<f64>,
+    /// Its token bucket, seconds of its rate (0: none).
+    pub host_nic_burst_s: f64,
     /// Per-disk disk-to-disk link, bytes/s (`None` = unlimited).
     pub disk_link_bytes_per_s: Option<f64>,
     /// Read throttle with recorded storage, bytes/s (`None` = none).
     pub disk_read_bytes_per_s: Option<f64>,
+    /// Its token bucket, seconds of its rate (0: none).
+    pub disk_read_burst_s: f64,
     /// Storage.
     pub storage: StorageKind,
     /// Host↔disk round trip, ns.
@@ -198,6 +218,12 @@ pub struct ReplayConfig {
     pub hdd: Option<DiskSpec>,
     /// The SSD, when `storage` is `ssd`.
     pub ssd: Option<SsdSpec>,
+    /// A disk job's fixed CPU at a disk and at the host, ns (`stage_ns` and `job_host_ns` of a
+    /// cost file, `adisk calibrate`): when set, a job replayed on more or fewer disks than it
+    /// ran on pays them per replayed disk instead of per recorded one. `None`: the recorded
+    /// CPU is spread with the data.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_costs_ns: Option<(f64, f64)>,
 }
 
 /// A 7,200 rpm nearline drive of the 2020s (assumption, typical spec sheet: 8.5 ms mean
@@ -281,6 +307,8 @@ impl ReplayFile {
         put(&mut self.host_nic_bytes_per_s, &o.host_nic_bytes_per_s);
         put(&mut self.disk_link_bytes_per_s, &o.disk_link_bytes_per_s);
         put(&mut self.disk_read_bytes_per_s, &o.disk_read_bytes_per_s);
+        put(&mut self.host_nic_burst_s, &o.host_nic_burst_s);
+        put(&mut self.disk_read_burst_s, &o.disk_read_burst_s);
         put(&mut self.storage, &o.storage);
         put(&mut self.rtt_ns, &o.rtt_ns);
         put(&mut self.chunks_per_disk, &o.chunks_per_disk);
@@ -310,6 +338,7 @@ impl ReplayFile {
             disks,
             disk_cpu_speed: self.disk_cpu_speed.unwrap_or(1.0),
             disk_cpus: self.disk_cpus.unwrap_or(recorded_cpus),
+            recorded_disk_cpus: recorded_cpus,
             recorded_disk_cpu_speed: rec.disk_cpu_speed.unwrap_or(1.0),
             host_cpu_speed: self.host_cpu_speed.unwrap_or(1.0),
             host_cpus: self.host_cpus.unwrap_or(rec.host_cpus.max(1)),
@@ -338,6 +367,8 @@ impl ReplayFile {
                 &self.disk_read_bytes_per_s,
                 rec.disk_read_bytes_per_s,
             )?,
+            host_nic_burst_s: self.host_nic_burst_s.unwrap_or(0.0),
+            disk_read_burst_s: self.disk_read_burst_s.unwrap_or(0.0),
             storage,
             rtt_ns: self.rtt_ns.unwrap_or(rec.rtt_ns),
             chunks_per_disk: self
@@ -348,6 +379,7 @@ impl ReplayFile {
                 .then(|| self.hdd.clone().unwrap_or_else(default_hdd)),
             ssd: (storage == StorageKind::Ssd)
                 .then(|| self.ssd.clone().unwrap_or_else(default_ssd)),
+            job_costs_ns: None,
         };
         c.validate(&bad)?;
         Ok(c)
@@ -396,6 +428,14 @@ impl ReplayConfig {
         {
             let reason = format!("must be 0 (none) or > 0 and <= {MAX_CPUS}, got {v}");
             return Err(bad("shared_cpus", reason));
+        }
+        for (key, v) in [
+            ("host_nic_burst_s", self.host_nic_burst_s),
+            ("disk_read_burst_s", self.disk_read_burst_s),
+        ] {
+            if !(v.is_finite() && (0.0..=60.0).contains(&v)) {
+                return Err(bad(key, format!("must be 0 to 60 seconds, got {v}")));
+            }
         }
         if self.host_cpus == 0 || self.host_cpus as f64 > MAX_CPUS {
             return Err(bad(

@@ -87,6 +87,9 @@ struct Link {
     latency_ns: u64,
     free: SimTime,
     busy_ns: u64,
+    /// A token bucket (`Some((depth in bytes, tokens, when counted))`): bytes pass at once
+    /// while it holds tokens, refilled at the link's rate; full at the start.
+    bucket: Option<(f64, f64, SimTime)>,
 }
 
 impl Link {
@@ -96,17 +99,39 @@ impl Link {
             latency_ns,
             free: SimTime::ZERO,
             busy_ns: 0,
+            bucket: None,
         }
     }
+
+    /// A throttle that is a token bucket holding `burst_s` seconds of its rate (as the
+    /// runtime's emulated links and reads are); 0: a plain rate.
+    fn with_burst(mut self, burst_s: f64) -> Link {
+        if let Some(spec) = &self.spec
+            && burst_s > 0.0
+        {
+            let depth = spec.bandwidth_mbps * 1e6 * burst_s;
+            self.bucket = Some((depth, depth, SimTime::ZERO));
+        }
+        self
+    }
+
     /// Send `bytes` arriving at `at`; returns when they are delivered.
     fn send(&mut self, at: SimTime, bytes: u64) -> SimTime {
         let Some(spec) = &self.spec else {
             return at + SimDuration(self.latency_ns);
         };
-        let start = at.max(self.free);
         let occupancy = SimDuration(spec.occupancy_ns(bytes).round() as u64);
-        self.free = start + occupancy;
         self.busy_ns += occupancy.0;
+        if let Some((depth, tokens, counted)) = &mut self.bucket {
+            let rate = spec.bandwidth_mbps * 1e6;
+            let refill = at.0.saturating_sub(counted.0) as f64 * 1e-9 * rate;
+            *tokens = (*tokens + refill).min(*depth) - bytes as f64;
+            *counted = (*counted).max(at);
+            let wait = if *tokens < 0.0 { -*tokens / rate } else { 0.0 };
+            return at + SimDuration((wait * 1e9) as u64) + SimDuration(self.latency_ns);
+        }
+        let start = at.max(self.free);
+        self.free = start + occupancy;
         self.free + SimDuration(self.latency_ns)
     }
 }
@@ -114,6 +139,7 @@ impl Link {
 /// Identical cores serving work first come first served, each at `model::cpu` speed: work is
 /// in recorded nanoseconds, i.e. cycles of a 1,000 MHz reference core, and the core runs at
 /// `1000 · speed` MHz.
+#[derive(Clone, Debug)]
 struct Cores {
     spec: CpuSpec,
     free: Vec<SimTime>,
@@ -215,7 +241,7 @@ struct Disk {
 
 /// The prototype storage of one disk (an HDD's seek curve is fitted once per job).
 enum StorageProto {
-    Throttle(Option<f64>),
+    Throttle(Option<f64>, f64),
     Hdd(Box<DiskModel>),
     Ssd(Box<SsdModel>),
 }
@@ -223,7 +249,9 @@ enum StorageProto {
 impl StorageProto {
     fn new(cfg: &ReplayConfig) -> Result<StorageProto, String> {
         Ok(match cfg.storage {
-            StorageKind::Recorded => StorageProto::Throttle(cfg.disk_read_bytes_per_s),
+            StorageKind::Recorded => {
+                StorageProto::Throttle(cfg.disk_read_bytes_per_s, cfg.disk_read_burst_s)
+            }
             StorageKind::Hdd => {
                 let spec = cfg.hdd.clone().unwrap_or_else(super::config::default_hdd);
                 StorageProto::Hdd(Box::new(DiskModel::new(&spec, 0.0, 0)?))
@@ -236,7 +264,9 @@ impl StorageProto {
     }
     fn instance(&self) -> Storage {
         match self {
-            StorageProto::Throttle(rate) => Storage::Throttle(Link::new(*rate, 0)),
+            StorageProto::Throttle(rate, burst) => {
+                Storage::Throttle(Link::new(*rate, 0).with_burst(*burst))
+            }
             StorageProto::Hdd(d) => Storage::Hdd {
                 write_at: d.capacity() / 2,
                 drive: d.clone(),
@@ -273,6 +303,10 @@ struct RequestSim<'a> {
     host: Cores,
     /// The cores of the one machine the host and all disks share, when they do.
     machine: Option<Cores>,
+    /// The runtime's read throttle: the thread that decodes a chunk reads the next one (its
+    /// wait for the throttle is not overlapped with decoding), so a disk's next read starts
+    /// when a lane finished its chunk.
+    serial_reads: bool,
     chunks: u32,
     half_rtt: u64,
     rtt: u64,
@@ -293,6 +327,12 @@ struct JobState {
     busy: JobBusy,
     /// Per replayed disk: CPU, storage, host link, disk link busy time, ns.
     disk_busy: Vec<[u64; 4]>,
+    /// Per replayed disk: the cores its part of the job can use at once
+    /// ([`super::workload::JobWork::parallelism`], at most the disk's).
+    lanes: Vec<Cores>,
+    /// Per replayed disk: the next chunk to read when reads wait for the chunk before them
+    /// (`serial_reads`).
+    next_read: Vec<u32>,
     done: bool,
 }
 
@@ -317,10 +357,15 @@ impl<'a> RequestSim<'a> {
             .iter()
             .map(|p| {
                 let chunks = p.work.disks.len() as f64 * cfg.chunks_per_disk as f64;
+                let more = cfg.disk_cpus / cfg.recorded_disk_cpus;
+                let lane = (p.work.parallelism * more.max(1.0)).min(cfg.disk_cpus);
+                let speed = cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed;
                 JobState {
                     waiting_for: p.deps.len(),
                     combine_ns: p.work.host_combine_ns / chunks.max(1.0),
                     disk_busy: vec![[0; 4]; p.work.disks.len()],
+                    lanes: vec![Cores::new(lane, speed); p.work.disks.len()],
+                    next_read: vec![0; p.work.disks.len()],
                     ..JobState::default()
                 }
             })
@@ -339,13 +384,14 @@ impl<'a> RequestSim<'a> {
             jobs,
             dependents,
             disks,
-            nic: Link::new(cfg.host_nic_bytes_per_s, 0),
+            nic: Link::new(cfg.host_nic_bytes_per_s, 0).with_burst(cfg.host_nic_burst_s),
             host: Cores::new(cfg.host_cpus as f64, cfg.host_cpu_speed),
             machine: cfg.shared_cpus.map(|c| Cores::new(c, 1.0)),
             chunks: cfg.chunks_per_disk,
             half_rtt,
             rtt: cfg.rtt_ns,
             host_speed: cfg.host_cpu_speed,
+            serial_reads: matches!(proto, StorageProto::Throttle(Some(_), _)),
         })
     }
 
@@ -368,7 +414,14 @@ impl<'a> RequestSim<'a> {
                 + SimDuration(self.half_rtt)
                 + SimDuration(w.admission_wait_ns as u64)
                 + SimDuration(offset as u64);
-            for chunk in 0..self.chunks {
+            let first = if self.serial_reads {
+                let lanes = self.jobs[j].lanes[d].spec.count;
+                lanes.min(self.chunks)
+            } else {
+                self.chunks
+            };
+            self.jobs[j].next_read[d] = first;
+            for chunk in 0..first {
                 let e = Chunk {
                     job: j as u32,
                     disk: d as u32,
@@ -467,7 +520,14 @@ impl<'a> RequestSim<'a> {
             }
             Step::Compute => {
                 let (f, busy) = self.disk_cpu(now, d, cpu);
+                let f = f.max(self.jobs[j].lanes[d].run(now, cpu));
                 self.jobs[j].disk_busy[d][0] += busy;
+                let next = self.jobs[j].next_read[d];
+                if next < chunks {
+                    self.jobs[j].next_read[d] = next + 1;
+                    let e = Chunk { chunk: next, ..c };
+                    self.then(f, e, Step::Read);
+                }
                 let forks = u64::from(written > 0) + u64::from(exchanged > 0);
                 self.jobs[j].pending += forks;
                 if written > 0 {
@@ -615,5 +675,20 @@ mod tests {
         assert_eq!(two.run(SimTime::ZERO, 1000), SimTime(1000));
         assert_eq!(two.run(SimTime::ZERO, 1000), SimTime(1000));
         assert_eq!(two.run(SimTime::ZERO, 1000), SimTime(2000));
+    }
+
+    #[test]
+    fn a_token_bucket_lets_its_burst_pass_then_paces_at_its_rate() {
+        // 1 MB/s holding 0.05 s: 50 000 bytes pass at once, the next 100 000 take 0.1 s.
+        let mut bucket = Link::new(Some(1e6), 0).with_burst(0.05);
+        assert_eq!(bucket.send(SimTime::ZERO, 50_000), SimTime::ZERO);
+        assert_eq!(bucket.send(SimTime::ZERO, 100_000), SimTime(100_000_000));
+        // A second later the bucket is full again (not fuller).
+        let later = SimTime(1_100_000_000);
+        assert_eq!(bucket.send(later, 60_000), SimTime(1_110_000_000));
+        // Without a burst the same link is a plain rate.
+        let mut plain = Link::new(Some(1e6), 0).with_burst(0.0);
+        assert_eq!(plain.send(SimTime::ZERO, 50_000), SimTime(50_000_000));
+        assert_eq!((plain.busy_ns, bucket.busy_ns), (50_000_000, 210_000_000));
     }
 }

@@ -98,6 +98,9 @@ pub fn schedule(trace: &Trace, cfg: &ReplayConfig) -> Schedule {
     let last_end = spans.iter().map(|s| s.1).max().unwrap_or(0);
     let tail_ns = trace.wall_ns.saturating_sub(last_end).max(trace.host_ns);
     spread_host_cpu(trace, &mut jobs, tail_ns);
+    for j in &mut jobs {
+        j.work.host_combine_ns = (j.work.host_combine_ns + j.work.host_fixed_ns).max(0.0);
+    }
     Schedule {
         jobs,
         tail_ns,

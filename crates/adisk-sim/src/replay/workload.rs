@@ -72,6 +72,13 @@ pub struct JobWork {
     pub skew_cpu: f64,
     /// Recorded max/mean of per-disk bytes read (1 when even or zero).
     pub skew_bytes_read: f64,
+    /// How many cores one disk's part of the job kept busy when recorded: the largest over
+    /// its disks of CPU (the process's where larger) over the disk's wall time, at least 1.
+    /// A disk's part of a job runs its chunks on at most this many cores.
+    pub parallelism: f64,
+    /// Host CPU the job's fixed per-disk cost adds (negative: saves) on the replayed disks,
+    /// ns at the recorded host speed ([`ReplayConfig::job_costs_ns`]; 0 without it).
+    pub host_fixed_ns: f64,
 }
 
 /// Rebuild `job`'s work on the replayed disks. A disk listed several times (one entry per
@@ -90,22 +97,41 @@ pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobW
             slot.start_offset_ns = w.start_offset_ns;
         }
     }
-    let recorded: Vec<DiskWork> = by_disk.into_values().collect();
+    let mut recorded: Vec<DiskWork> = by_disk.into_values().collect();
     let r = recorded.len() as u32;
     let share = r as f64 / recorded_disks.max(1) as f64;
     let n = ((cfg.disks as f64 * share).round() as u32).clamp(1, cfg.disks);
+    let (disk_fixed, host_fixed) = match cfg.job_costs_ns {
+        Some(costs) if n != r => costs,
+        _ => (0.0, 0.0),
+    };
+    for w in &mut recorded {
+        w.cpu_ns -= disk_fixed.min(w.cpu_ns);
+        w.decode_cpu_ns = w.decode_cpu_ns.min(w.cpu_ns);
+    }
     let mut totals = DiskWork::default();
     for w in &recorded {
         totals.add_scaled(w, 1.0);
         totals.admission_wait_ns += w.admission_wait_ns / r as f64;
         totals.start_offset_ns += w.start_offset_ns / r as f64;
     }
-    let disks = match cfg.skew {
+    let mut disks = match cfg.skew {
         SkewMode::Mean => vec![mean_of(&totals, n); n as usize],
         SkewMode::Recorded => spread(&recorded, n),
     };
+    for d in &mut disks {
+        d.cpu_ns += disk_fixed;
+    }
+    let parallelism = (job.disks.iter())
+        .map(|d| {
+            let busy = d.wall_ns.saturating_sub(d.admission_wait_ns);
+            d.cpu_ns.max(d.process_cpu_ns) as f64 / busy.max(1) as f64
+        })
+        .fold(1.0, f64::max);
     JobWork {
         disks,
+        parallelism,
+        host_fixed_ns: host_fixed * (f64::from(n) - f64::from(r)),
         recorded_disks: r,
         host_combine_ns: job.host_combine_ns as f64,
         skew_cpu: max_over_mean(recorded.iter().map(|w| w.cpu_ns)),
@@ -195,5 +221,49 @@ mod tests {
         assert_eq!(max_over_mean([1.0, 3.0].into_iter()), 1.5);
         assert_eq!(max_over_mean([0.0, 0.0].into_iter()), 1.0);
         assert_eq!(max_over_mean(std::iter::empty()), 1.0);
+    }
+
+    #[test]
+    fn calibrated_job_costs_are_paid_per_replayed_disk() {
+        use crate::replay::config::ReplayFile;
+        use crate::replay::trace::Recorded;
+        let disk = |id| DiskJobStats {
+            disk_id: id,
+            cpu_ns: 1000,
+            ..DiskJobStats::default()
+        };
+        let job = JobStats {
+            disks: vec![disk(0), disk(1)],
+            ..JobStats::default()
+        };
+        let rec = Recorded {
+            disks: 2,
+            host_cpus: 1,
+            disk_cpus: 1.0,
+            ..Recorded::default()
+        };
+        let cfg = |disks| {
+            let mut c = ReplayFile {
+                disks: Some(disks),
+                ..ReplayFile::default()
+            }
+            .resolve("t", &rec)
+            .unwrap();
+            c.job_costs_ns = Some((100.0, 50.0));
+            c
+        };
+        // Merged onto one disk: one fixed cost instead of two, and one host cost fewer.
+        let one = job_work(&job, 2, &cfg(1));
+        assert_eq!(one.disks[0].cpu_ns, 1900.0);
+        assert_eq!(one.host_fixed_ns, -50.0);
+        // Split over four: four fixed costs.
+        let four = job_work(&job, 2, &cfg(4));
+        let cpus: Vec<f64> = four.disks.iter().map(|d| d.cpu_ns).collect();
+        assert_eq!(cpus, vec![550.0; 4]);
+        assert_eq!(four.host_fixed_ns, 100.0);
+        // On as many disks as recorded nothing changes.
+        let same = job_work(&job, 2, &cfg(2));
+        assert_eq!(same.disks[0].cpu_ns, 1000.0);
+        assert_eq!(same.host_fixed_ns, 0.0);
     }
 }
