@@ -102,6 +102,18 @@ impl Frame {
         }
     }
 
+    /// The x axis' label under the plot, and the y axis' label 20 px from the left edge.
+    fn axis_labels(&self, s: &mut String, x_label: &str, y_label: &str) {
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
+            self.ml + self.pw / 2.0,
+            self.h - 15.0,
+            esc(x_label)
+        );
+        self.y_label(s, 20, y_label);
+    }
+
     /// The y axis' label, rotated, `x` from the left edge.
     fn y_label(&self, s: &mut String, x: u32, label: &str) {
         let _ = writeln!(
@@ -193,14 +205,7 @@ pub fn line_chart(
             esc(x)
         );
     }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        f.ml + f.pw / 2.0,
-        f.h - 15.0,
-        esc(x_label)
-    );
-    f.y_label(&mut s, 20, y_label);
+    f.axis_labels(&mut s, x_label, y_label);
     let ypos = |v: f64| f.mt + f.ph - (y_scaled(v, log_y) - ymin) / (ymax - ymin) * f.ph;
     for (si, ser) in series.iter().enumerate() {
         series_line(&mut s, &f, si, ser, |x, y| {
@@ -405,14 +410,7 @@ pub fn scatter(
             py(b * k)
         );
     }
-    let _ = writeln!(
-        s,
-        r#"<text x="{}" y="{}" text-anchor="middle">{}</text>"#,
-        f.ml + f.pw / 2.0,
-        f.h - 15.0,
-        esc(x_label)
-    );
-    f.y_label(&mut s, 20, y_label);
+    f.axis_labels(&mut s, x_label, y_label);
     for (si, (label, points)) in series.iter().enumerate() {
         let color = COLORS[si % COLORS.len()];
         for (x, y) in points.iter().filter(|(x, y)| *x > 0.0 && *y > 0.0) {

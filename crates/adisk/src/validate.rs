@@ -163,6 +163,15 @@ impl Workload {
 /// One workload measured on one configuration: the median time and its run's trace.
 struct Measured {
     seconds: f64,
+    /// The median run's trace as written (`validate-traces/`) and as the simulator reads it:
+    /// encoded and parsed once, replayed for every point it predicts.
+    text: String,
+    trace: adisk_sim::replay::trace::Trace,
+}
+
+/// One run: its time and trace.
+struct Run {
+    seconds: f64,
     trace: Trace,
 }
 
@@ -223,9 +232,7 @@ fn keep_traces(
         .map_err(|e| CliError::Other(format!("{}: {e}", out.display())))?;
     for ((n, v, w), m) in measured {
         let path = out.join(format!("{w}-{n}-{v}.json"));
-        let text = serde_json::to_string(&m.trace)
-            .map_err(|e| CliError::Other(format!("encoding a trace: {e}")))?;
-        std::fs::write(&path, text)
+        std::fs::write(&path, &m.text)
             .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
     }
     Ok(())
@@ -350,11 +357,18 @@ async fn measure(
     let pick = (runs.iter())
         .position(|r| r.seconds == seconds)
         .unwrap_or(0);
-    Ok(runs.swap_remove(pick))
+    let text = serde_json::to_string(&runs.swap_remove(pick).trace)
+        .map_err(|e| CliError::Other(format!("encoding a trace: {e}")))?;
+    let trace = adisk_sim::replay::trace::parse("a validation trace", &text)?;
+    Ok(Measured {
+        seconds,
+        text,
+        trace,
+    })
 }
 
 /// One run of `w` with its trace.
-async fn once(cluster: &Arc<Cluster>, w: &Workload) -> Result<Measured, CliError> {
+async fn once(cluster: &Arc<Cluster>, w: &Workload) -> Result<Run, CliError> {
     match w {
         Workload::Sql { level, text, .. } => {
             let options = SqlOptions {
@@ -365,7 +379,7 @@ async fn once(cluster: &Arc<Cluster>, w: &Workload) -> Result<Measured, CliError
             let engine = SqlEngine::new(cluster.clone(), options).await?;
             let out = engine.query(text).await?;
             let trace = engine.trace(&out, text).await;
-            Ok(Measured {
+            Ok(Run {
                 seconds: out.wall.as_secs_f64(),
                 trace,
             })
@@ -376,7 +390,7 @@ async fn once(cluster: &Arc<Cluster>, w: &Workload) -> Result<Measured, CliError
             let host_cpu = adisk_core::stats::process_cpu_ns().saturating_sub(cpu);
             let disks = cluster.config().disks.len() as u32;
             let recorded = adisk_host::sql::trace::recorded(cluster, disks).await;
-            Ok(Measured {
+            Ok(Run {
                 seconds: report.seconds,
                 trace: report.to_trace(recorded, host_cpu),
             })
@@ -416,19 +430,16 @@ fn predict(
 
 /// The simulator's time for `trace` replayed on `n` disks in variant `v`, seconds.
 fn replay_on(
-    trace: &Trace,
+    trace: &adisk_sim::replay::trace::Trace,
     n: u32,
     v: &Variant,
     costs: Option<(f64, f64)>,
 ) -> Result<f64, CliError> {
-    let text = serde_json::to_string(trace)
-        .map_err(|e| CliError::Other(format!("encoding a trace: {e}")))?;
-    let trace = adisk_sim::replay::trace::parse("a validation trace", &text)?;
     let mut cfg = ReplayFile::default()
         .with_overrides(&overrides(n, v))
         .resolve("validate", &trace.recorded)?;
     cfg.job_costs_ns = costs;
-    let report = adisk_sim::replay::replay(&trace, &cfg, false)?;
+    let report = adisk_sim::replay::replay(trace, &cfg, false)?;
     Ok(report.predicted_ns as f64 * 1e-9)
 }
 
