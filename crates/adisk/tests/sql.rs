@@ -971,3 +971,37 @@ fn disk_groups_behind_a_router() {
     let err = fails(tmp2.path(), &["up", "--disks", "2", "--groups", "3"]);
     assert!(err.contains("each group needs at least one disk"), "{err}");
 }
+
+/// One disk: a query's global work — an aggregation over all rows, a sort, a limit — runs at
+/// the disk with the rest of its stage, so only the result travels (before, a one-disk
+/// `disks` plan aggregated at the host and shipped every row). Oracle: DuckDB's answers at
+/// every level.
+#[test]
+fn one_disk_runs_global_work_at_the_disk() {
+    let c = Cluster(tempfile::tempdir().expect("tempdir"));
+    ok(c.dir(), &["up", "--disks", "1"]);
+    ok(c.dir(), &["load", "tpch", "--sf", "0.01"]);
+    let out = ok(
+        c.dir(),
+        &["tpch", "check", "--sf", "0.01", "--offload", "all"],
+    );
+    assert!(
+        out.contains(&format!("{} passed, 0 failed", 22 * LEVELS)),
+        "one disk:\n{out}"
+    );
+    let group_by = "SELECT l_partkey, sum(l_quantity) AS q, count(*) AS n \
+                    FROM lineitem GROUP BY l_partkey";
+    let v = explain(c.dir(), true, group_by, "disks");
+    assert_eq!(
+        host_ops(&v),
+        Vec::<String>::new(),
+        "nothing at the host: {v}"
+    );
+    let scan = &v["scans"][0]["stats"];
+    let (read, shipped) = (&scan["rows_read"], &scan["rows_shipped"]);
+    assert_eq!(shipped, &v["rows"], "only the groups travel: {v}");
+    assert!(
+        read.as_u64().unwrap() > 20 * shipped.as_u64().unwrap(),
+        "{read} rows read, {shipped} shipped"
+    );
+}

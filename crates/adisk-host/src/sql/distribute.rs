@@ -311,6 +311,19 @@ impl DistributeRule {
     }
 }
 
+/// An operator that needs all its input's rows in one place: a global aggregation, sort,
+/// merge or limit. It joins a stage only when that stage runs at one disk (a one-disk
+/// cluster, a table stored on one disk), where it would otherwise leave every row to ship.
+fn gathers(node: &dyn ExecutionPlan) -> bool {
+    use datafusion::physical_plan::limit::GlobalLimitExec;
+    use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+    node.downcast_ref::<AggregateExec>().is_some()
+        || node.downcast_ref::<SortExec>().is_some()
+        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
+        || node.downcast_ref::<SortPreservingMergeExec>().is_some()
+        || node.downcast_ref::<GlobalLimitExec>().is_some()
+}
+
 /// A stage that does more than a plain scan (a lone scan is better served as it is).
 fn worth_it(cut: &Cut) -> bool {
     cut.plan.downcast_ref::<EmptyExec>().is_none()
@@ -395,12 +408,25 @@ impl Cutter {
             || node
                 .downcast_ref::<SortExec>()
                 .is_some_and(|s| s.preserve_partitioning());
-        if !per_partition {
-            return None;
+        if per_partition {
+            let child = self.cut(plan.children().first()?)?;
+            let plan = super::tree::rewire(plan.clone(), vec![child.plan]).ok()?;
+            return Some(Cut { plan, ..child });
         }
-        let child = self.cut(plan.children().first()?)?;
-        let plan = super::tree::rewire(plan.clone(), vec![child.plan]).ok()?;
-        Some(Cut { plan, ..child })
+        if gathers(node) {
+            // All the rows it gathers are at one disk already: it runs there too.
+            let child = self.cut(plan.children().first()?)?;
+            if child.disks.len() != 1 {
+                return None;
+            }
+            let plan = super::tree::rewire(plan.clone(), vec![child.plan]).ok()?;
+            return Some(Cut {
+                plan,
+                declustered: false,
+                ..child
+            });
+        }
+        None
     }
 
     /// A hash repartition: the stage below ends, hashed on plain columns to every disk.
