@@ -17,6 +17,7 @@
 
 mod peer_probe;
 mod pipes;
+mod pool;
 mod repair;
 mod service;
 mod status;
@@ -267,6 +268,7 @@ impl DiskNode {
             auth: config.auth.clone(),
             members: config.members.clone(),
             tls: config.tls.clone(),
+            pool: Default::default(),
         });
         let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
         let service = DiskService::with_disklets(os, Arc::new(registry))

@@ -1,5 +1,6 @@
 //! Exchange streams from this disk to other disks over Flight `DoPut` ([`FlightPipeConnector`]),
 //! each ended by its mark so a receiver knows a finished sender from a cut one ([`EndMark`]).
+use crate::pool::ChannelPool;
 use adisk_core::protocol::PutCommand;
 use adisk_diskos::DiskOsError;
 use adisk_diskos::job::{Intact, PipeConnector, PipeRoute};
@@ -14,6 +15,7 @@ use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
+use tonic::transport::Channel;
 /// Sends exchange outputs to other disks over Flight `DoPut`.
 ///
 /// With the cluster's secret, every stream carries a token, a target must be a disk named in
@@ -27,6 +29,9 @@ pub struct FlightPipeConnector {
     pub members: Option<std::path::PathBuf>,
     /// TLS to the peers (this disk's certificate shown, theirs checked against the CA).
     pub tls: Option<adisk_core::tls::TlsMaterial>,
+    /// Idle connections to the other disks, one stream at a time each (never to a relay:
+    /// each relay proves its holder again).
+    pub pool: Arc<ChannelPool>,
 }
 
 impl FlightPipeConnector {
@@ -57,6 +62,46 @@ impl FlightPipeConnector {
         peer: &str,
         relay: bool,
     ) -> adisk_diskos::Result<FlightClient> {
+        let channel = self.connect(address, peer, relay).await?;
+        self.with_token(channel)
+    }
+
+    /// A client for one stream to the disk at `address` over a kept connection that answered
+    /// its round trip, else a new one; and the connection, to give back to the pool when the
+    /// stream ended cleanly.
+    async fn pooled(
+        &self,
+        address: &str,
+        peer: &str,
+    ) -> adisk_diskos::Result<(FlightClient, Channel)> {
+        while let Some(channel) = self.pool.take(address) {
+            if crate::pool::alive(&mut self.with_token(channel.clone())?).await {
+                return Ok((self.with_token(channel.clone())?, channel));
+            }
+        }
+        let channel = self.connect(address, peer, false).await?;
+        Ok((self.with_token(channel.clone())?, channel))
+    }
+
+    /// A client over `channel` whose calls carry a fresh token (a token is good for one call).
+    fn with_token(&self, channel: Channel) -> adisk_diskos::Result<FlightClient> {
+        let mut client = FlightClient::new(channel);
+        if let Some(auth) = &self.auth {
+            client
+                .add_header(adisk_core::auth::HEADER, &auth.key().header())
+                .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
+        }
+        Ok(client)
+    }
+
+    /// A new connection to `address`; to a relay (`relay`), only once it proved it holds the
+    /// cluster's secret.
+    async fn connect(
+        &self,
+        address: &str,
+        peer: &str,
+        relay: bool,
+    ) -> adisk_diskos::Result<Channel> {
         let deadlines = adisk_core::config::Deadlines::default();
         let endpoint = adisk_core::net::member_endpoint(
             address,
@@ -79,7 +124,7 @@ impl FlightPipeConnector {
         .map_err(|_| silent())?
         .map_err(|e| DiskOsError::Pipe(format!("{peer} unreachable: {e}")))?;
         let Some(auth) = &self.auth else {
-            return Ok(FlightClient::new(channel));
+            return Ok(channel);
         };
         if relay {
             let challenge = adisk_core::auth::challenge();
@@ -101,11 +146,7 @@ impl FlightPipeConnector {
                 )));
             }
         }
-        let mut client = FlightClient::new(channel);
-        client
-            .add_header(adisk_core::auth::HEADER, &auth.key().header())
-            .map_err(|e| DiskOsError::Pipe(e.to_string()))?;
-        Ok(client)
+        Ok(channel)
     }
 }
 
@@ -189,6 +230,7 @@ impl PipeConnector for FlightPipeConnector {
             auth: self.auth.clone(),
             members: self.members.clone(),
             tls: self.tls.clone(),
+            pool: self.pool.clone(),
         };
         async move {
             let PipeRoute {
@@ -228,7 +270,12 @@ impl PipeConnector for FlightPipeConnector {
                 ),
             };
             let (address, command) = command;
-            let mut client = connector.client(&address, &peer, via_relay).await?;
+            let (mut client, kept) = if via_relay {
+                (connector.client(&address, &peer, true).await?, None)
+            } else {
+                let (client, channel) = connector.pooled(&address, &peer).await?;
+                (client, Some(channel))
+            };
             let cmd = serde_json::to_vec(&command).expect("command serializes");
             let counters = Arc::new((
                 std::sync::atomic::AtomicU64::new(0),
@@ -258,6 +305,10 @@ impl PipeConnector for FlightPipeConnector {
             let link = |e: FlightError| DiskOsError::Link(format!("sending to {peer}: {e}"));
             let results = client.do_put(data).await.map_err(link)?;
             results.try_collect::<Vec<_>>().await.map_err(link)?;
+            // The stream ended cleanly (with either mark): its connection is free again.
+            if let Some(channel) = kept {
+                connector.pool.put(&address, channel);
+            }
             if let Some(EndMark::Abort(why)) = ended.lock().expect("ended lock").take() {
                 return Err(DiskOsError::Pipe(format!(
                     "the stream to {peer} ended with this job's failure: {why}"
