@@ -769,6 +769,12 @@ fn push_bloom(
     };
     if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes)
     {
+        tracing::debug!(
+            build_keys = ?build_rows,
+            probe_rows = ?probe_est,
+            filter_bytes = bytes,
+            "auto: no Bloom semi-join on this join"
+        );
         return Ok(None);
     }
     // Hash functions are chosen for the expected number of keys (10 bits per key if unknown,
