@@ -90,6 +90,25 @@ fn tpch_sf001_every_offload_level() {
         host_ops(&central).is_empty(),
         "Q3 with a central unit: nothing combines at the host: {central}"
     );
+    // Tables stored on one disk (nation and region at SF 0.01): their global aggregations
+    // and sorts run at that disk; the partition merges above them go. TPC-H's nation table
+    // has 25 nations, 5 in each region.
+    let sql_csv = |q: &str| {
+        ok(
+            c.dir(),
+            &["sql", q, "--offload", "disks", "--format", "csv"],
+        )
+    };
+    let n = sql_csv("select count(*) as n from nation join region on n_regionkey = r_regionkey");
+    assert_eq!(n.trim(), "n\n25", "{n}");
+    let per_region = sql_csv(
+        "select n_regionkey, count(*) as n from nation group by n_regionkey order by n_regionkey",
+    );
+    assert_eq!(
+        per_region.trim(),
+        "n_regionkey,n\n0,5\n1,5\n2,5\n3,5\n4,5",
+        "{per_region}"
+    );
     // The plan a `disks` query falls back to when a disk runs out of memory: sort-merge
     // joins, only tiny build sides broadcast; every answer still right.
     let out = check(&["--offload", "disks", "--spill-joins"]);

@@ -311,17 +311,30 @@ impl DistributeRule {
     }
 }
 
-/// An operator that needs all its input's rows in one place: a global aggregation, sort,
-/// merge or limit. It joins a stage only when that stage runs at one disk (a one-disk
-/// cluster, a table stored on one disk), where it would otherwise leave every row to ship.
-fn gathers(node: &dyn ExecutionPlan) -> bool {
+/// What an operator that needs all its input's rows in one place does with a stage that runs
+/// at one disk (a one-disk cluster, a table stored on one disk), where it would otherwise
+/// leave every row to ship.
+enum Gather {
+    /// A global aggregation, sort or limit: it runs in that stage.
+    Runs,
+    /// A merge of partitions (without a limit): one partition has nothing to merge.
+    Merges,
+}
+
+fn gathers(node: &dyn ExecutionPlan) -> Option<Gather> {
     use datafusion::physical_plan::limit::GlobalLimitExec;
     use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
-    node.downcast_ref::<AggregateExec>().is_some()
+    if node.downcast_ref::<AggregateExec>().is_some()
         || node.downcast_ref::<SortExec>().is_some()
-        || node.downcast_ref::<CoalescePartitionsExec>().is_some()
-        || node.downcast_ref::<SortPreservingMergeExec>().is_some()
         || node.downcast_ref::<GlobalLimitExec>().is_some()
+    {
+        return Some(Gather::Runs);
+    }
+    let merges = node
+        .downcast_ref::<CoalescePartitionsExec>()
+        .is_some_and(|c| c.fetch().is_none())
+        || (node.downcast_ref::<SortPreservingMergeExec>()).is_some_and(|m| m.fetch().is_none());
+    merges.then_some(Gather::Merges)
 }
 
 /// A stage that does more than a plain scan (a lone scan is better served as it is).
@@ -413,13 +426,17 @@ impl Cutter {
             let plan = super::tree::rewire(plan.clone(), vec![child.plan]).ok()?;
             return Some(Cut { plan, ..child });
         }
-        if gathers(node) {
-            // All the rows it gathers are at one disk already: it runs there too.
+        if let Some(gather) = gathers(node) {
+            // All the rows it gathers are at one disk already: it runs there too, or, when it
+            // only merges partitions, is not needed (a stage makes one partition per disk).
             let child = self.cut(plan.children().first()?)?;
-            if child.disks.len() != 1 {
+            if child.disks.len() != 1 || child.plan.output_partitioning().partition_count() != 1 {
                 return None;
             }
-            let plan = super::tree::rewire(plan.clone(), vec![child.plan]).ok()?;
+            let plan = match gather {
+                Gather::Runs => super::tree::rewire(plan.clone(), vec![child.plan]).ok()?,
+                Gather::Merges => child.plan,
+            };
             return Some(Cut {
                 plan,
                 declustered: false,

@@ -519,6 +519,14 @@ fn pass_fraction(scan: &DiskScanExec, names: &[String], build_keys: usize) -> Op
     Some((build_keys as f64 / distinct).min(1.0))
 }
 
+/// What a Bloom filter's probe scan expects: its rows, and the share of them the filter
+/// passes ([`pass_fraction`]).
+#[derive(Clone, Copy, Debug, Default)]
+struct ProbeEst {
+    rows: Option<usize>,
+    pass: Option<f64>,
+}
+
 /// Rebuilds the probe side with the Bloom filter attached to its scan; `keys` are column
 /// indices of `plan`'s output.
 fn attach_bloom(
@@ -526,7 +534,7 @@ fn attach_bloom(
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
     (bytes, build_keys): (usize, Option<usize>),
-    est: &mut Option<usize>,
+    est: &mut ProbeEst,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let a: &dyn ExecutionPlan = plan.as_ref();
     if let Some(scan) = a.downcast_ref::<DiskScanExec>() {
@@ -542,8 +550,11 @@ fn attach_bloom(
             .map(|k| schema.fields().get(*k).map(|f| f.name().clone()))
             .collect::<Option<Vec<_>>>()?;
         let mut p = scan.plan.clone();
-        *est = Some(p.est_rows as usize);
         let est_pass = build_keys.and_then(|b| pass_fraction(scan, &names, b));
+        *est = ProbeEst {
+            rows: Some(p.est_rows as usize),
+            pass: est_pass,
+        };
         let spec = BloomProbeSpec {
             keys: names,
             slot: slot.clone(),
@@ -666,7 +677,7 @@ fn attach_bloom_through_join(
     keys: &[usize],
     slot: &watch::Receiver<BloomState>,
     sizes: (usize, Option<usize>),
-    est: &mut Option<usize>,
+    est: &mut ProbeEst,
 ) -> Option<Arc<dyn ExecutionPlan>> {
     let idx: Vec<usize> = match &j.projection {
         Some(p) => keys
@@ -738,7 +749,7 @@ fn push_bloom(
     let mut chosen = None;
     for subset in subsets {
         let probe_cols: Vec<usize> = subset.iter().map(|i| pairs[*i].1).collect();
-        let mut probe_est = None;
+        let mut probe_est = ProbeEst::default();
         // Sized below, once the build keys are known; the size travels with the filter.
         if let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, (0, None), &mut probe_est)
         {
@@ -762,16 +773,17 @@ fn push_bloom(
     } else {
         settings.bloom_bytes
     };
-    let mut probe_est = None;
+    let mut probe_est = ProbeEst::default();
     let sizes = (bytes, build_rows);
     let Some(right) = attach_bloom(join.right(), &probe_cols, &rx, sizes, &mut probe_est) else {
         return Ok(None);
     };
-    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe_est, bytes)
-    {
+    let probe = (probe_est.rows, probe_est.pass);
+    if settings.offload == Offload::Auto && !settings.cost.push_bloom(build_rows, probe, bytes) {
         tracing::debug!(
             build_keys = ?build_rows,
-            probe_rows = ?probe_est,
+            probe_rows = ?probe_est.rows,
+            probe_pass = ?probe_est.pass,
             filter_bytes = bytes,
             "auto: no Bloom semi-join on this join"
         );
