@@ -233,43 +233,8 @@ impl PipeConnector for FlightPipeConnector {
             pool: self.pool.clone(),
         };
         async move {
-            let PipeRoute {
-                target,
-                relay,
-                exchange_id,
-                sender,
-                from,
-            } = route;
-            connector.check_member(&target)?;
-            // Via the host: the stream goes to its relay, which names the target.
-            let (peer, via_relay, command) = match relay {
-                Some(relay) => (
-                    format!("the host's relay {relay}"),
-                    true,
-                    (
-                        relay,
-                        PutCommand::Relay {
-                            target: target.clone(),
-                            exchange_id,
-                            sender,
-                            from: Some(from),
-                        },
-                    ),
-                ),
-                None => (
-                    format!("disk {target}"),
-                    false,
-                    (
-                        target.clone(),
-                        PutCommand::Exchange {
-                            exchange_id,
-                            sender,
-                            from: Some(from),
-                        },
-                    ),
-                ),
-            };
-            let (address, command) = command;
+            connector.check_member(&route.target)?;
+            let (peer, via_relay, address, command) = destination(route);
             let (mut client, kept) = if via_relay {
                 (connector.client(&address, &peer, true).await?, None)
             } else {
@@ -320,5 +285,40 @@ impl PipeConnector for FlightPipeConnector {
             ))
         }
         .boxed()
+    }
+}
+
+/// Where a pipe stream goes: the peer's name, whether through the host's relay (which names
+/// the target), the address to connect to and the `DoPut` command.
+fn destination(route: PipeRoute) -> (String, bool, String, PutCommand) {
+    let PipeRoute {
+        target,
+        relay,
+        exchange_id,
+        sender,
+        from,
+    } = route;
+    match relay {
+        Some(relay) => (
+            format!("the host's relay {relay}"),
+            true,
+            relay,
+            PutCommand::Relay {
+                target,
+                exchange_id,
+                sender,
+                from: Some(from),
+            },
+        ),
+        None => (
+            format!("disk {target}"),
+            false,
+            target,
+            PutCommand::Exchange {
+                exchange_id,
+                sender,
+                from: Some(from),
+            },
+        ),
     }
 }
