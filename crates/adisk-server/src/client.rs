@@ -98,6 +98,8 @@ fn unreachable(url: &str, message: String) -> ClientError {
 pub struct Client {
     inner: FlightSqlServiceClient<Channel>,
     tls: ClientTls,
+    /// The handle of the last statement [`Client::query`] ran through the service.
+    last_statement: Option<Vec<u8>>,
 }
 
 impl Client {
@@ -140,6 +142,7 @@ impl Client {
         Ok(Client {
             inner,
             tls: tls.clone(),
+            last_statement: None,
         })
     }
 
@@ -151,6 +154,7 @@ impl Client {
     pub async fn query(&mut self, sql: &str) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
         let info = self.inner.execute(sql.to_string(), None).await.map_err(q)?;
         let schema = std::sync::Arc::new(info.clone().try_decode_schema().map_err(q)?);
+        self.last_statement = crate::service::statement_handle(&info);
         let reads = info.endpoint.iter().map(|endpoint| {
             let mut here = self.inner.clone();
             let tls = self.tls.clone();
@@ -182,6 +186,44 @@ impl Client {
     /// What the service answered.
     pub async fn status(&mut self) -> Result<serde_json::Value, ClientError> {
         self.action_json(crate::status::ACTION, vec![]).await
+    }
+
+    /// The queries whose traces the service keeps for this user ([`crate::traces`]).
+    ///
+    /// # Errors
+    /// What the service answered.
+    pub async fn traces(&mut self) -> Result<Vec<crate::traces::TraceEntry>, ClientError> {
+        self.action_json(crate::traces::LIST_ACTION, vec![]).await
+    }
+
+    /// The trace `req` names (by the query's id, or its statement's handle).
+    ///
+    /// # Errors
+    /// What the service answered (a query not kept, another user's).
+    pub async fn trace(
+        &mut self,
+        req: &crate::traces::TraceRequest,
+    ) -> Result<adisk_core::trace::Trace, ClientError> {
+        let body = serde_json::to_vec(req).map_err(q)?;
+        self.action_json(crate::traces::GET_ACTION, body).await
+    }
+
+    /// The trace of the last statement [`Client::query`] ran, when its result came through
+    /// the service (a result read from the disks' own endpoints leaves none).
+    ///
+    /// # Errors
+    /// No statement run yet, or one read from the disks; what the service answered.
+    pub async fn last_trace(&mut self) -> Result<adisk_core::trace::Trace, ClientError> {
+        let Some(handle) = &self.last_statement else {
+            return Err(ClientError::Query(
+                "no trace: the last result was read from the disks' endpoints, not through the service (or nothing ran yet)".into(),
+            ));
+        };
+        let req = crate::traces::TraceRequest {
+            id: None,
+            handle: Some(hex::encode(handle)),
+        };
+        self.trace(&req).await
     }
 
     /// Runs action `kind` with `body`; its first result, as JSON.

@@ -9,6 +9,7 @@ pub mod client;
 pub mod metrics;
 pub mod service;
 pub mod status;
+pub mod traces;
 
 pub use service::{Access, Admission, Endpoints, SqlService};
 

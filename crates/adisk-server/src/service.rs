@@ -153,6 +153,8 @@ struct Inner {
     /// runtime that answers calls: a CPU-heavy query at the host cannot starve logins,
     /// catalog fetches and the disks' health checks into timeouts.
     queries: QueryRuntime,
+    /// The last queries' traces ([`crate::traces`]).
+    traces: Arc<crate::traces::TraceStore>,
 }
 
 /// The service's query runtime; shut down in the background when the service ends (a runtime
@@ -340,8 +342,18 @@ impl SqlService {
                 view: tokio::sync::Mutex::new(None),
                 pool: Mutex::new(Vec::new()),
                 queries: QueryRuntime::new(),
+                traces: Arc::new(crate::traces::TraceStore::new(
+                    crate::traces::DEFAULT_KEEP,
+                    crate::traces::MAX_BYTES,
+                )),
             }),
         }
+    }
+
+    /// The last queries' traces: how many are kept can be changed
+    /// ([`crate::traces::TraceStore::set_keep`]).
+    pub fn traces(&self) -> Arc<crate::traces::TraceStore> {
+        self.inner.traces.clone()
     }
 
     /// The service's metrics (`/metrics`).
@@ -792,6 +804,24 @@ impl SqlService {
         )?))
     }
 
+    /// The answer to a trace action ([`crate::traces`]) of `user`; None for another action.
+    async fn trace_action(&self, user: &str, action: &Action) -> Result<Option<Vec<u8>>, Status> {
+        let json = |e: serde_json::Error| Status::internal(e.to_string());
+        match action.r#type.as_str() {
+            crate::traces::LIST_ACTION => {
+                let list = self.inner.traces.list(user);
+                Ok(Some(serde_json::to_vec(&list).map_err(json)?))
+            }
+            crate::traces::GET_ACTION => {
+                let req: crate::traces::TraceRequest = serde_json::from_slice(&action.body)
+                    .map_err(|e| Status::invalid_argument(format!("adisk.trace: {e}")))?;
+                let trace = self.inner.traces.get(user, &req).await?;
+                Ok(Some(trace.as_ref().clone()))
+            }
+            _ => Ok(None),
+        }
+    }
+
     fn verify_basic(&self, header: Option<&str>) -> Result<String, Status> {
         let Access::Users(users) = &self.inner.access else {
             return Ok("anonymous".into());
@@ -835,7 +865,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// The statement handle a FlightInfo's first endpoint's ticket names.
-fn statement_handle(info: &FlightInfo) -> Option<Vec<u8>> {
+/// The statement handle in `info`'s ticket (None for a ticket of another kind, such as a
+/// disk's endpoint).
+pub(crate) fn statement_handle(info: &FlightInfo) -> Option<Vec<u8>> {
     let ticket = info.endpoint.first()?.ticket.as_ref()?;
     let any = Any::decode(ticket.ticket.clone()).ok()?;
     let t: TicketStatementQuery = any.unpack().ok()??;
@@ -978,8 +1010,24 @@ impl FlightSqlService for SqlService {
             }
         };
         metrics.answered(&out);
+        let trace = match explain {
+            true => 0,
+            false => self.inner.traces.record(
+                crate::traces::Finished {
+                    handle: &id,
+                    user: &user,
+                    text: &sql,
+                    scans: out.scans.clone(),
+                    wall: out.wall,
+                    host_cpu_ns: out.host_cpu_ns,
+                    rows: out.rows() as u64,
+                },
+                self.inner.cluster.clone(),
+            ),
+        };
         tracing::info!(
             user,
+            trace,
             rows = out.rows(),
             wall_ms = out.wall.as_millis() as u64,
             "flight sql query"
@@ -1257,6 +1305,10 @@ impl FlightSqlService for SqlService {
                     .map_err(|e| Status::internal(e.to_string()))?
                     .into(),
             };
+            return Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))));
+        }
+        if let Some(body) = self.trace_action(&user, &action).await? {
+            let body = arrow_flight::Result { body: body.into() };
             return Ok(Response::new(Box::pin(futures::stream::iter([Ok(body)]))));
         }
         if action.r#type == DISKLET_INSTALL {

@@ -29,6 +29,7 @@ mod repair_cmd;
 mod serve_cmd;
 mod slt;
 mod sql_cmd;
+mod traces_cmd;
 mod validate;
 
 use adisk_host::JobRequest;
@@ -151,6 +152,10 @@ enum Command {
     /// Print a query's plan with each operator marked disk or host (`explain analyze "…"` runs
     /// it and prints the bytes at every stage, per disk).
     Explain(sql_cmd::ExplainArgs),
+    /// The traces the Flight SQL service keeps of your last queries: a list, or one written
+    /// as an `adisk-trace` (for `adisk sim replay`) and a Perfetto timeline (`--connect`
+    /// defaults to the service `adisk up` started).
+    Traces(traces_cmd::TracesArgs),
     /// Run `.slt` files (sqllogictest format, expected rows checked in) at the given offload
     /// levels; one line per record, then `N passed, N failed`. `--complete` writes the expected
     /// rows from DuckDB on the same Parquet files.
@@ -395,6 +400,7 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
         }
         Command::Sql(a) => sql_cmd::sql(&dir, a).await,
         Command::Explain(a) => sql_cmd::explain(&dir, a).await,
+        Command::Traces(a) => traces_cmd::traces(&dir, a).await,
         Command::Slt(a) => slt::slt(connect(&dir).await?, a)
             .await
             .map_err(|e| CliError::Other(e.to_string())),

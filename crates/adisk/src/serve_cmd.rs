@@ -51,6 +51,11 @@ pub struct ServeArgs {
     /// How long a per-disk endpoint's ticket stays valid, seconds (1 to 3600).
     #[arg(long, default_value_t = 120)]
     pub endpoint_ttl_secs: u64,
+    /// Keep the traces of the last N queries answered through the service (at most 32 MiB
+    /// together), for their users to fetch (`adisk traces`, `adisk sql --connect … --trace`);
+    /// 0: keep none.
+    #[arg(long, default_value_t = adisk_server::traces::DEFAULT_KEEP)]
+    pub keep_traces: usize,
     /// TLS of the service: `auto` (on with --tls-cert, or with the host's certificate of
     /// `[cluster.tls]`; plaintext, with a warning, when there is neither), `on` (refuses to
     /// start without a certificate), `off` (plaintext; for experiments only).
@@ -220,6 +225,7 @@ pub async fn serve(dir: &Path, a: ServeArgs) -> Result<(), CliError> {
         ttl: Duration::from_secs(a.endpoint_ttl_secs.clamp(1, 3600)),
     };
     let service = SqlService::new(cluster, options, access, admission, endpoints);
+    service.traces().set_keep(a.keep_traces);
     if a.metrics_listen != "off" {
         let listener = tokio::net::TcpListener::bind(&a.metrics_listen)
             .await

@@ -221,6 +221,7 @@ impl Runner {
             Runner::Remote(client) => {
                 let (schema, batches) = remote_query(client, q).await?;
                 print_batches(&batches, &schema, format)?;
+                trace.write_remote(client).await?;
             }
         }
         Ok(())
@@ -279,7 +280,26 @@ impl TraceArgs {
         if !self.wanted() {
             return Ok(());
         }
-        let trace = eng.trace(out, text).await;
+        self.write_trace(&eng.trace(out, text).await)
+    }
+
+    /// Writes the trace of the last query `client` ran through the service, where asked.
+    async fn write_remote(
+        &self,
+        client: &mut adisk_server::client::Client,
+    ) -> Result<(), CliError> {
+        if !self.wanted() {
+            return Ok(());
+        }
+        let trace = client
+            .last_trace()
+            .await
+            .map_err(|e| CliError::Other(format!("--trace: {e}")))?;
+        self.write_trace(&trace)
+    }
+
+    /// Writes `trace` where asked, and says what it holds.
+    pub fn write_trace(&self, trace: &adisk_core::trace::Trace) -> Result<(), CliError> {
         let write = |path: &Path, value: serde_json::Value| {
             let bytes = serde_json::to_vec_pretty(&value)
                 .map_err(|e| CliError::Other(format!("encoding the trace: {e}")))?;
@@ -288,7 +308,7 @@ impl TraceArgs {
             })
         };
         if let Some(path) = &self.trace {
-            let value = serde_json::to_value(&trace)
+            let value = serde_json::to_value(trace)
                 .map_err(|e| CliError::Other(format!("encoding the trace: {e}")))?;
             write(path, value)?;
         }
@@ -451,8 +471,6 @@ pub fn moved(out: &QueryOutput) -> String {
 
 pub async fn sql(dir: &Path, a: SqlArgs) -> Result<(), CliError> {
     let mut runner = Runner::new(dir, &a).await?;
-    a.trace
-        .local_only(matches!(runner, Runner::Remote(_)), "not with --connect")?;
     let text = match (&a.query, &a.file) {
         (Some(q), _) => Some(q.clone()),
         (None, Some(f)) => Some(

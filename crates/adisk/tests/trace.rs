@@ -182,6 +182,7 @@ fn traces_of_q1_and_q3_total_what_explain_analyze_says_and_open_as_timelines() {
         &["sql", "--trace", path.to_str().unwrap(), &tpch_text(6)],
     );
     assert_eq!(read_json(&path)["format"], "adisk-trace");
+    through_the_service(dir, out.path());
     // A trace needs the query to run here, and a place to go.
     let err = fails(dir, &["explain", "--trace", "t.json", "select 1"]);
     assert!(err.contains("only with EXPLAIN ANALYZE"), "{err}");
@@ -194,4 +195,59 @@ fn traces_of_q1_and_q3_total_what_explain_analyze_says_and_open_as_timelines() {
         err.contains("writing the trace") && err.contains("missing/dir"),
         "{err}"
     );
+}
+
+/// The service keeps the traces of the queries answered through it: `adisk sql --connect
+/// --trace` fetches its query's; `adisk traces` lists them and writes one by id. Oracle: the
+/// same query's EXPLAIN ANALYZE in this process (what it read and scanned is the plan's, not
+/// the run's), the Chrome format's rules, and the simulator reading it.
+fn through_the_service(dir: &Path, out: &Path) {
+    let (path, chrome) = (
+        out.join("served-q6.json"),
+        out.join("served-q6.chrome.json"),
+    );
+    let text = tpch_text(6);
+    let args = [
+        "sql",
+        "--connect",
+        "serve",
+        "--trace",
+        path.to_str().unwrap(),
+        "--chrome-trace",
+        chrome.to_str().unwrap(),
+        &text,
+    ];
+    ok(dir, &args);
+    let trace = read_json(&path);
+    assert_eq!(trace["format"], "adisk-trace");
+    assert_eq!(trace["text"].as_str().unwrap(), text);
+    let explain = json(&ok(dir, &["explain", "--format", "json", "analyze", &text]));
+    for (t, e) in [
+        ("bytes_read", "bytes_read"),
+        ("bytes_scanned", "bytes_scanned"),
+    ] {
+        assert_eq!(
+            sum(&trace, t),
+            explain[e].as_u64().unwrap(),
+            "served Q6: {t}"
+        );
+    }
+    check_chrome(6, "the service's", &trace, &read_json(&chrome));
+    let replay = json(&ok(
+        dir,
+        &["sim", "replay", path.to_str().unwrap(), "--format", "json"],
+    ));
+    assert!(replay.is_object(), "{replay}");
+    // The list names it; by its id the same trace comes back.
+    let list = ok(dir, &["traces"]);
+    let line = list
+        .lines()
+        .rev()
+        .find(|l| l.contains("l_extendedprice"))
+        .unwrap_or_else(|| panic!("Q6 not listed:\n{list}"));
+    let id = line.split_whitespace().next().unwrap();
+    let again = ok(dir, &["traces", id]);
+    assert_eq!(json(&again), trace, "trace {id} by id");
+    let err = fails(dir, &["traces", "999999"]);
+    assert!(err.contains("no trace of query 999999"), "{err}");
 }

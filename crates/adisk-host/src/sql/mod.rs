@@ -255,6 +255,25 @@ impl ClusterView {
     }
 }
 
+/// A task aborted when its handle is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> AbortOnDrop<Result<T>> {
+    /// The task's result (a task that panicked or was aborted, as an error).
+    async fn join(mut self) -> Result<T> {
+        (&mut self.0)
+            .await
+            .map_err(|e| datafusion::error::DataFusionError::Execution(e.to_string()))
+            .map_err(plan_err("planning the query's `disks` plan"))?
+    }
+}
+
 /// A statement planned once ([`SqlEngine::prepare`]), to run later or to read from the disks.
 #[derive(Clone)]
 pub struct Planned {
@@ -262,6 +281,8 @@ pub struct Planned {
     source: PlannedFrom,
     analyze: bool,
     started: Instant,
+    /// How long planning took (at `auto`, both levels' plans and the choice).
+    planning: Duration,
 }
 
 impl Planned {
@@ -643,7 +664,7 @@ impl SqlEngine {
         &self.tables
     }
 
-    async fn physical(&self, ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    async fn physical(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
         let sql = sql.trim().trim_end_matches(';');
         if sql.is_empty() {
             return Err(HostError::Invalid("empty query".into()));
@@ -667,14 +688,23 @@ impl SqlEngine {
     /// missing, runs host-centric.
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
         let session = self.session_for(analyze)?;
-        let plan = self.physical(&session.0, sql).await?;
+        // At `auto` the `disks` level's plan is made on another task meanwhile (planning is
+        // CPU work: on two cores it halves the wait); dropped with this call.
+        let alt = self.disks_session_for(analyze)?;
+        let alt_plan = alt.as_ref().map(|a| {
+            let (ctx, sql) = (a.0.clone(), sql.to_string());
+            AbortOnDrop(tokio::spawn(
+                async move { Self::physical(&ctx, &sql).await },
+            ))
+        });
+        let plan = Self::physical(&session.0, sql).await?;
         let host = Chosen {
             plan,
             session,
             note: None,
             estimate: None,
         };
-        let Some(alt) = self.disks_session_for(analyze)? else {
+        let (Some(alt), Some(alt_plan)) = (alt, alt_plan) else {
             // One level: the cost model's estimate of its plan, for EXPLAIN ANALYZE to set
             // beside the run.
             let estimate = self.estimate_of(&host.plan);
@@ -694,7 +724,7 @@ impl SqlEngine {
         } else {
             "processing"
         };
-        let disks = match self.physical(&alt.0, sql).await {
+        let disks = match alt_plan.join().await {
             Ok(disks) => disks,
             Err(e) => return Ok(why(&format!("the disks level cannot plan it: {e}"))),
         };
@@ -838,6 +868,7 @@ impl SqlEngine {
             source: PlannedFrom::Sql(sql.to_string()),
             analyze,
             started,
+            planning: started.elapsed(),
         })
     }
 
@@ -855,6 +886,7 @@ impl SqlEngine {
     /// Planning errors.
     pub async fn prepare_frame(&self, df: DataFrame, analyze: bool) -> Result<Planned> {
         let logical = df.logical_plan().clone();
+        let started = Instant::now();
         let plan = self.plan_frame(df).await?;
         Ok(Planned {
             chosen: Chosen {
@@ -865,7 +897,8 @@ impl SqlEngine {
             },
             source: PlannedFrom::Frame(logical),
             analyze,
-            started: Instant::now(),
+            started,
+            planning: started.elapsed(),
         })
     }
 
@@ -880,6 +913,7 @@ impl SqlEngine {
             source,
             analyze,
             started,
+            planning,
         } = planned;
         let mut next = Some(chosen);
         let mut reruns = Vec::new();
@@ -897,6 +931,7 @@ impl SqlEngine {
                     out.disks = self.cluster.usage();
                     out.choice = chosen.note;
                     out.estimate = chosen.estimate;
+                    out.planning = planning;
                     return Ok(out);
                 }
                 Err(e) if out_of_memory(&e) && !self.opts.spill_joins && !spilled => {
@@ -1026,6 +1061,7 @@ impl SqlEngine {
             batches,
             scans,
             wall: started.elapsed(),
+            planning: Duration::ZERO,
             host_cpu_ns: adisk_core::stats::process_cpu_ns().saturating_sub(cpu0),
             plan,
             link_busy,

@@ -19,6 +19,9 @@ pub struct QueryOutput {
     pub scans: Vec<ScanReport>,
     /// Wall time.
     pub wall: Duration,
+    /// The part of `wall` spent planning (at `auto`, both levels' plans and the choice; a
+    /// failover's replanning not included).
+    pub planning: Duration,
     /// CPU time of the host process (every thread) while the plan ran, ns: DataFusion's
     /// operators, decoding what the disks sent, the transport (a concurrent query's work
     /// counts too).
@@ -52,6 +55,7 @@ impl QueryOutput {
             batches,
             scans: vec![],
             wall: Duration::ZERO,
+            planning: Duration::ZERO,
             host_cpu_ns: 0,
             plan,
             link_busy: None,

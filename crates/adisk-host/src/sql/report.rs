@@ -304,10 +304,11 @@ pub fn explain_analyze(out: &QueryOutput, settings: &SqlSettings) -> String {
     let mut text = String::new();
     let _ = writeln!(
         text,
-        "offload level: {} · {} result rows · {:.1} ms",
+        "offload level: {} · {} result rows · {:.1} ms (planning {:.1} ms)",
         settings.offload,
         out.rows(),
-        out.wall.as_secs_f64() * 1e3
+        out.wall.as_secs_f64() * 1e3,
+        out.planning.as_secs_f64() * 1e3
     );
     if let Some(c) = &out.choice {
         let _ = writeln!(text, "{c}");

@@ -13,7 +13,20 @@ use std::collections::BTreeMap;
 /// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are the
 /// host's current ones (measured when missing or stale, as `auto` would).
 pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
-    let jobs = jobs(&out.scans);
+    trace_of(&out.scans, out.wall, out.host_cpu_ns, text, cluster).await
+}
+
+/// The trace of a query that ran the scans `scans` in `wall`, the host's CPU busy
+/// `host_cpu_ns` meanwhile (the parts of a [`QueryOutput`] a trace needs, for a caller that
+/// keeps them after handing the rows on).
+pub async fn trace_of(
+    scans: &[ScanReport],
+    wall: std::time::Duration,
+    host_cpu_ns: u64,
+    text: &str,
+    cluster: &Cluster,
+) -> Trace {
+    let jobs = jobs(scans);
     let disks = jobs
         .iter()
         .flat_map(|j| j.disks.iter().map(|d| d.stats.disk_id))
@@ -25,9 +38,9 @@ pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
         what: "sql".into(),
         text: text.into(),
         recorded: recorded(cluster, disks.max(1)).await,
-        wall_ns: out.wall.as_nanos() as u64,
+        wall_ns: wall.as_nanos() as u64,
         host_ns: 0,
-        host_cpu_ns: out.host_cpu_ns,
+        host_cpu_ns,
         jobs,
     }
 }
