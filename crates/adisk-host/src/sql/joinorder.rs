@@ -11,6 +11,9 @@
 //! class's columns among them — the counts the disks measured at load time
 //! (`DiskTable::statistics`), capped at the filtered rows.
 //!
+//! Join trees inside subqueries (a scalar subquery in `HAVING`, `IN`, `EXISTS`) are reordered
+//! as well, before DataFusion decorrelates them into the plan.
+//!
 //! The written order stays unless the best order is estimated at most [`MIN_GAIN`] of its
 //! cost, so plans change only where the estimate sees a clear win. `ADISK_JOIN_ORDER=written`
 //! in the planning process's environment turns the rule off (for measuring it).
@@ -53,7 +56,7 @@ impl OptimizerRule for JoinOrder {
         plan: LogicalPlan,
         _config: &dyn OptimizerConfig,
     ) -> Result<Transformed<LogicalPlan>> {
-        plan.transform_down(reorder)
+        plan.transform_down_with_subqueries(reorder)
     }
 }
 
@@ -599,5 +602,89 @@ mod tests {
         let either = col("a").eq(lit(1)).or(col("a").gt(lit(1)));
         assert!(selectivity(&either, &e) <= 1.0);
         assert!((selectivity(&col("a").not_like(lit("x%")), &e) - 0.9).abs() < 1e-9);
+    }
+
+    /// A table of `rows` rows whose columns have the given distinct counts, for planning
+    /// only (it cannot be scanned).
+    #[derive(Debug)]
+    struct Counted {
+        schema: datafusion::arrow::datatypes::SchemaRef,
+        rows: usize,
+        ndv: Vec<usize>,
+    }
+
+    #[async_trait::async_trait]
+    impl datafusion::catalog::TableProvider for Counted {
+        fn schema(&self) -> datafusion::arrow::datatypes::SchemaRef {
+            self.schema.clone()
+        }
+        fn table_type(&self) -> datafusion::logical_expr::TableType {
+            datafusion::logical_expr::TableType::Base
+        }
+        fn statistics(&self) -> Option<datafusion::common::Statistics> {
+            use datafusion::common::stats::Precision;
+            let mut s = datafusion::common::Statistics::new_unknown(&self.schema);
+            s.num_rows = Precision::Exact(self.rows);
+            for (c, n) in s.column_statistics.iter_mut().zip(&self.ndv) {
+                c.distinct_count = Precision::Exact(*n);
+            }
+            Some(s)
+        }
+        async fn scan(
+            &self,
+            _state: &dyn datafusion::catalog::Session,
+            _projection: Option<&Vec<usize>>,
+            _filters: &[Expr],
+            _limit: Option<usize>,
+        ) -> Result<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+            datafusion::common::not_impl_err!("planning only")
+        }
+    }
+
+    /// TPC-H Q11's shape: the same three-table join in the query and in its `HAVING`
+    /// subquery, written largest table first. Both trees start from the one filtered row.
+    #[tokio::test]
+    async fn join_trees_inside_subqueries_are_reordered_too() {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::execution::SessionStateBuilder;
+        let table = |cols: &[&str], rows: usize, ndv: &[usize]| {
+            let fields: Vec<Field> = cols
+                .iter()
+                .map(|c| Field::new(*c, DataType::Int64, false))
+                .collect();
+            Arc::new(Counted {
+                schema: Arc::new(Schema::new(fields)),
+                rows,
+                ndv: ndv.to_vec(),
+            })
+        };
+        let state = SessionStateBuilder::new()
+            .with_default_features()
+            .with_optimizer_rule(Arc::new(JoinOrder))
+            .build();
+        let ctx = datafusion::prelude::SessionContext::new_with_state(state);
+        ctx.register_table("big", table(&["b_m", "b_v"], 800_000, &[10_000, 1000]))
+            .unwrap();
+        ctx.register_table("mid", table(&["m_m", "m_s"], 10_000, &[10_000, 25]))
+            .unwrap();
+        ctx.register_table("small", table(&["s_s", "s_name"], 25, &[25, 25]))
+            .unwrap();
+        let join = "FROM big, mid, small WHERE b_m = m_m AND m_s = s_s AND s_name = 7";
+        let sql = format!(
+            "SELECT b_m, sum(b_v) {join} GROUP BY b_m HAVING sum(b_v) > (SELECT sum(b_v) {join})"
+        );
+        let plan = ctx.sql(&sql).await.unwrap().into_optimized_plan().unwrap();
+        let mut scans = vec![];
+        plan.apply_with_subqueries(|p| {
+            if let LogicalPlan::TableScan(t) = p {
+                scans.push(t.table_name.to_string());
+            }
+            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+        })
+        .unwrap();
+        assert_eq!(scans.len(), 6, "{plan}");
+        for tree in scans.chunks(3) {
+            assert_eq!(tree.last().unwrap(), "big", "big joined last: {plan}");
+        }
     }
 }
