@@ -62,8 +62,8 @@ pub struct DiskJobStats {
     pub row_groups_skipped: u64,
     /// Rows delivered by the input stream.
     pub rows_read: u64,
-    /// Rows the scans dropped while decoding, by filters pushed down from the joins reading
-    /// them (their other columns were not decoded; late materialization).
+    /// Rows the scans dropped while decoding, by filters pushed down from the joins and Bloom
+    /// probes reading them (their other columns were not decoded; late materialization).
     #[serde(default)]
     pub rows_dropped_at_decode: u64,
     /// Arrow bytes delivered by the input stream (after column elimination).

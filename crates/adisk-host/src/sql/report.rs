@@ -369,8 +369,8 @@ fn scan_section(text: &mut String, reports: &[&ScanReport]) -> Row {
     if total.rows_dropped > 0 {
         let _ = writeln!(
             text,
-            "  late materialization: {} rows dropped while decoding by the joins' filters \
-             (their other columns not decoded)",
+            "  late materialization: {} rows dropped while decoding by the joins' and Bloom \
+             filters (their other columns not decoded)",
             total.rows_dropped
         );
     }
@@ -381,7 +381,7 @@ fn scan_section(text: &mut String, reports: &[&ScanReport]) -> Row {
     let stages = stage_totals(&sorted);
     stage_lines(text, &stages);
     if let Some(bytes) = first.bloom_bytes {
-        bloom_line(text, first, &sorted, &stages, bytes);
+        bloom_line(text, first, &sorted, &stages, (bytes, total.rows_dropped));
     }
     total
 }
@@ -411,20 +411,21 @@ fn stage_lines(text: &mut String, stages: &[StageTotal]) {
     }
 }
 
-/// The Bloom filter of a scan: its size and keys, the rows it dropped at the disks, its
-/// false-positive rate measured.
+/// The Bloom filter of a scan of `bytes`: its size and keys, the rows it dropped at the disks
+/// — `at_decode` of them while the scan decoded (the scan tests the filter itself, late
+/// materialization), the others at its probe — and its false-positive rate measured.
 fn bloom_line(
     text: &mut String,
     first: &ScanReport,
     sorted: &[&ScanReport],
     stages: &[StageTotal],
-    bytes: u64,
+    (bytes, at_decode): (u64, u64),
 ) {
     let keys = first.bloom_keys.unwrap_or(0);
     let (rows_in, rows_out) = stages
         .iter()
         .find(|s| s.name == "bloom_probe")
-        .map(|s| (s.rows_in, s.rows_out))
+        .map(|s| (s.rows_in + at_decode, s.rows_out))
         .unwrap_or((0, 0));
     let truth: Option<u64> = sorted.iter().map(|r| r.bloom_true_matches).sum();
     let fpr = truth.map(|t| {
