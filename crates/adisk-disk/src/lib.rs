@@ -269,6 +269,7 @@ impl DiskNode {
             members: config.members.clone(),
             tls: config.tls.clone(),
             pool: Default::default(),
+            roster: Default::default(),
         });
         let os = DiskOs::new(config.os, Arc::new(store), connector.clone());
         let service = DiskService::with_disklets(os, Arc::new(registry))

@@ -32,6 +32,45 @@ pub struct FlightPipeConnector {
     /// Idle connections to the other disks, one stream at a time each (never to a relay:
     /// each relay proves its holder again).
     pub pool: Arc<ChannelPool>,
+    /// `members` as last read.
+    pub roster: Arc<Roster>,
+}
+
+/// `cluster.toml` as last read, read again whenever the file changed (its length, modification
+/// time or inode): a disk removed from it is refused from the next stream on, and a stream
+/// does not pay for parsing the file.
+#[derive(Default)]
+pub struct Roster(std::sync::Mutex<Option<(Stamp, Arc<adisk_core::config::ClusterConfig>)>>);
+
+/// A file's length, modification time and inode.
+type Stamp = (u64, Option<std::time::SystemTime>, u64);
+
+impl Roster {
+    /// The cluster file at `path`, read again only when it changed.
+    ///
+    /// # Errors
+    /// The file unreadable or invalid (as [`adisk_core::config::ClusterConfig::load`]).
+    pub fn load(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<Arc<adisk_core::config::ClusterConfig>, adisk_core::config::ConfigError> {
+        use std::os::unix::fs::MetadataExt;
+        let stamp = std::fs::metadata(path)
+            .ok()
+            .map(|m| (m.len(), m.modified().ok(), m.ino()));
+        let mut kept = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(now), Some((then, config))) = (stamp, kept.as_ref())
+            && now == *then
+        {
+            return Ok(config.clone());
+        }
+        let config = Arc::new(adisk_core::config::ClusterConfig::load(path)?);
+        *kept = stamp.map(|s| (s, config.clone()));
+        Ok(config)
+    }
 }
 
 impl FlightPipeConnector {
@@ -40,7 +79,7 @@ impl FlightPipeConnector {
         let Some(path) = &self.members else {
             return Ok(());
         };
-        let config = adisk_core::config::ClusterConfig::load(path).map_err(|e| {
+        let config = self.roster.load(path).map_err(|e| {
             DiskOsError::Pipe(format!(
                 "refused to send to {target}: cannot read the cluster's members: {e}"
             ))
@@ -231,6 +270,7 @@ impl PipeConnector for FlightPipeConnector {
             members: self.members.clone(),
             tls: self.tls.clone(),
             pool: self.pool.clone(),
+            roster: self.roster.clone(),
         };
         async move {
             connector.check_member(&route.target)?;
@@ -320,5 +360,32 @@ fn destination(route: PipeRoute) -> (String, bool, String, PutCommand) {
                 from: Some(from),
             },
         ),
+    }
+}
+
+#[cfg(test)]
+mod roster_tests {
+    use super::*;
+
+    /// The file is parsed once while unchanged, and again as soon as it changes: a disk taken
+    /// out of it is no longer a member; an unreadable file is an error, not the old roster.
+    #[test]
+    fn the_roster_is_read_again_when_the_file_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.toml");
+        let two = "[cluster]\nname='x'\n[[disk]]\nid=0\naddress='127.0.0.1:1'\n[[disk]]\nid=1\naddress='127.0.0.1:2'\n";
+        std::fs::write(&path, two).unwrap();
+        let roster = Roster::default();
+        let first = roster.load(&path).unwrap();
+        assert!(first.is_member("127.0.0.1:2"));
+        assert!(
+            Arc::ptr_eq(&first, &roster.load(&path).unwrap()),
+            "parsed once"
+        );
+        let one = "[cluster]\nname='x'\n[[disk]]\nid=0\naddress='127.0.0.1:1'\n";
+        std::fs::write(&path, one).unwrap();
+        assert!(!roster.load(&path).unwrap().is_member("127.0.0.1:2"));
+        std::fs::remove_file(&path).unwrap();
+        assert!(roster.load(&path).is_err());
     }
 }

@@ -5,8 +5,9 @@
 //! [`LIST_ACTION`] (the kept queries) and [`GET_ACTION`] (one trace, by id or by the
 //! statement's handle). `adisk traces` and `adisk sql --connect … --trace` read them.
 //!
-//! A trace is made after the rows were handed on, on a task of its own (its link figures may
-//! need a measurement): a request for it waits until it is there, at most [`WAIT_FOR`].
+//! A trace is made after the rows were handed on, on a task of its own, with the link figures
+//! the host has (recording never probes a link): a request for it waits until it is there, at
+//! most [`WAIT_FOR`].
 use adisk_host::sql::metrics::ScanReport;
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
@@ -135,7 +136,9 @@ impl TraceStore {
         let (store, text) = (self.clone(), q.text.to_string());
         let (scans, wall, cpu) = (q.scans, q.wall, q.host_cpu_ns);
         tokio::spawn(async move {
-            let trace = adisk_host::sql::trace::trace_of(&scans, wall, cpu, &text, &cluster).await;
+            let figures = cluster.known_link_figures();
+            let trace =
+                adisk_host::sql::trace::trace_of(&scans, wall, cpu, &text, &cluster, figures);
             match serde_json::to_vec(&trace) {
                 Ok(bytes) => store.fill(id, &tx, bytes),
                 Err(e) => tracing::warn!("query {id}: its trace could not be encoded: {e}"),

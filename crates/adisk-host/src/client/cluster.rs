@@ -914,6 +914,14 @@ impl Cluster {
         self.links.current(self).await
     }
 
+    /// The link figures as they stand, measuring nothing (assumed ones when none were
+    /// measured yet): for a record of what ran, not for a plan.
+    pub fn known_link_figures(&self) -> crate::client::links::LinkFigures {
+        self.links
+            .known()
+            .unwrap_or_else(crate::client::links::LinkFigures::assumed)
+    }
+
     /// A query received `bytes` from the disks in `elapsed`: a lower bound of the host link's
     /// rate, which raises the measured figure if it is above it ([`crate::client::links`]).
     pub fn observe_transfer(&self, bytes: u64, elapsed: std::time::Duration) {

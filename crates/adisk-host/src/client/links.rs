@@ -224,6 +224,12 @@ impl Links {
         }
     }
 
+    /// The figures as they stand, measuring nothing and counting no plan (None: none yet, or
+    /// a probe is measuring right now).
+    pub fn known(&self) -> Option<LinkFigures> {
+        self.figures.try_lock().ok()?.clone()
+    }
+
     /// Forgets the figures: the next plan measures again.
     pub async fn forget(&self) {
         *self.figures.lock().await = None;

@@ -6,25 +6,35 @@
 use super::metrics::ScanReport;
 use super::output::QueryOutput;
 use crate::client::cluster::Cluster;
-use crate::client::links::{DiskLinks, LinkSource};
+use crate::client::links::{DiskLinks, LinkFigures, LinkSource};
 use adisk_core::trace::{Recorded, TRACE_FORMAT, TRACE_VERSION, Trace, TraceDisk, TraceJob};
 use std::collections::BTreeMap;
 
 /// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are the
 /// host's current ones (measured when missing or stale, as `auto` would).
 pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
-    trace_of(&out.scans, out.wall, out.host_cpu_ns, text, cluster).await
+    let figures = cluster.link_figures().await;
+    trace_of(
+        &out.scans,
+        out.wall,
+        out.host_cpu_ns,
+        text,
+        cluster,
+        figures,
+    )
 }
 
 /// The trace of a query that ran the scans `scans` in `wall`, the host's CPU busy
 /// `host_cpu_ns` meanwhile (the parts of a [`QueryOutput`] a trace needs, for a caller that
-/// keeps them after handing the rows on).
-pub async fn trace_of(
+/// keeps them after handing the rows on), on links of `figures` (the Flight SQL service
+/// passes [`Cluster::known_link_figures`]: recording a trace never probes a link).
+pub fn trace_of(
     scans: &[ScanReport],
     wall: std::time::Duration,
     host_cpu_ns: u64,
     text: &str,
     cluster: &Cluster,
+    figures: LinkFigures,
 ) -> Trace {
     let jobs = jobs(scans);
     let disks = jobs
@@ -37,7 +47,7 @@ pub async fn trace_of(
         version: TRACE_VERSION,
         what: "sql".into(),
         text: text.into(),
-        recorded: recorded(cluster, disks.max(1)).await,
+        recorded: recorded_with(cluster, disks.max(1), figures),
         wall_ns: wall.as_nanos() as u64,
         host_ns: 0,
         host_cpu_ns,
@@ -92,7 +102,11 @@ fn jobs(scans: &[ScanReport]) -> Vec<TraceJob> {
 /// every disk was started on this machine (a local cluster: `cluster.toml` knows their
 /// processes) they and the host share its cores.
 pub async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
-    let figures = cluster.link_figures().await;
+    recorded_with(cluster, disks, cluster.link_figures().await)
+}
+
+/// [`recorded`] with the link figures given.
+fn recorded_with(cluster: &Cluster, disks: u32, figures: LinkFigures) -> Recorded {
     let host_measured = !matches!(figures.source, LinkSource::Assumed | LinkSource::Unmeasured);
     let config = cluster.config();
     let read_mbps = config.disks.iter().map(|d| d.read_mbps).max().unwrap_or(0);
