@@ -742,6 +742,14 @@ impl SqlEngine {
         // them first); the host-centric plan's, what it ships.
         let work = disks_exec::plan_work(&disks).unwrap_or(h.to_host);
         let td = cost.traffic_time(d, work, true);
+        tracing::debug!(
+            host_centric = ?h,
+            disks = ?d,
+            disks_work_bytes = work,
+            th,
+            td,
+            "auto: what each plan moves and its time"
+        );
         let note = Some(format!(
             "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {}; {})",
             if td < th { "disks" } else { "host-centric" },

@@ -910,6 +910,16 @@ impl ExecutionPlan for BloomBuildExec {
             self.exact,
         )))
     }
+    /// Its input's statistics are its own (it passes every row on): DataFusion resolves them
+    /// only for a node that asks.
+    fn child_stats_requests(
+        &self,
+        partition: Option<usize>,
+    ) -> Vec<datafusion::physical_plan::statistics::ChildStats> {
+        vec![datafusion::physical_plan::statistics::ChildStats::At(
+            partition,
+        )]
+    }
     fn statistics_from_inputs(
         &self,
         inputs: &[Arc<datafusion::common::Statistics>],
