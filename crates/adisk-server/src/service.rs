@@ -1010,7 +1010,8 @@ impl FlightSqlService for SqlService {
             }
         };
         metrics.answered(&out);
-        let trace = match explain {
+        // A query's scan reports are copied only when its trace is kept.
+        let trace = match explain || !self.inner.traces.enabled() {
             true => 0,
             false => self.inner.traces.record(
                 crate::traces::Finished {
