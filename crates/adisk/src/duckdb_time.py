@@ -5,6 +5,7 @@ import json, glob, os, statistics, sys, time
 import duckdb
 cluster_dir, repeats, sql = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")  # past 2 s it writes a bar to our pipes
 con.execute("SET threads TO 1")
 files = {}
 for manifest in sorted(glob.glob(f"{cluster_dir}/disk-*/manifest.json")):  # committed loads only

@@ -7,6 +7,7 @@ import glob, json, os, sys, time
 import duckdb
 cluster_dir, threads = sys.argv[1], int(sys.argv[2])
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")  # past 2 s it writes a bar to our pipes
 con.execute(f"SET threads TO {threads}")
 files = {}
 for manifest in sorted(glob.glob(f"{cluster_dir}/disk-*/manifest.json")):  # committed loads only

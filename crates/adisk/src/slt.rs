@@ -620,6 +620,7 @@ except ImportError as e:
     sys.exit(f"the DuckDB oracle needs `pip install duckdb==1.5.5 pyarrow` ({e})")
 tables, queries = json.loads(sys.argv[1]), json.loads(sys.argv[2])
 con = duckdb.connect()
+con.execute("SET enable_progress_bar = false")  # past 2 s it writes a bar to our pipes
 con.execute("SET threads TO 2")
 for t, files in tables.items():
     con.execute(f'CREATE VIEW "{t}" AS SELECT * FROM read_parquet({json.dumps(files)})')

@@ -38,6 +38,11 @@ pub fn query(n: u32) -> Result<&'static str> {
 
 const ANSWERS_PY: &str = include_str!("tpch_answers.py");
 
+/// Whether DuckDB's `tpch` extension has official answers for scale factor `sf`.
+pub fn has_official_answers(sf: f64) -> bool {
+    [0.01, 0.1, 1.0].iter().any(|s| (s - sf).abs() < 1e-9)
+}
+
 /// The official answers for scale factor `sf` (0.01, 0.1 or 1), by query number, fetched from
 /// DuckDB's `tpch` extension with `python3` (or `$ADISK_PYTHON`).
 pub fn official_answers(sf: f64) -> Result<BTreeMap<u32, String>> {

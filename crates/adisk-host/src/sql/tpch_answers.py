@@ -12,6 +12,7 @@ files = glob.glob(os.path.join(os.path.dirname(duckdb_extension_tpch.__file__), 
 if not files:
     sys.exit("duckdb-extension-tpch ships no tpch.duckdb_extension file")
 con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+con.execute("SET enable_progress_bar = false")  # past 2 s it writes a bar to our pipes
 con.execute(f"LOAD '{files[0]}'")
 rows = con.execute("SELECT query_nr, answer FROM tpch_answers() WHERE scale_factor = ?", [sf]).fetchall()
 if not rows:

@@ -36,6 +36,7 @@ def norm(v):
 def main() -> None:
     cluster_dir, sql = sys.argv[1], sys.argv[2]
     con = duckdb.connect()
+    con.execute("SET enable_progress_bar = false")  # past 2 s it writes a bar to our pipes
     con.execute("SET threads TO 1")
     for t, files in sorted(table_files(cluster_dir).items()):
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(files)})")
