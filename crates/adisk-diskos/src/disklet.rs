@@ -110,6 +110,8 @@ impl Emitter {
         if batch.num_rows() == 0 || self.overflow.is_some() {
             return;
         }
+        // A slice of a larger result would keep all of it alive while counted as its rows.
+        let batch = crate::compact::compact(batch);
         let bytes = adisk_core::stats::batch_bytes(&batch);
         let total = self.held_bytes.saturating_add(bytes);
         if total > self.cap_bytes {

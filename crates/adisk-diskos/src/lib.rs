@@ -29,6 +29,7 @@
 
 pub mod apps;
 pub mod cancel;
+pub mod compact;
 pub mod disklet;
 pub mod disklets;
 pub mod error;

@@ -693,10 +693,10 @@ impl Disklet for Fragment {
                 self.feeds.len()
             ))
         })?;
-        feed.lock()
-            .expect("feed lock")
-            .queue
-            .push_back(input.batch.clone());
+        // DataFusion's operators reserve what a batch holds: a batch decoded from IPC (its
+        // columns share one message buffer) is copied apart first.
+        let batch = crate::compact::compact(input.batch.clone());
+        feed.lock().expect("feed lock").queue.push_back(batch);
         let before = self.emitted;
         self.drive(out)?;
         // An aggregation that emits before its input ended has flushed groups early.
