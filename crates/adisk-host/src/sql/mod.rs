@@ -20,6 +20,7 @@ pub mod cost;
 pub mod disks_exec;
 pub mod distribute;
 mod error;
+mod groups;
 pub mod joinorder;
 pub mod limits;
 pub mod metrics;

@@ -21,17 +21,22 @@ pub(super) fn estimated_bytes(plan: &Arc<dyn ExecutionPlan>) -> Option<u64> {
     let stats = StatisticsContext::default()
         .compute(plan.as_ref(), &StatisticsArgs::new())
         .ok()?;
-    if let Some(b) = precise(stats.total_byte_size) {
-        return Some(b);
-    }
-    let rows = precise(stats.num_rows)?;
     let width: u64 = plan
         .schema()
         .fields()
         .iter()
         .map(|f| f.data_type().primitive_width().unwrap_or(24) as u64)
         .sum();
-    Some(rows.saturating_mul(width.max(1)))
+    let rows = precise(stats.num_rows);
+    let bytes = precise(stats.total_byte_size).or(rows.map(|r| r.saturating_mul(width.max(1))))?;
+    // An aggregation makes at most as many groups as its group values allow.
+    match (super::groups::group_bound(plan), rows) {
+        (Some(groups), Some(r)) if groups < r as f64 => {
+            Some((bytes as f64 * groups / r.max(1) as f64).ceil() as u64)
+        }
+        (Some(groups), None) => Some(bytes.min((groups * width.max(1) as f64) as u64)),
+        _ => Some(bytes),
+    }
 }
 
 /// Estimated rows of `plan`'s whole output (all partitions), if DataFusion can tell.
@@ -39,7 +44,11 @@ pub(super) fn estimated_rows(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
     let stats = StatisticsContext::default()
         .compute(plan.as_ref(), &StatisticsArgs::new())
         .ok()?;
-    precise(stats.num_rows).map(|r| r as usize)
+    let rows = precise(stats.num_rows)? as usize;
+    Some(match super::groups::group_bound(plan) {
+        Some(groups) => rows.min(groups.ceil() as usize),
+        None => rows,
+    })
 }
 
 fn precise(p: Precision<usize>) -> Option<u64> {
