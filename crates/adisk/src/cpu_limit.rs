@@ -196,18 +196,24 @@ fn write(path: &Path, value: &str, what: &'static str) -> Result<(), CpuLimitErr
     })
 }
 
-/// Removes the groups of disks that are gone: the kernel refuses to remove a group that
-/// still holds a process, so only empty ones go.
+/// Removes the groups of disks that are gone: empty ones (the kernel refuses to remove a group
+/// that holds a process) whose disk process no longer runs. A disk starting beside this one
+/// has made its group but not yet moved into it: removing that one failed its start-up.
 fn sweep(root: &Path) {
     let Ok(entries) = std::fs::read_dir(root) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name();
-        let is_ours = name.to_str().is_some_and(|n| n.starts_with(GROUP_PREFIX));
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix(GROUP_PREFIX)) else {
+            continue;
+        };
+        let running = pid
+            .parse::<u32>()
+            .is_ok_and(|p| Path::new("/proc").join(p.to_string()).exists());
         let empty = std::fs::read_to_string(e.path().join("cgroup.procs"))
             .map_or(true, |p| p.trim().is_empty());
-        if is_ours && empty {
+        if empty && !running {
             let _ = std::fs::remove_dir(e.path());
         }
     }
@@ -255,6 +261,27 @@ pub fn limit_of(pid: u32) -> Option<(String, Option<f64>)> {
 
 #[cfg(test)]
 mod tests {
+    /// The sweep removes a gone disk's empty group, never a running process's (a disk still
+    /// setting its group up), nor anything not named as ours.
+    #[test]
+    fn the_sweep_leaves_the_groups_of_running_processes() {
+        let root = tempfile::tempdir().unwrap();
+        let mine = root
+            .path()
+            .join(format!("{}{}", super::GROUP_PREFIX, std::process::id()));
+        let gone = root
+            .path()
+            .join(format!("{}{}", super::GROUP_PREFIX, u32::MAX - 1));
+        let other = root.path().join("someone-else");
+        for d in [&mine, &gone, &other] {
+            std::fs::create_dir(d).unwrap();
+        }
+        super::sweep(root.path());
+        assert!(mine.exists());
+        assert!(!gone.exists());
+        assert!(other.exists());
+    }
+
     use super::*;
 
     #[test]
