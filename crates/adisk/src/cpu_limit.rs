@@ -314,7 +314,8 @@ mod tests {
         // A killed disk's group (empty) and a live one's (a process in it).
         // (A plain directory with files cannot be removed as a cgroup can: the killed
         // disk's stands empty.)
-        std::fs::create_dir(root.join("adisk-disk-1")).unwrap();
+        // (The killed disk's pid is one no process has: pid 1 runs.)
+        std::fs::create_dir(root.join("adisk-disk-4294967294")).unwrap();
         std::fs::create_dir(root.join("adisk-disk-2")).unwrap();
         std::fs::write(root.join("adisk-disk-2/cgroup.procs"), "2\n").unwrap();
         let h = Hierarchy::V2(root.into());
@@ -330,7 +331,7 @@ mod tests {
             "a live disk's group stays"
         );
         assert!(
-            !root.join("adisk-disk-1").exists(),
+            !root.join("adisk-disk-4294967294").exists(),
             "a killed disk's group goes"
         );
         assert!(limit.describe().contains("5000 µs per 10000 µs"));
