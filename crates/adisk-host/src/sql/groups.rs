@@ -9,12 +9,15 @@
 //! column's distinct values, and a constant has one.
 use datafusion::common::JoinType;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Literal;
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::HashJoinExec;
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
 use std::sync::Arc;
 
@@ -38,12 +41,11 @@ pub(super) fn group_bound(plan: &Arc<dyn ExecutionPlan>) -> Option<f64> {
                 .map(|(e, _)| expr_ndv(e, agg.input(), 0))
                 .product::<Option<f64>>();
         }
-        let one_for_one = node.name() == "ProjectionExec"
-            || node.name() == "SortExec"
-            || node.name() == "RepartitionExec"
-            || node.name() == "CoalescePartitionsExec"
-            || node.name() == "SortPreservingMergeExec"
-            || node.name() == "CooperativeExec";
+        let a: &dyn ExecutionPlan = node.as_ref();
+        let one_for_one = super::rules::is_plumbing(&node)
+            || a.downcast_ref::<ProjectionExec>().is_some()
+            || a.downcast_ref::<SortExec>().is_some()
+            || a.downcast_ref::<SortPreservingMergeExec>().is_some();
         match (one_for_one, node.children().as_slice()) {
             (true, [child]) => node = (*child).clone(),
             _ => return None,
@@ -61,7 +63,8 @@ fn expr_ndv(
 ) -> Option<f64> {
     let columns = collect_columns(e);
     match columns.len() {
-        0 => Some(1.0),
+        // A constant; not a function without arguments (random() is not one value).
+        0 => e.downcast_ref::<Literal>().map(|_| 1.0),
         1 => column_ndv(input, columns.iter().next()?.index(), depth),
         _ => None,
     }
@@ -117,9 +120,7 @@ fn column_ndv(plan: &Arc<dyn ExecutionPlan>, i: usize, depth: usize) -> Option<f
         };
     }
     match plan.children().as_slice() {
-        [child] if plan.name().contains("Repartition") || plan.name().contains("Coalesce") => {
-            column_ndv(child, i, depth + 1)
-        }
+        [child] if super::rules::is_plumbing(plan) => column_ndv(child, i, depth + 1),
         _ => None,
     }
 }

@@ -210,7 +210,7 @@ fn build_key_estimate(
 }
 
 /// Operators that only move batches between partitions or resize them.
-fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
+pub(super) fn is_plumbing(p: &Arc<dyn ExecutionPlan>) -> bool {
     let a: &dyn ExecutionPlan = p.as_ref();
     a.downcast_ref::<RepartitionExec>().is_some()
         || a.downcast_ref::<CooperativeExec>().is_some()
