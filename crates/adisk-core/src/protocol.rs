@@ -766,6 +766,12 @@ pub struct PartitionInfo {
     /// keys always sit on the same disk (co-partitioned tables).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub bounds: Vec<Option<[i64; 2]>>,
+    /// Per column, in schema order: whether its values never decrease from one row to the
+    /// next, with no NULL (integer and date columns, checked while writing; empty: written
+    /// before this existed). A disk that reads such partitions in key order says its scan is
+    /// sorted, and drops the sorts and hash aggregations that order makes needless.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sorted: Vec<bool>,
     /// Checksums verified on every read (`None`: written before they existed; such a file is
     /// checked against [`PartitionInfo::crc32`] whole, at every open).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -39,6 +39,10 @@ pub struct StageStats {
     /// From the job's start on its disk to the end of the stage's last step, ns.
     #[serde(default)]
     pub last_step_ns: u64,
+    /// Sorts of a plan fragment the disk dropped because their input arrives in their order
+    /// (a scan of partitions stored sorted on the key).
+    #[serde(default)]
+    pub sorts_dropped: u64,
 }
 
 /// A job on one disk.

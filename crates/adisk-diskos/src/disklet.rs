@@ -203,6 +203,15 @@ pub trait Disklet: Send {
     fn port_schema(&self, _port: usize) -> SchemaRef {
         self.output_schema()
     }
+    /// Columns of output port `port` whose values never decrease along the stream
+    /// ([`crate::order`]); none unless the disklet knows.
+    fn sorted_output(&self, _port: usize) -> Vec<String> {
+        Vec::new()
+    }
+    /// Sorts of its plan the disklet left out because their input arrives in their order.
+    fn sorts_dropped(&self) -> u64 {
+        0
+    }
     /// Which input the next buffer should come from (asked before every buffer).
     fn next_input(&self) -> NextInput {
         NextInput::Any

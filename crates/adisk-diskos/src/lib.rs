@@ -38,6 +38,7 @@ pub mod expr;
 pub mod job;
 pub mod late;
 pub mod memory;
+pub mod order;
 pub mod sched;
 pub mod stage;
 pub mod stream;

@@ -53,6 +53,7 @@ pub struct PartitionWriter {
     rows: u64,
     ndv: Vec<Option<adisk_core::sketch::Hll>>,
     bounds: Vec<Bounds>,
+    order: Vec<Order>,
     hashes: Vec<u64>,
 }
 
@@ -96,6 +97,72 @@ impl Bounds {
             Bounds::Seen(lo, hi) => Some([lo, hi]),
             _ => None,
         }
+    }
+}
+
+/// Whether an integer or date column's values have never decreased from one row to the next,
+/// with no NULL ([`PartitionInfo::sorted`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Order {
+    /// Not an integer or date column.
+    Untracked,
+    /// Never decreased so far; the last value, once a row was seen.
+    Ascending(Option<i64>),
+    /// A value decreased, or was NULL.
+    Broken,
+}
+
+impl Order {
+    fn for_type(t: &arrow::datatypes::DataType) -> Self {
+        match Bounds::for_type(t) {
+            Bounds::Untracked => Order::Untracked,
+            _ => Order::Ascending(None),
+        }
+    }
+
+    /// Follows the rows of `array` (of the type this was made for).
+    fn update(&mut self, array: &dyn Array) {
+        let Order::Ascending(last) = *self else {
+            return;
+        };
+        *self = match array.null_count() {
+            0 => ascending_from(array, last).map_or(Order::Broken, Order::Ascending),
+            _ => Order::Broken,
+        };
+    }
+
+    fn finish(self) -> bool {
+        matches!(self, Order::Ascending(_))
+    }
+}
+
+/// The last value of an integer or date array without NULLs if its values never decrease,
+/// starting from `last`; None if one does.
+fn ascending_from(array: &dyn Array, last: Option<i64>) -> Option<Option<i64>> {
+    use arrow::array::AsArray;
+    use arrow::datatypes::*;
+    macro_rules! asc {
+        ($t:ty) => {{
+            let v = array.as_primitive::<$t>().values();
+            let first_ok = match (last, v.first()) {
+                (Some(l), Some(f)) => l <= i64::from(*f),
+                _ => true,
+            };
+            (first_ok && v.windows(2).all(|w| w[0] <= w[1]))
+                .then(|| v.last().map(|x| i64::from(*x)).or(last))
+        }};
+    }
+    match array.data_type() {
+        DataType::Int8 => asc!(Int8Type),
+        DataType::Int16 => asc!(Int16Type),
+        DataType::Int32 => asc!(Int32Type),
+        DataType::Int64 => asc!(Int64Type),
+        DataType::UInt8 => asc!(UInt8Type),
+        DataType::UInt16 => asc!(UInt16Type),
+        DataType::UInt32 => asc!(UInt32Type),
+        DataType::Date32 => asc!(Date32Type),
+        DataType::Date64 => asc!(Date64Type),
+        _ => None,
     }
 }
 
@@ -149,6 +216,11 @@ impl PartitionWriter {
             .iter()
             .map(|f| Bounds::for_type(f.data_type()))
             .collect();
+        let order = schema
+            .fields()
+            .iter()
+            .map(|f| Order::for_type(f.data_type()))
+            .collect();
         Ok(PartitionWriter {
             table: table.to_string(),
             partition,
@@ -160,6 +232,7 @@ impl PartitionWriter {
             rows: 0,
             ndv: vec![Some(adisk_core::sketch::Hll::default()); columns],
             bounds,
+            order,
             hashes: Vec::new(),
         })
     }
@@ -199,6 +272,9 @@ impl PartitionWriter {
         self.rows += batch.num_rows() as u64;
         for (col, b) in batch.columns().iter().zip(self.bounds.iter_mut()) {
             b.update(col.as_ref());
+        }
+        for (col, o) in batch.columns().iter().zip(self.order.iter_mut()) {
+            o.update(col.as_ref());
         }
         // Distinct-value sketches (planner statistics); NULLs are not values.
         self.hashes.resize(batch.num_rows(), 0);
@@ -277,6 +353,7 @@ impl PartitionWriter {
             row_groups: metadata.num_row_groups() as u32,
             ndv: std::mem::take(&mut self.ndv),
             bounds: self.bounds.iter().map(|b| b.finish()).collect(),
+            sorted: self.order.iter().map(|o| o.finish()).collect(),
             checksums: Some(checksums),
         })
     }
@@ -293,5 +370,39 @@ impl Drop for PartitionWriter {
                 let _ = std::fs::remove_dir(dir);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Int64Array, StringArray};
+    use arrow::datatypes::DataType;
+
+    fn follow(batches: &[Vec<Option<i64>>]) -> bool {
+        let mut order = Order::for_type(&DataType::Int64);
+        for b in batches {
+            order.update(&Int64Array::from(b.clone()));
+        }
+        order.finish()
+    }
+
+    #[test]
+    fn a_column_is_sorted_when_no_value_decreases_across_batches_and_none_is_null() {
+        assert!(follow(&[
+            vec![Some(1), Some(1), Some(2)],
+            vec![Some(2), Some(5)]
+        ]));
+        assert!(follow(&[vec![], vec![Some(3)], vec![]]));
+        assert!(follow(&[]));
+        // A decrease inside a batch, across two batches, or a NULL breaks it for good.
+        assert!(!follow(&[vec![Some(2), Some(1)]]));
+        assert!(!follow(&[vec![Some(1), Some(5)], vec![Some(4)]]));
+        assert!(!follow(&[vec![Some(1), None, Some(2)]]));
+        assert!(!follow(&[vec![Some(3), Some(2)], vec![Some(9)]]));
+        // Other types are not followed.
+        let mut strings = Order::for_type(&DataType::Utf8);
+        strings.update(&StringArray::from(vec!["a", "b"]));
+        assert!(!strings.finish());
     }
 }

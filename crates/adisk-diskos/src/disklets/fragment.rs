@@ -22,8 +22,8 @@ use datafusion::execution::disk_manager::{DiskManager, DiskManagerBuilder, DiskM
 use datafusion::execution::memory_pool::{FairSpillPool, MemoryPool, MemoryReservation};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
-use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::filter_pushdown::FilterPushdown;
 use datafusion::physical_plan::aggregates::AggregateExec;
@@ -39,7 +39,8 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    PlanProperties,
 };
 use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::Stream;
@@ -214,14 +215,16 @@ pub struct FeedExec {
 }
 
 impl FeedExec {
+    /// A leaf whose input arrives sorted on the columns `sorted` ([`crate::order`]).
     fn new(
         schema: SchemaRef,
         feed: Arc<Mutex<Feed>>,
         index: usize,
         wanted: Arc<AtomicUsize>,
+        sorted: &[String],
     ) -> Self {
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema.clone()),
+            crate::order::input_properties(&schema, sorted),
             Partitioning::UnknownPartitioning(1),
             EmissionType::Incremental,
             Boundedness::Bounded,
@@ -303,13 +306,14 @@ impl ExecutionPlan for FeedExec {
                 filters.len()
             ]);
         if !dynamic.is_empty() {
-            let mut node = FeedExec::new(
-                self.schema.clone(),
-                self.feed.clone(),
-                self.index,
-                self.wanted.clone(),
-            );
-            node.filters = self.filters.iter().cloned().chain(dynamic).collect();
+            let node = FeedExec {
+                schema: self.schema.clone(),
+                feed: self.feed.clone(),
+                index: self.index,
+                wanted: self.wanted.clone(),
+                properties: self.properties.clone(),
+                filters: self.filters.iter().cloned().chain(dynamic).collect(),
+            };
             propagation = propagation.with_updated_node(Arc::new(node) as Arc<dyn ExecutionPlan>);
         }
         Ok(propagation)
@@ -372,6 +376,10 @@ pub struct Fragment {
     emitted: u64,
     /// Calls that emitted before the input ended (aggregations flushing early).
     flushes: u64,
+    /// The output's columns in ascending order ([`crate::order`]).
+    sorted: Vec<String>,
+    /// Sorts left out of the plan: their input arrives in their order.
+    sorts_dropped: u64,
 }
 
 fn df(context: &str) -> impl FnOnce(datafusion::error::DataFusionError) -> DiskOsError + '_ {
@@ -399,11 +407,16 @@ struct Leaves<'a> {
     inputs: &'a [SchemaRef],
     feeds: &'a [Arc<Mutex<Feed>>],
     wanted: &'a Arc<AtomicUsize>,
+    /// Per input, the columns it arrives sorted on.
+    sorted: &'a [Vec<String>],
     found: usize,
+    /// Sorts dropped because their input arrives in their order.
+    sorts_dropped: usize,
 }
 
 /// Swaps each `EmptyExec` leaf for the next input's feed, refusing any operator a disk may not
-/// run.
+/// run, and drops each sort whose input arrives in its order already (the operators above are
+/// rebuilt on their new inputs: an aggregation on a sorted key then streams).
 fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<dyn ExecutionPlan>> {
     let any: &dyn ExecutionPlan = plan.as_ref();
     if any.downcast_ref::<EmptyExec>().is_some() {
@@ -434,6 +447,7 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
             leaves.feeds[i].clone(),
             i,
             leaves.wanted.clone(),
+            leaves.sorted.get(i).map_or(&[][..], |s| s.as_slice()),
         )));
     }
     // One input partition per leaf, so a sort that keeps partitions and a plain one are the
@@ -458,6 +472,16 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
         .into_iter()
         .map(|c| attach(c.clone(), leaves))
         .collect::<Result<Vec<_>>>()?;
+    if let (Some(sort), [input]) = (any.downcast_ref::<SortExec>(), children.as_slice())
+        && sort.fetch().is_none()
+        && input
+            .equivalence_properties()
+            .ordering_satisfy(sort.expr().clone())
+            .unwrap_or(false)
+    {
+        leaves.sorts_dropped += 1;
+        return Ok(input.clone());
+    }
     rewire(plan, children).map_err(df("rewiring a fragment"))
 }
 
@@ -483,6 +507,7 @@ impl Fragment {
         kind: FragmentKind,
         plan: &[u8],
         inputs: &[SchemaRef],
+        sorted: &[Vec<String>],
         scratch_bytes: u64,
         spill: Option<&Spill>,
     ) -> Result<Self> {
@@ -538,9 +563,12 @@ impl Fragment {
             inputs,
             feeds: &feeds,
             wanted: &wanted,
+            sorted,
             found: 0,
+            sorts_dropped: 0,
         };
         let plan = attach(plan, &mut leaves)?;
+        let sorts_dropped = leaves.sorts_dropped as u64;
         if leaves.found != inputs.len() {
             return Err(DiskOsError::InvalidJob(format!(
                 "the fragment has {} input leaves for the stage's {} inputs",
@@ -555,6 +583,7 @@ impl Fragment {
             .map_err(df("pushing dynamic filters down"))?;
         let scan_filters = leaf_filters(&plan, inputs.len());
         let schema = plan.schema();
+        let sorted = crate::order::sorted_columns(&plan);
         let stream = plan
             .execute(0, task)
             .map_err(df("starting a plan fragment"))?;
@@ -573,6 +602,8 @@ impl Fragment {
             exhausted: false,
             emitted: 0,
             flushes: 0,
+            sorted,
+            sorts_dropped,
         })
     }
 
@@ -708,6 +739,12 @@ impl Disklet for Fragment {
     fn flushes(&self) -> u64 {
         self.flushes
     }
+    fn sorted_output(&self, _port: usize) -> Vec<String> {
+        self.sorted.clone()
+    }
+    fn sorts_dropped(&self) -> u64 {
+        self.sorts_dropped
+    }
     fn spilled_bytes(&self) -> u64 {
         spilled_by(&self.plan)
     }
@@ -808,5 +845,54 @@ mod tests {
         let top = Arc::new(SortExec::new(order.clone(), sort(leaf.clone())).with_fetch(Some(10)));
         assert_eq!(reserve(&(top as Arc<dyn ExecutionPlan>)), 16 << 20);
         assert_eq!(reserve(&leaf), 16 << 20);
+    }
+
+    fn count_sorts(plan: &Arc<dyn ExecutionPlan>) -> usize {
+        use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+        let mut n = 0;
+        let _ = plan.apply(|p| {
+            n += usize::from(p.downcast_ref::<SortExec>().is_some());
+            Ok(TreeNodeRecursion::Continue)
+        });
+        n
+    }
+
+    #[test]
+    fn a_fragment_drops_the_sorts_its_sorted_input_makes_needless_and_says_what_stays_sorted() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]));
+        let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        let on = |name: &str| {
+            LexOrdering::new(vec![PhysicalSortExpr::new_default(
+                col(name, &schema).unwrap(),
+            )])
+            .unwrap()
+        };
+        let sort_a = Arc::new(SortExec::new(on("a"), leaf.clone()));
+        let sort_b = Arc::new(SortExec::new(on("b"), leaf.clone()));
+        let build = |plan: Arc<dyn ExecutionPlan>, sorted: Vec<String>| {
+            let bytes = datafusion_proto::bytes::physical_plan_to_bytes(plan).unwrap();
+            Fragment::new(
+                FragmentKind::Sort,
+                &bytes,
+                std::slice::from_ref(&(schema.clone() as SchemaRef)),
+                &[sorted],
+                64 << 20,
+                None,
+            )
+            .unwrap()
+        };
+        // Sorted on `a`: the sort on `a` goes, and `a` is still sorted at the output.
+        let f = build(sort_a.clone(), vec!["a".into()]);
+        assert_eq!(count_sorts(&f.plan), 0);
+        assert_eq!(f.sorted_output(0), vec!["a".to_string()]);
+        // A sort on another column, or an input not known sorted, stays.
+        let f = build(sort_b, vec!["a".into()]);
+        assert_eq!(count_sorts(&f.plan), 1);
+        assert_eq!(f.sorted_output(0), vec!["b".to_string()]);
+        let f = build(sort_a, vec![]);
+        assert_eq!(count_sorts(&f.plan), 1);
     }
 }

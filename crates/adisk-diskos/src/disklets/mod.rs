@@ -22,6 +22,7 @@ use std::sync::Arc;
 pub fn build(
     spec: &DiskletSpec,
     inputs: &[SchemaRef],
+    sorted: &[Vec<String>],
     scratch_bytes: u64,
     planner: &ExprPlanner,
     spill: Option<&fragment::Spill>,
@@ -63,6 +64,7 @@ pub fn build(
             *kind,
             &plan.0,
             inputs,
+            sorted,
             scratch_bytes,
             spill,
         )?),

@@ -146,11 +146,11 @@ impl DiskOs {
                 pending.flag(),
             )
             .await?;
-        let described: Vec<(&'static str, u64, (u64, u64))> = built
+        let described: Vec<(&'static str, u64, (u64, u64), u64)> = built
             .stages
             .iter()
             .zip(&scratch)
-            .map(|(d, s)| (d.name(), *s, d.setup_ns()))
+            .map(|(d, s)| (d.name(), *s, d.setup_ns(), d.sorts_dropped()))
             .collect();
         let state = Arc::new(JobState::new(
             &spec.job_id,

@@ -19,6 +19,7 @@ impl DiskOs {
         &self,
         stage: &DiskletSpec,
         inputs: &[SchemaRef],
+        sorted: &[Vec<String>],
         scratch_bytes: u64,
         spill: Option<&Spill>,
         cancel: &CancelFlag,
@@ -48,7 +49,7 @@ impl DiskOs {
                     ports: *ports as usize,
                     scratch_bytes,
                 }),
-            _ => disklets::build(stage, inputs, scratch_bytes, &self.planner, spill),
+            _ => disklets::build(stage, inputs, sorted, scratch_bytes, &self.planner, spill),
         }
     }
 
@@ -150,6 +151,17 @@ impl DiskOs {
             .filter_map(|(i, (s, _))| s.clone().map(|s| (Port::Input(i as u32), s)))
             .collect();
         resolve_temp_schemas(spec, &mut schemas);
+        // The columns each port's stream is sorted on: table scans' as stored, stages' as they
+        // say ([`crate::order`]).
+        let mut sorted: BTreeMap<Port, Vec<String>> = sources
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, plan))| {
+                let (info, projection, _) = plan.as_ref()?;
+                let columns = crate::order::scan_sorted(info, projection);
+                Some((Port::Input(i as u32), columns))
+            })
+            .collect();
         let mut stages: Vec<Box<dyn Disklet>> = Vec::with_capacity(spec.stages.len());
         for (i, (stage, &s)) in spec.stages.iter().zip(scratch).enumerate() {
             let inputs = stage
@@ -163,18 +175,24 @@ impl DiskOs {
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
+            let input_sorted: Vec<Vec<String>> = stage
+                .inputs
+                .iter()
+                .map(|p| sorted.get(p).cloned().unwrap_or_default())
+                .collect();
             let d = if matches!(stage.disklet, DiskletSpec::Wasm { .. }) {
                 // Compiling and a user init run guest code: keep them off the async workers.
                 let (os, disklet, cancel) = (self.clone(), stage.disklet.clone(), cancel.clone());
                 tokio::task::spawn_blocking(move || {
-                    os.build_stage(&disklet, &inputs, s, None, &cancel)
+                    os.build_stage(&disklet, &inputs, &input_sorted, s, None, &cancel)
                 })
                 .await
                 .map_err(|e| {
                     DiskOsError::InvalidJob(format!("user disklet init panicked: {e}"))
                 })??
             } else {
-                self.build_stage(&stage.disklet, &inputs, s, spills[i].as_ref(), &cancel)?
+                let spill = spills[i].as_ref();
+                self.build_stage(&stage.disklet, &inputs, &input_sorted, s, spill, &cancel)?
             };
             if d.output_ports() as u32 != ports[i] {
                 return Err(DiskOsError::InvalidJob(format!(
@@ -191,6 +209,11 @@ impl DiskOs {
                     },
                     d.port_schema(port),
                 );
+                let port_id = Port::Stage {
+                    stage: i as u32,
+                    port: port as u32,
+                };
+                sorted.insert(port_id, d.sorted_output(port));
             }
             resolve_temp_schemas(spec, &mut schemas);
             stages.push(d);

@@ -21,6 +21,7 @@ pub(crate) struct StageCounters {
     pub(crate) flushes: AtomicU64,
     pub(crate) spilled: AtomicU64,
     pub(crate) setup_ns: (u64, u64),
+    pub(crate) sorts_dropped: u64,
     /// Since the job's start: the first step's start + 1 (0: none yet), the last step's end.
     pub(crate) first_step_ns: AtomicU64,
     pub(crate) last_step_ns: AtomicU64,
@@ -88,7 +89,7 @@ impl JobState {
     pub(crate) fn new(
         job_id: &str,
         disk_id: u32,
-        stages: &[(&'static str, u64, (u64, u64))],
+        stages: &[(&'static str, u64, (u64, u64), u64)],
         cancel: tokio::sync::watch::Sender<bool>,
     ) -> Self {
         JobState {
@@ -98,10 +99,11 @@ impl JobState {
             read: Arc::new(ReadCounters::default()),
             stages: stages
                 .iter()
-                .map(|(name, scratch, setup_ns)| StageCounters {
+                .map(|(name, scratch, setup_ns, sorts_dropped)| StageCounters {
                     name,
                     scratch_granted: *scratch,
                     setup_ns: *setup_ns,
+                    sorts_dropped: *sorts_dropped,
                     ..Default::default()
                 })
                 .collect(),
@@ -197,6 +199,7 @@ impl JobState {
                 instantiate_ns: s.setup_ns.1,
                 first_step_ns: l(&s.first_step_ns).saturating_sub(1),
                 last_step_ns: l(&s.last_step_ns),
+                sorts_dropped: s.sorts_dropped,
             })
             .collect();
         let wall = match l(&self.wall_ns) {

@@ -243,6 +243,7 @@ struct StageTotal {
     bytes_in: u64,
     bytes_out: u64,
     cpu_ns: u64,
+    sorts_dropped: u64,
     /// Earliest first step and latest last step, ns since each disk's job start (None: the
     /// stage never ran).
     active: Option<(u64, u64)>,
@@ -277,6 +278,7 @@ fn stage_totals(reports: &[&ScanReport]) -> Vec<StageTotal> {
                     bytes_in: 0,
                     bytes_out: 0,
                     cpu_ns: 0,
+                    sorts_dropped: 0,
                     active: None,
                 });
                 stages.len() - 1
@@ -288,6 +290,7 @@ fn stage_totals(reports: &[&ScanReport]) -> Vec<StageTotal> {
         x.bytes_in += st.bytes_in;
         x.bytes_out += st.bytes_out;
         x.cpu_ns += st.cpu_ns;
+        x.sorts_dropped += st.sorts_dropped;
         if st.last_step_ns > 0 {
             let (from, to) = (st.first_step_ns, st.last_step_ns);
             x.active = Some(match x.active {
@@ -407,6 +410,13 @@ fn stage_lines(text: &mut String, stages: &[StageTotal]) {
             human_bytes(s.bytes_out),
             s.cpu_ns as f64 / 1e6,
             s.active()
+        );
+    }
+    let dropped: u64 = stages.iter().map(|s| s.sorts_dropped).sum();
+    if dropped > 0 {
+        let _ = writeln!(
+            text,
+            "  sorts left out at the disks: {dropped} (their input arrives sorted: tables stored in key order)"
         );
     }
 }
