@@ -198,6 +198,9 @@ impl std::task::Wake for ThreadWaker {
 struct Feed {
     queue: VecDeque<RecordBatch>,
     closed: bool,
+    /// Rows of the largest batch the leaf hands on (0: any): an aggregation streaming sorted
+    /// groups holds one input batch's groups at once and cannot flush them early.
+    max_rows: usize,
 }
 
 /// The leaf of a fragment at the disk: the stage's input stream, fed by [`Fragment::process`].
@@ -485,6 +488,91 @@ fn attach(plan: Arc<dyn ExecutionPlan>, leaves: &mut Leaves<'_>) -> Result<Arc<d
     rewire(plan, children).map_err(df("rewiring a fragment"))
 }
 
+/// `plan` with its `EmptyExec` leaves swapped for the inputs' feeds ([`attach`]), and the sorts
+/// it dropped. An aggregation whose group keys the declared orders leave only partly sorted
+/// cannot flush its groups early and may hold every group of one sorted value: such a plan is
+/// attached with no order declared, as before orders were known. The feeds of aggregations the
+/// orders make fully sorted hand on batches of at most `batch_rows` rows (their groups are
+/// held one input batch at a time).
+fn attach_leaves(
+    plan: Arc<dyn ExecutionPlan>,
+    inputs: &[SchemaRef],
+    (feeds, wanted): (&[Arc<Mutex<Feed>>], &Arc<AtomicUsize>),
+    sorted: &[Vec<String>],
+    batch_rows: usize,
+) -> Result<(Arc<dyn ExecutionPlan>, u64)> {
+    use datafusion::physical_plan::InputOrderMode;
+    let run = |sorted: &[Vec<String>]| -> Result<(Arc<dyn ExecutionPlan>, u64)> {
+        let mut leaves = Leaves {
+            inputs,
+            feeds,
+            wanted,
+            sorted,
+            found: 0,
+            sorts_dropped: 0,
+        };
+        let attached = attach(plan.clone(), &mut leaves)?;
+        if leaves.found != inputs.len() {
+            return Err(DiskOsError::InvalidJob(format!(
+                "the fragment has {} input leaves for the stage's {} inputs",
+                leaves.found,
+                inputs.len()
+            )));
+        }
+        Ok((attached, leaves.sorts_dropped as u64))
+    };
+    let plain = run(&[])?;
+    if sorted.iter().all(|s| s.is_empty()) {
+        return Ok(plain);
+    }
+    let (attached, dropped) = run(sorted)?;
+    let (before, after) = (aggregate_modes(&plain.0), aggregate_modes(&attached));
+    let partly = |m: &InputOrderMode| matches!(m, InputOrderMode::PartiallySorted(_));
+    let newly_partly = before.len() != after.len()
+        || before
+            .iter()
+            .zip(&after)
+            .any(|((b, _), (a, _))| partly(a) && !partly(b));
+    if newly_partly {
+        return Ok(plain);
+    }
+    for ((b, _), (a, leaf)) in before.iter().zip(&after) {
+        if *a == InputOrderMode::Sorted
+            && *b != InputOrderMode::Sorted
+            && let Some(feed) = leaf.and_then(|i| feeds.get(i))
+        {
+            feed.lock().expect("feed lock").max_rows = batch_rows.max(1);
+        }
+    }
+    Ok((attached, dropped))
+}
+
+/// Each aggregation of `plan`: how it uses its input's order, and the input leaf it reads
+/// directly (through filters and projections only), if any.
+fn aggregate_modes(
+    plan: &Arc<dyn ExecutionPlan>,
+) -> Vec<(datafusion::physical_plan::InputOrderMode, Option<usize>)> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    let mut out = Vec::new();
+    let _ = plan.apply(|p| {
+        if let Some(a) = p.downcast_ref::<AggregateExec>() {
+            let mut below = a.input().clone();
+            while below.downcast_ref::<FilterExec>().is_some()
+                || below.downcast_ref::<ProjectionExec>().is_some()
+            {
+                let Some(child) = below.children().first().map(|c| (*c).clone()) else {
+                    break;
+                };
+                below = child;
+            }
+            let leaf = below.downcast_ref::<FeedExec>().map(|f| f.index);
+            out.push((a.input_order_mode().clone(), leaf));
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    out
+}
+
 /// Per input, the filters pushed down to its leaf.
 fn leaf_filters(plan: &Arc<dyn ExecutionPlan>, inputs: usize) -> Vec<Vec<Arc<dyn PhysicalExpr>>> {
     let mut filters = vec![Vec::new(); inputs];
@@ -559,23 +647,8 @@ impl Fragment {
             .map(|_| Arc::new(Mutex::new(Feed::default())))
             .collect();
         let wanted = Arc::new(AtomicUsize::new(NO_INPUT));
-        let mut leaves = Leaves {
-            inputs,
-            feeds: &feeds,
-            wanted: &wanted,
-            sorted,
-            found: 0,
-            sorts_dropped: 0,
-        };
-        let plan = attach(plan, &mut leaves)?;
-        let sorts_dropped = leaves.sorts_dropped as u64;
-        if leaves.found != inputs.len() {
-            return Err(DiskOsError::InvalidJob(format!(
-                "the fragment has {} input leaves for the stage's {} inputs",
-                leaves.found,
-                inputs.len()
-            )));
-        }
+        let (plan, sorts_dropped) =
+            attach_leaves(plan, inputs, (&feeds, &wanted), sorted, batch_rows)?;
         let task = share_sort_reserve(&plan, &task, pool_bytes);
         // Joins and top-k sorts push their dynamic filters down to the input leaves.
         let plan = FilterPushdown::new_post_optimization()
@@ -727,7 +800,20 @@ impl Disklet for Fragment {
         // DataFusion's operators reserve what a batch holds: a batch decoded from IPC (its
         // columns share one message buffer) is copied apart first.
         let batch = crate::compact::compact(input.batch.clone());
-        feed.lock().expect("feed lock").queue.push_back(batch);
+        {
+            let mut f = feed.lock().expect("feed lock");
+            match f.max_rows {
+                n if n > 0 && batch.num_rows() > n => {
+                    let mut at = 0;
+                    while at < batch.num_rows() {
+                        let len = n.min(batch.num_rows() - at);
+                        f.queue.push_back(batch.slice(at, len));
+                        at += len;
+                    }
+                }
+                _ => f.queue.push_back(batch),
+            }
+        }
         let before = self.emitted;
         self.drive(out)?;
         // An aggregation that emits before its input ended has flushed groups early.
@@ -894,5 +980,74 @@ mod tests {
         assert_eq!(f.sorted_output(0), vec!["b".to_string()]);
         let f = build(sort_a, vec![]);
         assert_eq!(count_sorts(&f.plan), 1);
+    }
+
+    /// A partial aggregation grouping on `keys` over one leaf, as a fragment whose input is
+    /// sorted on `sorted`: its aggregations' modes and the leaf's largest batch.
+    fn aggregate_over_sorted(
+        keys: &[&str],
+        sorted: &[&str],
+    ) -> (Vec<datafusion::physical_plan::InputOrderMode>, usize) {
+        use datafusion::functions_aggregate::count::count_udaf;
+        use datafusion::physical_expr::aggregate::AggregateExprBuilder;
+        use datafusion::physical_plan::aggregates::{AggregateMode, PhysicalGroupBy};
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("a", DataType::Int64, true),
+            Field::new("b", DataType::Int64, true),
+        ]));
+        let leaf: Arc<dyn ExecutionPlan> = Arc::new(EmptyExec::new(schema.clone()));
+        let group = keys
+            .iter()
+            .map(|k| (col(k, &schema).unwrap(), k.to_string()))
+            .collect();
+        let count = AggregateExprBuilder::new(count_udaf(), vec![col("b", &schema).unwrap()])
+            .schema(schema.clone())
+            .alias("n")
+            .build()
+            .unwrap();
+        let agg = AggregateExec::try_new(
+            AggregateMode::Partial,
+            PhysicalGroupBy::new_single(group),
+            vec![Arc::new(count)],
+            vec![None],
+            leaf,
+            schema.clone(),
+        )
+        .unwrap();
+        let bytes = datafusion_proto::bytes::physical_plan_to_bytes(Arc::new(agg)).unwrap();
+        let f = Fragment::new(
+            FragmentKind::Aggregate,
+            &bytes,
+            std::slice::from_ref(&(schema as SchemaRef)),
+            &[sorted.iter().map(|s| s.to_string()).collect()],
+            1 << 20,
+            None,
+        )
+        .unwrap();
+        let modes = aggregate_modes(&f.plan)
+            .into_iter()
+            .map(|(m, _)| m)
+            .collect();
+        let max_rows = f.feeds[0].lock().unwrap().max_rows;
+        (modes, max_rows)
+    }
+
+    #[test]
+    fn an_aggregation_streams_sorted_groups_in_small_batches_and_never_becomes_partly_sorted() {
+        use datafusion::physical_plan::InputOrderMode;
+        // Grouping on the sorted column: groups stream, a batch's worth at a time.
+        let (modes, max_rows) = aggregate_over_sorted(&["a"], &["a"]);
+        assert_eq!(modes, vec![InputOrderMode::Sorted]);
+        assert!(
+            max_rows > 0 && max_rows <= MAX_BATCH_ROWS as usize,
+            "{max_rows}"
+        );
+        // Partly sorted keys could hold every group of one sorted value with no early flush:
+        // the aggregation stays a hash aggregation.
+        let (modes, max_rows) = aggregate_over_sorted(&["b", "a"], &["a"]);
+        assert_eq!(modes, vec![InputOrderMode::Linear]);
+        assert_eq!(max_rows, 0);
+        let (modes, _) = aggregate_over_sorted(&["a"], &[]);
+        assert_eq!(modes, vec![InputOrderMode::Linear]);
     }
 }
