@@ -24,6 +24,9 @@ use std::sync::Arc;
 /// partitions, read in their listed order, returns in ascending order.
 pub fn scan_sorted(info: &TableInfo, projection: &[usize]) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
+    if !enabled() {
+        return out;
+    }
     for &c in projection {
         let Some(field) = info.schema.fields().get(c) else {
             continue;
@@ -33,6 +36,13 @@ pub fn scan_sorted(info: &TableInfo, projection: &[usize]) -> Vec<String> {
         }
     }
     out
+}
+
+/// Whether scans declare their order: yes unless the disk's environment sets
+/// `ADISK_SORTED_SCANS=off` (for measuring what it gains).
+pub fn enabled() -> bool {
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| std::env::var("ADISK_SORTED_SCANS").map_or(true, |v| v != "off"))
 }
 
 /// Whether column `c` is sorted in every partition and each partition's values start at or
