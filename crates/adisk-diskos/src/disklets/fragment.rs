@@ -649,6 +649,12 @@ impl Fragment {
         let wanted = Arc::new(AtomicUsize::new(NO_INPUT));
         let (plan, sorts_dropped) =
             attach_leaves(plan, inputs, (&feeds, &wanted), sorted, batch_rows)?;
+        // Sorts that may spill sort plain strings (see `view_sort`).
+        let plan = match spill {
+            Some(_) => super::view_sort::plain_string_sorts(plan)
+                .map_err(df("casting a spilling sort's string views"))?,
+            None => plan,
+        };
         let task = share_sort_reserve(&plan, &task, pool_bytes);
         // Joins and top-k sorts push their dynamic filters down to the input leaves.
         let plan = FilterPushdown::new_post_optimization()

@@ -5,6 +5,7 @@ pub mod hash_join;
 pub mod merge;
 pub mod partition;
 pub mod select;
+pub mod view_sort;
 
 use crate::disklet::Disklet;
 use crate::expr::ExprPlanner;
