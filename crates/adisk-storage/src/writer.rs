@@ -136,59 +136,73 @@ impl Order {
     }
 }
 
+/// `$body` with `$a` bound to `$array` as the primitive array of its integer or date type
+/// (whose values convert to i64); None for any other type.
+macro_rules! with_int_array {
+    ($array:expr, |$a:ident| $body:expr) => {{
+        use arrow::array::AsArray;
+        use arrow::datatypes::*;
+        let array = $array;
+        match array.data_type() {
+            DataType::Int8 => {
+                let $a = array.as_primitive::<Int8Type>();
+                $body
+            }
+            DataType::Int16 => {
+                let $a = array.as_primitive::<Int16Type>();
+                $body
+            }
+            DataType::Int32 => {
+                let $a = array.as_primitive::<Int32Type>();
+                $body
+            }
+            DataType::Int64 => {
+                let $a = array.as_primitive::<Int64Type>();
+                $body
+            }
+            DataType::UInt8 => {
+                let $a = array.as_primitive::<UInt8Type>();
+                $body
+            }
+            DataType::UInt16 => {
+                let $a = array.as_primitive::<UInt16Type>();
+                $body
+            }
+            DataType::UInt32 => {
+                let $a = array.as_primitive::<UInt32Type>();
+                $body
+            }
+            DataType::Date32 => {
+                let $a = array.as_primitive::<Date32Type>();
+                $body
+            }
+            DataType::Date64 => {
+                let $a = array.as_primitive::<Date64Type>();
+                $body
+            }
+            _ => None,
+        }
+    }};
+}
+
 /// The last value of an integer or date array without NULLs if its values never decrease,
 /// starting from `last`; None if one does.
 fn ascending_from(array: &dyn Array, last: Option<i64>) -> Option<Option<i64>> {
-    use arrow::array::AsArray;
-    use arrow::datatypes::*;
-    macro_rules! asc {
-        ($t:ty) => {{
-            let v = array.as_primitive::<$t>().values();
-            let first_ok = match (last, v.first()) {
-                (Some(l), Some(f)) => l <= i64::from(*f),
-                _ => true,
-            };
-            (first_ok && v.windows(2).all(|w| w[0] <= w[1]))
-                .then(|| v.last().map(|x| i64::from(*x)).or(last))
-        }};
-    }
-    match array.data_type() {
-        DataType::Int8 => asc!(Int8Type),
-        DataType::Int16 => asc!(Int16Type),
-        DataType::Int32 => asc!(Int32Type),
-        DataType::Int64 => asc!(Int64Type),
-        DataType::UInt8 => asc!(UInt8Type),
-        DataType::UInt16 => asc!(UInt16Type),
-        DataType::UInt32 => asc!(UInt32Type),
-        DataType::Date32 => asc!(Date32Type),
-        DataType::Date64 => asc!(Date64Type),
-        _ => None,
-    }
+    with_int_array!(array, |a| {
+        let v = a.values();
+        let first_ok = match (last, v.first()) {
+            (Some(l), Some(f)) => l <= i64::from(*f),
+            _ => true,
+        };
+        (first_ok && v.windows(2).all(|w| w[0] <= w[1]))
+            .then(|| v.last().map(|x| i64::from(*x)).or(last))
+    })
 }
 
 /// Smallest and largest non-NULL value of an integer or date array, as i64.
 fn int_min_max(array: &dyn Array) -> Option<(i64, i64)> {
-    use arrow::array::AsArray;
     use arrow::compute::{max, min};
-    use arrow::datatypes::*;
-    macro_rules! mm {
-        ($t:ty) => {{
-            let a = array.as_primitive::<$t>();
-            Some((i64::from(min(a)?), i64::from(max(a)?)))
-        }};
-    }
-    match array.data_type() {
-        DataType::Int8 => mm!(Int8Type),
-        DataType::Int16 => mm!(Int16Type),
-        DataType::Int32 => mm!(Int32Type),
-        DataType::Int64 => mm!(Int64Type),
-        DataType::UInt8 => mm!(UInt8Type),
-        DataType::UInt16 => mm!(UInt16Type),
-        DataType::UInt32 => mm!(UInt32Type),
-        DataType::Date32 => mm!(Date32Type),
-        DataType::Date64 => mm!(Date64Type),
-        _ => None,
-    }
+    with_int_array!(array, |a| Some((i64::from(min(a)?), i64::from(max(a)?))))
 }
 
 impl PartitionWriter {
