@@ -541,7 +541,8 @@ fn attach_leaves(
             && *b != InputOrderMode::Sorted
             && let Some(feed) = leaf.and_then(|i| feeds.get(i))
         {
-            feed.lock().expect("feed lock").max_rows = batch_rows.max(1);
+            // A poisoned lock still holds a consistent queue: take it rather than panic.
+            feed.lock().unwrap_or_else(|e| e.into_inner()).max_rows = batch_rows.max(1);
         }
     }
     Ok((attached, dropped))
@@ -807,7 +808,7 @@ impl Disklet for Fragment {
         // columns share one message buffer) is copied apart first.
         let batch = crate::compact::compact(input.batch.clone());
         {
-            let mut f = feed.lock().expect("feed lock");
+            let mut f = feed.lock().unwrap_or_else(|e| e.into_inner());
             match f.max_rows {
                 n if n > 0 && batch.num_rows() > n => {
                     let mut at = 0;
