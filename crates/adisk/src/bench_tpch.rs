@@ -317,7 +317,7 @@ async fn auto_against_none(
         "none/auto, duck/auto above 1: auto faster. reduction: bytes shipped by none ÷ by auto. read: storage bytes read at the disks (auto)."
     );
     println!(
-        "Runs were interleaved per query (DuckDB, auto, none, repeated), each engine warmed up once first."
+        "Runs were interleaved per query (DuckDB, auto, none, repeated), each engine warmed up once first (auto twice where its first run was the cost model's choice between two plans)."
     );
     Ok(())
 }
@@ -391,7 +391,7 @@ impl QueryRow {
             if let Some(d) = duck.as_deref_mut() {
                 d.time(sql)?;
             }
-            auto.query(sql).await?;
+            warm_up(auto, sql).await?;
             if !a.no_conventional {
                 none.query(sql).await?;
             }
@@ -567,7 +567,7 @@ async fn levels_table(
     }
     println!("{line}");
     println!(
-        "_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once."
+        "_host: bytes the host received; _d2d: bytes sent disk to disk; A/B above 1: B faster than A. Runs interleaved per query, each level warmed up once (auto twice where its first run was the cost model's choice between two plans)."
     );
     print_estimates(&levels, &estimates);
     if !auto_ratios.is_empty() {
@@ -650,6 +650,21 @@ async fn print_levels_header(
     println!("{header}");
 }
 
+/// Warms `engine` up on `sql`: one run, and a second when it was `auto`'s first choice between
+/// two plans (the second may try the other plan once, `adisk_host::sql::feedback`), so that
+/// the repeats measure the plan `auto` keeps.
+async fn warm_up(engine: &SqlEngine, sql: &str) -> Result<(), CliError> {
+    let out = engine.query(sql).await?;
+    let first_choice = out
+        .choice
+        .as_deref()
+        .is_some_and(|c| c.contains("(cost model: "));
+    if first_choice && adisk_host::sql::feedback::enabled() {
+        engine.query(sql).await?;
+    }
+    Ok(())
+}
+
 /// One query at every level: a warm-up each, then the repeats interleaved level by level;
 /// per level the median time, the links of the last run and its cost model's estimate.
 async fn measure_levels(
@@ -662,7 +677,7 @@ async fn measure_levels(
     let mut est = vec![None; engines.len()];
     if !a.no_warmup {
         for e in engines {
-            e.query(sql).await?;
+            warm_up(e, sql).await?;
         }
     }
     for _ in 0..a.repeats.max(1) {

@@ -173,7 +173,7 @@ fn cpu_ns<R>(repeats: usize, mut f: impl FnMut() -> R) -> f64 {
 }
 
 /// The clock, from a chain of dependent one-cycle adds (x86-64), else what the kernel says.
-fn measure_clock_ghz() -> f64 {
+pub(crate) fn measure_clock_ghz() -> f64 {
     #[cfg(target_arch = "x86_64")]
     {
         const ROUNDS: u64 = 2_000_000;

@@ -89,7 +89,8 @@ pub struct SqlArgs {
     pub format: ResultFormat,
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// Print what the query moved (bytes read, shipped, rows, time) on standard error.
+    /// Print what the query moved (bytes read, shipped, rows, time) on standard error, and at
+    /// `auto` which plan it chose and why.
     #[arg(long)]
     pub stats: bool,
     #[command(flatten)]
@@ -215,6 +216,9 @@ impl Runner {
                 print_batches(&out.batches, &out.schema, format)?;
                 if stats {
                     eprintln!("{}", moved(&out));
+                    if let Some(choice) = &out.choice {
+                        eprintln!("{choice}");
+                    }
                 }
                 trace.write(eng, &out, q).await?;
             }

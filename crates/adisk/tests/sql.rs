@@ -109,6 +109,7 @@ fn tpch_sf001_every_offload_level() {
         "n_regionkey,n\n0,5\n1,5\n2,5\n3,5\n4,5",
         "{per_region}"
     );
+    auto_learns_from_its_runs(c.dir());
     // The plan a `disks` query falls back to when a disk runs out of memory: sort-merge
     // joins, only tiny build sides broadcast; every answer still right.
     let out = check(&["--offload", "disks", "--spill-joins"]);
@@ -152,6 +153,62 @@ fn tpch_sf001_every_offload_level() {
     ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);
     let out = check(&["--offload", "disks"]);
     assert!(out.contains("22 passed, 0 failed"), "via host:\n{out}");
+}
+
+/// `auto` keeps the wall times of the plans it ran, per connection (here one prompt session):
+/// the first run of a query is the cost model's choice, the second tries the other plan or
+/// keeps the measured one, the third is decided by measurements. Every answer equals the
+/// conventional plan's.
+fn auto_learns_from_its_runs(dir: &Path) {
+    use std::io::Write;
+    let q = tpch_text(3);
+    let q = q.trim().trim_end_matches(';');
+    let mut child = Command::new(env!("CARGO_BIN_EXE_adisk"))
+        .arg("--dir")
+        .arg(dir)
+        .args(["sql", "--offload", "auto", "--stats", "--format", "csv"])
+        .env_remove("ADISK_HOME")
+        .env_remove("ADISK_AUTO_FEEDBACK")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("adisk sql runs");
+    let input = format!("{q};\n{q};\n{q};\n");
+    let mut stdin = child.stdin.take().expect("stdin");
+    stdin
+        .write_all(input.as_bytes())
+        .expect("statements written");
+    drop(stdin);
+    let out = child.wait_with_output().expect("adisk sql ends");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let choices: Vec<&str> = stderr.lines().filter(|l| l.starts_with("auto: ")).collect();
+    assert_eq!(choices.len(), 3, "one choice per run:\n{stderr}");
+    assert!(
+        !choices[0].contains("(measured runs: ") && !choices[0].contains("(trying "),
+        "nothing measured before the first run: {}",
+        choices[0]
+    );
+    assert!(
+        choices[1].contains("(measured runs: ") || choices[1].contains("(trying "),
+        "the second run knows the first: {}",
+        choices[1]
+    );
+    assert!(
+        choices[2].contains("(measured runs: "),
+        "the third run is decided by measurements: {}",
+        choices[2]
+    );
+    let expected = ok(dir, &["sql", q, "--offload", "none", "--format", "csv"]);
+    assert_eq!(
+        stdout.trim(),
+        [expected.trim(); 3].join("\n"),
+        "each run's answer is the conventional plan's"
+    );
 }
 
 #[test]
@@ -271,7 +328,7 @@ fn slt_wrong_expected_row_and_malformed_file_fail() {
         stdout.contains(&format!("-   {}", count + 1)) && stdout.contains(&format!("+   {count}")),
         "the diff shows the expected and the actual count:\n{stdout}"
     );
-    assert!(stdout.contains("40 passed, 1 failed"), "{stdout}");
+    assert!(stdout.contains("46 passed, 1 failed"), "{stdout}");
 
     let bad = dir.join("malformed.slt");
     std::fs::write(&bad, "query I\nSELECT 1\n----\n1\n\nselect 2\n").unwrap();
@@ -289,7 +346,7 @@ fn adhoc_sql_explain_and_bad_input() {
     let slt = adhoc_slt();
     let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "all"]);
     assert!(
-        out.contains(&format!("{} passed, 0 failed", 41 * LEVELS)),
+        out.contains(&format!("{} passed, 0 failed", 47 * LEVELS)),
         "slt:\n{out}"
     );
 

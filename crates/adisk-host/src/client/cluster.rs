@@ -597,6 +597,8 @@ pub struct Cluster {
     /// The last merged catalog, whose [`Catalog::key`] is set: merged again only when its key
     /// changes.
     merged: std::sync::Mutex<Option<Catalog>>,
+    /// What `auto` measured of the queries this host ran ([`crate::sql::feedback`]).
+    feedback: crate::sql::feedback::Feedback,
 }
 
 /// A connection to a disk ([`adisk_core::net::member_endpoint`]): a stream from a stopped
@@ -906,6 +908,7 @@ impl Cluster {
             links: Default::default(),
             catalogs: Default::default(),
             merged: Default::default(),
+            feedback: Default::default(),
         })
     }
 
@@ -920,6 +923,11 @@ impl Cluster {
         self.links
             .known()
             .unwrap_or_else(crate::client::links::LinkFigures::assumed)
+    }
+
+    /// The runs `auto` measured of this host's queries.
+    pub fn feedback(&self) -> &crate::sql::feedback::Feedback {
+        &self.feedback
     }
 
     /// A query received `bytes` from the disks in `elapsed`: a lower bound of the host link's

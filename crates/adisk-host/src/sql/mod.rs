@@ -20,6 +20,7 @@ pub mod cost;
 pub mod disks_exec;
 pub mod distribute;
 mod error;
+pub mod feedback;
 mod groups;
 pub mod joinorder;
 pub mod limits;
@@ -37,6 +38,7 @@ mod sortmerge;
 pub mod tpch;
 pub mod trace;
 pub(crate) mod tree;
+pub mod winmagic;
 
 pub use broadcast::{BROADCAST_BYTES, BROADCAST_ROWS};
 pub use metrics::{QueryMetrics, ScanReport};
@@ -184,6 +186,9 @@ struct Sessions {
     disks: Option<std::sync::OnceLock<Box<Sessions>>>,
     offload: Offload,
     make: SessionMaker,
+    /// At `auto`, with feedback on: the context its queries' runs are kept in
+    /// ([`feedback::Key`]: the catalog, the host link's class, the engine's options).
+    feedback: Option<String>,
 }
 
 /// Makes a session at an offload level, counting exact Bloom matches or not. Sessions are
@@ -312,16 +317,19 @@ struct Chosen {
     session: Session,
     note: Option<String>,
     estimate: Option<cost::Estimate>,
+    /// At `auto`: the query and the plan whose run is kept ([`feedback`]).
+    feedback: Option<(feedback::Key, feedback::Level)>,
 }
 
 impl Sessions {
-    fn new(offload: Offload, make: SessionMaker) -> Result<Self> {
+    fn new(offload: Offload, make: SessionMaker, feedback: Option<String>) -> Result<Self> {
         Ok(Sessions {
             plain: make(offload, false)?,
             analyze: std::sync::OnceLock::new(),
             disks: (offload == Offload::Auto).then(std::sync::OnceLock::new),
             offload,
             make,
+            feedback: feedback.filter(|_| offload == Offload::Auto),
         })
     }
 
@@ -340,9 +348,25 @@ impl Sessions {
         if let Some(d) = cell.get() {
             return Ok(Some(d));
         }
-        let made = Box::new(Sessions::new(Offload::Disks, self.make.clone())?);
+        let made = Box::new(Sessions::new(Offload::Disks, self.make.clone(), None)?);
         Ok(Some(cell.get_or_init(|| made)))
     }
+}
+
+/// The context `auto` keeps an engine's query runs in ([`feedback`]): the catalog (None when
+/// it has no key, or feedback is off), the host link's class, how exchanges travel and the
+/// engine's options.
+fn feedback_context(
+    opts: &SqlOptions,
+    view: &ClusterView,
+    cost: &cost::CostModel,
+) -> Option<String> {
+    let catalog = view.catalog.key.as_ref().filter(|_| feedback::enabled())?;
+    Some(format!(
+        "{catalog}|link class {}|via host {}|{opts:?}",
+        feedback::link_class(cost.link),
+        cost.via_host
+    ))
 }
 
 /// The value of `cell`, made by `make` when it has none yet.
@@ -427,6 +451,7 @@ impl SqlEngine {
         // A bloom_probe stage needs its filter in scratch next to the job's stream buffers.
         let mut cost = cost::CostModel::from_cluster(cluster, &view.links, min_memory)?;
         cost.shared_cores |= view.same_machine;
+        let feedback = feedback_context(opts, view, &cost);
         if bloom_bytes as u64 > cost.max_scratch_bytes {
             return Err(HostError::Invalid(format!(
                 "--bloom-kib {} does not fit a disk's memory grant: at most {} KiB of scratch is available per stage",
@@ -519,7 +544,7 @@ impl SqlEngine {
             }
             Ok(session)
         });
-        let sessions = Sessions::new(opts.offload, make)?;
+        let sessions = Sessions::new(opts.offload, make, feedback)?;
         let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
         Ok((sessions, settings, tables))
     }
@@ -624,6 +649,9 @@ impl SqlEngine {
         let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features();
+        if winmagic::enabled() {
+            state = state.with_optimizer_rule(Arc::new(winmagic::WinMagic));
+        }
         if joinorder::enabled() {
             state = state.with_optimizer_rule(Arc::new(joinorder::JoinOrder));
         }
@@ -704,6 +732,7 @@ impl SqlEngine {
             session,
             note: None,
             estimate: None,
+            feedback: None,
         };
         let (Some(alt), Some(alt_plan)) = (alt, alt_plan) else {
             // One level: the cost model's estimate of its plan, for EXPLAIN ANALYZE to set
@@ -751,31 +780,53 @@ impl SqlEngine {
             td,
             "auto: what each plan moves and its time"
         );
+        let (key, decision) = self.decide(sql, th, td);
         let note = Some(format!(
-            "auto: {} (cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {}; {})",
-            if td < th { "disks" } else { "host-centric" },
+            "auto: {} ({}cost model: host-centric {th:.3} s moving {} to the host, bound by {bound}; disks {td:.3} s moving {} to the host and {} between disks; {}; {})",
+            decision.level.name(),
+            decision.why.map(|w| format!("{w}; ")).unwrap_or_default(),
             adisk_core::stats::human_bytes(h.to_host),
             adisk_core::stats::human_bytes(d.to_host),
             adisk_core::stats::human_bytes(d.disk_to_disk),
             cost.links,
             cost.rates.source,
         ));
-        Ok(if td < th {
-            let estimate = Some(cost::Estimate::of("disks", td, d));
-            Chosen {
+        let feedback = key.map(|k| (k, decision.level));
+        Ok(match decision.level {
+            feedback::Level::Disks => Chosen {
                 plan: disks,
                 session: alt,
                 note,
-                estimate,
-            }
-        } else {
-            let estimate = Some(cost::Estimate::of("host-centric", th, h));
-            Chosen {
+                estimate: Some(cost::Estimate::of("disks", td, d)),
+                feedback,
+            },
+            feedback::Level::HostCentric => Chosen {
                 note,
-                estimate,
+                estimate: Some(cost::Estimate::of("host-centric", th, h)),
+                feedback,
                 ..host
-            }
+            },
         })
+    }
+
+    /// At `auto`, the plan `sql` runs with: the cost model's (`th`, `td`: its estimates of the
+    /// host-centric and the `disks` plan), or what the query's measured runs say
+    /// ([`feedback`]); and the key its run is kept under (None: feedback is off).
+    fn decide(&self, sql: &str, th: f64, td: f64) -> (Option<feedback::Key>, feedback::Decision) {
+        let estimated = if td < th {
+            feedback::Level::Disks
+        } else {
+            feedback::Level::HostCentric
+        };
+        let key = self
+            .sessions
+            .lock()
+            .expect("sessions lock")
+            .feedback
+            .as_ref()
+            .map(|context| feedback::Key::new(sql, context));
+        let walls = key.as_ref().and_then(|k| self.cluster.feedback().walls(k));
+        (key, feedback::decide(estimated, (th, td), walls.as_ref()))
     }
 
     /// The cost model's estimate of a plan of this engine's level (not `auto`): the `disks`
@@ -903,6 +954,7 @@ impl SqlEngine {
                 session: self.session_for(analyze)?,
                 note: None,
                 estimate: None,
+                feedback: None,
             },
             source: PlannedFrom::Frame(logical),
             analyze,
@@ -924,6 +976,9 @@ impl SqlEngine {
             started,
             planning,
         } = planned;
+        // What this run teaches `auto`: the wall of the plan it chose, including a rerun with
+        // sort-merge joins (that is what choosing it cost), not a failover to other disks.
+        let mut kept = chosen.feedback.clone();
         let mut next = Some(chosen);
         let mut reruns = Vec::new();
         let mut spilled = false;
@@ -941,6 +996,10 @@ impl SqlEngine {
                     out.choice = chosen.note;
                     out.estimate = chosen.estimate;
                     out.planning = planning;
+                    if let Some((key, level)) = kept {
+                        let wall = out.wall.saturating_sub(planning).as_secs_f64();
+                        self.cluster.feedback().record(key, level, wall);
+                    }
                     return Ok(out);
                 }
                 Err(e) if out_of_memory(&e) && !self.opts.spill_joins && !spilled => {
@@ -952,7 +1011,10 @@ impl SqlEngine {
                     reruns.push(note);
                     next = Some(self.spilling(&source, analyze).await?);
                 }
-                Err(e) => self.failover(e, &mut reruns).await?,
+                Err(e) => {
+                    kept = None;
+                    self.failover(e, &mut reruns).await?
+                }
             }
         }
     }
@@ -984,6 +1046,7 @@ impl SqlEngine {
                     session,
                     note: None,
                     estimate: None,
+                    feedback: None,
                 })
             }
         }
