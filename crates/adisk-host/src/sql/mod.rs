@@ -353,6 +353,40 @@ impl Sessions {
     }
 }
 
+/// The engine options that do not fit the cluster: a stream buffer size out of range, a
+/// central unit without the level that uses it or that is not a live disk.
+fn check_options(
+    cluster: &Cluster,
+    opts: &SqlOptions,
+    dead: &std::collections::BTreeSet<u32>,
+) -> Result<()> {
+    if opts.buffer_kib > adisk_core::protocol::MAX_JOB_BUFFER_KIB
+        || (opts.buffer_kib > 0 && opts.buffer_kib < 16)
+    {
+        return Err(HostError::Invalid(format!(
+            "stream buffers of {} KiB: allowed are 16 to {} KiB (0: the disks' default)",
+            opts.buffer_kib,
+            adisk_core::protocol::MAX_JOB_BUFFER_KIB
+        )));
+    }
+    if let Some(c) = opts.central_unit {
+        if !matches!(opts.offload, Offload::Disks | Offload::Auto) {
+            return Err(HostError::Invalid(format!(
+                "--central-unit runs the host's combining work at a disk: it needs --offload disks or auto, not {}",
+                opts.offload
+            )));
+        }
+        if c >= cluster.disk_count() || dead.contains(&c) {
+            return Err(HostError::Invalid(format!(
+                "--central-unit {c}: not a live disk of this cluster (disks 0..{}, dead {:?})",
+                cluster.disk_count(),
+                dead
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The context `auto` keeps an engine's query runs in ([`feedback`]): the catalog (None when
 /// it has no key, or feedback is off), the host link's class, how exchanges travel and the
 /// engine's options.
@@ -459,30 +493,7 @@ impl SqlEngine {
                 cost.max_scratch_bytes / 1024
             )));
         }
-        if opts.buffer_kib > adisk_core::protocol::MAX_JOB_BUFFER_KIB
-            || (opts.buffer_kib > 0 && opts.buffer_kib < 16)
-        {
-            return Err(HostError::Invalid(format!(
-                "stream buffers of {} KiB: allowed are 16 to {} KiB (0: the disks' default)",
-                opts.buffer_kib,
-                adisk_core::protocol::MAX_JOB_BUFFER_KIB
-            )));
-        }
-        if let Some(c) = opts.central_unit {
-            if !matches!(opts.offload, Offload::Disks | Offload::Auto) {
-                return Err(HostError::Invalid(format!(
-                    "--central-unit runs the host's combining work at a disk: it needs --offload disks or auto, not {}",
-                    opts.offload
-                )));
-            }
-            if c >= cluster.disk_count() || dead.contains(&c) {
-                return Err(HostError::Invalid(format!(
-                    "--central-unit {c}: not a live disk of this cluster (disks 0..{}, dead {:?})",
-                    cluster.disk_count(),
-                    dead
-                )));
-            }
-        }
+        check_options(cluster, opts, &dead)?;
         if bloom_bytes < 64 {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
@@ -821,7 +832,7 @@ impl SqlEngine {
         let key = self
             .sessions
             .lock()
-            .expect("sessions lock")
+            .unwrap_or_else(|e| e.into_inner())
             .feedback
             .as_ref()
             .map(|context| feedback::Key::new(sql, context));
