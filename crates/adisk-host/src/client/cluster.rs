@@ -598,7 +598,7 @@ pub struct Cluster {
     /// changes.
     merged: std::sync::Mutex<Option<Catalog>>,
     /// What `auto` measured of the queries this host ran ([`crate::sql::feedback`]).
-    feedback: crate::sql::feedback::Feedback,
+    feedback: crate::client::runs::Feedback,
 }
 
 /// A connection to a disk ([`adisk_core::net::member_endpoint`]): a stream from a stopped
@@ -926,7 +926,7 @@ impl Cluster {
     }
 
     /// The runs `auto` measured of this host's queries.
-    pub fn feedback(&self) -> &crate::sql::feedback::Feedback {
+    pub fn feedback(&self) -> &crate::client::runs::Feedback {
         &self.feedback
     }
 

@@ -14,4 +14,5 @@ pub mod links;
 pub mod load;
 pub mod probe;
 pub mod relay;
+pub mod runs;
 pub mod throttle;
