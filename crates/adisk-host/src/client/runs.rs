@@ -70,6 +70,15 @@ pub struct Walls {
 }
 
 impl Walls {
+    /// Runs of the host-centric plan (`h`) and of the `disks` plan (`d`), oldest first.
+    #[cfg(test)]
+    pub fn of(h: &[f64], d: &[f64]) -> Walls {
+        let mut w = Walls::default();
+        h.iter().for_each(|x| w.add(Level::HostCentric, *x));
+        d.iter().for_each(|x| w.add(Level::Disks, *x));
+        w
+    }
+
     /// The kept runs of `level`, oldest first.
     pub fn runs(&self, level: Level) -> &VecDeque<f64> {
         match level {
@@ -171,16 +180,9 @@ impl Feedback {
 mod tests {
     use super::*;
 
-    fn walls(h: &[f64], d: &[f64]) -> Walls {
-        let mut w = Walls::default();
-        h.iter().for_each(|x| w.add(Level::HostCentric, *x));
-        d.iter().for_each(|x| w.add(Level::Disks, *x));
-        w
-    }
-
     #[test]
     fn only_the_last_runs_count() {
-        let w = walls(&[9.0, 9.0, 9.0, 0.1, 0.1, 0.1], &[]);
+        let w = Walls::of(&[9.0, 9.0, 9.0, 0.1, 0.1, 0.1], &[]);
         assert_eq!(w.median(Level::HostCentric), Some(0.1));
         assert_eq!(w.runs(Level::HostCentric).len(), RUNS_KEPT);
     }

@@ -111,13 +111,6 @@ pub fn decide(
 mod tests {
     use super::*;
 
-    fn walls(h: &[f64], d: &[f64]) -> Walls {
-        let mut w = Walls::default();
-        h.iter().for_each(|x| w.add(Level::HostCentric, *x));
-        d.iter().for_each(|x| w.add(Level::Disks, *x));
-        w
-    }
-
     #[test]
     fn nothing_measured_keeps_the_models_choice() {
         let d = decide(Level::HostCentric, (0.1, 0.2), None);
@@ -131,12 +124,12 @@ mod tests {
     #[test]
     fn one_plan_measured_tries_the_other_when_its_estimate_is_below_the_wall() {
         // Q10 at SF 10: host-centric estimated 0.667 s, took 3.39 s; disks estimated 1.975 s.
-        let w = walls(&[3.39], &[]);
+        let w = Walls::of(&[3.39], &[]);
         let d = decide(Level::HostCentric, (0.667, 1.975), Some(&w));
         assert_eq!(d.level, Level::Disks);
         assert!(d.why.unwrap().starts_with("trying disks"));
         // The other way round.
-        let w = walls(&[], &[0.5]);
+        let w = Walls::of(&[], &[0.5]);
         let d = decide(Level::Disks, (0.2, 0.1), Some(&w));
         assert_eq!(d.level, Level::HostCentric);
     }
@@ -144,7 +137,7 @@ mod tests {
     #[test]
     fn one_plan_measured_stays_when_the_other_is_expected_to_take_longer() {
         // A slow host link: the host-centric plan's link time alone exceeds the disks' wall.
-        let w = walls(&[], &[0.3]);
+        let w = Walls::of(&[], &[0.3]);
         let d = decide(Level::Disks, (5.0, 0.1), Some(&w));
         assert_eq!(d.level, Level::Disks);
         assert!(d.why.unwrap().starts_with("measured runs: disks 0.300 s"));
@@ -152,24 +145,24 @@ mod tests {
         // it is (TPC-H Q11 at SF 1: host-centric estimated at 52 ms, the disks plan took 45).
         let d = decide(Level::Disks, (EXPLORE_FACTOR * 0.3, 0.1), Some(&w));
         assert_eq!(d.level, Level::Disks);
-        let w = walls(&[], &[0.045]);
+        let w = Walls::of(&[], &[0.045]);
         let d = decide(Level::Disks, (0.052, 0.018), Some(&w));
         assert_eq!(d.level, Level::HostCentric);
     }
 
     #[test]
     fn both_measured_the_lower_median_wins() {
-        let w = walls(&[0.30, 0.37, 0.32], &[0.29, 0.24, 0.9]);
+        let w = Walls::of(&[0.30, 0.37, 0.32], &[0.29, 0.24, 0.9]);
         assert_eq!(w.median(Level::HostCentric), Some(0.32));
         assert_eq!(w.median(Level::Disks), Some(0.29));
         let d = decide(Level::HostCentric, (0.1, 0.5), Some(&w));
         assert_eq!(d.level, Level::Disks);
-        let w = walls(&[0.2, 0.2], &[0.3]);
+        let w = Walls::of(&[0.2, 0.2], &[0.3]);
         assert_eq!(w.median(Level::HostCentric), Some(0.2));
         let d = decide(Level::Disks, (0.5, 0.1), Some(&w));
         assert_eq!(d.level, Level::HostCentric);
         // A tie keeps the host-centric plan (it asks less of the disks).
-        let w = walls(&[0.2], &[0.2]);
+        let w = Walls::of(&[0.2], &[0.2]);
         assert_eq!(
             decide(Level::Disks, (1.0, 0.0), Some(&w)).level,
             Level::HostCentric
