@@ -442,6 +442,7 @@ fn print_rate(a: &RemoteBenchArgs, r: &RateResults) {
         );
     }
     println!("{line}");
+    print_local_ratio(r);
     for (q, row) in &r.queries {
         for (n, c) in row {
             if let Some(e) = &c.error {
@@ -449,6 +450,38 @@ fn print_rate(a: &RemoteBenchArgs, r: &RateResults) {
             }
         }
     }
+}
+
+/// ActiveDisk's times over DuckDB's on local files (when both ran): the total's ratio and the
+/// queries more than 1.5× slower.
+fn print_local_ratio(r: &RateResults) {
+    let (ours, local) = (Engine::Adisk.name(), Engine::DuckdbLocal.name());
+    let pairs: Vec<(u32, f64, f64)> = r
+        .queries
+        .iter()
+        .filter_map(|(q, row)| Some((*q, row.get(ours)?.secs?, row.get(local)?.secs?)))
+        .collect();
+    let (a, d): (f64, f64) = pairs
+        .iter()
+        .fold((0.0, 0.0), |(a, d), p| (a + p.1, d + p.2));
+    if pairs.is_empty() || d <= 0.0 {
+        return;
+    }
+    let slow: Vec<String> = pairs
+        .iter()
+        .filter(|(_, a, d)| *a > 1.5 * d)
+        .map(|(q, a, d)| format!("Q{q} {:.2}×", a / d))
+        .collect();
+    println!(
+        "{ours} ÷ {local}: {:.2}× over the {} queries both answered; above 1.5×: {}",
+        a / d,
+        pairs.len(),
+        if slow.is_empty() {
+            "none".into()
+        } else {
+            slow.join(", ")
+        }
+    );
 }
 
 /// Per engine: the total of its medians and how many queries it answered.

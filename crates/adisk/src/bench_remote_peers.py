@@ -4,7 +4,8 @@
 #       ActiveDisk through its Flight SQL service, with the ADBC Flight SQL driver
 #   python3 -c "$(cat bench_remote_peers.py)" duckdb THREADS TABLES_JSON
 #       DuckDB with httpfs over the files TABLES_JSON names (table -> list of http:// URLs),
-#       its external file cache off, so that every run reads over the network again
+#       its external file cache off, so that every run reads over the network again; or
+#       over local paths (no httpfs then)
 #
 # A small server, so that the benchmark can interleave the engines' runs query by query: it
 # reads one SQL text per line (JSON-encoded) from stdin, runs it once and answers with one
@@ -63,21 +64,30 @@ def adbc_engine(uri, ca_file, user, password_file):
     return run
 
 
-def duckdb_engine(threads, tables_json):
+def load_httpfs(con):
     try:
-        import duckdb
         import duckdb_extension_httpfs
     except ImportError as e:
         sys.exit(f"adisk bench remote needs DuckDB with httpfs (pip install duckdb==1.5.5 duckdb-extension-httpfs==1.5.5): {e}")
     ext = glob.glob(os.path.join(os.path.dirname(duckdb_extension_httpfs.__file__), "extensions", "*", "httpfs.duckdb_extension"))
     if not ext:
         sys.exit("duckdb-extension-httpfs ships no httpfs.duckdb_extension file")
-    con = duckdb.connect()
     con.execute(f"LOAD '{ext[0]}'")
+
+
+def duckdb_engine(threads, tables_json):
+    try:
+        import duckdb
+    except ImportError as e:
+        sys.exit(f"adisk bench remote needs DuckDB (pip install duckdb==1.5.5): {e}")
+    tables = json.load(open(tables_json))
+    con = duckdb.connect()
+    if any(f.startswith("http") for files in tables.values() for f in files):
+        load_httpfs(con)
     con.execute(f"SET threads TO {int(threads)}")
     con.execute("SET enable_external_file_cache = false")
     con.execute("SET enable_progress_bar = false")  # it writes to stdout, this server's replies
-    for t, urls in sorted(json.load(open(tables_json)).items()):
+    for t, urls in sorted(tables.items()):
         con.execute(f"CREATE VIEW {t} AS SELECT * FROM read_parquet({json.dumps(urls)})")
 
     def run(sql):

@@ -22,6 +22,9 @@ pub enum Engine {
     DuckdbOwn,
     /// DataFusion with its HTTP object store on the disks' own files.
     DatafusionHttp,
+    /// DuckDB on the disks' own files read from the local file system, as if the storage
+    /// machines' disks were the host's own: the baseline of a host with no network.
+    DuckdbLocal,
 }
 
 impl Engine {
@@ -31,6 +34,7 @@ impl Engine {
             Engine::DuckdbSnappy => "duckdb-snappy",
             Engine::DuckdbOwn => "duckdb-own",
             Engine::DatafusionHttp => "datafusion-http",
+            Engine::DuckdbLocal => "duckdb-local",
         }
     }
 }
@@ -153,6 +157,15 @@ impl Layout {
             .collect()
     }
 
+    /// Each table's files as local paths under the cluster directory `cdir`.
+    pub fn paths(&self, cdir: &Path) -> BTreeMap<String, Vec<String>> {
+        let path = |d: usize, f: &str| cdir.join(format!("disk-{d}/{f}")).display().to_string();
+        self.tables
+            .iter()
+            .map(|(t, files)| (t.clone(), files.iter().map(|(d, f)| path(*d, f)).collect()))
+            .collect()
+    }
+
     /// Writes `cdir/snappy/disk-N/FILE`, a Snappy-compressed copy of each file (the same row
     /// groups, statistics and page indexes), unless the copies of exactly these files exist.
     pub fn make_snappy_copies(&self, cdir: &Path) -> Result<(), CliError> {
@@ -248,10 +261,13 @@ impl Peer {
                 let uri = adisk_server::client::served_url(serve);
                 Kind::Python(PyChild::start(python, &["adbc", &uri, &ca, "admin", &pw])?)
             }
-            Engine::DuckdbSnappy | Engine::DuckdbOwn => {
-                let snappy = engine == Engine::DuckdbSnappy;
+            Engine::DuckdbSnappy | Engine::DuckdbOwn | Engine::DuckdbLocal => {
+                let files = match engine {
+                    Engine::DuckdbLocal => layout.paths(cdir),
+                    e => layout.urls(e == Engine::DuckdbSnappy),
+                };
                 let path = cdir.join(format!("tables-{}.json", engine.name()));
-                let urls = serde_json::to_string(&layout.urls(snappy)).unwrap_or_default();
+                let urls = serde_json::to_string(&files).unwrap_or_default();
                 std::fs::write(&path, urls)
                     .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
                 let path = path.display().to_string();
