@@ -32,6 +32,7 @@ pub mod placeholders;
 mod reduce;
 pub mod report;
 pub mod rules;
+mod scalars;
 pub mod scan;
 pub mod settings;
 mod sortmerge;
@@ -319,6 +320,19 @@ struct Chosen {
     estimate: Option<cost::Estimate>,
     /// At `auto`: the query and the plan whose run is kept ([`feedback`]).
     feedback: Option<(feedback::Key, feedback::Level)>,
+    /// Its scalar subqueries, run before it was planned ([`scalars`]).
+    first: Option<scalars::First>,
+}
+
+impl Chosen {
+    /// `auto`'s note and the scalar subqueries' values, a line each.
+    fn notes(&self) -> Option<String> {
+        let first = self.first.as_ref().and_then(|f| f.note.clone());
+        match (self.note.clone(), first) {
+            (Some(a), Some(b)) => Some(format!("{a}\n{b}")),
+            (a, b) => a.or(b),
+        }
+    }
 }
 
 impl Sessions {
@@ -704,14 +718,51 @@ impl SqlEngine {
         &self.tables
     }
 
-    async fn physical(ctx: &SessionContext, sql: &str) -> Result<Arc<dyn ExecutionPlan>> {
+    /// `sql` as a DataFrame of `ctx` (its logical plan unoptimized), after the checks every
+    /// query passes.
+    async fn logical(ctx: &SessionContext, sql: &str) -> Result<DataFrame> {
         let sql = sql.trim().trim_end_matches(';');
         if sql.is_empty() {
             return Err(HostError::Invalid("empty query".into()));
         }
         limits::check(sql)?;
-        let df = placeholders::plan(ctx, sql, Some(0)).await?;
-        df.create_physical_plan()
+        placeholders::plan(ctx, sql, Some(0)).await
+    }
+
+    /// `sql`'s physical plan in `ctx`, with `values` (its scalar subqueries', run first:
+    /// [`scalars`]) in place of those subqueries.
+    async fn physical(
+        ctx: &SessionContext,
+        sql: &str,
+        values: Vec<(String, ScalarValue)>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let df = Self::logical(ctx, sql).await?;
+        if values.is_empty() {
+            return df
+                .create_physical_plan()
+                .await
+                .map_err(plan_err("planning the query"));
+        }
+        let state = ctx.state();
+        let plan = state
+            .optimize(df.logical_plan())
+            .and_then(|p| scalars::substitute(p, &values))
+            .map_err(plan_err("planning the query with its subqueries' values"))?;
+        state
+            .create_physical_plan(&plan)
+            .await
+            .map_err(plan_err("planning the query"))
+    }
+
+    /// The physical plan of a logical plan `ctx` has optimized already.
+    async fn physical_optimized(
+        ctx: &SessionContext,
+        plan: &datafusion::logical_expr::LogicalPlan,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let state = ctx.state();
+        state
+            .query_planner()
+            .create_physical_plan(plan, &state)
             .await
             .map_err(plan_err("planning the query"))
     }
@@ -728,22 +779,31 @@ impl SqlEngine {
     /// missing, runs host-centric.
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
         let session = self.session_for(analyze)?;
+        let mut first = match scalars::may_hold(sql) {
+            true => Some(self.scalars_first(&session, sql, analyze).await?),
+            false => None,
+        };
+        let values = first.as_ref().map(|f| f.values.clone()).unwrap_or_default();
         // At `auto` the `disks` level's plan is made on another task meanwhile (planning is
         // CPU work: on two cores it halves the wait); dropped with this call.
         let alt = self.disks_session_for(analyze)?;
         let alt_plan = alt.as_ref().map(|a| {
             let (ctx, sql) = (a.0.clone(), sql.to_string());
-            AbortOnDrop(tokio::spawn(
-                async move { Self::physical(&ctx, &sql).await },
-            ))
+            AbortOnDrop(tokio::spawn(async move {
+                Self::physical(&ctx, &sql, values).await
+            }))
         });
-        let plan = Self::physical(&session.0, sql).await?;
+        let plan = match first.as_mut().and_then(|f| f.plan.take()) {
+            Some(logical) => Self::physical_optimized(&session.0, &logical).await?,
+            None => Self::physical(&session.0, sql, Vec::new()).await?,
+        };
         let host = Chosen {
             plan,
             session,
             note: None,
             estimate: None,
             feedback: None,
+            first: first.filter(|f| !f.values.is_empty()),
         };
         let (Some(alt), Some(alt_plan)) = (alt, alt_plan) else {
             // One level: the cost model's estimate of its plan, for EXPLAIN ANALYZE to set
@@ -810,6 +870,7 @@ impl SqlEngine {
                 note,
                 estimate: Some(cost::Estimate::of("disks", td, d)),
                 feedback,
+                first: host.first,
             },
             feedback::Level::HostCentric => Chosen {
                 note,
@@ -966,6 +1027,7 @@ impl SqlEngine {
                 note: None,
                 estimate: None,
                 feedback: None,
+                first: None,
             },
             source: PlannedFrom::Frame(logical),
             analyze,
@@ -1000,11 +1062,15 @@ impl SqlEngine {
                 Some(c) => c,
                 None => self.replan(&source, analyze).await?,
             };
+            let (notes, first) = (chosen.notes(), chosen.first);
             match self.execute(chosen.plan, chosen.session, started).await {
                 Ok(mut out) => {
+                    if let Some(first) = first {
+                        out.scans.splice(0..0, first.scans);
+                    }
                     out.failover = reruns;
                     out.disks = self.cluster.usage();
-                    out.choice = chosen.note;
+                    out.choice = notes;
                     out.estimate = chosen.estimate;
                     out.planning = planning;
                     if let Some((key, level)) = kept {
@@ -1058,6 +1124,7 @@ impl SqlEngine {
                     note: None,
                     estimate: None,
                     feedback: None,
+                    first: None,
                 })
             }
         }
@@ -1178,13 +1245,94 @@ impl SqlEngine {
         sql: &str,
     ) -> Result<(Arc<dyn ExecutionPlan>, Option<String>)> {
         let c = self.chosen(sql, false).await?;
-        Ok((c.plan, c.note))
+        Ok((c.plan.clone(), c.notes()))
     }
 
     /// EXPLAIN ANALYZE: runs the query and reports bytes at every stage per disk and in total.
     pub async fn explain_analyze(&self, sql: &str) -> Result<(String, QueryOutput)> {
         let out = self.query_analyzed(sql).await?;
         Ok((report::explain_analyze(&out, &self.settings), out))
+    }
+}
+
+/// Uncorrelated scalar subqueries run before their query is planned ([`scalars`]).
+impl SqlEngine {
+    /// Plans `sql` in `session` and runs its uncorrelated scalar subqueries (one after the
+    /// other, each through this engine); the plan with their values in place.
+    ///
+    /// # Errors
+    /// Planning errors; a subquery's run failing or giving more than one row.
+    async fn scalars_first(
+        &self,
+        session: &Session,
+        sql: &str,
+        analyze: bool,
+    ) -> Result<scalars::First> {
+        let ctx = &session.0;
+        let df = Self::logical(ctx, sql).await?;
+        let state = ctx.state();
+        let optimized = state
+            .optimize(df.logical_plan())
+            .map_err(plan_err("planning the query"))?;
+        let found = if scalars::any(df.logical_plan()) {
+            scalars::find(&optimized)
+        } else {
+            Vec::new()
+        };
+        if found.is_empty() {
+            return Ok(scalars::First {
+                plan: Some(optimized),
+                ..scalars::First::default()
+            });
+        }
+        let started = Instant::now();
+        let mut first = scalars::First::default();
+        for s in &found {
+            let out = self.run_subquery(session, s, analyze).await?;
+            let value = scalars::value_of(&out.schema, &out.batches)
+                .map_err(|e| crate::HostError::Invalid(e.strip_backtrace()))?;
+            first.values.push((scalars::key(s), value));
+            first.scans.extend(out.scans);
+        }
+        let shown: Vec<String> = first.values.iter().map(|(_, v)| v.to_string()).collect();
+        first.note = Some(format!(
+            "scalar subqueries run first, their values planned in ({:.1} ms): {}",
+            started.elapsed().as_secs_f64() * 1e3,
+            shown.join(", ")
+        ));
+        let planned = scalars::substitute(optimized, &first.values)
+            .and_then(|p| state.optimize(&p))
+            .map_err(plan_err("planning the query with its subqueries' values"))?;
+        first.plan = Some(planned);
+        Ok(first)
+    }
+
+    /// Runs a scalar subquery as a query of its own: written back as SQL, so that it takes
+    /// the same way as any (`auto`'s choice and what it measured, failover); where it cannot
+    /// be written back or planned again, as DataFusion planned it, in `session`.
+    async fn run_subquery(
+        &self,
+        session: &Session,
+        s: &datafusion::logical_expr::Subquery,
+        analyze: bool,
+    ) -> Result<QueryOutput> {
+        let text = datafusion::sql::unparser::plan_to_sql(&s.subquery).map(|q| q.to_string());
+        match text {
+            Ok(text) => match Box::pin(self.run(&text, analyze)).await {
+                Err(crate::HostError::Plan { context, source }) => {
+                    tracing::debug!(%text, %context, %source, "a scalar subquery as SQL does not plan");
+                }
+                done => return done,
+            },
+            Err(e) => tracing::debug!(%e, "a scalar subquery cannot be written as SQL"),
+        }
+        let df = session
+            .0
+            .execute_logical_plan(s.subquery.as_ref().clone())
+            .await
+            .map_err(plan_err("planning a scalar subquery"))?;
+        let plan = self.plan_frame(df).await?;
+        self.execute(plan, session.clone(), Instant::now()).await
     }
 }
 
