@@ -1319,6 +1319,10 @@ impl SqlEngine {
         let text = datafusion::sql::unparser::plan_to_sql(&s.subquery).map(|q| q.to_string());
         match text {
             Ok(text) => match Box::pin(self.run(&text, analyze)).await {
+                Ok(out) => {
+                    tracing::debug!(%text, choice = ?out.choice, "a scalar subquery ran first");
+                    return Ok(out);
+                }
                 Err(crate::HostError::Plan { context, source }) => {
                     tracing::debug!(%text, %context, %source, "a scalar subquery as SQL does not plan");
                 }

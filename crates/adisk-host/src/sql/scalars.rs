@@ -47,10 +47,32 @@ pub(super) fn may_hold(sql: &str) -> bool {
     enabled() && sql.to_ascii_lowercase().matches("select").nth(1).is_some()
 }
 
-/// A subquery's identity across sessions: its plan as displayed (each session optimizes the
-/// same text the same way, so the same subquery displays the same).
+/// A subquery's identity across sessions: its plan written back as SQL (where a session
+/// keeps a filter above a scan that another pushes into it, the SQL is the same), else as
+/// displayed.
 pub(super) fn key(s: &Subquery) -> String {
-    s.subquery.display_indent().to_string()
+    datafusion::sql::unparser::plan_to_sql(&s.subquery)
+        .map(|q| q.to_string())
+        .unwrap_or_else(|_| s.subquery.display_indent().to_string())
+}
+
+/// The value for subquery `s` of a plan whose subqueries are `found`: the one under its key;
+/// failing that, when the plan and `values` hold one subquery each, of the same type, that
+/// one (another session may have ordered a subquery's joins differently).
+fn value_for<'a>(
+    s: &Subquery,
+    found: &[Subquery],
+    values: &'a [(String, ScalarValue)],
+) -> Option<&'a ScalarValue> {
+    let k = key(s);
+    if let Some((_, v)) = values.iter().find(|(vk, _)| *vk == k) {
+        return Some(v);
+    }
+    let typed = s.subquery.schema().fields().first()?.data_type().clone();
+    match (found, values) {
+        ([_], [(_, v)]) if v.data_type() == typed => Some(v),
+        _ => None,
+    }
 }
 
 /// Whether `plan` holds an uncorrelated scalar subquery outside other subqueries: a cheap
@@ -88,15 +110,18 @@ pub(super) fn substitute(
     if values.is_empty() {
         return Ok(plan);
     }
+    let found = find(&plan);
     let out = plan.transform_up(|node| {
         let names = NamePreserver::new(&node);
         node.map_expressions(|e| {
             let saved = names.save(&e);
             let replaced = e.transform_up(|e| match &e {
-                Expr::ScalarSubquery(s) => match values.iter().find(|(k, _)| *k == key(s)) {
-                    Some((_, v)) => Ok(Transformed::yes(Expr::Literal(v.clone(), None))),
-                    None => Ok(Transformed::no(e)),
-                },
+                Expr::ScalarSubquery(s) if s.outer_ref_columns.is_empty() => {
+                    match value_for(s, &found, values) {
+                        Some(v) => Ok(Transformed::yes(Expr::Literal(v.clone(), None))),
+                        None => Ok(Transformed::no(e)),
+                    }
+                }
                 _ => Ok(Transformed::no(e)),
             })?;
             Ok(if replaced.transformed {
@@ -231,6 +256,24 @@ mod tests {
                 "{sql}"
             );
         }
+    }
+
+    /// Another session may write a subquery differently: one subquery and one value of its
+    /// type still match; a value of another type does not.
+    #[tokio::test]
+    async fn a_lone_subquery_takes_a_lone_value_of_its_type() {
+        let ctx = ctx();
+        let plan = optimized(&ctx, "SELECT g FROM t WHERE v > (SELECT max(v) FROM t)").await;
+        let other = vec![("another text".to_string(), ScalarValue::Int64(Some(10)))];
+        let planned = substitute(plan.clone(), &other).unwrap();
+        assert!(find(&planned).is_empty());
+        let got = ctx.execute_logical_plan(planned).await.unwrap();
+        assert_eq!(got.collect().await.unwrap()[0].num_rows(), 1);
+        let mistyped = vec![(
+            "another text".to_string(),
+            ScalarValue::Utf8(Some("x".into())),
+        )];
+        assert_eq!(find(&substitute(plan, &mistyped).unwrap()).len(), 1);
     }
 
     #[test]
