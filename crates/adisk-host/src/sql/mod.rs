@@ -779,10 +779,7 @@ impl SqlEngine {
     /// missing, runs host-centric.
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
         let session = self.session_for(analyze)?;
-        let mut first = match scalars::may_hold(sql) {
-            true => Some(self.scalars_first(&session, sql, analyze).await?),
-            false => None,
-        };
+        let (mut first, host_df) = self.first_of(&session, sql, analyze).await?;
         let values = first.as_ref().map(|f| f.values.clone()).unwrap_or_default();
         // At `auto` the `disks` level's plan is made on another task meanwhile (planning is
         // CPU work: on two cores it halves the wait); dropped with this call.
@@ -793,9 +790,13 @@ impl SqlEngine {
                 Self::physical(&ctx, &sql, values).await
             }))
         });
-        let plan = match first.as_mut().and_then(|f| f.plan.take()) {
-            Some(logical) => Self::physical_optimized(&session.0, &logical).await?,
-            None => Self::physical(&session.0, sql, Vec::new()).await?,
+        let plan = match (first.as_mut().and_then(|f| f.plan.take()), host_df) {
+            (Some(logical), _) => Self::physical_optimized(&session.0, &logical).await?,
+            (None, Some(df)) => df
+                .create_physical_plan()
+                .await
+                .map_err(plan_err("planning the query"))?,
+            (None, None) => Self::physical(&session.0, sql, Vec::new()).await?,
         };
         let host = Chosen {
             plan,
@@ -1262,23 +1263,36 @@ impl SqlEngine {
     ///
     /// # Errors
     /// Planning errors; a subquery's run failing or giving more than one row.
-    async fn scalars_first(
+    /// A query with an uncorrelated scalar subquery runs it first ([`SqlEngine::scalars_first`]);
+    /// another keeps the logical plan made to find out (None if its text holds no subquery).
+    async fn first_of(
         &self,
         session: &Session,
         sql: &str,
         analyze: bool,
+    ) -> Result<(Option<scalars::First>, Option<DataFrame>)> {
+        if !scalars::may_hold(sql) {
+            return Ok((None, None));
+        }
+        let df = Self::logical(&session.0, sql).await?;
+        Ok(match scalars::any(df.logical_plan()) {
+            true => (Some(self.scalars_first(session, df, analyze).await?), None),
+            false => (None, Some(df)),
+        })
+    }
+
+    async fn scalars_first(
+        &self,
+        session: &Session,
+        df: DataFrame,
+        analyze: bool,
     ) -> Result<scalars::First> {
         let ctx = &session.0;
-        let df = Self::logical(ctx, sql).await?;
         let state = ctx.state();
         let optimized = state
             .optimize(df.logical_plan())
             .map_err(plan_err("planning the query"))?;
-        let found = if scalars::any(df.logical_plan()) {
-            scalars::find(&optimized)
-        } else {
-            Vec::new()
-        };
+        let found = scalars::find(&optimized);
         if found.is_empty() {
             return Ok(scalars::First {
                 plan: Some(optimized),
