@@ -650,17 +650,18 @@ async fn print_levels_header(
     println!("{header}");
 }
 
-/// Warms `engine` up on `sql`: one run, and a second when it was `auto`'s first choice between
-/// two plans (the second may try the other plan once, `adisk_host::sql::feedback`), so that
-/// the repeats measure the plan `auto` keeps.
+/// Warms `engine` up on `sql`: one run, and more while `auto` is still learning which of two
+/// plans to keep (`adisk_host::sql::feedback`: the first run is not kept, the next is the
+/// model's choice, the one after may try the other plan), at most four in all, so that the
+/// repeats measure the plan `auto` keeps.
 async fn warm_up(engine: &SqlEngine, sql: &str) -> Result<(), CliError> {
-    let out = engine.query(sql).await?;
-    let first_choice = out
-        .choice
-        .as_deref()
-        .is_some_and(|c| c.contains("(cost model: "));
-    if first_choice && adisk_host::sql::feedback::enabled() {
-        engine.query(sql).await?;
+    let learning = |c: &str| c.contains("(cost model: ") || c.contains("(trying ");
+    for _ in 0..4 {
+        let out = engine.query(sql).await?;
+        let more = out.choice.as_deref().is_some_and(learning);
+        if !more || !adisk_host::sql::feedback::enabled() {
+            break;
+        }
     }
     Ok(())
 }

@@ -156,9 +156,9 @@ fn tpch_sf001_every_offload_level() {
 }
 
 /// `auto` keeps the wall times of the plans it ran, per connection (here one prompt session):
-/// the first run of a query is the cost model's choice, the second tries the other plan or
-/// keeps the measured one, the third is decided by measurements. Every answer equals the
-/// conventional plan's.
+/// the first two runs of a query are the cost model's choice (the first warms up and is not
+/// kept), the third tries the other plan or keeps the measured one, the fourth is decided by
+/// measurements. Every answer equals the conventional plan's.
 fn auto_learns_from_its_runs(dir: &Path) {
     use std::io::Write;
     let q = tpch_text(3);
@@ -174,7 +174,7 @@ fn auto_learns_from_its_runs(dir: &Path) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("adisk sql runs");
-    let input = format!("{q};\n{q};\n{q};\n");
+    let input = format!("{q};\n{q};\n{q};\n{q};\n");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin
         .write_all(input.as_bytes())
@@ -187,26 +187,27 @@ fn auto_learns_from_its_runs(dir: &Path) {
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let choices: Vec<&str> = stderr.lines().filter(|l| l.starts_with("auto: ")).collect();
-    assert_eq!(choices.len(), 3, "one choice per run:\n{stderr}");
+    assert_eq!(choices.len(), 4, "one choice per run:\n{stderr}");
+    for c in &choices[..2] {
+        assert!(
+            !c.contains("(measured runs: ") && !c.contains("(trying "),
+            "nothing measured before the first two runs (the first warms up, not kept): {c}"
+        );
+    }
     assert!(
-        !choices[0].contains("(measured runs: ") && !choices[0].contains("(trying "),
-        "nothing measured before the first run: {}",
-        choices[0]
-    );
-    assert!(
-        choices[1].contains("(measured runs: ") || choices[1].contains("(trying "),
-        "the second run knows the first: {}",
-        choices[1]
-    );
-    assert!(
-        choices[2].contains("(measured runs: "),
-        "the third run is decided by measurements: {}",
+        choices[2].contains("(measured runs: ") || choices[2].contains("(trying "),
+        "the third run knows the second: {}",
         choices[2]
+    );
+    assert!(
+        choices[3].contains("(measured runs: "),
+        "the fourth run is decided by measurements: {}",
+        choices[3]
     );
     let expected = ok(dir, &["sql", q, "--offload", "none", "--format", "csv"]);
     assert_eq!(
         stdout.trim(),
-        [expected.trim(); 3].join("\n"),
+        [expected.trim(); 4].join("\n"),
         "each run's answer is the conventional plan's"
     );
 }

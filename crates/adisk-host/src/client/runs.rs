@@ -67,6 +67,9 @@ pub struct Walls {
     host_centric: VecDeque<f64>,
     disks: VecDeque<f64>,
     used: u64,
+    /// The query has run once: its first run, which warmed caches, connections and the disks'
+    /// memory for whichever plan it ran, is not kept (it would hold that plan back for good).
+    warmed: bool,
 }
 
 impl Walls {
@@ -142,7 +145,8 @@ impl Feedback {
         Some(w.clone())
     }
 
-    /// A run of `key`'s plan at `level` took `wall` seconds.
+    /// A run of `key`'s plan at `level` took `wall` seconds (the query's first run is not
+    /// kept: see [`Walls`]).
     pub fn record(&self, key: Key, level: Level, wall: f64) {
         if !wall.is_finite() || wall < 0.0 {
             return;
@@ -157,7 +161,9 @@ impl Feedback {
         }
         let w = q.entry(key).or_default();
         w.used = tick;
-        w.add(level, wall);
+        if std::mem::replace(&mut w.warmed, true) {
+            w.add(level, wall);
+        }
     }
 
     /// Queries remembered.
@@ -199,6 +205,12 @@ mod tests {
         let f = Feedback::default();
         assert!(f.is_empty());
         let k = |i: usize| Key::new(&format!("select {i}"), "c");
+        f.record(k(0), Level::Disks, 9.0);
+        let w = f.walls(&k(0)).expect("the query is known");
+        assert!(
+            w.runs(Level::Disks).is_empty(),
+            "the first run is a warm-up: not kept"
+        );
         f.record(k(0), Level::Disks, 0.5);
         f.record(k(0), Level::HostCentric, f64::NAN);
         f.record(k(0), Level::HostCentric, -1.0);
