@@ -1302,10 +1302,14 @@ impl SqlEngine {
         let started = Instant::now();
         let mut first = scalars::First::default();
         for s in &found {
-            let out = self.run_subquery(session, s, analyze).await?;
+            let text = scalars::sql_of(s);
+            let out = self
+                .run_subquery(session, s, text.as_deref(), analyze)
+                .await?;
             let value = scalars::value_of(&out.schema, &out.batches)
                 .map_err(|e| crate::HostError::Invalid(e.strip_backtrace()))?;
-            first.values.push((scalars::key(s), value));
+            let key = text.unwrap_or_else(|| scalars::key(s));
+            first.values.push((key, value));
             first.scans.extend(out.scans);
         }
         let shown: Vec<String> = first.values.iter().map(|(_, v)| v.to_string()).collect();
@@ -1321,18 +1325,18 @@ impl SqlEngine {
         Ok(first)
     }
 
-    /// Runs a scalar subquery as a query of its own: written back as SQL, so that it takes
-    /// the same way as any (`auto`'s choice and what it measured, failover); where it cannot
-    /// be written back or planned again, as DataFusion planned it, in `session`.
+    /// Runs a scalar subquery as a query of its own: as `text`, its SQL, so that it takes the
+    /// same way as any (`auto`'s choice and what it measured, failover); where it has no SQL
+    /// or that does not plan, as DataFusion planned it, in `session`.
     async fn run_subquery(
         &self,
         session: &Session,
         s: &datafusion::logical_expr::Subquery,
+        text: Option<&str>,
         analyze: bool,
     ) -> Result<QueryOutput> {
-        let text = datafusion::sql::unparser::plan_to_sql(&s.subquery).map(|q| q.to_string());
-        match text {
-            Ok(text) => match Box::pin(self.run(&text, analyze)).await {
+        if let Some(text) = text {
+            match Box::pin(self.run(text, analyze)).await {
                 Ok(out) => {
                     tracing::debug!(%text, choice = ?out.choice, "a scalar subquery ran first");
                     return Ok(out);
@@ -1341,8 +1345,7 @@ impl SqlEngine {
                     tracing::debug!(%text, %context, %source, "a scalar subquery as SQL does not plan");
                 }
                 done => return done,
-            },
-            Err(e) => tracing::debug!(%e, "a scalar subquery cannot be written as SQL"),
+            }
         }
         let df = session
             .0

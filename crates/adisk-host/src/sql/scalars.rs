@@ -51,9 +51,18 @@ pub(super) fn may_hold(sql: &str) -> bool {
 /// keeps a filter above a scan that another pushes into it, the SQL is the same), else as
 /// displayed.
 pub(super) fn key(s: &Subquery) -> String {
-    datafusion::sql::unparser::plan_to_sql(&s.subquery)
-        .map(|q| q.to_string())
-        .unwrap_or_else(|_| s.subquery.display_indent().to_string())
+    sql_of(s).unwrap_or_else(|| s.subquery.display_indent().to_string())
+}
+
+/// The subquery written back as SQL (DataFusion's unparser), if it can be.
+pub(super) fn sql_of(s: &Subquery) -> Option<String> {
+    match datafusion::sql::unparser::plan_to_sql(&s.subquery) {
+        Ok(q) => Some(q.to_string()),
+        Err(e) => {
+            tracing::debug!(%e, "a scalar subquery cannot be written as SQL");
+            None
+        }
+    }
 }
 
 /// The value for subquery `s` of a plan whose subqueries are `found`: the one under its key;
