@@ -18,6 +18,8 @@
 //! * [`auth`]: the cluster secret and the per-request tokens every member checks.
 //! * [`endpoint`]: tickets a host seals for a client to read one disk's part of a result.
 //! * [`bloom`]: the Bloom filter the host builds and the disks probe.
+//! * [`sample`]: the even sample of rows written with every partition, for the planner's
+//!   selectivity estimates.
 //! * [`limits`]: depth and width bounds on expressions, plan fragments and SQL text, checked
 //!   without recursion before anything recursive touches them.
 //!
@@ -35,6 +37,7 @@ pub mod hash;
 pub mod limits;
 pub mod net;
 pub mod protocol;
+pub mod sample;
 pub mod sketch;
 pub mod stats;
 pub mod tls;

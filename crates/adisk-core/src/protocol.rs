@@ -776,6 +776,11 @@ pub struct PartitionInfo {
     /// checked against [`PartitionInfo::crc32`] whole, at every open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksums: Option<PartitionChecksums>,
+    /// An even sample of the partition's rows ([`crate::sample`]: Arrow IPC in base64, at
+    /// most 64 KiB; `None`: no row, rows too wide, or written before samples existed). The
+    /// planner estimates what a filter keeps from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<String>,
 }
 
 /// CRC-32s of a partition file's parts, so that a disk verifies exactly what it reads, each

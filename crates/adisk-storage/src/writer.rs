@@ -52,6 +52,7 @@ pub struct PartitionWriter {
     writer: Option<ArrowWriter<File>>,
     rows: u64,
     ndv: Vec<Option<adisk_core::sketch::Hll>>,
+    sample: adisk_core::sample::RowSampler,
     bounds: Vec<Bounds>,
     order: Vec<Order>,
     hashes: Vec<u64>,
@@ -225,6 +226,7 @@ impl PartitionWriter {
                 }
             })?;
         let columns = schema.fields().len();
+        let sample = adisk_core::sample::RowSampler::new(schema.clone());
         let bounds = schema
             .fields()
             .iter()
@@ -245,6 +247,7 @@ impl PartitionWriter {
             writer: Some(writer),
             rows: 0,
             ndv: vec![Some(adisk_core::sketch::Hll::default()); columns],
+            sample,
             bounds,
             order,
             hashes: Vec::new(),
@@ -290,6 +293,7 @@ impl PartitionWriter {
         for (col, o) in batch.columns().iter().zip(self.order.iter_mut()) {
             o.update(col.as_ref());
         }
+        self.sample.update(batch);
         // Distinct-value sketches (planner statistics); NULLs are not values.
         self.hashes.resize(batch.num_rows(), 0);
         for (col, sketch) in batch.columns().iter().zip(self.ndv.iter_mut()) {
@@ -340,6 +344,11 @@ impl PartitionWriter {
 
     /// Closes the file, syncs it, checksums it and renames it into place.
     pub(crate) fn finish(mut self) -> Result<PartitionInfo> {
+        let sample = std::mem::replace(
+            &mut self.sample,
+            adisk_core::sample::RowSampler::new(self.schema.clone()),
+        )
+        .finish();
         let writer = self.writer.take().expect("writer is present until finish");
         let metadata = writer.close().map_err(|source| StorageError::Parquet {
             context: format!("closing {}", self.tmp_path.display()),
@@ -369,6 +378,7 @@ impl PartitionWriter {
             bounds: self.bounds.iter().map(|b| b.finish()).collect(),
             sorted: self.order.iter().map(|o| o.finish()).collect(),
             checksums: Some(checksums),
+            sample,
         })
     }
 }

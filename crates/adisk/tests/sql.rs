@@ -411,6 +411,33 @@ fn adhoc_sql_explain_and_bad_input() {
     );
     assert!(host_ops(&q3).contains(&"BloomBuildExec".to_string()));
 
+    // Row estimates from the partitions' samples (a pattern, a range, two columns compared)
+    // against the counts the query returns: within 2× (guessed, each was 25 %).
+    for (table, pred) in [
+        ("part", "p_name LIKE 'forest%'"),
+        ("lineitem", "l_shipdate <= DATE '1998-09-02'"),
+        ("lineitem", "l_commitdate < l_receiptdate"),
+    ] {
+        let count = |sql: &str| -> f64 {
+            let out = ok(dir, &["sql", sql, "--format", "csv"]);
+            out.lines().nth(1).unwrap().trim().parse().unwrap()
+        };
+        let sql = format!("SELECT count(*) AS n FROM {table} WHERE {pred}");
+        let truth = count(&sql) / count(&format!("SELECT count(*) AS n FROM {table}"));
+        let text = ok(dir, &["explain", &sql, "--offload", "disks"]);
+        let est: f64 = text
+            .split("qualification ≈")
+            .nth(1)
+            .and_then(|t| t.split('%').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no estimate for {pred}:\n{text}"));
+        let ratio = est / 100.0 / truth;
+        assert!(
+            (0.5..=2.0).contains(&ratio),
+            "{pred}: estimated {est} %, keeps {truth}"
+        );
+    }
+
     // EXPLAIN ANALYZE: shipped ≤ scanned (both Arrow bytes) everywhere; shipped ≤ read from
     // storage (compressed Parquet) where the disks aggregate or filter hard. Q3 and Q12 ship the
     // small `customer`/`orders` whole at SF 0.01 (auto), so their shipped Arrow bytes exceed

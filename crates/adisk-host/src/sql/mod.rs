@@ -34,6 +34,7 @@ pub mod report;
 pub mod rules;
 mod scalars;
 pub mod scan;
+pub mod selectivity;
 pub mod settings;
 mod sortmerge;
 pub mod tpch;
@@ -452,6 +453,16 @@ async fn collect_capped(
     Ok(batches)
 }
 
+/// A table of the catalog and what the planner knows of its values, computed once per catalog.
+#[derive(Clone)]
+struct TableFacts {
+    entry: Arc<TableEntry>,
+    /// Distinct values per column (merged sketches).
+    ndv: Arc<Vec<Option<u64>>>,
+    /// Sampled rows (`None`: some partition has none).
+    sample: Option<Arc<selectivity::TableSample>>,
+}
+
 impl SqlEngine {
     /// Registers every table of the cluster's catalog.
     ///
@@ -512,10 +523,14 @@ impl SqlEngine {
             return Err(HostError::Invalid("--bloom-kib must be at least 1".into()));
         }
         let link = cluster.host_link().cloned();
-        let tables: Vec<(Arc<TableEntry>, Arc<Vec<Option<u64>>>)> = catalog
+        let tables: Vec<TableFacts> = catalog
             .tables
             .values()
-            .map(|t| (Arc::new(t.clone()), Arc::new(t.distinct_values())))
+            .map(|t| TableFacts {
+                entry: Arc::new(t.clone()),
+                ndv: Arc::new(t.distinct_values()),
+                sample: selectivity::TableSample::of(t).map(Arc::new),
+            })
             .collect();
         let program = opts
             .program
@@ -570,7 +585,7 @@ impl SqlEngine {
             Ok(session)
         });
         let sessions = Sessions::new(opts.offload, make, feedback)?;
-        let tables = tables.iter().map(|(t, _)| t.name.clone()).collect();
+        let tables = tables.iter().map(|t| t.entry.name.clone()).collect();
         Ok((sessions, settings, tables))
     }
 
@@ -643,7 +658,7 @@ impl SqlEngine {
     /// A DataFusion session with the offload rule for `settings` and every table registered.
     fn session(
         cluster: &Arc<Cluster>,
-        tables: &[(Arc<TableEntry>, Arc<Vec<Option<u64>>>)],
+        tables: &[TableFacts],
         settings: Arc<SqlSettings>,
         host_threads: usize,
     ) -> Result<(SessionContext, Arc<QueryMetrics>)> {
@@ -689,10 +704,12 @@ impl SqlEngine {
             )))
             .build();
         let ctx = SessionContext::new_with_state(state);
-        for (entry, ndv) in tables {
+        for t in tables {
+            let entry = &t.entry;
             let provider = scan::DiskTable {
                 entry: entry.clone(),
-                ndv: ndv.clone(),
+                ndv: t.ndv.clone(),
+                sample: t.sample.clone(),
                 cluster: cluster.clone(),
                 settings: settings.clone(),
                 metrics: metrics.clone(),

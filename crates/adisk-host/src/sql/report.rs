@@ -77,7 +77,7 @@ fn expected(scan: &DiskScanExec) -> String {
         share *= sel;
         let _ = write!(
             text,
-            " · qualification ≈{:.1}% of rows (heuristic, per conjunct)",
+            " · qualification ≈{:.1}% of rows (estimated: distinct values, sampled rows, else a guess)",
             sel * 100.0
         );
     }

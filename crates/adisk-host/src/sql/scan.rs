@@ -12,6 +12,7 @@
 //!   → sql_aggregate / sql_select (a DataFusion plan fragment: projections + partial aggregation)
 //!   → host
 //! ```
+use super::selectivity::{TableSample, estimate_selectivity};
 use super::{Offload, QueryMetrics, ScanReport, SqlSettings};
 use crate::client::cluster::{Cluster, TableEntry};
 use crate::client::jobs::encode_expr;
@@ -47,92 +48,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
-/// Selectivity assumed per top-level conjunct that is not an equality-type test on a column
-/// with known distinct values (ranges, LIKE, expressions), and the floor of their product:
-/// those conjuncts together pass `max(FLOOR, PER_CONJUNCT^k)` of the rows.
-pub const PER_CONJUNCT_SELECTIVITY: f64 = 0.25;
-/// See [`PER_CONJUNCT_SELECTIVITY`].
-pub const SELECTIVITY_FLOOR: f64 = 0.01;
-
-/// The column `e` reads, through casts.
-fn column_of(e: &Expr) -> Option<&str> {
-    match e {
-        Expr::Column(c) => Some(c.name.as_str()),
-        Expr::Cast(c) => column_of(&c.expr),
-        Expr::TryCast(c) => column_of(&c.expr),
-        _ => None,
-    }
-}
-
-fn is_literal(e: &Expr) -> bool {
-    match e {
-        Expr::Literal(..) => true,
-        Expr::Cast(c) => is_literal(&c.expr),
-        Expr::TryCast(c) => is_literal(&c.expr),
-        _ => false,
-    }
-}
-
-/// Selectivity of one conjunct from distinct-value counts (System R's `1/NDV` for an
-/// equality with a constant, `n/NDV` for an IN list of `n`), or `None` if it is not of that
-/// kind or the column's distinct values are unknown.
-fn equality_selectivity(e: &Expr, ndv: &dyn Fn(&str) -> Option<u64>) -> Option<f64> {
-    use datafusion::logical_expr::{BinaryExpr, Operator};
-    let per_value = |col: &Expr| column_of(col).and_then(ndv).map(|n| 1.0 / n.max(1) as f64);
-    match e {
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: op @ (Operator::Eq | Operator::NotEq),
-            right,
-        }) => {
-            let p = if is_literal(right) {
-                per_value(left)?
-            } else if is_literal(left) {
-                per_value(right)?
-            } else {
-                return None;
-            };
-            Some(if *op == Operator::Eq { p } else { 1.0 - p })
-        }
-        Expr::BinaryExpr(BinaryExpr {
-            left,
-            op: Operator::Or,
-            right,
-        }) => Some((equality_selectivity(left, ndv)? + equality_selectivity(right, ndv)?).min(1.0)),
-        Expr::InList(l) if l.list.iter().all(is_literal) => {
-            let p = (per_value(&l.expr)? * l.list.len() as f64).min(1.0);
-            Some(if l.negated { 1.0 - p } else { p })
-        }
-        // A negated pattern or range keeps what the pattern would not: the complement of
-        // another conjunct's share (TPC-H Q13's `o_comment NOT LIKE '%special%requests%'`
-        // keeps 99 % of the orders, Q16's `p_type NOT LIKE 'MEDIUM POLISHED%'` 96 %).
-        Expr::Like(l) | Expr::SimilarTo(l) if l.negated => Some(1.0 - PER_CONJUNCT_SELECTIVITY),
-        Expr::Between(b) if b.negated => Some(1.0 - PER_CONJUNCT_SELECTIVITY),
-        _ => None,
-    }
-}
-
-/// Estimated fraction of rows passing `filters` (a list of conjuncts). `ndv` gives the
-/// distinct values of a column by name, where known.
-pub fn estimate_selectivity(filters: &[Expr], ndv: &dyn Fn(&str) -> Option<u64>) -> f64 {
-    let (mut exact, mut others) = (1.0, 0);
-    for c in filters
-        .iter()
-        .flat_map(|f| datafusion::logical_expr::utils::split_conjunction(f))
-    {
-        match equality_selectivity(c, ndv) {
-            Some(p) => exact *= p,
-            None => others += 1,
-        }
-    }
-    let rest = if others == 0 {
-        1.0
-    } else {
-        PER_CONJUNCT_SELECTIVITY.powi(others).max(SELECTIVITY_FLOOR)
-    };
-    exact * rest
-}
-
 /// How long a probe-side scan waits for its Bloom filter before running without one.
 const BLOOM_WAIT: Duration = Duration::from_secs(600);
 
@@ -144,6 +59,8 @@ pub struct DiskTable {
     pub(super) entry: Arc<TableEntry>,
     /// Distinct values per column (merged sketches), computed once.
     pub(super) ndv: Arc<Vec<Option<u64>>>,
+    /// Sampled rows, for what filters keep (`None`: a partition has no sample).
+    pub(super) sample: Option<Arc<TableSample>>,
     pub(super) cluster: Arc<Cluster>,
     pub(super) settings: Arc<SqlSettings>,
     pub(super) metrics: Arc<QueryMetrics>,
@@ -200,6 +117,21 @@ impl TableProvider for IncompleteTable {
         Err(DataFusionError::External(Box::new(
             crate::client::cluster::incomplete_error(&self.name, &self.why),
         )))
+    }
+}
+
+impl DiskTable {
+    /// The estimated fraction of the table's rows that pass `filters` (conjuncts over its
+    /// columns), from its distinct values and sample ([`estimate_selectivity`]).
+    pub(super) fn selectivity(&self, filters: &[Expr]) -> f64 {
+        let schema = &self.entry.schema;
+        let ndv = |name: &str| {
+            schema
+                .index_of(name)
+                .ok()
+                .and_then(|i| self.ndv.get(i).copied().flatten())
+        };
+        estimate_selectivity(filters, &ndv, self.sample.as_deref())
     }
 }
 
@@ -293,13 +225,7 @@ impl TableProvider for DiskTable {
                 .filter(|n| cols.contains(n))
                 .collect()
         };
-        let ndv = |name: &str| {
-            schema
-                .index_of(name)
-                .ok()
-                .and_then(|i| self.ndv.get(i).copied().flatten())
-        };
-        let est_rows = (self.entry.rows() as f64 * estimate_selectivity(filters, &ndv))
+        let est_rows = (self.entry.rows() as f64 * self.selectivity(filters))
             .max(1.0_f64.min(self.entry.rows() as f64));
         Ok(Arc::new(DiskScanExec::new(
             self.entry.clone(),
@@ -1339,64 +1265,6 @@ mod tests {
         // Fewer rows than disks: never more rows than came in, at least one.
         assert!((partial_groups(10.0, 2.0, 4) - 2.0).abs() < 1e-9);
         assert!((partial_groups(10.0, 0.0, 4)).abs() < 1e-9);
-    }
-
-    #[test]
-    fn selectivity_from_distinct_values() {
-        let ndv = |c: &str| match c {
-            "brand" => Some(25),
-            "mode" => Some(7),
-            _ => None,
-        };
-        let close = |a: f64, b: f64| (a - b).abs() < 1e-9;
-        // Equality with a constant: 1/NDV; IN lists: n/NDV; NOT: the complement.
-        assert!(close(
-            estimate_selectivity(&[col("brand").eq(lit("Brand#23"))], &ndv),
-            1.0 / 25.0
-        ));
-        assert!(close(
-            estimate_selectivity(
-                &[col("mode").in_list(vec![lit("AIR"), lit("MAIL")], false)],
-                &ndv
-            ),
-            2.0 / 7.0
-        ));
-        assert!(close(
-            estimate_selectivity(&[col("mode").not_eq(lit("AIR"))], &ndv),
-            6.0 / 7.0
-        ));
-        assert!(close(
-            estimate_selectivity(
-                &[col("mode").eq(lit("AIR")).or(col("mode").eq(lit("MAIL")))],
-                &ndv
-            ),
-            2.0 / 7.0
-        ));
-        // Conjuncts multiply; unknown columns and ranges fall back to 0.25 each, floored at 0.01.
-        let both = col("brand")
-            .eq(lit("Brand#23"))
-            .and(col("mode").eq(lit("AIR")));
-        assert!(close(estimate_selectivity(&[both], &ndv), 1.0 / 175.0));
-        assert!(close(
-            estimate_selectivity(&[col("x").gt(lit(3))], &ndv),
-            0.25
-        ));
-        let ranges: Vec<Expr> = (0..5).map(|i| col("x").gt(lit(i))).collect();
-        assert!(close(estimate_selectivity(&ranges, &ndv), 0.01));
-        assert!(close(estimate_selectivity(&[], &ndv), 1.0));
-        // A pattern keeps a quarter; its negation the other three quarters.
-        assert!(close(
-            estimate_selectivity(&[col("c").like(lit("%special%"))], &ndv),
-            0.25
-        ));
-        assert!(close(
-            estimate_selectivity(&[col("c").not_like(lit("%special%"))], &ndv),
-            0.75
-        ));
-        assert!(close(
-            estimate_selectivity(&[col("x").not_between(lit(1), lit(5))], &ndv),
-            0.75
-        ));
     }
 }
 
