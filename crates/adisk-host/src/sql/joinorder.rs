@@ -416,8 +416,17 @@ fn estimate(plan: &LogicalPlan) -> Option<Estimate> {
                 })
                 .collect();
             let mut e = Estimate { rows, ndv };
-            for f in &scan.filters {
-                e.rows *= selectivity(f, &e);
+            // A table on the disks prices its pushed filters as its scan will (distinct
+            // values, its sampled rows); another provider by the textbook rules below.
+            match provider.downcast_ref::<super::scan::DiskTable>() {
+                Some(table) if !scan.filters.is_empty() => {
+                    e.rows *= table.selectivity(&scan.filters)
+                }
+                _ => {
+                    for f in &scan.filters {
+                        e.rows *= selectivity(f, &e);
+                    }
+                }
             }
             if let Some(fetch) = scan.fetch {
                 e.rows = e.rows.min(fetch as f64);
