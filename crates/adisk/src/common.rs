@@ -38,7 +38,7 @@ pub async fn connect(dir: &std::path::Path) -> Result<Cluster, CliError> {
         )));
     }
     let config = ClusterConfig::load(&path)?;
-    Ok(Cluster::connect(config).await?)
+    Ok(Cluster::connect(config).await?.keep_link_figures_in(dir))
 }
 
 /// The cluster in `dir`, each disk connected to only when first asked (see

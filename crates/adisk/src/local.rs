@@ -1018,6 +1018,8 @@ pub async fn down(dir: &Path) -> Result<(), CliError> {
     if ours.len() == config.disks.len() {
         let _ = std::fs::remove_file(&path);
     }
+    // The link figures kept between queries are of these disks' links.
+    let _ = std::fs::remove_file(dir.join(adisk_host::client::link_memory::FILE));
     let kept = config.disks.len() - ours.len();
     println!(
         "cluster in {} stopped ({} disks){}",

@@ -110,6 +110,7 @@ fn tpch_sf001_every_offload_level() {
         "{per_region}"
     );
     auto_learns_from_its_runs(c.dir());
+    link_figures_kept_between_queries(c.dir());
     // The plan a `disks` query falls back to when a disk runs out of memory: sort-merge
     // joins, only tiny build sides broadcast; every answer still right.
     let out = check(&["--offload", "disks", "--spill-joins"]);
@@ -156,6 +157,52 @@ fn tpch_sf001_every_offload_level() {
 }
 
 /// `auto` keeps the wall times of the plans it ran, per connection (here one prompt session):
+
+/// Two `adisk sql` processes in a row: the second plans with the link figures the first
+/// measured (kept in DIR/links.json), not a probe of its own.
+fn link_figures_kept_between_queries(dir: &Path) {
+    let _ = std::fs::remove_file(dir.join("links.json"));
+    let figures = || {
+        let out = adisk(
+            dir,
+            &[
+                "sql",
+                "--offload",
+                "auto",
+                "--stats",
+                "select count(*) from nation",
+            ],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{stderr}");
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("auto: "))
+            .unwrap_or_else(|| panic!("{stderr}"))
+            .to_string();
+        // "(measured 1.2 s ago: 127.8 MiB from 4 disks in 90 ms)": the age, and the probe.
+        let at = line.find("(measured ").unwrap_or_else(|| panic!("{line}"));
+        let rest = &line[at + "(measured ".len()..];
+        let (age, probe) = rest
+            .split_once(" s ago: ")
+            .unwrap_or_else(|| panic!("{line}"));
+        let probe = probe.split(')').next().unwrap().to_string();
+        (age.parse::<f64>().unwrap(), probe)
+    };
+    let (first_age, first) = figures();
+    assert!(dir.join("links.json").exists(), "the figures are kept");
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (second_age, second) = figures();
+    assert_eq!(
+        first, second,
+        "the second process planned with the first's probe"
+    );
+    assert!(
+        second_age >= first_age + 1.0,
+        "{first_age} then {second_age}"
+    );
+}
+
 /// the first two runs of a query are the cost model's choice (the first warms up and is not
 /// kept), the third tries the other plan or keeps the measured one, the fourth is decided by
 /// measurements. Every answer equals the conventional plan's.

@@ -592,6 +592,9 @@ pub struct Cluster {
     corrupt: std::sync::Mutex<BTreeSet<(String, u32, u32)>>,
     /// The host link's measured figures (`auto` plans with them).
     links: crate::client::links::Links,
+    /// Where the figures are kept between processes ([`crate::client::link_memory`]; None:
+    /// not kept).
+    link_memory: Option<std::path::PathBuf>,
     /// Each disk's catalog as last fetched, fetched again only when its version changed.
     catalogs: std::sync::Mutex<BTreeMap<u32, Arc<DiskCatalog>>>,
     /// The last merged catalog, whose [`Catalog::key`] is set: merged again only when its key
@@ -906,6 +909,7 @@ impl Cluster {
             revival: Default::default(),
             corrupt: Default::default(),
             links: Default::default(),
+            link_memory: None,
             catalogs: Default::default(),
             merged: Default::default(),
             feedback: Default::default(),
@@ -915,6 +919,25 @@ impl Cluster {
     /// The host link's figures, measured when missing or stale ([`crate::client::links`]).
     pub async fn link_figures(&self) -> crate::client::links::LinkFigures {
         self.links.current(self).await
+    }
+
+    /// Keeps the measured link figures in `dir` (`links.json`) for the next process of this
+    /// host, and takes young ones from there ([`crate::client::link_memory`]).
+    pub fn keep_link_figures_in(mut self, dir: &std::path::Path) -> Self {
+        self.link_memory = Some(dir.join(crate::client::link_memory::FILE));
+        self
+    }
+
+    /// The file link figures are kept in, and the disks' addresses they are of.
+    pub(crate) fn link_memory(&self) -> Option<(&std::path::Path, Vec<String>)> {
+        let path = self.link_memory.as_deref()?;
+        let members = self
+            .config
+            .disks
+            .iter()
+            .map(|d| d.address.clone())
+            .collect();
+        Some((path, members))
     }
 
     /// The link figures as they stand, measuring nothing (assumed ones when none were

@@ -36,7 +36,7 @@ pub const PROBE_AIM: Duration = Duration::from_millis(100);
 pub const MIN_PROBE_BYTES: u64 = 256 << 10;
 
 /// Where a link figure came from.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum LinkSource {
     /// `host_link_mbps` of `cluster.toml`: a throttle the host applies, taken as the rate.
     Throttle {
@@ -69,7 +69,7 @@ pub enum LinkSource {
 pub const OBSERVED_MIN_BYTES: u64 = 4 << 20;
 
 /// The links between disks as the planner sees them.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub enum DiskLinks {
     /// Measured: every live disk probed the next one (a ring, all pairs at once, as an
     /// exchange loads them); the median pair's rate.

@@ -1,6 +1,7 @@
 //! The cluster client: connections to the disks, the catalog, status and shutdown
 //! ([`cluster`]); running job specs on the disks and merging their result streams ([`jobs`]);
-//! loading tables ([`load`]); the links' measured figures ([`links`], measured by [`probe`]);
+//! loading tables ([`load`]); the links' measured figures ([`links`], measured by [`probe`],
+//! kept between processes by [`link_memory`]);
 //! the host's relay and router for disk-to-disk streams ([`relay`]); the host link's token
 //! bucket ([`throttle`]).
 //!
@@ -10,6 +11,7 @@
 
 pub mod cluster;
 pub mod jobs;
+pub mod link_memory;
 pub mod links;
 pub mod load;
 pub mod probe;

@@ -16,6 +16,16 @@ impl Links {
     pub async fn current(&self, cluster: &Cluster) -> LinkFigures {
         use std::sync::atomic::Ordering::SeqCst;
         let mut figures = self.figures.lock().await;
+        let memory = cluster.link_memory();
+        if figures.is_none()
+            && let Some(kept) = memory
+                .as_ref()
+                .and_then(|(path, members)| super::link_memory::recall(path, members))
+        {
+            // Another process's figures: good while young, measured again after that.
+            *figures = Some(kept);
+            self.plans.store(super::links::REFRESH_PLANS, SeqCst);
+        }
         if let Some(f) = figures
             .as_ref()
             .filter(|f| f.fresh(self.plans.load(SeqCst)))
@@ -40,6 +50,9 @@ impl Links {
             },
         };
         tracing::debug!("links: {}", measured.describe());
+        if let Some((path, members)) = &memory {
+            super::link_memory::remember(path, &measured, members);
+        }
         *figures = Some(measured.clone());
         measured
     }
