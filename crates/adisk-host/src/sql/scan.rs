@@ -227,24 +227,27 @@ impl TableProvider for DiskTable {
         };
         let est_rows = (self.entry.rows() as f64 * self.selectivity(filters))
             .max(1.0_f64.min(self.entry.rows() as f64));
-        Ok(Arc::new(DiskScanExec::new(
-            self.entry.clone(),
-            self.ndv.clone(),
-            self.cluster.clone(),
-            self.settings.clone(),
-            self.metrics.clone(),
-            ScanPlan {
-                read,
-                predicate,
-                output_names: names,
-                base_schema: output,
-                est_rows,
-                limit: limit.map(|l| l as u64),
-                fragment: None,
-                bloom: None,
-                extra_blooms: vec![],
-            },
-        )))
+        Ok(Arc::new(
+            DiskScanExec::new(
+                self.entry.clone(),
+                self.ndv.clone(),
+                self.cluster.clone(),
+                self.settings.clone(),
+                self.metrics.clone(),
+                ScanPlan {
+                    read,
+                    predicate,
+                    output_names: names,
+                    base_schema: output,
+                    est_rows,
+                    limit: limit.map(|l| l as u64),
+                    fragment: None,
+                    bloom: None,
+                    extra_blooms: vec![],
+                },
+            )
+            .with_sample(self.sample.clone()),
+        ))
     }
 }
 
@@ -384,6 +387,8 @@ pub struct DiskScanExec {
     pub(crate) reads: Vec<Option<Vec<u32>>>,
     pub(super) id: usize,
     properties: Arc<PlanProperties>,
+    /// The table's sampled rows (the widths of its variable-width columns).
+    sample: Option<Arc<TableSample>>,
 }
 
 impl DiskScanExec {
@@ -438,15 +443,22 @@ impl DiskScanExec {
         Some(partial_groups(groups, filtered, self.disks.len()))
     }
 
-    /// Rough bytes of one output row (24 for a column of variable width).
+    /// Rough bytes of one output row: a column of variable width is as wide as the table's
+    /// sampled values of it are on average (24 where there is none: a computed column, or
+    /// no sample).
     fn row_width(&self) -> usize {
-        let width: usize = self
+        let width: f64 = self
             .schema()
             .fields()
             .iter()
-            .map(|f| f.data_type().primitive_width().unwrap_or(24))
+            .map(|f| match f.data_type().primitive_width() {
+                Some(w) => w as f64,
+                None => (self.sample.as_ref())
+                    .and_then(|s| s.width_of(f.name()))
+                    .unwrap_or(24.0),
+            })
             .sum();
-        width.max(1)
+        (width.round() as usize).max(1)
     }
 
     /// What the scan is expected to ship, all disks together: rows and bytes (as the cost
@@ -524,7 +536,14 @@ impl DiskScanExec {
             reads,
             id: NEXT_SCAN.fetch_add(1, Ordering::Relaxed),
             properties,
+            sample: None,
         }
+    }
+
+    /// The same scan, knowing its table's sampled rows.
+    pub(super) fn with_sample(mut self, sample: Option<Arc<TableSample>>) -> Self {
+        self.sample = sample;
+        self
     }
 
     /// The same scan with a different plan.
@@ -536,7 +555,8 @@ impl DiskScanExec {
             self.settings.clone(),
             self.metrics.clone(),
             plan,
-        );
+        )
+        .with_sample(self.sample.clone());
         s.id = self.id;
         s
     }

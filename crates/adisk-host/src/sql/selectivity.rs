@@ -203,6 +203,39 @@ impl TableSample {
         Some(product.min(floor))
     }
 
+    /// The bytes a value of column `name` takes in an Arrow stream, on average over the
+    /// sample: the values' own bytes and their offset (4 bytes) or, for views, the 16-byte
+    /// view plus the bytes of values longer than 12 (shorter ones sit in the view). None for
+    /// a column of fixed width or one the sample does not have.
+    pub fn width_of(&self, name: &str) -> Option<f64> {
+        use arrow::array::{AsArray, BinaryViewArray, StringViewArray};
+        let i = self.schema.index_of(name).ok()?;
+        let (mut bytes, mut values) = (0.0, 0usize);
+        for (batch, _) in &self.parts {
+            let col = batch.column(i);
+            values += col.len();
+            let view = |len: usize| 16.0 + if len > 12 { len as f64 } else { 0.0 };
+            bytes += if let Some(a) = col.as_any().downcast_ref::<StringViewArray>() {
+                a.iter().map(|v| view(v.map_or(0, str::len))).sum::<f64>()
+            } else if let Some(a) = col.as_any().downcast_ref::<BinaryViewArray>() {
+                a.iter()
+                    .map(|v| view(v.map_or(0, <[u8]>::len)))
+                    .sum::<f64>()
+            } else if let Some(a) = col.as_string_opt::<i32>() {
+                a.iter()
+                    .map(|v| 4.0 + v.map_or(0, str::len) as f64)
+                    .sum::<f64>()
+            } else if let Some(a) = col.as_string_opt::<i64>() {
+                a.iter()
+                    .map(|v| 8.0 + v.map_or(0, str::len) as f64)
+                    .sum::<f64>()
+            } else {
+                return None;
+            };
+        }
+        (values > 0).then(|| bytes / values as f64)
+    }
+
     /// The weighted share of sampled rows for which `e` is true.
     fn share(&self, e: &Expr) -> Option<f64> {
         let unqualified = e
