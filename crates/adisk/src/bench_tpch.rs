@@ -651,12 +651,12 @@ async fn print_levels_header(
 }
 
 /// Warms `engine` up on `sql`: one run, and more while `auto` is still learning which of two
-/// plans to keep (`adisk_host::sql::feedback`: the first run is not kept, the next is the
-/// model's choice, the one after may try the other plan), at most four in all, so that the
-/// repeats measure the plan `auto` keeps.
+/// plans to keep (`adisk_host::sql::feedback`: the first run of each plan is not kept, so the
+/// model's choice runs twice and the other plan, when it is tried, twice), at most six in
+/// all, so that the repeats measure the plan `auto` keeps.
 async fn warm_up(engine: &SqlEngine, sql: &str) -> Result<(), CliError> {
     let learning = |c: &str| c.contains("(cost model: ") || c.contains("(trying ");
-    for _ in 0..4 {
+    for _ in 0..6 {
         let out = engine.query(sql).await?;
         let more = out.choice.as_deref().is_some_and(learning);
         if !more || !adisk_host::sql::feedback::enabled() {

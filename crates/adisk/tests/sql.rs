@@ -156,8 +156,6 @@ fn tpch_sf001_every_offload_level() {
     assert!(out.contains("22 passed, 0 failed"), "via host:\n{out}");
 }
 
-/// `auto` keeps the wall times of the plans it ran, per connection (here one prompt session):
-
 /// Two `adisk sql` processes in a row: the second plans with the link figures the first
 /// measured (kept in DIR/links.json), not a probe of its own.
 fn link_figures_kept_between_queries(dir: &Path) {
@@ -203,9 +201,11 @@ fn link_figures_kept_between_queries(dir: &Path) {
     );
 }
 
+/// `auto` keeps the wall times of the plans it ran, per connection (here one prompt session):
 /// the first two runs of a query are the cost model's choice (the first warms up and is not
-/// kept), the third tries the other plan or keeps the measured one, the fourth is decided by
-/// measurements. Every answer equals the conventional plan's.
+/// kept), the third tries the other plan or keeps the measured one; a plan tried runs twice
+/// (its first run warms it up), so the fifth is decided by measurements. Every answer equals
+/// the conventional plan's.
 fn auto_learns_from_its_runs(dir: &Path) {
     use std::io::Write;
     let q = tpch_text(3);
@@ -221,7 +221,7 @@ fn auto_learns_from_its_runs(dir: &Path) {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("adisk sql runs");
-    let input = format!("{q};\n{q};\n{q};\n{q};\n");
+    let input = format!("{q};\n{q};\n{q};\n{q};\n{q};\n");
     let mut stdin = child.stdin.take().expect("stdin");
     stdin
         .write_all(input.as_bytes())
@@ -234,7 +234,7 @@ fn auto_learns_from_its_runs(dir: &Path) {
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let choices: Vec<&str> = stderr.lines().filter(|l| l.starts_with("auto: ")).collect();
-    assert_eq!(choices.len(), 4, "one choice per run:\n{stderr}");
+    assert_eq!(choices.len(), 5, "one choice per run:\n{stderr}");
     for c in &choices[..2] {
         assert!(
             !c.contains("(measured runs: ") && !c.contains("(trying "),
@@ -247,14 +247,14 @@ fn auto_learns_from_its_runs(dir: &Path) {
         choices[2]
     );
     assert!(
-        choices[3].contains("(measured runs: "),
-        "the fourth run is decided by measurements: {}",
-        choices[3]
+        choices[4].contains("(measured runs: "),
+        "the fifth run is decided by measurements: {}",
+        choices[4]
     );
     let expected = ok(dir, &["sql", q, "--offload", "none", "--format", "csv"]);
     assert_eq!(
         stdout.trim(),
-        [expected.trim(); 4].join("\n"),
+        [expected.trim(); 5].join("\n"),
         "each run's answer is the conventional plan's"
     );
 }
