@@ -555,6 +555,56 @@ mod tests {
         RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(0..n))]).unwrap()
     }
 
+    /// A column whose first rows are all distinct is written without a dictionary, one that
+    /// repeats keeps it; a partition with no rows still commits.
+    #[test]
+    fn nearly_unique_columns_are_written_plain() {
+        use parquet::basic::Encoding;
+        use parquet::file::reader::{FileReader, SerializedFileReader};
+        let dir = tempfile::tempdir().unwrap();
+        let store = DiskStore::open(dir.path(), 0).unwrap();
+        let schema = Arc::new(arrow::datatypes::Schema::new(vec![
+            Field::new("unique", DataType::Int64, false),
+            Field::new("repeats", DataType::Int64, false),
+        ]));
+        let b = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                Arc::new(Int64Array::from_iter_values((0..10_000).map(|i| i * 7919))),
+                Arc::new(Int64Array::from_iter_values((0..10_000).map(|i| i % 50))),
+            ],
+        )
+        .unwrap();
+        let mut w = store
+            .create_partition("t", 0, schema.clone(), 65_536)
+            .unwrap();
+        w.write(&b).unwrap();
+        let info = store.commit_partition(w).unwrap();
+        let file = std::fs::File::open(dir.path().join(&info.file)).unwrap();
+        let reader = SerializedFileReader::new(file).unwrap();
+        let chunk = |c: usize| {
+            reader
+                .metadata()
+                .row_group(0)
+                .column(c)
+                .encodings()
+                .collect::<Vec<_>>()
+        };
+        assert!(
+            !chunk(0).contains(&Encoding::RLE_DICTIONARY),
+            "{:?}",
+            chunk(0)
+        );
+        assert!(
+            chunk(1).contains(&Encoding::RLE_DICTIONARY),
+            "{:?}",
+            chunk(1)
+        );
+        let w = store.create_partition("t", 1, schema, 65_536).unwrap();
+        assert_eq!(store.commit_partition(w).unwrap().rows, 0);
+        assert_eq!(store.table("t").unwrap().partitions.len(), 2);
+    }
+
     #[test]
     fn write_commit_reopen_verify_and_detect_corruption() {
         let dir = tempfile::tempdir().unwrap();
