@@ -25,7 +25,7 @@ use crate::{DiskOsError, Result};
 use futures::future::{Either, select};
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 use tokio::sync::{oneshot, watch};
@@ -220,9 +220,13 @@ pub struct FairScheduler {
     queue: Mutex<FairQueue<oneshot::Sender<SlotPermit>>>,
     /// `1/speed − 1`: the pause after a step, per ns of its CPU time (0: none).
     stretch: f64,
-    /// Emulated time owed by the steps so far and not yet paused for, ns (negative: a sleep
-    /// overshot, and the next pauses are shorter by as much).
-    owed_ns: AtomicI64,
+}
+
+thread_local! {
+    /// Emulated time the steps of this thread owe and have not yet paused for, ns (negative: a
+    /// sleep overshot, and the next pauses are shorter by as much). Each thread pays for its
+    /// own steps: a stage that pauses for another's would stall the pipeline between them.
+    static OWED_NS: std::cell::Cell<i64> = const { std::cell::Cell::new(0) };
 }
 
 /// The shortest pause of an emulated slower processor. A sleep overshoots by tens of µs,
@@ -250,7 +254,6 @@ impl FairScheduler {
         Arc::new(FairScheduler {
             queue: Mutex::new(FairQueue::new(slots, max_waiters)),
             stretch,
-            owed_ns: AtomicI64::new(0),
         })
     }
 
@@ -261,19 +264,15 @@ impl FairScheduler {
             return;
         }
         let step = (cpu_ns as f64 * self.stretch) as i64;
-        if self.owed_ns.fetch_add(step, Ordering::SeqCst) + step < MIN_PAUSE_NS {
-            return;
-        }
-        let claimed = self.owed_ns.swap(0, Ordering::SeqCst);
-        if claimed < MIN_PAUSE_NS {
-            // Another step claimed it first.
-            self.owed_ns.fetch_add(claimed, Ordering::SeqCst);
+        let owed = OWED_NS.get() + step;
+        if owed < MIN_PAUSE_NS {
+            OWED_NS.set(owed);
             return;
         }
         let t = Instant::now();
-        std::thread::sleep(std::time::Duration::from_nanos(claimed as u64));
+        std::thread::sleep(std::time::Duration::from_nanos(owed as u64));
         let slept = t.elapsed().as_nanos().min(i64::MAX as u128) as i64;
-        self.owed_ns.fetch_add(claimed - slept, Ordering::SeqCst);
+        OWED_NS.set(owed - slept);
     }
 
     /// Slots nobody holds, and steps waiting for one.
@@ -689,15 +688,11 @@ mod tests {
         let half = FairScheduler::with_speed(1, 8, 0.5);
         let t = Instant::now();
         half.stretch_step(1_000_000);
-        assert_eq!(
-            half.owed_ns.load(Ordering::SeqCst),
-            1_000_000,
-            "owed, not slept"
-        );
+        assert_eq!(OWED_NS.get(), 1_000_000, "owed, not slept");
         half.stretch_step(1_500_000);
         let took = t.elapsed();
         assert!(took >= Duration::from_micros(2_500), "{took:?}");
         // The sleep never ends early, so what is left is its overshoot, owed back.
-        assert!(half.owed_ns.load(Ordering::SeqCst) <= 0);
+        assert!(OWED_NS.get() <= 0);
     }
 }
