@@ -304,10 +304,10 @@ impl PartitionWriter {
                 })?;
             self.writer = Some(writer);
         }
-        Ok(self
-            .writer
+        let path = &self.tmp_path;
+        self.writer
             .as_mut()
-            .expect("writer is present until finish"))
+            .ok_or_else(|| StorageError::Invalid(format!("{} was already closed", path.display())))
     }
 
     /// The table's schema.
@@ -455,6 +455,7 @@ mod tests {
     use super::*;
     use arrow::array::{Int64Array, StringArray};
     use arrow::datatypes::DataType;
+    use std::sync::Arc;
 
     fn follow(batches: &[Vec<Option<i64>>]) -> bool {
         let mut order = Order::for_type(&DataType::Int64);
@@ -481,5 +482,36 @@ mod tests {
         let mut strings = Order::for_type(&DataType::Utf8);
         strings.update(&StringArray::from(vec!["a", "b"]));
         assert!(!strings.finish());
+    }
+
+    /// The choice needs ENCODING_TRIAL_ROWS rows; NULLs keep the dictionary; 90 % is the bound.
+    #[test]
+    fn plain_columns_at_the_boundaries() {
+        use arrow::datatypes::{Field, Schema};
+        let batch = |rows: i64, repeat_every: i64, nulls: bool| {
+            let values: Int64Array = (0..rows)
+                .map(|i| (!nulls || i != 0).then_some(if i % repeat_every == 0 { 0 } else { i }))
+                .collect();
+            let schema = Arc::new(Schema::new(vec![Field::new("c", DataType::Int64, true)]));
+            RecordBatch::try_new(schema, vec![Arc::new(values)]).unwrap()
+        };
+        let n = ENCODING_TRIAL_ROWS as i64;
+        assert!(
+            plain_columns(&batch(n - 1, i64::MAX, false)).is_empty(),
+            "too few rows"
+        );
+        assert_eq!(
+            plain_columns(&batch(n, i64::MAX, false)),
+            vec!["c".to_string()]
+        );
+        assert!(
+            plain_columns(&batch(n, i64::MAX, true)).is_empty(),
+            "a NULL"
+        );
+        // Every 8th row repeats one value: 87.5 % seen once, under 90 %.
+        assert!(plain_columns(&batch(n, 8, false)).is_empty());
+        // Every 16th: 93.75 %.
+        assert_eq!(plain_columns(&batch(n, 16, false)).len(), 1);
+        assert!(plain_columns(&batch(0, 1, false)).is_empty());
     }
 }
