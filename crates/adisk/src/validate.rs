@@ -78,10 +78,16 @@ pub struct ValidateArgs {
     /// Where the JSON report and the SVG plot go (default: DIR).
     #[arg(long)]
     pub out: Option<PathBuf>,
+    /// Measure nothing: predict every point of an earlier run again from what it left in
+    /// this directory (its `validate.json` and `validate-traces/`), e.g. after a change to
+    /// the simulator's model. `--reference-disks` and `--costs` apply; the matrix is that
+    /// run's.
+    #[arg(long, value_name = "DIR")]
+    pub again: Option<PathBuf>,
 }
 
 /// An emulated configuration.
-#[derive(Clone, Debug, Serialize, PartialEq)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize, PartialEq)]
 struct Variant {
     name: String,
     cpu_speed: Option<f64>,
@@ -199,6 +205,11 @@ pub async fn run(dir: &Path, a: ValidateArgs) -> Result<(), CliError> {
         .collect::<Result<Vec<_>, _>>()?;
     check_args(&a, &variants)?;
     let costs = job_costs(dir, a.costs.as_deref())?;
+    if let Some(earlier) = &a.again {
+        let (variants, measured) = earlier_run(earlier)?;
+        let points = predict(&a, &variants, &measured, costs)?;
+        return report(dir, &a, &points);
+    }
     let mut measured: BTreeMap<(u32, String, String), Measured> = BTreeMap::new();
     let mut disks = a.disks.clone();
     disks.sort_unstable();
@@ -215,6 +226,47 @@ pub async fn run(dir: &Path, a: ValidateArgs) -> Result<(), CliError> {
     let points = predict(&a, &variants, &measured, costs)?;
     report(dir, &a, &points)
 }
+
+/// The variants and measured points of an earlier run in `dir` (`--again`).
+fn earlier_run(dir: &Path) -> Result<MeasuredRun, CliError> {
+    #[derive(serde::Deserialize)]
+    struct Earlier {
+        points: Vec<EarlierPoint>,
+    }
+    #[derive(serde::Deserialize)]
+    struct EarlierPoint {
+        workload: String,
+        disks: u32,
+        variant: Variant,
+        measured_s: f64,
+    }
+    let read = |path: PathBuf| {
+        std::fs::read_to_string(&path)
+            .map_err(|e| CliError::Other(format!("--again: {}: {e}", path.display())))
+    };
+    let json = dir.join("validate.json");
+    let earlier: Earlier = serde_json::from_str(&read(json.clone())?)
+        .map_err(|e| CliError::Other(format!("--again: {}: {e}", json.display())))?;
+    let mut variants: Vec<Variant> = Vec::new();
+    let mut measured = BTreeMap::new();
+    for p in earlier.points {
+        let name = format!("{}-{}-{}.json", p.workload, p.disks, p.variant.name);
+        let text = read(dir.join("validate-traces").join(&name))?;
+        let trace = adisk_sim::replay::trace::parse(&name, &text)?;
+        if !variants.contains(&p.variant) {
+            variants.push(p.variant.clone());
+        }
+        let m = Measured {
+            seconds: p.measured_s,
+            text,
+            trace,
+        };
+        measured.insert((p.disks, p.variant.name, p.workload), m);
+    }
+    Ok((variants, measured))
+}
+
+type MeasuredRun = (Vec<Variant>, BTreeMap<(u32, String, String), Measured>);
 
 /// Every point's trace (its median run's) in OUT/validate-traces/WORKLOAD-DISKS-VARIANT.json,
 /// for `adisk sim replay` and a look in Perfetto (`adisk sql --chrome-trace` makes those).
@@ -408,9 +460,16 @@ fn predict(
 ) -> Result<Vec<Point>, CliError> {
     let mut points = Vec::new();
     for ((n, vname, wname), m) in measured {
-        let v = (variants.iter().find(|v| &v.name == vname)).expect("a measured variant");
-        let base = &measured[&(*n, "base".to_string(), wname.clone())];
-        let reference = &measured[&(a.reference_disks, "base".to_string(), wname.clone())];
+        let v = (variants.iter().find(|v| &v.name == vname))
+            .ok_or_else(|| CliError::Other(format!("no variant `{vname}`")))?;
+        let get = |n: u32| {
+            measured
+                .get(&(n, "base".to_string(), wname.clone()))
+                .ok_or_else(|| {
+                    CliError::Other(format!("{wname} on {n} disk(s): no `base` measurement"))
+                })
+        };
+        let (base, reference) = (get(*n)?, get(a.reference_disks)?);
         let predicted_s = replay_on(&base.trace, *n, v, costs)?;
         let from_reference_s = replay_on(&reference.trace, *n, v, costs)?;
         let error = |p: f64| (p / m.seconds.max(1e-12) - 1.0) * 100.0;

@@ -450,10 +450,13 @@ impl<'a> RequestSim<'a> {
         }
     }
 
-    /// One path of a chunk of job `c.job` finished at `at`.
+    /// One path of a chunk of job `c.job` finished at `at`; the host sees it the disk's
+    /// recorded time outside its job later (less the round trip already modelled).
     fn finish_path(&mut self, c: Chunk, at: SimTime) {
+        let outside = self.plans[c.job as usize].work.disks[c.disk as usize].outside_ns;
+        let seen = at + SimDuration((outside as u64).saturating_sub(self.rtt));
         let job = &mut self.jobs[c.job as usize];
-        job.end = job.end.max(at);
+        job.end = job.end.max(seen);
         job.pending -= 1;
         if job.pending == 0 {
             let end = job.end;

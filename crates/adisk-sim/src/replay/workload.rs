@@ -28,6 +28,11 @@ pub struct DiskWork {
     /// When the host started the job on this disk after it started the job's first disk, ns
     /// (a time, like `admission_wait_ns`).
     pub start_offset_ns: f64,
+    /// What the host saw this disk's part take beyond the disk's own wall time and its
+    /// admission wait: the job's way to the disk, its last results' way back, its closing,
+    /// and the disk process's wait for a core outside the job's steps, ns (a time, like
+    /// `admission_wait_ns`; 0 in traces without the host's times).
+    pub outside_ns: f64,
 }
 
 impl DiskWork {
@@ -44,6 +49,9 @@ impl DiskWork {
             bytes_shipped_disks: d.bytes_shipped_disks as f64,
             admission_wait_ns: d.admission_wait_ns as f64,
             start_offset_ns: d.started_ns.saturating_sub(job_start) as f64,
+            outside_ns: d
+                .host_wall_ns
+                .saturating_sub(d.wall_ns + d.admission_wait_ns) as f64,
         }
     }
     /// `self + w · other` for the volumes; the admission wait is left to the caller.
@@ -93,6 +101,7 @@ pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobW
         let slot = by_disk.entry(d.disk_id).or_default();
         slot.add_scaled(&w, 1.0);
         slot.admission_wait_ns = slot.admission_wait_ns.max(w.admission_wait_ns);
+        slot.outside_ns = slot.outside_ns.max(w.outside_ns);
         if fresh || w.start_offset_ns < slot.start_offset_ns {
             slot.start_offset_ns = w.start_offset_ns;
         }
@@ -114,6 +123,7 @@ pub fn job_work(job: &JobStats, recorded_disks: u32, cfg: &ReplayConfig) -> JobW
         totals.add_scaled(w, 1.0);
         totals.admission_wait_ns += w.admission_wait_ns / r as f64;
         totals.start_offset_ns += w.start_offset_ns / r as f64;
+        totals.outside_ns += w.outside_ns / r as f64;
     }
     let mut disks = match cfg.skew {
         SkewMode::Mean => vec![mean_of(&totals, n); n as usize],
@@ -145,6 +155,7 @@ fn mean_of(totals: &DiskWork, n: u32) -> DiskWork {
     w.add_scaled(totals, 1.0 / n as f64);
     w.admission_wait_ns = totals.admission_wait_ns;
     w.start_offset_ns = totals.start_offset_ns;
+    w.outside_ns = totals.outside_ns;
     w
 }
 
@@ -158,7 +169,7 @@ fn spread(recorded: &[DiskWork], n: u32) -> Vec<DiskWork> {
         .map(|k| {
             let (lo, hi) = (k as f64 * width, (k + 1) as f64 * width);
             let mut w = DiskWork::default();
-            let (mut wait, mut offset) = (0.0, 0.0);
+            let (mut wait, mut offset, mut outside) = (0.0, 0.0, 0.0);
             let first = lo.floor() as usize;
             let last = (hi.ceil() as usize).min(recorded.len());
             for (i, rec) in recorded.iter().enumerate().take(last).skip(first) {
@@ -166,9 +177,11 @@ fn spread(recorded: &[DiskWork], n: u32) -> Vec<DiskWork> {
                 w.add_scaled(rec, overlap);
                 wait += overlap * rec.admission_wait_ns;
                 offset += overlap * rec.start_offset_ns;
+                outside += overlap * rec.outside_ns;
             }
             w.admission_wait_ns = wait / width;
             w.start_offset_ns = offset / width;
+            w.outside_ns = outside / width;
             w
         })
         .collect()
@@ -214,6 +227,46 @@ mod tests {
         let odd = spread(&rec, 3);
         let total: f64 = odd.iter().map(|w| w.cpu_ns).sum();
         assert!((total - 400.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_time_the_host_saw_beyond_a_disks_wall_is_kept_per_disk_and_averaged_when_merged() {
+        use crate::replay::config::ReplayFile;
+        use crate::replay::trace::Recorded;
+        let disk = |id, wall_ns, host_wall_ns| DiskJobStats {
+            disk_id: id,
+            cpu_ns: 1000,
+            wall_ns,
+            host_wall_ns,
+            admission_wait_ns: 10,
+            ..DiskJobStats::default()
+        };
+        // 4 000 and 2 000 ns outside the disks' own time (admission wait off); a trace
+        // without the host's times has none.
+        let job = JobStats {
+            disks: vec![
+                disk(0, 5_000, 9_010),
+                disk(1, 5_000, 7_010),
+                disk(2, 5_000, 0),
+            ],
+            ..JobStats::default()
+        };
+        let rec = Recorded {
+            disks: 3,
+            host_cpus: 1,
+            disk_cpus: 1.0,
+            ..Recorded::default()
+        };
+        let on = |disks| {
+            let c = ReplayFile {
+                disks: Some(disks),
+                ..ReplayFile::default()
+            };
+            job_work(&job, 3, &c.resolve("t", &rec).unwrap())
+        };
+        let same: Vec<f64> = on(3).disks.iter().map(|d| d.outside_ns).collect();
+        assert_eq!(same, [4_000.0, 2_000.0, 0.0]);
+        assert_eq!(on(1).disks[0].outside_ns, 2_000.0);
     }
 
     #[test]
