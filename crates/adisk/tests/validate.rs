@@ -65,6 +65,33 @@ fn validate_measures_and_predicts_every_point_and_both_see_the_throttled_link() 
         .filter(|c| c.contains(&d.display().to_string()))
         .collect();
     assert!(left.is_empty(), "left running: {left:?}");
+    again_predicts_the_same_points(d, points);
+}
+
+/// `--again` on the run just made: the same points, the same predictions (same model, same
+/// costs), nothing measured; a missing trace is an error naming it.
+fn again_predicts_the_same_points(d: &std::path::Path, points: &[serde_json::Value]) {
+    let earlier = d.display().to_string();
+    let out = d.join("again");
+    let args = ["validate", "--again", &earlier, "--reference-disks", "2"];
+    let printed = ok(d, &[&args[..], &["--out", out.to_str().unwrap()]].concat());
+    assert!(printed.contains("points: |error| median"), "{printed}");
+    let again: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("validate.json")).unwrap()).unwrap();
+    let again = again["points"].as_array().unwrap();
+    assert_eq!(again.len(), points.len());
+    for (a, p) in again.iter().zip(points) {
+        assert_eq!(a["measured_s"], p["measured_s"], "{a} {p}");
+        let (x, y) = (
+            a["predicted_s"].as_f64().unwrap(),
+            p["predicted_s"].as_f64().unwrap(),
+        );
+        assert!((x - y).abs() <= 1e-9 * y.max(1.0), "{a} {p}");
+    }
+    let gone = d.join("validate-traces").join("sort-2-link.json");
+    std::fs::remove_file(&gone).unwrap();
+    let err = fails(d, &args);
+    assert!(err.contains("sort-2-link.json"), "{err}");
 }
 
 #[test]
