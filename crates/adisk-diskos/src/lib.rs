@@ -18,6 +18,7 @@
 //! * [`disklets`]: the built-in disklets (select, aggregate/group-by, bloom_probe, partition, merge, hash_join, and the plan-fragment runner).
 //! * [`exchange`]: inboxes of disk-to-disk pipe streams.
 //! * [`sched`]: the compute slots, shared fairly between host programs.
+//! * [`narrow`]: decimal arithmetic of plan fragments in 64 bits where the values fit.
 //! * [`job`]: wiring a [`adisk_core::protocol::JobSpec`] into tasks, scheduling, statistics.
 //!
 //! Jobs of several host programs run at once. Every buffer a disklet processes, and every
@@ -38,6 +39,7 @@ pub mod expr;
 pub mod job;
 pub mod late;
 pub mod memory;
+pub mod narrow;
 pub mod order;
 pub mod sched;
 pub mod stage;

@@ -630,6 +630,7 @@ impl Fragment {
         // The sorts' reserve for merging is set once the plan is known (`share_sort_reserve`).
         let task = SessionContext::new_with_config_rt(config, runtime).task_ctx();
         let plan = crate::expr::decode_plan_fragment(plan, &task)?;
+        let plan = crate::narrow::narrow_plan(plan).map_err(df("narrowing decimal arithmetic"))?;
         let root_fits = match kind {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
