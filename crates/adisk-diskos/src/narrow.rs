@@ -106,10 +106,12 @@ fn result_of(op: Op, left: &DataType, right: &DataType) -> Option<(DataType, i64
         }
         Op::Mul => ((p1 + p2 + 1).min(max_precision), s1 + s2, 0, 0),
     };
-    if !(0..=38).contains(&scale) || scale > precision || !(0..=18).contains(&lm) {
-        return None;
-    }
-    if !(0..=18).contains(&rm) {
+    let scaling = 0..=18;
+    if !(0..=38).contains(&scale)
+        || scale > precision
+        || !scaling.contains(&lm)
+        || !scaling.contains(&rm)
+    {
         return None;
     }
     let out = DataType::Decimal128(precision as u8, scale as i8);
@@ -526,6 +528,27 @@ mod tests {
         // Overflowing i128 itself: the kernel's error.
         let huge = column(vec![Some(10i128.pow(37))], 38, 0);
         assert!(agree(Operator::Multiply, huge.clone(), huge));
+    }
+
+    #[test]
+    fn empty_one_row_and_the_edges_of_64_bits() {
+        for op in [Operator::Plus, Operator::Minus, Operator::Multiply] {
+            assert!(agree(op, column(vec![], 15, 2), column(vec![], 15, 2)));
+            assert!(agree(
+                op,
+                column(vec![Some(-3)], 15, 2),
+                column(vec![None], 15, 2)
+            ));
+            let edge = |v: i64| column(vec![Some(i128::from(v)), Some(1)], 19, 0);
+            for (a, b) in [
+                (i64::MAX, 1),
+                (i64::MIN, 1),
+                (i64::MIN, -1),
+                (i64::MAX, i64::MIN),
+            ] {
+                assert!(agree(op, edge(a), edge(b)), "{op} {a} {b}");
+            }
+        }
     }
 
     #[test]
