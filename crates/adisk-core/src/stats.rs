@@ -310,11 +310,20 @@ pub fn human_bytes(b: u64) -> String {
 
 /// Bytes of a batch's rows (slice-aware).
 pub fn batch_bytes(batch: &RecordBatch) -> u64 {
-    batch
-        .columns()
-        .iter()
-        .map(|c| array_bytes(&c.to_data()))
-        .sum()
+    batch.columns().iter().map(column_bytes).sum()
+}
+
+/// Bytes of the rows a column covers. A fixed-width column is weighed from its length, as
+/// arrow's `get_slice_memory_size` would (`len × width`, and a bit per row when it has a
+/// null buffer), without building its `ArrayData` (2 % of TPC-H Q1's disk CPU did that).
+fn column_bytes(c: &arrow::array::ArrayRef) -> u64 {
+    match c.data_type().primitive_width() {
+        Some(width) => {
+            let nulls = c.nulls().map_or(0, |_| c.len().div_ceil(8));
+            (c.len() * width + nulls) as u64
+        }
+        None => array_bytes(&c.to_data()),
+    }
 }
 
 /// Bytes of the rows an array covers. Arrow's `get_slice_memory_size` counts the whole child
@@ -377,6 +386,41 @@ mod tests {
         assert_eq!(super::array_bytes(&slice), views + 100);
         let short = StringViewArray::from(vec!["a", "bb"]);
         assert_eq!(super::array_bytes(&short.to_data()), 2 * 16);
+    }
+
+    #[test]
+    fn fixed_width_columns_weigh_as_arrow_slices_them() {
+        use arrow::array::{
+            Array, ArrayRef, BooleanArray, Date32Array, Decimal128Array, Float64Array, Int8Array,
+            Int64Array,
+        };
+        use std::sync::Arc;
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(Int64Array::from(vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11])),
+            Arc::new(Int8Array::from(vec![Some(1), None, Some(3)])),
+            Arc::new(Float64Array::from(vec![None, Some(2.5), None, None])),
+            Arc::new(Date32Array::from(vec![7; 17])),
+            Arc::new(
+                Decimal128Array::from(vec![Some(1), None])
+                    .with_precision_and_scale(15, 2)
+                    .unwrap(),
+            ),
+            Arc::new(BooleanArray::from(vec![Some(true), None, Some(false)])),
+            Arc::new(Int64Array::from(Vec::<i64>::new())),
+        ];
+        for c in &columns {
+            let n = c.len();
+            for (offset, len) in [(0, n), (n.min(1), n.saturating_sub(1)), (n, 0)] {
+                let slice = c.slice(offset, len);
+                let arrow = slice.to_data().get_slice_memory_size().unwrap() as u64;
+                assert_eq!(
+                    super::column_bytes(&slice),
+                    arrow,
+                    "{:?} [{offset}, +{len}]",
+                    c.data_type()
+                );
+            }
+        }
     }
 
     #[test]

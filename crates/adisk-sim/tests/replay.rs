@@ -637,3 +637,50 @@ fn a_host_link_bucket_lets_its_burst_pass_at_once() {
     assert!((plain - 4.0).abs() < 0.1, "{plain} s");
     assert!((plain - bucket - 0.5).abs() < 0.05, "{bucket} s");
 }
+
+#[test]
+fn an_emulated_slower_cpu_slows_only_the_jobs_steps() {
+    // Each disk's process used 300 ms of CPU while its job's steps used 200 ms: 100 ms of
+    // transport and runtime the runtime's emulation does not pause.
+    let mut v = trace_json(2, 200 * MS, 1_000_000, 4_000, 310 * MS);
+    for d in v["jobs"][0]["disks"].as_array_mut().unwrap() {
+        d["process_cpu_ns"] = json!(300 * MS);
+        d["wall_ns"] = json!(300 * MS);
+    }
+    let t = parse(&v);
+    let base = replay_with(&t, ReplayFile::default());
+    let at_half = |slows| {
+        replay_with(
+            &t,
+            ReplayFile {
+                disk_cpu_speed: Some(0.5),
+                disk_cpu_slows: Some(slows),
+                ..Default::default()
+            },
+        )
+    };
+    // A slower processor: all 300 ms take twice as long. The emulation: 2 × 200 + 100.
+    let cpu = |r: &ReplayReport| r.jobs[0].predicted_ns;
+    let processor = ratio(cpu(&at_half(config::CpuSlows::Processor)), cpu(&base));
+    assert!(
+        (processor - 2.0).abs() < 0.1,
+        "processor at half speed: ×{processor}"
+    );
+    let steps = ratio(cpu(&at_half(config::CpuSlows::Steps)), cpu(&base));
+    assert!(
+        (steps - 5.0 / 3.0).abs() < 0.1,
+        "steps at half speed: ×{steps}"
+    );
+    // Full speed is full speed either way.
+    let same = replay_with(
+        &t,
+        ReplayFile {
+            disk_cpu_slows: Some(config::CpuSlows::Steps),
+            ..Default::default()
+        },
+    );
+    assert_eq!(same.predicted_ns, base.predicted_ns);
+    let parsed = config::parse("c.toml", "disk_cpu_slows = \"steps\"\n").unwrap();
+    assert_eq!(parsed.disk_cpu_slows, Some(config::CpuSlows::Steps));
+    assert!(config::parse("c.toml", "disk_cpu_slows = \"cores\"\n").is_err());
+}

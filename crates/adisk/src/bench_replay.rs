@@ -7,7 +7,7 @@ use crate::bench_tpch::ensure_tpch;
 use crate::common::CliError;
 use crate::local::{UpArgs, down, up};
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, tpch};
-use adisk_sim::replay::config::ReplayFile;
+use adisk_sim::replay::config::{CpuSlows, ReplayFile};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -83,12 +83,16 @@ pub async fn run(dir: &Path, a: ReplayBenchArgs) -> Result<(), CliError> {
         disk_read_mbps: a.disk_read_mbps,
         disk_cpus: a.disk_cpus,
         disk_cpu_speed: a.disk_cpu_speed,
+        // The data is whole: the disks' repair on start would fall on the first runs.
+        no_auto_repair: true,
         ..UpArgs::local(a.disks)
     };
     up(&cdir, &args).await?;
     let result = async {
         let cluster = Arc::new(crate::common::connect(&cdir).await?);
         ensure_tpch(&cluster, &cdir, a.sf, Default::default()).await?;
+        // The traces carry the links' figures: measured once here, not between runs.
+        cluster.link_figures().await;
         let mut points = Vec::new();
         for (level, name) in levels.iter().zip(&a.levels) {
             let options = SqlOptions {
@@ -131,7 +135,12 @@ async fn measure(
                 .map_err(|e| CliError::Other(format!("{}: {e}", path.display())))?;
         }
         let parsed = adisk_sim::replay::trace::parse("trace", &text)?;
-        let cfg = ReplayFile::default().resolve("recording", &parsed.recorded)?;
+        // The runtime's CPU emulation pauses the DiskOS's compute steps only.
+        let file = ReplayFile {
+            disk_cpu_slows: Some(CpuSlows::Steps),
+            ..ReplayFile::default()
+        };
+        let cfg = file.resolve("recording", &parsed.recorded)?;
         let report = adisk_sim::replay::replay(&parsed, &cfg, true)?;
         measured.push(out.wall.as_secs_f64());
         predicted.push(report.predicted_ns as f64 * 1e-9);

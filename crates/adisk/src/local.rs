@@ -146,6 +146,11 @@ pub struct UpArgs {
     /// Do not start the host's Flight SQL service (`adisk serve`) beside the disks.
     #[arg(long)]
     pub no_serve: bool,
+    /// The disks do not repair from their peers when they start (by default, a second after
+    /// starting, each asks its peers for their catalogs and fetches the copies it misses):
+    /// for measurements on data known to be whole, which that work would disturb.
+    #[arg(long)]
+    pub no_auto_repair: bool,
     /// Who may use the Flight SQL service: `users` (of `DIR/users.toml`) or `none` (anyone
     /// who reaches the port: a local demo only).
     #[arg(long, default_value = "users")]
@@ -208,6 +213,7 @@ impl UpArgs {
             router_mbps: 0,
             costs: None,
             no_serve: true,
+            no_auto_repair: false,
             serve_auth: "users".into(),
             tls: OnOff::On,
             netns: None,
@@ -522,8 +528,15 @@ fn spawn_local_disk(
     };
     let namespace = place.map(|p| p.0);
     let tls = disk_tls(dir, tls_files, id);
-    let (child, port_file, disk_dir) =
-        spawn_disk(exe, dir, &disk, key_file, true, namespace, tls.as_ref())?;
+    let (child, port_file, disk_dir) = spawn_disk(
+        exe,
+        dir,
+        &disk,
+        key_file,
+        !args.no_auto_repair,
+        namespace,
+        tls.as_ref(),
+    )?;
     Ok((id, child, port_file, disk_dir))
 }
 

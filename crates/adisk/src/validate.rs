@@ -15,7 +15,7 @@ use adisk_apps::Mode;
 use adisk_core::trace::Trace;
 use adisk_host::Cluster;
 use adisk_host::sql::{Offload, SqlEngine, SqlOptions, tpch};
-use adisk_sim::replay::config::{RateValue, ReplayFile, ReplayOverrides};
+use adisk_sim::replay::config::{CpuSlows, RateValue, ReplayFile, ReplayOverrides};
 use clap::Args;
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -56,9 +56,14 @@ pub struct ValidateArgs {
     /// `base`).
     #[arg(long, default_value_t = 4)]
     pub reference_disks: u32,
-    /// Measured runs per point (medians reported), after one warm-up.
+    /// Measured runs per point (medians reported).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
+    /// Runs of each point per start of a cluster, after one warm-up: the `--repeats` runs
+    /// are spread over rounds, each round starting the cluster once per variant in turn, so
+    /// a slow start or a drift over the run moves one run of every point, not one point.
+    #[arg(long, default_value_t = 1)]
+    pub per_start: usize,
     /// Size of each application's input, MB (10⁶ bytes).
     #[arg(long, default_value_t = 32)]
     pub app_mb: u64,
@@ -210,18 +215,32 @@ pub async fn run(dir: &Path, a: ValidateArgs) -> Result<(), CliError> {
         let points = predict(&a, &variants, &measured, costs)?;
         return report(dir, &a, &points);
     }
-    let mut measured: BTreeMap<(u32, String, String), Measured> = BTreeMap::new();
+    let mut runs: BTreeMap<(u32, String, String), Vec<Run>> = BTreeMap::new();
     let mut disks = a.disks.clone();
     disks.sort_unstable();
     disks.dedup();
+    let per_start = a.per_start.clamp(1, a.repeats.max(1));
+    let rounds = a.repeats.max(1).div_ceil(per_start);
     for n in disks {
-        for v in &variants {
-            eprintln!("validate: {n} disk(s), {} …", v.name);
-            for (w, m) in measure_config(dir, &a, n, v, &workloads).await? {
-                measured.insert((n, v.name.clone(), w), m);
+        for round in 1..=rounds {
+            let left = a.repeats.max(1) - (round - 1) * per_start;
+            for v in &variants {
+                eprintln!(
+                    "validate: {n} disk(s), {}, round {round} of {rounds} …",
+                    v.name
+                );
+                let got = measure_config(dir, &a, n, v, &workloads, left.min(per_start)).await?;
+                for (w, mut r) in got {
+                    runs.entry((n, v.name.clone(), w))
+                        .or_default()
+                        .append(&mut r);
+                }
             }
         }
     }
+    let measured = (runs.into_iter())
+        .map(|(k, r)| Ok((k, median_run(r)?)))
+        .collect::<Result<BTreeMap<_, _>, CliError>>()?;
     keep_traces(dir, &a, &measured)?;
     let points = predict(&a, &variants, &measured, costs)?;
     report(dir, &a, &points)
@@ -335,7 +354,8 @@ async fn measure_config(
     n: u32,
     v: &Variant,
     workloads: &[Workload],
-) -> Result<Vec<(String, Measured)>, CliError> {
+    repeats: usize,
+) -> Result<Vec<(String, Vec<Run>)>, CliError> {
     let cdir = dir.join(format!("validate-{n}"));
     if cdir.join("cluster.toml").exists() {
         let _ = down(&cdir).await;
@@ -345,18 +365,27 @@ async fn measure_config(
         disk_read_mbps: v.read_mbps,
         disk_cpu_speed: v.cpu_speed,
         no_serve: true,
+        // Its data is whole: a disk's repair on start (a second after it starts, every disk
+        // asking its peers for their catalogs) would fall on the first measured runs.
+        no_auto_repair: true,
         ..UpArgs::local(n)
     };
     let config = up(&cdir, &args).await?;
     let result = async {
         let loader = Arc::new(crate::common::connect(&cdir).await?);
         ensure_data(&loader, &cdir, a, workloads).await?;
+        // Data just loaded is written back meanwhile otherwise, during the first runs.
+        // SAFETY: sync(2) takes no arguments and cannot fail.
+        unsafe { libc::sync() };
         let mut c = config.clone();
         c.cluster.host_link_mbps = v.link_mbps;
         let cluster = Arc::new(Cluster::connect(c).await?);
+        // The traces carry the links' figures; measured here, before the warm-ups, the probe's
+        // streams do not load the disks and the host link during a measured run.
+        cluster.link_figures().await;
         let mut out = Vec::new();
         for w in workloads {
-            out.push((w.name().to_string(), measure(&cluster, w, a.repeats).await?));
+            out.push((w.name().to_string(), measure(&cluster, w, repeats).await?));
         }
         Ok(out)
     }
@@ -389,12 +418,12 @@ async fn ensure_data(
     Ok(())
 }
 
-/// A warm-up, then `repeats` runs: the median time and the trace of the median run.
+/// A warm-up, then `repeats` runs.
 async fn measure(
     cluster: &Arc<Cluster>,
     w: &Workload,
     repeats: usize,
-) -> Result<Measured, CliError> {
+) -> Result<Vec<Run>, CliError> {
     let mut runs = Vec::new();
     for i in 0..=repeats.max(1) {
         // The throttles are token buckets: idle long enough that each run starts with them
@@ -405,6 +434,11 @@ async fn measure(
             runs.push(run);
         }
     }
+    Ok(runs)
+}
+
+/// The median time of `runs` and the trace of the median run.
+fn median_run(mut runs: Vec<Run>) -> Result<Measured, CliError> {
     let seconds = median(runs.iter().map(|r| r.seconds).collect());
     let pick = (runs.iter())
         .position(|r| r.seconds == seconds)
@@ -514,6 +548,8 @@ fn overrides(n: u32, v: &Variant) -> ReplayOverrides {
     ReplayOverrides {
         disks: Some(n),
         disk_cpu_speed: Some(v.cpu_speed.unwrap_or(1.0)),
+        // The runtime's CPU emulation pauses the DiskOS's compute steps only.
+        disk_cpu_slows: Some(CpuSlows::Steps),
         disk_read_bytes_per_s: rate(v.read_mbps),
         disk_read_burst_s: Some(adisk_diskos::stream::READ_BURST_S),
         host_nic_bytes_per_s: rate(v.link_mbps),

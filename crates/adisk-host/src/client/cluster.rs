@@ -940,12 +940,12 @@ impl Cluster {
         Some((path, members))
     }
 
-    /// The link figures as they stand, measuring nothing (assumed ones when none were
-    /// measured yet): for a record of what ran, not for a plan.
+    /// The link figures as they stand, measuring nothing (the throttle's, or unmeasured
+    /// ones, when none were measured yet): for a record of what ran, not for a plan.
     pub fn known_link_figures(&self) -> crate::client::links::LinkFigures {
         self.links
             .known()
-            .unwrap_or_else(crate::client::links::LinkFigures::assumed)
+            .unwrap_or_else(|| crate::client::links::LinkFigures::unmeasured(self))
     }
 
     /// The runs `auto` measured of this host's queries.

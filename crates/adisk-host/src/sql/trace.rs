@@ -10,10 +10,13 @@ use crate::client::links::{DiskLinks, LinkFigures, LinkSource};
 use adisk_core::trace::{Recorded, TRACE_FORMAT, TRACE_VERSION, Trace, TraceDisk, TraceJob};
 use std::collections::BTreeMap;
 
-/// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are the
-/// host's current ones (measured when missing or stale, as `auto` would).
+/// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are those
+/// the host knows ([`Cluster::known_link_figures`]: an `auto` plan's, or the throttle's):
+/// recording a trace never probes a link, whose streams would load the disks and the host
+/// link just before the next query (`adisk validate` measured a selection on 8 disks at 101
+/// ms right after a probe, 39 ms otherwise).
 pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
-    let figures = cluster.link_figures().await;
+    let figures = cluster.known_link_figures();
     trace_of(
         &out.scans,
         out.wall,
@@ -96,13 +99,14 @@ fn jobs(scans: &[ScanReport]) -> Vec<TraceJob> {
     jobs.into_iter().map(|(_, job)| job).collect()
 }
 
-/// What the trace says the query ran on: the measured links (none where only assumed), the
+/// What the trace says the query ran on: the links as measured so far (none where only
+/// assumed or not yet measured: this measures nothing), the
 /// disks' read throttle, the host's cores; the disks' cores: their CPU limit where every disk
 /// has one (`adisk disk --cpus`), all of this machine's for disks started on it, else 1. When
 /// every disk was started on this machine (a local cluster: `cluster.toml` knows their
 /// processes) they and the host share its cores.
 pub async fn recorded(cluster: &Cluster, disks: u32) -> Recorded {
-    recorded_with(cluster, disks, cluster.link_figures().await)
+    recorded_with(cluster, disks, cluster.known_link_figures())
 }
 
 /// [`recorded`] with the link figures given.

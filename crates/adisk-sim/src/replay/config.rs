@@ -52,6 +52,20 @@ pub enum SkewMode {
     Mean,
 }
 
+/// What a slower disk processor (`disk_cpu_speed` below 1) slows.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum CpuSlows {
+    /// All of a disk's CPU: its jobs' steps and the process's transport and runtime, as a
+    /// slower processor would.
+    #[default]
+    Processor,
+    /// Only its jobs' compute steps (reading, decoding, the stages), as the runtime's
+    /// `--disk-cpu-speed` emulation does: it pauses after each step, and the transport, IPC
+    /// encoding and the runtime's own threads run at the machine's speed.
+    Steps,
+}
+
 /// A rate as written in the file or on the command line: bytes per second, or `"unlimited"`.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(untagged)]
@@ -82,6 +96,8 @@ pub struct ReplayFile {
     pub disks: Option<u32>,
     /// Disk CPU speed relative to the recording's (0.5 = CPU costs ×2).
     pub disk_cpu_speed: Option<f64>,
+    /// What the disk CPU speed slows: `processor` (all of it, default) or `steps`.
+    pub disk_cpu_slows: Option<CpuSlows>,
     /// Cores per disk (fractional = a share of one core).
     pub disk_cpus: Option<f64>,
     /// Host CPU speed relative to the recording's.
@@ -129,6 +145,10 @@ pub struct ReplayOverrides {
     /// Disk CPU speed relative to the recording's (0.5 = half as fast).
     #[arg(long)]
     pub disk_cpu_speed: Option<f64>,
+    /// What the disk CPU speed slows: processor (all of a disk's CPU) or steps (only its jobs'
+    /// compute steps, as the runtime's `--disk-cpu-speed` emulation).
+    #[arg(long, value_enum)]
+    pub disk_cpu_slows: Option<CpuSlows>,
     /// Cores per disk.
     #[arg(long)]
     pub disk_cpus: Option<f64>,
@@ -180,6 +200,8 @@ pub struct ReplayConfig {
     pub disks: u32,
     /// Disk CPU speed relative to the recording's.
     pub disk_cpu_speed: f64,
+    /// What the disk CPU speed (and the recording's) slows.
+    pub disk_cpu_slows: CpuSlows,
     /// Cores per disk.
     pub disk_cpus: f64,
     /// The recording's cores per disk: a job's recorded parallelism grows with
@@ -299,6 +321,7 @@ impl ReplayFile {
         }
         put(&mut self.disks, &o.disks);
         put(&mut self.disk_cpu_speed, &o.disk_cpu_speed);
+        put(&mut self.disk_cpu_slows, &o.disk_cpu_slows);
         put(&mut self.disk_cpus, &o.disk_cpus);
         put(&mut self.host_cpu_speed, &o.host_cpu_speed);
         put(&mut self.host_cpus, &o.host_cpus);
@@ -337,6 +360,7 @@ impl ReplayFile {
         let c = ReplayConfig {
             disks,
             disk_cpu_speed: self.disk_cpu_speed.unwrap_or(1.0),
+            disk_cpu_slows: self.disk_cpu_slows.unwrap_or_default(),
             disk_cpus: self.disk_cpus.unwrap_or(recorded_cpus),
             recorded_disk_cpus: recorded_cpus,
             recorded_disk_cpu_speed: rec.disk_cpu_speed.unwrap_or(1.0),

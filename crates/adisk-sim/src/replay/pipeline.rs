@@ -12,7 +12,7 @@
 //! disks contend only for the shared NIC and the host's cores. The job ends when its last
 //! chunk has been combined, written and delivered.
 
-use super::config::{ReplayConfig, StorageKind};
+use super::config::{CpuSlows, ReplayConfig, StorageKind};
 use super::schedule::JobPlan;
 use super::workload::JobWork;
 use crate::des::EventQueue;
@@ -311,6 +311,18 @@ struct RequestSim<'a> {
     half_rtt: u64,
     rtt: u64,
     host_speed: f64,
+    /// The disks' emulated speed when it slows only their jobs' compute steps
+    /// ([`CpuSlows::Steps`]; their cores then run at the machine's speed).
+    steps_slowed: Option<f64>,
+}
+
+/// The speed of a disk's cores: the replayed speed when it slows all of the disk's CPU, the
+/// machine's when it slows only the steps (which then take longer instead).
+fn core_speed(cfg: &ReplayConfig) -> f64 {
+    match cfg.disk_cpu_slows {
+        CpuSlows::Processor => cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed,
+        CpuSlows::Steps => 1.0,
+    }
 }
 
 /// A job's progress.
@@ -345,10 +357,7 @@ impl<'a> RequestSim<'a> {
             .map(|_| Disk {
                 storage: proto.instance(),
                 // A recorded emulated speed slows the disk's own cores, not the machine's.
-                cpu: Cores::new(
-                    cfg.disk_cpus,
-                    cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed,
-                ),
+                cpu: Cores::new(cfg.disk_cpus, core_speed(cfg)),
                 host_link: Link::new(cfg.host_link_bytes_per_s, cfg.rtt_ns - half_rtt),
                 disk_link: Link::new(cfg.disk_link_bytes_per_s, 0),
             })
@@ -359,7 +368,7 @@ impl<'a> RequestSim<'a> {
                 let chunks = p.work.disks.len() as f64 * cfg.chunks_per_disk as f64;
                 let more = cfg.disk_cpus / cfg.recorded_disk_cpus;
                 let lane = (p.work.parallelism * more.max(1.0)).min(cfg.disk_cpus);
-                let speed = cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed;
+                let speed = core_speed(cfg);
                 JobState {
                     waiting_for: p.deps.len(),
                     combine_ns: p.work.host_combine_ns / chunks.max(1.0),
@@ -391,6 +400,8 @@ impl<'a> RequestSim<'a> {
             half_rtt,
             rtt: cfg.rtt_ns,
             host_speed: cfg.host_cpu_speed,
+            steps_slowed: (cfg.disk_cpu_slows == CpuSlows::Steps)
+                .then_some(cfg.disk_cpu_speed * cfg.recorded_disk_cpu_speed),
             serial_reads: matches!(proto, StorageProto::Throttle(Some(_), _)),
         })
     }
@@ -470,15 +481,29 @@ impl<'a> RequestSim<'a> {
 
     /// Run `work_ns` of disk `d`'s CPU work: on the disk's own cores, and when the disks share
     /// one machine on its cores too (the later finish counts).
-    fn disk_cpu(&mut self, now: SimTime, d: usize, work_ns: u64) -> (SimTime, u64) {
+    /// `held_ns` is how long it holds the disk's cores: `work_ns`, or more when an emulated
+    /// slower processor pauses its steps (the machine's cores are free meanwhile).
+    fn disk_cpu(&mut self, now: SimTime, d: usize, work_ns: u64, held_ns: u64) -> (SimTime, u64) {
         let cores = &mut self.disks[d].cpu;
         let before = cores.busy_ns;
-        let mut f = cores.run(now, work_ns);
+        let mut f = cores.run(now, held_ns);
         let busy = cores.busy_ns - before;
         if let Some(m) = &mut self.machine {
             f = f.max(m.run(now, work_ns));
         }
         (f, busy)
+    }
+
+    /// How long `cpu_ns` of a disk's CPU, `step_ns` of it in compute steps, holds the disk's
+    /// cores: all of it, or with [`CpuSlows::Steps`] the steps stretched by the emulated speed.
+    fn held_ns(&self, cpu_ns: u64, step_ns: u64) -> u64 {
+        match self.steps_slowed {
+            None => cpu_ns,
+            Some(speed) => {
+                let steps = step_ns.min(cpu_ns);
+                (steps as f64 / speed) as u64 + (cpu_ns - steps)
+            }
+        }
     }
 
     /// The host's combining work, on its cores (and the shared machine's).
@@ -522,8 +547,9 @@ impl<'a> RequestSim<'a> {
                 self.then(f, c, Step::Compute);
             }
             Step::Compute => {
-                let (f, busy) = self.disk_cpu(now, d, cpu);
-                let f = f.max(self.jobs[j].lanes[d].run(now, cpu));
+                let held = self.held_ns(cpu, amount(w.step_cpu_ns));
+                let (f, busy) = self.disk_cpu(now, d, cpu, held);
+                let f = f.max(self.jobs[j].lanes[d].run(now, held));
                 self.jobs[j].disk_busy[d][0] += busy;
                 let next = self.jobs[j].next_read[d];
                 if next < chunks {
