@@ -12,9 +12,8 @@ use std::collections::BTreeMap;
 
 /// The trace of `out`, the answer to `text`, run on `cluster`. The link figures are those
 /// the host knows ([`Cluster::known_link_figures`]: an `auto` plan's, or the throttle's):
-/// recording a trace never probes a link, whose streams would load the disks and the host
-/// link just before the next query (`adisk validate` measured a selection on 8 disks at 101
-/// ms right after a probe, 39 ms otherwise).
+/// recording a trace never probes a link, whose filler streams (a quarter of a second from
+/// every disk) would load the disks and the host link just before the next query.
 pub async fn trace(out: &QueryOutput, text: &str, cluster: &Cluster) -> Trace {
     let figures = cluster.known_link_figures();
     trace_of(
