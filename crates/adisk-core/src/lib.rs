@@ -34,6 +34,7 @@ pub mod config;
 pub mod endpoint;
 pub mod graph;
 pub mod hash;
+pub mod ipc;
 pub mod limits;
 pub mod net;
 pub mod protocol;

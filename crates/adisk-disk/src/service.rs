@@ -51,7 +51,7 @@ impl DiskService {
         &self,
         id: &str,
         (sender, whose): (u32, &str),
-        mut batches: FlightRecordBatchStream,
+        mut batches: BoxStream<'static, Result<RecordBatch, FlightError>>,
         mark: Arc<std::sync::Mutex<Option<EndMark>>>,
     ) -> Result<(), Status> {
         let mut inbox = self
@@ -535,7 +535,8 @@ impl FlightService for DiskService {
         let all = stream::once(async move { Ok(first) })
             .chain(incoming)
             .map_err(|e: Status| FlightError::Tonic(Box::new(e)));
-        let mut batches = FlightRecordBatchStream::new_from_flight_data(all);
+        let mut batches =
+            adisk_core::ipc::checked(FlightRecordBatchStream::new_from_flight_data(all));
         tokio::spawn(async move {
             while let Some(b) = batches.next().await {
                 match b {
@@ -592,6 +593,7 @@ impl FlightService for DiskService {
                     Some(d) => format!("(disk {d})"),
                     None => "(disk unknown)".to_string(),
                 };
+                let batches = adisk_core::ipc::checked(batches);
                 self.receive_pipe(&exchange_id, (sender, &whose), batches, mark)
                     .await
                     .map(|()| Response::new(stream::empty().boxed()))

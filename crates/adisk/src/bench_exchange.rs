@@ -42,6 +42,10 @@ pub struct ExchangeBenchArgs {
     /// TLS on the cluster's links (`on`, as `adisk up`), or `off` to measure what it costs.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub tls: OnOff,
+    /// Only the pair straight between disks, after the loopback rates (a quick run, or one
+    /// to profile): no scan alone, no all-to-all, nothing through the host.
+    #[arg(long)]
+    pub pair_only: bool,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -185,6 +189,13 @@ async fn measure(cdir: &Path, a: &ExchangeBenchArgs) -> Result<(), CliError> {
     line("loopback DoPut, plaintext", plain, "-".into(), "-".into());
     if let Some(tls) = tls {
         line("loopback DoPut, TLS", tls, "-".into(), "-".into());
+    }
+    if a.pair_only {
+        let pair = Pattern::Pair { from: 0, to: 1 };
+        let (rate, run) = exchange_mb_s(&cluster, &a.columns, pair, repeats).await?;
+        let shipped = format!("{:.1}", run.bytes as f64 / 1e6);
+        line("pair 0->1, direct", rate, shipped, run.rows.to_string());
+        return Ok(());
     }
     let mut scans = Vec::with_capacity(repeats);
     for _ in 0..repeats {

@@ -1435,6 +1435,7 @@ impl Cluster {
             .do_get(Ticket::new(ticket))
             .await
             .map_err(|e| flight_err(d, &address, e))?;
+        let stream = adisk_core::ipc::checked(stream);
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
@@ -1484,6 +1485,7 @@ impl Cluster {
             .do_exchange(data)
             .await
             .map_err(|e| flight_err(d, &address, e))?;
+        let stream = adisk_core::ipc::checked(stream);
         Ok(stream.map_err(move |e| flight_err(d, &address, e)).boxed())
     }
 
