@@ -195,6 +195,15 @@ async fn peer_catalogs(
     report: &mut RepairReport,
 ) -> Peers {
     let timeout = adisk_core::config::Deadlines::from_ms(config.cluster.disk_timeout_ms).timeout;
+    // Which tables, loads and partitions each peer holds, without the planning statistics:
+    // with them, each of 8 disks holding TPC-H SF 1 would parse 3.5 MB of its peers' JSON a
+    // second after it starts.
+    let request = adisk_core::protocol::CatalogRequest {
+        listing_only: true,
+        ..Default::default()
+    };
+    let listing = Bytes::from(serde_json::to_vec(&request).expect("a request serializes"));
+    let listing = &listing;
     let asks = config
         .disks
         .iter()
@@ -206,7 +215,7 @@ async fn peer_catalogs(
                     .await
                     .map_err(|e| e.to_string())?;
                 let replies: Vec<Bytes> = client
-                    .do_action(Action::new(action::CATALOG, Bytes::new()))
+                    .do_action(Action::new(action::CATALOG, listing.clone()))
                     .await
                     .map_err(|e| e.to_string())?
                     .map(|r| r.map_err(|e| e.to_string()))

@@ -645,6 +645,7 @@ mod tests {
         let known = CatalogRequest {
             without_checksums: true,
             known: Some(loaded.clone()),
+            ..Default::default()
         };
         let reply = store.catalog_for(&known);
         assert!(reply.unchanged && reply.tables.is_empty(), "{reply:?}");
@@ -655,6 +656,29 @@ mod tests {
         let reply = store.catalog_for(&stale);
         assert!(!reply.unchanged && reply.tables.len() == 1);
         assert!(reply.tables[0].partitions[0].checksums.is_none());
+        // A repair's listing: the same tables, loads and partitions, no statistics.
+        let full = store.catalog();
+        let listing = store.catalog_for(&CatalogRequest {
+            listing_only: true,
+            ..Default::default()
+        });
+        let (f, l) = (&full.tables[0], &listing.tables[0]);
+        assert!(!f.partitions[0].ndv.is_empty() && f.partitions[0].checksums.is_some());
+        assert_eq!((&l.name, &l.load, &l.schema), (&f.name, &f.load, &f.schema));
+        let (fp, lp) = (&f.partitions[0], &l.partitions[0]);
+        assert_eq!(
+            (lp.partition, lp.rows, &lp.file),
+            (fp.partition, fp.rows, &fp.file)
+        );
+        assert!(fp.sample.is_some() && lp.sample.is_none());
+        assert!(lp.ndv.is_empty() && lp.bounds.is_empty() && lp.checksums.is_none());
+        let sizes = |c: &adisk_core::protocol::DiskCatalog| serde_json::to_vec(c).unwrap().len();
+        assert!(
+            sizes(&listing) * 2 < sizes(&full),
+            "{} of {}",
+            sizes(&listing),
+            sizes(&full)
+        );
         assert!(store.drop_table("t").unwrap());
         assert!(!store.catalog().answering(&known).unchanged, "dropped");
         drop(store);

@@ -1329,6 +1329,7 @@ impl Cluster {
                 .as_ref()
                 .map(|c| c.version.clone())
                 .filter(|v| !v.is_empty()),
+            ..Default::default()
         };
         let body = serde_json::to_vec(&request).expect("catalog request serializes");
         let reply: DiskCatalog = self.action_json(d, action::CATALOG, body).await?;
