@@ -4,7 +4,8 @@
 //! ```text
 //!   repairing disk d                                   peer e (named in cluster.toml)
 //!   ────────────────                                   ──────
-//!   catalog of every peer  ◄───── DoAction(catalog) ─────
+//!   listing of every peer  ◄───── DoAction(catalog, listing_only) ─────  (tables, loads,
+//!                                                                        partitions)
 //!   per table: the latest load stamp; the partitions whose copies name d
 //!   each one d lacks (or, with verify, fails its check):
 //!                          ───── DoAction(partition_read) ────►  manifest entry, then the
