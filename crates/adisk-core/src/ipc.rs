@@ -178,6 +178,14 @@ mod tests {
         assert!(agree(&[view(text.len() as u32, p(0), 0, 0)], &[ok.clone()]));
         assert!(agree(&[view(13, p(2), 0, 2)], &[ok.clone()]));
         assert!(agree(&[inline(b"short"), inline("ünï".as_bytes())], &[]));
+        // The thresholds: no views, an empty value, 12 bytes (the longest inline), 13 (the
+        // shortest in a buffer, above), an inline value ending inside a character.
+        assert!(agree(&[], &[]) && agree(&[inline(b"")], &[]));
+        assert!(agree(
+            &[inline(b"exactly12byt"), inline("ünïcödé".as_bytes())],
+            &[]
+        ));
+        assert!(!agree(&[inline(&"ünïcödé".as_bytes()[..10])], &[]));
         // Cut inside a character: starting on a continuation byte, or ending inside one.
         let u = text.iter().position(|b| *b == 0xC3).unwrap();
         assert!(!agree(
