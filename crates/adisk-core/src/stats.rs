@@ -358,6 +358,11 @@ fn view_data_bytes(data: &arrow::array::ArrayData) -> u64 {
     let Some(views) = data.buffers().first() else {
         return 0;
     };
+    if data.buffers()[1..].iter().all(|b| b.len() <= 12) {
+        // A value longer than 12 bytes lies in one data buffer: with none that long, every
+        // value is inline (flags and codes, whose dictionary may be the only data buffer).
+        return 0;
+    }
     let views: &[u128] = views.typed_data();
     let end = (data.offset() + data.len()).min(views.len());
     views[data.offset().min(end)..end]
@@ -386,6 +391,16 @@ mod tests {
         assert_eq!(super::array_bytes(&slice), views + 100);
         let short = StringViewArray::from(vec!["a", "bb"]);
         assert_eq!(super::array_bytes(&short.to_data()), 2 * 16);
+        // Inline values beside a short data buffer (a dictionary of flags); then one value of
+        // 13 bytes, the shortest that is not inline.
+        let flags = arrow::buffer::Buffer::from(b"ANR".as_slice());
+        let inline =
+            StringViewArray::try_new(short.views().clone(), vec![flags.clone()], None).unwrap();
+        assert_eq!(super::array_bytes(&inline.to_data()), 2 * 16);
+        let mut b = arrow::array::StringViewBuilder::new();
+        b.append_value("a");
+        b.append_value("x".repeat(13));
+        assert_eq!(super::array_bytes(&b.finish().to_data()), 2 * 16 + 13);
     }
 
     #[test]

@@ -356,9 +356,12 @@ async fn dispatch(dir: PathBuf, command: Command) -> Result<(), CliError> {
             adisk_storage::tpch::serve_generator(input, out)
                 .map_err(|e| CliError::Other(e.to_string()))
         }
-        Command::Up(args) => local::up(&dir, &args)
-            .await
-            .map(|config| println!("{}", local::describe(&config, &dir))),
+        Command::Up(args) => {
+            let config = local::up(&dir, &args).await?;
+            println!("{}", local::describe(&config, &dir));
+            local::measure_links(&dir).await;
+            Ok(())
+        }
         Command::Down => local::down(&dir).await,
         Command::Chaos(args) => chaos::run(&dir, &args).await,
         Command::Cert(command) => cert_cmd::run(&command),

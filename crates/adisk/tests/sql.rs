@@ -151,42 +151,63 @@ fn tpch_sf001_every_offload_level() {
     assert!(err.contains("unknown bundling `most`"), "{err}");
     // chiu's partially distributed system: every exchange through the host.
     ok(c.dir(), &["down"]);
-    ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);
+    let up = ok(c.dir(), &["up", "--disks", "4", "--exchange", "via-host"]);
+    first_query_plans_with_the_links_up_measured(c.dir(), &up);
     let out = check(&["--offload", "disks"]);
     assert!(out.contains("22 passed, 0 failed"), "via host:\n{out}");
+}
+
+/// The age and the probe of the link figures a line names: "(measured 1.2 s ago: 127.8 MiB
+/// from 4 disks in 90 ms)".
+fn figures_named(line: &str) -> (f64, String) {
+    let at = line.find("(measured ").unwrap_or_else(|| panic!("{line}"));
+    let rest = &line[at + "(measured ".len()..];
+    let (age, probe) = rest
+        .split_once(" s ago: ")
+        .unwrap_or_else(|| panic!("{line}"));
+    let probe = probe.split(')').next().unwrap().to_string();
+    (age.parse::<f64>().unwrap(), probe)
+}
+
+/// The link figures an `auto` query planned with, from its `--stats` line.
+fn figures_of_a_query(dir: &Path) -> (f64, String) {
+    let out = adisk(
+        dir,
+        &[
+            "sql",
+            "--offload",
+            "auto",
+            "--stats",
+            "select count(*) from nation",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("auto: "))
+        .unwrap_or_else(|| panic!("{stderr}"));
+    figures_named(line)
+}
+
+/// `adisk up` measures the links and says so; the first query plans with those figures
+/// instead of probing first (a full probe costs it ~0.4 s on loopback).
+fn first_query_plans_with_the_links_up_measured(dir: &Path, up: &str) {
+    let line = up
+        .lines()
+        .find(|l| l.trim_start().starts_with("links: host link"))
+        .unwrap_or_else(|| panic!("`up` names the links it measured:\n{up}"));
+    let (_, measured) = figures_named(line);
+    assert!(dir.join("links.json").exists(), "the figures are kept");
+    let (_, planned) = figures_of_a_query(dir);
+    assert_eq!(planned, measured, "the first query planned with up's probe");
 }
 
 /// Two `adisk sql` processes in a row: the second plans with the link figures the first
 /// measured (kept in DIR/links.json), not a probe of its own.
 fn link_figures_kept_between_queries(dir: &Path) {
     let _ = std::fs::remove_file(dir.join("links.json"));
-    let figures = || {
-        let out = adisk(
-            dir,
-            &[
-                "sql",
-                "--offload",
-                "auto",
-                "--stats",
-                "select count(*) from nation",
-            ],
-        );
-        let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-        assert!(out.status.success(), "{stderr}");
-        let line = stderr
-            .lines()
-            .find(|l| l.starts_with("auto: "))
-            .unwrap_or_else(|| panic!("{stderr}"))
-            .to_string();
-        // "(measured 1.2 s ago: 127.8 MiB from 4 disks in 90 ms)": the age, and the probe.
-        let at = line.find("(measured ").unwrap_or_else(|| panic!("{line}"));
-        let rest = &line[at + "(measured ".len()..];
-        let (age, probe) = rest
-            .split_once(" s ago: ")
-            .unwrap_or_else(|| panic!("{line}"));
-        let probe = probe.split(')').next().unwrap().to_string();
-        (age.parse::<f64>().unwrap(), probe)
-    };
+    let figures = || figures_of_a_query(dir);
     let (first_age, first) = figures();
     assert!(dir.join("links.json").exists(), "the figures are kept");
     std::thread::sleep(std::time::Duration::from_millis(1100));

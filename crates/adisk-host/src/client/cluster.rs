@@ -921,6 +921,12 @@ impl Cluster {
         self.links.current(self).await
     }
 
+    /// Measures the host link and the disks' links now and keeps the figures (in the
+    /// directory [`Cluster::keep_link_figures_in`] names, if any) with no plan counted.
+    pub async fn measure_links(&self) -> crate::client::links::LinkFigures {
+        self.links.measure_now(self).await
+    }
+
     /// Keeps the measured link figures in `dir` (`links.json`) for the next process of this
     /// host, and takes young ones from there ([`crate::client::link_memory`]).
     pub fn keep_link_figures_in(mut self, dir: &std::path::Path) -> Self {

@@ -18,44 +18,68 @@ impl Links {
         let mut figures = self.figures.lock().await;
         let memory = cluster.link_memory();
         if figures.is_none()
-            && let Some(kept) = memory
+            && let Some((kept, used)) = memory
                 .as_ref()
                 .and_then(|(path, members)| super::link_memory::recall(path, members))
         {
-            // Another process's figures: good while young, measured again after that.
+            // Another process's figures, with the plans that used them: they go stale as if
+            // this process had measured them and made those plans.
             *figures = Some(kept);
-            self.plans.store(super::links::REFRESH_PLANS, SeqCst);
+            self.plans.store(used, SeqCst);
         }
         if let Some(f) = figures
             .as_ref()
             .filter(|f| f.fresh(self.plans.load(SeqCst)))
         {
-            self.plans.fetch_add(1, SeqCst);
+            let used = self.plans.fetch_add(1, SeqCst) + 1;
+            // The count matters to the next process only until it reaches a refresh's.
+            if used <= super::links::REFRESH_PLANS
+                && let Some((path, members)) = &memory
+            {
+                super::link_memory::remember(path, f, members, used);
+            }
             return f.clone();
         }
         self.plans.store(1, SeqCst);
-        // One deadline for the whole measurement: a disk that stopped answering (not yet taken
-        // as dead) must not hold every `auto` plan for several of its timeouts.
-        let limit = cluster.config().deadlines().timeout + 2 * PROBE_TIME;
-        let previous = figures.clone();
-        let measured = match tokio::time::timeout(limit, measure(cluster, previous.as_ref())).await
-        {
-            Ok(m) => m,
-            Err(_) => match figures.as_ref() {
-                Some(previous) => LinkFigures {
-                    at: Instant::now(),
-                    ..previous.clone()
-                },
-                None => LinkFigures::assumed(),
-            },
-        };
-        tracing::debug!("links: {}", measured.describe());
+        let measured = measure_within_deadline(cluster, figures.as_ref()).await;
         if let Some((path, members)) = &memory {
-            super::link_memory::remember(path, &measured, members);
+            super::link_memory::remember(path, &measured, members, 1);
         }
         *figures = Some(measured.clone());
         measured
     }
+
+    /// Measures `cluster`'s links now, whatever the figures' age, and keeps them with no
+    /// plan counted (`adisk up`: the first queries plan with them instead of probing).
+    pub async fn measure_now(&self, cluster: &Cluster) -> LinkFigures {
+        let mut figures = self.figures.lock().await;
+        let measured = measure_within_deadline(cluster, None).await;
+        if let Some((path, members)) = cluster.link_memory() {
+            super::link_memory::remember(path, &measured, &members, 0);
+        }
+        self.plans.store(0, std::sync::atomic::Ordering::SeqCst);
+        *figures = Some(measured.clone());
+        measured
+    }
+}
+
+/// [`measure`] within one deadline for the whole measurement: a disk that stopped answering
+/// (not yet taken as dead) must not hold every `auto` plan for several of its timeouts. Past
+/// it, the `previous` figures measured again now, or assumed ones.
+async fn measure_within_deadline(cluster: &Cluster, previous: Option<&LinkFigures>) -> LinkFigures {
+    let limit = cluster.config().deadlines().timeout + 2 * PROBE_TIME;
+    let measured = match tokio::time::timeout(limit, measure(cluster, previous)).await {
+        Ok(m) => m,
+        Err(_) => match previous {
+            Some(previous) => LinkFigures {
+                at: Instant::now(),
+                ..previous.clone()
+            },
+            None => LinkFigures::assumed(),
+        },
+    };
+    tracing::debug!("links: {}", measured.describe());
+    measured
 }
 
 impl LinkFigures {
