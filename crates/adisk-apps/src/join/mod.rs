@@ -140,7 +140,7 @@ pub async fn run(cluster: &Cluster, params: &JoinParams) -> Result<Report> {
             "the output table must differ from the inputs".into(),
         ));
     }
-    let disks = relation_disks(cluster, &[&params.left, &params.right]).await?;
+    let disks = relation_disks(cluster, [&params.left, &params.right]).await?;
     let mut report = Report {
         app: "join".into(),
         mode: params.mode.to_string(),
@@ -170,11 +170,21 @@ pub async fn run(cluster: &Cluster, params: &JoinParams) -> Result<Report> {
     Ok(report)
 }
 
-/// The disks holding both relations (which must be join relations).
-async fn relation_disks(cluster: &Cluster, tables: &[&str]) -> Result<Vec<u32>> {
+/// The disks holding each relation, and all of them.
+struct RelationDisks {
+    /// The left relation's disks, then the right's: a relation smaller than the cluster
+    /// has partitions on fewer disks than the other, and a disk holding none of it has no
+    /// such table to read.
+    each: [Vec<u32>; 2],
+    /// The disks holding either.
+    all: Vec<u32>,
+}
+
+/// The disks holding each relation (which must be join relations).
+async fn relation_disks(cluster: &Cluster, tables: [&str; 2]) -> Result<RelationDisks> {
     let catalog = cluster.catalog().await?;
-    let mut disks = std::collections::BTreeSet::new();
-    for t in tables {
+    let mut each: [Vec<u32>; 2] = Default::default();
+    for (t, disks) in tables.iter().zip(&mut each) {
         let entry = catalog
             .tables
             .get(*t)
@@ -195,19 +205,22 @@ async fn relation_disks(cluster: &Cluster, tables: &[&str]) -> Result<Vec<u32>> 
                 "`{t}` is not a join relation (UInt32 `key`, `f1`…`f{PROJECTED}`)"
             )));
         }
-        disks.extend(entry.disks());
+        *disks = entry.disks();
     }
-    Ok(disks.into_iter().collect())
+    let mut all: Vec<u32> = each.concat();
+    all.sort_unstable();
+    all.dedup();
+    Ok(RelationDisks { each, all })
 }
 
 async fn active(
     cluster: &Cluster,
     params: &JoinParams,
-    disks: &[u32],
+    disks: &RelationDisks,
     runs: &[String; 2],
     report: &mut Report,
 ) -> Result<()> {
-    let memory = crate::sort::smallest_memory(cluster, disks).await?;
+    let memory = crate::sort::smallest_memory(cluster, &disks.all).await?;
     let run_bytes = crate::sort::check_run_bytes(params.run_bytes, memory)?;
     let relation = |table: &str| Relation {
         table: table.into(),
@@ -217,17 +230,17 @@ async fn active(
     };
     let t = Instant::now();
     let (splitters, stats) =
-        sample_splitters(cluster, &relation(&params.left), disks, 1000).await?;
+        sample_splitters(cluster, &relation(&params.left), &disks.each[0], 1000).await?;
     report.phase("pass 0: sample keys", t.elapsed(), stats);
-    for (name, (table, runs)) in ["pass 1: runs of R", "pass 2: runs of S"]
-        .iter()
-        .zip([(&params.left, &runs[0]), (&params.right, &runs[1])])
-    {
+    for (name, (table, (runs, holding))) in ["pass 1: runs of R", "pass 2: runs of S"].iter().zip([
+        (&params.left, (&runs[0], &disks.each[0])),
+        (&params.right, (&runs[1], &disks.each[1])),
+    ]) {
         let t = Instant::now();
         let stats = form_runs(
             cluster,
             &relation(table),
-            disks,
+            holding,
             &splitters,
             run_bytes,
             runs,
@@ -330,14 +343,14 @@ fn merge_join_job(
 async fn conventional(
     cluster: &Cluster,
     params: &JoinParams,
-    disks: &[u32],
+    disks: &RelationDisks,
     report: &mut Report,
 ) -> Result<()> {
     let t = Instant::now();
     let mut sides = Vec::new();
     let mut stats = Vec::new();
-    for table in [&params.left, &params.right] {
-        let (batches, s) = read_at_host(cluster, table, disks).await?;
+    for (table, holding) in [&params.left, &params.right].into_iter().zip(&disks.each) {
+        let (batches, s) = read_at_host(cluster, table, holding).await?;
         sides.push(batches);
         stats.extend(s);
     }
