@@ -358,6 +358,18 @@ impl DiskletSpec {
 /// Most stages, inputs or outputs in one job.
 pub const MAX_JOB_GRAPH_NODES: usize = 256;
 
+/// Largest job spec a disk takes besides its Bloom filters, as a fraction of its memory
+/// budget ([`max_spec_bytes`]).
+pub const MAX_SPEC_FRACTION: u64 = 16;
+
+/// The largest job spec (besides its Bloom filters) a disk with `memory_bytes` of memory
+/// takes: [`MAX_SPEC_FRACTION`] of it, at least 1 MiB. Building a job makes several copies of
+/// its expressions, plans and parameters outside any grant, so their size is bounded by the
+/// budget; a host with more to send (a data-mining pass's candidates) splits it over jobs.
+pub fn max_spec_bytes(memory_bytes: u64) -> u64 {
+    (memory_bytes / MAX_SPEC_FRACTION).max(1 << 20)
+}
+
 /// Most output ports of one stage.
 pub const MAX_STAGE_PORTS: u32 = 1024;
 

@@ -28,8 +28,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::pipes::{EndMark, FlightPipeConnector};
 use crate::status::{json_result, status_of, storage_status};
 
-/// Largest job spec a disk takes, as a fraction of its memory budget.
-pub const MAX_SPEC_FRACTION: u64 = 16;
+pub use adisk_core::protocol::MAX_SPEC_FRACTION;
 
 /// The Flight service of one disk.
 pub struct DiskService {
@@ -137,7 +136,7 @@ impl DiskService {
     /// check runs on the parsed spec, before any expression or plan is decoded.
     #[allow(clippy::result_large_err)]
     fn check_spec_size(&self, len: usize, spec: &JobSpec) -> Result<(), Status> {
-        let max = (self.os.config().memory_bytes / MAX_SPEC_FRACTION).max(1 << 20);
+        let max = adisk_core::protocol::max_spec_bytes(self.os.config().memory_bytes);
         // A filter travels as base64: 4 bytes for every 3.
         let filters: u64 = spec
             .stages

@@ -153,6 +153,8 @@ struct Plan<'a> {
     schema: SchemaRef,
     min_count: u64,
     scratch: u64,
+    /// The largest job spec the smallest of the disks takes (besides Bloom filters).
+    spec_limit: u64,
 }
 
 impl Plan<'_> {
@@ -267,7 +269,7 @@ async fn plan<'a>(cluster: &'a Cluster, params: &'a DmineParams) -> Result<Plan<
         HybridGrid::new(disks.len(), sections).map_err(invalid)?;
     }
     let min_count = kernel::min_count(params.support, rows).map_err(invalid)?;
-    let scratch = scratch_bytes(cluster, &disks, params.scratch_kib).await?;
+    let (scratch, memory) = scratch_bytes(cluster, &disks, params.scratch_kib).await?;
     Ok(Plan {
         cluster,
         params,
@@ -275,6 +277,7 @@ async fn plan<'a>(cluster: &'a Cluster, params: &'a DmineParams) -> Result<Plan<
         schema: std::sync::Arc::new(schema),
         min_count,
         scratch,
+        spec_limit: adisk_core::protocol::max_spec_bytes(memory),
     })
 }
 
@@ -285,8 +288,13 @@ fn bad_input() -> AppError {
     )
 }
 
-/// The scratch of each disklet: asked for, or a sixth of the smallest disk's memory.
-async fn scratch_bytes(cluster: &Cluster, disks: &[u32], asked_kib: Option<u64>) -> Result<u64> {
+/// The scratch of each disklet (asked for, or a sixth of the smallest disk's memory) and
+/// that smallest memory.
+async fn scratch_bytes(
+    cluster: &Cluster,
+    disks: &[u32],
+    asked_kib: Option<u64>,
+) -> Result<(u64, u64)> {
     if asked_kib == Some(0) {
         return Err(AppError::Invalid("--scratch-kib must be positive".into()));
     }
@@ -298,7 +306,8 @@ async fn scratch_bytes(cluster: &Cluster, disks: &[u32], asked_kib: Option<u64>)
             .map_err(|e| AppError::Invalid(format!("disk {d}: {e}")))?;
         memory = memory.min(s.memory_bytes);
     }
-    Ok(asked_kib.map_or((memory / 6).min(64 << 20), |k| k * 1024))
+    let scratch = asked_kib.map_or((memory / 6).min(64 << 20), |k| k * 1024);
+    Ok((scratch, memory))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,8 +362,11 @@ async fn candidate_passes(
         }
         let t = Instant::now();
         let (counts, stats, name) = if plan.params.method == Method::Count {
-            let (c, s) = pass_count(plan, k, &candidates).await?;
-            (c, s, format!("pass {k}: candidate counts"))
+            let (c, s, scans) = pass_count(plan, k, &candidates).await?;
+            match scans {
+                1 => (c, s, format!("pass {k}: candidate counts")),
+                n => (c, s, format!("pass {k}: candidate counts in {n} scans")),
+            }
         } else {
             let (c, s, grid) = pass_hybrid(plan, k, &candidates).await?;
             sections.push(grid);
@@ -455,11 +467,14 @@ async fn pass_pairs(
 }
 
 /// Count distribution at pass `k`: every disk counts every candidate over its transactions.
+/// The candidates travel in the jobs' parameters; when they take more than a job spec may
+/// (see [`spec_shares`]) they are counted in several scans, a share of them each. Returns the
+/// counts, the jobs' statistics and the number of scans.
 async fn pass_count(
     plan: &Plan<'_>,
     k: usize,
     candidates: &[Vec<u32>],
-) -> Result<(Vec<u64>, Vec<DiskJobStats>)> {
+) -> Result<(Vec<u64>, Vec<DiskJobStats>, usize)> {
     let bytes = CandidateCounter::new(candidates).bytes();
     if bytes > plan.scratch {
         return Err(AppError::Invalid(format!(
@@ -468,23 +483,58 @@ async fn pass_count(
             plan.scratch / 1024
         )));
     }
-    let disklet = app(
-        "candidates",
-        serde_json::json!({ "candidates": candidates }),
-    );
-    let specs = plan.scan_jobs("dmine-count", &disklet)?;
-    let (parts, stats) = collect(plan, specs, |b| rows::read_keyed_counts(b, "index")).await?;
+    let shares = spec_shares(candidates, plan.spec_limit);
     let mut sum = vec![0u64; candidates.len()];
-    for (index, count) in parts.into_values().flatten() {
-        let slot = sum.get_mut(index as usize).ok_or_else(|| {
-            AppError::Invalid(format!(
-                "pass {k}: a disk counted candidate {index} of {}",
-                candidates.len()
-            ))
-        })?;
-        *slot += count;
+    let mut stats = Vec::new();
+    let mut first = 0;
+    for share in &shares {
+        let disklet = app("candidates", serde_json::json!({ "candidates": share }));
+        let specs = plan.scan_jobs("dmine-count", &disklet)?;
+        let (parts, s) = collect(plan, specs, |b| rows::read_keyed_counts(b, "index")).await?;
+        for (index, count) in parts.into_values().flatten() {
+            let slot = (index as usize)
+                .checked_add(first)
+                .filter(|_| (index as usize) < share.len())
+                .and_then(|i| sum.get_mut(i))
+                .ok_or_else(|| {
+                    AppError::Invalid(format!(
+                        "pass {k}: a disk counted candidate {index} of {}",
+                        share.len()
+                    ))
+                })?;
+            *slot += count;
+        }
+        stats.extend(s);
+        first += share.len();
     }
-    Ok((sum, stats))
+    Ok((sum, stats, shares.len()))
+}
+
+/// `candidates` in consecutive shares whose JSON takes at most half of `spec_limit` each (the
+/// rest of a job spec is a few KiB; the half leaves room for JSON's own overhead), one share
+/// when they all fit.
+fn spec_shares(candidates: &[Vec<u32>], spec_limit: u64) -> Vec<&[Vec<u32>]> {
+    let budget = (spec_limit / 2) as usize;
+    let mut shares = Vec::new();
+    let (mut start, mut bytes) = (0, 0usize);
+    for (i, c) in candidates.iter().enumerate() {
+        // `[a,b,c]` and a comma: at most 11 bytes per item (10 digits and a comma) plus 3.
+        let size = 3 + c.iter().map(|x| digits(*x) + 1).sum::<usize>();
+        if bytes + size > budget && i > start {
+            shares.push(&candidates[start..i]);
+            (start, bytes) = (i, 0);
+        }
+        bytes += size;
+    }
+    if start < candidates.len() || shares.is_empty() {
+        shares.push(&candidates[start..]);
+    }
+    shares
+}
+
+/// Decimal digits of `x`.
+fn digits(x: u32) -> usize {
+    x.checked_ilog10().map_or(1, |l| l as usize + 1)
 }
 
 /// The hybrid grid's sections at pass `k`: asked for, or the fewest (dividing the disks)
@@ -495,10 +545,13 @@ fn hybrid_sections(
     candidates: &[Vec<u32>],
 ) -> Result<Vec<Vec<Vec<u32>>>> {
     let n = plan.disks.len();
+    // A section fits its disks' scratch and one job spec (hybrid does not split a section
+    // over scans: more sections make each smaller).
     let fits = |parts: &Vec<Vec<Vec<u32>>>| {
-        parts
-            .iter()
-            .all(|s| CandidateCounter::new(s).bytes() <= plan.scratch)
+        parts.iter().all(|s| {
+            CandidateCounter::new(s).bytes() <= plan.scratch
+                && spec_shares(s, plan.spec_limit).len() == 1
+        })
     };
     let choices: Vec<usize> = match plan.params.sections {
         Some(s) => vec![s],
@@ -512,9 +565,10 @@ fn hybrid_sections(
         }
     }
     Err(AppError::Invalid(format!(
-        "pass {k}: a section of the {} candidates does not fit the scratch of {} KiB with {} sections; raise --scratch-kib",
+        "pass {k}: a section of the {} candidates does not fit the scratch of {} KiB or a job spec of {} KiB with {} sections; raise --scratch-kib, or use --method count (it splits its candidates over scans)",
         candidates.len(),
         plan.scratch / 1024,
+        plan.spec_limit / 2 / 1024,
         plan.params
             .sections
             .map_or_else(|| format!("up to {n}"), |s| s.to_string())
@@ -1030,4 +1084,37 @@ pub async fn load(
     )
     .await?;
     Ok(items.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn candidates_are_split_into_shares_a_job_spec_takes() {
+        let candidates: Vec<Vec<u32>> =
+            (0..5000u32).map(|i| vec![i, i + 1, u32::MAX - i]).collect();
+        let limit = 64 << 10;
+        let shares = spec_shares(&candidates, limit);
+        assert!(shares.len() > 1, "{} shares", shares.len());
+        assert_eq!(
+            shares.concat(),
+            candidates,
+            "every candidate once, in order"
+        );
+        for s in &shares {
+            let json = serde_json::to_vec(&serde_json::json!({ "candidates": s })).unwrap();
+            assert!(json.len() as u64 <= limit / 2, "{} bytes", json.len());
+        }
+        // All in one when they fit; none, one empty share; one candidate past the budget
+        // still goes (alone).
+        assert_eq!(spec_shares(&candidates[..10], limit).len(), 1);
+        assert_eq!(spec_shares(&[], limit), vec![&[] as &[Vec<u32>]]);
+        let wide = vec![vec![7u32; 10_000]];
+        assert_eq!(spec_shares(&wide, limit).len(), 1);
+        assert_eq!(
+            (digits(0), digits(9), digits(10), digits(u32::MAX)),
+            (1, 1, 2, 10)
+        );
+    }
 }

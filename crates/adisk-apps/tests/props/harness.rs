@@ -224,12 +224,6 @@ pub fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Whether cases in the regions of the known bugs being fixed elsewhere are generated
-/// (`ADISK_PROP_KNOWN_BUGS=1`).
-pub fn known_bugs() -> bool {
-    env_u64("ADISK_PROP_KNOWN_BUGS", 0) == 1
-}
-
 /// Cases that ended in a documented refusal instead of a result, by property.
 static REFUSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
@@ -237,15 +231,6 @@ static REFUSED: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new())
 /// the property's summary, so that a suite refusing most of its cases shows).
 pub fn refused(name: &'static str) {
     *lock(&REFUSED).entry(name).or_insert(0) += 1;
-}
-
-/// Cases that hit a bug this suite found and left open (see `props.rs`), by property.
-static KNOWN: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
-
-/// Counts a case of property `name` that ended in a known open bug's failure (passed over
-/// unless `ADISK_PROP_KNOWN_BUGS=1`, and printed with the property's summary).
-pub fn known_bug(name: &'static str) {
-    *lock(&KNOWN).entry(name).or_insert(0) += 1;
 }
 
 /// Runs property `name` over `strategy`: `ADISK_PROP_CASES` cases (default `ci_cases`) from
@@ -282,9 +267,8 @@ pub fn check<S>(
         panic!("property {name} failed (ADISK_PROP_SEED={seed}, {cases} cases): {e}");
     }
     let refusals = lock(&REFUSED).get(name).copied().unwrap_or(0);
-    let known = lock(&KNOWN).get(name).copied().unwrap_or(0);
     eprintln!(
-        "property {name}: {cases} cases in {:.1} s, {refusals} documented refusals, {known} known open bugs (ADISK_PROP_SEED={seed})",
+        "property {name}: {cases} cases in {:.1} s, {refusals} documented refusals (ADISK_PROP_SEED={seed})",
         started.elapsed().as_secs_f64()
     );
 }

@@ -4,8 +4,8 @@
 //! output read back must be the same multiset of projected tuples (compared by count and a
 //! 128-bit order-independent fingerprint, and row by row when small).
 use super::harness::{
-    Disks, Fingerprint, Shape, drop_tables, fail, finish, known_bugs, load_rows, on_cluster,
-    only_tables, read_table, within_grants,
+    Disks, Fingerprint, Shape, drop_tables, fail, finish, load_rows, on_cluster, only_tables,
+    read_table, within_grants,
 };
 use super::inputs::{self, Skew};
 use adisk_apps::Mode;
@@ -94,7 +94,7 @@ pub fn holding(rows: u64, disks: u32) -> Vec<u32> {
 }
 
 /// Whether the relations sit on different sets of disks (one of them has fewer tuples than
-/// there are disks): the bug this suite found, `unknown table` (see `props.rs`).
+/// there are disks): where the join once failed with `unknown table` (see `props.rs`).
 pub fn on_different_disks(c: &JoinCase) -> bool {
     let (left, right) = match c.relations {
         Relations::Load { rows, .. } => (rows, rows),
@@ -119,8 +119,8 @@ pub fn drawn_case(shape: Shape, mode: Mode, (left, right): (u64, u64), skew: Ske
     }
 }
 
-/// Join cases: 1–2 000 tuples a side, keys in ranges of 1–10⁹, every skew (relations on
-/// different disks only with `ADISK_PROP_KNOWN_BUGS=1`).
+/// Join cases: 1–2 000 tuples a side, keys in ranges of 1–10⁹, every skew, relations on the
+/// same disks or on different ones.
 pub fn cases() -> impl Strategy<Value = JoinCase> {
     (
         inputs::shape(),
@@ -135,9 +135,6 @@ pub fn cases() -> impl Strategy<Value = JoinCase> {
             relations,
             seed,
             run_kib,
-        })
-        .prop_filter("relations on different disks (a known bug)", |c| {
-            known_bugs() || !on_different_disks(c)
         })
 }
 
