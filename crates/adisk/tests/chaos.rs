@@ -1,8 +1,8 @@
-//! `adisk chaos` in CI (issue 12): two seeds, half a minute each, on a real 4-disk cluster —
+//! `adisk chaos` in CI (issue 12): seeds half a minute each, on a real 4-disk cluster —
 //! disks killed, stopped and restarted, bytes flipped and restored, tables reloaded, every
 //! answer checked against DuckDB. Zero wrong answers, untyped errors or hangs; a failure names
-//! its seed. A third seed runs with `--replicas 2`, which adds disks restarted empty (they
-//! must repair themselves) and flips repaired by `scrub`. A fourth runs with `--netns`: each
+//! its seed. Seed 1 runs with one copy of each table; seed 3 with `--replicas 2`, which adds disks restarted empty (they
+//! must repair themselves) and flips repaired by `scrub`. Seed 4 runs with `--netns`: each
 //! disk in its own network namespace, its link cut (set down) or shaped by the kernel
 //! (skipped with a message where namespaces cannot be made). Longer runs by hand:
 //! `adisk chaos --seed N --minutes 30 [--replicas 2] [--netns]`.
@@ -11,7 +11,7 @@ mod common;
 #[test]
 fn chaos_seeds_find_no_wrong_answers_panics_or_hangs() {
     let tmp = tempfile::tempdir().unwrap();
-    for (seed, replicas) in [("1", "1"), ("2", "1"), ("3", "2")] {
+    for (seed, replicas) in [("1", "1"), ("3", "2")] {
         let out = common::ok(
             tmp.path(),
             &[
