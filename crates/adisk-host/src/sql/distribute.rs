@@ -781,6 +781,6 @@ fn decodable(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let Ok(bytes) = datafusion_proto::bytes::physical_plan_to_bytes(plan.clone()) else {
         return false;
     };
-    let ctx = datafusion::prelude::SessionContext::new();
-    datafusion_proto::bytes::physical_plan_from_bytes(&bytes, &ctx.task_ctx()).is_ok()
+    datafusion_proto::bytes::physical_plan_from_bytes(&bytes, &super::rules::decoding_task())
+        .is_ok()
 }

@@ -21,6 +21,7 @@ pub mod disks_exec;
 pub mod distribute;
 mod error;
 pub mod feedback;
+mod grandtotal;
 mod groups;
 pub mod joinorder;
 pub mod limits;

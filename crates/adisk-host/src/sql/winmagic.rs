@@ -72,7 +72,10 @@ impl OptimizerRule for WinMagic {
         plan.transform_up_with_subqueries(|node| {
             let new = match &node {
                 LogicalPlan::Join(join) => rewrite_join(join)?,
-                LogicalPlan::Filter(filter) => rewrite_filter(filter)?,
+                LogicalPlan::Filter(filter) => match rewrite_filter(filter)? {
+                    Some(new) => Some(new),
+                    None => super::grandtotal::rewrite_filter(filter)?,
+                },
                 _ => None,
             };
             Ok(match new {
