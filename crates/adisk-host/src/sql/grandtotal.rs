@@ -192,7 +192,7 @@ fn below_columns(plan: &LogicalPlan) -> &LogicalPlan {
 
 /// Whether `a` and `b` give the same rows whatever columns each passes on: equal plans, or
 /// scans of one table with the same filters and limit, filtered and joined alike.
-fn same_rows(a: &LogicalPlan, b: &LogicalPlan) -> bool {
+pub(super) fn same_rows(a: &LogicalPlan, b: &LogicalPlan) -> bool {
     let (a, b) = (below_columns(a), below_columns(b));
     if a == b {
         return true;

@@ -32,6 +32,10 @@
 //! path that commute with a filter are rewritten (a join form only with that one equality and
 //! no other condition); anything else stays as written. `ADISK_WINMAGIC=off` in the planning
 //! process's environment turns the rule off (for measuring it).
+//!
+//! The rule holds two more cases, each in its own module: groups filtered by their own grand
+//! total (`grandtotal.rs`, TPC-H Q11) and a correlated subquery's aggregate per key taken over
+//! the query's own rows (`perkey.rs`, TPC-H Q17).
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::WindowFunction;
@@ -71,7 +75,10 @@ impl OptimizerRule for WinMagic {
     ) -> Result<Transformed<LogicalPlan>> {
         plan.transform_up_with_subqueries(|node| {
             let new = match &node {
-                LogicalPlan::Join(join) => rewrite_join(join)?,
+                LogicalPlan::Join(join) => match rewrite_join(join)? {
+                    Some(new) => Some(new),
+                    None => super::perkey::rewrite_join(join)?,
+                },
                 LogicalPlan::Filter(filter) => match rewrite_filter(filter)? {
                     Some(new) => Some(new),
                     None => super::grandtotal::rewrite_filter(filter)?,
