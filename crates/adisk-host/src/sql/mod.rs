@@ -19,6 +19,7 @@ mod colocate;
 pub mod cost;
 pub mod disks_exec;
 pub mod distribute;
+mod eager;
 mod error;
 pub mod feedback;
 mod grandtotal;
@@ -696,6 +697,9 @@ impl SqlEngine {
         }
         if joinorder::enabled() {
             state = state.with_optimizer_rule(Arc::new(joinorder::JoinOrder));
+        }
+        if eager::enabled() {
+            state = state.with_optimizer_rule(Arc::new(eager::EagerAggregation));
         }
         let state = state
             .with_physical_optimizer_rule(Arc::new(rules::OffloadRule::new(settings.clone())))
