@@ -79,9 +79,9 @@ impl OptimizerRule for EagerAggregation {
 
 /// A tree of inner joins as its leaves and conditions.
 #[derive(Default)]
-struct Joins {
-    leaves: Vec<LogicalPlan>,
-    conditions: Vec<Expr>,
+pub(super) struct Joins {
+    pub(super) leaves: Vec<LogicalPlan>,
+    pub(super) conditions: Vec<Expr>,
 }
 
 impl Joins {
@@ -101,7 +101,7 @@ impl Joins {
 
 /// Collects `plan`'s inner equi-joins (through filters over them and projections passing
 /// columns on) into `joins`; false if there is no join at all.
-fn flatten(plan: &LogicalPlan, joins: &mut Joins, top: bool) -> bool {
+pub(super) fn flatten(plan: &LogicalPlan, joins: &mut Joins, top: bool) -> bool {
     match plan {
         LogicalPlan::Join(j)
             if j.join_type == JoinType::Inner
