@@ -28,6 +28,7 @@
 //! where `B` holds at least two leaves (an aggregation over a single table's rows before one
 //! join rarely pays) and is joined to the rest. `ADISK_EAGER_AGGREGATION=off` in the planning
 //! process's environment turns it off (for measuring it).
+use super::winmagic::{plain_aggregate, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, NullEquality, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
@@ -155,17 +156,8 @@ fn is_join(plan: &LogicalPlan) -> bool {
 
 /// The aggregate call `e` is (through aliases), if the sum of its values per group is exact.
 fn decomposable<'a>(e: &'a Expr, input: &LogicalPlan) -> Option<&'a AggregateFunction> {
-    let mut e = e;
-    while let Expr::Alias(a) = e {
-        e = &a.expr;
-    }
-    let Expr::AggregateFunction(f) = e else {
-        return None;
-    };
+    let f = plain_aggregate(e)?;
     let p = &f.params;
-    if p.distinct || p.filter.is_some() || !p.order_by.is_empty() || p.args.len() != 1 {
-        return None;
-    }
     match f.func.name() {
         "min" | "max" | "count" => Some(f),
         "sum" => {
@@ -473,13 +465,6 @@ fn finish(
         })
         .collect::<Result<_>>()?;
     LogicalPlanBuilder::from(top).project(out)?.build()
-}
-
-fn unalias(e: &Expr) -> &Expr {
-    match e {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
-    }
 }
 
 /// `e` with each of `by`'s keys (whole expressions) replaced by its value.

@@ -32,6 +32,7 @@
 //! filters and limits, joined and filtered alike, whatever columns each copy passes on
 //! (column names are qualified, so the aggregate's argument means the same in both). Anything
 //! else stays as written. The rule is part of `WinMagic` (`ADISK_WINMAGIC=off` turns both off).
+use super::winmagic::{plain_aggregate, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::{AggregateFunction, Cast, WindowFunction};
@@ -74,7 +75,7 @@ pub fn rewrite_filter(filter: &Filter) -> Result<Option<LogicalPlan>> {
     let windows: Vec<Expr> = totals
         .iter()
         .map(|&at| {
-            let f = aggregate(&agg.aggr_expr[at]).expect("checked by total_of");
+            let f = plain_aggregate(&agg.aggr_expr[at]).expect("checked by total_of");
             let column = Expr::Column(Column::from(
                 schema.qualified_field(agg.group_expr.len() + at),
             ));
@@ -119,13 +120,13 @@ fn total_of(sq: &Subquery, groups: &Aggregate) -> Result<Option<(usize, Expr)>> 
     if !all.group_expr.is_empty() || all.aggr_expr.len() != 1 {
         return Ok(None);
     }
-    let Some(f) = aggregate(&all.aggr_expr[0]).filter(|f| exact_total(f, all)) else {
+    let Some(f) = plain_aggregate(&all.aggr_expr[0]).filter(|f| exact_total(f, all)) else {
         return Ok(None);
     };
     let Some(at) = groups
         .aggr_expr
         .iter()
-        .position(|e| aggregate(e) == Some(f))
+        .position(|e| plain_aggregate(e) == Some(f))
     else {
         return Ok(None);
     };
@@ -149,20 +150,8 @@ fn total_of(sq: &Subquery, groups: &Aggregate) -> Result<Option<(usize, Expr)>> 
     Ok(only_total.then_some((at, value.data)))
 }
 
-/// The aggregate call `e` is (through aliases).
-fn aggregate(e: &Expr) -> Option<&AggregateFunction> {
-    match unalias(e) {
-        Expr::AggregateFunction(f) => Some(f),
-        _ => None,
-    }
-}
-
 /// Whether the same aggregate over the groups' values gives `f` over all rows exactly.
 fn exact_total(f: &AggregateFunction, all: &Aggregate) -> bool {
-    let p = &f.params;
-    if p.distinct || p.filter.is_some() || !p.order_by.is_empty() || p.args.len() != 1 {
-        return false;
-    }
     match f.func.name() {
         "min" | "max" => true,
         "sum" => {
@@ -170,13 +159,6 @@ fn exact_total(f: &AggregateFunction, all: &Aggregate) -> bool {
             t.is_integer() || t.is_decimal()
         }
         _ => false,
-    }
-}
-
-fn unalias(e: &Expr) -> &Expr {
-    match e {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
     }
 }
 

@@ -40,6 +40,7 @@
 //! aggregate's type). Anything else stays as written. Part of `WinMagic`
 //! (`ADISK_WINMAGIC=off` turns it off with the rest).
 use super::grandtotal::same_rows;
+use super::winmagic::{plain_aggregate, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, NullEquality, Result, TableReference};
 use datafusion::logical_expr::ExprSchemable;
@@ -118,7 +119,7 @@ fn rewritten(join: &Join, sub: &PerKey, outer_key: &Column, at: usize) -> Result
         Expr::Column(outer_key.clone()),
     );
     for (i, e) in agg.aggr_expr.iter().enumerate() {
-        let f = aggregate(e).expect("checked by per_key");
+        let f = plain_aggregate(e).expect("checked by per_key");
         let name = format!("{PER_KEY}_{i}");
         let mut w = WindowFunction::new(
             WindowFunctionDefinition::AggregateUDF(f.func.clone()),
@@ -200,7 +201,7 @@ fn per_key(side: &LogicalPlan) -> Option<PerKey<'_>> {
         || !grouped
             .aggr_expr
             .iter()
-            .all(|e| aggregate(e).is_some_and(|f| repeat_invariant(f, grouped)))
+            .all(|e| plain_aggregate(e).is_some_and(|f| repeat_invariant(f, grouped)))
     {
         return None;
     }
@@ -211,22 +212,11 @@ fn per_key(side: &LogicalPlan) -> Option<PerKey<'_>> {
     })
 }
 
-fn aggregate(e: &Expr) -> Option<&AggregateFunction> {
-    match unalias(e) {
-        Expr::AggregateFunction(f) => Some(f),
-        _ => None,
-    }
-}
-
 /// Whether `f` is unchanged when each row comes `d` times: `min`, `max`; `avg` of decimals.
 fn repeat_invariant(f: &AggregateFunction, agg: &Aggregate) -> bool {
-    let p = &f.params;
-    if p.distinct || p.filter.is_some() || !p.order_by.is_empty() || p.args.len() != 1 {
-        return false;
-    }
     match f.func.name() {
         "min" | "max" => true,
-        "avg" => p.args[0]
+        "avg" => f.params.args[0]
             .get_type(agg.input.schema().as_ref())
             .is_ok_and(|t| t.is_decimal()),
         _ => false,
@@ -238,13 +228,6 @@ fn arguments_in(agg: &Aggregate, outer: &LogicalPlan) -> bool {
     agg.aggr_expr
         .iter()
         .all(|e| e.column_refs().iter().all(|c| outer.schema().has_column(c)))
-}
-
-fn unalias(e: &Expr) -> &Expr {
-    match e {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
-    }
 }
 
 /// Where `s` was found in the outer plan: the columns equal to its key on every row, and the
