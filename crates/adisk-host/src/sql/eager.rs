@@ -28,11 +28,11 @@
 //! where `B` holds at least two leaves (an aggregation over a single table's rows before one
 //! join rarely pays) and is joined to the rest. `ADISK_EAGER_AGGREGATION=off` in the planning
 //! process's environment turns it off (for measuring it).
-use super::winmagic::{plain_aggregate, unalias};
+use super::relation::{Joins, flatten, is_join, plain_aggregate, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, NullEquality, Result};
+use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::AggregateFunction;
-use datafusion::logical_expr::utils::{conjunction, split_conjunction};
+use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{
     Aggregate, Expr, ExprSchemable, JoinType, LogicalPlan, LogicalPlanBuilder,
 };
@@ -75,82 +75,6 @@ impl OptimizerRule for EagerAggregation {
                 None => Transformed::no(node),
             })
         })
-    }
-}
-
-/// A tree of inner joins as its leaves and conditions.
-#[derive(Default)]
-pub(super) struct Joins {
-    pub(super) leaves: Vec<LogicalPlan>,
-    pub(super) conditions: Vec<Expr>,
-}
-
-impl Joins {
-    /// The leaf holding column `c`.
-    fn leaf_of(&self, c: &Column) -> Option<usize> {
-        self.leaves.iter().position(|l| l.schema().has_column(c))
-    }
-
-    /// The leaves expression `e` reads (None if a column is in none of them).
-    fn leaves_of(&self, e: &Expr) -> Option<BTreeSet<usize>> {
-        e.column_refs()
-            .into_iter()
-            .map(|c| self.leaf_of(c))
-            .collect()
-    }
-}
-
-/// Collects `plan`'s inner equi-joins (through filters over them and projections passing
-/// columns on) into `joins`; false if there is no join at all.
-pub(super) fn flatten(plan: &LogicalPlan, joins: &mut Joins, top: bool) -> bool {
-    match plan {
-        LogicalPlan::Join(j)
-            if j.join_type == JoinType::Inner
-                && j.null_equality == NullEquality::NullEqualsNothing
-                && !j.null_aware =>
-        {
-            flatten(&j.left, joins, false);
-            flatten(&j.right, joins, false);
-            for (l, r) in &j.on {
-                joins.conditions.push(l.clone().eq(r.clone()));
-            }
-            if let Some(f) = &j.filter {
-                joins
-                    .conditions
-                    .extend(split_conjunction(f).into_iter().cloned());
-            }
-            true
-        }
-        LogicalPlan::Filter(f) if is_join(&f.input) => {
-            joins
-                .conditions
-                .extend(split_conjunction(&f.predicate).into_iter().cloned());
-            flatten(&f.input, joins, top)
-        }
-        LogicalPlan::Projection(p)
-            if is_join(&p.input) && p.expr.iter().all(|e| matches!(e, Expr::Column(_))) =>
-        {
-            flatten(&p.input, joins, top)
-        }
-        leaf => {
-            if top {
-                return false;
-            }
-            joins.leaves.push(leaf.clone());
-            true
-        }
-    }
-}
-
-/// Whether `plan` is an inner join, under filters and column projections.
-fn is_join(plan: &LogicalPlan) -> bool {
-    match plan {
-        LogicalPlan::Join(j) => j.join_type == JoinType::Inner,
-        LogicalPlan::Filter(f) => is_join(&f.input),
-        LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
-            is_join(&p.input)
-        }
-        _ => false,
     }
 }
 

@@ -32,7 +32,7 @@
 //! filters and limits, joined and filtered alike, whatever columns each copy passes on
 //! (column names are qualified, so the aggregate's argument means the same in both). Anything
 //! else stays as written. The rule is part of `WinMagic` (`ADISK_WINMAGIC=off` turns both off).
-use super::winmagic::{plain_aggregate, unalias};
+use super::relation::{plain_aggregate, same_rows, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::{AggregateFunction, Cast, WindowFunction};
@@ -157,47 +157,6 @@ fn exact_total(f: &AggregateFunction, all: &Aggregate) -> bool {
         "sum" => {
             let t = all.schema.field(0).data_type();
             t.is_integer() || t.is_decimal()
-        }
-        _ => false,
-    }
-}
-
-/// `plan` below projections that only pass columns on (they keep every row).
-fn below_columns(plan: &LogicalPlan) -> &LogicalPlan {
-    match plan {
-        LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => {
-            below_columns(&p.input)
-        }
-        p => p,
-    }
-}
-
-/// Whether `a` and `b` give the same rows whatever columns each passes on: equal plans, or
-/// scans of one table with the same filters and limit, filtered and joined alike.
-pub(super) fn same_rows(a: &LogicalPlan, b: &LogicalPlan) -> bool {
-    let (a, b) = (below_columns(a), below_columns(b));
-    if a == b {
-        return true;
-    }
-    match (a, b) {
-        (LogicalPlan::TableScan(x), LogicalPlan::TableScan(y)) => {
-            x.table_name == y.table_name && x.filters == y.filters && x.fetch == y.fetch
-        }
-        (LogicalPlan::Filter(x), LogicalPlan::Filter(y)) => {
-            x.predicate == y.predicate && same_rows(&x.input, &y.input)
-        }
-        (LogicalPlan::SubqueryAlias(x), LogicalPlan::SubqueryAlias(y)) => {
-            x.alias == y.alias && same_rows(&x.input, &y.input)
-        }
-        (LogicalPlan::Join(x), LogicalPlan::Join(y)) => {
-            x.join_type == y.join_type
-                && x.join_constraint == y.join_constraint
-                && x.on == y.on
-                && x.filter == y.filter
-                && x.null_equality == y.null_equality
-                && x.null_aware == y.null_aware
-                && same_rows(&x.left, &y.left)
-                && same_rows(&x.right, &y.right)
         }
         _ => false,
     }

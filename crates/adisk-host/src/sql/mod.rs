@@ -33,6 +33,7 @@ pub mod output;
 mod perkey;
 pub mod placeholders;
 mod reduce;
+mod relation;
 pub mod report;
 pub mod rules;
 mod scalars;
@@ -801,10 +802,8 @@ impl SqlEngine {
     /// given what each moves. A query the `disks` level cannot plan, or whose estimates are
     /// missing, runs host-centric.
     async fn chosen(&self, sql: &str, analyze: bool) -> Result<Chosen> {
-        let started = Instant::now();
         let session = self.session_for(analyze)?;
         let (mut first, host_df) = self.first_of(&session, sql, analyze).await?;
-        let first_ms = started.elapsed().as_secs_f64() * 1e3;
         let values = first.as_ref().map(|f| f.values.clone()).unwrap_or_default();
         // At `auto` the `disks` level's plan is made on another task meanwhile (planning is
         // CPU work: on two cores it halves the wait); dropped with this call.
@@ -823,7 +822,6 @@ impl SqlEngine {
                 .map_err(plan_err("planning the query"))?,
             (None, None) => Self::physical(&session.0, sql, Vec::new()).await?,
         };
-        let host_ms = started.elapsed().as_secs_f64() * 1e3;
         let host = Chosen {
             plan,
             session,
@@ -856,12 +854,6 @@ impl SqlEngine {
             Ok(disks) => disks,
             Err(e) => return Ok(why(&format!("the disks level cannot plan it: {e}"))),
         };
-        tracing::debug!(
-            first_ms,
-            host_ms,
-            disks_ms = started.elapsed().as_secs_f64() * 1e3,
-            "auto: planning (subqueries first, then the host-centric plan; the disks plan beside it)"
-        );
         let distributed = datafusion::common::tree_node::TreeNode::exists(&disks, |n| {
             Ok(n.downcast_ref::<disks_exec::DisksExec>().is_some())
         })

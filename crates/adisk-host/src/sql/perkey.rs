@@ -39,8 +39,7 @@
 //! Each subquery column is replaced by its expression over the window's values (cast to the
 //! aggregate's type). Anything else stays as written. Part of `WinMagic`
 //! (`ADISK_WINMAGIC=off` turns it off with the rest).
-use super::grandtotal::same_rows;
-use super::winmagic::{plain_aggregate, unalias};
+use super::relation::{Joins, flatten, plain_aggregate, same_rows, unalias};
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, NullEquality, Result, TableReference};
 use datafusion::logical_expr::ExprSchemable;
@@ -255,7 +254,6 @@ impl Found {
 /// the same relation as one of `plan`'s, each of its conditions one of `plan`'s, and every other
 /// condition of `plan` refers to those leaves' columns through the key only.
 fn find_in_joins(plan: &LogicalPlan, s: &LogicalPlan, key: &Column) -> Option<Found> {
-    use super::eager::{Joins, flatten};
     let (mut outer, mut inner) = (Joins::default(), Joins::default());
     if !flatten(plan, &mut outer, true) || !flatten(s, &mut inner, true) {
         return None;

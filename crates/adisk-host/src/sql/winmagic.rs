@@ -36,6 +36,7 @@
 //! The rule holds two more cases, each in its own module: groups filtered by their own grand
 //! total (`grandtotal.rs`, TPC-H Q11) and a correlated subquery's aggregate per key taken over
 //! the query's own rows (`perkey.rs`, TPC-H Q17).
+use super::relation::unalias;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::common::{Column, Result};
 use datafusion::logical_expr::expr::WindowFunction;
@@ -238,27 +239,6 @@ fn through_columns(plan: &LogicalPlan, at: usize) -> Option<(&LogicalPlan, usize
         },
         _ => Some((plan, at)),
     }
-}
-
-/// `e` without its aliases (shared by this rule's cases and `eager.rs`).
-pub(super) fn unalias(e: &Expr) -> &Expr {
-    match e {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
-    }
-}
-
-/// The aggregate call `e` is (through aliases), if it is a plain one: one argument, without
-/// DISTINCT, FILTER or ORDER BY.
-pub(super) fn plain_aggregate(
-    e: &Expr,
-) -> Option<&datafusion::logical_expr::expr::AggregateFunction> {
-    let Expr::AggregateFunction(f) = unalias(e) else {
-        return None;
-    };
-    let p = &f.params;
-    let plain = !p.distinct && p.filter.is_none() && p.order_by.is_empty() && p.args.len() == 1;
-    plain.then_some(f)
 }
 
 /// `plan` with the node equal to the extreme's relation, reached by following column `at`
