@@ -360,7 +360,11 @@ fn finish(
         .collect::<Result<Vec<_>>>()?;
     let mut finals = Vec::new();
     for (i, e) in agg.aggr_expr.iter().enumerate() {
-        let f = decomposable(e, &agg.input).expect("checked");
+        let Some(f) = decomposable(e, &agg.input) else {
+            return datafusion::common::internal_err!(
+                "eager aggregation: `{e}` is not decomposable"
+            );
+        };
         let partial = Expr::Column(Column::from(pre.schema().qualified_field(keys + i)));
         let func = match f.func.name() {
             "count" | "sum" => datafusion::functions_aggregate::sum::sum_udaf(),

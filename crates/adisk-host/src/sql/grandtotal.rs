@@ -74,8 +74,8 @@ pub fn rewrite_filter(filter: &Filter) -> Result<Option<LogicalPlan>> {
     let schema = filter.input.schema();
     let windows: Vec<Expr> = totals
         .iter()
-        .map(|&at| {
-            let f = plain_aggregate(&agg.aggr_expr[at]).expect("checked by total_of");
+        .filter_map(|&at| Some((at, plain_aggregate(&agg.aggr_expr[at])?)))
+        .map(|(at, f)| {
             let column = Expr::Column(Column::from(
                 schema.qualified_field(agg.group_expr.len() + at),
             ));

@@ -118,7 +118,9 @@ fn rewritten(join: &Join, sub: &PerKey, outer_key: &Column, at: usize) -> Result
         Expr::Column(outer_key.clone()),
     );
     for (i, e) in agg.aggr_expr.iter().enumerate() {
-        let f = plain_aggregate(e).expect("checked by per_key");
+        let Some(f) = plain_aggregate(e) else {
+            return datafusion::common::internal_err!("per-key window: `{e}` is not an aggregate");
+        };
         let name = format!("{PER_KEY}_{i}");
         let mut w = WindowFunction::new(
             WindowFunctionDefinition::AggregateUDF(f.func.clone()),
@@ -156,9 +158,12 @@ fn rewritten(join: &Join, sub: &PerKey, outer_key: &Column, at: usize) -> Result
         .into_iter()
         .map(Expr::Column)
         .collect();
+    let Some(predicate) = conjunction(conditions) else {
+        return datafusion::common::internal_err!("per-key window: no condition");
+    };
     LogicalPlanBuilder::from(join.left.as_ref().clone())
         .window(windows)?
-        .filter(conjunction(conditions).expect("at least one condition"))?
+        .filter(predicate)?
         .project(kept)?
         .build()
 }
