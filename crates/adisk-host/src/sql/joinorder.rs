@@ -3,8 +3,10 @@
 //! DataFusion joins tables in the order a query names them (its physical optimizer only picks
 //! each join's build side). This logical rule takes every tree of inner equi-joins whose
 //! leaves it can estimate — table scans under filters, aliases and column projections —
-//! and reorders it left-deep by dynamic programming over the subsets of its leaves (no cross
-//! products), minimizing the rows of all intermediate results (C_out). A leaf's rows are the
+//! and reorders it by dynamic programming over the subsets of its leaves (no cross products;
+//! bushy: a join's two sides may both be joins), minimizing the rows of all intermediate
+//! results (C_out). The joins' other conditions (a filter over tables on both sides) go into
+//! the first join that has their columns. A leaf's rows are the
 //! table's rows times its filters' selectivity. Key columns the joins make equal form classes
 //! (`c = s AND s = n`: customer may join nation directly); a join keeps, per class, the
 //! product of its inputs' rows divided by all but the smallest of the distinct counts of the
@@ -83,11 +85,15 @@ impl Estimate {
 struct JoinGraph {
     leaves: Vec<LogicalPlan>,
     classes: Vec<Vec<(usize, Column)>>,
+    /// The joins' other conditions (a filter over several tables, as TPC-H Q7's pair of
+    /// nations): put above the rebuilt tree, where DataFusion's filter pushdown moves each to
+    /// the lowest join that has its columns.
+    filters: Vec<Expr>,
 }
 
+/// An inner join on at least one equality of columns, with or without another condition.
 fn is_plain_inner(plan: &LogicalPlan) -> bool {
     matches!(plan, LogicalPlan::Join(j) if j.join_type == JoinType::Inner
-        && j.filter.is_none()
         && !j.on.is_empty()
         && j.null_equality == NullEquality::NullEqualsNothing
         && !j.null_aware)
@@ -113,14 +119,15 @@ fn reorder(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
         return Ok(Transformed::no(plan));
     };
     let cards = Cards::new(&graph, &estimates);
-    let Some((best_cost, order)) = best_order(&graph, &cards) else {
+    let Some(best) = best_tree(&cards) else {
         return Ok(Transformed::no(plan));
     };
+    let full = (1usize << n) - 1;
+    let best_cost = best[full].map_or(f64::INFINITY, |(c, _)| c);
     let written = written_cost(&plan, &mut 0, &cards).map(|(_, c)| c);
     tracing::debug!(
         leaves = ?graph.leaves.iter().map(leaf_name).collect::<Vec<_>>(),
         rows = ?cards.rows,
-        ?order,
         best_cost,
         ?written,
         "join order"
@@ -128,8 +135,13 @@ fn reorder(plan: LogicalPlan) -> Result<Transformed<LogicalPlan>> {
     if written.is_none_or(|w| best_cost >= MIN_GAIN * w) {
         return Ok(Transformed::no(plan));
     }
-    let rebuilt = build(&graph, &order, &plan)?;
-    Ok(Transformed::yes(rebuilt))
+    let mut filters = graph.filters.clone();
+    let mut builder = LogicalPlanBuilder::from(build(&graph, &best, full, &mut filters)?);
+    if let Some(filter) = datafusion::logical_expr::utils::conjunction(filters) {
+        builder = builder.filter(filter)?;
+    }
+    let columns = plan.schema().columns().into_iter().map(Expr::Column);
+    Ok(Transformed::yes(builder.project(columns)?.build()?))
 }
 
 /// A leaf's first table, for the log.
@@ -149,7 +161,7 @@ fn leaf_name(plan: &LogicalPlan) -> String {
 /// of exactly one leaf).
 fn flatten(plan: &LogicalPlan) -> Option<JoinGraph> {
     let mut leaves = Vec::new();
-    let mut pairs = Vec::new();
+    let mut pairs = (Vec::new(), Vec::new());
     collect(plan, &mut leaves, &mut pairs)?;
     let find = |c: &Column| {
         let mut hits = leaves
@@ -162,7 +174,7 @@ fn flatten(plan: &LogicalPlan) -> Option<JoinGraph> {
         }
     };
     let mut classes: Vec<Vec<(usize, Column)>> = Vec::new();
-    for (l, r) in pairs {
+    for (l, r) in pairs.0 {
         let (l, r) = ((find(&l)?, l), (find(&r)?, r));
         let at = |classes: &Vec<Vec<(usize, Column)>>, x: &(usize, Column)| {
             classes.iter().position(|c| c.contains(x))
@@ -178,7 +190,18 @@ fn flatten(plan: &LogicalPlan) -> Option<JoinGraph> {
             (None, None) => classes.push(vec![l, r]),
         }
     }
-    Some(JoinGraph { leaves, classes })
+    // A table with two columns in one class (`a.x = b.y AND b.y = a.z`) would need its
+    // columns made equal by a condition of its own: such trees keep their order.
+    let twice =
+        |c: &Vec<(usize, Column)>| (1..c.len()).any(|i| c[..i].iter().any(|m| m.0 == c[i].0));
+    if classes.iter().any(twice) {
+        return None;
+    }
+    Some(JoinGraph {
+        leaves,
+        classes,
+        filters: pairs.1,
+    })
 }
 
 /// What a node is to a join tree: an inner equi-join of it, a projection of plain columns
@@ -201,23 +224,27 @@ fn node(plan: &LogicalPlan) -> Node<'_> {
     }
 }
 
+/// Key pairs, and the joins' other conditions.
+type Conditions = (Vec<(Column, Column)>, Vec<Expr>);
+
 fn collect(
     plan: &LogicalPlan,
     leaves: &mut Vec<LogicalPlan>,
-    pairs: &mut Vec<(Column, Column)>,
+    conditions: &mut Conditions,
 ) -> Option<()> {
     match node(plan) {
         Node::Join(j) => {
-            collect(&j.left, leaves, pairs)?;
-            collect(&j.right, leaves, pairs)?;
+            collect(&j.left, leaves, conditions)?;
+            collect(&j.right, leaves, conditions)?;
             for (l, r) in &j.on {
                 match (l, r) {
-                    (Expr::Column(l), Expr::Column(r)) => pairs.push((l.clone(), r.clone())),
+                    (Expr::Column(l), Expr::Column(r)) => conditions.0.push((l.clone(), r.clone())),
                     _ => return None,
                 }
             }
+            conditions.1.extend(j.filter.iter().cloned());
         }
-        Node::Through(input) => collect(input, leaves, pairs)?,
+        Node::Through(input) => collect(input, leaves, conditions)?,
         Node::Leaf => leaves.push(plan.clone()),
     }
     Some(())
@@ -228,6 +255,8 @@ struct Cards {
     rows: Vec<f64>,
     /// Per class of equal columns: each member's leaf and distinct values.
     classes: Vec<Vec<(usize, f64)>>,
+    /// Per class, the subset of the leaves with a member.
+    members: Vec<usize>,
 }
 
 impl Cards {
@@ -241,9 +270,15 @@ impl Cards {
                     .collect()
             })
             .collect();
+        let members = graph
+            .classes
+            .iter()
+            .map(|c| c.iter().fold(0, |m, (leaf, _)| m | (1 << leaf)))
+            .collect();
         Cards {
             rows: estimates.iter().map(|e| e.rows.max(1.0)).collect(),
             classes,
+            members,
         }
     }
 
@@ -306,52 +341,63 @@ impl Cards {
         factor
     }
 
-    /// Whether leaf `leaf` shares a class of equal columns with a leaf of `mask`.
-    fn connected(&self, leaf: usize, mask: usize) -> bool {
-        self.classes.iter().any(|c| {
-            c.iter().any(|(l, _)| *l == leaf) && c.iter().any(|(l, _)| mask & (1 << l) != 0)
-        })
+    /// Whether a class of equal columns has members in both `a` and `b`.
+    fn joined(&self, a: usize, b: usize) -> bool {
+        self.members.iter().any(|&m| m & a != 0 && m & b != 0)
     }
 }
 
-/// The cheapest left-deep order without cross products, and its cost.
-fn best_order(graph: &JoinGraph, cards: &Cards) -> Option<(f64, Vec<usize>)> {
-    let n = graph.leaves.len();
+/// Per subset of the leaves, the cheapest join tree without cross products (bushy: either
+/// side may be a join), as its cost (C_out) and its left side's subset (0 for a leaf); None
+/// where the subset is not connected. None when the whole set is not.
+///
+/// Bushy trees matter where two small results meet a large one: TPC-H Q7 joins customer with
+/// its two nations before the orders (12 000 customers, not 150 000).
+///
+/// Each join's left side (DataFusion's build side unless its statistics say otherwise) is the
+/// one estimated smaller, as a left-deep order's joins so far were.
+fn best_tree(cards: &Cards) -> Option<Vec<Option<(f64, usize)>>> {
+    let n = cards.rows.len();
     let full = (1usize << n) - 1;
-    // Per subset: (cost, last leaf joined).
+    let rows: Vec<f64> = (0..=full).map(|m| cards.of(m)).collect();
     let mut best: Vec<Option<(f64, usize)>> = vec![None; full + 1];
     for i in 0..n {
-        best[1 << i] = Some((0.0, i));
+        best[1 << i] = Some((0.0, 0));
     }
     for mask in 1..=full {
         if mask.count_ones() < 2 {
             continue;
         }
-        let card = cards.of(mask);
-        for last in (0..n).filter(|l| mask & (1 << l) != 0) {
-            let prev = mask ^ (1 << last);
-            let Some((cost, _)) = best[prev] else {
-                continue;
-            };
-            if !cards.connected(last, prev) {
-                continue;
+        let low = mask & mask.wrapping_neg();
+        let rest = mask ^ low;
+        let mut found: Option<(f64, usize)> = None;
+        // Every split into a side holding the lowest leaf and a non-empty other side.
+        let mut sub = rest;
+        loop {
+            let left = low | sub;
+            let right = mask ^ left;
+            if right != 0
+                && let (Some((l, _)), Some((r, _))) = (best[left], best[right])
+                && cards.joined(left, right)
+                && found.is_none_or(|(c, _)| l + r < c)
+            {
+                found = Some((l + r, left));
             }
-            let c = cost + card;
-            if best[mask].is_none_or(|(b, _)| c < b) {
-                best[mask] = Some((c, last));
+            if sub == 0 {
+                break;
             }
+            sub = (sub - 1) & rest;
         }
+        best[mask] = found.map(|(c, left)| {
+            let smaller = if rows[mask ^ left] < rows[left] {
+                mask ^ left
+            } else {
+                left
+            };
+            (c + rows[mask], smaller)
+        });
     }
-    let (cost, _) = best[full]?;
-    let mut order = Vec::with_capacity(n);
-    let mut mask = full;
-    while mask != 0 {
-        let (_, last) = best[mask]?;
-        order.push(last);
-        mask ^= 1 << last;
-    }
-    order.reverse();
-    Some((cost, order))
+    best[full].is_some().then_some(best)
 }
 
 /// The written tree's leaves (numbered as [`collect`] numbers them) and its C_out.
@@ -371,32 +417,49 @@ fn written_cost(plan: &LogicalPlan, next: &mut usize, cards: &Cards) -> Option<(
     }
 }
 
-/// The leaves joined left-deep in `order`, projected to `original`'s columns.
-fn build(graph: &JoinGraph, order: &[usize], original: &LogicalPlan) -> Result<LogicalPlan> {
-    let mut joined = 1usize << order[0];
-    let mut builder = LogicalPlanBuilder::from(graph.leaves[order[0]].clone());
-    for &leaf in &order[1..] {
-        let (mut left, mut right) = (Vec::new(), Vec::new());
-        for class in &graph.classes {
-            let Some((_, joined_column)) = class.iter().find(|(l, _)| joined & (1 << l) != 0)
-            else {
-                continue;
-            };
-            for (_, column) in class.iter().filter(|(l, _)| *l == leaf) {
-                left.push(joined_column.clone());
-                right.push(column.clone());
-            }
-        }
-        builder = builder.join(
-            graph.leaves[leaf].clone(),
-            JoinType::Inner,
-            (left, right),
-            None,
-        )?;
-        joined |= 1 << leaf;
+/// The tree [`best_tree`] found for the leaves in `mask`, each join on one pair of columns
+/// per class with members on both sides (the members within a side are equal already), with
+/// the `filters` whose columns it is the first join to have.
+///
+/// The filters go into the joins here, not above the tree: DataFusion's `eliminate_cross_join`
+/// would flatten a filter's inner joins into a left-deep order of its own.
+fn build(
+    graph: &JoinGraph,
+    best: &[Option<(f64, usize)>],
+    mask: usize,
+    filters: &mut Vec<Expr>,
+) -> Result<LogicalPlan> {
+    let split = best[mask].map_or(0, |(_, left)| left);
+    if split == 0 {
+        let leaf = mask.trailing_zeros() as usize;
+        return Ok(graph.leaves[leaf].clone());
     }
-    let columns = original.schema().columns().into_iter().map(Expr::Column);
-    builder.project(columns)?.build()
+    let right = mask ^ split;
+    let (mut on_left, mut on_right) = (Vec::new(), Vec::new());
+    for class in &graph.classes {
+        let first_in = |side: usize| class.iter().find(|(l, _)| side & (1 << l) != 0);
+        if let (Some((_, a)), Some((_, b))) = (first_in(split), first_in(right)) {
+            on_left.push(a.clone());
+            on_right.push(b.clone());
+        }
+    }
+    let left_plan = build(graph, best, split, filters)?;
+    let right_plan = build(graph, best, right, filters)?;
+    let has = |e: &Expr| {
+        e.column_refs()
+            .iter()
+            .all(|c| left_plan.schema().has_column(c) || right_plan.schema().has_column(c))
+    };
+    let (here, later): (Vec<Expr>, Vec<Expr>) = filters.drain(..).partition(has);
+    *filters = later;
+    LogicalPlanBuilder::from(left_plan)
+        .join(
+            right_plan,
+            JoinType::Inner,
+            (on_left, on_right),
+            datafusion::logical_expr::utils::conjunction(here),
+        )?
+        .build()
 }
 
 /// Rows and distinct counts of a leaf: a table scan, under filters, aliases and projections.
@@ -497,6 +560,7 @@ mod tests {
                 .iter()
                 .map(|c| c.iter().map(|(l, n)| (*l, Column::from_name(*n))).collect())
                 .collect(),
+            filters: vec![],
         }
     }
 
@@ -548,24 +612,77 @@ mod tests {
         let m = 0b11001;
         assert!((cards.of(m) - 150_000.0 * 10_000.0 * 25.0 / 625.0).abs() < 1e-3);
         // Customer reaches nation through the class although the query never wrote c = n.
-        assert!(cards.connected(0, 1 << 4));
-        assert!(!cards.connected(2, 1 << 5));
+        assert!(cards.joined(1 << 0, 1 << 4));
+        assert!(!cards.joined(1 << 2, 1 << 5));
+    }
+
+    /// The subsets every join of the best tree over all leaves joins (its internal nodes).
+    fn joins(best: &[Option<(f64, usize)>], mask: usize, out: &mut Vec<usize>) {
+        let Some((_, left)) = best[mask] else { return };
+        if left != 0 {
+            out.push(mask);
+            joins(best, left, out);
+            joins(best, mask ^ left, out);
+        }
     }
 
     #[test]
     fn q5_joins_the_region_first_and_lineitem_after_its_orders() {
         let (g, e) = q5();
         let cards = Cards::new(&g, &e);
-        let (cost, order) = best_order(&g, &cards).unwrap();
-        let at = |leaf| order.iter().position(|l| *l == leaf).unwrap();
-        assert!(at(5) < 2 && at(4) < 2, "{order:?}");
-        assert!(at(0) < at(1) && at(1) < at(2), "{order:?}");
+        let best = best_tree(&cards).unwrap();
+        let mut tree = vec![];
+        joins(&best, 0b111111, &mut tree);
+        // Nation meets region before anything else, and lineitem meets the orders of the
+        // region's customers (customer, orders, nation, region on one side), not all orders.
+        assert!(tree.contains(&0b110000), "{tree:?}");
+        assert!(tree.contains(&0b110011), "{tree:?}");
         // The written order (((((c ⋈ o) ⋈ l) ⋈ s) ⋈ n) ⋈ r) costs far more.
         let written: f64 = [0b11, 0b111, 0b1111, 0b11111, 0b111111]
             .iter()
             .map(|m| cards.of(*m))
             .sum();
+        let cost = best[0b111111].unwrap().0;
         assert!(cost < MIN_GAIN * written, "{cost} vs {written}");
+    }
+
+    /// TPC-H Q7 at SF 1 (supplier, lineitem of two years, orders, customer, and each of the
+    /// two nations filtered to two rows): customer meets its nation before the orders, on a
+    /// side of its own, and supplier meets the other nation before lineitem.
+    #[test]
+    fn q7_joins_customer_with_its_nation_on_a_side_of_its_own() {
+        let g = graph(
+            6,
+            &[
+                &[(0, "s_suppkey"), (1, "l_suppkey")],
+                &[(2, "o_orderkey"), (1, "l_orderkey")],
+                &[(3, "c_custkey"), (2, "o_custkey")],
+                &[(0, "s_nationkey"), (4, "n1_nationkey")],
+                &[(3, "c_nationkey"), (5, "n2_nationkey")],
+            ],
+        );
+        let e = vec![
+            est(10_000.0, &[("s_suppkey", 10_000.0), ("s_nationkey", 25.0)]),
+            est(
+                1_800_000.0,
+                &[("l_orderkey", 1_500_000.0), ("l_suppkey", 10_000.0)],
+            ),
+            est(
+                1_500_000.0,
+                &[("o_orderkey", 1_500_000.0), ("o_custkey", 100_000.0)],
+            ),
+            est(
+                150_000.0,
+                &[("c_custkey", 150_000.0), ("c_nationkey", 25.0)],
+            ),
+            est(2.0, &[("n1_nationkey", 2.0)]),
+            est(2.0, &[("n2_nationkey", 2.0)]),
+        ];
+        let best = best_tree(&Cards::new(&g, &e)).unwrap();
+        let mut tree = vec![];
+        joins(&best, 0b111111, &mut tree);
+        assert!(tree.contains(&0b101000), "customer ⋈ nation: {tree:?}");
+        assert!(tree.contains(&0b010001), "supplier ⋈ nation: {tree:?}");
     }
 
     #[test]
@@ -597,7 +714,7 @@ mod tests {
     fn no_order_without_a_cross_product_means_no_order() {
         let g = graph(3, &[&[(0, "a"), (1, "b")]]);
         let e = vec![est(10.0, &[]), est(10.0, &[]), est(10.0, &[])];
-        assert!(best_order(&g, &Cards::new(&g, &e)).is_none());
+        assert!(best_tree(&Cards::new(&g, &e)).is_none());
     }
 
     #[test]

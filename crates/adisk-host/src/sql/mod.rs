@@ -697,7 +697,14 @@ impl SqlEngine {
             state = state.with_optimizer_rule(Arc::new(winmagic::WinMagic));
         }
         if joinorder::enabled() {
-            state = state.with_optimizer_rule(Arc::new(joinorder::JoinOrder));
+            // Each pass's `eliminate_cross_join` flattens a bushy tree back into a left-deep
+            // one, which the join order rebuilds: the columns its joins no longer need are
+            // pruned right after it, or the last pass would keep them.
+            state = state
+                .with_optimizer_rule(Arc::new(joinorder::JoinOrder))
+                .with_optimizer_rule(Arc::new(
+                    datafusion::optimizer::optimize_projections::OptimizeProjections::new(),
+                ));
         }
         if eager::enabled() {
             state = state.with_optimizer_rule(Arc::new(eager::EagerAggregation));
