@@ -72,6 +72,7 @@ impl ExprPlanner {
         let text = expr.to_string();
         self.ctx
             .create_physical_expr(expr, &dfschema)
+            .map(crate::like::rewrite)
             .map_err(df_err(format!("planning `{text}`")))
     }
 

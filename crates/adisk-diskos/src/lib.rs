@@ -38,6 +38,7 @@ pub mod exchange;
 pub mod expr;
 pub mod job;
 pub mod late;
+pub mod like;
 pub mod memory;
 pub mod narrow;
 pub mod order;

@@ -397,7 +397,7 @@ fn slt_wrong_expected_row_and_malformed_file_fail() {
         stdout.contains(&format!("-   {}", count + 1)) && stdout.contains(&format!("+   {count}")),
         "the diff shows the expected and the actual count:\n{stdout}"
     );
-    assert!(stdout.contains("62 passed, 1 failed"), "{stdout}");
+    assert!(stdout.contains("67 passed, 1 failed"), "{stdout}");
 
     let bad = dir.join("malformed.slt");
     std::fs::write(&bad, "query I\nSELECT 1\n----\n1\n\nselect 2\n").unwrap();
@@ -415,7 +415,7 @@ fn adhoc_sql_explain_and_bad_input() {
     let slt = adhoc_slt();
     let out = ok(dir, &["slt", slt.to_str().unwrap(), "--offload", "all"]);
     assert!(
-        out.contains(&format!("{} passed, 0 failed", 63 * LEVELS)),
+        out.contains(&format!("{} passed, 0 failed", 68 * LEVELS)),
         "slt:\n{out}"
     );
 

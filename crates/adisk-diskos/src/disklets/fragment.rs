@@ -631,6 +631,7 @@ impl Fragment {
         let task = SessionContext::new_with_config_rt(config, runtime).task_ctx();
         let plan = crate::expr::decode_plan_fragment(plan, &task)?;
         let plan = crate::narrow::narrow_plan(plan).map_err(df("narrowing decimal arithmetic"))?;
+        let plan = crate::like::like_plan(plan).map_err(df("planning LIKE patterns"))?;
         let root_fits = match kind {
             FragmentKind::Select => true,
             FragmentKind::Aggregate => plan.downcast_ref::<AggregateExec>().is_some(),
