@@ -67,18 +67,20 @@ impl Pieces {
     }
 }
 
-/// Matches values against one [`Pieces`] pattern.
-struct Matcher<'a> {
-    pieces: &'a Pieces,
-    finders: Vec<Finder<'a>>,
+/// Matches values against one [`Pieces`] pattern (its finders built once, with the
+/// expression).
+#[derive(Debug)]
+struct Matcher {
+    pieces: Pieces,
+    finders: Vec<Finder<'static>>,
 }
 
-impl<'a> Matcher<'a> {
-    fn new(pieces: &'a Pieces) -> Self {
+impl Matcher {
+    fn new(pieces: Pieces) -> Self {
         let finders = pieces
             .middle
             .iter()
-            .map(|p| Finder::new(p.as_bytes()))
+            .map(|p| Finder::new(p.as_bytes()).into_owned())
             .collect();
         Matcher { pieces, finders }
     }
@@ -110,7 +112,7 @@ impl<'a> Matcher<'a> {
 #[derive(Debug)]
 pub struct PiecesLike {
     expr: Arc<dyn PhysicalExpr>,
-    pieces: Pieces,
+    matcher: Matcher,
     negated: bool,
     /// DataFusion's expression, evaluated for inputs other than string arrays.
     original: Arc<dyn PhysicalExpr>,
@@ -152,7 +154,7 @@ impl PiecesLike {
         };
         Some(PiecesLike {
             expr: like.expr().clone(),
-            pieces: Pieces::of(pattern.as_str())?,
+            matcher: Matcher::new(Pieces::of(pattern.as_str())?),
             negated: like.negated(),
             original: original.clone(),
         })
@@ -160,8 +162,7 @@ impl PiecesLike {
 
     /// The match of every value of a string array, or None for another type.
     fn over(&self, values: &ArrayRef) -> Option<BooleanArray> {
-        let matcher = Matcher::new(&self.pieces);
-        let test = |v: &str| matcher.matches(v) != self.negated;
+        let test = |v: &str| self.matcher.matches(v) != self.negated;
         let result: BooleanArray = match values.data_type() {
             DataType::Utf8View => values
                 .as_string_view()
@@ -305,7 +306,7 @@ mod tests {
         let strings = StringArray::from(values.iter().map(|v| Some(*v)).collect::<Vec<_>>());
         for pattern in patterns {
             let pieces = Pieces::of(pattern).unwrap_or_else(|| panic!("{pattern}"));
-            let matcher = Matcher::new(&pieces);
+            let matcher = Matcher::new(pieces);
             let expected = arrow::compute::kernels::comparison::like(
                 &strings,
                 &StringArray::new_scalar(pattern),
