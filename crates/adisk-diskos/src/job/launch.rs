@@ -264,6 +264,7 @@ impl DiskOs {
                     sender: *sender,
                     relays,
                     router,
+                    buffer_bytes,
                 };
                 let mut tasks = Vec::new();
                 self.spawn_exchange(&mut tasks, out, &shared.state, &shared.account);
@@ -435,6 +436,7 @@ impl DiskOs {
             sender,
             relays,
             router,
+            buffer_bytes,
         } = out;
         let mut per_target = Vec::with_capacity(targets.len());
         match router {
@@ -449,7 +451,10 @@ impl DiskOs {
                 let (account, st) = (account.clone(), state.clone());
                 let holds = txs.iter().map(StreamTx::hold).collect();
                 tasks.push(tokio::task::spawn_blocking(move || {
-                    st.settle(route_rows(rx, &router, &txs, &account), holds)
+                    st.settle(
+                        route_rows(rx, &router, &txs, (&account, buffer_bytes)),
+                        holds,
+                    )
                 }));
             }
         }
@@ -628,6 +633,9 @@ pub(super) struct ExchangeOut {
     /// Per target, the relay its stream passes through, if any.
     pub(super) relays: Vec<Option<String>>,
     pub(super) router: Option<Router>,
+    /// The job's buffer size: a routed target's rows are gathered up to half of it before
+    /// they are sent.
+    pub(super) buffer_bytes: u64,
 }
 
 /// Feeds a host-resident input from the job's `DoExchange` call.

@@ -43,8 +43,10 @@ pub const ROUTED_ROWS: usize = 8192;
 /// See [`ROUTED_ROWS`].
 pub const ROUTED_BYTES: u64 = 512 * 1024;
 
-/// The parts routed to one target and not sent yet, charged to the job meanwhile.
+/// The parts routed to one target and not sent yet, charged to the job meanwhile, in the
+/// stream slot (a buffer the job's grant counts) they will be sent in.
 struct Pending {
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
     parts: Vec<RecordBatch>,
     rows: usize,
     bytes: u64,
@@ -53,16 +55,21 @@ struct Pending {
 }
 
 /// Routes a port's rows into one stream per target (blocking on backpressure), gathering
-/// each target's small parts into one batch of up to about [`ROUTED_ROWS`] rows.
+/// each target's small parts into one batch of up to [`ROUTED_ROWS`] rows and half of
+/// `buffer_bytes` (at most [`ROUTED_BYTES`]). The parts wait in the stream slot they will
+/// be sent in, taken when the first one arrives: what waits stays within the buffers the
+/// job's grant counts for the target's stream.
 pub(super) fn route_rows(
     mut rx: StreamRx,
     router: &Router,
     txs: &[StreamTx],
-    account: &Arc<Account>,
+    (account, buffer_bytes): (&Arc<Account>, u64),
 ) -> Result<()> {
+    let gather = (buffer_bytes / 2).clamp(1, ROUTED_BYTES);
     let mut pending: Vec<Pending> = txs
         .iter()
         .map(|_| Pending {
+            slot: None,
             parts: Vec::new(),
             rows: 0,
             bytes: 0,
@@ -80,13 +87,19 @@ pub(super) fn route_rows(
                 continue;
             };
             let bytes = batch_bytes(&part);
+            // What is gathered stays under `gather`: it goes first if this part would
+            // take it over, and a part as large goes on its own.
+            if p.bytes + bytes > gather || p.rows + part.num_rows() > ROUTED_ROWS {
+                send_pending(&txs[i], p, account)?;
+            }
             if p.parts.is_empty() {
                 p.position = buffer.position;
+                p.slot = Some(txs[i].blocking_slot().ok_or(DiskOsError::Cancelled)?);
             }
             p.held = Held::new(account, p.bytes + bytes);
             (p.rows, p.bytes) = (p.rows + part.num_rows(), p.bytes + bytes);
             p.parts.push(part);
-            if p.rows >= ROUTED_ROWS || p.bytes >= ROUTED_BYTES {
+            if p.rows >= ROUTED_ROWS || p.bytes >= gather {
                 send_pending(&txs[i], p, account)?;
             }
         }
@@ -113,7 +126,10 @@ fn send_pending(tx: &StreamTx, p: &mut Pending, account: &Arc<Account>) -> Resul
         })?,
     };
     drop(parts);
-    let slot = tx.blocking_slot().ok_or(DiskOsError::Cancelled)?;
+    let slot = match p.slot.take() {
+        Some(slot) => slot,
+        None => tx.blocking_slot().ok_or(DiskOsError::Cancelled)?,
+    };
     p.held.release(p.bytes); // the buffer charges it from now on
     (p.rows, p.bytes) = (0, 0);
     tx.blocking_send_in(slot, batch, p.position, account)
@@ -359,7 +375,7 @@ mod route_tests {
         };
         let router_thread = {
             let account = account.clone();
-            std::thread::spawn(move || route_rows(in_rx, &router, &txs, &account))
+            std::thread::spawn(move || route_rows(in_rx, &router, &txs, (&account, 1 << 20)))
         };
         let consumers: Vec<_> = rxs
             .into_iter()
