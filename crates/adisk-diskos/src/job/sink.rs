@@ -350,21 +350,25 @@ mod route_tests {
     use arrow::datatypes::{DataType, Field, Int64Type, Schema};
     use datafusion::physical_expr::expressions::Column;
 
-    /// 500 buffers of 30 rows, hashed to 3 targets: each target gets a few gathered batches
-    /// (not 500 of about ten rows), every row arrives exactly once, and nothing stays charged
-    /// to the job once the buffers are gone.
-    #[test]
-    fn small_routed_parts_are_gathered_and_every_row_arrives_once() {
+    /// Routes `buffers` buffers of `rows` keys (0, 1, 2, …) by hash to `targets` targets with
+    /// `buffer_bytes` buffers; per target, the batches it received as (rows, bytes), and every
+    /// key received. Also checks that nothing stays charged to the job.
+    fn route(
+        buffers: i64,
+        rows: i64,
+        targets: usize,
+        buffer_bytes: u64,
+    ) -> (Vec<Vec<(usize, u64)>>, Vec<i64>) {
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
         let router = Router::Hash(vec![Arc::new(Column::new("k", 0))]);
         let account = Arc::new(Account::default());
         let (in_tx, in_rx) = crate::stream::stream(8);
-        let (txs, rxs): (Vec<_>, Vec<_>) = (0..3).map(|_| crate::stream::stream(64)).unzip();
+        let (txs, rxs): (Vec<_>, Vec<_>) = (0..targets).map(|_| crate::stream::stream(64)).unzip();
         let producer = {
             let account = account.clone();
             std::thread::spawn(move || {
-                for i in 0..500i64 {
-                    let keys = Int64Array::from_iter_values(i * 30..i * 30 + 30);
+                for i in 0..buffers {
+                    let keys = Int64Array::from_iter_values(i * rows..(i + 1) * rows);
                     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap();
                     let slot = in_tx.blocking_slot().unwrap();
                     in_tx
@@ -375,15 +379,15 @@ mod route_tests {
         };
         let router_thread = {
             let account = account.clone();
-            std::thread::spawn(move || route_rows(in_rx, &router, &txs, (&account, 1 << 20)))
+            std::thread::spawn(move || route_rows(in_rx, &router, &txs, (&account, buffer_bytes)))
         };
         let consumers: Vec<_> = rxs
             .into_iter()
             .map(|mut rx| {
                 std::thread::spawn(move || {
-                    let mut got = (0usize, Vec::new());
+                    let mut got = (Vec::new(), Vec::new());
                     while let Some(b) = rx.blocking_recv() {
-                        got.0 += 1;
+                        got.0.push((b.batch.num_rows(), batch_bytes(&b.batch)));
                         let keys = b.batch.column(0).as_primitive::<Int64Type>();
                         got.1.extend(keys.values().iter().copied());
                     }
@@ -393,18 +397,53 @@ mod route_tests {
             .collect();
         producer.join().unwrap();
         router_thread.join().unwrap().unwrap();
-        let mut all = Vec::new();
+        let (mut batches, mut all) = (Vec::new(), Vec::new());
         for c in consumers {
-            let (batches, keys) = c.join().unwrap();
-            assert!(
-                (1..=3).contains(&batches),
-                "{batches} batches for {} rows",
-                keys.len()
-            );
+            let (b, keys) = c.join().unwrap();
+            batches.push(b);
             all.extend(keys);
         }
         all.sort_unstable();
-        assert_eq!(all, (0..15_000).collect::<Vec<i64>>());
+        assert_eq!(all, (0..buffers * rows).collect::<Vec<i64>>());
         assert_eq!(account.in_use(), 0);
+        (batches, all)
+    }
+
+    /// 500 buffers of 30 rows, hashed to 3 targets: each target gets a few gathered batches
+    /// (not 500 of about ten rows), every row arrives exactly once.
+    #[test]
+    fn small_routed_parts_are_gathered_and_every_row_arrives_once() {
+        let (batches, _) = route(500, 30, 3, 1 << 20);
+        for b in &batches {
+            assert!((1..=3).contains(&b.len()), "{b:?}");
+        }
+    }
+
+    /// At the thresholds: no gathered batch passes ROUTED_ROWS, nor half of a small buffer
+    /// (a part of 30 keys is 240 bytes; half of a 2 KiB buffer holds four of them), and one
+    /// buffer of one row, or none at all, still arrives or ends the streams.
+    #[test]
+    fn gathered_batches_stay_within_the_row_and_byte_limits() {
+        let (batches, _) = route(1000, 30, 1, 1 << 20);
+        assert!(
+            batches[0].iter().all(|(r, _)| *r <= ROUTED_ROWS),
+            "{:?}",
+            batches[0]
+        );
+        assert_eq!(batches[0].len(), 30_000usize.div_ceil(ROUTED_ROWS));
+        let (batches, _) = route(100, 30, 1, 2048);
+        assert!(
+            batches[0].iter().all(|(_, b)| *b <= 1024),
+            "{:?}",
+            batches[0]
+        );
+        assert!(batches[0].len() >= 25, "{:?}", batches[0]);
+        let (batches, keys) = route(1, 1, 3, 1 << 20);
+        assert_eq!(
+            (batches.iter().map(Vec::len).sum::<usize>(), keys),
+            (1, vec![0])
+        );
+        let (batches, _) = route(0, 30, 3, 1 << 20);
+        assert!(batches.iter().all(Vec::is_empty));
     }
 }
